@@ -1,0 +1,50 @@
+"""Exceptions of the JSON-RPC layer, one per situation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET
+
+from .messages import INTERNAL_ERROR, ErrorObject
+
+
+class ReplyError(Exception):
+    """Raised by a request handler: answer the request with this error object."""
+
+    def __init__(self, code: int, message: str, data: Any = UNSET) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class RemoteError(Exception):
+    """The peer answered one of our requests with an error object."""
+
+    def __init__(self, error: ErrorObject) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.code = error.code
+        self.message = error.message
+        self.data = error.data
+
+
+class ConnectionClosed(Exception):
+    """The peer's output ended (or our writes fail) while a request was outstanding."""
+
+
+class RequestTimeout(TimeoutError):
+    """The peer did not answer one of our requests in time."""
+
+    def __init__(self, method: str, timeout: float) -> None:
+        super().__init__(f"no answer to {method} within {timeout:g} s")
+        self.method = method
+        self.timeout = timeout
+
+
+def error_for(exc: BaseException) -> ErrorObject:
+    """The one place a handler's exception becomes a wire error."""
+    if isinstance(exc, ReplyError):
+        return ErrorObject(exc.code, exc.message, exc.data)
+    # Never leak a traceback or our internals to a connector.
+    return ErrorObject(INTERNAL_ERROR, "internal error", {"type": type(exc).__name__})

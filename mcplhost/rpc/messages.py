@@ -1,0 +1,173 @@
+"""JSON-RPC 2.0 messages, decoded in two steps.
+
+Step one decodes any JSON object into `Envelope`, whose members are all
+optional and whose `params`/`result` stay undecoded (`msgspec.Raw`). Step two,
+`classify`, applies JSON-RPC 2.0's rules and returns exactly one of
+`Request`, `Notification`, `Response`, `ErrorResponse` or `Invalid`. The
+layer above decodes `params` with a typed decoder chosen by method.
+
+Reading is tolerant (unknown members are ignored); writing only ever produces
+compact, well-formed single-line JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+
+RequestId = Union[int, str]
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+
+class ErrorObject(msgspec.Struct):
+    code: int
+    message: str
+    data: Any = UNSET
+
+
+class Envelope(msgspec.Struct):
+    """Any JSON object; members checked by `classify`, not by the decoder."""
+
+    jsonrpc: Any = UNSET
+    id: Any = UNSET
+    method: Any = UNSET
+    params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: Any = UNSET
+
+
+class Request(msgspec.Struct, frozen=True):
+    id: RequestId
+    method: str
+    params: Raw | UnsetType = UNSET
+
+
+class Notification(msgspec.Struct, frozen=True):
+    method: str
+    params: Raw | UnsetType = UNSET
+
+
+class Response(msgspec.Struct, frozen=True):
+    id: RequestId
+    result: Raw
+
+
+class ErrorResponse(msgspec.Struct, frozen=True):
+    id: RequestId | None
+    error: ErrorObject
+
+
+class Invalid(msgspec.Struct, frozen=True):
+    """Not a usable message. `reply_id` is set when a -32600 reply is owed."""
+
+    reason: str
+    reply_id: RequestId | None = None
+    owes_reply: bool = False
+
+
+Message = Union[Request, Notification, Response, ErrorResponse, Invalid]
+
+
+def valid_id(value: Any) -> bool:
+    """Ids are strings or integers; `bool` is refused so `true` never aliases `1`."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+_error_decoder = msgspec.json.Decoder(ErrorObject)
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+def classify(env: Envelope) -> Message:
+    """Apply JSON-RPC 2.0's rules to a decoded envelope."""
+    if env.method is not UNSET:
+        if env.id is UNSET:
+            if not isinstance(env.method, str) or env.jsonrpc != "2.0":
+                return Invalid("malformed notification")
+            return Notification(env.method, env.params)
+        if not valid_id(env.id):
+            # A null or otherwise unusable id: the answer goes to id null.
+            return Invalid("request id must be a string or an integer", None, owes_reply=True)
+        if env.jsonrpc != "2.0":
+            return Invalid('"jsonrpc" must be "2.0"', env.id, owes_reply=True)
+        if not isinstance(env.method, str):
+            return Invalid('"method" must be a string', env.id, owes_reply=True)
+        return Request(env.id, env.method, env.params)
+    has_result = env.result is not UNSET
+    has_error = env.error is not UNSET
+    if has_result == has_error:
+        return Invalid("a response needs exactly one of result and error")
+    if has_error:
+        try:
+            error = msgspec.convert(env.error, ErrorObject)
+        except msgspec.ValidationError:
+            error = ErrorObject(INTERNAL_ERROR, "malformed error object", data=env.error)
+        if env.id is None or valid_id(env.id):
+            return ErrorResponse(env.id, error)
+        return Invalid("response id must be a string or an integer")
+    if not valid_id(env.id):
+        return Invalid("response id must be a string or an integer")
+    return Response(env.id, env.result)  # type: ignore[arg-type]
+
+
+def decode_line(line: bytes) -> Message:
+    """Decode one line. Non-JSON gives `Invalid` with reason "parse error"."""
+    try:
+        env = _envelope_decoder.decode(line)
+    except msgspec.DecodeError as exc:
+        # Valid JSON that is not an object (an array, a number) also lands here.
+        return Invalid(f"parse error: {exc}")
+    return classify(env)
+
+
+# --- writing -----------------------------------------------------------------
+
+
+class _OutRequest(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    method: str
+    params: Any = UNSET
+
+
+class _OutNotification(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any = UNSET
+
+
+class _OutResult(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    result: Any
+
+
+class _OutError(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId | None
+    error: ErrorObject
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_request(id: RequestId, method: str, params: Any = UNSET) -> bytes:
+    return _encoder.encode(_OutRequest(id=id, method=method, params=params)) + b"\n"
+
+
+def encode_notification(method: str, params: Any = UNSET) -> bytes:
+    return _encoder.encode(_OutNotification(method=method, params=params)) + b"\n"
+
+
+def encode_result(id: RequestId, result: Any) -> bytes:
+    return _encoder.encode(_OutResult(id=id, result=result)) + b"\n"
+
+
+def encode_error(id: RequestId | None, code: int, message: str, data: Any = UNSET) -> bytes:
+    return _encoder.encode(_OutError(id=id, error=ErrorObject(code, message, data))) + b"\n"

@@ -1,0 +1,279 @@
+"""The only async part of the rpc layer: move lines, park callers, answer requests.
+
+`Session.run` reads the peer's output until it ends. Each request the peer
+sends gets exactly one answer: the handler's result, the error object it
+raised (`ReplyError`), -32603 for any other failure, or -32600 when the
+request itself was malformed. Notifications are handed to their handler and
+never answered. Responses are matched against our own outstanding ids only.
+
+Request handlers run in the read loop, so each sees the connection exactly as
+the messages before it left it (checks "at receipt" mean just that); they must
+never wait on the network. A handler with slow work (a database commit)
+returns `Deferred(work)`: the work then runs in its own task, at most
+`max_concurrent` at once, and its result becomes the answer. Past that bound
+the read loop waits, which pushes back on the peer through the pipe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskStatus
+from msgspec import UNSET, Raw, UnsetType
+
+from .errors import ConnectionClosed, RemoteError, ReplyError, RequestTimeout, error_for
+from .framing import MAX_LINE_BYTES, LineBuffer, Oversized
+from .messages import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ErrorResponse,
+    Invalid,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    decode_line,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+)
+from .table import RequestTable, Settled
+
+class Deferred:
+    """A handler's answer that needs slow work: `work()` runs in its own task."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Callable[[], Awaitable[Any]]) -> None:
+        self.work = work
+
+
+RequestHandler = Callable[[str, Raw | UnsetType], Awaitable[Any]]
+NotificationHandler = Callable[[str, Raw | UnsetType], Awaitable[None]]
+
+#: Requests from one peer handled at once before the read loop waits.
+MAX_CONCURRENT_REQUESTS = 256
+#: Default wait for an answer to one of our requests.
+DEFAULT_TIMEOUT_S = 10.0
+#: After the peer's output ends, how long in-flight handlers may take to finish.
+HANDLER_DRAIN_S = 5.0
+#: A peer that writes junk gets one warning per this many seconds, with a count.
+JUNK_WARNING_INTERVAL_S = 5.0
+#: Read size from the pipe.
+READ_CHUNK = 65536
+
+
+class _RateLimitedWarning:
+    """Log the first event, then at most one per interval with a suppressed count."""
+
+    def __init__(self, log: Any, event: str, interval: float) -> None:
+        self._log, self._event, self._interval = log, event, interval
+        self._last = -float("inf")
+        self._suppressed = 0
+
+    def __call__(self, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval:
+            self._suppressed += 1
+            return
+        self._log.warning(self._event, suppressed=self._suppressed, **fields)
+        self._last, self._suppressed = now, 0
+
+
+async def _no_requests(method: str, params: Raw | UnsetType) -> Any:
+    raise ReplyError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+
+async def _no_notifications(method: str, params: Raw | UnsetType) -> None:
+    return None
+
+
+class Session:
+    def __init__(
+        self,
+        send: ByteSendStream,
+        receive: ByteReceiveStream,
+        *,
+        on_request: RequestHandler = _no_requests,
+        on_notification: NotificationHandler = _no_notifications,
+        log: Any = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        max_concurrent: int = MAX_CONCURRENT_REQUESTS,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self._send = send
+        self._receive = receive
+        self.on_request = on_request
+        self.on_notification = on_notification
+        self.log = log if log is not None else structlog.get_logger()
+        self._buffer = LineBuffer(max_line_bytes)
+        self._limiter = anyio.Semaphore(max_concurrent)
+        self.timeout = timeout
+        self._table = RequestTable()
+        self._waiters: dict[int, Any] = {}
+        self._write_lock = anyio.Lock()
+        self._closed = False
+        self._junk_warning = _RateLimitedWarning(self.log, "rpc.junk_line", JUNK_WARNING_INTERVAL_S)
+        self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0}
+
+    # --- our side ------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None) -> Raw:
+        """Send a request and wait for its result; raise on error, timeout or close."""
+        if self._closed:
+            raise ConnectionClosed(f"connection closed before {method}")
+        wait = self.timeout if timeout is None else timeout
+        request_id = self._table.open(method)
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        self._waiters[request_id] = send
+        try:
+            await self._write(encode_request(request_id, method, params))
+            try:
+                with anyio.fail_after(wait):
+                    outcome = await receive.receive()
+            except TimeoutError:
+                self._table.abandon(request_id)
+                raise RequestTimeout(method, wait) from None
+        finally:
+            self._waiters.pop(request_id, None)
+            send.close()
+            receive.close()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def notify(self, method: str, params: Any = UNSET) -> None:
+        await self._write(encode_notification(method, params))
+
+    async def _write(self, data: bytes) -> None:
+        if self._closed:
+            raise ConnectionClosed("connection closed")
+        try:
+            async with self._write_lock:
+                await self._send.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self._closed = True
+            raise ConnectionClosed(f"write failed: {exc!r}") from exc
+
+    # --- the peer's side -------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Read until the peer's output ends; then fail every waiting caller."""
+        try:
+            async with anyio.create_task_group() as handlers:
+                task_status.started()
+                await self._read_loop(handlers)
+                # Output ended: let in-flight handlers finish, within a bound.
+                handlers.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
+        finally:
+            self._closed = True
+            for request_id in self._table.close():
+                waiter = self._waiters.get(request_id)
+                if waiter is not None:
+                    waiter.send_nowait(ConnectionClosed("the peer's output ended"))
+
+    async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
+        while True:
+            try:
+                chunk = await self._receive.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                items = self._buffer.close()
+                for item in items:
+                    await self._dispatch(item, handlers)
+                return
+            for item in self._buffer.feed(chunk):
+                await self._dispatch(item, handlers)
+
+    async def _dispatch(self, item: bytes | Oversized, handlers: anyio.abc.TaskGroup) -> None:
+        if isinstance(item, Oversized):
+            self.stats["oversized"] += 1
+            self.log.warning("rpc.line_too_long", size=item.size, limit=item.limit,
+                             action="dropped; the connection goes on")
+            return
+        self.stats["lines"] += 1
+        message = decode_line(item)
+        match message:
+            case Request():
+                self.stats["requests"] += 1
+                await self._answer(message, handlers)
+            case Notification():
+                self.stats["notifications"] += 1
+                try:
+                    await self.on_notification(message.method, message.params)
+                except Exception as exc:  # a notification never gets an answer
+                    self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))
+            case Response() | ErrorResponse():
+                self.stats["responses"] += 1
+                self._settle(message)
+            case Invalid():
+                self.stats["junk"] += 1
+                if message.owes_reply:
+                    await self._reply_error(message.reply_id, INVALID_REQUEST, message.reason)
+                else:
+                    self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
+
+    def _settle(self, message: Response | ErrorResponse) -> None:
+        settled, method = self._table.settle(message.id)
+        if settled is not Settled.MATCHED:
+            self.log.warning("rpc.response_dropped", id=message.id, why=settled.value, method=method)
+            return
+        waiter = self._waiters.get(message.id)  # type: ignore[arg-type]
+        if waiter is None:
+            return
+        if isinstance(message, Response):
+            waiter.send_nowait(message.result)
+        else:
+            waiter.send_nowait(RemoteError(message.error))
+
+    async def _answer(self, request: Request, handlers: anyio.abc.TaskGroup) -> None:
+        try:
+            result = await self.on_request(request.method, request.params)
+        except Exception as exc:
+            await self._reply_failure(request, exc)
+            return
+        if isinstance(result, Deferred):
+            await self._limiter.acquire()
+            handlers.start_soon(self._finish_deferred, request, result)
+            return
+        await self._reply_result(request, result)
+
+    async def _finish_deferred(self, request: Request, deferred: Deferred) -> None:
+        try:
+            try:
+                result = await deferred.work()
+            except Exception as exc:
+                await self._reply_failure(request, exc)
+                return
+            await self._reply_result(request, result)
+        finally:
+            self._limiter.release()
+
+    async def _reply_failure(self, request: Request, exc: Exception) -> None:
+        error = error_for(exc)
+        if error.code == INTERNAL_ERROR:
+            self.log.error("rpc.handler_failed", method=request.method, error=repr(exc))
+        await self._reply_error(request.id, error.code, error.message, error.data)
+
+    async def _reply_result(self, request: Request, result: Any) -> None:
+        try:
+            data = encode_result(request.id, result)
+        except (TypeError, ValueError) as exc:  # a handler returned something unencodable
+            self.log.error("rpc.result_unencodable", method=request.method, error=repr(exc))
+            await self._reply_error(request.id, INTERNAL_ERROR, "internal error")
+            return
+        await self._send_reply(data, request.method)
+
+    async def _reply_error(self, request_id: RequestId | None, code: int, message: str, data: Any = UNSET) -> None:
+        await self._send_reply(encode_error(request_id, code, message, data), None)
+
+    async def _send_reply(self, data: bytes, method: str | None) -> None:
+        try:
+            await self._write(data)
+        except ConnectionClosed:
+            self.log.info("rpc.reply_undeliverable", method=method)

@@ -1,0 +1,272 @@
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from mcplhost.rpc import (
+    ConnectionClosed,
+    Deferred,
+    RemoteError,
+    ReplyError,
+    RequestTimeout,
+    Session,
+)
+from mcplhost.rpc.messages import INVALID_PARAMS
+
+from .wire import Peer
+
+
+async def echo(method: str, params: Any) -> Any:
+    if method == "echo":
+        return json.loads(bytes(params)) if params else None
+    if method == "bad-params":
+        raise ReplyError(INVALID_PARAMS, "bad params", {"field": "x"})
+    if method == "crash":
+        raise RuntimeError("secret internals")
+    if method == "slow":
+        async def work() -> Any:
+            await anyio.sleep(0.01)
+            return "done"
+        return Deferred(work)
+    raise ReplyError(-32601, f"method not found: {method}")
+
+
+def make(peer: Peer, **kwargs: Any) -> Session:
+    return Session(peer.from_session, peer.to_session, on_request=echo, **kwargs)
+
+
+class TestAnswering:
+    async def test_every_kind_of_request_gets_one_answer(self) -> None:
+        """Result, handler error, crash, unknown method and deferred work each answer once."""
+        peer = Peer()
+        session = make(peer)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            for i, method in enumerate(["echo", "bad-params", "crash", "nope", "slow"]):
+                await peer.write({"jsonrpc": "2.0", "id": i, "method": method, "params": {"v": i}})
+            answers = {}
+            for _ in range(5):
+                message = await peer.read()
+                answers[message["id"]] = message
+            peer.close()
+        assert answers[0]["result"] == {"v": 0}
+        assert answers[1]["error"] == {"code": -32602, "message": "bad params", "data": {"field": "x"}}
+        assert answers[2]["error"]["code"] == -32603 and "secret" not in json.dumps(answers[2])
+        assert answers[3]["error"]["code"] == -32601
+        assert answers[4]["result"] == "done"
+
+    async def test_ids_come_back_unchanged_in_type(self) -> None:
+        """A string id "1" and a number id 1 are two requests with two answers."""
+        peer = Peer()
+        async with anyio.create_task_group() as tg:
+            await tg.start(make(peer).run)
+            await peer.write({"jsonrpc": "2.0", "id": "1", "method": "echo", "params": ["s"]})
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": ["n"]})
+            first, second = await peer.read(), await peer.read()
+            peer.close()
+        assert (first["id"], first["result"]) == ("1", ["s"])
+        assert (second["id"], second["result"]) == (1, ["n"])
+
+    async def test_a_notification_never_gets_an_answer(self) -> None:
+        """Not for unknown methods, not when its handler fails."""
+        seen = []
+
+        async def on_notification(method: str, params: Any) -> None:
+            seen.append(method)
+            raise RuntimeError("handler broke")
+
+        peer = Peer()
+        async with anyio.create_task_group() as tg:
+            await tg.start(make(peer, on_notification=on_notification).run)
+            await peer.write({"jsonrpc": "2.0", "method": "unknown/thing"})
+            await peer.write({"jsonrpc": "2.0", "id": 9, "method": "echo"})
+            answer = await peer.read()
+            peer.close()
+        assert answer["id"] == 9 and seen == ["unknown/thing"]
+
+    async def test_malformed_requests_get_invalid_request(self) -> None:
+        """A bool id or a missing jsonrpc member is answered -32600."""
+        peer = Peer()
+        async with anyio.create_task_group() as tg:
+            await tg.start(make(peer).run)
+            await peer.write(b'{"jsonrpc":"2.0","id":true,"method":"echo"}\n')
+            await peer.write(b'{"id":4,"method":"echo"}\n')
+            first, second = await peer.read(), await peer.read()
+            peer.close()
+        assert first == {"jsonrpc": "2.0", "id": None, "error": first["error"]}
+        assert first["error"]["code"] == -32600
+        assert second["id"] == 4 and second["error"]["code"] == -32600
+
+
+class TestLeniency:
+    async def test_junk_lines_are_skipped_with_one_rate_limited_warning(self) -> None:
+        """Non-JSON lines never end the connection and are not logged one by one."""
+        peer = Peer()
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                session = make(peer)
+                await tg.start(session.run)
+                for _ in range(100):
+                    await peer.write(b"Logged in as bot#1234\n")
+                await peer.write({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": [1]})
+                assert (await peer.read())["result"] == [1]
+                peer.close()
+        junk = [entry for entry in logs if entry["event"] == "rpc.junk_line"]
+        assert len(junk) == 1 and session.stats["junk"] == 100
+
+    async def test_an_oversized_line_is_refused_and_the_connection_goes_on(self) -> None:
+        """The line is dropped with a log line saying why; the next request is served."""
+        peer = Peer()
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(make(peer, max_line_bytes=1024).run)
+                await peer.write({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": ["x" * 5000]})
+                await peer.write({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": ["ok"]})
+                answer = await peer.read()
+                peer.close()
+        assert answer["id"] == 2
+        assert any(e["event"] == "rpc.line_too_long" and e["limit"] == 1024 for e in logs)
+
+
+class TestOurRequests:
+    async def test_results_and_errors_reach_the_caller(self) -> None:
+        """A matched result returns; a matched error raises RemoteError."""
+        peer = Peer()
+        session = make(peer)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(json.loads(bytes(await session.request("a", {}))))
+                with pytest.raises(RemoteError) as caught:
+                    await session.request("b")
+                results.append(caught.value.code)
+
+            tg.start_soon(call)
+            first = await peer.read()
+            await peer.write({"jsonrpc": "2.0", "id": first["id"], "result": {"ok": True}})
+            second = await peer.read()
+            await peer.write({"jsonrpc": "2.0", "id": second["id"], "error": {"code": -5, "message": "no"}})
+            with anyio.fail_after(5):
+                while len(results) < 2:
+                    await anyio.sleep(0.001)
+            peer.close()
+        assert results == [{"ok": True}, -5]
+
+    async def test_id_spaces_are_separate(self) -> None:
+        """The peer's request id 1 is not an answer to our request id 1."""
+        peer = Peer()
+        session = make(peer)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            outcome: list[Any] = []
+
+            async def call() -> None:
+                outcome.append(json.loads(bytes(await session.request("ours"))))
+
+            tg.start_soon(call)
+            ours = await peer.read()
+            assert ours["id"] == 1
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": ["theirs"]})
+            assert (await peer.read())["result"] == ["theirs"]
+            assert outcome == []
+            await peer.write({"jsonrpc": "2.0", "id": 1, "result": "mine"})
+            with anyio.fail_after(5):
+                while not outcome:
+                    await anyio.sleep(0.001)
+            peer.close()
+        assert outcome == ["mine"]
+
+    async def test_timeout_then_late_and_unknown_answers_are_dropped(self) -> None:
+        """A request times out; its late answer and an unknown id are logged and dropped."""
+        peer = Peer()
+        session = make(peer)
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(session.run)
+                with pytest.raises(RequestTimeout):
+                    await session.request("never", timeout=0.05)
+                sent = await peer.read()
+                await peer.write({"jsonrpc": "2.0", "id": sent["id"], "result": 1})
+                await peer.write({"jsonrpc": "2.0", "id": 999, "result": 1})
+                await peer.write({"jsonrpc": "2.0", "id": 5, "method": "echo", "params": [5]})
+                await peer.read()
+                peer.close()
+        dropped = [(e["id"], e["why"]) for e in logs if e["event"] == "rpc.response_dropped"]
+        assert dropped == [(sent["id"], "late"), (999, "unknown")]
+
+    async def test_end_of_output_fails_waiting_callers(self) -> None:
+        """When the peer's output ends, every outstanding request raises ConnectionClosed."""
+        peer = Peer()
+        session = make(peer)
+        caught: list[BaseException] = []
+
+        async def call() -> None:
+            try:
+                await session.request("x", timeout=10)
+            except ConnectionClosed as exc:
+                caught.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            tg.start_soon(call)
+            await peer.read()
+            peer.close()
+        assert len(caught) == 1
+        with pytest.raises(ConnectionClosed):
+            await session.request("after")
+
+
+lines = st.one_of(
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")),
+    st.builds(lambda i, m: json.dumps({"jsonrpc": "2.0", "id": i, "method": m}).encode(),
+              st.one_of(st.integers(), st.text(max_size=5)), st.sampled_from(["echo", "crash", "x", "slow"])),
+    st.builds(lambda m: json.dumps({"jsonrpc": "2.0", "method": m}).encode(), st.text(max_size=5)),
+    st.builds(lambda i: json.dumps({"jsonrpc": "2.0", "id": i, "result": None}).encode(), st.integers()),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["id", "method", "jsonrpc", "params", "result", "error"]), inner, max_size=4),
+                 max_leaves=8).map(lambda v: json.dumps(v).encode()),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(lines, max_size=30))
+def test_fuzzed_input_never_crashes_and_every_request_is_answered_once(batch: list[bytes]) -> None:
+    """Random JSON and garbage lines: the reader survives and answers each request exactly once."""
+
+    def owed(line: bytes) -> bool:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return False
+        return isinstance(value, dict) and "method" in value and "id" in value
+
+    expected = sum(owed(line) for line in batch)
+
+    async def main() -> int:
+        peer = Peer()
+        session = make(peer)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            for line in batch:
+                await peer.write(line + b"\n")
+            peer.close()
+        count = 0
+        data = b""
+        while True:
+            with anyio.move_on_after(0.01):
+                data += await peer.from_session.receive()
+                continue
+            break
+        for line in data.splitlines():
+            message = json.loads(line)
+            assert ("result" in message) != ("error" in message)
+            count += 1
+        return count
+
+    assert anyio.run(main) == expected
