@@ -1,0 +1,51 @@
+"""SQLite storage: one writer connection, numbered migrations, narrow repositories.
+
+    async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
+        ids = await store.items.insert_many(items)
+
+    async with open_reader(path) as store:          # CLI readers, read-only
+        for item in await store.items.list(limit=20):
+            print(export_line(item).decode())
+"""
+
+from mcplhost.store.db import (
+    BUSY_TIMEOUT_MS,
+    DEFAULT_SYNCHRONOUS,
+    SYNCHRONOUS_LEVELS,
+    Store,
+    apply_pragmas,
+    open_reader,
+    open_store,
+)
+from mcplhost.store.errors import (
+    BrokenMigration,
+    DuplicatePushEvent,
+    SchemaBehind,
+    SchemaTooNew,
+    StoreError,
+    StoreMissing,
+)
+from mcplhost.store.items import ItemRepository, NewItem, StoredItem, export_line
+from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS, PushRepository
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "DEFAULT_SYNCHRONOUS",
+    "PUSH_DEDUP_WINDOW_MS",
+    "SYNCHRONOUS_LEVELS",
+    "BrokenMigration",
+    "DuplicatePushEvent",
+    "ItemRepository",
+    "NewItem",
+    "PushRepository",
+    "SchemaBehind",
+    "SchemaTooNew",
+    "Store",
+    "StoreError",
+    "StoreMissing",
+    "StoredItem",
+    "apply_pragmas",
+    "export_line",
+    "open_reader",
+    "open_store",
+]

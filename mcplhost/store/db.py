@@ -1,0 +1,232 @@
+"""The SQLite connection: pragmas, transactions, and opening a store.
+
+The daemon holds exactly one connection (the one writer). aiosqlite runs its
+calls in order on one worker thread; a lock here makes each transaction one
+task's at a time, so two tasks never interleave statements inside one
+BEGIN ... COMMIT. Reads take the same lock, so they never see another task's
+uncommitted rows.
+
+Cancellation: aiosqlite finishes a queued call even if the awaiting task is
+cancelled, so BEGIN, COMMIT and ROLLBACK run shielded from anyio cancellation
+(task groups, fail_after); a cancelled transaction body always ends in a
+rollback queued after whatever was still in flight.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+import aiosqlite
+import anyio
+
+from mcplhost.errors import HostStateError
+from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
+from mcplhost.store.items import ItemRepository
+from mcplhost.store.migrate import applied_versions, load_migrations, refuse_newer
+from mcplhost.store.migrate import migrate as apply_migrations
+from mcplhost.store.pushes import PushRepository
+
+# How long a statement waits for another process's lock (a `mcplhost migrate`
+# or a reader checkpointing) before failing with "database is locked".
+BUSY_TIMEOUT_MS = 5000
+
+# With WAL, NORMAL loses nothing when the process is killed (committed pages
+# are in the OS's hands); a power loss can drop the last commits. FULL syncs
+# the WAL on every commit and also survives power loss, at a cost per commit.
+SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+DEFAULT_SYNCHRONOUS = "NORMAL"
+
+_OPEN_EXPLANATION = (
+    "check that store.path names an SQLite file (or a place to create one) "
+    "that the mcplhost user can read and write"
+)
+
+# The database whose transaction the current task is inside, if any.
+_current_transaction: ContextVar[Database | None] = ContextVar("store_transaction", default=None)
+
+
+async def apply_pragmas(
+    conn: aiosqlite.Connection,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    *,
+    read_only: bool = False,
+) -> None:
+    """Set every connection pragma mcplhost relies on; the one place they are set."""
+    await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    await conn.execute("PRAGMA foreign_keys = ON")
+    if read_only:
+        await conn.execute("PRAGMA query_only = ON")
+        return
+    level = synchronous.upper()
+    if level not in SYNCHRONOUS_LEVELS:
+        raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, not {synchronous!r}")
+    (mode,) = (await conn.execute_fetchall("PRAGMA journal_mode = WAL"))[0]
+    if mode.lower() != "wal":
+        raise StoreError(
+            f"the database refused WAL mode (journal mode is {mode!r})",
+            explanation="put the database on a local filesystem; WAL does not work on network shares",
+        )
+    await conn.execute(f"PRAGMA synchronous = {level}")  # checked against the list above
+
+
+class Database:
+    """One aiosqlite connection and the lock that gives its transactions to one task at a time."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+        self._lock = anyio.Lock()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error or cancellation.
+
+        Nested use in the same task joins the outer transaction, which then
+        commits or rolls back everything. Tasks started inside a transaction
+        inherit it (contextvars), so do not hand the store to new tasks there.
+        """
+        if _current_transaction.get() is self:
+            yield
+            return
+        async with self._lock:
+            token = _current_transaction.set(self)
+            try:
+                try:
+                    # BEGIN inside the try: should a plain asyncio cancel (which
+                    # no shield stops) land here, the rollback below is queued
+                    # after the BEGIN and undoes it.
+                    with anyio.CancelScope(shield=True):
+                        await self.conn.execute("BEGIN IMMEDIATE")
+                    yield
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await self.conn.rollback()
+                    raise
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self.conn.execute("COMMIT")
+                    except BaseException:
+                        await self.conn.rollback()  # a no-op if COMMIT got through
+                        raise
+            finally:
+                _current_transaction.reset(token)
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        """Hold the connection for reads: inside this task's transaction, or between transactions."""
+        if _current_transaction.get() is self:
+            yield
+            return
+        async with self._lock:
+            yield
+
+    def require_transaction(self, operation: str) -> None:
+        """Raise HostStateError unless the current task is inside `transaction()`."""
+        if _current_transaction.get() is not self:
+            raise HostStateError(f"{operation} must run inside store.transaction()")
+
+
+class Store:
+    """An open database: repositories for items and push events, and `transaction()` to combine them."""
+
+    def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
+        self.path = path
+        self.items = ItemRepository(database)
+        self.pushes = PushRepository(database)
+        self._database = database
+        self._migrations_folder = migrations_folder
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """One transaction across repositories, e.g. items and a push result together.
+
+        Use the repositories' `*_nocommit` methods inside it.
+        """
+        return self._database.transaction()
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations now; return the versions applied."""
+        async with self._database.reading():  # holds the connection between transactions
+            return await apply_migrations(self._database.conn, self._migrations_folder, path=str(self.path))
+
+
+@asynccontextmanager
+async def open_store(
+    path: str | Path,
+    *,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    migrate: bool = True,
+    migrations_folder: Traversable | Path | None = None,
+) -> AsyncIterator[Store]:
+    """Open (creating folders and file if needed) the daemon's read-write store.
+
+    With `migrate` (the default) pending migrations are applied; without it
+    the schema is only checked not to be newer than the code. Either way a
+    newer database raises SchemaTooNew.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create its folder: {exc}", explanation=_OPEN_EXPLANATION) from exc
+    async with _connection(path, str(path), uri=False) as conn:
+        try:
+            await apply_pragmas(conn, synchronous)
+            if migrate:
+                await apply_migrations(conn, migrations_folder, path=str(path))
+            else:
+                newest = len(load_migrations(migrations_folder))
+                refuse_newer(await applied_versions(conn), newest, path=str(path))
+        except sqlite3.Error as exc:
+            raise _cannot_open(path, exc) from exc
+        yield Store(path, Database(conn), migrations_folder)
+
+
+@asynccontextmanager
+async def open_reader(
+    path: str | Path,
+    *,
+    migrations_folder: Traversable | Path | None = None,
+) -> AsyncIterator[Store]:
+    """Open an existing store read-only (for the CLI's readers, beside a running daemon).
+
+    Raises StoreMissing when there is no file, SchemaTooNew when it is newer
+    than the code, and SchemaBehind when it still needs migrations.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise StoreMissing(str(path))
+    uri = path.resolve().as_uri() + "?mode=ro"
+    async with _connection(path, uri, uri=True) as conn:
+        try:
+            await apply_pragmas(conn, read_only=True)
+            newest = len(load_migrations(migrations_folder))
+            applied = await applied_versions(conn)
+            refuse_newer(applied, newest, path=str(path))
+            if max(applied, default=0) < newest:
+                raise SchemaBehind(max(applied, default=0), newest, path=str(path))
+        except sqlite3.Error as exc:
+            raise _cannot_open(path, exc) from exc
+        yield Store(path, Database(conn), migrations_folder)
+
+
+@asynccontextmanager
+async def _connection(path: Path, target: str, *, uri: bool) -> AsyncIterator[aiosqlite.Connection]:
+    """An autocommit aiosqlite connection, closed (shielded) however the block ends."""
+    try:
+        # isolation_level=None: no implicit BEGINs; transactions are ours alone.
+        conn = await aiosqlite.connect(target, uri=uri, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise _cannot_open(path, exc) from exc
+    try:
+        yield conn
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()
+
+
+def _cannot_open(path: Path, exc: sqlite3.Error) -> StoreError:
+    return StoreError(f"{path}: cannot use the database: {exc}", explanation=_OPEN_EXPLANATION)

@@ -1,0 +1,205 @@
+"""Tests for mcplhost/store/items.py: insert, list with limit/channel/agent, the export line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcplhost.store import NewItem, Store, StoredItem, export_line, open_store
+from mcplhost.store import items as items_module
+
+from .conftest import make_item
+
+# INTERFACES.md, "An exported item", with its digests filled in.
+EXPORTED_EXAMPLE = {
+    "id": 1,
+    "agent": None,
+    "participant": "Alice",
+    "role": "user",
+    "content": [
+        {"type": "text", "text": "[source: discord / discord:g1:room · #room]"},
+        {"type": "text", "text": "hello"},
+    ],
+    "metadata": {
+        "serverId": "discord",
+        "channelId": "discord:g1:room",
+        "messageId": "m-1",
+        "threadId": None,
+        "eventId": None,
+        "tags": [],
+        "source": {
+            "kind": "channel",
+            "lane": "channels/incoming",
+            "serverId": "discord",
+            "channelId": "discord:g1:room",
+            "label": "#room",
+            "acceptedAt": 1790000000000,
+        },
+        "sourceHeader": "[source: discord / discord:g1:room · #room]",
+        "sourceBodyDigest": "0" * 64,
+        "storedBodyDigest": "1" * 64,
+        "adapter": {"mentions": ["@scout"]},
+    },
+    "createdAt": 1790000000000,
+}
+
+
+def texts(items: list[StoredItem]) -> list[str]:
+    return [item.content[0]["text"] for item in items]
+
+
+class TestInsertMany:
+    async def test_round_trip(self, store: Store):
+        """What goes in comes back with the same fields and the ids insert_many returned."""
+        new = [make_item("a", agent="scout", participant=None, role="assistant"), make_item("b")]
+        ids = await store.items.insert_many(new)
+        stored = await store.items.list()
+        assert [item.id for item in stored] == ids
+        for item, original in zip(stored, new):
+            assert (item.agent, item.participant, item.role) == (original.agent, original.participant, original.role)
+            assert (item.content, item.metadata, item.created_at) == (original.content, original.metadata, original.created_at)
+
+    async def test_ids_increase_across_batches(self, store: Store):
+        """Each batch's ids follow the previous batch's, in insertion order."""
+        first = await store.items.insert_many([make_item() for _ in range(3)])
+        second = await store.items.insert_many([make_item() for _ in range(2)])
+        assert first + second == list(range(first[0], first[0] + 5))
+        assert await store.items.insert(make_item()) == second[-1] + 1
+
+    async def test_empty_batch_stores_nothing(self, store: Store):
+        """An empty batch returns no ids and opens no transaction."""
+        assert await store.items.insert_many([]) == []
+        assert await store.items.list() == []
+
+    async def test_channel_columns_come_from_metadata(self, store: Store, db_path: Path):
+        """server_id and channel_id are copied from metadata, null when absent."""
+        await store.items.insert_many([make_item(), make_item(server=None, channel=None)])
+        with sqlite3.connect(db_path) as conn:
+            rows = conn.execute("SELECT server_id, channel_id FROM items ORDER BY id").fetchall()
+        conn.close()
+        assert rows == [("discord", "discord:g1:room"), (None, None)]
+
+    async def test_json_is_stored_as_text(self, store: Store, db_path: Path):
+        """Content and metadata are TEXT, so SQLite's JSON functions read them."""
+        await store.items.insert_many([make_item("hi")])
+        with sqlite3.connect(db_path) as conn:
+            row = conn.execute(
+                "SELECT typeof(content), json_extract(content, '$[0].text'), json_extract(metadata, '$.serverId') FROM items"
+            ).fetchone()
+        conn.close()
+        assert row == ("text", "hi", "discord")
+
+
+class TestList:
+    async def test_oldest_first(self, store: Store):
+        """Without options every item comes back, oldest first."""
+        await store.items.insert_many([make_item(str(n)) for n in range(5)])
+        assert texts(await store.items.list()) == ["0", "1", "2", "3", "4"]
+
+    async def test_limit_gives_the_newest_oldest_first(self, store: Store):
+        """limit N returns the newest N, still printed oldest first."""
+        await store.items.insert_many([make_item(str(n)) for n in range(5)])
+        assert texts(await store.items.list(limit=2)) == ["3", "4"]
+        assert texts(await store.items.list(limit=9)) == ["0", "1", "2", "3", "4"]
+        assert await store.items.list(limit=0) == []
+
+    async def test_negative_limit_is_refused(self, store: Store):
+        """A negative limit is a ValueError, not 'everything'."""
+        with pytest.raises(ValueError):
+            await store.items.list(limit=-1)
+
+    async def test_channel_filter(self, store: Store):
+        """channel selects items by their channel id."""
+        await store.items.insert_many(
+            [make_item("r1"), make_item("x", channel="discord:g1:other"), make_item("r2"), make_item("n", channel=None)]
+        )
+        assert texts(await store.items.list(channel="discord:g1:room")) == ["r1", "r2"]
+
+    async def test_agent_filter(self, store: Store):
+        """agent selects the rows belonging to that agent only."""
+        await store.items.insert_many([make_item("all"), make_item("s", agent="scout"), make_item("l", agent="lead")])
+        assert texts(await store.items.list(agent="scout")) == ["s"]
+
+    async def test_filters_and_limit_combine(self, store: Store):
+        """limit applies to the filtered items, not to all items."""
+        await store.items.insert_many(
+            [make_item("s1", agent="scout"), make_item("x"), make_item("s2", agent="scout"), make_item("y")]
+        )
+        assert texts(await store.items.list(agent="scout", channel="discord:g1:room", limit=1)) == ["s2"]
+
+    async def test_pages_through_long_lists(self, store: Store):
+        """More items than one read page come back complete and in order."""
+        count = items_module.READ_PAGE_SIZE * 2 + 7
+        await store.items.insert_many([make_item(str(n)) for n in range(count)])
+        assert texts(await store.items.list()) == [str(n) for n in range(count)]
+        assert texts(await store.items.list(limit=count - 3)) == [str(n) for n in range(3, count)]
+
+
+class TestListAgainstAModel:
+    @settings(max_examples=40, deadline=None)
+    @given(
+        rows=st.lists(
+            st.tuples(st.sampled_from([None, "c1", "c2"]), st.sampled_from([None, "scout", "lead"])), max_size=30
+        ),
+        channel=st.sampled_from([None, "c1", "c2", "c3"]),
+        agent=st.sampled_from([None, "scout", "lead"]),
+        limit=st.none() | st.integers(min_value=0, max_value=35),
+    )
+    def test_list_matches_filtering_a_python_list(self, rows, channel, agent, limit):
+        """list(channel, agent, limit) equals filtering the inserted items in Python and keeping the last limit."""
+        model = [
+            (str(n), row_channel, row_agent)
+            for n, (row_channel, row_agent) in enumerate(rows)
+            if (channel is None or row_channel == channel) and (agent is None or row_agent == agent)
+        ]
+        expected = [text for text, _, _ in model]
+        if limit is not None:
+            expected = expected[len(expected) - limit :] if limit else []
+
+        async def run() -> list[str]:
+            with tempfile.TemporaryDirectory() as folder:
+                async with open_store(Path(folder) / "m.db") as store:
+                    await store.items.insert_many(
+                        [make_item(str(n), channel=c, agent=a) for n, (c, a) in enumerate(rows)]
+                    )
+                    return texts(await store.items.list(limit=limit, channel=channel, agent=agent))
+
+        assert asyncio.run(run()) == expected
+
+
+class TestExport:
+    async def test_export_line_is_the_interfaces_shape(self, store: Store):
+        """A stored item exports exactly INTERFACES.md's keys, in its order, with nulls kept."""
+        example = EXPORTED_EXAMPLE
+        await store.items.insert_many(
+            [
+                NewItem(
+                    role=example["role"],
+                    content=example["content"],
+                    metadata=example["metadata"],
+                    created_at=example["createdAt"],
+                    participant=example["participant"],
+                )
+            ]
+        )
+        (item,) = await store.items.list()
+        line = export_line(item)
+        assert b"\n" not in line
+        decoded = json.loads(line)
+        assert decoded == example
+        assert list(decoded) == ["id", "agent", "participant", "role", "content", "metadata", "createdAt"]
+        assert list(decoded["metadata"]) == list(example["metadata"])
+
+    def test_export_decodes_back_into_a_stored_item(self):
+        """The export line decodes back into the same StoredItem."""
+        item = msgspec.json.decode(json.dumps(EXPORTED_EXAMPLE), type=StoredItem)
+        assert item.created_at == EXPORTED_EXAMPLE["createdAt"]
+        assert json.loads(export_line(item)) == EXPORTED_EXAMPLE
