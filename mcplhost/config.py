@@ -1,0 +1,216 @@
+"""The configuration file: TOML decoded into frozen, strict msgspec Structs.
+
+Strict where a person typed it: unknown keys are errors, and `problems` lists
+every problem at once as ``path.to.field: what is wrong`` (msgspec alone stops
+at the first). Relative paths are resolved against the config file's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+import msgspec
+from msgspec import Meta
+
+from .errors import ConfigError
+
+Seconds = Annotated[float, Meta(gt=0)]
+NonEmpty = Annotated[str, Meta(min_length=1)]
+
+
+class Base(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Typos fail loudly (forbid_unknown_fields); instances are safe to share (frozen)."""
+
+
+class StoreConfig(Base):
+    path: NonEmpty = "mcplhost.db"
+    # NORMAL survives a killed host process (WAL); FULL also survives power loss.
+    synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+
+
+class RestartConfig(Base):
+    policy: Literal["always", "on-failure", "never"] = "on-failure"
+    backoff_initial_s: Seconds = 0.5
+    backoff_max_s: Seconds = 30.0
+    burst: Annotated[int, Meta(ge=1)] = 5
+    window_s: Seconds = 60.0
+
+
+class FeatureSetSelection(Base):
+    enabled: list[NonEmpty] | None = None  # None: selection not restricted
+    disabled: list[NonEmpty] = []
+
+
+class ConnectorConfig(Base):
+    name: NonEmpty
+    command: Annotated[list[NonEmpty], Meta(min_length=1)]
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    grant: list[NonEmpty] = []
+    request_timeout_s: Seconds = 10.0
+    protocol: Literal["auto", "0.5", "0.4"] = "auto"
+    channels: list[NonEmpty] | None = None  # globs on channel ids; None: any
+    feature_sets: FeatureSetSelection = FeatureSetSelection()
+    accept_tag_implications: bool = False
+    restart: RestartConfig = RestartConfig()
+    # Extensions beyond INTERFACES.md (documented in the README):
+    policy_timeout_s: Seconds = 15.0  # wait for the initial featureSets/update receipt
+    policy_fallback: Literal["mcp-only", "close"] = "mcp-only"  # when that receipt never comes
+    stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
+    term_grace_s: Annotated[float, Meta(ge=0)] = 3.0  # after SIGTERM, before SIGKILL
+    max_line_bytes: Annotated[int, Meta(ge=1024)] = 16 * 1024 * 1024
+
+
+class BackendConfig(Base):
+    kind: Literal["scripted", "openai", "anthropic"] = "scripted"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    timeout_s: Seconds = 60.0
+    script: list[str] = []  # scripted: the replies, in turn
+
+
+class AgentConfig(Base):
+    name: NonEmpty
+    parent: NonEmpty | None = None
+    wake_on: list[NonEmpty] = msgspec.field(default_factory=lambda: ["addressed", "dm"])
+    debounce_ms: Annotated[int, Meta(ge=0)] = 300
+    backend: BackendConfig = BackendConfig()
+
+
+class Config(Base):
+    store: StoreConfig = StoreConfig()
+    connectors: list[ConnectorConfig] = []
+    agents: list[AgentConfig] = []
+
+
+# --- loading -----------------------------------------------------------------
+
+
+def default_config_path() -> Path:
+    return Path(os.environ.get("MCPLHOST_CONFIG") or "mcplhost.toml")
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, validate and resolve a config file; raise ConfigError listing every problem."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file", "pass --config PATH or set MCPLHOST_CONFIG") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    found = problems(raw)
+    if found:
+        raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
+    config = msgspec.convert(raw, Config)
+    return resolve_paths(config, path.resolve().parent)
+
+
+def resolve_paths(config: Config, base: Path) -> Config:
+    """Make `store.path` and every `cwd` absolute, relative to `base`."""
+    store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
+    connectors = [
+        msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base))
+        for c in config.connectors
+    ]
+    return msgspec.structs.replace(config, store=store, connectors=connectors)
+
+
+def problems(raw: Any) -> list[str]:
+    """Every problem in a decoded TOML document, as ``path: what is wrong``."""
+    return _check(raw, Config, "") + _cross_field(raw if isinstance(raw, dict) else {})
+
+
+def _entries(raw: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]:
+    items = raw.get(kind)
+    if not isinstance(items, list):
+        return []
+    return [(i, item) for i, item in enumerate(items) if isinstance(item, dict)]
+
+
+def _cross_field(raw: dict[str, Any]) -> list[str]:
+    """Rules across fields, read defensively so they run beside the type checks."""
+    found: list[str] = []
+    for kind in ("connectors", "agents"):
+        seen: dict[str, int] = {}
+        for i, item in _entries(raw, kind):
+            name = item.get("name")
+            if not isinstance(name, str):
+                continue
+            if name in seen:
+                found.append(f"{kind}[{i}].name: {name!r} is already used by {kind}[{seen[name]}]")
+            seen.setdefault(name, i)
+    for i, connector in _entries(raw, "connectors"):
+        grant = connector.get("grant")
+        for j, pattern in enumerate(grant if isinstance(grant, list) else []):
+            if isinstance(pattern, str) and pattern and "" in pattern.split("."):
+                found.append(f"connectors[{i}].grant[{j}]: {pattern!r} has an empty segment")
+    agents = _entries(raw, "agents")
+    parents = {a.get("name"): a.get("parent") for _, a in agents}
+    for i, agent in agents:
+        parent = agent.get("parent")
+        if not isinstance(parent, str) or not parent:
+            continue
+        if parent not in parents:
+            found.append(f"agents[{i}].parent: no agent is named {parent!r}")
+            continue
+        chain, cursor = {agent.get("name")}, parent
+        while isinstance(cursor, str):
+            if cursor in chain:
+                found.append(f"agents[{i}].parent: the parent chain of {agent.get('name')!r} loops")
+                break
+            chain.add(cursor)
+            cursor = parents.get(cursor)
+    return found
+
+
+def _check(value: Any, expected: Any, path: str) -> list[str]:
+    """Check `value` against a type, descending into Structs and lists to report all."""
+    struct = _struct_type(expected)
+    if struct is not None and isinstance(value, dict):
+        return _check_struct(value, struct, path)
+    inner = _list_item_type(expected)
+    if inner is not None and _struct_type(inner) is not None and isinstance(value, list):
+        found: list[str] = []
+        for i, item in enumerate(value):
+            found += _check(item, inner, f"{path}[{i}]")
+        return found
+    try:
+        msgspec.convert(value, expected)
+    except msgspec.ValidationError as exc:
+        message, _, where = str(exc).partition(" - at `$")
+        return [f"{path}{where.rstrip('`') or ''}: {message}" if path or where else f"(top level): {message}"]
+    return []
+
+
+def _check_struct(value: dict[str, Any], struct: type[msgspec.Struct], path: str) -> list[str]:
+    found: list[str] = []
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    prefix = f"{path}." if path else ""
+    for key in value:
+        if key not in fields:
+            found.append(f"{prefix}{key}: unknown key")
+    for name, field in fields.items():
+        if name not in value:
+            if field.required:
+                found.append(f"{prefix}{name}: required")
+            continue
+        found += _check(value[name], field.type, f"{prefix}{name}")
+    return found
+
+
+def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return tp
+    return None
+
+
+def _list_item_type(tp: Any) -> Any:
+    return get_args(tp)[0] if get_origin(tp) is list else None
