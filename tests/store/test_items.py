@@ -162,7 +162,7 @@ class TestListAgainstAModel:
         ]
         expected = [text for text, _, _ in model]
         if limit is not None:
-            expected = expected[len(expected) - limit :] if limit else []
+            expected = expected[max(0, len(expected) - limit) :] if limit else []
 
         async def run() -> list[str]:
             with tempfile.TemporaryDirectory() as folder:
