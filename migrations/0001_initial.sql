@@ -3,8 +3,8 @@
 -- schema_version; do not put BEGIN/COMMIT here.
 
 -- One row per stored item (PROVENANCE.md, INTERFACES.md "An exported item").
--- server_id and channel_id repeat metadata.serverId/.channelId so reads by
--- channel use an index instead of parsing JSON.
+-- server_id, channel_id and message_id repeat metadata.serverId/.channelId/
+-- .messageId so reads by channel or message use an index instead of parsing JSON.
 CREATE TABLE items (
     id          INTEGER PRIMARY KEY,
     agent       TEXT NULL,          -- NULL: every agent may see it; else the agent it belongs to
@@ -14,6 +14,7 @@ CREATE TABLE items (
     metadata    TEXT NOT NULL,      -- JSON object: source envelope, digests, adapter, ...
     server_id   TEXT NULL,
     channel_id  TEXT NULL,
+    message_id  TEXT NULL,          -- metadata.messageId: the connector's id for the message
     created_at  INTEGER NOT NULL    -- epoch ms
 );
 
@@ -22,6 +23,9 @@ CREATE TABLE items (
 -- CLI filters by channel id alone; a (server, channel) read walks the same
 -- index range in id order and checks server_id on each row it fetches anyway.
 CREATE INDEX items_by_channel ON items (channel_id, id);
+
+-- Finding the original of a correction (same message id in the same channel).
+CREATE INDEX items_by_message ON items (channel_id, message_id) WHERE message_id IS NOT NULL;
 
 -- An agent's own rows (its speech, tool rows, notices, peer messages).
 CREATE INDEX items_by_agent ON items (agent, id);

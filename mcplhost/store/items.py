@@ -25,8 +25,8 @@ _content_decoder = msgspec.json.Decoder(builtins.list[dict[str, Any]])
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
 
 _INSERT = (
-    "INSERT INTO items (id, agent, participant, role, content, metadata, server_id, channel_id, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO items (id, agent, participant, role, content, metadata, server_id, channel_id, message_id,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _COLUMNS = "id, agent, participant, role, content, metadata, created_at"
 
@@ -96,6 +96,21 @@ class ItemRepository:
         await conn.executemany(_INSERT, [_row(first + offset, item) for offset, item in enumerate(items)])
         return builtins.list(range(first, first + len(items)))
 
+    async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
+        """The thread of the latest stored item with this message id in this channel, if any.
+
+        A correction that names no thread inherits its original's (PROVENANCE §2).
+        """
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                "SELECT json_extract(metadata, '$.threadId') FROM items"
+                " WHERE channel_id = ? AND message_id = ? AND server_id = ? ORDER BY id DESC LIMIT 1",
+                (channel_id, message_id, server_id),
+            )
+        for (thread,) in rows:
+            return thread if isinstance(thread, str) else None
+        return None
+
     async def list(
         self,
         *,
@@ -162,6 +177,7 @@ def _filters(*, channel: str | None, agent: str | None) -> tuple[str, tuple[str,
 def _row(item_id: int, item: NewItem) -> tuple[Any, ...]:
     server_id = item.metadata.get("serverId")
     channel_id = item.metadata.get("channelId")
+    message_id = item.metadata.get("messageId")
     return (
         item_id,
         item.agent,
@@ -173,6 +189,7 @@ def _row(item_id: int, item: NewItem) -> tuple[Any, ...]:
         _encoder.encode(item.metadata).decode(),
         server_id if isinstance(server_id, str) else None,
         channel_id if isinstance(channel_id, str) else None,
+        message_id if isinstance(message_id, str) else None,
         item.created_at,
     )
 

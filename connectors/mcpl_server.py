@@ -1,0 +1,197 @@
+"""The server side of MCPL over stdio, for small connectors (standard library only).
+
+    server = McplServer("demo", manifest={"version": "0.5", "pushEvents": True, ...})
+
+    async def main(server):
+        await server.ready.wait()                      # the host's policy arrived
+        await server.request("channels/register", {"channels": [...]})
+
+    server.run(main)
+
+`run` answers `initialize` with the manifest under
+``capabilities.experimental.mcpl``, records the grant from
+``featureSets/update`` (answering with an accepted receipt unless told
+otherwise), answers ``ping``, and runs `main` beside the read loop. Every
+message goes out as one compact JSON line; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class RemoteError(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.error = error
+
+
+def log(*parts: Any) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+class McplServer:
+    def __init__(
+        self,
+        name: str,
+        manifest: dict[str, Any] | None,
+        *,
+        version: str = "0.1.0",
+        tools: bool = False,
+    ) -> None:
+        self.name = name
+        self.manifest = manifest
+        self.version = version
+        self.tools = tools
+        self.grant: list[str] = []
+        self.policy: dict[str, Any] | None = None
+        self.initialized = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.closed = asyncio.Event()
+        self.handlers: dict[str, Handler] = {}
+        self.notification_handlers: dict[str, Handler] = {}
+        self.receipt: Callable[[dict[str, Any]], Awaitable[Any]] = self._accept_policy
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.on_message: Callable[[dict[str, Any]], None] = lambda message: None
+        self.on_send: Callable[[dict[str, Any]], None] = lambda message: None
+
+    # --- sending ---------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.on_send(message)
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        sys.stdout.buffer.write(line.encode("utf-8", "surrogatepass") + b"\n")
+        sys.stdout.buffer.flush()
+
+    async def request(self, method: str, params: Any = None, *, timeout: float = 30.0) -> Any:
+        request_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending.pop(request_id, None)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    # --- receiving -------------------------------------------------------------
+
+    async def _accept_policy(self, params: dict[str, Any]) -> Any:
+        return {"accepted": True}
+
+    async def _on_request(self, message: dict[str, Any]) -> None:
+        method, params, request_id = message["method"], message.get("params") or {}, message["id"]
+        try:
+            if method in self.handlers:  # a connector may override any built-in answer
+                result: Any = await self.handlers[method](params)
+            elif method == "initialize":
+                capabilities: dict[str, Any] = {}
+                if self.tools:
+                    capabilities["tools"] = {}
+                if self.manifest is not None:
+                    capabilities["experimental"] = {"mcpl": self.manifest}
+                result = {
+                    "protocolVersion": params.get("protocolVersion", "2024-11-05"),
+                    "capabilities": capabilities,
+                    "serverInfo": {"name": self.name, "version": self.version},
+                }
+            elif method == "featureSets/update":
+                self.policy = params
+                result = await self.receipt(params)
+                if result is not NO_ANSWER:
+                    self.grant = list(params.get("effectiveCapabilities") or [])
+                    self.ready.set()
+            elif method == "ping":
+                result = {}
+            else:
+                self.send({"jsonrpc": "2.0", "id": request_id,
+                           "error": {"code": -32601, "message": f"Method not found: {method}"}})
+                return
+        except RemoteError as exc:  # a handler chose to answer with an error
+            self.send({"jsonrpc": "2.0", "id": request_id, "error": exc.error})
+            return
+        if result is not NO_ANSWER:
+            self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        if "method" in message and "id" in message:
+            # Each request in its own task, so a slow handler never blocks the reader.
+            task = asyncio.create_task(self._on_request(message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif "method" in message:
+            if message["method"] == "notifications/initialized":
+                self.initialized.set()
+            handler = self.notification_handlers.get(message["method"])
+            if handler is not None:
+                await handler(message.get("params") or {})
+        elif message.get("id") in self._pending:
+            future = self._pending[message["id"]]
+            if not future.done():
+                if "error" in message:
+                    future.set_exception(RemoteError(message["error"]))
+                else:
+                    future.set_result(message.get("result"))
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                log(f"{self.name}: skipping a non-JSON line")
+                continue
+            self.on_message(message)
+            await self._dispatch(message)
+        self.closed.set()
+
+    def run(self, main: Callable[[McplServer], Awaitable[Any]] | None = None) -> None:
+        """Serve until stdin ends (the host's request to stop), running `main` beside."""
+
+        async def both() -> None:
+            reader = asyncio.create_task(self._read_loop())
+            worker = asyncio.create_task(main(self)) if main is not None else None
+            await reader
+            if worker is not None:
+                worker.cancel()
+                try:
+                    await worker
+                except (asyncio.CancelledError, Exception):
+                    pass
+
+        try:
+            asyncio.run(both())
+        except KeyboardInterrupt:
+            pass
+
+
+#: A handler returns this to leave a request unanswered (for tests of host timeouts).
+NO_ANSWER = object()
+
+
+def text(body: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": body}]

@@ -1,0 +1,87 @@
+"""Build everything from the validated config and run it in one task group.
+
+Shutdown order: on `stop`, the connectors go first (each runs its shielded
+shutdown ladder, and in-flight requests finish their commits), then the
+group writer commits what is still queued, then the store closes. So work a
+connector was told is accepted is always on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+
+from .config import Config, ConnectorConfig
+from .ingest import Ingest, now_ms
+from .store import open_store
+from .store.pushes import PUSH_DEDUP_WINDOW_MS
+from .store.writer import GroupWriter
+from .supervisor.supervise import supervise
+from .systemd import Notifier
+
+log = structlog.get_logger()
+
+#: How often old push-event dedup records are pruned.
+PRUNE_INTERVAL_S = 3600.0
+
+
+class Host:
+    def __init__(self, config: Config, *, notifier: Notifier | None = None,
+                 on_stored: Callable[[list[Any]], None] | None = None) -> None:
+        self.config = config
+        self.notifier = notifier
+        self.on_stored = on_stored
+        self.ready = anyio.Event()
+        self.writer: GroupWriter | None = None
+
+    async def run(self, stop: anyio.Event, *, watchdog_s: float | None = None) -> None:
+        """Run until `stop` is set, then stop gracefully."""
+        config = self.config
+        async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
+            self.writer = writer = GroupWriter(store)
+            ingest = Ingest(writer, log, on_stored=self.on_stored)
+            async with anyio.create_task_group() as base:
+                await base.start(writer.run)
+                base.start_soon(self._prune, store)
+                if watchdog_s is not None and self.notifier is not None:
+                    base.start_soon(self._watchdog, watchdog_s)
+                async with anyio.create_task_group() as connectors:
+                    connectors.start_soon(self._start_all, connectors, ingest)
+                    await stop.wait()
+                    log.info("host.stopping")
+                    if self.notifier is not None:
+                        self.notifier.send("STOPPING=1")
+                    connectors.cancel_scope.cancel()
+                base.cancel_scope.cancel()
+        log.info("host.stopped", **(self.writer.stats if self.writer else {}))
+
+    async def _start_all(self, connectors: anyio.abc.TaskGroup, ingest: Ingest) -> None:
+        """Start every connector at once; READY=1 once each finished its handshake or gave up."""
+        async with anyio.create_task_group() as starting:
+            for spec in self.config.connectors:
+                starting.start_soon(self._start_one, connectors, spec, ingest)
+        self.ready.set()
+        log.info("host.ready", connectors=len(self.config.connectors))
+        if self.notifier is not None:
+            self.notifier.send("READY=1")
+
+    @staticmethod
+    async def _start_one(connectors: anyio.abc.TaskGroup, spec: ConnectorConfig, ingest: Ingest) -> None:
+        await connectors.start(supervise, spec, ingest)
+
+    async def _watchdog(self, interval_s: float) -> None:
+        assert self.notifier is not None
+        while True:
+            self.notifier.send("WATCHDOG=1")
+            await anyio.sleep(interval_s)
+
+    @staticmethod
+    async def _prune(store: Any) -> None:
+        while True:
+            removed = await store.pushes.prune(now_ms() - PUSH_DEDUP_WINDOW_MS)
+            if removed:
+                log.info("store.pushes_pruned", removed=removed)
+            await anyio.sleep(PRUNE_INTERVAL_S)

@@ -1,0 +1,117 @@
+"""Pure admission of inbound items: one message or one push, judged at receipt.
+
+Nothing here waits or stores. Each function takes the connection's current
+facts (grant, registry, feature sets) and returns what was admitted or the
+refusal to answer with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import errors
+from .channels import ChannelRegistry
+from .errors import ConnectorProtocolError
+from .featuresets import FeatureSetState, check_feature_set
+from .intake import AdmittedMessage, AdmittedPush
+from .params import IncomingMessage, PushEvent, convert
+from .tags import expand_tags
+
+#: Members of `origin` a legacy push uses to name its place (COMPAT.md).
+ORIGIN_CHANNEL = "mcplChannelId"
+
+
+def _reply_to(own: str | None, metadata: Mapping[str, Any] | None) -> str | None:
+    """The message's own replyTo, else its metadata's (PROVENANCE §2)."""
+    if own is not None:
+        return own
+    claimed = metadata.get("replyTo") if metadata else None
+    return claimed if isinstance(claimed, str) else None
+
+
+def _string(mapping: Mapping[str, Any] | None, key: str) -> str | None:
+    value = mapping.get(key) if mapping else None
+    return value if isinstance(value, str) and value else None
+
+
+def refusal(message_id: Any, error: ConnectorProtocolError, reason: str) -> dict[str, Any]:
+    """A per-message refusal in `results`, with the error code that names it."""
+    entry: dict[str, Any] = {"accepted": False, "reason": reason, "code": error.code}
+    if isinstance(message_id, str):
+        entry["messageId"] = message_id
+    return entry
+
+
+def admit_message(
+    raw: Any,
+    registry: ChannelRegistry,
+    accepted_implies: Mapping[str, list[str]] | None,
+) -> AdmittedMessage | dict[str, Any]:
+    """Admit one `channels/incoming` message, or return its itemized refusal.
+
+    The caller has checked `channels.incoming` against the current grant. The
+    channel must be registered on this connection now (never the id the
+    message merely claims) and must receive (not be outbound-only).
+    """
+    message_id = raw.get("messageId") if isinstance(raw, dict) else None
+    message = convert(raw, IncomingMessage)
+    if isinstance(message, ConnectorProtocolError):
+        return refusal(message_id, message, "invalid_message")
+    channel = registry.get(message.channelId)
+    if channel is None:
+        return refusal(message.messageId, errors.unknown_channel(message.channelId), "unknown_channel")
+    if not channel.receives:
+        return refusal(message.messageId, errors.channel_not_permitted(message.channelId), "channel_not_permitted")
+    author = message.author
+    participant = None
+    if author is not None:
+        participant = author.name or (str(author.id) if author.id is not None else None)
+    return AdmittedMessage(
+        channel_id=channel.id,
+        label=channel.label,
+        message_id=message.messageId,
+        thread_id=message.threadId,
+        reply_to=_reply_to(message.replyTo, message.metadata),
+        participant=participant,
+        source_timestamp=message.timestamp,
+        content=message.content,
+        metadata=message.metadata,
+        tags=expand_tags(message.tags, accepted_implies),
+    )
+
+
+def admit_push(
+    push: PushEvent,
+    registry: ChannelRegistry,
+    feature_sets: Mapping[str, FeatureSetState],
+    *,
+    legacy: bool,
+    accepted_implies: Mapping[str, list[str]] | None,
+) -> AdmittedPush:
+    """Admission steps 4-6 (declared, enabled, uses), then where the push belongs.
+
+    The caller has checked readiness, the grant and the params. A push names
+    a channel only through `origin.mcplChannelId`, and only a channel this
+    connection has registered at receipt counts; otherwise it is unscoped.
+    Raises the ConnectorProtocolError to answer with.
+    """
+    refused = check_feature_set(feature_sets, push.featureSet, "pushEvents", legacy=legacy)
+    if refused is not None:
+        raise refused
+    origin = push.origin
+    named = _string(origin, ORIGIN_CHANNEL)
+    channel = registry.get(named) if named is not None else None
+    return AdmittedPush(
+        event_id=push.eventId,
+        feature_set=push.featureSet,
+        source_timestamp=push.timestamp,
+        content=push.payload.content,
+        origin=origin,
+        tags=expand_tags(push.tags, accepted_implies),
+        channel_id=channel.id if channel is not None else None,
+        label=channel.label if channel is not None else None,
+        thread_id=_string(origin, "threadId") if channel is not None else None,
+        message_id=_string(origin, "messageId"),
+        reply_to=_string(origin, "replyTo"),
+    )

@@ -1,0 +1,124 @@
+"""The channels one connection registered, judged one descriptor at a time (SPEC §14).
+
+Each descriptor in a `channels/register` or `channels/changed` batch is
+authorized on its own: well formed, unique in its batch, and inside the
+operator's narrowing patterns for this connector. One allowed descriptor never
+carries a forbidden one in with it; the answer is itemized.
+
+Narrowing patterns (AMB-14, our choice): shell-style globs matched against the
+whole channel id with `fnmatch.fnmatchcase`: `*` matches any run of
+characters (`:` and `/` included), `?` one character, `[...]` a set. So
+`discord:g1:*` admits every channel id starting with `discord:g1:`. No
+patterns configured means any id.
+
+Re-registering an id that is already registered replaces its descriptor
+(a connector that reconnected to its platform may announce its channels
+again); the label at receipt is always the latest registered one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+import msgspec
+
+DIRECTIONS = ("inbound", "outbound", "bidirectional")
+
+
+class Channel(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    type: str | None = None
+    label: str | None = None
+    direction: str = "bidirectional"
+    address: Any = None
+    metadata: Any = None
+    initiallyOpen: bool | None = None
+
+    def descriptor(self) -> dict[str, Any]:
+        """The descriptor as the connector registered it (for channels/list)."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+    @property
+    def receives(self) -> bool:
+        """Whether messages may come in from this channel (not outbound-only)."""
+        return self.direction != "outbound"
+
+
+def parse_descriptor(raw: Any) -> Channel | str:
+    """A Channel, or the reason the descriptor is malformed."""
+    if not isinstance(raw, dict):
+        return "invalid_descriptor"
+    try:
+        channel = msgspec.convert(raw, Channel)
+    except msgspec.ValidationError:
+        return "invalid_descriptor"
+    if not channel.id:
+        return "invalid_descriptor"
+    if channel.direction not in DIRECTIONS:
+        return "invalid_descriptor"
+    return channel
+
+
+def permitted(channel_id: str, patterns: Sequence[str] | None) -> bool:
+    return patterns is None or any(fnmatchcase(channel_id, p) for p in patterns)
+
+
+def _result(raw: Any, accepted: bool, reason: str | None = None) -> dict[str, Any]:
+    ident = raw.get("id") if isinstance(raw, dict) else None
+    entry: dict[str, Any] = {"id": ident if isinstance(ident, str) else None, "accepted": accepted}
+    if reason is not None:
+        entry["reason"] = reason
+    return entry
+
+
+class ChannelRegistry:
+    def __init__(self, patterns: Sequence[str] | None = None) -> None:
+        self.patterns = list(patterns) if patterns is not None else None
+        self._channels: dict[str, Channel] = {}
+
+    def get(self, channel_id: str) -> Channel | None:
+        return self._channels.get(channel_id)
+
+    def channels(self) -> list[Channel]:
+        return list(self._channels.values())
+
+    def clear(self) -> None:
+        self._channels.clear()
+
+    def add(self, descriptors: Iterable[Any], *, must_exist: bool = False) -> tuple[list[dict[str, Any]], list[Channel]]:
+        """Judge and apply descriptors; return itemized results and the accepted channels.
+
+        `must_exist` is for `updated`: an id that is not registered is refused.
+        """
+        results: list[dict[str, Any]] = []
+        accepted: list[Channel] = []
+        seen: set[str] = set()
+        for raw in descriptors:
+            channel = parse_descriptor(raw)
+            if isinstance(channel, str):
+                results.append(_result(raw, False, channel))
+            elif channel.id in seen:
+                results.append(_result(raw, False, "duplicate_id"))
+            elif not permitted(channel.id, self.patterns):
+                results.append(_result(raw, False, "channel_not_permitted"))
+            elif must_exist and channel.id not in self._channels:
+                results.append(_result(raw, False, "unknown_channel"))
+            else:
+                seen.add(channel.id)
+                self._channels[channel.id] = channel
+                accepted.append(channel)
+                results.append(_result(raw, True))
+        return results, accepted
+
+    def remove(self, ids: Iterable[Any]) -> list[dict[str, Any]]:
+        """Removals only narrow, so they always succeed (AMB-13); echo each."""
+        results = []
+        for ident in ids:
+            if isinstance(ident, str):
+                self._channels.pop(ident, None)
+                results.append({"id": ident, "accepted": True})
+            else:
+                results.append({"id": None, "accepted": False, "reason": "invalid_descriptor"})
+        return results

@@ -1,0 +1,431 @@
+"""MCPL for one process life of one connector: handshake, policy, and every inbound method.
+
+States, in order: HANDSHAKE → POLICY_PENDING → READY, or MCP_ONLY (no MCPL
+manifest, or the policy was refused with fallback "mcp-only"), or a
+`PolicyClosed` raised to the supervisor (fallback "close").
+
+Every inbound request is authorized in the read loop against the grant in
+force at that moment (`METHODS`); storing runs as `Deferred` work so the loop
+keeps reading. Host-initiated follow-ups (opening channels, manifest
+re-fetches, policy updates) go through one bounded job stream served by
+`run_background`, one at a time, so policy updates are serialized.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import anyio
+import msgspec
+from msgspec import Raw, UnsetType
+
+from mcplhost import __version__
+from mcplhost.config import ConnectorConfig
+from mcplhost.rpc import ConnectionClosed, Deferred, RemoteError, RequestTimeout, Session
+from mcplhost.rpc.messages import METHOD_NOT_FOUND
+
+from . import errors
+from .admission import admit_message, admit_push
+from .channels import Channel, ChannelRegistry
+from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
+from .grants import advertised_paths, denied_paths, effective_grant
+from .intake import Intake
+from .manifest import ManifestTracker
+from .methods import MCP_NOTIFICATIONS_PREFIX, rule_for
+from .params import (
+    Changed,
+    IncomingBatch,
+    InitializeResult,
+    ManifestChanged,
+    PushEvent,
+    Receipt,
+    Register,
+    decode_params,
+)
+from .tags import producer_implies
+
+#: MCP protocol version we ask for; MCPL does not change MCP versioning (§3.1).
+MCP_PROTOCOL_VERSION = "2024-11-05"
+#: What this host implements, advertised in `initialize` (nothing more, RFC-002 §9.7).
+HOST_MCPL_CAPABILITIES: dict[str, Any] = {
+    "version": "0.5",
+    "pushEvents": True,
+    "channels": {"register": True, "incoming": True, "lifecycle": True},
+    "featureSets": True,
+}
+#: Host-initiated jobs waiting for the background worker.
+MAX_PENDING_JOBS = 64
+
+
+class Mode(Enum):
+    HANDSHAKE = "handshake"
+    POLICY_PENDING = "policy_pending"
+    READY = "ready"
+    MCP_ONLY = "mcp_only"
+
+
+class PolicyClosed(Exception):
+    """The connector refused our policy with fallback "close" (or we chose to close)."""
+
+
+class HandshakeFailed(Exception):
+    """`initialize` failed: no answer, an error, or an unusable result."""
+
+
+class McplConnection:
+    def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.intake = intake
+        self.log = log
+        self.session: Session | None = None
+        self.mode = Mode.HANDSHAKE
+        self.legacy = spec.protocol == "0.4"
+        self.capabilities: dict[str, Any] = {}
+        self.manifest: dict[str, Any] | None = None
+        self.grant: frozenset[str] = frozenset()
+        self.feature_sets: dict[str, FeatureSetState] = {}
+        self.declared: dict[str, dict[str, Any]] = {}
+        self.registry = ChannelRegistry(spec.channels)
+        self.accepted_implies: dict[str, list[str]] | None = None
+        self.tracker = ManifestTracker(clock)
+        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[tuple[str, Any]](MAX_PENDING_JOBS)
+        self._warned: set[str] = set()
+
+    # --- handshake -----------------------------------------------------------
+
+    def attach(self, session: Session) -> None:
+        self.session = session
+
+    async def handshake(self) -> Mode:
+        """initialize → notifications/initialized → the initial featureSets/update."""
+        assert self.session is not None
+        try:
+            raw = await self.session.request(
+                "initialize",
+                {
+                    "protocolVersion": MCP_PROTOCOL_VERSION,
+                    "capabilities": {"experimental": {"mcpl": HOST_MCPL_CAPABILITIES}},
+                    "clientInfo": {"name": "mcplhost", "version": __version__},
+                },
+                timeout=self.spec.request_timeout_s,
+            )
+            result = msgspec.json.decode(bytes(raw), type=InitializeResult)
+        except (RemoteError, RequestTimeout, ConnectionClosed, msgspec.ValidationError) as exc:
+            raise HandshakeFailed(f"initialize failed: {exc}") from exc
+        # Some connectors swallow whatever follows the initialize result unless
+        # it is this notification (COMPAT.md): send it before anything else.
+        await self.session.notify("notifications/initialized")
+        self.capabilities = result.capabilities
+        manifest = _manifest_of(result.capabilities)
+        version = manifest.get("version") if manifest is not None else None
+        if manifest is None or (not isinstance(version, str) and self.spec.protocol == "auto"):
+            why = "no MCPL manifest" if manifest is None else "manifest without a version string"
+            return self._mcp_only(why)
+        if self.spec.protocol == "auto":
+            self.legacy = version != "0.5"
+        self.manifest = manifest
+        self.log.info("connector.initialized", server=result.serverInfo, mcpl_version=version, legacy=self.legacy)
+        self._adopt_manifest(manifest)
+        grant = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
+        self.mode = Mode.POLICY_PENDING
+        outcome = await self._send_policy(grant, initial=True)
+        if self.mode is Mode.READY and self.spec.accept_tag_implications:
+            self.accepted_implies = producer_implies(self.declared)
+        return outcome
+
+    def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
+        self.declared = normalize_feature_sets(manifest.get("featureSets"))
+        self.tracker.adopt(manifest)
+
+    def _derive(self, grant: frozenset[str]) -> dict[str, FeatureSetState]:
+        selection = self.spec.feature_sets
+        return derive_feature_sets(self.declared, grant, selection.enabled, list(selection.disabled))
+
+    def _policy_params(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "effectiveCapabilities": sorted(grant),
+            "deniedCapabilities": denied_paths(self.capabilities, grant),
+            "disabled": sorted(name for name, state in states.items() if not state.enabled),
+        }
+        if self.spec.feature_sets.enabled is not None:
+            params["enabled"] = sorted(name for name, state in states.items() if state.enabled)
+        return params
+
+    async def _send_policy(self, grant: frozenset[str], *, initial: bool) -> Mode:
+        """Send featureSets/update as a Request; narrowing applies first, widening after the receipt."""
+        assert self.session is not None
+        states = self._derive(grant)
+        narrowing = grant <= self.grant
+        if narrowing and not initial:
+            self.grant, self.feature_sets = grant, states  # security never waits on the receipt
+        params = self._policy_params(grant, states)
+        try:
+            raw = await self.session.request("featureSets/update", params, timeout=self.spec.policy_timeout_s)
+        except RemoteError as exc:
+            if exc.code == METHOD_NOT_FOUND and (self.legacy or (initial and self.spec.protocol != "0.5")):
+                # A legacy server that does not know the method: policy acknowledged (COMPAT.md).
+                self.legacy = True
+                self.log.info("connector.legacy_policy", detail="featureSets/update answered -32601")
+                return self._ready(grant, states)
+            return self._fallback(self.spec.policy_fallback, f"policy answered with error {exc.code}")
+        except RequestTimeout:
+            return self._fallback(self.spec.policy_fallback, "no answer to the policy")
+        try:
+            receipt = msgspec.json.decode(bytes(raw), type=Receipt)
+        except msgspec.ValidationError as exc:
+            self.log.warning("connector.defect", defect="unusable policy receipt", error=str(exc))
+            return self._fallback(self.spec.policy_fallback, "unusable receipt")
+        if receipt.accepted:
+            for entry in receipt.unavailableFeatures:
+                if not isinstance(entry, dict) or "effect" not in entry:
+                    self.log.warning("connector.defect", defect="unavailableFeatures entry without effect")
+            # The receipt never widens anything: the grant is what we sent.
+            self.log.info("connector.policy_receipt", mode=receipt.mode or "full",
+                          unavailable=len(receipt.unavailableFeatures))
+            return self._ready(grant, states)
+        if receipt.fallback not in ("mcp-only", "close"):
+            self.log.warning("connector.defect", defect="refusal without a valid fallback")
+            return self._fallback(self.spec.policy_fallback, "policy refused")
+        return self._fallback(receipt.fallback, "policy refused")
+
+    def _ready(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> Mode:
+        self.grant, self.feature_sets, self.mode = grant, states, Mode.READY
+        self.log.info("connector.ready", grant=sorted(grant), legacy=self.legacy,
+                      feature_sets={n: s.reason or "enabled" for n, s in states.items()})
+        return self.mode
+
+    def _mcp_only(self, why: str) -> Mode:
+        self.grant, self.mode = frozenset(), Mode.MCP_ONLY
+        self.registry.clear()
+        self.log.warning("connector.mcp_only", reason=why)
+        return self.mode
+
+    def _fallback(self, fallback: str, why: str) -> Mode:
+        if fallback == "close":
+            self.grant = frozenset()
+            raise PolicyClosed(why)
+        return self._mcp_only(why)
+
+    # --- authorization ---------------------------------------------------------
+
+    def _require(self, capability: str) -> None:
+        if self.mode in (Mode.HANDSHAKE, Mode.POLICY_PENDING):
+            raise errors.capability_denied(capability, "policy_pending")
+        if self.mode is Mode.MCP_ONLY:
+            raise errors.capability_denied(capability, "mcp_only")
+        if capability not in self.grant:
+            raise errors.capability_denied(capability)
+
+    # --- inbound ---------------------------------------------------------------
+
+    async def on_request(self, method: str, params: Raw | UnsetType) -> Any:
+        rule = rule_for(method)
+        if rule is None:
+            raise errors.method_not_found(method)
+        if rule.capability is not None:
+            self._require(rule.capability)
+        match method:
+            case "ping":
+                return {}
+            case "channels/register":
+                return self._register(decode_params(params, Register, method))
+            case "channels/changed":
+                return self._changed(decode_params(params, Changed, method))
+            case "channels/list":
+                return {"channels": [c.descriptor() for c in self.registry.channels()]}
+            case "channels/incoming":
+                return self._incoming(decode_params(params, IncomingBatch, method))
+            case "push/event":
+                return self._push(decode_params(params, PushEvent, method))
+            case "model/info" | "inference/request":
+                # Granted, but this host has no model for connectors yet.
+                raise errors.capability_denied(rule.capability or method, "unsupported")
+            case "mcpl/manifestChanged":
+                raise errors.method_not_found(method)  # a notification, never a request
+        raise errors.method_not_found(method)
+
+    async def on_notification(self, method: str, params: Raw | UnsetType) -> None:
+        if method.startswith(MCP_NOTIFICATIONS_PREFIX):
+            return
+        rule = rule_for(method)
+        if rule is None:
+            self._warn_once(f"notification:{method}", "connector.unknown_notification", method=method)
+            return
+        try:
+            if rule.capability is not None:
+                self._require(rule.capability)
+            if method == "channels/changed":
+                results = self._changed(decode_params(params, Changed, method))["results"]
+                for entry in results:
+                    if not entry["accepted"]:
+                        # A refused item in a Notification cannot be answered: never filter silently.
+                        self.log.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
+                                         detail="refused in a channels/changed notification")
+            elif method == "channels/incoming":
+                self._warn_once("incoming-notification", "connector.defect",
+                                defect="channels/incoming sent as a notification (AMB-19)")
+                deferred = self._incoming(decode_params(params, IncomingBatch, method))
+                await deferred.work()
+            elif method == "mcpl/manifestChanged":
+                self._manifest_changed(params)
+            else:
+                self._warn_once(f"notification:{method}", "connector.unexpected_notification", method=method)
+        except errors.ConnectorProtocolError as exc:
+            self.log.warning("connector.notification_refused", method=method, code=exc.code,
+                             data=None if exc.data is msgspec.UNSET else exc.data)
+
+    def _register(self, params: Register) -> dict[str, Any]:
+        results, accepted = self.registry.add(params.channels)
+        self._after_accept(accepted)
+        return {"results": results}
+
+    def _changed(self, params: Changed) -> dict[str, Any]:
+        added, accepted_added = self.registry.add(params.added)
+        updated, accepted_updated = self.registry.add(params.updated, must_exist=True)
+        removed = self.registry.remove(params.removed)
+        self._after_accept(accepted_added)
+        return {"results": added + updated + removed}
+
+    def _after_accept(self, channels: list[Channel]) -> None:
+        if "channels.lifecycle" not in self.grant:
+            return
+        for channel in channels:
+            if channel.initiallyOpen:
+                self._schedule("open", channel)
+
+    def _incoming(self, batch: IncomingBatch) -> Deferred:
+        results: list[dict[str, Any] | None] = []
+        admitted = []
+        for raw in batch.messages:
+            outcome = admit_message(raw, self.registry, self.accepted_implies)
+            if isinstance(outcome, dict):
+                results.append(outcome)
+            else:
+                results.append(None)
+                admitted.append(outcome)
+
+        async def store() -> dict[str, Any]:
+            stored = iter(await self.intake.store_messages(self.name, "channels/incoming", admitted) if admitted else [])
+            final = [entry if entry is not None else next(stored) for entry in results]
+            self.log.info("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
+            return {"results": final}
+
+        return Deferred(store)
+
+    def _push(self, push: PushEvent) -> Deferred:
+        problem = self.intake.content_problem(push.payload.content)
+        if problem is not None:  # a params problem: checked before the feature set (§3.1)
+            raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
+        admitted = admit_push(push, self.registry, self.feature_sets, legacy=self.legacy,
+                              accepted_implies=self.accepted_implies)
+
+        async def store() -> dict[str, Any]:
+            answer = await self.intake.store_push(self.name, admitted)
+            self.log.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                          channel=admitted.channel_id, outcome=answer)
+            return answer
+
+        return Deferred(store)
+
+    def _manifest_changed(self, params: Raw | UnsetType) -> None:
+        decode_params(params, ManifestChanged, "mcpl/manifestChanged")
+        if self.tracker.should_fetch():
+            self._schedule("manifest", None)
+        else:
+            self.log.warning("connector.manifest_fetch_dropped", reason="rate limit",
+                             dropped=self.tracker.dropped)
+
+    def _schedule(self, job: str, arg: Any) -> None:
+        try:
+            self._jobs_in.send_nowait((job, arg))
+        except anyio.WouldBlock:
+            self.log.warning("connector.job_dropped", job=job, reason="queue full")
+
+    def _warn_once(self, key: str, event: str, **fields: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.log.warning(event, **fields)
+
+    # --- host-initiated work -----------------------------------------------------
+
+    async def run_background(self) -> None:
+        """Serve host-initiated jobs one at a time until the connection ends."""
+        async with self._jobs_out:
+            async for job, arg in self._jobs_out:
+                try:
+                    if job == "open":
+                        await self.open_channel(arg)
+                    elif job == "manifest":
+                        await self.refresh_manifest()
+                except (RemoteError, RequestTimeout) as exc:
+                    self.log.warning("connector.job_failed", job=job, error=str(exc))
+
+    def close_jobs(self) -> None:
+        self._jobs_in.close()
+
+    async def open_channel(self, channel: Channel) -> None:
+        """channels/open for a channel; the returned descriptor is judged like a registration."""
+        assert self.session is not None
+        if "channels.lifecycle" not in self.grant:
+            raise errors.capability_denied("channels.lifecycle")
+        raw = await self.session.request(
+            "channels/open",
+            {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}},
+            timeout=self.spec.request_timeout_s,
+        )
+        result = msgspec.json.decode(bytes(raw))
+        descriptor = result.get("channel") if isinstance(result, dict) else None
+        if descriptor is not None:
+            results, _ = self.registry.add([descriptor])
+            if not results[0]["accepted"]:
+                self.log.warning("channels.descriptor_refused", channel=results[0]["id"],
+                                 reason=results[0].get("reason"), detail="returned by channels/open")
+        self.log.info("channels.opened", channel=channel.id)
+
+    async def close_channel(self, channel_id: str) -> None:
+        assert self.session is not None
+        if "channels.lifecycle" not in self.grant:
+            raise errors.capability_denied("channels.lifecycle")
+        await self.session.request("channels/close", {"channelId": channel_id}, timeout=self.spec.request_timeout_s)
+        self.log.info("channels.closed", channel=channel_id)
+
+    async def update_policy(self, grant: frozenset[str]) -> Mode:
+        """Change the grant: narrowing applies at once, widening only after a valid receipt."""
+        if self.mode is not Mode.READY:
+            raise errors.capability_denied("featureSets", "not_ready")
+        return await self._send_policy(grant, initial=False)
+
+    async def refresh_manifest(self) -> None:
+        """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+        assert self.session is not None and self.manifest is not None
+        self.tracker.fetched()
+        try:
+            raw = await self.session.request("mcpl/manifest", {}, timeout=self.spec.request_timeout_s)
+            fetched = msgspec.json.decode(bytes(raw))
+        except (RemoteError, RequestTimeout, msgspec.DecodeError) as exc:
+            self.tracker.failed()
+            self.log.warning("connector.manifest_fetch_failed", error=str(exc), failures=self.tracker.failures)
+            return
+        change = self.tracker.diff(self.manifest, fetched, self.capabilities, self.grant, list(self.spec.grant),
+                                   self.feature_sets, self.spec.feature_sets)
+        if change is None:
+            self.log.warning("connector.manifest_unusable", failures=self.tracker.failures)
+            return
+        self.manifest = change.manifest
+        self.capabilities = change.capabilities
+        self.declared = change.declared
+        if change.ontology_changed and self.accepted_implies is not None:
+            self.accepted_implies = None  # a changed ontology cancels the operator's acceptance
+        self.log.info("connector.manifest_change", impacts=change.impacts)
+        if change.grant != self.grant or change.feature_sets_changed:
+            await self._send_policy(change.grant, initial=False)
+
+
+def _manifest_of(capabilities: dict[str, Any]) -> dict[str, Any] | None:
+    experimental = capabilities.get("experimental")
+    manifest = experimental.get("mcpl") if isinstance(experimental, dict) else None
+    return manifest if isinstance(manifest, dict) else None

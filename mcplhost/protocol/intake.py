@@ -1,0 +1,58 @@
+"""What the protocol layer hands on after admission, and the port it hands it to.
+
+The protocol layer decides *whether* an item is admitted and *where it came
+from* (the registered channel, the label at receipt). Turning it into a
+stored item (strip, freeze-source, header, mark, commit) happens behind the
+`Intake` port, which host.py implements with the inbound pipeline and the
+store; protocol/ never imports either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+
+
+class AdmittedMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One accepted `channels/incoming` message, channel resolved against the registry."""
+
+    channel_id: str
+    label: str | None
+    message_id: str
+    thread_id: str | None = None
+    reply_to: str | None = None
+    participant: str | None = None
+    source_timestamp: str | None = None
+    content: list[dict[str, Any]]
+    metadata: dict[str, Any] | None = None  # the connector's own claims
+    tags: list[str] = []  # after the core closure
+
+
+class AdmittedPush(msgspec.Struct, frozen=True, kw_only=True):
+    """One admitted `push/event`; `channel_id` is None for an unscoped push."""
+
+    event_id: str
+    feature_set: str
+    source_timestamp: str | None
+    content: list[dict[str, Any]]
+    origin: dict[str, Any] | None = None  # the connector's own claims
+    tags: list[str] = []
+    channel_id: str | None = None
+    label: str | None = None
+    thread_id: str | None = None
+    message_id: str | None = None
+    reply_to: str | None = None
+
+
+class Intake(Protocol):
+    async def store_messages(
+        self, server_id: str, lane: str, messages: list[AdmittedMessage]
+    ) -> list[dict[str, Any]]:
+        """Store every message in one commit; per message `{accepted, conversationId}` or a refusal."""
+
+    async def store_push(self, server_id: str, push: AdmittedPush) -> dict[str, Any]:
+        """Store the push once per (server, eventId); return the answer (the original one on a repeat)."""
+
+    def content_problem(self, blocks: list[dict[str, Any]]) -> str | None:
+        """Why a push payload cannot be stored ("empty_content", "invalid_content"), or None."""

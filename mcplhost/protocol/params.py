@@ -1,0 +1,110 @@
+"""Typed params of the MCPL methods a connector sends us, decoded tolerantly.
+
+Unknown members are ignored (a newer peer may send more); a wrong type for a
+member we need is a -32602. A batch is decoded in two steps so one bad
+message is refused on its own instead of failing the whole request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Raw, UnsetType
+
+from .errors import ConnectorProtocolError, invalid_params
+
+
+class Tolerant(msgspec.Struct, kw_only=True):
+    """Base for wire params: unknown members ignored."""
+
+
+class IncomingBatch(Tolerant):
+    messages: list[Any]
+
+
+class Author(Tolerant):
+    id: str | int | None = None
+    name: str | None = None
+
+
+class IncomingMessage(Tolerant):
+    channelId: str
+    messageId: str
+    content: list[dict[str, Any]]
+    threadId: str | None = None
+    replyTo: str | None = None
+    author: Author | None = None
+    timestamp: str | None = None
+    metadata: dict[str, Any] | None = None
+    tags: list[str] = []
+
+
+class Payload(Tolerant):
+    content: list[dict[str, Any]]
+
+
+class PushEvent(Tolerant):
+    featureSet: str
+    eventId: str
+    timestamp: str
+    payload: Payload
+    origin: dict[str, Any] | None = None
+    tags: list[str] = []
+
+
+class InferenceRequest(Tolerant):
+    featureSet: str
+    messages: list[Any]
+    stream: bool = False
+
+
+class Register(Tolerant):
+    channels: list[Any]
+
+
+class Changed(Tolerant):
+    added: list[Any] = []
+    removed: list[Any] = []
+    updated: list[Any] = []
+
+
+class ManifestChanged(Tolerant, forbid_unknown_fields=True):
+    # The schema forbids any other member (HOST-DIGEST §2.2).
+    revision: str
+    domains: list[str]
+
+
+class Receipt(Tolerant):
+    accepted: bool
+    fallback: str | None = None
+    mode: str | None = None
+    unavailableFeatures: list[Any] = []
+    missingCapabilities: list[Any] = []
+    notes: list[Any] = []
+    reason: str | None = None
+
+
+class InitializeResult(Tolerant):
+    capabilities: dict[str, Any] = {}
+    serverInfo: dict[str, Any] | None = None
+    protocolVersion: str | None = None
+
+
+def decode_params(params: Raw | UnsetType, kind: type[Any], method: str) -> Any:
+    """Decode `params` into `kind`, or raise -32602 naming the problem."""
+    raw = bytes(params) if isinstance(params, Raw) else b"{}"
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise invalid_params(f"invalid params for {method}: {exc}") from None
+    except msgspec.DecodeError as exc:  # cannot happen for a Raw from a decoded line
+        raise invalid_params(f"undecodable params for {method}: {exc}") from None
+
+
+def convert(value: Any, kind: type[Any]) -> Any | ConnectorProtocolError:
+    """Convert one decoded item (a batch element); return the -32602 instead of raising."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        return invalid_params(str(exc))

@@ -1,0 +1,151 @@
+"""A connector's child process: environment, spawn, stderr drain, shutdown ladder.
+
+Shutdown follows MCP's stdio convention: close the child's stdin, allow a
+grace period, SIGTERM its process group, wait again, SIGKILL. Every wait is
+bounded and runs shielded, so a cancelled host still cleans up its children.
+We poll `returncode` instead of awaiting `wait()`: a grandchild that keeps
+the pipes open must not make a dead child look alive.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+
+#: Variables that belong to the host's own supervisor (systemd), never to a child:
+#: a child that inherited NOTIFY_SOCKET could report READY or WATCHDOG for us.
+HOST_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+#: How often a wait for exit looks at the child's return code.
+EXIT_POLL_S = 0.02
+#: After SIGKILL, how long before we report the child as unkillable.
+KILL_WAIT_S = 2.0
+#: A stderr line longer than this is cut before it is logged.
+STDERR_LINE_CHARS = 2000
+#: At most this many stderr lines are logged per second per connector; the rest are counted.
+STDERR_LINES_PER_S = 50
+
+
+def child_environment(extra: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for key in HOST_ONLY_ENV:
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+async def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | None) -> Process:
+    """Start the child in its own session (process group), all three pipes open.
+
+    Raises OSError (e.g. FileNotFoundError) when the command cannot start.
+    """
+    return await anyio.open_process(
+        list(command),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
+async def wait_exited(process: Process, timeout: float) -> bool:
+    """Poll until the child has exited, at most `timeout` seconds."""
+    with anyio.move_on_after(timeout):
+        while process.returncode is None:
+            await anyio.sleep(EXIT_POLL_S)
+    return process.returncode is not None
+
+
+def _signal_group(process: Process, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)  # the child leads its own group (start_new_session)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        try:
+            process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+async def stop(process: Process, *, stdin_grace: float, term_grace: float, log: Any) -> str:
+    """Run the shutdown ladder; return how the child ended."""
+    with anyio.CancelScope(shield=True):
+        if process.stdin is not None:
+            try:
+                await process.stdin.aclose()
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+        if await wait_exited(process, stdin_grace):
+            how = "exited"
+        else:
+            _signal_group(process, signal.SIGTERM)
+            if await wait_exited(process, term_grace):
+                how = "terminated"
+            else:
+                log.warning("connector.kill", reason="ignored stdin EOF and SIGTERM")
+                _signal_group(process, signal.SIGKILL)
+                if not await wait_exited(process, KILL_WAIT_S):
+                    log.error("connector.unkillable", pid=process.pid)
+                    return "unkillable"
+                how = "killed"
+        # Whatever the child left behind in its group goes too.
+        _signal_group(process, signal.SIGKILL)
+        await _close_pipes(process)
+        return how
+
+
+async def _close_pipes(process: Process) -> None:
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            try:
+                await stream.aclose()
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+
+
+async def drain_stderr(process: Process, log: Any) -> None:
+    """Log the child's stderr line by line, bounded in line length and rate."""
+    if process.stderr is None:
+        return
+    partial = b""
+    window_start = anyio.current_time()
+    logged = dropped = 0
+
+    def emit(raw: bytes) -> None:
+        nonlocal window_start, logged, dropped
+        now = anyio.current_time()
+        if now - window_start >= 1.0:
+            if dropped:
+                log.warning("connector.stderr_dropped", lines=dropped)
+            window_start, logged, dropped = now, 0, 0
+        if logged >= STDERR_LINES_PER_S:
+            dropped += 1
+            return
+        logged += 1
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if text:
+            log.info("connector.stderr", line=text[:STDERR_LINE_CHARS], cut=len(text) > STDERR_LINE_CHARS)
+
+    try:
+        async for chunk in process.stderr:
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            if len(partial) > STDERR_LINE_CHARS * 4:  # a line with no end: log what we have
+                lines.append(partial)
+                partial = b""
+            for line in lines:
+                emit(line)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+    if partial:
+        emit(partial)
+    if dropped:
+        log.warning("connector.stderr_dropped", lines=dropped)
