@@ -1,0 +1,150 @@
+"""Capability advertisement and the effective grant (SPEC §5.1, §5.4).
+
+The grant is MCPL's security boundary. It is computed here, purely:
+
+    effective grant = (vocabulary paths the server advertised)
+                    ∩ (vocabulary paths some host policy pattern matches)
+
+Advertisement is read with a generic recursive walk of the manifest; there is
+no list of nestable keys, so a deeper vocabulary needs no code change. Policy
+patterns match whole paths segment by segment, and `*` stands for exactly one
+segment. Nothing here widens a grant because of anything else a server says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from mcplhost.protocol.vocabulary import (
+    CAPABILITY_PATHS,
+    INJECT_SYSTEM,
+    MCP_ADVERTISED_PATHS,
+    NON_CAPABILITY_MEMBERS,
+    SORTED_CAPABILITY_PATHS,
+)
+
+WILDCARD = "*"
+SEPARATOR = "."
+
+# Grantable only by its literal name, never through a wildcard: a policy such
+# as `contextHooks.beforeInference.inject.*` must not hand out the system
+# prompt by accident (SPEC §13.4, HOST-DIGEST §1.7 and §4 item 7).
+LITERAL_ONLY_PATHS: frozenset[str] = frozenset({INJECT_SYSTEM})
+
+# Every proper prefix of a vocabulary path. The walk descends only into nodes
+# on one of these, so arbitrarily deep junk costs nothing and cannot recurse
+# without bound.
+_PREFIXES: frozenset[str] = frozenset(
+    SEPARATOR.join(path.split(SEPARATOR)[:depth])
+    for path in CAPABILITY_PATHS
+    for depth in range(1, path.count(SEPARATOR) + 1)
+)
+
+
+def _paths_at_or_below(prefix: str) -> frozenset[str]:
+    """Vocabulary paths equal to `prefix` or beneath it."""
+    return frozenset(
+        path for path in CAPABILITY_PATHS if path == prefix or path.startswith(prefix + SEPARATOR)
+    )
+
+
+def _walk(node: dict[Any, Any], prefix: str, found: set[str]) -> None:
+    for name, value in node.items():
+        # A member name holding the separator would alias another tree
+        # ({"a.b": {"c": true}} and {"a": {"b.c": true}}), so it never grants (AMB-17).
+        if not isinstance(name, str) or not name or SEPARATOR in name:
+            continue
+        path = f"{prefix}{SEPARATOR}{name}" if prefix else name
+        if value is True:
+            # Shorthand: `true` means every leaf beneath this node.
+            found.update(_paths_at_or_below(path))
+        elif isinstance(value, dict):
+            # A present, non-false object node counts at its own path too (AMB-3):
+            # {"inferenceRequest": {"streaming": false}} advertises `inferenceRequest`.
+            if path in CAPABILITY_PATHS:
+                found.add(path)
+            if path in _PREFIXES:
+                _walk(value, path, found)
+        # false, null, numbers, strings and arrays advertise nothing.
+
+
+def advertised_paths(capabilities: Any) -> frozenset[str]:
+    """Vocabulary paths a server advertised in its `initialize` result.
+
+    `capabilities` is the result's `capabilities` object. The MCPL block at
+    `experimental.mcpl` is walked recursively, skipping `version`, `revision`
+    and `featureSets`; `tools` comes from MCP's own `capabilities.tools`
+    (present and not false or null). Unknown paths are dropped: the host
+    grants only what it understands. Malformed input yields fewer paths, never
+    an exception.
+    """
+    if not isinstance(capabilities, dict):
+        return frozenset()
+    found: set[str] = set()
+    experimental = capabilities.get("experimental")
+    manifest = experimental.get("mcpl") if isinstance(experimental, dict) else None
+    if isinstance(manifest, dict):
+        members = {k: v for k, v in manifest.items() if k not in NON_CAPABILITY_MEMBERS}
+        _walk(members, "", found)
+        found -= MCP_ADVERTISED_PATHS
+    if capabilities.get("tools") not in (None, False):
+        found.add("tools")
+    return frozenset(found)
+
+
+def pattern_matches(pattern: str, path: str) -> bool:
+    """Whether a policy pattern matches a concrete capability path.
+
+    Segments are compared one to one and the counts must be equal. A `*`
+    segment matches exactly one segment; there is no subtree wildcard, and a
+    `*` inside a segment (`chan*`) is just a character.
+    """
+    pattern_segments = pattern.split(SEPARATOR)
+    path_segments = path.split(SEPARATOR)
+    if len(pattern_segments) != len(path_segments):
+        return False
+    return all(
+        want == WILDCARD or want == got for want, got in zip(pattern_segments, path_segments)
+    )
+
+
+def policy_allows(policy: Iterable[str], path: str) -> bool:
+    """Whether host policy allows `path` (ignoring advertisement).
+
+    `contextHooks.beforeInference.inject.system` is allowed only when the
+    policy names it literally.
+    """
+    patterns = [p for p in policy if isinstance(p, str)]
+    if path in LITERAL_ONLY_PATHS:
+        return path in patterns
+    return any(pattern_matches(pattern, path) for pattern in patterns)
+
+
+def effective_grant(capabilities: Any, policy: list[str]) -> list[str]:
+    """The effective grant for one connection: sorted, unique, concrete paths.
+
+    `capabilities` is the MCP `initialize` result's `capabilities` object and
+    `policy` the operator's patterns for this connector. The result is
+    advertised ∩ allowed, where a pattern allows the vocabulary paths it
+    matches segment for segment (`channels.*` allows `channels.publish` but
+    nothing deeper; a bare parent such as `channels` allows nothing beneath
+    it). `contextHooks.beforeInference.inject.system` is granted ONLY when
+    the policy names it literally, never through a `*`, so it stays denied by
+    default and is grantable on its own.
+    """
+    advertised = advertised_paths(capabilities)
+    return [
+        path
+        for path in SORTED_CAPABILITY_PATHS
+        if path in advertised and policy_allows(policy, path)
+    ]
+
+
+def denied_paths(capabilities: Any, granted: Iterable[str]) -> list[str]:
+    """Advertised paths left out of the grant, sorted.
+
+    Diagnostic only (`deniedCapabilities`): it must never feed an
+    authorization decision, and it never shares a path with `granted`.
+    """
+    return sorted(advertised_paths(capabilities) - set(granted))
