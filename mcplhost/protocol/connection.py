@@ -130,12 +130,11 @@ class McplConnection:
         self.manifest = manifest
         self.log.info("connector.initialized", server=result.serverInfo, mcpl_version=version, legacy=self.legacy)
         self._adopt_manifest(manifest)
+        if self.spec.accept_tag_implications:
+            self.accepted_implies = producer_implies(self.declared)
         grant = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
         self.mode = Mode.POLICY_PENDING
-        outcome = await self._send_policy(grant, initial=True)
-        if self.mode is Mode.READY and self.spec.accept_tag_implications:
-            self.accepted_implies = producer_implies(self.declared)
-        return outcome
+        return await self._send_policy(grant, initial=True)
 
     def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
         self.declared = normalize_feature_sets(manifest.get("featureSets"))
@@ -156,27 +155,39 @@ class McplConnection:
         return params
 
     async def _send_policy(self, grant: frozenset[str], *, initial: bool) -> Mode:
-        """Send featureSets/update as a Request; narrowing applies first, widening after the receipt."""
+        """Send featureSets/update as a Request; narrowing applies first, widening at the receipt.
+
+        The receipt is applied in the read loop the moment it arrives
+        (`at_receipt`), so a privileged request the connector sends right
+        after its receipt already meets the new state.
+        """
         assert self.session is not None
         states = self._derive(grant)
-        narrowing = grant <= self.grant
-        if narrowing and not initial:
+        if grant <= self.grant and not initial:
             self.grant, self.feature_sets = grant, states  # security never waits on the receipt
-        params = self._policy_params(grant, states)
         try:
-            raw = await self.session.request("featureSets/update", params, timeout=self.spec.policy_timeout_s)
-        except RemoteError as exc:
-            if exc.code == METHOD_NOT_FOUND and (self.legacy or (initial and self.spec.protocol != "0.5")):
-                # A legacy server that does not know the method: policy acknowledged (COMPAT.md).
-                self.legacy = True
-                self.log.info("connector.legacy_policy", detail="featureSets/update answered -32601")
-                return self._ready(grant, states)
-            return self._fallback(self.spec.policy_fallback, f"policy answered with error {exc.code}")
+            return await self.session.request(
+                "featureSets/update",
+                self._policy_params(grant, states),
+                timeout=self.spec.policy_timeout_s,
+                at_receipt=lambda outcome: self._apply_receipt(outcome, grant, states, initial=initial),
+            )
         except RequestTimeout:
             return self._fallback(self.spec.policy_fallback, "no answer to the policy")
+
+    def _apply_receipt(self, outcome: Raw | RemoteError, grant: frozenset[str],
+                       states: dict[str, FeatureSetState], *, initial: bool) -> Mode:
+        if isinstance(outcome, RemoteError):
+            if outcome.code == METHOD_NOT_FOUND and (self.legacy or (initial and self.spec.protocol != "0.5")):
+                # A legacy server that does not know the method: policy acknowledged (COMPAT.md).
+                self.legacy = True
+                if initial:
+                    self.log.info("connector.legacy_policy", detail="featureSets/update answered -32601")
+                return self._ready(grant, states)
+            return self._fallback(self.spec.policy_fallback, f"policy answered with error {outcome.code}")
         try:
-            receipt = msgspec.json.decode(bytes(raw), type=Receipt)
-        except msgspec.ValidationError as exc:
+            receipt = msgspec.json.decode(bytes(outcome), type=Receipt)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             self.log.warning("connector.defect", defect="unusable policy receipt", error=str(exc))
             return self._fallback(self.spec.policy_fallback, "unusable receipt")
         if receipt.accepted:

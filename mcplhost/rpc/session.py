@@ -45,6 +45,15 @@ from .messages import (
 )
 from .table import RequestTable, Settled
 
+class _Raised:
+    """An outcome for a waiting caller that is to be raised, not returned."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class Deferred:
     """A handler's answer that needs slow work: `work()` runs in its own task."""
 
@@ -124,14 +133,29 @@ class Session:
 
     # --- our side ------------------------------------------------------------
 
-    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None) -> Raw:
-        """Send a request and wait for its result; raise on error, timeout or close."""
+    async def request(
+        self,
+        method: str,
+        params: Any = UNSET,
+        *,
+        timeout: float | None = None,
+        at_receipt: Callable[[Raw | RemoteError], Any] | None = None,
+    ) -> Any:
+        """Send a request and wait for its result; raise on error, timeout or close.
+
+        With `at_receipt`, the answer is handed to that function in the read
+        loop the moment it arrives, before any later message is handled, and
+        its return value (or exception) is what this call returns (raises).
+        That is how a state change carried by an answer (a policy receipt)
+        takes effect exactly between the messages the peer sent around it.
+        A late answer (after the timeout) is never handed over.
+        """
         if self._closed:
             raise ConnectionClosed(f"connection closed before {method}")
         wait = self.timeout if timeout is None else timeout
         request_id = self._table.open(method)
         send, receive = anyio.create_memory_object_stream[Any](1)
-        self._waiters[request_id] = send
+        self._waiters[request_id] = (send, at_receipt)
         try:
             await self._write(encode_request(request_id, method, params))
             try:
@@ -144,8 +168,8 @@ class Session:
             self._waiters.pop(request_id, None)
             send.close()
             receive.close()
-        if isinstance(outcome, BaseException):
-            raise outcome
+        if isinstance(outcome, _Raised):
+            raise outcome.error
         return outcome
 
     async def notify(self, method: str, params: Any = UNSET) -> None:
@@ -176,7 +200,7 @@ class Session:
             for request_id in self._table.close():
                 waiter = self._waiters.get(request_id)
                 if waiter is not None:
-                    waiter.send_nowait(ConnectionClosed("the peer's output ended"))
+                    waiter[0].send_nowait(_Raised(ConnectionClosed("the peer's output ended")))
 
     async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
         while True:
@@ -226,10 +250,14 @@ class Session:
         waiter = self._waiters.get(message.id)  # type: ignore[arg-type]
         if waiter is None:
             return
-        if isinstance(message, Response):
-            waiter.send_nowait(message.result)
-        else:
-            waiter.send_nowait(RemoteError(message.error))
+        send, at_receipt = waiter
+        outcome: Any = message.result if isinstance(message, Response) else RemoteError(message.error)
+        if at_receipt is not None:
+            try:
+                outcome = at_receipt(outcome)
+            except Exception as exc:
+                outcome = exc
+        send.send_nowait(_Raised(outcome) if isinstance(outcome, BaseException) else outcome)
 
     async def _answer(self, request: Request, handlers: anyio.abc.TaskGroup) -> None:
         try:

@@ -270,3 +270,62 @@ def test_fuzzed_input_never_crashes_and_every_request_is_answered_once(batch: li
         return count
 
     assert anyio.run(main) == expected
+
+
+class TestAtReceipt:
+    async def test_an_answer_takes_effect_before_the_next_message(self) -> None:
+        """at_receipt runs in the read loop, so a request right behind the answer sees its effect."""
+        state = {"ready": False}
+        seen: list[bool] = []
+
+        async def handler(method: str, params: Any) -> Any:
+            seen.append(state["ready"])
+            return {}
+
+        def apply(outcome: Any) -> str:
+            state["ready"] = True
+            return "applied"
+
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=handler)
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+
+            async def call() -> None:
+                results.append(await session.request("policy", at_receipt=apply))
+
+            tg.start_soon(call)
+            sent = await peer.read()
+            # The answer and the next request arrive in one chunk.
+            await peer.write(json.dumps({"jsonrpc": "2.0", "id": sent["id"], "result": {}}).encode() + b"\n"
+                             + json.dumps({"jsonrpc": "2.0", "id": 1, "method": "next"}).encode() + b"\n")
+            await peer.read()
+            peer.close()
+        assert seen == [True] and results == ["applied"]
+
+    async def test_an_exception_at_receipt_reaches_the_caller(self) -> None:
+        """What at_receipt raises is raised by request(), not by the read loop."""
+        peer = Peer()
+        session = make(peer)
+
+        def refuse(outcome: Any) -> Any:
+            raise LookupError("refused")
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            caught: list[BaseException] = []
+
+            async def call() -> None:
+                try:
+                    await session.request("p", at_receipt=refuse)
+                except LookupError as exc:
+                    caught.append(exc)
+
+            tg.start_soon(call)
+            sent = await peer.read()
+            await peer.write({"jsonrpc": "2.0", "id": sent["id"], "result": {}})
+            await peer.write({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": [2]})
+            assert (await peer.read())["result"] == [2]
+            peer.close()
+        assert len(caught) == 1
