@@ -163,8 +163,11 @@ def strip_and_normalize(manifest: Any) -> dict[str, Any]:
 # --- RFC 8785 (JCS) serialization -------------------------------------------
 
 # ECMAScript JSON.stringify escapes only the quote, the backslash and C0
-# controls; these five have short forms, the rest are \u00xx in lowercase.
-_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+# controls. Those two and five of the controls have short forms; the other
+# controls become \u00xx in lowercase. Everything else is literal.
+_SHORT_ESCAPES = {
+    "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\",
+}
 _ESCAPES = {chr(c): _SHORT_ESCAPES.get(chr(c), f"\\u{c:04x}") for c in range(0x20)}
 _ESCAPES.update(_SHORT_ESCAPES)
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
