@@ -1,0 +1,120 @@
+"""JSON-RPC error codes MCPL uses, and the error a connector earns.
+
+SPEC §6.6 requires every refusal to be a JSON-RPC error object with the
+documented code, never a result carrying a failure flag. The codes and their
+`data` shapes live here as data (HOST-DIGEST §2.3); the helper constructors are
+the only places that build them, so a code and its `data` never drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET
+
+from mcplhost.rpc.errors import ReplyError
+
+# Standard JSON-RPC 2.0 codes are owned by the rpc layer; re-exported so that
+# protocol code finds every code it answers with in one module.
+from mcplhost.rpc.messages import (  # noqa: F401
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+)
+
+# MCPL (SPEC Appendix A, §6.6, §14.6).
+FEATURE_SET_NOT_ENABLED = -32001
+CAPABILITY_DENIED = -32002
+FEATURE_SET_NOT_DECLARED = -32003
+CHECKPOINT_NOT_FOUND = -32005
+CHANNEL_NOT_PERMITTED = -32017
+UNKNOWN_CHANNEL = -32023
+CHANNEL_OPEN_FAILED = -32024
+
+# The `reason` a -32001 carries when the set is enabled but did not declare the
+# capability it tried to use (AMB-8).
+DECLARATION_MISMATCH = "declaration_mismatch"
+
+
+class ConnectorProtocolError(ReplyError):
+    """The connector broke the protocol or asked for what it may not have.
+
+    Carries the JSON-RPC error to answer with: `code`, `message` and `data`
+    (a dict, or msgspec.UNSET when there is none, as in rpc's ReplyError).
+    Being a ReplyError, a handler can raise it and the rpc layer's single
+    exception mapper turns it into the wire error; pure checks return it
+    instead, so that a decision stays a value.
+    """
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(code, message, UNSET if data is None else dict(data))
+
+    def to_error(self) -> dict[str, Any]:
+        """The JSON-RPC `error` member for this refusal, as plain data."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not UNSET:
+            error["data"] = dict(self.data)
+        return error
+
+    def __repr__(self) -> str:
+        data = "" if self.data is UNSET else f", data={self.data!r}"
+        return f"ConnectorProtocolError(code={self.code}, message={self.message!r}{data})"
+
+
+# The same class under the name of what it is on the wire: a refusal.
+RpcRefusal = ConnectorProtocolError
+
+
+def capability_denied(capability: str, reason: str | None = None) -> ConnectorProtocolError:
+    """-32002: the capability is not in the effective grant (e.g. reason "policy_pending", AMB-5)."""
+    data: dict[str, Any] = {"capability": capability}
+    if reason is not None:
+        data["reason"] = reason
+    return ConnectorProtocolError(CAPABILITY_DENIED, "Capability denied", data)
+
+
+def feature_set_not_enabled(feature_set: str) -> ConnectorProtocolError:
+    """-32001 with `data: {featureSet}` and nothing else: no hint of what could be enabled."""
+    return ConnectorProtocolError(
+        FEATURE_SET_NOT_ENABLED, "Feature set not enabled", {"featureSet": feature_set}
+    )
+
+
+def feature_set_not_declared(feature_set: str) -> ConnectorProtocolError:
+    """-32003: the feature set was never declared in the manifest."""
+    return ConnectorProtocolError(
+        FEATURE_SET_NOT_DECLARED, "Unknown feature set", {"featureSet": feature_set}
+    )
+
+
+def declaration_mismatch(feature_set: str, capability: str) -> ConnectorProtocolError:
+    """-32001: an enabled feature set used a capability its `uses` does not list (AMB-8)."""
+    return ConnectorProtocolError(
+        FEATURE_SET_NOT_ENABLED,
+        "Feature set did not declare this capability",
+        {"featureSet": feature_set, "capability": capability, "reason": DECLARATION_MISMATCH},
+    )
+
+
+def invalid_params(message: str, data: dict[str, Any] | None = None) -> ConnectorProtocolError:
+    """-32602: the params are missing, mistyped or malformed."""
+    return ConnectorProtocolError(INVALID_PARAMS, message, data)
+
+
+def method_not_found(method: str) -> ConnectorProtocolError:
+    """-32601: unknown, removed (e.g. `featureSets/changed`) or deferred methods."""
+    return ConnectorProtocolError(METHOD_NOT_FOUND, "Method not found", {"method": method})
+
+
+def channel_not_permitted(channel_id: str) -> ConnectorProtocolError:
+    """-32017: no authority to publish to or receive from this channel."""
+    return ConnectorProtocolError(
+        CHANNEL_NOT_PERMITTED, "Channel not permitted", {"channelId": channel_id}
+    )
+
+
+def unknown_channel(channel_id: str) -> ConnectorProtocolError:
+    """-32023: the channel id does not exist or was never registered on this connection."""
+    return ConnectorProtocolError(UNKNOWN_CHANNEL, "Unknown channel", {"channelId": channel_id})
