@@ -77,7 +77,8 @@ Message = Union[Request, Notification, Response, ErrorResponse, Invalid]
 
 def valid_id(value: Any) -> bool:
     """Ids are strings or integers; `bool` is refused so `true` never aliases `1`."""
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    kind = type(value)  # exact types: a bool is an int subclass, and never an id
+    return kind is str or kind is int
 
 
 _error_decoder = msgspec.json.Decoder(ErrorObject)

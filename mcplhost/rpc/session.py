@@ -76,6 +76,8 @@ HANDLER_DRAIN_S = 5.0
 JUNK_WARNING_INTERVAL_S = 5.0
 #: Read size from the pipe.
 READ_CHUNK = 65536
+#: Outgoing lines waiting for the writer before senders wait too.
+MAX_QUEUED_LINES = 4096
 
 
 class _RateLimitedWarning:
@@ -126,7 +128,9 @@ class Session:
         self.timeout = timeout
         self._table = RequestTable()
         self._waiters: dict[int, Any] = {}
-        self._write_lock = anyio.Lock()
+        # Outgoing lines go through one writer task: no lock per line, and the
+        # lines queued while the read loop works leave in one write.
+        self._out_send, self._out_receive = anyio.create_memory_object_stream[bytes](MAX_QUEUED_LINES)
         self._closed = False
         self._junk_warning = _RateLimitedWarning(self.log, "rpc.junk_line", JUNK_WARNING_INTERVAL_S)
         self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0}
@@ -179,28 +183,54 @@ class Session:
         if self._closed:
             raise ConnectionClosed("connection closed")
         try:
-            async with self._write_lock:
-                await self._send.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            self._closed = True
-            raise ConnectionClosed(f"write failed: {exc!r}") from exc
+            self._out_send.send_nowait(data)
+        except anyio.WouldBlock:
+            await self._out_send.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise ConnectionClosed("connection closed") from None
+
+    async def _writer(self) -> None:
+        """Send queued lines, joining whatever is queued into one write."""
+        async with self._out_receive:
+            async for data in self._out_receive:
+                pending = [data]
+                while True:
+                    try:
+                        pending.append(self._out_receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                try:
+                    await self._send.send(b"".join(pending))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    self.log.info("rpc.write_failed", error=repr(exc), lines=len(pending))
+                    self._close_waiters(f"write failed: {exc!r}")
+                    return
 
     # --- the peer's side -------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Read until the peer's output ends; then fail every waiting caller."""
         try:
-            async with anyio.create_task_group() as handlers:
-                task_status.started()
-                await self._read_loop(handlers)
-                # Output ended: let in-flight handlers finish, within a bound.
-                handlers.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(self._writer)
+                async with anyio.create_task_group() as handlers:
+                    task_status.started()
+                    await self._read_loop(handlers)
+                    # Output ended: let in-flight handlers finish, within a bound.
+                    handlers.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
+                # Then the writer sends what is queued and ends, within a bound too.
+                self._out_send.close()
+                outer.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
         finally:
-            self._closed = True
-            for request_id in self._table.close():
-                waiter = self._waiters.get(request_id)
-                if waiter is not None:
-                    waiter[0].send_nowait(_Raised(ConnectionClosed("the peer's output ended")))
+            self._out_send.close()
+            self._close_waiters("the peer's output ended")
+
+    def _close_waiters(self, why: str) -> None:
+        self._closed = True
+        for request_id in self._table.close():
+            waiter = self._waiters.get(request_id)
+            if waiter is not None:
+                waiter[0].send_nowait(_Raised(ConnectionClosed(why)))
 
     async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
         while True:
@@ -220,27 +250,29 @@ class Session:
             self.log.warning("rpc.line_too_long", size=item.size, limit=item.limit,
                              action="dropped; the connection goes on")
             return
-        self.stats["lines"] += 1
+        stats = self.stats
+        stats["lines"] += 1
         message = decode_line(item)
-        match message:
-            case Request():
-                self.stats["requests"] += 1
-                await self._answer(message, handlers)
-            case Notification():
-                self.stats["notifications"] += 1
-                try:
-                    await self.on_notification(message.method, message.params)
-                except Exception as exc:  # a notification never gets an answer
-                    self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))
-            case Response() | ErrorResponse():
-                self.stats["responses"] += 1
-                self._settle(message)
-            case Invalid():
-                self.stats["junk"] += 1
-                if message.owes_reply:
-                    await self._reply_error(message.reply_id, INVALID_REQUEST, message.reason)
-                else:
-                    self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
+        kind = type(message)  # exact-type dispatch: this runs once per line
+        if kind is Request:
+            stats["requests"] += 1
+            await self._answer(message, handlers)  # type: ignore[arg-type]
+        elif kind is Notification:
+            stats["notifications"] += 1
+            try:
+                await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
+            except Exception as exc:  # a notification never gets an answer
+                self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
+        elif kind is Response or kind is ErrorResponse:
+            stats["responses"] += 1
+            self._settle(message)  # type: ignore[arg-type]
+        else:
+            assert isinstance(message, Invalid)
+            stats["junk"] += 1
+            if message.owes_reply:
+                await self._reply_error(message.reply_id, INVALID_REQUEST, message.reason)
+            else:
+                self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
 
     def _settle(self, message: Response | ErrorResponse) -> None:
         settled, method = self._table.settle(message.id)
