@@ -9,7 +9,9 @@ to the JSON-lines file named by ``record``. Members, all optional:
     tools           advertise MCP tools (default false)
     initialize      "answer" | "ignore" | "exit"       how to meet `initialize`
     policy          the featureSets/update answer: {"result": ...} | {"error": ...}
-                    | "ignore" | {"delay": seconds, "result": ...}   (default accepted)
+                    | "ignore" | {"delay": seconds, "result": ...}   (default accepted),
+                    or a list of those: the nth featureSets/update gets the nth,
+                    the last one answers every later update
     after           "ready" | "initialized" | "start"  when the steps begin (default "ready")
     steps           a list, run in order:
                       {"request": method, "params": ...}   awaits and records the answer
@@ -24,7 +26,9 @@ to the JSON-lines file named by ``record``. Members, all optional:
     ignore_sigterm  true: SIGTERM does nothing
     ignore_eof      true: keep running after stdin ends
     exit_after      exit with this code once the steps are done
-    record          path of the JSON-lines record
+    record          path of the JSON-lines record; its first event in each process
+                    life is {"kind": "start", "pid": ..., "t": time.monotonic()}
+    record_env      true: the "start" event also carries the process environment
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from connectors.mcpl_server import NO_ANSWER, McplServer, RemoteError
@@ -117,6 +122,9 @@ def main() -> None:
         return
     script = load_script()
     record = Recorder(script.get("record"))
+    # CLOCK_MONOTONIC is system-wide on Linux, so tests compare `t` with their own clock.
+    environment = {"env": dict(os.environ)} if script.get("record_env") else {}
+    record("start", pid=os.getpid(), t=time.monotonic(), **environment)
     if script.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server = McplServer(script.get("name", "scripted"), script.get("manifest"), tools=script.get("tools", False))
@@ -137,10 +145,14 @@ def main() -> None:
         server.handlers["initialize"] = lambda params: asyncio.sleep(0, NO_ANSWER)
     policy = script.get("policy")
     if policy is not None:
+        answers = policy if isinstance(policy, list) else [policy]
+        updates = iter(range(len(answers) - 1))
+
         async def receipt(params: dict[str, Any]) -> Any:
-            if isinstance(policy, dict) and "delay" in policy:
-                await asyncio.sleep(policy["delay"])
-            return answer(policy)
+            spec = answers[next(updates, len(answers) - 1)]
+            if isinstance(spec, dict) and "delay" in spec:
+                await asyncio.sleep(spec["delay"])
+            return answer(spec)
         server.receipt = receipt
     for method, spec in script.get("handlers", {}).items():
         async def handle(params: dict[str, Any], spec: Any = spec) -> Any:
