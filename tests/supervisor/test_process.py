@@ -1,0 +1,215 @@
+"""The child process layer: environment, spawn, the shutdown ladder and the stderr drain, with real children."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+import structlog
+from anyio.abc import Process
+from structlog.testing import capture_logs
+
+from mcplhost.supervisor.process import (
+    HOST_ONLY_ENV,
+    STDERR_LINE_CHARS,
+    STDERR_LINES_PER_S,
+    child_environment,
+    drain_stderr,
+    spawn,
+    stop,
+)
+
+from ..harness import PYTHON
+
+#: Slack on top of a configured grace period for scheduling and process exit on a busy machine.
+SLACK_S = 1.5
+
+
+def child(source: str) -> list[str]:
+    return [PYTHON, "-c", textwrap.dedent(source)]
+
+
+#: Says "ready" once its signal handling is set up, then waits forever on stdin's EOF and SIGTERM.
+STUBBORN = child("""
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", flush=True)
+    sys.stdin.read()
+    while True:
+        time.sleep(1)
+""")
+#: Ignores stdin's end but dies of SIGTERM.
+IGNORES_EOF = child("""
+    import sys, time
+    print("ready", flush=True)
+    sys.stdin.read()
+    while True:
+        time.sleep(1)
+""")
+#: Exits as soon as stdin ends.
+POLITE = child("""
+    import sys
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+@asynccontextmanager
+async def started(command: list[str]) -> AsyncIterator[Process]:
+    """A spawned child that has printed "ready"; stopped hard afterwards whatever the test did."""
+    process = await spawn(command, env=child_environment({}), cwd=None)
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(10):
+            assert (await process.stdout.receive()).startswith(b"ready")
+        yield process
+    finally:
+        await stop(process, stdin_grace=0, term_grace=0, log=structlog.get_logger())
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for init to reap it counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class TestChildEnvironment:
+    def test_systemd_variables_are_not_passed_on(self) -> None:
+        """NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID belong to the host, never to a child."""
+        base = {"PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "1"}
+        env = child_environment({"GUILDS": "acme"}, base)
+        assert env == {"PATH": "/bin", "GUILDS": "acme"}
+        assert not set(HOST_ONLY_ENV) & set(env)
+
+    def test_the_base_defaults_to_the_host_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without a base the host's own environment is inherited, less the systemd variables."""
+        monkeypatch.setenv("MCPLHOST_TEST_MARK", "1")
+        monkeypatch.setenv("NOTIFY_SOCKET", "@x")
+        env = child_environment({})
+        assert env["MCPLHOST_TEST_MARK"] == "1" and "NOTIFY_SOCKET" not in env
+
+    def test_the_connector_env_overrides_inherited_values(self) -> None:
+        """A connector's configured env wins over the host's value of the same name."""
+        assert child_environment({"LANG": "C"}, {"LANG": "de_DE"})["LANG"] == "C"
+
+
+class TestSpawn:
+    async def test_a_missing_command_raises_oserror(self, tmp_path) -> None:
+        """A command that does not exist fails at spawn with an OSError the supervisor can log."""
+        with pytest.raises(FileNotFoundError):
+            await spawn([str(tmp_path / "no-such-connector")], env=child_environment({}), cwd=None)
+
+    async def test_the_child_leads_its_own_session(self) -> None:
+        """A child starts in its own session, so its whole process group can be signalled."""
+        async with started(POLITE) as process:
+            assert os.getsid(process.pid) == process.pid
+
+
+class TestStop:
+    async def test_a_child_that_exits_on_eof_just_exits(self) -> None:
+        """Closing stdin is enough for a well-behaved child, long before the grace period ends."""
+        async with started(POLITE) as process:
+            began = time.monotonic()
+            how = await stop(process, stdin_grace=5, term_grace=5, log=structlog.get_logger())
+            assert how == "exited" and process.returncode == 0
+            assert time.monotonic() - began < 5
+
+    async def test_a_child_that_ignores_eof_gets_sigterm_after_the_grace(self) -> None:
+        """After stop_grace_s a child still running is sent SIGTERM, and dies of it."""
+        async with started(IGNORES_EOF) as process:
+            began = time.monotonic()
+            how = await stop(process, stdin_grace=0.3, term_grace=5, log=structlog.get_logger())
+            elapsed = time.monotonic() - began
+            assert how == "terminated" and process.returncode == -signal.SIGTERM
+            assert 0.3 <= elapsed < 0.3 + SLACK_S
+
+    async def test_a_child_that_ignores_eof_and_sigterm_is_killed_within_the_bounds(self) -> None:
+        """stop_grace_s, then SIGTERM, then term_grace_s, then SIGKILL, with a warning naming the connector."""
+        with capture_logs() as logs:
+            async with started(STUBBORN) as process:
+                began = time.monotonic()
+                how = await stop(process, stdin_grace=0.2, term_grace=0.3,
+                                 log=structlog.get_logger().bind(connector="stubborn"))
+                elapsed = time.monotonic() - began
+        assert how == "killed" and process.returncode == -signal.SIGKILL
+        assert 0.5 <= elapsed < 0.5 + SLACK_S
+        (kill,) = [e for e in logs if e["event"] == "connector.kill"]
+        assert kill["connector"] == "stubborn" and kill["log_level"] == "warning"
+
+    async def test_the_ladder_finishes_when_its_caller_is_cancelled(self) -> None:
+        """A cancelled caller (host shutdown) still sees the child through to its end: the ladder is shielded."""
+        async with started(STUBBORN) as process:
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await stop(process, stdin_grace=0.1, term_grace=0.1, log=structlog.get_logger())
+            assert process.returncode == -signal.SIGKILL
+
+    async def test_what_the_child_left_in_its_group_is_killed_too(self, tmp_path) -> None:
+        """A grandchild that keeps running after the child exits goes with it."""
+        pidfile = tmp_path / "grandchild.pid"
+        forks = child(f"""
+            import subprocess, sys, time
+            grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            open({str(pidfile)!r}, "w").write(str(grandchild.pid))
+            print("ready", flush=True)
+            sys.stdin.read()
+        """)
+        async with started(forks) as process:
+            grandchild = int(pidfile.read_text())
+            assert alive(grandchild)
+            assert await stop(process, stdin_grace=2, term_grace=2, log=structlog.get_logger()) == "exited"
+        with anyio.fail_after(5):
+            while alive(grandchild):
+                await anyio.sleep(0.02)
+
+
+class TestDrainStderr:
+    async def test_megabytes_of_stderr_neither_block_the_child_nor_flood_the_log(self) -> None:
+        """8 MB of stderr drains promptly; lines are logged at a bounded rate and the rest are counted."""
+        lines = 80_000
+        chatty = child(f"""
+            import sys
+            sys.stderr.write(("x" * 99 + "\\n") * {lines})
+            sys.stderr.flush()
+            print("done", flush=True)
+        """)
+        process = await spawn(chatty, env=child_environment({}), cwd=None)
+        began = time.monotonic()
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain_stderr, process, structlog.get_logger().bind(connector="chatty", stream="stderr"))
+                assert process.stdout is not None
+                with anyio.fail_after(20):
+                    assert (await process.stdout.receive()).startswith(b"done")
+            elapsed = time.monotonic() - began
+            await stop(process, stdin_grace=1, term_grace=1, log=structlog.get_logger())
+        logged = [e for e in logs if e["event"] == "connector.stderr"]
+        dropped = sum(e["lines"] for e in logs if e["event"] == "connector.stderr_dropped")
+        assert len(logged) + dropped == lines
+        assert len(logged) <= STDERR_LINES_PER_S * (int(elapsed) + 1)
+        assert all(e["connector"] == "chatty" and e["stream"] == "stderr" for e in logged)
+
+    async def test_a_long_line_is_cut(self) -> None:
+        """A stderr line longer than STDERR_LINE_CHARS is logged cut, and says so."""
+        noisy = child(f"""
+            import sys
+            sys.stderr.write("y" * {STDERR_LINE_CHARS * 3} + "\\nshort\\n")
+        """)
+        process = await spawn(noisy, env=child_environment({}), cwd=None)
+        with capture_logs() as logs:
+            with anyio.fail_after(10):
+                await drain_stderr(process, structlog.get_logger())
+            await stop(process, stdin_grace=1, term_grace=1, log=structlog.get_logger())
+        long, short = [e for e in logs if e["event"] == "connector.stderr"]
+        assert len(long["line"]) == STDERR_LINE_CHARS and long["cut"] is True
+        assert short["line"] == "short" and short["cut"] is False
