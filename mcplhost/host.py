@@ -42,7 +42,7 @@ class Host:
         config = self.config
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
             self.writer = writer = GroupWriter(store)
-            ingest = Ingest(writer, log, on_stored=self.on_stored)
+            ingest = Ingest(store, writer, log, on_stored=self.on_stored)
             async with anyio.create_task_group() as base:
                 await base.start(writer.run)
                 base.start_soon(self._prune, store)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,8 @@ from mcplhost.store import NewItem, Store
 from mcplhost.store.writer import GroupWriter
 
 EDITED_TAG = "chat:edited"
-_encode = msgspec.json.encode
+#: Recent (connector, channel, messageId) → thread, so a correction finds its original without a read.
+RECENT_THREADS = 10_000
 
 
 def now_ms() -> int:
@@ -38,59 +40,41 @@ def conversation_id(server_id: str, channel_id: str | None, thread_id: str | Non
 
 
 class Ingest:
-    def __init__(self, writer: GroupWriter, log: Any, *, clock_ms: Callable[[], int] = now_ms,
+    def __init__(self, store: Store, writer: GroupWriter, log: Any, *, clock_ms: Callable[[], int] = now_ms,
                  on_stored: Callable[[list[NewItem]], None] | None = None) -> None:
+        self.store = store
         self.writer = writer
-        self.on_stored = on_stored  # e.g. `mcplhost dev`'s live view; called after each commit
         self.log = log
         self.clock_ms = clock_ms
+        self.on_stored = on_stored  # e.g. `mcplhost dev`'s live view; called after each commit
         self._stripped: set[tuple[str, str]] = set()
+        self._threads: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
 
     def content_problem(self, blocks: list[dict[str, Any]]) -> str | None:
         probe = Delivered(lane="push/event", kind="unscoped", server_id="", accepted_at=0, blocks=blocks)
         outcome = admit(InFlight(delivered=probe))
         return outcome.reason if isinstance(outcome, Rejected) else None
 
-    def _note_stripped(self, server_id: str, processed: Processed) -> None:
-        """Log once per (connector, key) per process; name the key, never its value."""
-        for key in processed.stripped_keys:
-            if (server_id, key) not in self._stripped:
-                self._stripped.add((server_id, key))
-                self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
-
-    def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int) -> NewItem:
-        self._note_stripped(server_id, processed)
-        return NewItem(role="user", content=processed.content, metadata=processed.metadata,
-                       created_at=created_at, participant=participant)
-
     async def store_messages(self, server_id: str, lane: str, messages: list[AdmittedMessage]) -> list[dict[str, Any]]:
         accepted_at = self.clock_ms()
-        deliveries = [
-            Delivered(lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
-                      adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=m.thread_id,
-                      message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
-                      tags=list(m.tags), participant=m.participant)
-            for m in messages
-        ]
-
-        async def write(store: Store) -> list[Processed | Rejected]:
-            outcomes: list[Processed | Rejected] = []
-            for delivered in deliveries:
-                if delivered.thread_id is None and EDITED_TAG in delivered.tags and delivered.message_id:
-                    # A correction that names no thread keeps its original's (PROVENANCE §2).
-                    inherited = await store.items.thread_of(server_id, delivered.channel_id or "", delivered.message_id)
-                    if inherited is not None:
-                        delivered = msgspec.structs.replace(delivered, thread_id=inherited)
-                outcomes.append(run_pipeline(delivered))
-            rows = [self._item(server_id, o, d.participant, accepted_at)
-                    for o, d in zip(outcomes, deliveries) if isinstance(o, Processed)]
-            await store.items.insert_many_nocommit(rows)
-            stored.extend(rows)
-            return outcomes
-
-        stored: list[NewItem] = []
-        outcomes = await self.writer.submit(write)
-        self._observe(stored)
+        outcomes: list[Processed | Rejected] = []
+        rows: list[NewItem] = []
+        for m in messages:
+            thread_id = m.thread_id
+            if thread_id is None and EDITED_TAG in m.tags:
+                thread_id = await self._original_thread(server_id, m.channel_id, m.message_id)
+            outcome = run_pipeline(Delivered(
+                lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
+                adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
+                message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
+                tags=list(m.tags), participant=m.participant))
+            outcomes.append(outcome)
+            if isinstance(outcome, Processed):
+                self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
+                rows.append(self._item(server_id, outcome, m.participant, accepted_at))
+        if rows:
+            await self.writer.store_items(rows)
+            self._observe(rows)
         results = []
         for message, outcome in zip(messages, outcomes):
             if isinstance(outcome, Rejected):
@@ -105,32 +89,41 @@ class Ingest:
 
     async def store_push(self, server_id: str, push: AdmittedPush) -> dict[str, Any]:
         accepted_at = self.clock_ms()
-        delivered = Delivered(
+        processed = run_pipeline(Delivered(
             lane="push/event", kind="channel" if push.channel_id else "unscoped", server_id=server_id,
             accepted_at=accepted_at, blocks=push.content, adapter=push.origin, channel_id=push.channel_id,
             label=push.label, thread_id=push.thread_id, message_id=push.message_id, event_id=push.event_id,
-            reply_to=push.reply_to, source_timestamp=push.source_timestamp, tags=list(push.tags),
-        )
-        processed = run_pipeline(delivered)
+            reply_to=push.reply_to, source_timestamp=push.source_timestamp, tags=list(push.tags)))
         if isinstance(processed, Rejected):
             raise errors.invalid_params(f"push payload refused: {processed.reason}", {"reason": processed.reason})
-        participant = push.origin.get("source") if push.origin and isinstance(push.origin.get("source"), str) else None
-
-        item = self._item(server_id, processed, participant, accepted_at)
-
-        async def write(store: Store) -> tuple[dict[str, Any], bool]:
-            earlier = await store.pushes.get(server_id, push.event_id)
-            if earlier is not None:
-                return msgspec.json.decode(earlier), False  # a repeat: the original answer, nothing stored
-            answer: dict[str, Any] = {"accepted": True}
-            await store.items.insert_many_nocommit([item])
-            await store.pushes.record_nocommit(server_id, push.event_id, _encode(answer), accepted_at)
-            return answer, True
-
-        answer, stored = await self.writer.submit(write)
+        source = push.origin.get("source") if push.origin else None
+        item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at)
+        answer, stored = await self.writer.store_push(server_id, push.event_id, item, {"accepted": True}, accepted_at)
         if stored:
             self._observe([item])
         return answer
+
+    async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
+        """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""
+        key = (server_id, channel_id, message_id)
+        if key in self._threads:
+            return self._threads[key]
+        return await self.store.items.thread_of(server_id, channel_id, message_id)
+
+    def _remember_thread(self, server_id: str, channel_id: str, message_id: str, thread_id: str | None) -> None:
+        self._threads[(server_id, channel_id, message_id)] = thread_id
+        self._threads.move_to_end((server_id, channel_id, message_id))
+        while len(self._threads) > RECENT_THREADS:
+            self._threads.popitem(last=False)
+
+    def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int) -> NewItem:
+        for key in processed.stripped_keys:
+            if (server_id, key) not in self._stripped:
+                # Once per (connector, key) per process; the key, never its value.
+                self._stripped.add((server_id, key))
+                self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
+        return NewItem(role="user", content=processed.content, metadata=processed.metadata,
+                       created_at=created_at, participant=participant)
 
     def _observe(self, items: list[NewItem]) -> None:
         if self.on_stored is not None and items:

@@ -116,20 +116,6 @@ class Database:
                 _current_transaction.reset(token)
 
     @asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
-        """A nested unit inside this task's transaction: an error undoes only its own writes."""
-        self.require_transaction("savepoint")
-        await self.conn.execute("SAVEPOINT unit")
-        try:
-            yield
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.conn.execute("ROLLBACK TO unit")
-                await self.conn.execute("RELEASE unit")
-            raise
-        await self.conn.execute("RELEASE unit")
-
-    @asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:
         """Hold the connection for reads: inside this task's transaction, or between transactions."""
         if _current_transaction.get() is self:
@@ -160,10 +146,6 @@ class Store:
         Use the repositories' `*_nocommit` methods inside it.
         """
         return self._database.transaction()
-
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        """Inside `transaction()`: a unit whose failure rolls back only its own writes."""
-        return self._database.savepoint()
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""

@@ -14,6 +14,7 @@ back unchanged, and nothing is stored twice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mcplhost.store.errors import DuplicatePushEvent
@@ -57,6 +58,25 @@ class PushRepository:
             inserted = cursor.rowcount
         if inserted == 0:
             raise DuplicatePushEvent(server_id, event_id)
+
+    async def record_many_nocommit(self, records: Sequence[tuple[str, str, bytes, int]]) -> None:
+        """Record (server_id, event_id, result_json, created_at) rows inside the caller's transaction.
+
+        The caller has checked each event is new (see GroupWriter); a
+        duplicate raises DuplicatePushEvent and the transaction must roll back.
+        """
+        self._database.require_transaction("pushes.record_many_nocommit")
+        if not records:
+            return
+        conn = self._database.conn
+        before = conn.total_changes
+        await conn.executemany(
+            "INSERT INTO push_events (server_id, event_id, result, created_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (server_id, event_id) DO NOTHING",
+            [(server, event, result.decode(), created_at) for server, event, result, created_at in records],
+        )
+        if conn.total_changes - before != len(records):
+            raise DuplicatePushEvent(*records[0][:2])
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete records created before the epoch-ms time `older_than_ms`; return how many.

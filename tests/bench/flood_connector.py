@@ -1,0 +1,57 @@
+"""A connector for benchmarks: registers one channel, then sends messages as fast as the host takes them.
+
+Environment: FLOOD_COUNT (messages), FLOOD_BATCH (messages per request),
+FLOOD_INFLIGHT (requests in flight at once), FLOOD_NAME (channel prefix),
+FLOOD_RESULT (a file to write {"seconds", "accepted"} to when done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from connectors.mcpl_server import McplServer  # noqa: E402
+
+MANIFEST = {"version": "0.5", "channels": {"register": True, "incoming": True}}
+
+
+async def main(server: McplServer) -> None:
+    count = int(os.environ["FLOOD_COUNT"])
+    batch = int(os.environ["FLOOD_BATCH"])
+    inflight = int(os.environ["FLOOD_INFLIGHT"])
+    name = os.environ["FLOOD_NAME"]
+    channel = f"bench:{name}:room"
+    await server.ready.wait()
+    await server.request("channels/register", {"channels": [
+        {"id": channel, "type": "bench", "label": "#room", "direction": "bidirectional", "address": {}}]})
+
+    def message(n: int) -> dict:
+        return {"channelId": channel, "messageId": f"{name}-{n}", "author": {"id": "u1", "name": "Alice"},
+                "timestamp": "2026-01-01T00:00:00Z",
+                "content": [{"type": "text", "text": f"message {n}: the quick brown fox jumps over the lazy dog"}],
+                "metadata": {"mentions": []}}
+
+    requests = [[message(n) for n in range(start, min(start + batch, count))] for start in range(0, count, batch)]
+    accepted = 0
+    queue = iter(requests)
+    start = time.perf_counter()
+
+    async def worker() -> None:
+        nonlocal accepted
+        for messages in queue:
+            answer = await server.request("channels/incoming", {"messages": messages}, timeout=120)
+            accepted += sum(1 for r in answer["results"] if r["accepted"])
+
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    seconds = time.perf_counter() - start
+    Path(os.environ["FLOOD_RESULT"]).write_text(json.dumps({"seconds": seconds, "accepted": accepted}))
+
+
+if __name__ == "__main__":
+    McplServer("flood", MANIFEST).run(main)
