@@ -135,17 +135,20 @@ async def drain_stderr(process: Process, log: Any) -> None:
             log.info("connector.stderr", line=text[:STDERR_LINE_CHARS], cut=len(text) > STDERR_LINE_CHARS)
 
     try:
-        async for chunk in process.stderr:
-            lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()
-            if len(partial) > STDERR_LINE_CHARS * 4:  # a line with no end: log what we have
-                lines.append(partial)
-                partial = b""
-            for line in lines:
-                emit(line)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        pass
-    if partial:
-        emit(partial)
-    if dropped:
-        log.warning("connector.stderr_dropped", lines=dropped)
+        try:
+            async for chunk in process.stderr:
+                lines = (partial + chunk).split(b"\n")
+                partial = lines.pop()
+                if len(partial) > STDERR_LINE_CHARS * 4:  # a line with no end: log what we have
+                    lines.append(partial)
+                    partial = b""
+                for line in lines:
+                    emit(line)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        if partial:
+            emit(partial)
+    finally:
+        # However the drain ends, the child's end or the host cancelling it, report what was not logged.
+        if dropped:
+            log.warning("connector.stderr_dropped", lines=dropped)

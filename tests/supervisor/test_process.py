@@ -213,3 +213,27 @@ class TestDrainStderr:
         long, short = [e for e in logs if e["event"] == "connector.stderr"]
         assert len(long["line"]) == STDERR_LINE_CHARS and long["cut"] is True
         assert short["line"] == "short" and short["cut"] is False
+
+    async def test_lines_dropped_before_a_cancelled_drain_are_still_counted(self) -> None:
+        """When the host cancels the drain (a stop) the lines it read but did not log are reported."""
+        lines, size = 20_000, 10
+        burst = child(f"""
+            import sys, time
+            sys.stderr.write(("z" * {size - 1} + "\\n") * {lines})
+            sys.stderr.flush()
+            print("done", flush=True)
+            time.sleep(60)
+        """)
+        process = await spawn(burst, env=child_environment({}), cwd=None)
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain_stderr, process, structlog.get_logger())
+                assert process.stdout is not None
+                with anyio.fail_after(20):
+                    assert (await process.stdout.receive()).startswith(b"done")
+                tg.cancel_scope.cancel()
+            await stop(process, stdin_grace=0, term_grace=1, log=structlog.get_logger())
+        logged = len([e for e in logs if e["event"] == "connector.stderr"])
+        dropped = sum(e["lines"] for e in logs if e["event"] == "connector.stderr_dropped")
+        unread = 65536 // size  # at most a pipe's buffer was still unread when the drain stopped
+        assert lines - unread <= logged + dropped <= lines
