@@ -1,0 +1,234 @@
+"""The inbound pipeline: what the host stores for one delivered item.
+
+PROVENANCE.md, all of it, in order::
+
+    admit → strip → freeze-source → header → mark → (digests, metadata)
+
+Each stage is a small pure function from one frozen `InFlight` to the next
+(built with `msgspec.structs.replace`) or to a `Rejected(reason)`, the
+connector-facing refusal. `STAGES` is the table; `run_pipeline` is the loop.
+Nothing here reads a clock, a config or a logger: the caller passes the
+acceptance time and the configured names in the `Delivered` item, and logs
+`Processed.stripped_keys` once per (server, key) itself.
+
+`admit` comes first because PROVENANCE.md §5 takes the delivered body's
+digest "after conversion to content blocks", and §3 refuses an empty push
+"at admission":
+
+- Each block is rebuilt from the members its type defines, so a connector
+  cannot smuggle other members into a stored block: text (`type`, `text`);
+  image and audio (`type`, `data`, `mimeType`, or else `type`, `uri`);
+  resource (`type`, `uri`). A block of any other type, or one missing its
+  members, refuses the item as "invalid_content" rather than dropping part
+  of what the sender said.
+- A push/event item with no visible content is refused as "empty_content".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec.structs import replace
+
+from mcplhost.inbound.digest import body_digest
+from mcplhost.inbound.header import render_source_header
+from mcplhost.inbound.mark import mark_openings
+from mcplhost.inbound.source import freeze_source
+from mcplhost.inbound.strip import strip_host_keys
+from mcplhost.inbound.visible import has_visible_content
+
+__all__ = ["STAGES", "Delivered", "InFlight", "Processed", "Rejected", "run_pipeline"]
+
+
+class Delivered(msgspec.Struct, frozen=True, kw_only=True):
+    """One inbound item as the host accepted it, before any stage ran.
+
+    `server_id` is the configured connector name and `channel_id` the
+    registered channel id (never values the connector claims); `adapter` is
+    the connector's `metadata` or `origin` object as sent; `accepted_at` is
+    host time in epoch milliseconds.
+    """
+
+    lane: str
+    kind: str
+    server_id: str
+    accepted_at: int
+    blocks: list[dict[str, Any]]
+    adapter: dict[str, Any] | None = None
+    channel_id: str | None = None
+    label: str | None = None
+    thread_id: str | None = None
+    message_id: str | None = None
+    event_id: str | None = None
+    reply_to: str | None = None
+    source_timestamp: Any = None
+    tags: list[str] = msgspec.field(default_factory=list)
+    participant: str | None = None
+
+
+class InFlight(msgspec.Struct, frozen=True, kw_only=True):
+    """An item between stages; each stage fills in what it owns."""
+
+    delivered: Delivered
+    content: list[dict[str, Any]] | None = None  # admit: blocks as delivered, converted
+    adapter: dict[str, Any] | None = None  # strip: the connector's object without host keys
+    stripped_keys: tuple[str, ...] = ()  # strip
+    source: dict[str, Any] | None = None  # freeze-source
+    header: str | None = None  # header (None for surface items)
+    stored: list[dict[str, Any]] | None = None  # mark: header block + marked content
+
+
+class Rejected(msgspec.Struct, frozen=True):
+    """The item is refused and never stored; `reason` says why.
+
+    The connector broke the rules for this one item, so the caller answers
+    it with -32602 (invalid params) and carries on: "empty_content" (a push
+    with nothing visible) or "invalid_content" (an unknown or malformed block).
+    """
+
+    reason: str
+
+
+class Processed(msgspec.Struct, frozen=True, kw_only=True):
+    """What the store writes: the content blocks and the item's metadata."""
+
+    content: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    stripped_keys: tuple[str, ...] = ()
+
+
+Stage = Callable[[InFlight], "InFlight | Rejected"]
+
+# --------------------------------------------------------------------------- admit
+
+
+def _converted(block: Any) -> dict[str, Any] | None:
+    """`block` rebuilt from its type's own members, or None when it has none."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        return {"type": "text", "text": text} if isinstance(text, str) else None
+    if kind in ("image", "audio"):
+        data, mime_type, uri = block.get("data"), block.get("mimeType"), block.get("uri")
+        if isinstance(data, str) and isinstance(mime_type, str):
+            return {"type": kind, "data": data, "mimeType": mime_type}
+        return {"type": kind, "uri": uri} if isinstance(uri, str) else None
+    if kind == "resource":
+        uri = block.get("uri")
+        return {"type": "resource", "uri": uri} if isinstance(uri, str) else None
+    return None
+
+
+def admit(item: InFlight) -> InFlight | Rejected:
+    """Convert the delivered blocks; refuse unknown blocks and an empty push."""
+    content = []
+    for block in item.delivered.blocks:
+        converted = _converted(block)
+        if converted is None:
+            return Rejected("invalid_content")
+        content.append(converted)
+    if item.delivered.lane == "push/event" and not has_visible_content(content):
+        return Rejected("empty_content")
+    return replace(item, content=content)
+
+
+# --------------------------------------------------------------------------- strip
+
+
+def strip(item: InFlight) -> InFlight:
+    """Keep the connector's object apart, without the host's keys (§1)."""
+    adapter, dropped = strip_host_keys(item.delivered.adapter)
+    if item.delivered.adapter is None:
+        adapter = None  # the connector sent no object: stored as null, not {}
+    return replace(item, adapter=adapter, stripped_keys=dropped)
+
+
+# --------------------------------------------------------------------------- freeze-source
+
+
+def freeze(item: InFlight) -> InFlight:
+    """Record where the item came from, once (§2).
+
+    `replyTo` is the message's own member, else its metadata's `replyTo`
+    when that is a string.
+    """
+    d = item.delivered
+    reply_to = d.reply_to
+    if reply_to is None and item.adapter is not None and isinstance(item.adapter.get("replyTo"), str):
+        reply_to = item.adapter["replyTo"]
+    source = freeze_source(
+        kind=d.kind,
+        lane=d.lane,
+        server_id=d.server_id,
+        accepted_at=d.accepted_at,
+        channel_id=d.channel_id,
+        label=d.label,
+        thread_id=d.thread_id,
+        message_id=d.message_id,
+        event_id=d.event_id,
+        reply_to=reply_to,
+        source_timestamp=d.source_timestamp,
+    )
+    return replace(item, source=source)
+
+
+# --------------------------------------------------------------------------- header
+
+
+def header(item: InFlight) -> InFlight:
+    """Render the header from the frozen envelope (§3); none for surface items."""
+    assert item.source is not None, "freeze runs before header"
+    return replace(item, header=render_source_header(item.source))
+
+
+# --------------------------------------------------------------------------- mark
+
+
+def mark(item: InFlight) -> InFlight:
+    """Mark the sender's openings, then put the header block first (§4)."""
+    assert item.content is not None, "admit runs before mark"
+    marked = mark_openings(item.content)
+    if item.header is not None:
+        marked.insert(0, {"type": "text", "text": item.header})
+    return replace(item, stored=marked)
+
+
+STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
+
+
+def _metadata(item: InFlight) -> dict[str, Any]:
+    """The item's metadata, in the shape of INTERFACES.md "An exported item"."""
+    assert item.source is not None and item.content is not None and item.stored is not None
+    source = item.source
+    metadata: dict[str, Any] = {
+        "serverId": source["serverId"],
+        "channelId": source.get("channelId"),
+        "messageId": source.get("messageId"),
+        "threadId": source.get("threadId"),
+        "eventId": source.get("eventId"),
+        "tags": list(item.delivered.tags),
+        "source": source,
+        "sourceHeader": item.header,
+        "sourceBodyDigest": body_digest(item.content),
+        "storedBodyDigest": body_digest(item.stored),
+        "adapter": item.adapter,
+    }
+    if item.header is None:
+        del metadata["sourceHeader"]  # a surface item has no header to name
+    return metadata
+
+
+def run_pipeline(d: Delivered) -> Processed | Rejected:
+    """Run every stage over `d`; the first refusal ends the run."""
+    item = InFlight(delivered=d)
+    for stage in STAGES:
+        result = stage(item)
+        if isinstance(result, Rejected):
+            return result
+        item = result
+    assert item.stored is not None, "mark is the last stage"
+    return Processed(content=item.stored, metadata=_metadata(item), stripped_keys=item.stripped_keys)
