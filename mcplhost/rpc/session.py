@@ -298,7 +298,10 @@ class Session:
             await self._reply_failure(request, exc)
             return
         if isinstance(result, Deferred):
-            await self._limiter.acquire()
+            try:
+                self._limiter.acquire_nowait()  # no yield to the loop while there is room
+            except anyio.WouldBlock:
+                await self._limiter.acquire()
             handlers.start_soon(self._finish_deferred, request, result)
             return
         await self._reply_result(request, result)

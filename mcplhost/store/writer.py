@@ -66,7 +66,10 @@ class GroupWriter:
         return await self._wait(_Write([item], (server_id, event_id, answer, created_at)))
 
     async def _wait(self, write: _Write) -> Any:
-        await self._send.send(write)
+        try:
+            self._send.send_nowait(write)  # no yield to the loop while there is room
+        except anyio.WouldBlock:
+            await self._send.send(write)
         await write.done.wait()
         if write.error is not None:
             raise write.error
