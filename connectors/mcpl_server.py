@@ -126,6 +126,8 @@ class McplServer:
                 return
         except RemoteError as exc:  # a handler chose to answer with an error
             self.send({"jsonrpc": "2.0", "id": request_id, "error": exc.error})
+            if method == "featureSets/update":
+                self.ready.set()  # answered all the same (a 0.4 server's -32601): the policy arrived
             return
         if result is not NO_ANSWER:
             self.send({"jsonrpc": "2.0", "id": request_id, "result": result})

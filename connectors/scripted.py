@@ -21,6 +21,7 @@ to the JSON-lines file named by ``record``. Members, all optional:
                       {"sleep": seconds}
                       {"stderr": "text", "repeat": n}
                       {"wait": method}                      until that method arrives
+                      {"wait": method, "count": n}          until its nth message arrives
                       {"exit": code}
     handlers        {method: {"result": ...} | {"error": ...} | "ignore"} for host requests
     ignore_sigterm  true: SIGTERM does nothing
@@ -106,7 +107,8 @@ async def run_steps(server: McplServer, script: dict[str, Any], record: Recorder
                 sys.stderr.write(step["stderr"] + "\n")
             sys.stderr.flush()
         elif "wait" in step:
-            await seen.setdefault(step["wait"], asyncio.Event()).wait()
+            count = step.get("count", 1)
+            await seen.setdefault(step["wait"] if count == 1 else f"{step['wait']}#{count}", asyncio.Event()).wait()
         elif "exit" in step:
             record("exit", code=step["exit"])
             os._exit(step["exit"])
@@ -128,12 +130,15 @@ def main() -> None:
     if script.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server = McplServer(script.get("name", "scripted"), script.get("manifest"), tools=script.get("tools", False))
-    seen: dict[str, asyncio.Event] = {}
+    seen: dict[str, asyncio.Event] = {}  # by method (first arrival) and by "method#n" (nth arrival)
+    arrivals: dict[str, int] = {}
 
     def on_message(message: dict[str, Any]) -> None:
         record("in", message=message)
         if "method" in message:
             seen.setdefault(message["method"], asyncio.Event()).set()
+            arrivals[message["method"]] = arrivals.get(message["method"], 0) + 1
+            seen.setdefault(f"{message['method']}#{arrivals[message['method']]}", asyncio.Event()).set()
             if message["method"] == "initialize":
                 mode = script.get("initialize", "answer")
                 if mode == "exit":

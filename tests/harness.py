@@ -130,3 +130,130 @@ async def stored_items(folder: Path, **filters: Any) -> list[StoredItem]:
 
 def texts(item: StoredItem) -> list[str]:
     return [block.get("text", "") for block in item.content]
+
+
+# --- helpers for the protocol suite (tests/protocol/*_wire.py) -------------------
+
+
+async def items_when(folder: Path, count: int, timeout: float = 15.0, **filters: Any) -> list[StoredItem]:
+    """Await at least `count` stored items (read beside the running host); return them all."""
+    with anyio.fail_after(timeout):
+        while True:
+            if (folder / "host.db").exists():
+                try:
+                    items = await stored_items(folder, **filters)
+                except Exception:  # the schema may still be migrating: look again
+                    items = []
+                if len(items) >= count:
+                    return items
+            await anyio.sleep(0.02)
+
+
+def logged(logs: list[dict[str, Any]], event: str, **fields: Any) -> list[dict[str, Any]]:
+    """The captured log entries named `event` whose fields include `fields`."""
+    return [e for e in logs if e.get("event") == event and all(e.get(k) == v for k, v in fields.items())]
+
+
+def error_of(rec: Record, step: int) -> dict[str, Any]:
+    """The JSON-RPC error object the host answered a step's request with (fails if it was a result)."""
+    answer = rec.answer(step)
+    assert "error" in answer and "result" not in answer, answer
+    return answer["error"]
+
+
+def result_of(rec: Record, step: int) -> Any:
+    """The result the host answered a step's request with (fails if it was an error)."""
+    answer = rec.answer(step)
+    assert "result" in answer, answer
+    return answer["result"]
+
+
+@asynccontextmanager
+async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
+                    handshake: bool = True) -> AsyncIterator[Any]:
+    """One McplConnection on a real connector subprocess and a real store, without the supervisor.
+
+    For tests that drive the connection from the host side (`update_policy`,
+    `refresh_manifest`). Yields the connection after its handshake; on exit
+    the child goes through the shutdown ladder.
+    """
+    import structlog
+
+    from mcplhost.ingest import Ingest
+    from mcplhost.protocol.connection import McplConnection
+    from mcplhost.rpc import Session
+    from mcplhost.store import open_store
+    from mcplhost.store.writer import GroupWriter
+    from mcplhost.supervisor.process import child_environment, spawn, stop
+
+    clog = structlog.get_logger().bind(connector=spec.name)
+    async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
+        writer = GroupWriter(store)
+        await tg.start(writer.run)
+        process = await spawn(spec.command, env=child_environment(spec.env), cwd=spec.cwd)
+        connection = McplConnection(spec, intake if intake is not None else Ingest(store, writer, clog), clog)
+        session = Session(process.stdin, process.stdout, on_request=connection.on_request,  # type: ignore[arg-type]
+                          on_notification=connection.on_notification, log=clog,
+                          max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s)
+        connection.attach(session)
+        tg.start_soon(session.run)
+        tg.start_soon(connection.run_background)
+        try:
+            if handshake:
+                await connection.handshake()
+            yield connection
+        finally:
+            connection.close_jobs()
+            await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=clog)
+            tg.cancel_scope.cancel()
+
+
+def push(event_id: str = "e-1", feature_set: str = "chat", body: str = "ping", **extra: Any) -> dict[str, Any]:
+    """`push/event` params with one text block."""
+    return {"featureSet": feature_set, "eventId": event_id, "timestamp": "2026-01-01T00:00:00Z",
+            "payload": {"content": [{"type": "text", "text": body}]}, **extra}
+
+
+def descriptor(channel_id: str, **extra: Any) -> dict[str, Any]:
+    """A ChannelDescriptor (§14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
+    return {"id": channel_id, "type": "disc", "label": "#" + channel_id.rsplit(":", 1)[-1],
+            "direction": "bidirectional", "address": {"channel": channel_id}, **extra}
+
+
+def message(channel_id: str, message_id: str = "m-1", body: str = "hello", **extra: Any) -> dict[str, Any]:
+    """One `channels/incoming` message with one text block."""
+    return {"channelId": channel_id, "messageId": message_id, "author": {"id": "u1", "name": "Alice"},
+            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}], **extra}
+
+
+def register(*channel_ids: str) -> dict[str, Any]:
+    """A `channels/register` step for bidirectional channels with these ids."""
+    return {"request": "channels/register", "params": {"channels": [descriptor(c) for c in channel_ids]}}
+
+
+def incoming(*messages: dict[str, Any]) -> dict[str, Any]:
+    """A `channels/incoming` step carrying `messages`."""
+    return {"request": "channels/incoming", "params": {"messages": list(messages)}}
+
+
+async def nudge(connection: Any, method: str) -> None:
+    """Send the connector a host request it does not know, so a script's {"wait": method} step goes on."""
+    from mcplhost.rpc import RemoteError
+
+    try:
+        await connection.session.request(method, {})
+    except RemoteError:
+        pass  # -32601 from the connector is the expected answer
+
+
+#: Like CHAT_MANIFEST, but pushes have a feature set of their own ("alerts"), so
+#: granting or revoking a channel capability never disables the set a push names.
+SPLIT_MANIFEST: dict[str, Any] = {
+    "version": "0.5",
+    "pushEvents": True,
+    "channels": {"register": True, "incoming": True, "publish": True, "lifecycle": True},
+    "featureSets": {
+        "chat": {"description": "chat", "uses": ["channels.register", "channels.incoming"]},
+        "alerts": {"description": "alerts", "uses": ["pushEvents"]},
+    },
+}
