@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,35 @@ async def _serve(host: Host, *, seconds: float | None = None) -> None:
         tg.cancel_scope.cancel()
 
 
+def _run_host(host: Host, *, seconds: float | None = None) -> None:
+    """Run `_serve`; an operator error raised inside its task groups comes out as itself.
+
+    Task groups wrap what their tasks raise in an ExceptionGroup; a store that
+    cannot be opened must still reach `main` as the one-line StoreError.
+    """
+    try:
+        anyio.run(lambda: _serve(host, seconds=seconds))
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = load_config(args.config or default_config_path())
     notifier = Notifier.from_environment(structlog.get_logger())
     try:
-        anyio.run(_serve, Host(config, notifier=notifier))
+        _run_host(Host(config, notifier=notifier))
     finally:
         notifier.close()
     return EXIT_OK
@@ -126,7 +150,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     config = dev_config(args.db.resolve())
     print(f"mcplhost dev: {len(config.connectors)} stub connectors, database {args.db} "
           "(Ctrl-C to stop)", file=sys.stderr)
-    anyio.run(lambda: _serve(Host(config, on_stored=print_item), seconds=args.seconds))
+    _run_host(Host(config, on_stored=print_item), seconds=args.seconds)
     print(f"mcplhost dev: stopped; read what arrived with: mcplhost messages --db {args.db}", file=sys.stderr)
     return EXIT_OK
 
