@@ -163,8 +163,8 @@ class McplConnection:
         """
         assert self.session is not None
         states = self._derive(grant)
-        if grant <= self.grant and not initial:
-            self.grant, self.feature_sets = grant, states  # security never waits on the receipt
+        if not initial:
+            self._apply(*self._interim(grant))  # security never waits on the receipt
         try:
             return await self.session.request(
                 "featureSets/update",
@@ -203,8 +203,34 @@ class McplConnection:
             return self._fallback(self.spec.policy_fallback, "policy refused")
         return self._fallback(receipt.fallback, "policy refused")
 
+    def _interim(self, grant: frozenset[str]) -> tuple[frozenset[str], dict[str, FeatureSetState]]:
+        """The part of a change to `grant` that applies before its receipt: only what narrows.
+
+        Paths the new grant drops go at once; paths it adds wait for the
+        receipt. Likewise a feature set is enabled in the meantime only if it
+        is enabled both before and after, using only what it used before and
+        still uses; a set enabled only by the change stays as it was (or
+        undeclared) until the receipt.
+        """
+        kept = self.grant & grant
+        states: dict[str, FeatureSetState] = {}
+        for name, new in self._derive(kept).items():
+            old = self.feature_sets.get(name)
+            if not new.enabled:
+                states[name] = new
+            elif old is not None and old.enabled:
+                states[name] = msgspec.structs.replace(new, uses=new.uses & old.uses)
+            elif old is not None:
+                states[name] = old
+        return kept, states
+
+    def _apply(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> None:
+        """Put a grant and the feature-set states derived from it in force."""
+        self.grant, self.feature_sets = grant, states
+
     def _ready(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> Mode:
-        self.grant, self.feature_sets, self.mode = grant, states, Mode.READY
+        self._apply(grant, states)
+        self.mode = Mode.READY
         self.log.info("connector.ready", grant=sorted(grant), legacy=self.legacy,
                       feature_sets={n: s.reason or "enabled" for n, s in states.items()})
         return self.mode
@@ -408,7 +434,8 @@ class McplConnection:
         """Change the grant: narrowing applies at once, widening only after a valid receipt."""
         if self.mode is not Mode.READY:
             raise errors.capability_denied("featureSets", "not_ready")
-        return await self._send_policy(grant, initial=False)
+        # Never grant what the server did not advertise (§5.4), whatever the caller asks for.
+        return await self._send_policy(frozenset(grant) & advertised_paths(self.capabilities), initial=False)
 
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
