@@ -138,7 +138,9 @@ class McplConnection:
 
     def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
         self.declared = normalize_feature_sets(manifest.get("featureSets"))
-        self.tracker.adopt(manifest)
+        if not self.tracker.adopt(manifest):
+            # A conformance defect to log, never a reason to reject the manifest (§17.2).
+            self.log.warning("connector.defect", defect="manifest revision does not match its content")
 
     def _derive(self, grant: frozenset[str]) -> dict[str, FeatureSetState]:
         selection = self.spec.feature_sets

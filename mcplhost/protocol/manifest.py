@@ -56,9 +56,9 @@ class ManifestTracker:
         self.failures = 0
         self.digest_defects = 0
 
-    def adopt(self, manifest: dict[str, Any]) -> None:
-        """The manifest in force from initialize."""
-        self._check_revision(manifest)
+    def adopt(self, manifest: dict[str, Any]) -> bool:
+        """The manifest in force from initialize; False when its revision does not match its content."""
+        return self._check_revision(manifest)
 
     def should_fetch(self) -> bool:
         """A hint arrived: fetch, merge into the pending fetch, or drop over the rate limit."""
