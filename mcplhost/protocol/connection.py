@@ -372,9 +372,10 @@ class McplConnection:
 
     def _manifest_changed(self, params: Raw | UnsetType) -> None:
         decode_params(params, ManifestChanged, "mcpl/manifestChanged")
+        dropped = self.tracker.dropped
         if self.tracker.should_fetch():
             self._schedule("manifest", None)
-        else:
+        elif self.tracker.dropped > dropped:  # over the cap (a hint merged into a pending fetch is not dropped)
             self.log.warning("connector.manifest_fetch_dropped", reason="rate limit",
                              dropped=self.tracker.dropped)
 
