@@ -24,6 +24,14 @@ from .systemd import Notifier, watchdog_interval_s
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
+def count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more (a negative --limit is a usage error, not a traceback)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcplhost", description="A long-running host for MCPL connectors.")
     parser.add_argument("--version", action="version", version=f"mcplhost {__version__}")
@@ -50,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     messages = sub.add_parser("messages", help="print stored items, oldest first")
     messages.add_argument("--db", type=Path, required=True)
     messages.add_argument("--json", action="store_true", help="one JSON object per line")
-    messages.add_argument("--limit", type=int, default=None, help="only the newest N items")
+    messages.add_argument("--limit", type=count, default=None, help="only the newest N items")
     messages.add_argument("--channel", default=None, help="only items of this channel id")
     messages.add_argument("--agent", default=None, help="only items belonging to this agent")
 
@@ -59,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--regex", action="store_true", help="QUERY is a regular expression")
     search.add_argument("--ignore-case", "-i", action="store_true")
-    search.add_argument("--limit", type=int, default=50, help="at most this many hits (newest first)")
+    search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
     search.add_argument("--json", action="store_true")
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations")
