@@ -35,8 +35,12 @@ def now_ms() -> int:
 
 def conversation_id(server_id: str, channel_id: str | None, thread_id: str | None) -> str:
     """An opaque, stable id for one conversation: a channel, or a thread in it."""
-    digest = hashlib.sha256(canonical_json([server_id, channel_id, thread_id]).encode()).hexdigest()
-    return "conv_" + digest[:24]
+    key = [server_id, channel_id, thread_id]
+    try:
+        data = msgspec.json.encode(key)
+    except UnicodeEncodeError:  # a lone surrogate in an id
+        data = canonical_json(key).encode()
+    return "conv_" + hashlib.sha256(data).hexdigest()[:24]
 
 
 class Ingest:

@@ -32,7 +32,9 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from mcplhost.inbound.digest import body_digest
+# The pipeline builds every block from its known string members, so its blocks
+# always take the digest's fast path without being checked again.
+from mcplhost.inbound.digest import converted_body_digest as body_digest
 from mcplhost.inbound.header import render_source_header
 from mcplhost.inbound.mark import mark_openings
 from mcplhost.inbound.source import freeze_source

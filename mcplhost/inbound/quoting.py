@@ -8,6 +8,7 @@ string literal whose risky characters are visible escapes.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from json.encoder import encode_basestring as _json_string_literal
 
 import regex
@@ -62,6 +63,13 @@ def _needs_quotes(v: str) -> bool:
     return UNSEEN_RE.search(EMOJI_SEQUENCE_RE.sub("", v)) is not None
 
 
+#: Values up to this many characters are remembered: connector names, channel
+#: ids and labels repeat on every item, and a longer value is rare and costly to keep.
+CACHED_VALUE_CHARS = 256
+#: How many distinct short values are remembered, per function.
+CACHED_VALUES = 8192
+
+
 def header_value(s: str) -> str:
     """`s` as it is, or `quoted(s)` when it has a structural or unseen character.
 
@@ -69,6 +77,10 @@ def header_value(s: str) -> str:
     do not count, so `❤️ cats` stays as it is; a keycap or a tag flag is not
     such a sequence and is quoted.
     """
+    return _header_value_cached(s) if len(s) <= CACHED_VALUE_CHARS else _header_value(s)
+
+
+def _header_value(s: str) -> str:
     return quoted(s) if _needs_quotes(s) else s
 
 
@@ -80,6 +92,14 @@ def label_value(s: str) -> str:
     own thread, reply or unscoped part, so it is quoted; `threads`,
     `thread:ops` and `design thread` are not the header's words.
     """
+    return _label_value_cached(s) if len(s) <= CACHED_VALUE_CHARS else _label_value(s)
+
+
+def _label_value(s: str) -> str:
     if LABEL_HEADER_WORD_RE.search(INVISIBLE_RE.sub("", s)) is not None:
         return quoted(s)
-    return header_value(s)
+    return _header_value(s)
+
+
+_header_value_cached = lru_cache(maxsize=CACHED_VALUES)(_header_value)
+_label_value_cached = lru_cache(maxsize=CACHED_VALUES)(_label_value)

@@ -14,7 +14,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from mcplhost.inbound import body_digest, canonical_json
-from mcplhost.inbound.digest import ecmascript_number
+from mcplhost.inbound.digest import converted_body_digest, ecmascript_number
 from tests.inbound.strategies import any_text
 
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
@@ -215,3 +215,21 @@ class TestBodyDigest:
     def test_ignores_key_order(self, blocks: list[dict[str, Any]], rng: random.Random) -> None:
         """Blocks with the same members in another order have the same digest."""
         assert body_digest(_reordered(blocks, rng)) == body_digest(blocks)
+
+    @given(st.lists(st.dictionaries(st.sampled_from(["type", "text", "data", "mimeType", "uri"]), any_text),
+                    max_size=5))
+    @example([{"text": "\ud800", "type": "text"}])
+    @example([{"text": "\U0001f600 \ue000", "type": "text"}])
+    def test_fast_path_writes_what_canonical_json_writes(self, blocks: list[dict[str, Any]]) -> None:
+        """Plain string blocks digest through msgspec exactly as through canonical_json."""
+        expected = hashlib.sha256(canonical_json([blocks]).encode("utf-8")).hexdigest()
+        assert body_digest(blocks) == expected
+        assert converted_body_digest(blocks) == expected
+
+    def test_msgspec_escapes_every_code_point_as_json_stringify_does(self) -> None:
+        """The fast path's string writer agrees with canonical_json on every non-surrogate code point."""
+        codes = [*range(0xD800), *range(0xE000, 0x110000)]
+        for start in range(0, len(codes), 4096):  # escaping is per character, so runs compare like singles
+            text = "".join(map(chr, codes[start : start + 4096]))
+            assert converted_body_digest([{"text": text}]) == hashlib.sha256(
+                canonical_json([[{"text": text}]]).encode("utf-8")).hexdigest(), hex(codes[start])
