@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not hasattr(args, "log_format"):
+        # Offline commands print their output on stdout; their few log lines go to stderr.
+        logs.configure("console")
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:

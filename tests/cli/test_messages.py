@@ -1,4 +1,4 @@
-"""The offline commands as subprocesses: messages (export shape, --limit, --channel, --agent) and --version."""
+"""The offline commands as subprocesses: messages (export shape, --limit, --channel, --agent), migrate, --version."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mcplhost import __version__
 from mcplhost.store import NewItem, open_store
+from mcplhost.store.migrate import load_migrations
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, wait_for
 from .support import cli
@@ -115,6 +116,22 @@ class TestMessagesExport:
         assert result.returncode == 1
         (line,) = result.stderr.splitlines()
         assert "absent.db: no such database" in line
+
+
+class TestMigrate:
+    def test_migrate_creates_and_then_has_nothing_to_do(self, tmp_path) -> None:
+        """A new file gets every migration; a second run applies none. stdout has only the summary."""
+        newest = len(load_migrations())
+        first = cli("migrate", "--db", str(tmp_path / "new.db"))
+        assert first.returncode == 0
+        assert first.stdout.splitlines() == [f"applied {newest} migration(s): {', '.join(map(str, range(1, newest + 1)))}"]
+        again = cli("migrate", "--db", str(tmp_path / "new.db"))
+        assert again.returncode == 0 and again.stdout.splitlines() == ["applied 0 migration(s)"]
+
+    async def test_a_migrated_database_is_readable_by_messages(self, tmp_path) -> None:
+        """After migrate, messages reads the (empty) database without complaint."""
+        assert cli("migrate", "--db", str(tmp_path / "new.db")).returncode == 0
+        assert exported(tmp_path / "new.db") == []
 
 
 class TestVersion:
