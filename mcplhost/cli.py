@@ -96,7 +96,18 @@ def main(argv: list[str] | None = None) -> int:
 # --- run / dev -----------------------------------------------------------------
 
 
-async def _serve(host: Host, *, seconds: float | None = None) -> None:
+async def _console(host: Host) -> None:
+    """`mcplhost dev`: each line typed on the terminal is stored as local console input."""
+    await host.ready.wait()
+    while True:
+        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            return
+        if line.strip() and host.ingest is not None:
+            await host.ingest.store_surface("console", "operator", line.rstrip("\n"))
+
+
+async def _serve(host: Host, *, seconds: float | None = None, console: bool = False) -> None:
     """Run the host until SIGTERM/SIGINT (or `seconds`), then stop it gracefully."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
@@ -116,6 +127,8 @@ async def _serve(host: Host, *, seconds: float | None = None) -> None:
         tg.start_soon(watch_signals)
         if seconds is not None:
             tg.start_soon(stop_after, seconds)
+        if console:
+            tg.start_soon(_console, host)
         await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 

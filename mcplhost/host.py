@@ -36,13 +36,14 @@ class Host:
         self.on_stored = on_stored
         self.ready = anyio.Event()
         self.writer: GroupWriter | None = None
+        self.ingest: Ingest | None = None  # set while running
 
     async def run(self, stop: anyio.Event, *, watchdog_s: float | None = None) -> None:
         """Run until `stop` is set, then stop gracefully."""
         config = self.config
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
             self.writer = writer = GroupWriter(store)
-            ingest = Ingest(store, writer, log, on_stored=self.on_stored)
+            self.ingest = ingest = Ingest(store, writer, log, on_stored=self.on_stored)
             async with anyio.create_task_group() as base:
                 await base.start(writer.run)
                 base.start_soon(self._prune, store)

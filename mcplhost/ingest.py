@@ -107,6 +107,18 @@ class Ingest:
             self._observe([item])
         return answer
 
+    async def store_surface(self, surface: str, participant: str, text: str) -> None:
+        """Store local console input: a `surface` item, marked like any sender's text, with no header."""
+        accepted_at = self.clock_ms()
+        processed = run_pipeline(Delivered(
+            lane="surface", kind="surface", server_id=surface, accepted_at=accepted_at,
+            blocks=[{"type": "text", "text": text}], participant=participant))
+        if isinstance(processed, Rejected):
+            raise ValueError(f"console input refused: {processed.reason}")
+        item = self._item(surface, processed, participant, accepted_at)
+        await self.writer.store_items([item])
+        self._observe([item])
+
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""
         key = (server_id, channel_id, message_id)
