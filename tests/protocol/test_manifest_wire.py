@@ -176,7 +176,9 @@ class TestRateLimit:
             async with running_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "chatty").done)
         assert record(tmp_path, "chatty").methods_received().count("mcpl/manifest") == 1
-        assert [e["dropped"] for e in logged(logs, "connector.manifest_fetch_dropped")] == [1, 2]
+        # The last two hints come after the fetch; the first three may be merged into it or dropped.
+        drops = [e["dropped"] for e in logged(logs, "connector.manifest_fetch_dropped")]
+        assert len(drops) >= 2 and drops == list(range(1, len(drops) + 1)), drops
         assert len(policies(tmp_path, "chatty")) == 1
         assert manifest_module.MIN_FETCH_INTERVAL_S >= 1.0
 
