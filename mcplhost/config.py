@@ -7,7 +7,9 @@ at the first). Relative paths are resolved against the config file's folder.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -182,6 +184,14 @@ def _check(value: Any, expected: Any, path: str) -> list[str]:
         for i, item in enumerate(value):
             found += _check(item, inner, f"{path}[{i}]")
         return found
+    if get_origin(expected) is dict and isinstance(value, dict):
+        # msgspec says only `$[...]` for a bad table value; name its key as TOML would.
+        _, value_type = get_args(expected)
+        found = []
+        for key, item in value.items():
+            name = key if _BARE_KEY.match(key) else json.dumps(key)
+            found += _check(item, value_type, f"{path}.{name}")
+        return found
     try:
         msgspec.convert(value, expected)
     except msgspec.ValidationError as exc:
@@ -204,6 +214,10 @@ def _check_struct(value: dict[str, Any], struct: type[msgspec.Struct], path: str
             continue
         found += _check(value[name], field.type, f"{prefix}{name}")
     return found
+
+
+#: A TOML bare key; any other key is written quoted in a problem's path.
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
