@@ -1,0 +1,105 @@
+"""`mcplhost check-config PATH` as a subprocess: exit 0 on a good file, exit 2 listing every problem."""
+
+from __future__ import annotations
+
+import re
+
+from ..harness import REPO
+from .support import cli
+
+GOOD = """
+[store]
+path = "state/mcplhost.db"
+
+[[connectors]]
+name = "discord"
+command = ["python", "-m", "connectors.stub"]
+env = { GUILDS = "acme" }
+grant = ["channels.register", "channels.incoming", "pushEvents"]
+[connectors.restart]
+policy = "always"
+
+[[connectors]]
+name = "heartbeat"
+command = ["python", "-m", "connectors.heartbeatish"]
+
+[[agents]]
+name = "scout"
+"""
+
+BAD = """
+[store]
+path = 3
+colour = "blue"
+
+[[connectors]]
+name = "discord"
+command = []
+grant = ["channels..register"]
+[connectors.restart]
+policy = "sometimes"
+burst = 0
+
+[[connectors]]
+name = "discord"
+command = ["x"]
+request_timeout_s = -1
+
+[[agents]]
+name = "scout"
+parent = "lead"
+"""
+
+#: "path.to.field: what is wrong", the path made of names and [index]es.
+PROBLEM = re.compile(r"^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*: \S.*$")
+
+
+class TestCheckConfig:
+    def test_a_good_file_exits_0_with_a_summary(self, tmp_path) -> None:
+        """A valid file is confirmed on stdout with its counts, exit 0."""
+        (tmp_path / "good.toml").write_text(GOOD, encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "good.toml"))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines() == ["ok: 2 connector(s), 1 agent(s)"]
+
+    def test_an_empty_file_is_valid(self, tmp_path) -> None:
+        """Connectors and agents may be absent: an empty file is a host with defaults."""
+        (tmp_path / "empty.toml").write_text("", encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "empty.toml"))
+        assert result.returncode == 0 and result.stdout.strip() == "ok: 0 connector(s), 0 agent(s)"
+
+    def test_the_shipped_example_config_is_valid(self) -> None:
+        """deploy/mcplhost.example.toml, which the README tells operators to copy, passes its own check."""
+        result = cli("check-config", str(REPO / "deploy" / "mcplhost.example.toml"))
+        assert result.returncode == 0, result.stdout
+
+    def test_a_bad_file_exits_2_with_every_problem_on_its_own_line(self, tmp_path) -> None:
+        """All problems are listed at once, each as "path.to.field: what is wrong"."""
+        (tmp_path / "bad.toml").write_text(BAD, encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "bad.toml"))
+        assert result.returncode == 2
+        lines = result.stdout.splitlines()
+        assert all(PROBLEM.match(line) for line in lines), lines
+        fields = [line.partition(":")[0] for line in lines]
+        assert sorted(fields) == sorted([
+            "store.path", "store.colour", "connectors[0].command", "connectors[0].grant[0]",
+            "connectors[0].restart.policy", "connectors[0].restart.burst", "connectors[1].request_timeout_s",
+            "connectors[1].name", "agents[0].parent",
+        ])
+        assert "store.colour: unknown key" in lines
+        assert any(line.startswith("connectors[1].name: 'discord' is already used by connectors[0]") for line in lines)
+
+    def test_a_missing_file_exits_2_with_one_line(self, tmp_path) -> None:
+        """A path that does not exist is one line naming it."""
+        result = cli("check-config", str(tmp_path / "absent.toml"))
+        assert result.returncode == 2
+        (line,) = result.stdout.splitlines()
+        assert "absent.toml: no such file" in line
+
+    def test_invalid_toml_exits_2_with_one_line(self, tmp_path) -> None:
+        """A syntax error is one line saying the file is not valid TOML, with where."""
+        (tmp_path / "broken.toml").write_text("[store\npath = 1\n", encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "broken.toml"))
+        assert result.returncode == 2
+        (line,) = result.stdout.splitlines()
+        assert "broken.toml: not valid TOML" in line and "line 1" in line
