@@ -118,7 +118,10 @@ class McplConnection:
             raise HandshakeFailed(f"initialize failed: {exc}") from exc
         # Some connectors swallow whatever follows the initialize result unless
         # it is this notification (COMPAT.md): send it before anything else.
-        await self.session.notify("notifications/initialized")
+        try:
+            await self.session.notify("notifications/initialized")
+        except ConnectionClosed as exc:
+            raise HandshakeFailed(f"the connection ended after initialize: {exc}") from exc
         self.capabilities = result.capabilities
         manifest = _manifest_of(result.capabilities)
         version = manifest.get("version") if manifest is not None else None
@@ -134,7 +137,10 @@ class McplConnection:
             self.accepted_implies = producer_implies(self.declared)
         grant = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
         self.mode = Mode.POLICY_PENDING
-        return await self._send_policy(grant, initial=True)
+        try:
+            return await self._send_policy(grant, initial=True)
+        except ConnectionClosed as exc:
+            raise HandshakeFailed(f"the connection ended before the policy receipt: {exc}") from exc
 
     def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
         self.declared = normalize_feature_sets(manifest.get("featureSets"))
