@@ -65,6 +65,7 @@ class Mode(Enum):
     POLICY_PENDING = "policy_pending"
     READY = "ready"
     MCP_ONLY = "mcp_only"
+    CLOSED = "closed"  # refused a later policy with fallback "close": nothing is served any more
 
 
 class PolicyClosed(Exception):
@@ -262,6 +263,8 @@ class McplConnection:
             raise errors.capability_denied(capability, "policy_pending")
         if self.mode is Mode.MCP_ONLY:
             raise errors.capability_denied(capability, "mcp_only")
+        if self.mode is Mode.CLOSED:
+            raise errors.capability_denied(capability, "closed")
         if capability not in self.grant:
             raise errors.capability_denied(capability)
 
@@ -390,6 +393,8 @@ class McplConnection:
             self._jobs_in.send_nowait((job, arg))
         except anyio.WouldBlock:
             self.log.warning("connector.job_dropped", job=job, reason="queue full")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self.log.info("connector.job_dropped", job=job, reason="connection ending")
 
     def _warn_once(self, key: str, event: str, **fields: Any) -> None:
         if key not in self._warned:
@@ -409,6 +414,21 @@ class McplConnection:
                         await self.refresh_manifest()
                 except (RemoteError, RequestTimeout) as exc:
                     self.log.warning("connector.job_failed", job=job, error=str(exc))
+                except ConnectionClosed:
+                    return  # the connector is gone; its life ends without us
+                except PolicyClosed as exc:
+                    self._close_by_policy(str(exc))
+
+    def _close_by_policy(self, why: str) -> None:
+        """A later policy was refused with fallback "close": serve nothing more.
+
+        The supervisor learns of a refusal only during the handshake, so the
+        process lives on until it exits; every privileged method is refused
+        and no further job runs for it.
+        """
+        self.grant, self.feature_sets, self.mode = frozenset(), {}, Mode.CLOSED
+        self.registry.clear()
+        self.log.warning("connector.policy_closed", reason=why)
 
     def close_jobs(self) -> None:
         self._jobs_in.close()
