@@ -103,9 +103,21 @@ class McplConnection:
 
     async def handshake(self) -> Mode:
         """initialize → notifications/initialized → the initial featureSets/update."""
-        assert self.session is not None
+        session = self.session
+        assert session is not None
+
+        def initialized_at_receipt(outcome: Raw | RemoteError) -> InitializeResult:
+            # Some connectors swallow whatever follows the initialize result unless
+            # it is this notification (COMPAT.md): queue it in the read loop, before
+            # the answer to anything the connector sent behind its result.
+            if isinstance(outcome, RemoteError):
+                raise outcome
+            result = msgspec.json.decode(bytes(outcome), type=InitializeResult)
+            session.notify_nowait("notifications/initialized")
+            return result
+
         try:
-            raw = await self.session.request(
+            result = await session.request(
                 "initialize",
                 {
                     "protocolVersion": MCP_PROTOCOL_VERSION,
@@ -113,16 +125,10 @@ class McplConnection:
                     "clientInfo": {"name": "mcplhost", "version": __version__},
                 },
                 timeout=self.spec.request_timeout_s,
+                at_receipt=initialized_at_receipt,
             )
-            result = msgspec.json.decode(bytes(raw), type=InitializeResult)
         except (RemoteError, RequestTimeout, ConnectionClosed, msgspec.ValidationError) as exc:
             raise HandshakeFailed(f"initialize failed: {exc}") from exc
-        # Some connectors swallow whatever follows the initialize result unless
-        # it is this notification (COMPAT.md): send it before anything else.
-        try:
-            await self.session.notify("notifications/initialized")
-        except ConnectionClosed as exc:
-            raise HandshakeFailed(f"the connection ended after initialize: {exc}") from exc
         self.capabilities = result.capabilities
         manifest = _manifest_of(result.capabilities)
         version = manifest.get("version") if manifest is not None else None
@@ -381,6 +387,12 @@ class McplConnection:
 
     def _manifest_changed(self, params: Raw | UnsetType) -> None:
         decode_params(params, ManifestChanged, "mcpl/manifestChanged")
+        if self.mode is not Mode.READY:
+            # No MCPL in force (MCP-only, closed, or still negotiating): nothing a
+            # manifest could change, and a policy sent now could make a fallen
+            # connection ready again.
+            self._warn_once("hint-not-ready", "connector.manifest_hint_ignored", mode=self.mode.value)
+            return
         dropped = self.tracker.dropped
         if self.tracker.should_fetch():
             self._schedule("manifest", None)
