@@ -179,6 +179,20 @@ class Session:
     async def notify(self, method: str, params: Any = UNSET) -> None:
         await self._write(encode_notification(method, params))
 
+    def notify_nowait(self, method: str, params: Any = UNSET) -> None:
+        """Queue a notification without waiting (e.g. from an `at_receipt` function).
+
+        Lines leave in the order they were queued, so a notification queued at
+        receipt goes out before any answer to the messages that follow.
+        Raises ConnectionClosed if it cannot be queued.
+        """
+        if self._closed:
+            raise ConnectionClosed("connection closed")
+        try:
+            self._out_send.send_nowait(encode_notification(method, params))
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise ConnectionClosed(f"cannot queue {method}") from None
+
     async def _write(self, data: bytes) -> None:
         if self._closed:
             raise ConnectionClosed("connection closed")

@@ -55,8 +55,6 @@ class TestHandshake:
             await wait_for(lambda: record(tmp_path, "plain").done)
         assert record(tmp_path, "plain").methods_received() == ["initialize", "notifications/initialized"]
 
-    @pytest.mark.xfail(strict=True, reason="protocol/connection.py: the read loop answers a request that arrives "
-                       "with the initialize result before handshake() sends notifications/initialized (COMPAT.md)")
     async def test_initialized_comes_before_the_answer_to_an_early_request(self, tmp_path) -> None:
         """A request sent right behind the initialize result is answered only after notifications/initialized."""
         log = tmp_path / "raw.log"
