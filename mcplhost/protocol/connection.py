@@ -277,6 +277,24 @@ class McplConnection:
     # --- inbound ---------------------------------------------------------------
 
     async def on_request(self, method: str, params: Raw | UnsetType) -> Any:
+        """Answer one request from the connector; every refusal is also audit-logged (§13.2)."""
+        try:
+            return await self._serve(method, params)
+        except errors.ConnectorProtocolError as exc:
+            self._audit_refusal(method, params, exc)
+            raise
+
+    def _audit_refusal(self, method: str, params: Raw | UnsetType, exc: errors.ConnectorProtocolError) -> None:
+        data = exc.data if isinstance(exc.data, dict) else {}
+        claimed = _claims(params) if method in ("push/event", "inference/request") else {}
+        feature_set = data.get("featureSet", claimed.get("featureSet"))
+        self.log.info("mcpl.refused", method=method, code=exc.code, featureSet=feature_set,
+                      eventId=claimed.get("eventId"), capability=data.get("capability"), reason=data.get("reason"))
+        if data.get("reason") == errors.DECLARATION_MISMATCH:
+            self.log.warning("connector.declaration_mismatch", featureSet=feature_set,
+                             capability=data.get("capability"), method=method)
+
+    async def _serve(self, method: str, params: Raw | UnsetType) -> Any:
         rule = rule_for(method)
         if rule is None:
             raise errors.method_not_found(method)
@@ -335,6 +353,7 @@ class McplConnection:
     def _register(self, params: Register) -> dict[str, Any]:
         results, accepted = self.registry.add(params.channels)
         self._after_accept(accepted)
+        self._audit_channels("channels/register", results)
         return {"results": results}
 
     def _changed(self, params: Changed) -> dict[str, Any]:
@@ -342,7 +361,12 @@ class McplConnection:
         updated, accepted_updated = self.registry.add(params.updated, must_exist=True)
         removed = self.registry.remove(params.removed)
         self._after_accept(accepted_added)
+        self._audit_channels("channels/changed", added + updated + removed)
         return {"results": added + updated + removed}
+
+    def _audit_channels(self, method: str, results: list[dict[str, Any]]) -> None:
+        accepted = sum(1 for r in results if r["accepted"])
+        self.log.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
 
     def _after_accept(self, channels: list[Channel]) -> None:
         if "channels.lifecycle" not in self.grant:
@@ -365,7 +389,10 @@ class McplConnection:
         async def store() -> dict[str, Any]:
             stored = iter(await self.intake.store_messages(self.name, "channels/incoming", admitted) if admitted else [])
             final = [entry if entry is not None else next(stored) for entry in results]
-            self.log.info("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
+            # Debug, not info: each stored item is itself the audit record of a
+            # message (connector, source, acceptedAt), and a line per request
+            # would cost more than storing it on a busy connector.
+            self.log.debug("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
             return {"results": final}
 
         return Deferred(store)
@@ -378,7 +405,13 @@ class McplConnection:
                               accepted_implies=self.accepted_implies)
 
         async def store() -> dict[str, Any]:
-            answer = await self.intake.store_push(self.name, admitted)
+            try:
+                answer = await self.intake.store_push(self.name, admitted)
+            except errors.ConnectorProtocolError as exc:
+                self.log.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
+                              eventId=admitted.event_id, capability=None,
+                              reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
+                raise
             self.log.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
                           channel=admitted.channel_id, outcome=answer)
             return answer
@@ -502,6 +535,17 @@ class McplConnection:
         self.log.info("connector.manifest_change", impacts=change.impacts)
         if change.grant != self.grant or change.feature_sets_changed:
             await self._send_policy(change.grant, initial=False)
+
+
+def _claims(params: Raw | UnsetType) -> dict[str, Any]:
+    """What a refused request's params claim (featureSet, eventId), for the audit line only."""
+    try:
+        decoded = msgspec.json.decode(bytes(params)) if isinstance(params, Raw) else None
+    except msgspec.DecodeError:
+        return {}
+    if not isinstance(decoded, dict):
+        return {}
+    return {k: decoded[k] for k in ("featureSet", "eventId") if isinstance(decoded.get(k), str)}
 
 
 def _manifest_of(capabilities: dict[str, Any]) -> dict[str, Any] | None:

@@ -18,7 +18,6 @@ batches of 50; >= 5,000 items/s for one message per request.
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import sys
 import tempfile
@@ -26,8 +25,8 @@ import time
 from pathlib import Path
 
 import anyio
-import structlog
 
+from mcplhost import logs
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
 
@@ -88,7 +87,7 @@ def plain_insert(rows_db: Path, folder: Path) -> float:
 
 
 async def main(items: int) -> None:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logs.configure("json", "warning")  # as `mcplhost run` configures it, quieter
     for label, connectors_count, batch, inflight in (
         ("batches of 50, 1 connector", 1, 50, 8),
         ("1 message per request, 4 connectors", 4, 1, 64),
