@@ -240,8 +240,14 @@ class McplConnection:
         return kept, states
 
     def _apply(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> None:
-        """Put a grant and the feature-set states derived from it in force."""
+        """Put a grant and the feature-set states derived from it in force.
+
+        A channel registered under a grant that has since lost
+        channels.register keeps no authority (HOST-DIGEST §3.2): the registry goes with it.
+        """
         self.grant, self.feature_sets = grant, states
+        if "channels.register" not in grant:
+            self.registry.clear()
 
     def _ready(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> Mode:
         self._apply(grant, states)
