@@ -124,7 +124,8 @@ class TestMigrate:
         newest = len(load_migrations())
         first = cli("migrate", "--db", str(tmp_path / "new.db"))
         assert first.returncode == 0
-        assert first.stdout.splitlines() == [f"applied {newest} migration(s): {', '.join(map(str, range(1, newest + 1)))}"]
+        versions = ", ".join(map(str, range(1, newest + 1)))
+        assert first.stdout.splitlines() == [f"applied {newest} migration(s): {versions}"]
         again = cli("migrate", "--db", str(tmp_path / "new.db"))
         assert again.returncode == 0 and again.stdout.splitlines() == ["applied 0 migration(s)"]
 

@@ -150,7 +150,8 @@ class TestRunUnderSystemd:
         """WATCHDOG_USEC with WATCHDOG_PID equal to the daemon's pid: WATCHDOG=1 every half period."""
         config = write_config(tmp_path)
         # `exec` keeps the shell's pid, so $$ is the daemon's own pid.
-        command = ["sh", "-c", f"WATCHDOG_PID=$$ exec {shlex.join([PYTHON, '-m', 'mcplhost', 'run', '--config', str(config)])}"]
+        run_command = shlex.join([PYTHON, "-m", "mcplhost", "run", "--config", str(config)])
+        command = ["sh", "-c", f"WATCHDOG_PID=$$ exec {run_command}"]
         with NotifySocket.abstract() as sock:
             async with daemon(None, tmp_path, command=command,
                               env={"NOTIFY_SOCKET": sock.address, "WATCHDOG_USEC": "200000"}) as run:

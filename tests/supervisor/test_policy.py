@@ -5,10 +5,15 @@ from __future__ import annotations
 import math
 
 import msgspec
-
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from mcplhost.config import RestartConfig
 from mcplhost.supervisor.policy import JITTER, GiveUp, Restart, RestartPolicy
@@ -22,7 +27,8 @@ gaps = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
 
 @st.composite
-def configs(draw: st.DrawFn, policy: st.SearchStrategy[str] = st.sampled_from(["always", "on-failure"])) -> RestartConfig:
+def configs(draw: st.DrawFn,
+            policy: st.SearchStrategy[str] = st.sampled_from(["always", "on-failure"])) -> RestartConfig:
     return RestartConfig(policy=draw(policy), backoff_initial_s=draw(positive), backoff_max_s=draw(positive),
                          burst=draw(st.integers(min_value=1, max_value=50)), window_s=draw(positive))
 
@@ -42,7 +48,9 @@ def in_window(times: list[float], now: float, window: float) -> int:
 
 class TestRestartPolicy:
     @given(configs(), st.lists(gaps, min_size=1, max_size=60), st.data())
-    def test_the_delay_never_exceeds_backoff_max(self, config: RestartConfig, deltas: list[float], data: st.DataObject) -> None:
+    def test_the_delay_never_exceeds_backoff_max(
+        self, config: RestartConfig, deltas: list[float], data: st.DataObject
+    ) -> None:
         """Whatever the failure times and the jitter, no delay is longer than backoff_max_s."""
         policy = RestartPolicy(config, uniform=lambda: data.draw(uniforms))
         for now in failure_times(0.0, deltas):

@@ -158,8 +158,8 @@ class TestStop:
         pidfile = tmp_path / "grandchild.pid"
         forks = child(f"""
             import subprocess, sys, time
-            grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], **quiet)
             open({str(pidfile)!r}, "w").write(str(grandchild.pid))
             print("ready", flush=True)
             sys.stdin.read()
