@@ -9,6 +9,7 @@ the pipes open must not make a dead child look alive.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -119,13 +120,17 @@ async def drain_stderr(process: Process, log: Any) -> None:
     window_start = anyio.current_time()
     logged = dropped = 0
 
-    def emit(raw: bytes) -> None:
+    def next_window(now: float) -> None:
         nonlocal window_start, logged, dropped
+        if dropped:
+            log.warning("connector.stderr_dropped", lines=dropped)
+        window_start, logged, dropped = now, 0, 0
+
+    def emit(raw: bytes) -> None:
+        nonlocal logged, dropped
         now = anyio.current_time()
         if now - window_start >= 1.0:
-            if dropped:
-                log.warning("connector.stderr_dropped", lines=dropped)
-            window_start, logged, dropped = now, 0, 0
+            next_window(now)
         if logged >= STDERR_LINES_PER_S:
             dropped += 1
             return
@@ -136,7 +141,17 @@ async def drain_stderr(process: Process, log: Any) -> None:
 
     try:
         try:
-            async for chunk in process.stderr:
+            while True:
+                now = anyio.current_time()
+                if dropped and now - window_start >= 1.0:
+                    next_window(now)
+                # With lines dropped, read only until the window ends, so a burst followed by
+                # silence is still summed up about a second later, not when the child exits.
+                chunk = None
+                with anyio.CancelScope(deadline=window_start + 1.0 if dropped else math.inf):
+                    chunk = await process.stderr.receive()
+                if chunk is None:
+                    continue
                 lines = (partial + chunk).split(b"\n")
                 partial = lines.pop()
                 if len(partial) > STDERR_LINE_CHARS * 4:  # a line with no end: log what we have
@@ -144,7 +159,7 @@ async def drain_stderr(process: Process, log: Any) -> None:
                     partial = b""
                 for line in lines:
                     emit(line)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         if partial:
             emit(partial)

@@ -25,7 +25,7 @@ from mcplhost.supervisor.process import (
     stop,
 )
 
-from ..harness import PYTHON
+from ..harness import PYTHON, wait_for
 
 #: Slack on top of a configured grace period for scheduling and process exit on a busy machine.
 SLACK_S = 1.5
@@ -237,3 +237,21 @@ class TestDrainStderr:
         dropped = sum(e["lines"] for e in logs if e["event"] == "connector.stderr_dropped")
         unread = 65536 // size  # at most a pipe's buffer was still unread when the drain stopped
         assert lines - unread <= logged + dropped <= lines
+
+    async def test_dropped_lines_are_reported_when_the_window_ends_even_if_the_child_goes_quiet(self) -> None:
+        """A burst followed by silence is summed up about a second later, not at the end of the child's life."""
+        burst = child(f"""
+            import sys, time
+            sys.stderr.write("w\\n" * {STDERR_LINES_PER_S + 150})
+            sys.stderr.flush()
+            time.sleep(60)
+        """)
+        process = await spawn(burst, env=child_environment({}), cwd=None)
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain_stderr, process, structlog.get_logger())
+                await wait_for(lambda: [e for e in logs if e["event"] == "connector.stderr_dropped"], timeout=5)
+                tg.cancel_scope.cancel()
+            await stop(process, stdin_grace=0, term_grace=1, log=structlog.get_logger())
+        (summary,) = [e for e in logs if e["event"] == "connector.stderr_dropped"]
+        assert summary["lines"] == 150
