@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -91,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_OK
+    except BrokenPipeError:
+        # The reader went away (`mcplhost messages | head`): stop quietly. Point stdout at
+        # /dev/null so the interpreter's final flush does not report the same error again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
 
 
 # --- run / dev -----------------------------------------------------------------

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from mcplhost import __version__
 from mcplhost.store import NewItem, open_store
 from mcplhost.store.migrate import load_migrations
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, wait_for
-from .support import cli
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, record, running_host, scripted, wait_for
+from .support import cli, cli_env
 
 EXPORT_KEYS = ["id", "agent", "participant", "role", "content", "metadata", "createdAt"]
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -140,3 +141,22 @@ class TestVersion:
         """--version prints the package version and exits 0."""
         result = cli("--version")
         assert result.returncode == 0 and result.stdout.strip() == f"mcplhost {__version__}"
+
+
+class TestMessagesIntoAPipe:
+    async def test_a_reader_that_stops_early_gets_no_traceback(self, tmp_path) -> None:
+        """`mcplhost messages | head -1`: the closed pipe ends the export quietly, with a non-zero exit."""
+        await seed(tmp_path / "host.db", 5000)  # far more than a pipe buffer holds
+        process = subprocess.Popen([PYTHON, "-m", "mcplhost", "messages", "--db", str(tmp_path / "host.db"), "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), cwd=REPO)
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            assert json.loads(process.stdout.readline())["id"] == 1
+            process.stdout.close()
+            assert process.wait(timeout=30) == 1
+            assert process.stderr.read() == b""
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            process.stderr.close()  # type: ignore[union-attr]
