@@ -148,7 +148,7 @@ class TestRefetch:
         broken = copy.deepcopy(SPLIT_MANIFEST)
         broken["featureSets"]["alerts"]["uses"] = ["pushEvents", "notAPath"]
         script = {"manifest": broken, "handlers": fetch_answer(SPLIT_MANIFEST),
-                  "policy": [ACCEPTED, {"delay": 1.0, **ACCEPTED}],
+                  "policy": [ACCEPTED, {"delay": 2.0, **ACCEPTED}],
                   "steps": [{"wait": "featureSets/update", "count": 2},
                             {"request": "push/event", "params": push(feature_set="alerts")},
                             {"wait": "test/again"},

@@ -303,7 +303,7 @@ class TestPolicyUpdates:
 
     async def test_a_mixed_change_revokes_at_once_and_widens_only_at_the_receipt(self, tmp_path) -> None:
         """Swapping pushEvents for channels.incoming: the push is refused at once, incoming only works after the receipt."""
-        script = {"manifest": SPLIT_MANIFEST, "policy": [ACCEPTED, {"delay": 1.0, **ACCEPTED}],
+        script = {"manifest": SPLIT_MANIFEST, "policy": [ACCEPTED, {"delay": 2.0, **ACCEPTED}],
                   "steps": [register("disc:g1:room"), {"wait": "test/go"},
                             {"request": "push/event", "params": push(feature_set="alerts")},
                             {"request": "channels/incoming", "params": {"messages": []}},
@@ -328,7 +328,7 @@ class TestPolicyUpdates:
         script = {"manifest": SPLIT_MANIFEST, "policy": [ACCEPTED, "ignore"],
                   "steps": [{"wait": "test/go"}, {"request": "push/event", "params": push(feature_set="alerts")},
                             {"wait": "test/again"}, {"request": "push/event", "params": push("e-2", feature_set="alerts")}]}
-        spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=1.0)
+        spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=2.0)
         async with connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(connection.update_policy, frozenset({"channels.register", "pushEvents"}))
