@@ -88,6 +88,7 @@ class McplConnection:
         self.capabilities: dict[str, Any] = {}
         self.manifest: dict[str, Any] | None = None
         self.grant: frozenset[str] = frozenset()
+        self._requested: frozenset[str] = frozenset()  # the grant of the latest featureSets/update sent
         self.feature_sets: dict[str, FeatureSetState] = {}
         self.declared: dict[str, dict[str, Any]] = {}
         self.registry = ChannelRegistry(spec.channels)
@@ -180,15 +181,30 @@ class McplConnection:
         states = self._derive(grant)
         if not initial:
             self._apply(*self._interim(grant))  # security never waits on the receipt
+        self._requested = grant
         try:
             return await self.session.request(
                 "featureSets/update",
                 self._policy_params(grant, states),
                 timeout=self.spec.policy_timeout_s,
-                at_receipt=lambda outcome: self._apply_receipt(outcome, grant, states, initial=initial),
+                at_receipt=lambda outcome: self._apply_receipt(outcome, *self._still_requested(grant, states),
+                                                               initial=initial),
             )
         except RequestTimeout:
             return self._fallback(self.spec.policy_fallback, "no answer to the policy")
+
+    def _still_requested(self, grant: frozenset[str], states: dict[str, FeatureSetState],
+                         ) -> tuple[frozenset[str], dict[str, FeatureSetState]]:
+        """What a receipt may put in force: its grant, less what a later update has revoked since.
+
+        Updates can overlap (a narrowing sent while a widening awaits its
+        receipt); the late receipt of the earlier one must not undo the later
+        revocation.
+        """
+        if grant <= self._requested:
+            return grant, states
+        kept = grant & self._requested
+        return kept, self._derive(kept)
 
     def _apply_receipt(self, outcome: Raw | RemoteError, grant: frozenset[str],
                        states: dict[str, FeatureSetState], *, initial: bool) -> Mode:

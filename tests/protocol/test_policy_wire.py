@@ -349,3 +349,26 @@ class TestPolicyUpdates:
             await connection.update_policy(frozenset({"pushEvents", "modelInfo", "inferenceRequest"}))
             assert connection.grant == frozenset({"pushEvents"})
         assert policies("unadvertised", tmp_path)[1]["params"]["effectiveCapabilities"] == ["pushEvents"]
+
+    async def test_a_stale_receipt_never_undoes_a_later_revocation(self, tmp_path) -> None:
+        """When a widening's receipt arrives after a narrowing was sent, what the narrowing dropped stays dropped."""
+        script = {"manifest": SPLIT_MANIFEST,
+                  "policy": [ACCEPTED, {"delay": 0.5, **ACCEPTED}, {"delay": 2.5, **ACCEPTED}],
+                  "steps": [{"wait": "featureSets/update", "count": 3}, {"wait": "test/go"},
+                            {"request": "push/event", "params": push(feature_set="alerts")}]}
+        spec = scripted("stale", script, tmp_path, grant=["channels.register"])
+        async with connected(spec, tmp_path) as connection, anyio.create_task_group() as tg:
+            widened = anyio.Event()
+
+            async def widen() -> None:
+                await connection.update_policy(frozenset({"channels.register", "pushEvents"}))
+                widened.set()
+
+            tg.start_soon(widen)
+            await wait_for(lambda: len(policies("stale", tmp_path)) == 2)
+            tg.start_soon(connection.update_policy, frozenset({"channels.register"}))
+            await widened.wait()  # the widening's receipt is in, the narrowing's is not
+            assert "pushEvents" not in connection.grant
+            await nudge(connection, "test/go")
+            await wait_for(lambda: record(tmp_path, "stale").done)
+        assert denied(error_of(record(tmp_path, "stale"), 2), "pushEvents")
