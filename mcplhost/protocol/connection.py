@@ -476,11 +476,19 @@ class McplConnection:
             async for job, arg in self._jobs_out:
                 try:
                     if job == "open":
+                        if self.registry.get(arg.id) != arg:
+                            # Removed or replaced while the job waited: nothing of ours to open.
+                            self.log.info("connector.job_skipped", job=job, channel=arg.id, reason="not_registered")
+                            continue
                         await self.open_channel(arg)
                     elif job == "manifest":
                         await self.refresh_manifest()
                 except (RemoteError, RequestTimeout) as exc:
                     self.log.warning("connector.job_failed", job=job, error=str(exc))
+                except errors.ConnectorProtocolError as exc:
+                    # The grant narrowed while the job waited (e.g. channels.lifecycle revoked).
+                    self.log.info("connector.job_skipped", job=job, code=exc.code,
+                                  data=None if exc.data is msgspec.UNSET else exc.data)
                 except ConnectionClosed:
                     return  # the connector is gone; its life ends without us
                 except PolicyClosed as exc:
