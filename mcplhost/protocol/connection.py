@@ -521,7 +521,11 @@ class McplConnection:
         result = msgspec.json.decode(bytes(raw))
         descriptor = result.get("channel") if isinstance(result, dict) else None
         if descriptor is not None:
-            results, _ = self.registry.add([descriptor])
+            if "channels.register" in self.grant:  # the grant at the answer, not at the registration
+                results, _ = self.registry.add([descriptor])
+            else:
+                ident = descriptor.get("id") if isinstance(descriptor, dict) else None
+                results = [{"id": ident, "accepted": False, "reason": "capability_denied"}]
             if not results[0]["accepted"]:
                 self.log.warning("channels.descriptor_refused", channel=results[0]["id"],
                                  reason=results[0].get("reason"), detail="returned by channels/open")

@@ -230,3 +230,46 @@ class TestOpen:
                 await wait_for(lambda: record(tmp_path, "opened").done)
         assert logged(logs, "channels.descriptor_refused", connector="opened", channel="evil:elsewhere",
                       reason="channel_not_permitted")
+
+
+class TestOpenLater:
+    """channels/open runs as a background job, after whatever changed since the registration."""
+
+    BLOCKED = {"mcpl/manifest": "ignore", "channels/open": {"result": {"channel": descriptor("d:new")}}}
+
+    def blocked(self, tmp_path, name: str, steps: list[dict[str, Any]]):
+        """A connector whose first hint parks the job queue on a manifest fetch it never answers."""
+        return chat(tmp_path, name, [HINT, {"wait": "mcpl/manifest"}, *steps], request_timeout_s=1.0,
+                    script={"handlers": self.BLOCKED})
+
+    async def test_a_channel_revoked_before_its_open_job_is_not_opened(self, tmp_path) -> None:
+        """If channels.lifecycle is revoked while the open waits in the queue, no channels/open goes out."""
+        steps = [{"request": "channels/register", "params": {"channels": [descriptor("d:1", initiallyOpen=True)]}}]
+        with capture_logs() as logs:
+            async with connected(self.blocked(tmp_path, "revoked", steps), tmp_path) as connection:
+                await wait_for(lambda: 2 in record(tmp_path, "revoked").answers())
+                await connection.update_policy(connection.grant - {"channels.lifecycle"})
+                await wait_for(lambda: logged(logs, "connector.job_skipped", job="open"))
+        assert "channels/open" not in record(tmp_path, "revoked").methods_received()
+
+    async def test_a_channel_removed_before_its_open_job_is_not_opened(self, tmp_path) -> None:
+        """If the connector removes the channel while the open waits in the queue, no channels/open goes out."""
+        steps = [{"request": "channels/register", "params": {"channels": [descriptor("d:1", initiallyOpen=True)]}},
+                 {"request": "channels/changed", "params": {"removed": ["d:1"]}}]
+        with capture_logs() as logs:
+            async with connected(self.blocked(tmp_path, "removed", steps), tmp_path):
+                await wait_for(lambda: logged(logs, "connector.job_skipped", job="open"))
+        assert "channels/open" not in record(tmp_path, "removed").methods_received()
+
+    async def test_a_descriptor_returned_by_open_needs_channels_register_now(self, tmp_path) -> None:
+        """Without channels.register at the answer, the descriptor channels/open returns is not registered."""
+        steps = [register("d:1"), {"wait": "test/go"}, incoming(message("d:new"))]
+        async with connected(chat(tmp_path, "opener", steps, script={"handlers": self.BLOCKED}), tmp_path) as connection:
+            await wait_for(lambda: 0 in record(tmp_path, "opener").answers())
+            channel = connection.registry.get("d:1")
+            await connection.update_policy(connection.grant - {"channels.register"})
+            await connection.open_channel(channel)
+            await nudge(connection, "test/go")
+            await wait_for(lambda: record(tmp_path, "opener").done)
+        assert outcomes(result_of(record(tmp_path, "opener"), 2)["results"]) == [("m-1", False, "unknown_channel",
+                                                                                  -32023)]
