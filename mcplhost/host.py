@@ -15,6 +15,7 @@ import anyio
 import structlog
 
 from .config import Config, ConnectorConfig
+from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, now_ms
 from .store import open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
@@ -41,6 +42,7 @@ class Host:
     async def run(self, stop: anyio.Event, *, watchdog_s: float | None = None) -> None:
         """Run until `stop` is set, then stop gracefully."""
         config = self.config
+        fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
             self.writer = writer = GroupWriter(store)
             self.ingest = ingest = Ingest(store, writer, log, on_stored=self.on_stored)
