@@ -169,6 +169,16 @@ class TestDedup:
             ("dup", "first"), ("dup", "third"), ("other", "ping")]
 
 
+    async def test_repeats_in_flight_at_once_store_once(self, tmp_path) -> None:
+        """Several copies of one event sent without waiting for answers still give one item and one answer."""
+        copies = [["push/event", push("e-1", feature_set="alerts", body=f"copy {n}")] for n in range(5)]
+        async with running_host(config_with(tmp_path, run(tmp_path, "burst", [{"requests": copies}]))):
+            await wait_for(lambda: record(tmp_path, "burst").done)
+        answers = [e for e in record(tmp_path, "burst").events if e["kind"] == "answer"]
+        assert [a.get("result") for a in answers] == [{"accepted": True}] * 5
+        assert len(await items_when(tmp_path, 1)) == 1
+
+
 class TestAudit:
     async def test_every_operation_leaves_one_audit_line_with_its_outcome(self, tmp_path) -> None:
         """Admitted and refused pushes, incoming batches and registrations each log connector, featureSet and outcome."""
