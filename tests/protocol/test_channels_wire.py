@@ -194,10 +194,11 @@ class TestOpen:
     async def test_channels_open_goes_to_initially_open_descriptors_only(self, tmp_path) -> None:
         """With channels.lifecycle granted only the initiallyOpen descriptor is opened; without it none is."""
         handlers = {"channels/open": {"result": {"channel": descriptor("d:open")}}}
-        steps = [{"request": "channels/register", "params": {"channels": self.OPENING}}, HINT, {"wait": "mcpl/manifest"}]
-        granted = chat(tmp_path, "granted", steps, script={"handlers": {**handlers, "mcpl/manifest": {"result": CHAT_MANIFEST}}})
-        ungranted = chat(tmp_path, "ungranted", steps, grant=["channels.register", "channels.incoming"],
-                         script={"handlers": {**handlers, "mcpl/manifest": {"result": CHAT_MANIFEST}}})
+        steps = [{"request": "channels/register", "params": {"channels": self.OPENING}},
+                 HINT, {"wait": "mcpl/manifest"}]
+        script = {"handlers": {**handlers, "mcpl/manifest": {"result": CHAT_MANIFEST}}}
+        granted = chat(tmp_path, "granted", steps, script=script)
+        ungranted = chat(tmp_path, "ungranted", steps, grant=["channels.register", "channels.incoming"], script=script)
         async with running_host(config_with(tmp_path, granted, ungranted)):
             await wait_for(lambda: record(tmp_path, "granted").done and record(tmp_path, "ungranted").done)
         opens = [m for m in record(tmp_path, "granted").received if m.get("method") == "channels/open"]
@@ -211,7 +212,8 @@ class TestOpen:
         steps = [{"request": "channels/register", "params": {"channels": [descriptor("d:open", initiallyOpen=True)]}},
                  {"wait": "channels/open"}, incoming(message("d:open", "m-1", "after"))]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, chat(tmp_path, "fails", steps, script={"handlers": handlers}))):
+            spec = chat(tmp_path, "fails", steps, script={"handlers": handlers})
+            async with running_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "fails").done)
                 await wait_for(lambda: logged(logs, "connector.job_failed", connector="fails"))
                 (item,) = await items_when(tmp_path, 1)
@@ -264,7 +266,8 @@ class TestOpenLater:
     async def test_a_descriptor_returned_by_open_needs_channels_register_now(self, tmp_path) -> None:
         """Without channels.register at the answer, the descriptor channels/open returns is not registered."""
         steps = [register("d:1"), {"wait": "test/go"}, incoming(message("d:new"))]
-        async with connected(chat(tmp_path, "opener", steps, script={"handlers": self.BLOCKED}), tmp_path) as connection:
+        spec = chat(tmp_path, "opener", steps, script={"handlers": self.BLOCKED})
+        async with connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "opener").answers())
             channel = connection.registry.get("d:1")
             await connection.update_policy(connection.grant - {"channels.register"})

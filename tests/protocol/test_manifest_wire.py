@@ -69,7 +69,8 @@ class TestRefetch:
     async def test_a_hint_leads_to_a_fetch_before_any_change_and_the_content_decides(self, tmp_path) -> None:
         """manifestChanged → mcpl/manifest → narrowed policy, even though the hint repeats the old revision."""
         initial = {**SPLIT_MANIFEST, "revision": manifest_digest(SPLIT_MANIFEST)}
-        hint = {"notify": "mcpl/manifestChanged", "params": {"revision": initial["revision"], "domains": ["capabilities"]}}
+        hint = {"notify": "mcpl/manifestChanged",
+                "params": {"revision": initial["revision"], "domains": ["capabilities"]}}
         script = {"manifest": initial, "handlers": fetch_answer(without_push(SPLIT_MANIFEST)),
                   "steps": [hint, {"wait": "featureSets/update", "count": 2},
                             {"request": "push/event", "params": push(feature_set="alerts")}]}
@@ -104,7 +105,8 @@ class TestRefetch:
         assert error_of(rec, 2)["code"] == -32002
         assert result_of(rec, 3)["results"][0]["accepted"] is True
         (change,) = logged(logs, "connector.manifest_change")
-        assert {"impact": "capability-revoked", "disposition": "applied", "capability": "pushEvents"} in change["impacts"]
+        revoked = {"impact": "capability-revoked", "disposition": "applied", "capability": "pushEvents"}
+        assert revoked in change["impacts"]
         assert {"impact": "feature-degraded", "disposition": "applied", "featureSet": "alerts"} in change["impacts"]
 
     async def test_one_unusable_fetch_strips_nothing(self, tmp_path) -> None:
@@ -162,7 +164,8 @@ class TestRefetch:
             await nudge(connection, "test/again")
             await wait_for(lambda: record(tmp_path, "repair").done)
         rec = record(tmp_path, "repair")
-        assert error_of(rec, 1) == {"code": -32001, "message": "Feature set not enabled", "data": {"featureSet": "alerts"}}
+        assert error_of(rec, 1) == {"code": -32001, "message": "Feature set not enabled",
+                                    "data": {"featureSet": "alerts"}}
         assert result_of(rec, 3) == {"accepted": True}
 
 

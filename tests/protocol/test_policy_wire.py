@@ -250,7 +250,8 @@ class TestReceiptOutcomes:
         answers = {"errs": {"error": {"code": -32603, "message": "boom"}}, "junk": {"result": "yes"},
                    "noflag": {"result": {"mode": "degraded"}}}
         specs = [scripted(name, {"manifest": CHAT_MANIFEST, "policy": answer,
-                                 "steps": [{"request": "push/event", "params": push()}]}, tmp_path, grant=["pushEvents"])
+                                 "steps": [{"request": "push/event", "params": push()}]},
+                          tmp_path, grant=["pushEvents"])
                  for name, answer in answers.items()]
         with capture_logs() as logs:
             async with running_host(config_with(tmp_path, *specs)):
@@ -302,7 +303,7 @@ class TestPolicyUpdates:
                                                                                      "channels.register"]
 
     async def test_a_mixed_change_revokes_at_once_and_widens_only_at_the_receipt(self, tmp_path) -> None:
-        """Swapping pushEvents for channels.incoming: the push is refused at once, incoming only works after the receipt."""
+        """Swapping pushEvents for channels.incoming: pushes are refused at once, incoming works after the receipt."""
         script = {"manifest": SPLIT_MANIFEST, "policy": [ACCEPTED, {"delay": 2.0, **ACCEPTED}],
                   "steps": [register("disc:g1:room"), {"wait": "test/go"},
                             {"request": "push/event", "params": push(feature_set="alerts")},
@@ -327,7 +328,8 @@ class TestPolicyUpdates:
         """An unanswered widening times out into the fallback; the new path is refused before and after."""
         script = {"manifest": SPLIT_MANIFEST, "policy": [ACCEPTED, "ignore"],
                   "steps": [{"wait": "test/go"}, {"request": "push/event", "params": push(feature_set="alerts")},
-                            {"wait": "test/again"}, {"request": "push/event", "params": push("e-2", feature_set="alerts")}]}
+                            {"wait": "test/again"},
+                            {"request": "push/event", "params": push("e-2", feature_set="alerts")}]}
         spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=2.0)
         async with connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
@@ -343,7 +345,7 @@ class TestPolicyUpdates:
         assert error_of(rec, 3)["code"] == -32002
 
     async def test_an_update_never_grants_what_was_not_advertised(self, tmp_path) -> None:
-        """update_policy keeps only advertised paths: a caller cannot push modelInfo onto a server that never offered it."""
+        """update_policy keeps only advertised paths: nobody grants modelInfo to a server that never offered it."""
         spec = scripted("unadvertised", {"manifest": SPLIT_MANIFEST}, tmp_path, grant=self.GRANT)
         async with connected(spec, tmp_path) as connection:
             await connection.update_policy(frozenset({"pushEvents", "modelInfo", "inferenceRequest"}))
