@@ -186,6 +186,20 @@ class TestRateLimit:
         assert manifest_module.MIN_FETCH_INTERVAL_S >= 1.0
 
 
+    async def test_a_malformed_hint_is_refused_and_fetches_nothing(self, tmp_path) -> None:
+        """A hint with members the schema forbids, or without a revision, is logged and acted on not at all."""
+        bad = [{"notify": "mcpl/manifestChanged", "params": {**HINT["params"], "grant": ["*"]}},
+               {"notify": "mcpl/manifestChanged", "params": {"domains": ["capabilities"]}}]
+        script = {"manifest": SPLIT_MANIFEST, "handlers": fetch_answer(SPLIT_MANIFEST),
+                  "steps": [*bad, {"request": "ping"}]}
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, scripted("malformed", script, tmp_path, grant=GRANT))):
+                await wait_for(lambda: record(tmp_path, "malformed").done)
+        assert "mcpl/manifest" not in record(tmp_path, "malformed").methods_received()
+        refused = logged(logs, "connector.notification_refused", method="mcpl/manifestChanged")
+        assert [r["code"] for r in refused] == [-32602, -32602]
+
+
 class TestDigest:
     async def test_a_revision_that_does_not_match_is_logged_not_rejected(self, tmp_path) -> None:
         """A wrong revision at initialize and on a re-fetch is a logged defect; both manifests are used."""

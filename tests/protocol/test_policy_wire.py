@@ -263,6 +263,20 @@ class TestReceiptOutcomes:
         assert not logged(logs, "connector.ready")
 
 
+    async def test_a_degradation_entry_without_effect_is_a_logged_defect(self, tmp_path) -> None:
+        """unavailableFeatures entries must carry `effect`; one without it is logged, and the receipt still counts."""
+        receipt = {"result": {"accepted": True, "mode": "degraded",
+                              "unavailableFeatures": [{"featureSet": "chat", "missingCapabilities": []}]}}
+        script = {"manifest": CHAT_MANIFEST, "policy": receipt,
+                  "steps": [{"request": "push/event", "params": push()}]}
+        spec = scripted("noeffect", script, tmp_path, grant=CHAT_MANIFEST["featureSets"]["chat"]["uses"])
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)):
+                await wait_for(lambda: record(tmp_path, "noeffect").done)
+        assert logged(logs, "connector.defect", defect="unavailableFeatures entry without effect")
+        assert result_of(record(tmp_path, "noeffect"), 0) == {"accepted": True}
+
+
 class TestReceiptNeverWidens:
     async def test_a_receipt_claiming_more_grants_nothing_more(self, tmp_path) -> None:
         """missingCapabilities, notes and a receipt's own capability lists never widen the grant."""
