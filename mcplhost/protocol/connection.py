@@ -547,6 +547,11 @@ class McplConnection:
 
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+        if self.mode is not Mode.READY:
+            # Queued before the connection fell back (or never got MCPL): there is
+            # nothing to refresh, and a policy sent now could make it ready again.
+            self.log.info("connector.job_skipped", job="manifest", mode=self.mode.value)
+            return
         assert self.session is not None and self.manifest is not None
         self.tracker.fetched()
         try:

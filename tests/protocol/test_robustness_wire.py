@@ -21,10 +21,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from mcplhost.protocol.connection import Mode
+
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
     config_with,
+    connected,
     error_of,
     incoming,
     items_when,
@@ -188,3 +191,16 @@ class TestHintsOutsideMcpl:
         assert rec.methods_received().count("featureSets/update") == 1
         assert "mcpl/manifest" not in rec.methods_received()
         assert error_of(rec, 2)["data"] == {"capability": "channels.register", "reason": "mcp_only"}
+
+    async def test_a_refresh_on_a_fallen_connection_does_nothing(self, tmp_path) -> None:
+        """refresh_manifest on an MCP-only connection neither fetches nor sends a policy that could revive it."""
+        refusal = {"result": {"accepted": False, "fallback": "mcp-only"}}
+        script = {"manifest": CHAT_MANIFEST, "policy": [refusal, {"result": {"accepted": True}}],
+                  "handlers": {"mcpl/manifest": {"result": {**CHAT_MANIFEST, "featureSets": {}}}}}
+        spec = scripted("fallen", script, tmp_path, grant=CHAT_GRANT)
+        async with connected(spec, tmp_path) as connection:
+            assert connection.mode is Mode.MCP_ONLY
+            await connection.refresh_manifest()
+            assert connection.mode is Mode.MCP_ONLY
+        methods = record(tmp_path, "fallen").methods_received()
+        assert "mcpl/manifest" not in methods and methods.count("featureSets/update") == 1
