@@ -96,6 +96,8 @@ class McplConnection:
         self.tracker = ManifestTracker(clock)
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[tuple[str, Any]](MAX_PENDING_JOBS)
         self._warned: set[str] = set()
+        #: Set when a later policy is refused with fallback "close": the supervisor ends this life.
+        self.closed_by_policy = anyio.Event()
 
     # --- handshake -----------------------------------------------------------
 
@@ -497,13 +499,13 @@ class McplConnection:
     def _close_by_policy(self, why: str) -> None:
         """A later policy was refused with fallback "close": serve nothing more.
 
-        The supervisor learns of a refusal only during the handshake, so the
-        process lives on until it exits; every privileged method is refused
-        and no further job runs for it.
+        Every privileged method is refused from now on, and `closed_by_policy`
+        tells the supervisor to end this process life.
         """
         self.grant, self.feature_sets, self.mode = frozenset(), {}, Mode.CLOSED
         self.registry.clear()
         self.log.warning("connector.policy_closed", reason=why)
+        self.closed_by_policy.set()
 
     def close_jobs(self) -> None:
         self._jobs_in.close()
@@ -543,7 +545,11 @@ class McplConnection:
         if self.mode is not Mode.READY:
             raise errors.capability_denied("featureSets", "not_ready")
         # Never grant what the server did not advertise (§5.4), whatever the caller asks for.
-        return await self._send_policy(frozenset(grant) & advertised_paths(self.capabilities), initial=False)
+        try:
+            return await self._send_policy(frozenset(grant) & advertised_paths(self.capabilities), initial=False)
+        except PolicyClosed as exc:
+            self._close_by_policy(str(exc))
+            raise
 
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""

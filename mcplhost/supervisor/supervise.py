@@ -117,6 +117,11 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, *, on_ready
             else:
                 plog.info("connector.up", mode=mode.value)
                 on_ready()
+                # Serve until the child's output ends (which cancels this scope), or
+                # until the connector refuses a later policy with fallback "close".
+                await connection.closed_by_policy.wait()
+                ended = Life.POLICY_CLOSED
+                tg.cancel_scope.cancel()
     finally:
         connection.close_jobs()
         how = await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=plog)

@@ -133,15 +133,13 @@ class TestDeathMidExchange:
     async def test_refusing_a_later_policy_with_fallback_close_does_not_crash_the_host(self, tmp_path) -> None:
         """A connector that refuses the policy a manifest change prompts loses MCPL; the daemon goes on."""
         async with self.refusing_host(tmp_path) as logs:
-            await wait_for(lambda: record(tmp_path, "refuser").done)
             await wait_for(lambda: logged(logs, "connector.policy_closed", connector="refuser"))
         rec = record(tmp_path, "refuser")
         assert result_of(rec, 0)["results"][0]["accepted"] is True
-        assert error_of(rec, 4)["code"] == -32002  # sent after its refusal: nothing is served any more
+        # Its message sent after the refusal is never stored (refused, or the connector is gone first).
+        assert not any(e.get("step") == 4 and "result" in e for e in rec.events if e["kind"] == "answer")
         assert [texts(i)[-1] for i in await items_when(tmp_path, 1)] == ["still here"]
 
-    @pytest.mark.xfail(strict=True, reason="supervisor: a refusal with fallback close after the handshake cannot "
-                                           "end the process life; only handshake() reports PolicyClosed")
     async def test_refusing_a_later_policy_with_fallback_close_stops_the_connector(self, tmp_path) -> None:
         """After a later refusal with fallback "close" the host stops the connector process."""
         async with self.refusing_host(tmp_path) as logs:
