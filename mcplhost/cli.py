@@ -15,7 +15,7 @@ import msgspec
 import structlog
 
 from . import __version__, logs
-from .config import Config, default_config_path, load_config
+from .config import default_config_path, load_config
 from .errors import ConfigError, OperatorError
 from .host import Host
 from .store import open_reader, open_store

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import pytest
 from structlog.testing import capture_logs
 
 from mcplhost.protocol.connection import Mode
