@@ -54,10 +54,13 @@ def admit_message(
     channel must be registered on this connection now (never the id the
     message merely claims) and must receive (not be outbound-only).
     """
-    message_id = raw.get("messageId") if isinstance(raw, dict) else None
-    message = convert(raw, IncomingMessage)
-    if isinstance(message, ConnectorProtocolError):
-        return refusal(message_id, message, "invalid_message")
+    if isinstance(raw, IncomingMessage):
+        message = raw  # already decoded with the whole batch
+    else:
+        message = convert(raw, IncomingMessage)
+        if isinstance(message, ConnectorProtocolError):
+            message_id = raw.get("messageId") if isinstance(raw, dict) else None
+            return refusal(message_id, message, "invalid_message")
     channel = registry.get(message.channelId)
     if channel is None:
         return refusal(message.messageId, errors.unknown_channel(message.channelId), "unknown_channel")

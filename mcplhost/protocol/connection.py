@@ -40,9 +40,11 @@ from .params import (
     IncomingBatch,
     InitializeResult,
     ManifestChanged,
+    WellFormedBatch,
     PushEvent,
     Receipt,
     Register,
+    decode_incoming,
     decode_params,
 )
 from .tags import producer_implies
@@ -334,7 +336,7 @@ class McplConnection:
             case "channels/list":
                 return {"channels": [c.descriptor() for c in self.registry.channels()]}
             case "channels/incoming":
-                return self._incoming(decode_params(params, IncomingBatch, method))
+                return self._incoming(decode_incoming(params, method))
             case "push/event":
                 return self._push(decode_params(params, PushEvent, method))
             case "model/info" | "inference/request":
@@ -364,7 +366,7 @@ class McplConnection:
             elif method == "channels/incoming":
                 self._warn_once("incoming-notification", "connector.defect",
                                 defect="channels/incoming sent as a notification (AMB-19)")
-                deferred = self._incoming(decode_params(params, IncomingBatch, method))
+                deferred = self._incoming(decode_incoming(params, method))
                 await deferred.work()
             elif method == "mcpl/manifestChanged":
                 self._manifest_changed(params)
@@ -399,7 +401,7 @@ class McplConnection:
             if channel.initiallyOpen:
                 self._schedule("open", channel)
 
-    def _incoming(self, batch: IncomingBatch) -> Deferred:
+    def _incoming(self, batch: IncomingBatch | WellFormedBatch) -> Deferred:
         results: list[dict[str, Any] | None] = []
         admitted = []
         for raw in batch.messages:

@@ -43,9 +43,14 @@ def expand_tags(
     never adds one. Finally `chat:ambient` is removed if `chat:addressed` is
     present. Non-string entries are dropped.
     """
-    edges: dict[str, set[str]] = {source: set(targets) for source, targets in CORE_EDGES.items()}
-    for source, targets in (accepted_implies or {}).items():
-        edges.setdefault(source, set()).update(t for t in targets if isinstance(t, str))
+    if not tags:
+        return []  # the common case: nothing to expand
+    edges: Mapping[str, Iterable[str]] = CORE_EDGES
+    if accepted_implies:
+        merged = {source: set(targets) for source, targets in CORE_EDGES.items()}
+        for source, targets in accepted_implies.items():
+            merged.setdefault(source, set()).update(t for t in targets if isinstance(t, str))
+        edges = merged
 
     expanded = {tag for tag in tags if isinstance(tag, str)}
     pending = [tag for tag in expanded if is_namespaced(tag)]
