@@ -45,7 +45,7 @@ class _Write:
     def __init__(self, items: list[NewItem], push: tuple[str, str, dict[str, Any], int] | None) -> None:
         self.items = items
         self.push = push  # (server_id, event_id, answer, created_at)
-        self.done = anyio.Event()
+        self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -54,6 +54,9 @@ class GroupWriter:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._send, self._receive = anyio.create_memory_object_stream[_Write](MAX_QUEUED_WRITES)
+        # One event per commit, not per write: every waiter wakes on the commit
+        # after it was queued and checks whether its own write was in it.
+        self._committed = anyio.Event()
         self.stats = {"writes": 0, "items": 0, "commits": 0, "failed": 0}
 
     async def store_items(self, items: list[NewItem]) -> None:
@@ -70,7 +73,8 @@ class GroupWriter:
             self._send.send_nowait(write)  # no yield to the loop while there is room
         except anyio.WouldBlock:
             await self._send.send(write)
-        await write.done.wait()
+        while not write.done:
+            await self._committed.wait()
         if write.error is not None:
             raise write.error
         return write.result
@@ -138,4 +142,6 @@ class GroupWriter:
         self.stats["writes"] += len(group)
         self.stats["commits"] += 1
         for write in group:
-            write.done.set()
+            write.done = True
+        committed, self._committed = self._committed, anyio.Event()
+        committed.set()
