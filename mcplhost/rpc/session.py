@@ -124,7 +124,14 @@ class Session:
         self.on_notification = on_notification
         self.log = log if log is not None else structlog.get_logger()
         self._buffer = LineBuffer(max_line_bytes)
-        self._limiter = anyio.Semaphore(max_concurrent)
+        # Deferred work runs on a pool of worker tasks that grows on demand up
+        # to `max_concurrent`: starting a task per request costs more (in
+        # anyio) than the work it waits for. The queue holds as many again.
+        self._max_workers = max_concurrent
+        self._workers = 0
+        self._idle_workers = 0
+        self._deferred_send, self._deferred_receive = anyio.create_memory_object_stream[
+            tuple[Request, Deferred]](max_concurrent)
         self.timeout = timeout
         self._table = RequestTable()
         self._waiters: dict[int, Any] = {}
@@ -231,12 +238,15 @@ class Session:
                     task_status.started()
                     await self._read_loop(handlers)
                     # Output ended: let in-flight handlers finish, within a bound.
+                    self._deferred_send.close()
                     handlers.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
                 # Then the writer sends what is queued and ends, within a bound too.
                 self._out_send.close()
                 outer.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
         finally:
             self._out_send.close()
+            self._deferred_send.close()
+            self._deferred_receive.close()  # the workers' clones are closed by the workers
             self._close_waiters("the peer's output ended")
 
     def _close_waiters(self, why: str) -> None:
@@ -312,24 +322,33 @@ class Session:
             await self._reply_failure(request, exc)
             return
         if isinstance(result, Deferred):
+            if self._idle_workers == 0 and self._workers < self._max_workers:
+                self._workers += 1
+                self._idle_workers += 1  # counted idle from now, so one request starts one worker
+                handlers.start_soon(self._deferred_worker)
             try:
-                self._limiter.acquire_nowait()  # no yield to the loop while there is room
+                self._deferred_send.send_nowait((request, result))  # no yield while there is room
             except anyio.WouldBlock:
-                await self._limiter.acquire()
-            handlers.start_soon(self._finish_deferred, request, result)
+                await self._deferred_send.send((request, result))  # back-pressure on the read loop
             return
         await self._reply_result(request, result)
 
+    async def _deferred_worker(self) -> None:
+        async with self._deferred_receive.clone() as receive:
+            async for request, deferred in receive:
+                self._idle_workers -= 1
+                try:
+                    await self._finish_deferred(request, deferred)
+                finally:
+                    self._idle_workers += 1
+
     async def _finish_deferred(self, request: Request, deferred: Deferred) -> None:
         try:
-            try:
-                result = await deferred.work()
-            except Exception as exc:
-                await self._reply_failure(request, exc)
-                return
-            await self._reply_result(request, result)
-        finally:
-            self._limiter.release()
+            result = await deferred.work()
+        except Exception as exc:
+            await self._reply_failure(request, exc)
+            return
+        await self._reply_result(request, result)
 
     async def _reply_failure(self, request: Request, exc: Exception) -> None:
         error = error_for(exc)

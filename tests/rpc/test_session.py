@@ -329,3 +329,37 @@ class TestAtReceipt:
             assert (await peer.read())["result"] == [2]
             peer.close()
         assert len(caught) == 1
+
+
+class TestDeferredWork:
+    async def test_deferred_requests_run_concurrently_on_a_bounded_pool(self) -> None:
+        """Many slow requests are all answered, at most max_concurrent running at once."""
+        running = 0
+        peak = 0
+        release = anyio.Event()
+
+        async def handler(method: str, params: Any) -> Any:
+            async def work() -> Any:
+                nonlocal running, peak
+                running += 1
+                peak = max(peak, running)
+                await release.wait()
+                running -= 1
+                return "done"
+            return Deferred(work)
+
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=handler, max_concurrent=4)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            for i in range(20):
+                await peer.write({"jsonrpc": "2.0", "id": i, "method": "slow"})
+            with anyio.fail_after(5):
+                while peak < 4:
+                    await anyio.sleep(0.001)
+            release.set()
+            answers = [await peer.read() for _ in range(20)]
+            peer.close()
+        assert sorted(a["id"] for a in answers) == list(range(20))
+        assert all(a["result"] == "done" for a in answers)
+        assert peak == 4 and session._workers == 4
