@@ -25,7 +25,8 @@ from mcplhost.store import NewItem, Store
 from mcplhost.store.writer import GroupWriter
 
 EDITED_TAG = "chat:edited"
-#: Recent (connector, channel, messageId) → thread, so a correction finds its original without a read.
+#: Recent (connector, channel, messageId) → thread, so a correction usually finds its original's
+#: thread without a read.
 RECENT_THREADS = 10_000
 
 
@@ -80,15 +81,18 @@ class Ingest:
             await self.writer.store_items(rows)
             self._observe(rows)
         results = []
+        conversations: dict[tuple[str | None, str | None], str] = {}  # a batch is mostly one conversation
         for message, outcome in zip(messages, outcomes):
             if isinstance(outcome, Rejected):
                 results.append({"messageId": message.message_id, "accepted": False, "reason": outcome.reason,
                                 "code": errors.INVALID_PARAMS})
-            else:
-                source = outcome.metadata["source"]
-                results.append({"messageId": message.message_id, "accepted": True,
-                                "conversationId": conversation_id(server_id, source.get("channelId"),
-                                                                  source.get("threadId"))})
+                continue
+            source = outcome.metadata["source"]
+            place = (source.get("channelId"), source.get("threadId"))
+            if place not in conversations:
+                conversations[place] = conversation_id(server_id, *place)
+            results.append({"messageId": message.message_id, "accepted": True,
+                            "conversationId": conversations[place]})
         return results
 
     async def store_push(self, server_id: str, push: AdmittedPush) -> dict[str, Any]:
@@ -121,15 +125,20 @@ class Ingest:
 
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""
-        key = (server_id, channel_id, message_id)
-        if key in self._threads:
-            return self._threads[key]
+        remembered = self._threads.get((server_id, channel_id, message_id))
+        if remembered is not None:
+            return remembered
         return await self.store.items.thread_of(server_id, channel_id, message_id)
 
     def _remember_thread(self, server_id: str, channel_id: str, message_id: str, thread_id: str | None) -> None:
-        self._threads[(server_id, channel_id, message_id)] = thread_id
-        self._threads.move_to_end((server_id, channel_id, message_id))
-        while len(self._threads) > RECENT_THREADS:
+        key = (server_id, channel_id, message_id)
+        if thread_id is None:
+            # Only threads are worth remembering; a miss costs one read, and only for a correction.
+            self._threads.pop(key, None)
+            return
+        self._threads[key] = thread_id
+        self._threads.move_to_end(key)
+        if len(self._threads) > RECENT_THREADS:
             self._threads.popitem(last=False)
 
     def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int) -> NewItem:
