@@ -418,7 +418,7 @@ class McplConnection:
             # Debug, not info: each stored item is itself the audit record of a
             # message (connector, source, acceptedAt), and a line per request
             # would cost more than storing it on a busy connector.
-            self.log.debug("mcpl.incoming", messages=len(final), refused=len(final) - len(admitted))
+            self.log.debug("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
             return {"results": final}
 
         return Deferred(store)
