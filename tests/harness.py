@@ -257,3 +257,16 @@ SPLIT_MANIFEST: dict[str, Any] = {
         "alerts": {"description": "alerts", "uses": ["pushEvents"]},
     },
 }
+
+
+#: A well-formed mcpl/manifestChanged hint for scripted steps; its revision is a claim the host never relies on.
+HINT = {"notify": "mcpl/manifestChanged", "params": {"revision": "sha256:" + "A" * 43, "domains": ["capabilities"]}}
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

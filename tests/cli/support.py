@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
-from ..harness import PYTHON, REPO, wait_for
+from ..harness import PYTHON, REPO, alive, wait_for
 
 #: Variables of the test run's own environment that would change what `mcplhost` does.
 SCRUBBED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "MCPLHOST_CONFIG")
@@ -145,14 +145,6 @@ async def daemon(config: Path | None, folder: Path, *, env: Mapping[str, str] | 
             await process.wait()
             await process.aclose()
 
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 # --- systemd's notify socket -----------------------------------------------------------

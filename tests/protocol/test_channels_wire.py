@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
+    HINT,
     config_with,
     connected,
     descriptor,
@@ -32,8 +33,6 @@ from ..harness import (
     texts,
     wait_for,
 )
-
-HINT = {"notify": "mcpl/manifestChanged", "params": {"revision": "sha256:" + "A" * 43, "domains": ["capabilities"]}}
 
 
 def chat(tmp_path, name: str, steps: list[dict[str, Any]], **fields: Any):

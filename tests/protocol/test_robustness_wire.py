@@ -25,6 +25,7 @@ from mcplhost.protocol.connection import Mode
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
+    HINT,
     config_with,
     connected,
     error_of,
@@ -40,8 +41,6 @@ from ..harness import (
     texts,
     wait_for,
 )
-
-HINT = {"notify": "mcpl/manifestChanged", "params": {"revision": "sha256:" + "A" * 43, "domains": ["capabilities"]}}
 
 
 def neighbour(tmp_path, *, wait_for_method: str | None = None):

@@ -25,7 +25,7 @@ from mcplhost.supervisor.process import (
     stop,
 )
 
-from ..harness import PYTHON, wait_for
+from ..harness import PYTHON, alive, wait_for
 
 #: Slack on top of a configured grace period for scheduling and process exit on a busy machine.
 SLACK_S = 1.5
@@ -72,14 +72,6 @@ async def started(command: list[str]) -> AsyncIterator[Process]:
     finally:
         await stop(process, stdin_grace=0, term_grace=0, log=structlog.get_logger())
 
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie waiting for init to reap it counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 class TestChildEnvironment:
