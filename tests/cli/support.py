@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
-from ..harness import PYTHON, REPO, alive, wait_for
+from ..harness import PYTHON, REPO, wait_for
 
 #: Variables of the test run's own environment that would change what `mcplhost` does.
 SCRUBBED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "MCPLHOST_CONFIG")

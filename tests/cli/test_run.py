@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
-from .support import alive, cli, daemon, scripted_connector, write_config
+from ..harness import alive
+from .support import cli, daemon, scripted_connector, write_config
 
 CHANNEL = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional", "address": {}}
 
