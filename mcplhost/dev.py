@@ -9,7 +9,6 @@ from .config import Config, ConnectorConfig, StoreConfig
 from .store import NewItem
 
 
-
 def dev_config(db: Path) -> Config:
     python = sys.executable
     return Config(

@@ -18,7 +18,14 @@ from typing import Any
 import msgspec
 
 from mcplhost.inbound import canonical_json
-from mcplhost.inbound.pipeline import Delivered, InFlight, Processed, Rejected, admit, run_pipeline
+from mcplhost.inbound.pipeline import (
+    Delivered,
+    InFlight,
+    Processed,
+    Rejected,
+    admit,
+    run_pipeline,
+)
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.store import NewItem, Store

@@ -24,14 +24,19 @@ from msgspec import Raw, UnsetType
 
 from mcplhost import __version__
 from mcplhost.config import ConnectorConfig
-from mcplhost.rpc import ConnectionClosed, Deferred, RemoteError, RequestTimeout, Session
-from mcplhost.rpc.messages import METHOD_NOT_FOUND
+from mcplhost.rpc import (
+    ConnectionClosed,
+    Deferred,
+    RemoteError,
+    RequestTimeout,
+    Session,
+)
 
 from . import errors
 from .admission import admit_message, admit_push
 from .channels import Channel, ChannelRegistry
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
-from .grants import advertised_paths, denied_paths, effective_grant
+from .grants import advertised_paths, effective_grant
 from .intake import Intake
 from .manifest import ManifestTracker
 from .methods import MCP_NOTIFICATIONS_PREFIX, rule_for
@@ -40,13 +45,13 @@ from .params import (
     IncomingBatch,
     InitializeResult,
     ManifestChanged,
-    WellFormedBatch,
     PushEvent,
-    Receipt,
     Register,
+    WellFormedBatch,
     decode_incoming,
     decode_params,
 )
+from .policy import interim, judge_receipt, policy_params
 from .tags import producer_implies
 
 #: MCP protocol version we ask for; MCPL does not change MCP versioning (§3.1).
@@ -164,16 +169,6 @@ class McplConnection:
         selection = self.spec.feature_sets
         return derive_feature_sets(self.declared, grant, selection.enabled, list(selection.disabled))
 
-    def _policy_params(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "effectiveCapabilities": sorted(grant),
-            "deniedCapabilities": denied_paths(self.capabilities, grant),
-            "disabled": sorted(name for name, state in states.items() if not state.enabled),
-        }
-        if self.spec.feature_sets.enabled is not None:
-            params["enabled"] = sorted(name for name, state in states.items() if state.enabled)
-        return params
-
     async def _send_policy(self, grant: frozenset[str], *, initial: bool) -> Mode:
         """Send featureSets/update as a Request; narrowing applies first, widening at the receipt.
 
@@ -184,12 +179,14 @@ class McplConnection:
         assert self.session is not None
         states = self._derive(grant)
         if not initial:
-            self._apply(*self._interim(grant))  # security never waits on the receipt
+            # Security never waits on the receipt: what narrows applies now.
+            self._apply(*interim(self.grant, self.feature_sets, grant, self._derive))
         self._requested = grant
         try:
             return await self.session.request(
                 "featureSets/update",
-                self._policy_params(grant, states),
+                policy_params(self.capabilities, grant, states,
+                              selection_given=self.spec.feature_sets.enabled is not None),
                 timeout=self.spec.policy_timeout_s,
                 at_receipt=lambda outcome: self._apply_receipt(outcome, *self._still_requested(grant, states),
                                                                initial=initial),
@@ -212,52 +209,20 @@ class McplConnection:
 
     def _apply_receipt(self, outcome: Raw | RemoteError, grant: frozenset[str],
                        states: dict[str, FeatureSetState], *, initial: bool) -> Mode:
-        if isinstance(outcome, RemoteError):
-            if outcome.code == METHOD_NOT_FOUND and (self.legacy or (initial and self.spec.protocol != "0.5")):
-                # A legacy server that does not know the method: policy acknowledged (COMPAT.md).
-                self.legacy = True
-                if initial:
-                    self.log.info("connector.legacy_policy", detail="featureSets/update answered -32601")
-                return self._ready(grant, states)
-            return self._fallback(self.spec.policy_fallback, f"policy answered with error {outcome.code}")
-        try:
-            receipt = msgspec.json.decode(bytes(outcome), type=Receipt)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.log.warning("connector.defect", defect="unusable policy receipt", error=str(exc))
-            return self._fallback(self.spec.policy_fallback, "unusable receipt")
-        if receipt.accepted:
-            for entry in receipt.unavailableFeatures:
-                if not isinstance(entry, dict) or "effect" not in entry:
-                    self.log.warning("connector.defect", defect="unavailableFeatures entry without effect")
-            # The receipt never widens anything: the grant is what we sent.
-            self.log.info("connector.policy_receipt", mode=receipt.mode or "full",
-                          unavailable=len(receipt.unavailableFeatures))
-            return self._ready(grant, states)
-        if receipt.fallback not in ("mcp-only", "close"):
-            self.log.warning("connector.defect", defect="refusal without a valid fallback")
-            return self._fallback(self.spec.policy_fallback, "policy refused")
-        return self._fallback(receipt.fallback, "policy refused")
-
-    def _interim(self, grant: frozenset[str]) -> tuple[frozenset[str], dict[str, FeatureSetState]]:
-        """The part of a change to `grant` that applies before its receipt: only what narrows.
-
-        Paths the new grant drops go at once; paths it adds wait for the
-        receipt. Likewise a feature set is enabled in the meantime only if it
-        is enabled both before and after, using only what it used before and
-        still uses; a set enabled only by the change stays as it was (or
-        undeclared) until the receipt.
-        """
-        kept = self.grant & grant
-        states: dict[str, FeatureSetState] = {}
-        for name, new in self._derive(kept).items():
-            old = self.feature_sets.get(name)
-            if not new.enabled:
-                states[name] = new
-            elif old is not None and old.enabled:
-                states[name] = msgspec.structs.replace(new, uses=new.uses & old.uses)
-            elif old is not None:
-                states[name] = old
-        return kept, states
+        verdict = judge_receipt(outcome, legacy=self.legacy, initial=initial, strict=self.spec.protocol == "0.5",
+                                operator_fallback=self.spec.policy_fallback)
+        for defect in verdict.defects:
+            self.log.warning("connector.defect", defect=defect)
+        if not verdict.ready:
+            assert verdict.fallback is not None
+            return self._fallback(verdict.fallback, verdict.why)
+        if verdict.legacy_ack:
+            self.legacy = True
+            if initial:
+                self.log.info("connector.legacy_policy", detail="featureSets/update answered -32601")
+        else:
+            self.log.info("connector.policy_receipt", mode=verdict.mode, unavailable=verdict.unavailable)
+        return self._ready(grant, states)
 
     def _apply(self, grant: frozenset[str], states: dict[str, FeatureSetState]) -> None:
         """Put a grant and the feature-set states derived from it in force.

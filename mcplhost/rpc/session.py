@@ -45,6 +45,7 @@ from .messages import (
 )
 from .table import RequestTable, Settled
 
+
 class _Raised:
     """An outcome for a waiting caller that is to be raised, not returned."""
 

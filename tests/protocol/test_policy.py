@@ -1,0 +1,71 @@
+"""Unit tests for mcplhost/protocol/policy.py: the policy exchange as pure rules."""
+
+import msgspec
+from msgspec import Raw
+
+from mcplhost.protocol.featuresets import derive_feature_sets
+from mcplhost.protocol.policy import interim, judge_receipt, policy_params
+from mcplhost.rpc import ErrorObject, RemoteError
+
+
+def raw(value: object) -> Raw:
+    return Raw(msgspec.json.encode(value))
+
+
+def judge(outcome, *, legacy=False, initial=True, strict=False, operator_fallback="mcp-only"):
+    return judge_receipt(outcome, legacy=legacy, initial=initial, strict=strict, operator_fallback=operator_fallback)
+
+
+class TestJudgeReceipt:
+    def test_accepted(self) -> None:
+        """An accepted receipt makes the connection ready, with its own account kept for the log."""
+        verdict = judge(raw({"accepted": True, "mode": "degraded", "unavailableFeatures": [{"featureSet": "x"}]}))
+        assert verdict.ready and verdict.mode == "degraded" and verdict.unavailable == 1
+        assert verdict.defects == ("unavailableFeatures entry without effect",)
+
+    def test_method_not_found_is_a_legacy_acknowledgement(self) -> None:
+        """-32601 to the initial policy means a legacy server acknowledged it, unless configured strictly 0.5."""
+        error = RemoteError(ErrorObject(-32601, "Method not found"))
+        assert judge(error).legacy_ack
+        assert not judge(error, strict=True).ready
+        assert judge(error, initial=False, legacy=True).ready
+        assert not judge(error, initial=False).ready
+
+    def test_refusals_use_their_fallback_or_the_operators(self) -> None:
+        """accepted:false names its fallback; a missing or unknown one falls to the operator's choice."""
+        assert judge(raw({"accepted": False, "fallback": "close"})).fallback == "close"
+        assert judge(raw({"accepted": False, "fallback": "mcp-only"}), operator_fallback="close").fallback == "mcp-only"
+        missing = judge(raw({"accepted": False}), operator_fallback="close")
+        assert missing.fallback == "close" and missing.defects == ("refusal without a valid fallback",)
+        assert judge(raw({"accepted": False, "fallback": "sulk"})).fallback == "mcp-only"
+
+    def test_unusable_answers_fall_back(self) -> None:
+        """A receipt that is not a receipt, or another error, never makes the connection ready."""
+        for outcome in (raw([1]), raw({"accepted": "yes"}), RemoteError(ErrorObject(-32603, "boom"))):
+            assert not judge(outcome).ready
+
+
+class TestPolicyParams:
+    def test_grant_always_sent_and_disjoint_from_denied(self) -> None:
+        """effectiveCapabilities is present even when empty and never shares a path with deniedCapabilities."""
+        capabilities = {"experimental": {"mcpl": {"pushEvents": True, "channels": {"publish": True}}}}
+        empty = policy_params(capabilities, frozenset(), {}, selection_given=False)
+        assert empty["effectiveCapabilities"] == [] and "enabled" not in empty
+        params = policy_params(capabilities, frozenset({"pushEvents"}), {}, selection_given=True)
+        assert params["effectiveCapabilities"] == ["pushEvents"]
+        assert params["deniedCapabilities"] == ["channels.publish"] and params["enabled"] == []
+
+
+class TestInterim:
+    def test_only_narrowing_applies_before_the_receipt(self) -> None:
+        """Dropped paths go at once, added ones wait; a set enabled only by the change stays off."""
+        declared = {"a": {"description": "a", "uses": ["pushEvents"]},
+                    "b": {"description": "b", "uses": ["channels.publish"]}}
+
+        def derive(grant: frozenset[str]):
+            return derive_feature_sets(declared, grant, None, [])
+
+        now = frozenset({"pushEvents"})
+        kept, states = interim(now, derive(now), frozenset({"channels.publish"}), derive)
+        assert kept == frozenset()
+        assert not states["a"].enabled and not states["b"].enabled
