@@ -85,6 +85,19 @@ class McplServer:
         finally:
             self._pending.pop(request_id, None)
 
+    async def request_encoded(self, method: str, params_json: str, *, timeout: float = 30.0) -> Any:
+        """`request` with the params already encoded as JSON (for load generators)."""
+        request_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        line = f'{{"jsonrpc":"2.0","id":{request_id},"method":{json.dumps(method)},"params":{params_json}}}\n'
+        sys.stdout.buffer.write(line.encode("utf-8"))
+        sys.stdout.buffer.flush()
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending.pop(request_id, None)
+
     def notify(self, method: str, params: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:

@@ -31,6 +31,8 @@ from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
 
 HERE = Path(__file__).resolve().parent
+#: Runs per workload; the best host rate and the best plain rate are compared.
+ROUNDS = 2
 
 
 def connector(name: str, folder: Path, count: int, batch: int, inflight: int) -> ConnectorConfig:
@@ -45,8 +47,8 @@ def connector(name: str, folder: Path, count: int, batch: int, inflight: int) ->
     )
 
 
-async def run_host(folder: Path, connectors: list[ConnectorConfig]) -> float:
-    """Run the host until every connector reports; return the slowest connector's seconds."""
+async def run_host(folder: Path, connectors: list[ConnectorConfig]) -> tuple[float, int]:
+    """Run the host until every connector reports; return the slowest connector's seconds and items accepted."""
     config = Config(store=StoreConfig(path=str(folder / "host.db")), connectors=connectors)
     host = Host(config)
     stop = anyio.Event()
@@ -58,7 +60,6 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig]) -> float:
                 await anyio.sleep(0.05)
         stop.set()
     reports = [json.loads(p.read_text()) for p in results]
-    assert all(r["accepted"] == c.env and 0 or True for r, c in zip(reports, connectors))
     return max(r["seconds"] for r in reports), sum(r["accepted"] for r in reports)
 
 
@@ -92,15 +93,18 @@ async def main(items: int) -> None:
         ("batches of 50, 1 connector", 1, 50, 8),
         ("1 message per request, 4 connectors", 4, 1, 64),
     ):
-        with tempfile.TemporaryDirectory() as name:
-            folder = Path(name)
-            per = items // connectors_count
-            specs = [connector(f"c{i}", folder, per, batch, inflight) for i in range(connectors_count)]
-            seconds, accepted = await run_host(folder, specs)
-            rate = accepted / seconds
-            plain = plain_insert(folder / "host.db", folder)
-            print(f"{label:>38}: {rate:>9,.0f} items/s | plain batched insert {plain:>9,.0f} rows/s"
-                  f" | ratio {rate / plain:.0%}  ({accepted:,} items)")
+        rate = plain = 0.0
+        for _ in range(ROUNDS):  # interleaved, best of each: the machine is noisy
+            with tempfile.TemporaryDirectory() as name:
+                folder = Path(name)
+                per = items // connectors_count
+                specs = [connector(f"c{i}", folder, per, batch, inflight) for i in range(connectors_count)]
+                seconds, accepted = await run_host(folder, specs)
+                assert accepted == per * connectors_count, f"only {accepted} items were accepted"
+                rate = max(rate, accepted / seconds)
+                plain = max(plain, plain_insert(folder / "host.db", folder))
+        print(f"{label:>38}: {rate:>9,.0f} items/s | plain batched insert {plain:>9,.0f} rows/s"
+              f" | ratio {rate / plain:.0%}  ({accepted:,} items, best of {ROUNDS})")
 
 
 if __name__ == "__main__":
