@@ -349,7 +349,7 @@ class McplConnection:
 
     def _changed(self, params: Changed) -> dict[str, Any]:
         added, accepted_added = self.registry.add(params.added)
-        updated, accepted_updated = self.registry.add(params.updated, must_exist=True)
+        updated, _ = self.registry.add(params.updated, must_exist=True)  # an update opens nothing
         removed = self.registry.remove(params.removed)
         self._after_accept(accepted_added)
         self._audit_channels("channels/changed", added + updated + removed)

@@ -35,7 +35,6 @@ INVALID_USES = "invalid_uses"  # `uses` absent, empty, not a list, or naming an 
 CAPABILITY_DENIED = "capability_denied"  # `uses` names a path outside the grant
 
 OPERATOR_REASONS: frozenset[str] = frozenset({NOT_SELECTED, DISABLED})
-DERIVED_REASONS: frozenset[str] = frozenset({INVALID_USES, CAPABILITY_DENIED})
 
 
 class FeatureSetState(msgspec.Struct, frozen=True, kw_only=True):

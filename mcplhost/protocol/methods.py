@@ -10,21 +10,20 @@ from typing import NamedTuple
 
 
 class MethodRule(NamedTuple):
-    capability: str | None  # None: ungated
-    privileged: bool  # refused while the initial policy is pending
+    capability: str | None  # None: ungated; gated methods are refused until the policy receipt
 
 
 #: Server → host methods mcplhost understands.
 INBOUND: dict[str, MethodRule] = {
-    "ping": MethodRule(None, False),
-    "mcpl/manifestChanged": MethodRule(None, False),  # deliberately ungated (§17)
-    "push/event": MethodRule("pushEvents", True),
-    "inference/request": MethodRule("inferenceRequest", True),
-    "model/info": MethodRule("modelInfo", True),
-    "channels/register": MethodRule("channels.register", True),
-    "channels/changed": MethodRule("channels.register", True),
-    "channels/list": MethodRule("channels.register", True),
-    "channels/incoming": MethodRule("channels.incoming", True),
+    "ping": MethodRule(None),
+    "mcpl/manifestChanged": MethodRule(None),  # deliberately ungated (§17)
+    "push/event": MethodRule("pushEvents"),
+    "inference/request": MethodRule("inferenceRequest"),
+    "model/info": MethodRule("modelInfo"),
+    "channels/register": MethodRule("channels.register"),
+    "channels/changed": MethodRule("channels.register"),
+    "channels/list": MethodRule("channels.register"),
+    "channels/incoming": MethodRule("channels.incoming"),
 }
 
 #: Removed in 0.5: answered -32601 as unknown, ignored as notifications.

@@ -59,12 +59,6 @@ class PushEvent(Tolerant):
     tags: list[str] = []
 
 
-class InferenceRequest(Tolerant):
-    featureSet: str
-    messages: list[Any]
-    stream: bool = False
-
-
 class Register(Tolerant):
     channels: list[Any]
 
