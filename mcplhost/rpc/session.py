@@ -205,9 +205,10 @@ class Session:
         if self._closed:
             raise ConnectionClosed("connection closed")
         try:
-            self._out_send.send_nowait(data)
-        except anyio.WouldBlock:
-            await self._out_send.send(data)
+            try:
+                self._out_send.send_nowait(data)
+            except anyio.WouldBlock:
+                await self._out_send.send(data)  # may also find the stream closed meanwhile
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed("connection closed") from None
 
