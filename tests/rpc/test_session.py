@@ -363,3 +363,30 @@ class TestDeferredWork:
         assert sorted(a["id"] for a in answers) == list(range(20))
         assert all(a["result"] == "done" for a in answers)
         assert peak == 4 and session._workers == 4
+
+
+class TestClosedWhileWaiting:
+    async def test_a_write_waiting_for_room_raises_connection_closed_when_the_session_closes(self) -> None:
+        """A caller blocked on a full outgoing queue gets ConnectionClosed, not a stream error."""
+        from mcplhost.rpc.session import MAX_QUEUED_LINES
+
+        peer = Peer()
+        session = make(peer)  # never run: nothing drains the outgoing queue
+        for _ in range(MAX_QUEUED_LINES):
+            session.notify_nowait("fill")
+        caught: list[BaseException] = []
+
+        async def blocked() -> None:
+            try:
+                await session.notify("one too many")
+            except ConnectionClosed as exc:
+                caught.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(blocked)
+            await anyio.wait_all_tasks_blocked()
+            session._out_receive.close()  # the writer side goes away
+        session._out_send.close()
+        session._deferred_send.close()
+        session._deferred_receive.close()
+        assert len(caught) == 1
