@@ -49,15 +49,7 @@ class PushRepository:
         Raises DuplicatePushEvent if the event already has one: the caller's
         transaction must then roll back, so its items are not stored twice.
         """
-        self._database.require_transaction("pushes.record_nocommit")
-        async with self._database.conn.execute(
-            "INSERT INTO push_events (server_id, event_id, result, created_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (server_id, event_id) DO NOTHING",
-            (server_id, event_id, result_json.decode(), created_at),
-        ) as cursor:
-            inserted = cursor.rowcount
-        if inserted == 0:
-            raise DuplicatePushEvent(server_id, event_id)
+        await self.record_many_nocommit([(server_id, event_id, result_json, created_at)])
 
     async def record_many_nocommit(self, records: Sequence[tuple[str, str, bytes, int]]) -> None:
         """Record (server_id, event_id, result_json, created_at) rows inside the caller's transaction.
@@ -76,7 +68,7 @@ class PushRepository:
             [(server, event, result.decode(), created_at) for server, event, result, created_at in records],
         )
         if conn.total_changes - before != len(records):
-            raise DuplicatePushEvent(*records[0][:2])
+            raise DuplicatePushEvent(*records[0][:2])  # exact for one record; the batch's first otherwise
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete records created before the epoch-ms time `older_than_ms`; return how many.
