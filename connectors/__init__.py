@@ -1,6 +1,5 @@
-"""Connectors shipped with mcplhost, each run as ``python -m connectors.<name>``.
+"""`python -m connectors.NAME` from a clone: the bundled connectors, kept for that spelling.
 
-They speak MCPL as a server on stdin/stdout through `connectors.mcpl_server`
-and use only the standard library, so they double as examples for people
-writing their own connector.
+The code lives in `mcplhost.connectors` (the name the wheel installs); each
+module here only runs its namesake there.
 """

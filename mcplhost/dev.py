@@ -16,13 +16,13 @@ def dev_config(db: Path) -> Config:
         connectors=[
             ConnectorConfig(
                 name="stub",
-                command=[python, "-m", "connectors.stub"],
+                command=[python, "-m", "mcplhost.connectors.stub"],
                 env={"STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"},
                 grant=["channels.register", "channels.incoming", "pushEvents"],
             ),
             ConnectorConfig(
                 name="heartbeat",
-                command=[python, "-m", "connectors.heartbeatish"],
+                command=[python, "-m", "mcplhost.connectors.heartbeatish"],
                 env={"HEARTBEAT_INTERVAL_S": "4", "HEARTBEAT_QUIRKS": "banner,host_command"},
                 grant=["pushEvents", "tools"],
             ),

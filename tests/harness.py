@@ -43,7 +43,7 @@ def scripted(name: str, script: dict[str, Any], folder: Path, **fields: Any) -> 
     fields.setdefault("request_timeout_s", 5.0)
     return ConnectorConfig(
         name=name,
-        command=[PYTHON, "-m", "connectors.scripted"],
+        command=[PYTHON, "-m", "mcplhost.connectors.scripted"],
         env={"MCPL_SCRIPT": json.dumps(script), "PYTHONPATH": str(REPO)},
         cwd=str(REPO),
         **fields,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from connectors.mcpl_server import McplServer  # noqa: E402
+from mcplhost.connectors.mcpl_server import McplServer  # noqa: E402
 
 MANIFEST = {"version": "0.5", "channels": {"register": True, "incoming": True}}
 

@@ -80,7 +80,7 @@ def scripted_connector(name: str, script: dict[str, Any], folder: Path, **fields
     """A [[connectors]] table running connectors.scripted, recording to folder/<name>.jsonl."""
     script_path = folder / f"{name}.script.json"  # a file: a long script would not fit in one env variable
     script_path.write_text(json.dumps({**script, "record": str(folder / f"{name}.jsonl")}), encoding="utf-8")
-    return {"name": name, "command": [PYTHON, "-m", "connectors.scripted"],
+    return {"name": name, "command": [PYTHON, "-m", "mcplhost.connectors.scripted"],
             "env": {"MCPL_SCRIPT": f"@{script_path}", "PYTHONPATH": str(REPO)}, "cwd": str(REPO),
             "request_timeout_s": 5, "stop_grace_s": 1, "term_grace_s": 1,
             **fields}

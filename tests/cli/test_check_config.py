@@ -13,7 +13,7 @@ path = "state/mcplhost.db"
 
 [[connectors]]
 name = "discord"
-command = ["python", "-m", "connectors.stub"]
+command = ["python", "-m", "mcplhost.connectors.stub"]
 env = { GUILDS = "acme" }
 grant = ["channels.register", "channels.incoming", "pushEvents"]
 [connectors.restart]
@@ -21,7 +21,7 @@ policy = "always"
 
 [[connectors]]
 name = "heartbeat"
-command = ["python", "-m", "connectors.heartbeatish"]
+command = ["python", "-m", "mcplhost.connectors.heartbeatish"]
 
 [[agents]]
 name = "scout"

@@ -25,9 +25,9 @@ def bundled(name: str, module: str, grant: list[str], **env: str) -> ConnectorCo
 class TestBundledConnectors:
     async def test_a_0_4_heartbeat_and_a_0_5_stub_both_reach_ready_and_are_stored(self, tmp_path) -> None:
         """The 0.4 heartbeat is ready via -32601 and stored `[source: heartbeat · unscoped]`; the 0.5 stub too."""
-        heartbeat = bundled("heartbeat", "connectors.heartbeatish", ["pushEvents", "tools"],
+        heartbeat = bundled("heartbeat", "mcplhost.connectors.heartbeatish", ["pushEvents", "tools"],
                             HEARTBEAT_INTERVAL_S="0.05", HEARTBEAT_COUNT="2", HEARTBEAT_QUIRKS="banner,host_command")
-        stub = bundled("stub", "connectors.stub", ["channels.register", "channels.incoming", "pushEvents"],
+        stub = bundled("stub", "mcplhost.connectors.stub", ["channels.register", "channels.incoming", "pushEvents"],
                        STUB_MESSAGES="5", STUB_INTERVAL_S="0.02")
         with capture_logs() as logs:
             async with running_host(config_with(tmp_path, heartbeat, stub)):

@@ -1,0 +1,83 @@
+"""A connector that behaves like heartbeat-mcpl on the wire (MCPL 0.4, see COMPAT.md).
+
+It announces version "0.4", declares its feature set in the 0.4 array form
+(with `uses: ["tools"]` although it pushes), answers `featureSets/update`
+with -32601, and sends a `push/event` every interval with
+`origin.source = "heartbeat"`. Settings (environment):
+
+    HEARTBEAT_INTERVAL_S   seconds between heartbeats              (default 30)
+    HEARTBEAT_COUNT        stop after this many, 0 = forever       (default 0)
+    HEARTBEAT_QUIRKS       comma list of other deployed habits:
+                           "banner"       print a non-JSON line on stdout first
+                           "host_command" send discord's unknown host/command request
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import string
+import sys
+import time
+
+from .mcpl_server import McplServer, RemoteError, log, text
+
+MANIFEST = {
+    "version": "0.4",
+    "pushEvents": True,
+    "featureSets": [
+        {"name": "heartbeat", "description": "Periodic heartbeat and reminders", "uses": ["tools"],
+         "rollback": False, "hostState": False},
+    ],
+}
+
+
+async def refuse_policy(params: dict) -> None:
+    raise RemoteError({"code": -32601, "message": "Method not found"})
+
+
+async def main(server: McplServer) -> None:
+    interval = float(os.environ.get("HEARTBEAT_INTERVAL_S", "30"))
+    count = int(os.environ.get("HEARTBEAT_COUNT", "0"))
+    quirks = set(filter(None, os.environ.get("HEARTBEAT_QUIRKS", "").split(",")))
+    await server.initialized.wait()  # 0.4 servers do not wait for a policy
+    if "host_command" in quirks:
+        try:
+            await server.request("host/command", {"command": "status"})
+        except RemoteError as exc:
+            log(f"heartbeat: host/command refused as expected: {exc}")
+    for n in itertools.count(1):
+        if count and n > count:
+            break
+        await asyncio.sleep(interval)
+        now = int(time.time() * 1000)
+        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=6))
+        try:
+            answer = await server.request("push/event", {
+                "featureSet": "heartbeat",
+                "eventId": f"heartbeat_{now}_{suffix}",
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "origin": {"source": "heartbeat", "sequence": n},
+                "payload": {"content": text(f"Heartbeat {n}: all quiet.")},
+            })
+            log(f"heartbeat: {answer}")
+        except RemoteError as exc:
+            log(f"heartbeat: push refused: {exc}")
+
+
+def run() -> None:
+    if "--help" in sys.argv:
+        print(__doc__)
+        return
+    if "banner" in os.environ.get("HEARTBEAT_QUIRKS", "").split(","):
+        sys.stdout.write("heartbeat-mcpl starting...\n")
+        sys.stdout.flush()
+    server = McplServer("heartbeat-mcpl", MANIFEST, tools=True)
+    server.handlers["featureSets/update"] = refuse_policy
+    server.run(main)
+
+
+if __name__ == "__main__":
+    run()
