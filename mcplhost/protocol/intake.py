@@ -45,14 +45,22 @@ class AdmittedPush(msgspec.Struct, frozen=True, kw_only=True):
     reply_to: str | None = None
 
 
+class PushStored(msgspec.Struct, frozen=True, kw_only=True):
+    """What storing one push came to: the answer to send and the item it is."""
+
+    answer: dict[str, Any]  # what to answer (the original answer on a repeat)
+    item_id: int  # the stored item's id (the original's on a repeat)
+    duplicate: bool  # True: a repeat of an eventId already stored; nothing new stored
+
+
 class Intake(Protocol):
     async def store_messages(
         self, server_id: str, lane: str, messages: list[AdmittedMessage]
     ) -> list[dict[str, Any]]:
         """Store every message in one commit; per message `{accepted, conversationId}` or a refusal."""
 
-    async def store_push(self, server_id: str, push: AdmittedPush) -> dict[str, Any]:
-        """Store the push once per (server, eventId); return the answer (the original one on a repeat)."""
+    async def store_push(self, server_id: str, push: AdmittedPush) -> PushStored:
+        """Store the push once per (server, eventId); a repeat stores nothing and carries the original's answer and id."""
 
     def content_problem(self, blocks: list[dict[str, Any]]) -> str | None:
         """Why a push payload cannot be stored ("empty_content", "invalid_content"), or None."""
