@@ -12,6 +12,15 @@ never wait on the network. A handler with slow work (a database commit)
 returns `Deferred(work)`: the work then runs in its own task, at most
 `max_concurrent` at once, and its result becomes the answer. Past that bound
 the read loop waits, which pushes back on the peer through the pipe.
+
+Stopping (the session's task cancelled, or the peer's output ended): work
+already started is not cut off, because it may have reached a commit that
+happens whatever its caller does. It runs shielded until it has queued its
+answer, bounded from the moment of the stop (`ANSWER_ON_STOP_S`, or
+`HANDLER_DRAIN_S` after the peer's output ended), and the writer task, also
+shielded, sends every queued line before the session ends (`FLUSH_ON_STOP_S`).
+Work not yet started never starts. So when `run` returns, every answer that
+could be given has been written, and the caller may close the pipe.
 """
 
 from __future__ import annotations
@@ -73,6 +82,16 @@ MAX_CONCURRENT_REQUESTS = 256
 DEFAULT_TIMEOUT_S = 10.0
 #: After the peer's output ends, how long in-flight handlers may take to finish.
 HANDLER_DRAIN_S = 5.0
+#: When the session is cancelled (the host stops), how long work already running
+#: may take to finish and queue its answer. Its rows are usually in the group
+#: writer's current or next commit (milliseconds; a second or so on a slow disk
+#: under a flood), and a commit that reached aiosqlite happens even if we stop
+#: waiting, so its answer must still go out. The bound keeps a stuck store from
+#: holding the stop; it is below the writer's DRAIN_S, so the writer outlives it.
+ANSWER_ON_STOP_S = 5.0
+#: After the last answer is queued, how long the writer may take to send what is
+#: queued: milliseconds to a peer that reads; one that does not cannot hold the stop.
+FLUSH_ON_STOP_S = 2.0
 #: A peer that writes junk gets one warning per this many seconds, with a count.
 JUNK_WARNING_INTERVAL_S = 5.0
 #: Read size from the pipe.
@@ -140,6 +159,11 @@ class Session:
         # lines queued while the read loop works leave in one write.
         self._out_send, self._out_receive = anyio.create_memory_object_stream[bytes](MAX_QUEUED_LINES)
         self._closed = False
+        # The shielded scopes of work running now, and the time they must end by
+        # (infinite until the session stops): see `_bound_in_flight`.
+        self._in_flight: set[anyio.CancelScope] = set()
+        self._stop_deadline = float("inf")
+        self._writer_scope = anyio.CancelScope(shield=True)
         self._junk_warning = _RateLimitedWarning(self.log, "rpc.junk_line", JUNK_WARNING_INTERVAL_S)
         self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0}
 
@@ -213,8 +237,13 @@ class Session:
             raise ConnectionClosed("connection closed") from None
 
     async def _writer(self) -> None:
-        """Send queued lines, joining whatever is queued into one write."""
-        async with self._out_receive:
+        """Send queued lines, joining whatever is queued into one write, until the queue closes.
+
+        Shielded: a cancelled write would lose the lines it had taken, and the
+        answers queued during a stop must still leave. `run` closes the queue
+        and bounds this scope when no more answers can come.
+        """
+        with self._writer_scope:
             async for data in self._out_receive:
                 pending = [data]
                 while True:
@@ -232,24 +261,38 @@ class Session:
     # --- the peer's side -------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Read until the peer's output ends; then fail every waiting caller."""
+        """Read until the peer's output ends or we are cancelled; answer what was started; fail every waiting caller."""
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._writer)
-                async with anyio.create_task_group() as handlers:
-                    task_status.started()
-                    await self._read_loop(handlers)
-                    # Output ended: let in-flight handlers finish, within a bound.
-                    self._deferred_send.close()
-                    handlers.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
-                # Then the writer sends what is queued and ends, within a bound too.
-                self._out_send.close()
-                outer.cancel_scope.deadline = anyio.current_time() + HANDLER_DRAIN_S
+                try:
+                    async with anyio.create_task_group() as handlers:
+                        task_status.started()
+                        try:
+                            await self._read_loop(handlers)
+                        except anyio.get_cancelled_exc_class():
+                            self._bound_in_flight(ANSWER_ON_STOP_S)  # a stop: started work still answers
+                            raise
+                        # Output ended: let in-flight handlers (and what is queued for them) finish, within a bound.
+                        self._deferred_send.close()
+                        self._bound_in_flight(HANDLER_DRAIN_S)
+                        handlers.cancel_scope.deadline = self._stop_deadline
+                finally:
+                    # No answer can be queued any more: the writer sends what is queued and ends, within a bound.
+                    self._out_send.close()
+                    self._writer_scope.deadline = anyio.current_time() + FLUSH_ON_STOP_S
         finally:
             self._out_send.close()
+            self._out_receive.close()
             self._deferred_send.close()
             self._deferred_receive.close()  # the workers' clones are closed by the workers
             self._close_waiters("the peer's output ended")
+
+    def _bound_in_flight(self, seconds: float) -> None:
+        """Work running now (and any started later) must end within `seconds` from now."""
+        self._stop_deadline = min(self._stop_deadline, anyio.current_time() + seconds)
+        for scope in self._in_flight:
+            scope.deadline = self._stop_deadline
 
     def _close_waiters(self, why: str) -> None:
         self._closed = True
@@ -345,12 +388,24 @@ class Session:
                     self._idle_workers += 1
 
     async def _finish_deferred(self, request: Request, deferred: Deferred) -> None:
-        try:
-            result = await deferred.work()
-        except Exception as exc:
-            await self._reply_failure(request, exc)
-            return
-        await self._reply_result(request, result)
+        # Commit, then answer, shielded (STYLE §15): the work may have handed rows
+        # to a commit that happens even if we are cancelled, so the answer must be
+        # queued too. Bounded only once the session stops (`_bound_in_flight`):
+        # until then a commit may wait as long as the writer needs.
+        with anyio.CancelScope(shield=True, deadline=self._stop_deadline) as scope:
+            self._in_flight.add(scope)
+            try:
+                try:
+                    result = await deferred.work()
+                except Exception as exc:
+                    await self._reply_failure(request, exc)
+                    return
+                await self._reply_result(request, result)
+            finally:
+                self._in_flight.discard(scope)
+        if scope.cancelled_caught:
+            self.log.warning("rpc.answer_abandoned", method=request.method,
+                             reason="the work did not finish within the stop's bound")
 
     async def _reply_failure(self, request: Request, exc: Exception) -> None:
         error = error_for(exc)

@@ -1,4 +1,5 @@
 import json
+from collections import deque
 from typing import Any
 
 import anyio
@@ -390,3 +391,85 @@ class TestClosedWhileWaiting:
         session._deferred_send.close()
         session._deferred_receive.close()
         assert len(caught) == 1
+
+
+class TestStopping:
+    """The session's task cancelled (the host stopping) while deferred work runs."""
+
+    @staticmethod
+    def gated(started: anyio.Event, release: anyio.Event, calls: list[str] | None = None) -> Any:
+        """A handler whose deferred work reports that it started, then waits for `release` (a commit)."""
+        async def handler(method: str, params: Any) -> Any:
+            async def work() -> Any:
+                if calls is not None:
+                    calls.append(method)
+                started.set()
+                await release.wait()
+                return "committed"
+            return Deferred(work)
+        return handler
+
+    @staticmethod
+    async def run_in(scope: anyio.CancelScope, session: Session, stopped: anyio.Event | None = None) -> None:
+        """Run the session under `scope`, so the test can cancel it and go on awaiting."""
+        with scope:
+            await session.run()
+        if stopped is not None:
+            stopped.set()
+
+    async def test_work_that_completes_after_the_cancel_still_gets_its_answer_written(self) -> None:
+        """A commit that lands after the session was cancelled is answered before `run` returns."""
+        started, release, stopped = anyio.Event(), anyio.Event(), anyio.Event()
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=self.gated(started, release))
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.run_in, scope, session, stopped)
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "store"})
+            await started.wait()
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            assert not stopped.is_set()  # the session waits for work already started
+            release.set()
+            with anyio.fail_after(5):
+                await stopped.wait()
+        assert await peer.read(timeout=0.5) == {"jsonrpc": "2.0", "id": 1, "result": "committed"}
+
+    async def test_work_that_outlasts_the_stop_bound_is_abandoned_with_a_warning(self, monkeypatch) -> None:
+        """A commit that never lands holds the stop only for ANSWER_ON_STOP_S, and says so."""
+        from mcplhost.rpc import session as session_module
+
+        monkeypatch.setattr(session_module, "ANSWER_ON_STOP_S", 0.05)
+        started, never = anyio.Event(), anyio.Event()
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=self.gated(started, never))
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session.run)
+                await peer.write({"jsonrpc": "2.0", "id": 1, "method": "store"})
+                await started.wait()
+                with anyio.fail_after(5):
+                    tg.cancel_scope.cancel()
+        assert [e["method"] for e in logs if e["event"] == "rpc.answer_abandoned"] == ["store"]
+        assert peer.pending_bytes() == b"" and peer.from_session._chunks == deque()
+
+    async def test_work_not_yet_started_never_starts_after_the_cancel(self) -> None:
+        """Requests queued behind a busy pool are dropped on a stop: nothing of theirs reached a commit."""
+        started, release = anyio.Event(), anyio.Event()
+        calls: list[str] = []
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=self.gated(started, release, calls),
+                          max_concurrent=1)
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+            tg.start_soon(self.run_in, scope, session)
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "first"})
+            await peer.write({"jsonrpc": "2.0", "id": 2, "method": "second"})
+            await started.wait()
+            await anyio.wait_all_tasks_blocked()  # the second is read and queued behind the first
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+        assert calls == ["first"]
+        assert await peer.read(timeout=0.5) == {"jsonrpc": "2.0", "id": 1, "result": "committed"}
+        assert peer.from_session._chunks == deque()
