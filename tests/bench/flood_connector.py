@@ -2,7 +2,11 @@
 
 Environment: FLOOD_COUNT (messages), FLOOD_BATCH (messages per request),
 FLOOD_INFLIGHT (requests in flight at once), FLOOD_NAME (channel prefix),
-FLOOD_RESULT (a file to write {"seconds", "accepted"} to when done).
+FLOOD_RESULT (a file to write {"seconds", "accepted"} to when done), and
+optionally FLOOD_ANSWERS (a file to append one JSON line to per answer the
+moment it arrives: {"accepted": [messageId, ...], "refused": count}, so a
+test can compare what was answered with what was committed even when the
+host stops mid-flood).
 """
 
 from __future__ import annotations
@@ -43,6 +47,21 @@ async def main(server: McplServer) -> None:
                          separators=(",", ":")) for start in range(0, count, batch)]
     accepted = 0
     queue = iter(bodies)
+    answers_path = os.environ.get("FLOOD_ANSWERS")
+    if answers_path:
+        # Recorded in the read loop, the moment the answer's line is read (a
+        # worker resumed later could be cancelled by stdin's end first), with
+        # O_APPEND and one write per answer so each line lands whole.
+        answers_fd = os.open(answers_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+        def record_answer(message: dict) -> None:
+            results = (message.get("result") or {}).get("results") if "method" not in message else None
+            if isinstance(results, list):
+                line = {"accepted": [r.get("messageId") for r in results if r.get("accepted")],
+                        "refused": sum(1 for r in results if not r.get("accepted"))}
+                os.write(answers_fd, (json.dumps(line) + "\n").encode())
+
+        server.on_message = record_answer
     start = time.perf_counter()
 
     async def worker() -> None:
