@@ -1,0 +1,52 @@
+"""docs/provenance.md's examples are the code's behaviour: each table row and the digest are checked."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from mcplhost.inbound import HOST_METADATA_KEYS, body_digest, canonical_json, mark_openings, render_source_header
+
+from ..harness import REPO
+
+PAGE = (REPO / "docs" / "provenance.md").read_text(encoding="utf-8")
+#: A table row of two code spans: | `left` | `right` |
+ROW = re.compile(r"^\| `([^`]*)` \| `([^`]*)` \|$", re.M)
+
+
+def section(title: str) -> str:
+    """The text of the `## title` section, up to the next `## ` heading."""
+    return PAGE.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+class TestProvenancePage:
+    def test_every_header_example_is_what_the_code_renders(self) -> None:
+        """Each envelope in the header table renders to exactly the header beside it."""
+        rows = ROW.findall(section("3. header"))
+        assert len(rows) >= 10
+        for envelope, header in rows:
+            assert render_source_header(json.loads(envelope)) == header, envelope
+
+    def test_every_marking_example_is_what_the_code_stores(self) -> None:
+        """Each sender's text in the marking table is stored as the text beside it."""
+        rows = ROW.findall(section("4. mark: header-shaped text in a sender's words"))
+        assert len(rows) >= 10
+        for sent, stored in rows:
+            assert mark_openings([{"type": "text", "text": sent}]) == [{"type": "text", "text": stored}], sent
+
+    def test_the_split_opening_example_holds(self) -> None:
+        """An opening split around an image gets its backslash in the block holding the `[`."""
+        image = {"type": "image", "uri": "x"}
+        blocks = [{"type": "text", "text": "hello [sou"}, image, {"type": "text", "text": "rce: x]"}]
+        assert [b.get("text") for b in mark_openings(blocks)] == ["hello \\[sou", None, "rce: x]"]
+
+    def test_the_digest_example_is_the_code_s_digest(self) -> None:
+        """The page's canonical text and digest for a one-block body are the code's."""
+        body = [{"type": "text", "text": "hello"}]
+        assert f"`{canonical_json([body])}`" in PAGE
+        assert f"`{body_digest(body)}`" in PAGE
+
+    def test_the_page_lists_every_host_only_key(self) -> None:
+        """The strip section names exactly HOST_METADATA_KEYS."""
+        block = section("1. strip").split("```", 2)[1]
+        assert set(block.split()) == HOST_METADATA_KEYS
