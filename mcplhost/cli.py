@@ -1,78 +1,139 @@
-"""The `mcplhost` command (INTERFACES.md). The only place operator errors become one stderr line."""
+"""The `mcplhost` command (INTERFACES.md). The only place operator errors become one stderr line.
+
+Exit status: 0 done (also when the reader of stdout went away, as with
+`| head`); 1 an operator error, one line on stderr saying what is wrong
+(e.g. the database is in use by another daemon); 2 a usage or config error
+(a bad option, a config file with problems). Problems, errors and warnings go
+to stderr; results go to stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import msgspec
 import structlog
 
 from . import __version__, logs
-from .config import default_config_path, load_config
+from .config import ConfigMissing, database_path_problems, default_config_path, read_config
 from .errors import ConfigError, OperatorError
 from .host import Host
+from .lock import hold_database
 from .store import open_reader, open_store
 from .store.items import StoredItem, export_line
 from .systemd import Notifier, watchdog_interval_s
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
+#: SQLite's largest integer: a --limit past it would overflow the driver instead of meaning "all".
+MAX_COUNT = 2**63 - 1
+#: --seconds past a year is a typo, and a timer that far out overflows the event loop's clock.
+MAX_SECONDS = 366 * 24 * 3600.0
+#: `mcplhost dev`'s database when --db is not given, in the current folder.
+DEV_DB = "mcplhost-dev.db"
+
+EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
+          "Problems and warnings go to stderr, results to stdout.")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are ONE line on stderr (exit 2) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
 
 def count(text: str) -> int:
-    """An argparse type: a whole number, 0 or more (a negative --limit is a usage error, not a traceback)."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    """An argparse type: a whole number from 0 to MAX_COUNT."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT}, not {text}")
     return value
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds from 0 to MAX_SECONDS (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}, not {text}")
+    return value
+
+
+def path_option(text: str) -> Path:
+    """An argparse type: a non-empty path (Path("") would quietly mean the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcplhost", description="A long-running host for MCPL connectors.")
+    parser = Parser(prog="mcplhost", description="A long-running host for MCPL connectors.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"mcplhost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def logging_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--log-format", choices=["json", "console"], default="json",
-                       help="structured JSON lines (default) or a console rendering for people")
-        p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-
-    run = sub.add_parser("run", help="run the daemon in the foreground")
-    run.add_argument("--config", type=Path, default=None,
+    run = sub.add_parser("run", help="run the daemon in the foreground", epilog=EPILOG)
+    run.add_argument("--config", type=path_option, default=None,
                      help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml)")
-    logging_options(run)
+    run.add_argument("--log-format", choices=["json", "console"], default="json",
+                     help="structured JSON lines (default) or a console rendering for people")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
-    dev = sub.add_parser("dev", help="run the bundled stub connectors and show live activity")
-    dev.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
-    dev.add_argument("--db", type=Path, default=Path("mcplhost-dev.db"), help="SQLite file (default: ./mcplhost-dev.db)")
-    logging_options(dev)
+    dev = sub.add_parser("dev", help="run the bundled stub connectors and show live activity", epilog=EPILOG)
+    dev.add_argument("--seconds", type=seconds, default=None, help="stop after this many seconds")
+    dev.add_argument("--db", type=path_option, default=Path(DEV_DB), help=f"SQLite file (default: ./{DEV_DB})")
+    dev.add_argument("-v", "--verbose", action="store_true", help="also show the log lines on stderr (hidden "
+                     "by default; giving --log-format or --log-level shows them too)")
+    dev.add_argument("--log-format", choices=["json", "console"], default=None,
+                     help="how shown log lines look: console (default) or json")
+    dev.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
+                     help="the least level of shown log lines (default: info)")
 
-    check = sub.add_parser("check-config", help="validate a config file")
-    check.add_argument("path", type=Path)
+    check = sub.add_parser("check-config", help="validate a config file (problems and warnings on stderr)",
+                           epilog="exit status: 0 valid (warnings may be printed); 2 problems, one per line "
+                                  "on stderr as 'path.to.field: what is wrong'; warnings are printed as "
+                                  "'warning: path.to.field: ...'.")
+    check.add_argument("path", type=path_option)
 
-    messages = sub.add_parser("messages", help="print stored items, oldest first")
-    messages.add_argument("--db", type=Path, required=True)
+    messages = sub.add_parser("messages", help="print stored items, oldest first", epilog=EPILOG)
+    messages.add_argument("--db", type=path_option, required=True)
     messages.add_argument("--json", action="store_true", help="one JSON object per line")
     messages.add_argument("--limit", type=count, default=None, help="only the newest N items")
     messages.add_argument("--channel", default=None, help="only items of this channel id")
     messages.add_argument("--agent", default=None, help="only items belonging to this agent")
 
-    search = sub.add_parser("search", help="search stored item bodies (the source header is not searched)")
-    search.add_argument("--db", type=Path, required=True)
+    search = sub.add_parser("search", help="search stored item bodies (the source header is not searched)",
+                            epilog=EPILOG)
+    search.add_argument("--db", type=path_option, required=True)
     search.add_argument("query")
     search.add_argument("--regex", action="store_true", help="QUERY is a regular expression")
     search.add_argument("--ignore-case", "-i", action="store_true")
     search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
     search.add_argument("--json", action="store_true")
 
-    migrate = sub.add_parser("migrate", help="apply pending database migrations")
-    migrate.add_argument("--db", type=Path, required=True)
+    migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=EPILOG)
+    migrate.add_argument("--db", type=path_option, required=True)
+
+    connector = sub.add_parser("connector", help="run a bundled connector with this mcplhost's own Python",
+                               description="Runs `python -m mcplhost.connectors.NAME ARGS` with the interpreter "
+                                           "mcplhost is installed in, so a config needs no python on PATH: "
+                                           'command = ["/opt/mcplhost/bin/mcplhost", "connector", "stub"].')
+    connector.add_argument("--list", action="store_true", help="print the bundled connectors' names")
+    connector.add_argument("name", nargs="?", help="a bundled connector (see --list)")
+    connector.add_argument("args", nargs=argparse.REMAINDER, help="passed to the connector (e.g. --help)")
     return parser
 
 
@@ -93,10 +154,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except BrokenPipeError:
-        # The reader went away (`mcplhost messages | head`): stop quietly. Point stdout at
-        # /dev/null so the interpreter's final flush does not report the same error again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_ERROR
+        return reader_gone()
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away (`mcplhost messages | head -1`): that is a normal end, exit 0.
+
+    stdout is pointed at /dev/null so the interpreter's final flush does not
+    report the same broken pipe again.
+    """
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def usable_database(path: Path) -> Path:
+    """`path` if a daemon may create or open its database there; else the OperatorError saying why not."""
+    for why in database_path_problems(path):
+        raise OperatorError(f"{path}: {why}" if why != "empty path" else "empty database path")
+    return path
+
+
+def existing_database(path: Path) -> Path:
+    """For readers: a directory is named as one, not reported as "no such database"."""
+    if path.is_dir():
+        raise OperatorError(f"{path}: is a directory, not a database file",
+                            "pass the database file itself, e.g. --db /var/lib/mcplhost/mcplhost.db")
+    return path
 
 
 # --- run / dev -----------------------------------------------------------------
@@ -162,26 +245,44 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
             yield exc
 
 
+def _run_config(given: Path | None) -> Any:
+    """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
+    path = given or default_config_path()
+    try:
+        return read_config(path)[0]
+    except ConfigMissing as exc:
+        if given is not None:
+            raise
+        origin = "from MCPLHOST_CONFIG" if os.environ.get("MCPLHOST_CONFIG") else "the default"
+        raise ConfigError(exc.message, f"{origin}; pass --config PATH or set MCPLHOST_CONFIG") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
-    config = load_config(args.config or default_config_path())
-    notifier = Notifier.from_environment(structlog.get_logger())
-    try:
-        _run_host(Host(config, notifier=notifier))
-    finally:
-        notifier.close()
+    config = _run_config(args.config)
+    with hold_database(Path(config.store.path)):
+        notifier = Notifier.from_environment(structlog.get_logger())
+        try:
+            _run_host(Host(config, notifier=notifier))
+        finally:
+            notifier.close()
     return EXIT_OK
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from .dev import dev_config, print_item
+    from .dev import LiveView, dev_config, introduction
 
-    logs.configure(args.log_format if args.log_format != "json" else "console", args.log_level)
-    config = dev_config(args.db.resolve())
-    print(f"mcplhost dev: {len(config.connectors)} stub connectors, database {args.db} "
-          "(Ctrl-C to stop)", file=sys.stderr)
-    _run_host(Host(config, on_stored=print_item), seconds=args.seconds)
-    print(f"mcplhost dev: stopped; read what arrived with: mcplhost messages --db {args.db}", file=sys.stderr)
+    view = LiveView.for_stream(sys.stdout)
+    shown = args.verbose or args.log_format is not None or args.log_level is not None
+    logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
+    db = usable_database(args.db)
+    config = dev_config(db.resolve())
+    view.connectors = [c.name for c in config.connectors]
+    for line in introduction(config, db, verbose=shown):
+        print(line, file=sys.stderr)
+    with hold_database(db.resolve()):
+        _run_host(Host(config, on_stored=view.items), seconds=args.seconds)
+    print(f"mcplhost dev: stopped; read what arrived with: mcplhost messages --db {db}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -189,13 +290,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Problems and warnings on stderr (as `run` prints them), the verdict on stdout."""
     try:
-        config = load_config(args.path)
+        config, warnings = read_config(args.path)
     except ConfigError as exc:
         for problem in exc.problems or [exc.message + (f" ({exc.explanation})" if exc.explanation else "")]:
-            print(problem)
+            print(problem, file=sys.stderr)
         return EXIT_USAGE
-    print(f"ok: {len(config.connectors)} connector(s), {len(config.agents)} agent(s)")
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"ok: {len(config.connectors)} connector(s), {len(config.agents)} agent(s)"
+          + (f", {len(warnings)} warning(s)" if warnings else ""))
     return EXIT_OK
 
 
@@ -208,7 +313,7 @@ def _console_line(item: StoredItem) -> str:
 
 def cmd_messages(args: argparse.Namespace) -> int:
     async def main() -> None:
-        async with open_reader(args.db) as store:
+        async with open_reader(existing_database(args.db)) as store:
             out = sys.stdout.buffer
             async for item in store.items.iterate(limit=args.limit, channel=args.channel, agent=args.agent):
                 out.write(export_line(item) + b"\n" if args.json else (_console_line(item) + "\n").encode())
@@ -219,34 +324,59 @@ def cmd_messages(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from .readers import SearchError, search_items
+    from .readers import SearchError, SearchResult, search_items, timed_out_warning
 
-    async def main() -> list[Any]:
-        async with open_reader(args.db) as store:
+    async def main() -> SearchResult:
+        async with open_reader(existing_database(args.db)) as store:
             return await search_items(store, args.query, as_regex=args.regex, ignore_case=args.ignore_case,
                                       limit=args.limit)
 
     try:
-        hits = anyio.run(main)
+        found = anyio.run(main)
     except SearchError as exc:
         print(f"mcplhost: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for hit in hits:
+    for hit in found.hits:
         if args.json:
             sys.stdout.buffer.write(msgspec.json.encode(hit) + b"\n")
         else:
             print(f"{hit['id']:>6}  {hit.get('channelId') or '-':<24} {hit['snippet']}")
+    sys.stdout.flush()
+    warning = timed_out_warning(found)
+    if warning is not None:  # items the expression could not be tested on: said, never dropped silently (exit stays 0)
+        print(f"mcplhost: {warning}", file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    """Takes the database's lock like `run`: migrating under a running daemon is refused."""
+    db = usable_database(args.db)
+
     async def main() -> list[int]:
-        async with open_store(args.db, migrate=False) as store:
+        async with open_store(db, migrate=False) as store:
             return await store.migrate()
 
-    applied = anyio.run(main)
+    with hold_database(db):
+        applied = anyio.run(main)
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(map(str, applied))}" if applied else ""))
     return EXIT_OK
+
+
+def cmd_connector(args: argparse.Namespace) -> int:
+    """Replace this process with `python -m mcplhost.connectors.NAME ARGS` (same pid, so signals reach it)."""
+    from .dev import bundled_connectors
+
+    names = bundled_connectors()
+    if args.list:
+        print("\n".join(names))
+        return EXIT_OK
+    if args.name is None:
+        raise ConfigError("connector: name a bundled connector", f"one of: {', '.join(names)}")
+    if args.name not in names:
+        raise ConfigError(f"connector: no bundled connector is named {args.name!r}", f"one of: {', '.join(names)}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", f"mcplhost.connectors.{args.name}", *args.args])
 
 
 COMMANDS = {
@@ -256,6 +386,7 @@ COMMANDS = {
     "messages": cmd_messages,
     "search": cmd_search,
     "migrate": cmd_migrate,
+    "connector": cmd_connector,
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -18,6 +19,9 @@ import msgspec
 from msgspec import Meta
 
 from .errors import ConfigError
+from .rpc.framing import MAX_LINE_BYTES
+from .rpc.session import DEFAULT_TIMEOUT_S
+from .store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
 
 Seconds = Annotated[float, Meta(gt=0)]
 NonEmpty = Annotated[str, Meta(min_length=1)]
@@ -30,7 +34,7 @@ class Base(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True
 class StoreConfig(Base):
     path: NonEmpty = "mcplhost.db"
     # NORMAL survives a killed host process (WAL); FULL also survives power loss.
-    synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+    synchronous: Literal[SYNCHRONOUS_LEVELS] = DEFAULT_SYNCHRONOUS  # type: ignore[valid-type]
 
 
 class RestartConfig(Base):
@@ -52,7 +56,7 @@ class ConnectorConfig(Base):
     env: dict[str, str] = {}
     cwd: str | None = None
     grant: list[NonEmpty] = []
-    request_timeout_s: Seconds = 10.0
+    request_timeout_s: Seconds = DEFAULT_TIMEOUT_S
     protocol: Literal["auto", "0.5", "0.4"] = "auto"
     channels: list[NonEmpty] | None = None  # globs on channel ids; None: any
     feature_sets: FeatureSetSelection = FeatureSetSelection()
@@ -63,7 +67,7 @@ class ConnectorConfig(Base):
     policy_fallback: Literal["mcp-only", "close"] = "mcp-only"  # when that receipt never comes
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
     term_grace_s: Annotated[float, Meta(ge=0)] = 3.0  # after SIGTERM, before SIGKILL
-    max_line_bytes: Annotated[int, Meta(ge=1024)] = 16 * 1024 * 1024
+    max_line_bytes: Annotated[int, Meta(ge=1024)] = MAX_LINE_BYTES
 
 
 class BackendConfig(Base):
@@ -99,20 +103,37 @@ def default_config_path() -> Path:
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read, validate and resolve a config file; raise ConfigError listing every problem."""
+    return read_config(path)[0]
+
+
+def read_config(path: str | os.PathLike[str]) -> tuple[Config, list[str]]:
+    """Like `load_config`, and also the warnings: things that are allowed but surely not meant."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, not a config file")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file", "pass --config PATH or set MCPLHOST_CONFIG") from None
+        raise ConfigMissing(path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     found = problems(raw)
+    if not found:
+        config = resolve_paths(msgspec.convert(raw, Config), path.resolve().parent)
+        found = environment_problems(config)
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
-    config = msgspec.convert(raw, Config)
-    return resolve_paths(config, path.resolve().parent)
+    return config, warnings(raw)
+
+
+class ConfigMissing(ConfigError):
+    """The config file does not exist (the caller knows whether a hint about --config helps)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path}: no such file")
+        self.path = path
 
 
 def resolve_paths(config: Config, base: Path) -> Config:
@@ -152,8 +173,14 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
     for i, connector in _entries(raw, "connectors"):
         grant = connector.get("grant")
         for j, pattern in enumerate(grant if isinstance(grant, list) else []):
-            if isinstance(pattern, str) and pattern and "" in pattern.split("."):
-                found.append(f"connectors[{i}].grant[{j}]: {pattern!r} has an empty segment")
+            if isinstance(pattern, str) and pattern:
+                found += [f"connectors[{i}].grant[{j}]: {why}" for why in grant_pattern_problems(pattern)]
+    connector_names = {c.get("name") for _, c in _entries(raw, "connectors") if isinstance(c.get("name"), str)}
+    for i, agent in _entries(raw, "agents"):
+        wake_on = agent.get("wake_on")
+        for j, entry in enumerate(wake_on if isinstance(wake_on, list) else []):
+            if isinstance(entry, str) and entry:
+                found += [f"agents[{i}].wake_on[{j}]: {why}" for why in wake_on_problems(entry, connector_names)]
     agents = _entries(raw, "agents")
     parents = {a.get("name"): a.get("parent") for _, a in agents}
     for i, agent in agents:
@@ -171,6 +198,93 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
             chain.add(cursor)
             cursor = parents.get(cursor)
     return found
+
+
+#: One segment of a grant pattern that is not `*`: a capability name (grants.py matches them literally).
+_GRANT_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+#: The `wake_on` keywords of AGENTS.md §2; any other entry names a connector (NAME or NAME/GLOB).
+WAKE_ON_KEYWORDS = ("all", "addressed", "dm", "push")
+
+
+def grant_pattern_problems(pattern: str) -> list[str]:
+    """What is wrong with a grant pattern: each dot-separated segment is `*` or a capability name."""
+    segments = pattern.split(".")
+    if "" in segments:
+        return [f"{pattern!r} has an empty segment"]
+    bad = [s for s in segments if s != "*" and not _GRANT_SEGMENT.match(s)]
+    if bad:
+        return [f"{pattern!r}: segment {bad[0]!r} is neither * nor a capability name "
+                "(* stands for exactly one segment; there is no ** or partial wildcard)"]
+    return []
+
+
+def wake_on_problems(entry: str, connector_names: set[str]) -> list[str]:
+    """What is wrong with a `wake_on` entry: a keyword, a connector NAME, or NAME/GLOB."""
+    if entry in WAKE_ON_KEYWORDS:
+        return []
+    name, slash, glob = entry.partition("/")
+    if name in connector_names:
+        return [f"{entry!r}: the channel glob after {name + '/'!r} is empty"] if slash and not glob else []
+    choices = ", ".join(WAKE_ON_KEYWORDS)
+    if slash:
+        return [f"{entry!r}: no connector is named {name!r} (NAME/GLOB needs a configured connector)"]
+    return [f"{entry!r} is not one of {choices}, nor a configured connector's name (or NAME/GLOB)"]
+
+
+def warnings(raw: Any) -> list[str]:
+    """Allowed but surely not meant: as ``path: what``, like problems."""
+    found: list[str] = []
+    for i, connector in _entries(raw if isinstance(raw, dict) else {}, "connectors"):
+        if not connector.get("grant"):
+            found.append(f"connectors[{i}].grant: empty: no item from this connector will ever be accepted")
+    return found
+
+
+# --- the machine the config names ----------------------------------------------
+
+
+def environment_problems(config: Config) -> list[str]:
+    """What the resolved config names that is not there: the database's folder, commands, cwds."""
+    found = [f"store.path: {why}" for why in database_path_problems(Path(config.store.path))]
+    for i, connector in enumerate(config.connectors):
+        cwd = Path(connector.cwd) if connector.cwd is not None else None
+        if cwd is not None and not cwd.is_dir():
+            found.append(f"connectors[{i}].cwd: {cwd} " + ("is not a folder" if cwd.exists() else "does not exist"))
+            continue
+        why = command_problem(connector.command[0], cwd, connector.env)
+        if why:
+            found.append(f"connectors[{i}].command: {why}")
+    return found
+
+
+def database_path_problems(path: Path) -> list[str]:
+    """Why the daemon could not create or use a database at `path` (its folder is never created for it)."""
+    if str(path) == "":
+        return ["empty path"]
+    if path.is_dir():
+        return [f"{path} is a directory, not a database file"]
+    folder = path.parent
+    if not folder.exists():
+        return [f"the folder {folder} does not exist (create it; under systemd StateDirectory= does)"]
+    if not folder.is_dir():
+        return [f"{folder} is not a folder"]
+    return []
+
+
+def command_problem(program: str, cwd: Path | None, env: dict[str, str]) -> str | None:
+    """Why `program` would not start: a path (relative to cwd) or a name looked up on PATH."""
+    if "/" in program:
+        target = Path(program) if cwd is None else cwd / program
+        if not target.exists():
+            return f"{program!r} does not exist" + (f" (relative to {cwd})" if not Path(program).is_absolute() else "")
+        if target.is_dir() or not os.access(target, os.X_OK):
+            return f"{program!r} is not an executable file"
+        return None
+    # The child's PATH decides (subprocess searches the environment it is given).
+    search = env.get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(program, path=search) is None:
+        return f"{program!r} is not found on PATH ({search}); give its full path"
+    return None
 
 
 def _check(value: Any, expected: Any, path: str) -> list[str]:

@@ -26,10 +26,6 @@ class Notifier:
     def from_environment(cls, log: Any) -> Notifier:
         return cls(os.environ.get("NOTIFY_SOCKET"), log)
 
-    @property
-    def active(self) -> bool:
-        return self._socket is not None
-
     def send(self, state: str) -> None:
         if self._socket is None or self._address is None:
             return

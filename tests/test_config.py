@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from mcplhost.config import Config, RestartConfig, default_config_path, load_config, problems
+from mcplhost.config import (
+    Config,
+    ConnectorConfig,
+    RestartConfig,
+    StoreConfig,
+    default_config_path,
+    load_config,
+    problems,
+    read_config,
+    warnings,
+)
 from mcplhost.errors import ConfigError
+from mcplhost.rpc.framing import MAX_LINE_BYTES
+from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
+from mcplhost.store.db import DEFAULT_SYNCHRONOUS
 
 #: The configuration example of INTERFACES.md, verbatim.
 INTERFACES_EXAMPLE = """
@@ -62,7 +77,8 @@ def problems_of(text: str) -> list[str]:
 class TestLoadConfig:
     def test_the_interfaces_example_loads(self, tmp_path) -> None:
         """INTERFACES.md's example decodes with every field where the document puts it."""
-        config = load_config(write(tmp_path, INTERFACES_EXAMPLE))
+        # "python" need not be on PATH (Debian has none): the interpreter running the tests stands in.
+        config = load_config(write(tmp_path, INTERFACES_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
         (discord,) = config.connectors
         assert discord.env == {"GUILDS": "acme"} and discord.channels == ["discord:g1:*"]
         assert discord.feature_sets.enabled == ["discord.messaging"] and discord.request_timeout_s == 10
@@ -76,15 +92,16 @@ class TestLoadConfig:
     def test_relative_paths_are_relative_to_the_config_folder(self, tmp_path) -> None:
         """store.path and cwd resolve against the file's folder, not the working directory."""
         folder = tmp_path / "etc"
-        folder.mkdir()
-        text = '[store]\npath = "data/x.db"\n[[connectors]]\nname = "a"\ncommand = ["a"]\ncwd = "work"\n'
+        for sub in ("data", "work"):
+            (folder / sub).mkdir(parents=True)
+        text = '[store]\npath = "data/x.db"\n[[connectors]]\nname = "a"\ncommand = ["sh"]\ncwd = "work"\n'
         config = load_config(write(folder, text))
         assert config.store.path == str(folder / "data" / "x.db")
         assert config.connectors[0].cwd == str(folder / "work")
 
     def test_absolute_paths_are_kept_and_cwd_defaults_to_the_config_folder(self, tmp_path) -> None:
         """An absolute store.path stays as written; a connector without cwd runs in the config's folder."""
-        text = f'[store]\npath = "{tmp_path}/abs.db"\n[[connectors]]\nname = "a"\ncommand = ["a"]\n'
+        text = f'[store]\npath = "{tmp_path}/abs.db"\n[[connectors]]\nname = "a"\ncommand = ["sh"]\n'
         config = load_config(write(tmp_path / "", text))
         assert config.store.path == f"{tmp_path}/abs.db" and config.connectors[0].cwd == str(tmp_path)
 
@@ -206,3 +223,95 @@ class TestProblems:
         raw = tomllib.loads(INTERFACES_EXAMPLE)
         assert problems(raw) == []
         assert isinstance(msgspec.convert(raw, Config), Config)
+
+
+def one_connector(**fields: str) -> str:
+    """A [[connectors]] table with a name and a command, plus `fields` as TOML values written verbatim."""
+    return '[[connectors]]\nname = "a"\ncommand = ["sh"]\n' + "".join(f"{k} = {v}\n" for k, v in fields.items())
+
+
+class TestPatternsAndWakes:
+    @pytest.mark.parametrize("pattern", ["tools.**", "channels.pub*", "chan-nels", "*.*x", "1tools"])
+    def test_a_grant_segment_must_be_a_star_or_a_name(self, pattern: str) -> None:
+        """A segment that is neither `*` nor a capability name can never match, so it is an error."""
+        (problem,) = problems_of(one_connector(grant=json.dumps([pattern])))
+        assert problem.startswith("connectors[0].grant[0]: ") and "neither * nor a capability name" in problem
+
+    @pytest.mark.parametrize("pattern", ["*", "channels.*", "contextHooks.beforeInference.inject.system", "tools"])
+    def test_stars_and_names_are_good_grant_patterns(self, pattern: str) -> None:
+        """Whole-segment `*` and names pass."""
+        assert problems_of(one_connector(grant=json.dumps([pattern]))) == []
+
+    @pytest.mark.parametrize("entry", ["all", "addressed", "dm", "push", "a", "a/stub:g1:*"])
+    def test_wake_on_entries_from_agents_md_pass(self, entry: str) -> None:
+        """The keywords, a configured connector's name, and NAME/GLOB are the wake_on vocabulary."""
+        text = one_connector() + f'[[agents]]\nname = "scout"\nwake_on = [{json.dumps(entry)}]\n'
+        assert problems_of(text) == []
+
+    @pytest.mark.parametrize(("entry", "says"), [
+        ("mentions", "is not one of all, addressed, dm, push"),
+        ("ghost/x:*", "no connector is named 'ghost'"),
+        ("a/", "the channel glob after 'a/' is empty"),
+    ])
+    def test_other_wake_on_entries_are_errors(self, entry: str, says: str) -> None:
+        """An entry that is no keyword and names no configured connector is reported at its index."""
+        text = one_connector() + f'[[agents]]\nname = "scout"\nwake_on = ["dm", {json.dumps(entry)}]\n'
+        (problem,) = problems_of(text)
+        assert problem.startswith("agents[0].wake_on[1]: ") and says in problem, problem
+
+    @pytest.mark.parametrize("grant", [None, "[]"])
+    def test_a_missing_or_empty_grant_is_a_warning_not_a_problem(self, grant: str | None) -> None:
+        """No grant is valid, but no item from that connector will ever be accepted: a warning says so."""
+        import tomllib
+
+        raw = tomllib.loads(one_connector(**({"grant": grant} if grant else {})))
+        assert problems(raw) == []
+        assert warnings(raw) == ["connectors[0].grant: empty: no item from this connector will ever be accepted"]
+
+
+class TestWhatTheConfigNames:
+    def test_a_command_not_on_path_and_a_missing_cwd_are_problems(self, tmp_path) -> None:
+        """check-config and run refuse a command that would not start and a cwd that is not there."""
+        text = ('[[connectors]]\nname = "a"\ncommand = ["no-such-program-h4"]\n'
+                '[[connectors]]\nname = "b"\ncommand = ["./missing.sh"]\n'
+                '[[connectors]]\nname = "c"\ncommand = ["sh"]\ncwd = "nowhere"\n'
+                '[[connectors]]\nname = "d"\ncommand = ["sh"]\nenv = { PATH = "/nonexistent" }\n')
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(tmp_path, text))
+        found = caught.value.problems
+        assert [p.partition(":")[0] for p in found] == ["connectors[0].command", "connectors[1].command",
+                                                        "connectors[2].cwd", "connectors[3].command"]
+        assert "'no-such-program-h4' is not found on PATH" in found[0]
+        assert "'./missing.sh' does not exist" in found[1] and f"{tmp_path}/nowhere does not exist" in found[2]
+
+    def test_an_executable_path_relative_to_cwd_is_found(self, tmp_path) -> None:
+        """A command with a slash is looked up relative to the connector's cwd, as the child would run it."""
+        (tmp_path / "bin").mkdir()
+        script = tmp_path / "bin" / "conn.sh"
+        script.write_text("#!/bin/sh\n", encoding="utf-8")
+        script.chmod(0o755)
+        config, found = read_config(write(tmp_path, '[[connectors]]\nname = "a"\ncommand = ["./conn.sh"]\n'
+                                                     'cwd = "bin"\ngrant = ["pushEvents"]\n'))
+        assert config.connectors[0].cwd == str(tmp_path / "bin") and found == []
+
+    def test_a_store_path_whose_folder_is_missing_is_refused(self, tmp_path) -> None:
+        """The database's folder is never created silently: a missing one is a problem naming it."""
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(tmp_path, '[store]\npath = "state/x.db"\n'))
+        (problem,) = caught.value.problems
+        assert problem.startswith(f"store.path: the folder {tmp_path / 'state'} does not exist")
+
+    def test_a_store_path_that_is_a_directory_is_refused(self, tmp_path) -> None:
+        """store.path naming a folder says so, rather than failing later as "cannot open"."""
+        (tmp_path / "db").mkdir()
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(tmp_path, '[store]\npath = "db"\n'))
+        assert caught.value.problems == [f"store.path: {tmp_path / 'db'} is a directory, not a database file"]
+
+
+class TestDefaultsComeFromTheirOwners:
+    def test_defaults_restating_other_modules_constants_are_those_constants(self) -> None:
+        """max_line_bytes, request_timeout_s and synchronous default to the framing, rpc and store constants."""
+        connector = ConnectorConfig(name="a", command=["sh"])
+        assert connector.max_line_bytes == MAX_LINE_BYTES and connector.request_timeout_s == DEFAULT_TIMEOUT_S
+        assert StoreConfig().synchronous == DEFAULT_SYNCHRONOUS

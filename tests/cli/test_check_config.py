@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
-from ..harness import REPO
+from ..harness import PYTHON, REPO
 from .support import cli
 
 GOOD = """
@@ -25,7 +28,7 @@ command = ["python", "-m", "mcplhost.connectors.heartbeatish"]
 
 [[agents]]
 name = "scout"
-"""
+""".replace('"python"', json.dumps(PYTHON))  # Debian has no `python` on PATH; the command must be found
 
 BAD = """
 [store]
@@ -42,7 +45,7 @@ burst = 0
 
 [[connectors]]
 name = "discord"
-command = ["x"]
+command = ["sh"]
 request_timeout_s = -1
 
 [[agents]]
@@ -57,10 +60,13 @@ PROBLEM = re.compile(r"^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*: \S.*$")
 class TestCheckConfig:
     def test_a_good_file_exits_0_with_a_summary(self, tmp_path) -> None:
         """A valid file is confirmed on stdout with its counts, exit 0."""
+        (tmp_path / "state").mkdir()
         (tmp_path / "good.toml").write_text(GOOD, encoding="utf-8")
         result = cli("check-config", str(tmp_path / "good.toml"))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert result.stdout.splitlines() == ["ok: 2 connector(s), 1 agent(s)"]
+        assert result.stdout.splitlines() == ["ok: 2 connector(s), 1 agent(s), 1 warning(s)"]
+        assert result.stderr.splitlines() == [
+            "warning: connectors[1].grant: empty: no item from this connector will ever be accepted"]
 
     def test_an_empty_file_is_valid(self, tmp_path) -> None:
         """Connectors and agents may be absent: an empty file is a host with defaults."""
@@ -68,17 +74,23 @@ class TestCheckConfig:
         result = cli("check-config", str(tmp_path / "empty.toml"))
         assert result.returncode == 0 and result.stdout.strip() == "ok: 0 connector(s), 0 agent(s)"
 
-    def test_the_shipped_example_config_is_valid(self) -> None:
-        """deploy/mcplhost.example.toml, which the README tells operators to copy, passes its own check."""
-        result = cli("check-config", str(REPO / "deploy" / "mcplhost.example.toml"))
-        assert result.returncode == 0, result.stdout
+    def test_the_shipped_example_config_is_valid_once_installed(self, tmp_path) -> None:
+        """deploy/mcplhost.example.toml passes its own check with this install standing in for /opt/mcplhost."""
+        mcplhost = shutil.which("mcplhost", path=str(Path(PYTHON).parent))
+        assert mcplhost, "the mcplhost script of this venv"
+        text = (REPO / "deploy" / "mcplhost.example.toml").read_text(encoding="utf-8")
+        assert "/opt/mcplhost/bin/mcplhost" in text and "/var/lib/mcplhost/" in text
+        text = text.replace("/opt/mcplhost/bin/mcplhost", mcplhost).replace("/var/lib/mcplhost/", f"{tmp_path}/")
+        (tmp_path / "mcplhost.toml").write_text(text, encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "mcplhost.toml"))
+        assert result.returncode == 0 and result.stderr == "", result.stderr
 
     def test_a_bad_file_exits_2_with_every_problem_on_its_own_line(self, tmp_path) -> None:
         """All problems are listed at once, each as "path.to.field: what is wrong"."""
         (tmp_path / "bad.toml").write_text(BAD, encoding="utf-8")
         result = cli("check-config", str(tmp_path / "bad.toml"))
-        assert result.returncode == 2
-        lines = result.stdout.splitlines()
+        assert result.returncode == 2 and result.stdout == ""
+        lines = result.stderr.splitlines()
         assert all(PROBLEM.match(line) for line in lines), lines
         fields = [line.partition(":")[0] for line in lines]
         assert sorted(fields) == sorted([
@@ -93,13 +105,33 @@ class TestCheckConfig:
         """A path that does not exist is one line naming it."""
         result = cli("check-config", str(tmp_path / "absent.toml"))
         assert result.returncode == 2
-        (line,) = result.stdout.splitlines()
+        (line,) = result.stderr.splitlines()
         assert "absent.toml: no such file" in line
+        assert "--config" not in line  # check-config takes the path itself; advising --config misleads
 
     def test_invalid_toml_exits_2_with_one_line(self, tmp_path) -> None:
         """A syntax error is one line saying the file is not valid TOML, with where."""
         (tmp_path / "broken.toml").write_text("[store\npath = 1\n", encoding="utf-8")
         result = cli("check-config", str(tmp_path / "broken.toml"))
         assert result.returncode == 2
-        (line,) = result.stdout.splitlines()
+        (line,) = result.stderr.splitlines()
         assert "broken.toml: not valid TOML" in line and "line 1" in line
+
+    def test_check_config_and_run_report_a_problem_the_same_way_on_stderr(self, tmp_path) -> None:
+        """A command that is not found is a problem for both; both print it on stderr and exit 2."""
+        (tmp_path / "bad.toml").write_text('[[connectors]]\nname = "a"\ncommand = ["no-such-program-h4"]\n'
+                                           'grant = ["pushEvents"]\n', encoding="utf-8")
+        checked = cli("check-config", str(tmp_path / "bad.toml"))
+        ran = cli("run", "--config", str(tmp_path / "bad.toml"))
+        assert (checked.returncode, ran.returncode) == (2, 2) and checked.stdout == ran.stdout == ""
+        (problem,) = checked.stderr.splitlines()
+        assert problem.startswith("connectors[0].command: 'no-such-program-h4' is not found on PATH")
+        (line,) = ran.stderr.splitlines()
+        assert line.startswith("mcplhost: ") and problem in line
+
+    def test_run_without_a_config_says_where_it_looked(self, tmp_path) -> None:
+        """`run` with no --config and no MCPLHOST_CONFIG names ./mcplhost.toml and how to point elsewhere."""
+        result = cli("run", cwd=tmp_path)
+        assert result.returncode == 2
+        (line,) = result.stderr.splitlines()
+        assert "mcplhost.toml: no such file" in line and "pass --config PATH or set MCPLHOST_CONFIG" in line

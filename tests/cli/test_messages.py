@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from mcplhost import __version__
 from mcplhost.store import NewItem, open_store
@@ -145,7 +148,7 @@ class TestVersion:
 
 class TestMessagesIntoAPipe:
     async def test_a_reader_that_stops_early_gets_no_traceback(self, tmp_path) -> None:
-        """`mcplhost messages | head -1`: the closed pipe ends the export quietly, with a non-zero exit."""
+        """`mcplhost messages | head -1`: the closed pipe ends the export quietly, with exit 0."""
         await seed(tmp_path / "host.db", 5000)  # far more than a pipe buffer holds
         process = subprocess.Popen([PYTHON, "-m", "mcplhost", "messages", "--db", str(tmp_path / "host.db"), "--json"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), cwd=REPO)
@@ -153,10 +156,20 @@ class TestMessagesIntoAPipe:
             assert process.stdout is not None and process.stderr is not None
             assert json.loads(process.stdout.readline())["id"] == 1
             process.stdout.close()
-            assert process.wait(timeout=30) == 1
+            assert process.wait(timeout=30) == 0
             assert process.stderr.read() == b""
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
             process.stderr.close()  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize("command", [["messages"], ["search", "item", "--limit", "5000"]])
+    async def test_piped_into_head_exits_0(self, tmp_path, command: list[str]) -> None:
+        """`mcplhost messages ... | head -1` (and search): the reader closing the pipe is a normal end, exit 0."""
+        await seed(tmp_path / "host.db", 5000)
+        argv = shlex.join([PYTHON, "-m", "mcplhost", command[0], "--db", str(tmp_path / "host.db"), *command[1:]])
+        result = subprocess.run(["bash", "-c", f"{argv} | head -1; echo \"status=${{PIPESTATUS[0]}}\""],
+                                capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=60)
+        first, status = result.stdout.splitlines()
+        assert "item" in first and status == "status=0" and result.stderr == ""

@@ -1,0 +1,79 @@
+"""One daemon per database: an advisory `flock` on a lock file beside it.
+
+`mcplhost run`, `dev` and `migrate` hold ``<database>.lock`` (an exclusive
+`fcntl.flock`) for as long as they use the database; a second one refuses
+with one line naming the holder's pid, which the holder writes into the file
+as text. The kernel drops the lock when the holder's process ends however it
+ends (kill -9 included), so a stale lock file never blocks a clean start; the
+file itself is left in place on purpose, since unlinking it would let two
+processes lock two different files of the same name. The descriptor is
+close-on-exec: connectors never inherit the lock and cannot keep it alive
+after the host is gone. Readers (`messages`, `search`) take no lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import OperatorError
+
+LOCK_SUFFIX = ".lock"
+#: The lock file is readable by the service's group, so an operator sees the pid.
+LOCK_FILE_MODE = 0o640
+#: The pid is a handful of digits; more than this in the file is not ours.
+PID_TEXT_MAX_BYTES = 64
+
+
+class DatabaseInUse(OperatorError):
+    """Another mcplhost process holds the database's lock."""
+
+    def __init__(self, database: Path, holder: int | None) -> None:
+        who = f"pid {holder}" if holder is not None else "a process whose pid is not written yet"
+        super().__init__(
+            f"{database}: in use by another mcplhost ({who})",
+            "one daemon per database: stop that one first; messages and search may run beside it",
+        )
+        self.holder = holder
+
+
+def lock_path(database: Path) -> Path:
+    """Where the lock for `database` lives: beside it, named after it."""
+    return database.with_name(database.name + LOCK_SUFFIX)
+
+
+def read_holder(path: Path) -> int | None:
+    """The pid written in a lock file, or None when it holds no pid (yet)."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read(PID_TEXT_MAX_BYTES).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdecimal() else None
+
+
+@contextmanager
+def hold_database(database: Path) -> Iterator[Path]:
+    """Hold the database's lock for the block, or raise DatabaseInUse naming the holder."""
+    path = lock_path(database)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
+    except OSError as exc:
+        raise OperatorError(f"{path}: cannot open the lock file: {exc.strerror}",
+                            "the folder of store.path must be writable by the user mcplhost runs as") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            raise DatabaseInUse(database, read_holder(path)) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
