@@ -1,9 +1,20 @@
-"""Readers of what was said: they read bodies only, never the source header (PROVENANCE §6)."""
+"""Readers of what was said: they read bodies only, never the source header (PROVENANCE §6).
+
+`search_items` streams the table a page at a time (`items.iterate`), so its
+memory is one page plus the hits it keeps, whatever the table's size. Hits
+are the newest `limit` matches: the scan runs oldest first (the only order
+the store pages in) and keeps a window of the latest hits. A regular
+expression that runs out of time on an item is not a silent miss: the item
+is counted in `SearchResult.timed_out`, for the caller to report, if it
+could have been among the hits (newer than the oldest hit of a full window).
+"""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
+import msgspec
 import regex
 
 from .inbound.notice import reader_body
@@ -13,10 +24,21 @@ from .store import Store
 REGEX_TIMEOUT_S = 0.5
 #: Characters of context on each side of a hit in a snippet.
 SNIPPET_CONTEXT = 40
+#: Ids of timed-out items kept for the report (the newest ones); the count is always exact.
+TIMED_OUT_IDS_KEPT = 10
 
 
 class SearchError(Exception):
     """The query cannot be used (e.g. an invalid regular expression)."""
+
+
+class SearchResult(msgspec.Struct, frozen=True):
+    """What a search found, and what it could not decide."""
+
+    hits: list[dict[str, Any]]  # newest first
+    searched: int  # items whose body was tested
+    timed_out: int  # items whose test ran out of time and that could have been hits: they are not in `hits`
+    timed_out_ids: list[int]  # the newest of those (at most TIMED_OUT_IDS_KEPT), newest first
 
 
 def body_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
@@ -31,31 +53,87 @@ def _snippet(text: str, start: int, end: int) -> str:
     return ("…" if left else "") + piece + ("…" if right < len(text) else "")
 
 
+def compile_query(query: str, *, as_regex: bool, ignore_case: bool) -> regex.Pattern[str]:
+    """The query as a pattern (a literal unless `as_regex`); SearchError if it is not a valid expression."""
+    flags = regex.IGNORECASE | regex.FULLCASE if ignore_case else 0
+    try:
+        return regex.compile(query if as_regex else regex.escape(query), flags)
+    except regex.error as exc:
+        raise SearchError(f"invalid regular expression: {exc}") from None
+
+
+class NewestHits:
+    """The newest `limit` hits of a scan that runs oldest first, and the timeouts that could have been hits.
+
+    Pure bookkeeping, fed in id order: `hit(id, hit)`, `timeout(id)`, then `result()`.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._hits: deque[dict[str, Any]] = deque(maxlen=limit)
+        # Beside each hit, the timeouts counted before it: once the window is full,
+        # only timeouts after its oldest hit could have changed the results.
+        self._timeouts_before: deque[int] = deque(maxlen=limit)
+        self._timed_out_ids: deque[int] = deque(maxlen=TIMED_OUT_IDS_KEPT)
+        self._timed_out = 0
+        self.searched = 0
+
+    def miss(self) -> None:
+        self.searched += 1
+
+    def hit(self, hit: dict[str, Any]) -> None:
+        self.searched += 1
+        self._timeouts_before.append(self._timed_out)
+        self._hits.append(hit)
+
+    def timeout(self, item_id: int) -> None:
+        self.searched += 1
+        self._timed_out += 1
+        self._timed_out_ids.append(item_id)
+
+    def result(self) -> SearchResult:
+        hits, timed_out = self._hits, self._timed_out
+        if len(hits) < self.limit:  # the window is not full: every timed-out item could have been a hit
+            ids = list(reversed(self._timed_out_ids))
+        elif hits:  # full: only items newer than its oldest hit could have been hits
+            timed_out -= self._timeouts_before[0]
+            ids = [i for i in reversed(self._timed_out_ids) if i > hits[0]["id"]]
+        else:  # limit 0: nothing could have been a hit
+            timed_out, ids = 0, []
+        return SearchResult(hits=list(reversed(hits)), searched=self.searched, timed_out=timed_out,
+                            timed_out_ids=ids)
+
+
 async def search_items(store: Store, query: str, *, as_regex: bool = False, ignore_case: bool = False,
-                       limit: int = 50) -> list[dict[str, Any]]:
-    """Items whose body matches, newest first, each with a body snippet.
+                       limit: int = 50) -> SearchResult:
+    """The newest `limit` items whose body matches, newest first, each with a body snippet.
 
     `^` anchors at the body's start: the header is not part of what is searched.
     """
-    flags = regex.IGNORECASE | regex.FULLCASE if ignore_case else 0
-    try:
-        pattern = regex.compile(query if as_regex else regex.escape(query), flags)
-    except regex.error as exc:
-        raise SearchError(f"invalid regular expression: {exc}") from None
-    hits: list[dict[str, Any]] = []
-    for item in reversed(await store.items.list()):
+    pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
+    window = NewestHits(limit)
+    async for item in store.items.iterate():
         text = body_text(item.content, item.metadata)
         try:
             match = pattern.search(text, timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
+            window.timeout(item.id)
             continue
         if match is None:
+            window.miss()
             continue
-        hits.append({
+        window.hit({
             "id": item.id, "serverId": item.metadata.get("serverId"), "channelId": item.metadata.get("channelId"),
             "participant": item.participant, "createdAt": item.created_at,
             "snippet": _snippet(text, match.start(), match.end()),
         })
-        if len(hits) >= limit:
-            break
-    return hits
+    return window.result()
+
+
+def timed_out_warning(result: SearchResult) -> str | None:
+    """The one stderr line that says which items the expression could not be tested on, if any."""
+    if not result.timed_out:
+        return None
+    ids = ", ".join(map(str, result.timed_out_ids)) + (", …" if result.timed_out > len(result.timed_out_ids) else "")
+    return (f"warning: the regular expression ran out of time ({REGEX_TIMEOUT_S:g} s) on {result.timed_out} of"
+            f" {result.searched} items, which are left out of the results (ids {ids})")

@@ -233,9 +233,9 @@ class TestReaders:
         await run_script(tmp_path, [register(desc("disc:g1:room", "#room")),
                                     incoming(msg("disc:g1:room", "1", "room service"), msg("disc:g1:room", "2", "hi"))])
         async with open_reader(tmp_path / "host.db") as store:
-            by_name = await search_items(store, "disc:g1")
-            anchored = await search_items(store, "^room", as_regex=True)
-            folded = await search_items(store, "ROOM SERV", ignore_case=True)
+            by_name = (await search_items(store, "disc:g1")).hits
+            anchored = (await search_items(store, "^room", as_regex=True)).hits
+            folded = (await search_items(store, "ROOM SERV", ignore_case=True)).hits
         assert by_name == []
         assert [hit["snippet"] for hit in anchored] == ["room service"]
         assert [hit["id"] for hit in folded] == [anchored[0]["id"]]
