@@ -1,7 +1,7 @@
 """SQLite storage: one writer connection, numbered migrations, narrow repositories.
 
     async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
-        ids = await store.items.insert_many(items)
+        ids = await store.items.insert_many(items)   # a repeated channel item: its original's id
 
     async with open_reader(path) as store:          # CLI readers, read-only
         for item in await store.items.list(limit=20):
@@ -19,14 +19,15 @@ from mcplhost.store.db import (
 )
 from mcplhost.store.errors import (
     BrokenMigration,
-    DuplicatePushEvent,
+    ForeignDatabase,
     SchemaBehind,
     SchemaTooNew,
     StoreError,
     StoreMissing,
 )
-from mcplhost.store.items import ItemRepository, NewItem, StoredItem, export_line
-from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS, PushRepository
+from mcplhost.store.interfaces import Items, Pushes, Repositories
+from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
+from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS, ClaimOutcome, PushClaim, PushRepository
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -34,10 +35,16 @@ __all__ = [
     "PUSH_DEDUP_WINDOW_MS",
     "SYNCHRONOUS_LEVELS",
     "BrokenMigration",
-    "DuplicatePushEvent",
+    "ClaimOutcome",
+    "ForeignDatabase",
     "ItemRepository",
+    "ItemWritten",
+    "Items",
     "NewItem",
+    "PushClaim",
     "PushRepository",
+    "Pushes",
+    "Repositories",
     "SchemaBehind",
     "SchemaTooNew",
     "Store",

@@ -27,7 +27,7 @@ import anyio
 from mcplhost.errors import HostStateError
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.items import ItemRepository
-from mcplhost.store.migrate import applied_versions, load_migrations, refuse_newer
+from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.pushes import PushRepository
 
@@ -131,7 +131,10 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items and push events, and `transaction()` to combine them."""
+    """An open database: repositories for items and push events, and `transaction()` to combine them.
+
+    The SQLite implementation of `interfaces.Repositories`.
+    """
 
     def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
         self.path = path
@@ -141,7 +144,7 @@ class Store:
         self._migrations_folder = migrations_folder
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
-        """One transaction across repositories, e.g. items and a push result together.
+        """One transaction across repositories, e.g. items and a push claim together.
 
         Use the repositories' `*_nocommit` methods inside it.
         """
@@ -165,7 +168,8 @@ async def open_store(
 
     With `migrate` (the default) pending migrations are applied; without it
     the schema is only checked not to be newer than the code. Either way a
-    newer database raises SchemaTooNew.
+    newer database raises SchemaTooNew, and a file holding another
+    application's tables raises ForeignDatabase before anything is written.
     """
     path = Path(path)
     try:
@@ -174,6 +178,7 @@ async def open_store(
         raise StoreError(f"{path}: cannot create its folder: {exc}", explanation=_OPEN_EXPLANATION) from exc
     async with _connection(path, str(path), uri=False) as conn:
         try:
+            await refuse_foreign(conn, path=str(path))
             await apply_pragmas(conn, synchronous)
             if migrate:
                 await apply_migrations(conn, migrations_folder, path=str(path))
@@ -193,8 +198,9 @@ async def open_reader(
 ) -> AsyncIterator[Store]:
     """Open an existing store read-only (for the CLI's readers, beside a running daemon).
 
-    Raises StoreMissing when there is no file, SchemaTooNew when it is newer
-    than the code, and SchemaBehind when it still needs migrations.
+    Raises StoreMissing when there is no file, ForeignDatabase when it holds
+    another application's tables, SchemaTooNew when it is newer than the
+    code, and SchemaBehind when it still needs migrations.
     """
     path = Path(path)
     if not path.is_file():
@@ -202,6 +208,7 @@ async def open_reader(
     uri = path.resolve().as_uri() + "?mode=ro"
     async with _connection(path, uri, uri=True) as conn:
         try:
+            await refuse_foreign(conn, path=str(path))
             await apply_pragmas(conn, read_only=True)
             newest = len(load_migrations(migrations_folder))
             applied = await applied_versions(conn)

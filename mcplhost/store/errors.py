@@ -73,13 +73,21 @@ class BrokenMigration(StoreError):
         self.name = name
 
 
-class DuplicatePushEvent(Exception):
-    """A push event's result was already recorded: roll back and answer with the stored one.
+class ForeignDatabase(StoreError):
+    """The file holds another application's tables: mcplhost will not migrate or write it."""
 
-    Not a `StoreError`: it is the dedup rule at work, not something for the operator.
-    """
+    def __init__(self, tables: list[str], *, path: str | None = None) -> None:
+        where = f"{path}: " if path else ""
+        shown = ", ".join(tables[:FOREIGN_TABLES_SHOWN]) + (", ..." if len(tables) > FOREIGN_TABLES_SHOWN else "")
+        super().__init__(
+            f"{where}the database already holds tables of another application ({shown})",
+            explanation=(
+                "point store.path (or --db) at a new file or at an mcplhost database; "
+                "mcplhost never adds its tables to another application's database"
+            ),
+        )
+        self.tables = tables
 
-    def __init__(self, server_id: str, event_id: str) -> None:
-        super().__init__(f"push event {event_id!r} from {server_id!r} already recorded")
-        self.server_id = server_id
-        self.event_id = event_id
+
+#: How many of a foreign database's table names the error message names.
+FOREIGN_TABLES_SHOWN = 5

@@ -2,8 +2,16 @@
 
 `StoredItem` encodes (msgspec JSON) to exactly the export line of
 INTERFACES.md: id, agent, participant, role, content, metadata, createdAt.
-Content and metadata are kept as JSON text; `server_id` and `channel_id` are
-copied out of metadata into their own columns so reads by channel use an index.
+Content and metadata are kept as JSON text; `server_id`, `channel_id` and
+`message_id` are copied out of metadata into their own columns so reads by
+channel use an index, and the thread, conversation and redelivery key are
+columns the writer fills from the `NewItem`.
+
+Idempotence: a channel item carries `dedup_digest` (its delivered body's
+digest). (channel, message id, server, dedup_digest) is UNIQUE in the schema,
+so an identical redelivery, even one in the same batch or one after a crash
+between commit and answer, is a conflict: nothing is stored and the caller
+learns the original's id and conversation (`ItemWritten.duplicate`).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from mcplhost.errors import HostStateError
 
 if TYPE_CHECKING:
     from mcplhost.store.db import Database
@@ -24,11 +34,20 @@ _encoder = msgspec.json.Encoder()
 _content_decoder = msgspec.json.Decoder(builtins.list[dict[str, Any]])
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
 
-_INSERT = (
-    "INSERT INTO items (id, agent, participant, role, content, metadata, server_id, channel_id, message_id,"
-    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# Rows per INSERT statement: 12 parameters each stays far below SQLite's
+# 32766-variable limit, and a group of MAX_GROUP writes needs few statements.
+ROWS_PER_INSERT = 512
+
+_INSERT_COLUMNS = (
+    "agent, participant, role, content, metadata, server_id, channel_id, message_id,"
+    " thread_id, conversation_id, dedup_digest, created_at"
 )
+_ROW_PLACEHOLDERS = "(" + ", ".join("?" * 12) + ")"
 _COLUMNS = "id, agent, participant, role, content, metadata, created_at"
+_FIND_ORIGINAL = (
+    "SELECT id, conversation_id FROM items"
+    " WHERE channel_id = ? AND message_id = ? AND server_id = ? AND dedup_digest = ?"
+)
 
 
 class NewItem(msgspec.Struct, frozen=True):
@@ -40,6 +59,18 @@ class NewItem(msgspec.Struct, frozen=True):
     created_at: int  # epoch ms
     agent: str | None = None
     participant: str | None = None
+    thread_id: str | None = None
+    conversation_id: str | None = None  # ingest.conversation_id of (server, channel, thread)
+    #: The redelivery key (a channel item's sourceBodyDigest); None: never deduplicated.
+    dedup_digest: str | None = None
+
+
+class ItemWritten(msgspec.Struct, frozen=True):
+    """What storing one `NewItem` came to."""
+
+    id: int  # the new row's id, or the original's for a duplicate
+    duplicate: bool  # True: an identical redelivery; nothing new was stored
+    conversation_id: str | None  # the stored row's (the original's for a duplicate; None on rows before 0002)
 
 
 class StoredItem(msgspec.Struct, frozen=True, rename="camel"):
@@ -70,31 +101,64 @@ class ItemRepository:
         self._database = database
 
     async def insert(self, item: NewItem) -> int:
-        """Store one item in its own transaction; return its id."""
+        """Store one item in its own transaction; return its id (the original's for a duplicate)."""
         (item_id,) = await self.insert_many([item])
         return item_id
 
     async def insert_many(self, items: Sequence[NewItem]) -> builtins.list[int]:
-        """Store all items in one transaction; return their ids in order."""
+        """Store all items in one transaction; return their ids in order (the original's for a duplicate)."""
         if not items:
             return []
         async with self._database.transaction():
-            return await self.insert_many_nocommit(items)
+            return [written.id for written in await self.insert_many_nocommit(items)]
 
-    async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[int]:
-        """Store items inside the caller's `store.transaction()`; return their ids in order.
+    async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+        """Store items inside the caller's `store.transaction()`; one `ItemWritten` per item, in order.
 
-        Ids are assigned here, after the largest id so far: the transaction
-        holds SQLite's write lock, so no one else can take them meanwhile.
+        Ids come from the database (`RETURNING`). An item whose redelivery
+        key is already stored, or earlier in `items`, stores nothing and
+        gets the original's id and conversation.
         """
         self._database.require_transaction("items.insert_many_nocommit")
-        if not items:
-            return []
+        written: builtins.list[ItemWritten] = []
+        for start in range(0, len(items), ROWS_PER_INSERT):
+            written.extend(await self._insert_chunk(items[start : start + ROWS_PER_INSERT]))
+        return written
+
+    async def _insert_chunk(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
         conn = self._database.conn
-        ((largest,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-        first = largest + 1
-        await conn.executemany(_INSERT, [_row(first + offset, item) for offset, item in enumerate(items)])
-        return builtins.list(range(first, first + len(items)))
+        rows = [_row(item) for item in items]
+        returned = await conn.execute_fetchall(
+            f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
+            " ON CONFLICT DO NOTHING RETURNING id, channel_id, message_id, server_id, dedup_digest",
+            [value for row in rows for value in row],
+        )
+        # RETURNING's row order is unspecified, but ids are given in the order
+        # the VALUES rows are processed; so the inserted rows, sorted by id,
+        # are the items in order minus those that conflicted. Only an item with
+        # a key can conflict, and an inserted key is unique, so a keyed item
+        # whose key is not the next inserted row's was a conflict.
+        inserted = sorted(returned)
+        written: builtins.list[ItemWritten] = []
+        next_row = 0
+        for item, row in zip(items, rows):
+            key = _key(row)
+            if next_row < len(inserted) and (key is None or tuple(inserted[next_row][1:]) == key):
+                written.append(ItemWritten(inserted[next_row][0], False, item.conversation_id))
+                next_row += 1
+                continue
+            if key is None:
+                raise HostStateError("an item without a redelivery key was not inserted")
+            written.append(await self._original(key))
+        if next_row != len(inserted):
+            raise HostStateError("inserted rows do not match the items in order")
+        return written
+
+    async def _original(self, key: tuple[Any, ...]) -> ItemWritten:
+        rows = await self._database.conn.execute_fetchall(_FIND_ORIGINAL, key)
+        for item_id, conversation in rows:
+            return ItemWritten(item_id, True, conversation)
+        raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
 
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the latest stored item with this message id in this channel, if any.
@@ -103,7 +167,7 @@ class ItemRepository:
         """
         async with self._database.reading():
             rows = await self._database.conn.execute_fetchall(
-                "SELECT json_extract(metadata, '$.threadId') FROM items"
+                "SELECT thread_id FROM items"
                 " WHERE channel_id = ? AND message_id = ? AND server_id = ? ORDER BY id DESC LIMIT 1",
                 (channel_id, message_id, server_id),
             )
@@ -174,12 +238,12 @@ def _filters(*, channel: str | None, agent: str | None) -> tuple[str, tuple[str,
     return " AND ".join(clauses), tuple(params)
 
 
-def _row(item_id: int, item: NewItem) -> tuple[Any, ...]:
+def _row(item: NewItem) -> tuple[Any, ...]:
+    """The INSERT's values, in `_INSERT_COLUMNS` order."""
     server_id = item.metadata.get("serverId")
     channel_id = item.metadata.get("channelId")
     message_id = item.metadata.get("messageId")
     return (
-        item_id,
         item.agent,
         item.participant,
         item.role,
@@ -190,8 +254,19 @@ def _row(item_id: int, item: NewItem) -> tuple[Any, ...]:
         server_id if isinstance(server_id, str) else None,
         channel_id if isinstance(channel_id, str) else None,
         message_id if isinstance(message_id, str) else None,
+        item.thread_id,
+        item.conversation_id,
+        item.dedup_digest,
         item.created_at,
     )
+
+
+def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The row's unique key (channel, message, server, digest), or None when the index does not constrain it."""
+    channel_id, message_id, server_id, digest = row[6], row[7], row[5], row[10]
+    if channel_id is None or message_id is None or server_id is None or digest is None:
+        return None
+    return (channel_id, message_id, server_id, digest)
 
 
 def _stored_item(row: Sequence[Any]) -> StoredItem:

@@ -33,7 +33,7 @@ import anyio
 import structlog
 
 import mcplhost
-from mcplhost.store.errors import BrokenMigration, SchemaTooNew
+from mcplhost.store.errors import BrokenMigration, ForeignDatabase, SchemaTooNew
 
 log = structlog.get_logger()
 
@@ -130,6 +130,20 @@ async def applied_versions(conn: aiosqlite.Connection) -> set[int]:
     return {row[0] for row in rows}
 
 
+async def refuse_foreign(conn: aiosqlite.Connection, *, path: str | None = None) -> None:
+    """Raise ForeignDatabase when the file holds tables but no `schema_version`: another application's.
+
+    Checked before anything is written to the file (even the WAL pragma,
+    which would persist in it).
+    """
+    rows = await conn.execute_fetchall(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%' ORDER BY name"
+    )
+    names = [name for (name,) in rows]
+    if names and "schema_version" not in names:
+        raise ForeignDatabase(names, path=path)
+
+
 def refuse_newer(applied: set[int], newest_known: int, *, path: str | None = None) -> None:
     """Raise SchemaTooNew when the database has a version beyond the newest file."""
     found = max(applied, default=0)
@@ -150,6 +164,7 @@ async def migrate(
     its version under the write lock.
     """
     migrations = load_migrations(folder)
+    await refuse_foreign(conn, path=path)
     refuse_newer(await applied_versions(conn), len(migrations), path=path)
     await conn.execute(_CREATE_VERSION_TABLE)
     applied: list[int] = []

@@ -1,15 +1,15 @@
-"""Push-event dedup records: the first answer to each (server, event id).
+"""Push-event dedup records: the first answer to each (server, event id), and the item it stored.
 
 A connector may deliver the same `push/event` again (a retry after a lost
-answer, a replay after a restart). The host stores the event's items and its
-answer in one transaction; a redelivery finds the answer here and gets it
-back unchanged, and nothing is stored twice.
+answer, a replay after a restart). The host claims the event, stores its
+item and attaches the item's id in one transaction; a redelivery loses the
+claim, gets the original answer and item id back, and stores nothing.
 
     async with store.transaction():
-        if (earlier := await store.pushes.get(server, event_id)) is not None:
-            return earlier
-        ids = await store.items.insert_many_nocommit(items)
-        await store.pushes.record_nocommit(server, event_id, answer_json, now_ms)
+        claims = await store.pushes.claim_many([PushClaim(server, event_id, answer_json, now_ms)])
+        if claims[0].claimed:
+            (written,) = await store.items.insert_many_nocommit([item])
+            await store.pushes.attach_items_nocommit([(server, event_id, written.id)])
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mcplhost.store.errors import DuplicatePushEvent
+import msgspec
 
 if TYPE_CHECKING:
     from mcplhost.store.db import Database
@@ -25,9 +25,29 @@ if TYPE_CHECKING:
 # A redelivery later than this after the first delivery is treated as a new event.
 PUSH_DEDUP_WINDOW_MS = 24 * 60 * 60 * 1000
 
+# Claims per INSERT statement (4 parameters each, far below SQLite's variable limit).
+CLAIMS_PER_INSERT = 1024
+
+
+class PushClaim(msgspec.Struct, frozen=True):
+    """A push event about to be recorded with the answer it will get."""
+
+    server_id: str
+    event_id: str
+    answer: bytes  # JSON
+    created_at: int  # epoch ms
+
+
+class ClaimOutcome(msgspec.Struct, frozen=True):
+    """Whether a claim won; on a repeat, what the first delivery got."""
+
+    claimed: bool  # True: the event is new, and this transaction records it
+    answer: bytes  # the answer to give (JSON): this claim's, or the original's on a repeat
+    item_id: int | None  # on a repeat, the original's item (None on records from before migration 0002)
+
 
 class PushRepository:
-    """Record and look up the original answer to each push event."""
+    """Claim push events once, and look up the original answer and item of each."""
 
     def __init__(self, database: Database) -> None:
         self._database = database
@@ -43,32 +63,52 @@ class PushRepository:
             return result.encode()
         return None
 
-    async def record_nocommit(self, server_id: str, event_id: str, result_json: bytes, created_at: int) -> None:
-        """Record an event's answer inside the caller's `store.transaction()`.
+    async def claim_many(self, claims: Sequence[PushClaim]) -> list[ClaimOutcome]:
+        """Record each event not recorded yet, inside the caller's transaction; one outcome per claim, in order.
 
-        Raises DuplicatePushEvent if the event already has one: the caller's
-        transaction must then roll back, so its items are not stored twice.
+        The first claim of an event (already committed, or earlier in
+        `claims`) wins; every later one gets the first one's answer and item.
+        The winner's item id is set afterwards with `attach_items_nocommit`.
         """
-        await self.record_many_nocommit([(server_id, event_id, result_json, created_at)])
-
-    async def record_many_nocommit(self, records: Sequence[tuple[str, str, bytes, int]]) -> None:
-        """Record (server_id, event_id, result_json, created_at) rows inside the caller's transaction.
-
-        The caller has checked each event is new (see GroupWriter); a
-        duplicate raises DuplicatePushEvent and the transaction must roll back.
-        """
-        self._database.require_transaction("pushes.record_many_nocommit")
-        if not records:
-            return
+        self._database.require_transaction("pushes.claim_many")
         conn = self._database.conn
-        before = conn.total_changes
-        await conn.executemany(
-            "INSERT INTO push_events (server_id, event_id, result, created_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (server_id, event_id) DO NOTHING",
-            [(server, event, result.decode(), created_at) for server, event, result, created_at in records],
+        won: set[tuple[str, str]] = set()
+        for start in range(0, len(claims), CLAIMS_PER_INSERT):
+            chunk = claims[start : start + CLAIMS_PER_INSERT]
+            returned = await conn.execute_fetchall(
+                "INSERT INTO push_events (server_id, event_id, result, created_at) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+                + " ON CONFLICT DO NOTHING RETURNING server_id, event_id",
+                [v for c in chunk for v in (c.server_id, c.event_id, c.answer.decode(), c.created_at)],
+            )
+            won.update((server, event) for server, event in returned)
+        outcomes: list[ClaimOutcome] = []
+        first: dict[tuple[str, str], ClaimOutcome] = {}
+        for claim in claims:
+            key = (claim.server_id, claim.event_id)
+            if key in first:  # a repeat inside this batch: answered like the first, item id set by the caller
+                outcomes.append(ClaimOutcome(False, first[key].answer, first[key].item_id))
+                continue
+            first[key] = ClaimOutcome(True, claim.answer, None) if key in won else await self._original(*key)
+            outcomes.append(first[key])
+        return outcomes
+
+    async def attach_items_nocommit(self, attachments: Sequence[tuple[str, str, int]]) -> None:
+        """Set the item id of events claimed in this transaction: (server_id, event_id, item_id) each."""
+        self._database.require_transaction("pushes.attach_items_nocommit")
+        if attachments:
+            await self._database.conn.executemany(
+                "UPDATE push_events SET item_id = ? WHERE server_id = ? AND event_id = ?",
+                [(item_id, server, event) for server, event, item_id in attachments],
+            )
+
+    async def _original(self, server_id: str, event_id: str) -> ClaimOutcome:
+        rows = await self._database.conn.execute_fetchall(
+            "SELECT result, item_id FROM push_events WHERE server_id = ? AND event_id = ?",
+            (server_id, event_id),
         )
-        if conn.total_changes - before != len(records):
-            raise DuplicatePushEvent(*records[0][:2])  # exact for one record; the batch's first otherwise
+        ((result, item_id),) = rows
+        return ClaimOutcome(False, result.encode(), item_id)
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete records created before the epoch-ms time `older_than_ms`; return how many.
@@ -80,3 +120,4 @@ class PushRepository:
                 "DELETE FROM push_events WHERE created_at < ?", (older_than_ms,)
             ) as cursor:
                 return cursor.rowcount
+

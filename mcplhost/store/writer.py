@@ -3,15 +3,14 @@
 Connectors often send one message per request, and several connectors write
 at once; a commit per request would cap the host at the disk's commit rate,
 and a round trip to SQLite's thread per request at the thread-hop rate.
-`GroupWriter` takes every write that is queued, stores all their rows with
-one `executemany`, records their push answers with another, commits once,
-and only then wakes each caller.
+`GroupWriter` takes every write that is queued, applies all their typed
+operations (store/operations.py), each type with one repository call,
+commits once, and only then wakes each caller with its operations' results
+(the ids committed, or the originals of repeats).
 
-Two kinds of write exist: plain rows (`store_items`) and a push event
-(`store_push`), which is stored once per (connector, eventId): a repeat,
-already committed or earlier in the same group, gets the first answer back
-and stores nothing. If the group's transaction fails, every write in it
-gets the error (nothing of it is stored, nothing was acknowledged).
+A write is a tuple of operations that commit together or not at all. If the
+group's transaction fails, every write in it gets the error (nothing of it
+is stored, nothing was acknowledged), and the failure is logged once.
 
 On shutdown the writer commits everything already queued (bounded by
 `DRAIN_S`) before it ends, so work that reached it is never dropped.
@@ -22,11 +21,15 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import msgspec
+import structlog
 from anyio.abc import TaskStatus
 
-from .db import Store
-from .items import NewItem
+from .interfaces import Repositories
+from .items import ItemWritten, NewItem
+from .operations import ClaimPush, InsertItems, Operation, PushWritten
+from .pushes import PushClaim
+
+log = structlog.get_logger()
 
 #: Writes queued before callers wait (back-pressure to the connectors).
 MAX_QUEUED_WRITES = 4096
@@ -35,40 +38,29 @@ MAX_GROUP = 1024
 #: On shutdown, how long the writer may take to commit what is queued.
 DRAIN_S = 10.0
 
-_encode = msgspec.json.encode
-_decode = msgspec.json.decode
-
 
 class _Write:
-    __slots__ = ("items", "push", "done", "result", "error")
+    __slots__ = ("operations", "done", "results", "error")
 
-    def __init__(self, items: list[NewItem], push: tuple[str, str, dict[str, Any], int] | None) -> None:
-        self.items = items
-        self.push = push  # (server_id, event_id, answer, created_at)
+    def __init__(self, operations: tuple[Operation, ...]) -> None:
+        self.operations = operations
         self.done = False
-        self.result: Any = None
+        self.results: list[Any] = []
         self.error: BaseException | None = None
 
 
 class GroupWriter:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Repositories) -> None:
         self.store = store
         self._send, self._receive = anyio.create_memory_object_stream[_Write](MAX_QUEUED_WRITES)
         # One event per commit, not per write: every waiter wakes on the commit
         # after it was queued and checks whether its own write was in it.
         self._committed = anyio.Event()
-        self.stats = {"writes": 0, "items": 0, "commits": 0, "failed": 0}
+        self.stats = {"writes": 0, "operations": 0, "commits": 0, "failed": 0}
 
-    async def store_items(self, items: list[NewItem]) -> None:
-        """Store `items`; return once they are committed."""
-        await self._wait(_Write(items, None))
-
-    async def store_push(self, server_id: str, event_id: str, item: NewItem, answer: dict[str, Any],
-                         created_at: int) -> tuple[dict[str, Any], bool]:
-        """Store a push's item and answer once; return (the answer to give, whether it was stored now)."""
-        return await self._wait(_Write([item], (server_id, event_id, answer, created_at)))
-
-    async def _wait(self, write: _Write) -> Any:
+    async def submit(self, *operations: Operation) -> list[Any]:
+        """Commit `operations` together; return once committed, one result per operation in order."""
+        write = _Write(operations)
         try:
             self._send.send_nowait(write)  # no yield to the loop while there is room
         except anyio.WouldBlock:
@@ -77,7 +69,17 @@ class GroupWriter:
             await self._committed.wait()
         if write.error is not None:
             raise write.error
-        return write.result
+        return write.results
+
+    async def store_items(self, items: list[NewItem]) -> list[ItemWritten]:
+        """Store `items`; return once they are committed, with what each came to."""
+        (written,) = await self.submit(InsertItems(items))
+        return written
+
+    async def store_push(self, claim: PushClaim, item: NewItem) -> PushWritten:
+        """Store a push's item and answer once per (server, event id); a repeat gets the original's."""
+        (written,) = await self.submit(ClaimPush(claim, item))
+        return written
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -108,37 +110,27 @@ class GroupWriter:
         return group
 
     async def _commit_group(self, group: list[_Write]) -> None:
-        store = self.store
+        # Operations by type, in stage order and then first appearance; each
+        # remembers its (write, position) so its result goes back to its caller.
+        by_type: dict[type, list[tuple[_Write, int, Operation]]] = {}
+        for write in group:
+            write.results = [None] * len(write.operations)
+            for position, operation in enumerate(write.operations):
+                by_type.setdefault(type(operation), []).append((write, position, operation))
         try:
-            async with store.transaction():
-                rows: list[NewItem] = []
-                answers: list[tuple[str, str, bytes, int]] = []
-                first_answer: dict[tuple[str, str], dict[str, Any]] = {}
-                for write in group:
-                    if write.push is None:
-                        rows.extend(write.items)
-                        continue
-                    server_id, event_id, answer, created_at = write.push
-                    key = (server_id, event_id)
-                    earlier = first_answer.get(key)
-                    if earlier is None:
-                        stored = await store.pushes.get(server_id, event_id)
-                        earlier = _decode(stored) if stored is not None else None
-                    if earlier is not None:
-                        write.result = (earlier, False)  # a repeat: the original answer, nothing stored
-                        continue
-                    first_answer[key] = answer
-                    rows.extend(write.items)
-                    answers.append((server_id, event_id, _encode(answer), created_at))
-                    write.result = (answer, True)
-                await store.items.insert_many_nocommit(rows)
-                await store.pushes.record_many_nocommit(answers)
+            async with self.store.transaction():
+                for kind in sorted(by_type, key=lambda k: k.STAGE):  # sorted() is stable
+                    entries = by_type[kind]
+                    results = await kind.apply_all(self.store, [operation for _, _, operation in entries])
+                    for (write, position, _), result in zip(entries, results, strict=True):
+                        write.results[position] = result
         except Exception as exc:  # the group's transaction failed: none of it is stored
+            log.error("store.group_failed", writes=len(group), exc_info=True)
             self.stats["failed"] += len(group)
             for write in group:
                 write.error = exc
         else:
-            self.stats["items"] += len(rows)
+            self.stats["operations"] += sum(len(entries) for entries in by_type.values())
         self.stats["writes"] += len(group)
         self.stats["commits"] += 1
         for write in group:

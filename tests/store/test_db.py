@@ -13,6 +13,7 @@ from mcplhost.errors import HostStateError
 from mcplhost.store import (
     BUSY_TIMEOUT_MS,
     SYNCHRONOUS_LEVELS,
+    PushClaim,
     SchemaBehind,
     Store,
     StoreError,
@@ -57,9 +58,9 @@ class TestTransaction:
     async def test_commits_items_and_pushes_together(self, store: Store):
         """Work done with the nocommit methods inside one transaction is committed together."""
         async with store.transaction():
-            ids = await store.items.insert_many_nocommit([make_item("a"), make_item("b")])
-            await store.pushes.record_nocommit("discord", "e-1", b'{"ok":true}', 1)
-        assert [item.id for item in await store.items.list()] == ids
+            written = await store.items.insert_many_nocommit([make_item("a"), make_item("b")])
+            await store.pushes.claim_many([PushClaim("discord", "e-1", b'{"ok":true}', 1)])
+        assert [item.id for item in await store.items.list()] == [w.id for w in written]
         assert await store.pushes.get("discord", "e-1") == b'{"ok":true}'
 
     async def test_error_rolls_back_everything(self, store: Store):
@@ -67,7 +68,7 @@ class TestTransaction:
         with pytest.raises(RuntimeError):
             async with store.transaction():
                 await store.items.insert_many_nocommit([make_item()])
-                await store.pushes.record_nocommit("discord", "e-1", b"{}", 1)
+                await store.pushes.claim_many([PushClaim("discord", "e-1", b"{}", 1)])
                 raise RuntimeError("boom")
         assert await store.items.list() == []
         assert await store.pushes.get("discord", "e-1") is None
@@ -132,7 +133,9 @@ class TestTransaction:
         with pytest.raises(HostStateError):
             await store.items.insert_many_nocommit([make_item()])
         with pytest.raises(HostStateError):
-            await store.pushes.record_nocommit("discord", "e-1", b"{}", 1)
+            await store.pushes.claim_many([PushClaim("discord", "e-1", b"{}", 1)])
+        with pytest.raises(HostStateError):
+            await store.pushes.attach_items_nocommit([("discord", "e-1", 1)])
 
 
 class TestOpenStore:
@@ -146,7 +149,7 @@ class TestOpenStore:
     async def test_without_migrate_applies_nothing_until_asked(self, db_path: Path):
         """migrate=False only checks the version; store.migrate() then applies the steps."""
         async with open_store(db_path, migrate=False) as store:
-            assert await store.migrate() == [1]
+            assert await store.migrate() == [1, 2]
 
     async def test_not_a_database_is_a_store_error(self, tmp_path: Path):
         """A file that is not SQLite gives a StoreError naming the path and what to check."""

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.store import NewItem, Store, StoredItem, export_line, open_store
+from mcplhost.store import ItemWritten, NewItem, Store, StoredItem, export_line, open_store
 from mcplhost.store import items as items_module
 
 from .conftest import make_item
@@ -34,6 +34,7 @@ EXPORTED_EXAMPLE = {
         "messageId": "m-1",
         "threadId": None,
         "eventId": None,
+        "featureSet": None,
         "tags": [],
         "source": {
             "kind": "channel",
@@ -173,6 +174,101 @@ class TestListAgainstAModel:
                     return texts(await store.items.list(limit=limit, channel=channel, agent=agent))
 
         assert asyncio.run(run()) == expected
+
+
+def keyed(text: str = "hello", *, message: str = "m-1", digest: str = "d" * 64, channel: str = "discord:g1:room",
+          server: str = "discord", conversation: str = "conv_1", thread: str | None = None) -> NewItem:
+    """A channel item carrying its redelivery key, as Ingest builds it."""
+    item = make_item(text, server=server, channel=channel)
+    return msgspec.structs.replace(item, metadata={**item.metadata, "messageId": message}, dedup_digest=digest,
+                                   conversation_id=conversation, thread_id=thread)
+
+
+async def row_count(store: Store) -> int:
+    return len(await store.items.list())
+
+
+class TestRedelivery:
+    async def test_an_identical_redelivery_stores_nothing_and_names_the_original(self, store: Store):
+        """The same (channel, message, server, digest) again is a duplicate carrying the original's id and conversation."""
+        (first,) = await store.items.insert_many([keyed("first", conversation="conv_a")])
+        async with store.transaction():
+            (again,) = await store.items.insert_many_nocommit([keyed("again", conversation="conv_b")])
+        assert (again.id, again.duplicate, again.conversation_id) == (first, True, "conv_a")
+        assert texts(await store.items.list()) == ["first"]
+
+    async def test_a_batch_holding_a_message_twice_stores_it_once(self, store: Store):
+        """Two copies in one insert: the first is stored, the second is its duplicate, the rest are stored in order."""
+        async with store.transaction():
+            written = await store.items.insert_many_nocommit(
+                [keyed("a"), make_item("plain"), keyed("a-again"), keyed("b", message="m-2")])
+        assert [w.duplicate for w in written] == [False, False, True, False]
+        assert written[2].id == written[0].id
+        assert [w.id for w in written if not w.duplicate] == [item.id for item in await store.items.list()]
+        assert texts(await store.items.list()) == ["a", "plain", "b"]
+
+    async def test_an_edit_with_a_new_body_is_its_own_item(self, store: Store):
+        """Same message id, a different delivered digest (chat:edited): a second row."""
+        ids = await store.items.insert_many([keyed("v1", digest="1" * 64), keyed("v2", digest="2" * 64)])
+        assert ids[0] != ids[1] and await row_count(store) == 2
+
+    async def test_the_key_is_per_connector_and_channel(self, store: Store):
+        """The same message id and body in another channel or from another connector is another item."""
+        await store.items.insert_many([keyed(), keyed(channel="discord:g2:room"), keyed(server="zulip")])
+        assert await row_count(store) == 3
+
+    async def test_items_without_a_key_are_never_deduplicated(self, store: Store):
+        """Rows with no dedup digest (pushes, local input, agents' rows) are all stored."""
+        plain = msgspec.structs.replace(keyed(), dedup_digest=None)
+        await store.items.insert_many([plain, plain, plain])
+        assert await row_count(store) == 3
+
+    async def test_thread_and_conversation_are_columns(self, store: Store):
+        """thread_id is a column: thread_of reads it, not the JSON."""
+        await store.items.insert_many([keyed(thread="topic-a")])
+        assert await store.items.thread_of("discord", "discord:g1:room", "m-1") == "topic-a"
+
+    async def test_ids_come_from_the_database_across_chunks(self, store: Store, monkeypatch: pytest.MonkeyPatch):
+        """A batch split into several INSERT statements keeps order and the duplicate mapping across them."""
+        monkeypatch.setattr(items_module, "ROWS_PER_INSERT", 2)
+        async with store.transaction():
+            written = await store.items.insert_many_nocommit(
+                [keyed("a"), keyed("b", message="m-2"), keyed("a2"), make_item("c"), keyed("b2", message="m-2")])
+        assert [w.duplicate for w in written] == [False, False, True, False, True]
+        assert (written[2].id, written[4].id) == (written[0].id, written[1].id)
+        assert texts(await store.items.list()) == ["a", "b", "c"]
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(["m1", "m2", "m3"]), st.sampled_from(["x", "y"]), st.booleans()),
+                    max_size=25),
+           st.integers(min_value=1, max_value=4))
+    def test_batches_store_each_key_once_like_a_set(self, deliveries, batch):
+        """Whatever the batching, each distinct key is stored once, first copy kept, every copy mapped to it."""
+        async def run() -> tuple[list[ItemWritten], list[StoredItem]]:
+            with tempfile.TemporaryDirectory() as folder:
+                async with open_store(Path(folder) / "m.db") as store:
+                    items = [keyed(f"{n}", message=m, digest=d * 64) if has_key
+                             else msgspec.structs.replace(keyed(f"{n}"), dedup_digest=None)
+                             for n, (m, d, has_key) in enumerate(deliveries)]
+                    written: list[ItemWritten] = []
+                    for start in range(0, len(items), batch):
+                        async with store.transaction():
+                            written += await store.items.insert_many_nocommit(items[start : start + batch])
+                    return written, await store.items.list()
+
+        written, stored = asyncio.run(run())
+        first_of: dict[tuple[str, str], int] = {}
+        expected_texts = []
+        for n, (m, d, has_key) in enumerate(deliveries):
+            if not has_key or (m, d) not in first_of:
+                expected_texts.append(str(n))
+                if has_key:
+                    first_of[(m, d)] = n
+        assert texts(stored) == expected_texts
+        id_of_text = {item.content[0]["text"]: item.id for item in stored}
+        for n, ((m, d, has_key), w) in enumerate(zip(deliveries, written)):
+            original = str(first_of[(m, d)]) if has_key else str(n)
+            assert w.id == id_of_text[original] and w.duplicate == (original != str(n))
 
 
 class TestExport:

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/store/migrate.py: numbered files, one transaction each, refusal of newer schemas."""
+"""Tests for mcplhost/store/migrate.py: numbered files, one transaction each, refusal of newer or foreign schemas."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import aiosqlite
 import pytest
 from structlog.testing import capture_logs
 
-from mcplhost.store import BrokenMigration, SchemaTooNew, open_reader, open_store
+from mcplhost.store import BrokenMigration, ForeignDatabase, SchemaTooNew, open_reader, open_store
 from mcplhost.store.migrate import (
     applied_versions,
     default_folder,
@@ -183,3 +183,43 @@ class TestMigrate:
                 pass
         assert tables(db) == {"schema_version"}
         assert recorded_versions(db) == []
+
+
+class TestForeignDatabase:
+    def foreign(self, tmp_path: Path) -> Path:
+        path = tmp_path / "notes.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.close()
+        return path
+
+    async def test_another_applications_tables_are_refused_untouched(self, tmp_path: Path):
+        """A file with tables but no schema_version raises ForeignDatabase from every opener and is not changed."""
+        path = self.foreign(tmp_path)
+        for opener in (open_store, lambda p: open_store(p, migrate=False), open_reader):
+            with pytest.raises(ForeignDatabase) as refused:
+                async with opener(path):
+                    pass
+            assert refused.value.tables == ["users"]
+            assert "another application" in str(refused.value) and str(path) in str(refused.value)
+            assert "new file" in refused.value.explanation
+        assert tables(path) == {"users"}
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # WAL was never set
+        conn.close()
+
+    async def test_an_empty_sqlite_file_is_ours_to_migrate(self, tmp_path: Path):
+        """A database with no tables at all is a new store, not a foreign one."""
+        path = tmp_path / "empty.db"
+        sqlite3.connect(path).close()
+        async with open_store(path):
+            pass
+        assert "items" in tables(path)
+
+    def test_migrate_command_prints_one_line(self, tmp_path: Path):
+        """`mcplhost migrate --db` on a foreign file exits non-zero with the reason, no traceback."""
+        from tests.cli.support import cli
+
+        done = cli("migrate", "--db", str(self.foreign(tmp_path)))
+        assert done.returncode != 0
+        assert "another application" in done.stderr and "Traceback" not in done.stderr
