@@ -13,10 +13,12 @@ from typing import Any
 
 import anyio
 import structlog
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from .config import Config, ConnectorConfig
+from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
-from .ingest import Ingest, now_ms
+from .ingest import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms
 from .store import open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.writer import GroupWriter
@@ -38,6 +40,19 @@ class Host:
         self.ready = anyio.Event()
         self.writer: GroupWriter | None = None
         self.ingest: Ingest | None = None  # set while running
+        self._stored_send: ObjectSendStream[Stored] | None = None  # see stored_events()
+
+    def stored_events(self) -> ObjectReceiveStream[Stored]:
+        """The stream of `Stored(id, item)` events, one per newly committed item; call before `run`.
+
+        Bounded (STORED_EVENTS_BUFFER); a consumer that falls behind loses
+        events, flagged by `missed_before` (ingest.py). Without a call there is
+        no stream and no events.
+        """
+        if self._stored_send is not None:
+            raise HostStateError("stored_events() has one consumer; it was already taken")
+        self._stored_send, receive = anyio.create_memory_object_stream[Stored](STORED_EVENTS_BUFFER)
+        return receive
 
     async def run(self, stop: anyio.Event, *, watchdog_s: float | None = None) -> None:
         """Run until `stop` is set, then stop gracefully."""
@@ -45,7 +60,7 @@ class Host:
         fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
             self.writer = writer = GroupWriter(store)
-            self.ingest = ingest = Ingest(store, writer, log, on_stored=self.on_stored)
+            self.ingest = ingest = Ingest(store, writer, log, on_stored=self.on_stored, events=self._stored_send)
             async with anyio.create_task_group() as base:
                 await base.start(writer.run)
                 base.start_soon(self._prune, store)
@@ -59,6 +74,8 @@ class Host:
                         self.notifier.send("STOPPING=1")
                     connectors.cancel_scope.cancel()
                 base.cancel_scope.cancel()
+        if self._stored_send is not None:
+            self._stored_send.close()  # the consumer sees the end of the stream once everything is committed
         log.info("host.stopped", **(self.writer.stats if self.writer else {}))
 
     async def _start_all(self, connectors: anyio.abc.TaskGroup, ingest: Ingest) -> None:

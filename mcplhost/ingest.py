@@ -2,9 +2,24 @@
 
 Each admitted message or push runs through the inbound pipeline (strip →
 freeze-source → header → mark, with digests), then is committed through the
-group writer; the connector's answer is built only after that commit. A
-push is stored once per (connector, eventId): a repeat gets the original
-answer and stores nothing.
+group writer; the connector's answer is built only after that commit.
+
+Idempotence, enforced by the schema (store/items.py, store/pushes.py): a
+channel message is stored once per (connector, channel, messageId,
+sourceBodyDigest), so an identical redelivery (a retry after a lost
+connection, a replay after a host crash between commit and answer) stores
+nothing and is answered as the first delivery was; an edit has a new body
+and is its own item. A push is stored once per (connector, eventId).
+
+Stored events: after each commit, every newly stored item is offered as a
+`Stored(id, item)` on the `events` stream Host hands in (none: no events).
+The policy when the consumer falls behind is drop-and-flag, not
+back-pressure: a connector's answer waits only for its commit, never for an
+agent (AGENTS.md: nothing blocks inbound storage). A dropped event is never
+silent: it is counted (`statistics()`), logged once per overflow, and the next
+event delivered carries `missed_before`, the number dropped just before it,
+so the consumer knows to catch up from its durable cursor (all items after
+its last handled id are in the store).
 """
 
 from __future__ import annotations
@@ -15,7 +30,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import msgspec
+from anyio.abc import ObjectSendStream
 
 from mcplhost.inbound import canonical_json
 from mcplhost.inbound.pipeline import (
@@ -27,14 +44,34 @@ from mcplhost.inbound.pipeline import (
     run_pipeline,
 )
 from mcplhost.protocol import errors
-from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
-from mcplhost.store import NewItem, Store
+from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
+from mcplhost.store import ItemWritten, NewItem, PushClaim, Store
 from mcplhost.store.writer import GroupWriter
 
 EDITED_TAG = "chat:edited"
 #: Recent (connector, channel, messageId) → thread, so a correction usually finds its original's
 #: thread without a read.
 RECENT_THREADS = 10_000
+#: Stored events buffered for a slow consumer before further ones are dropped (and flagged).
+STORED_EVENTS_BUFFER = 4096
+#: The answer to an accepted push.
+PUSH_ACCEPTED: dict[str, Any] = {"accepted": True}
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
+class Stored(msgspec.Struct, frozen=True):
+    """An item just committed: its id and the item, with its conversation and thread ids.
+
+    `missed_before` > 0: that many events just before this one were dropped
+    because the consumer was behind; catch up from the store. Each request's
+    events come in id order; events of concurrent requests may interleave.
+    """
+
+    id: int
+    item: NewItem
+    missed_before: int = 0
 
 
 def now_ms() -> int:
@@ -53,12 +90,16 @@ def conversation_id(server_id: str, channel_id: str | None, thread_id: str | Non
 
 class Ingest:
     def __init__(self, store: Store, writer: GroupWriter, log: Any, *, clock_ms: Callable[[], int] = now_ms,
-                 on_stored: Callable[[list[NewItem]], None] | None = None) -> None:
+                 on_stored: Callable[[list[NewItem]], None] | None = None,
+                 events: ObjectSendStream[Stored] | None = None) -> None:
         self.store = store
         self.writer = writer
         self.log = log
         self.clock_ms = clock_ms
         self.on_stored = on_stored  # e.g. `mcplhost dev`'s live view; called after each commit
+        self.events = events  # bounded (STORED_EVENTS_BUFFER); see the module docstring
+        self._missed = 0  # events dropped since the last one delivered
+        self._stats = {"stored_events": 0, "stored_events_dropped": 0}
         self._stripped: set[tuple[str, str]] = set()
         self._threads: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
 
@@ -71,6 +112,7 @@ class Ingest:
         accepted_at = self.clock_ms()
         outcomes: list[Processed | Rejected] = []
         rows: list[NewItem] = []
+        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
         for m in messages:
             thread_id = m.thread_id
             if thread_id is None and EDITED_TAG in m.tags:
@@ -83,40 +125,49 @@ class Ingest:
             outcomes.append(outcome)
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
-                rows.append(self._item(server_id, outcome, m.participant, accepted_at))
-        if rows:
-            await self.writer.store_items(rows)
-            self._observe(rows)
+                place = (m.channel_id, outcome.metadata["threadId"])
+                if place not in conversations:
+                    conversations[place] = conversation_id(server_id, *place)
+                rows.append(self._item(server_id, outcome, m.participant, accepted_at,
+                                       conversation=conversations[place],
+                                       dedup_digest=outcome.metadata["sourceBodyDigest"]))
+        written = await self.writer.store_items(rows) if rows else []
+        self._emit(rows, written)
         results = []
-        conversations: dict[tuple[str | None, str | None], str] = {}  # a batch is mostly one conversation
+        stored = iter(zip(rows, written))
         for message, outcome in zip(messages, outcomes):
             if isinstance(outcome, Rejected):
                 results.append({"messageId": message.message_id, "accepted": False, "reason": outcome.reason,
                                 "code": errors.INVALID_PARAMS})
                 continue
-            source = outcome.metadata["source"]
-            place = (source.get("channelId"), source.get("threadId"))
-            if place not in conversations:
-                conversations[place] = conversation_id(server_id, *place)
+            item, result = next(stored)
+            # A repeat is answered with its original's conversation (rows from before
+            # migration 0002 have none stored, and the same place gives the same id).
             results.append({"messageId": message.message_id, "accepted": True,
-                            "conversationId": conversations[place]})
+                            "conversationId": result.conversation_id or item.conversation_id})
         return results
 
-    async def store_push(self, server_id: str, push: AdmittedPush) -> dict[str, Any]:
+    async def store_push(self, server_id: str, push: AdmittedPush) -> PushStored:
         accepted_at = self.clock_ms()
         processed = run_pipeline(Delivered(
             lane="push/event", kind="channel" if push.channel_id else "unscoped", server_id=server_id,
             accepted_at=accepted_at, blocks=push.content, adapter=push.origin, channel_id=push.channel_id,
             label=push.label, thread_id=push.thread_id, message_id=push.message_id, event_id=push.event_id,
-            reply_to=push.reply_to, source_timestamp=push.source_timestamp, tags=list(push.tags)))
+            feature_set=push.feature_set, reply_to=push.reply_to, source_timestamp=push.source_timestamp,
+            tags=list(push.tags)))
         if isinstance(processed, Rejected):
             raise errors.invalid_params(f"push payload refused: {processed.reason}", {"reason": processed.reason})
         source = push.origin.get("source") if push.origin else None
-        item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at)
-        answer, stored = await self.writer.store_push(server_id, push.event_id, item, {"accepted": True}, accepted_at)
-        if stored:
-            self._observe([item])
-        return answer
+        # An unscoped push belongs to no conversation (AGENTS.md: routing treats it as undecided).
+        conversation = (conversation_id(server_id, push.channel_id, processed.metadata["threadId"])
+                        if push.channel_id else None)
+        item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at,
+                          conversation=conversation)
+        written = await self.writer.store_push(
+            PushClaim(server_id, push.event_id, _encode(PUSH_ACCEPTED), accepted_at), item)
+        if not written.duplicate:
+            self._emit([item], [ItemWritten(written.item_id, False, conversation)])
+        return PushStored(answer=_decode(written.answer), item_id=written.item_id, duplicate=written.duplicate)
 
     async def store_surface(self, surface: str, participant: str, text: str) -> None:
         """Store local console input: a `surface` item, marked like any sender's text, with no header."""
@@ -127,8 +178,7 @@ class Ingest:
         if isinstance(processed, Rejected):
             raise ValueError(f"console input refused: {processed.reason}")
         item = self._item(surface, processed, participant, accepted_at)
-        await self.writer.store_items([item])
-        self._observe([item])
+        self._emit([item], await self.writer.store_items([item]))
 
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""
@@ -148,15 +198,44 @@ class Ingest:
         if len(self._threads) > RECENT_THREADS:
             self._threads.popitem(last=False)
 
-    def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int) -> NewItem:
+    def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int, *,
+              conversation: str | None = None, dedup_digest: str | None = None) -> NewItem:
         for key in processed.stripped_keys:
             if (server_id, key) not in self._stripped:
                 # Once per (connector, key) per process; the key, never its value.
                 self._stripped.add((server_id, key))
                 self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
+        thread = processed.metadata.get("threadId")
         return NewItem(role="user", content=processed.content, metadata=processed.metadata,
-                       created_at=created_at, participant=participant)
+                       created_at=created_at, participant=participant,
+                       thread_id=thread if isinstance(thread, str) else None,
+                       conversation_id=conversation, dedup_digest=dedup_digest)
 
-    def _observe(self, items: list[NewItem]) -> None:
-        if self.on_stored is not None and items:
-            self.on_stored(items)
+    def statistics(self) -> dict[str, int]:
+        """Stored events offered and dropped so far (dropped: the consumer was behind)."""
+        return dict(self._stats)
+
+    def _emit(self, items: list[NewItem], written: list[ItemWritten]) -> None:
+        """After a commit: tell `on_stored` and the events stream about the items new in it."""
+        new = [(w.id, item) for item, w in zip(items, written, strict=True) if not w.duplicate]
+        if self.on_stored is not None and new:
+            self.on_stored([item for _, item in new])
+        if self.events is None:
+            return
+        for item_id, item in new:
+            try:
+                self.events.send_nowait(Stored(item_id, item, self._missed))
+            except anyio.WouldBlock:
+                if self._missed == 0:
+                    self.log.warning("ingest.stored_events_dropped", buffer=STORED_EVENTS_BUFFER, first_id=item_id)
+                self._missed += 1
+                self._stats["stored_events_dropped"] += 1
+                continue
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.log.info("ingest.stored_events_closed")  # the consumer is gone: no more events
+                self.events = None
+                return
+            if self._missed:
+                self.log.info("ingest.stored_events_resumed", missed=self._missed, id=item_id)
+                self._missed = 0
+            self._stats["stored_events"] += 1

@@ -64,6 +64,7 @@ class Delivered(msgspec.Struct, frozen=True, kw_only=True):
     thread_id: str | None = None
     message_id: str | None = None
     event_id: str | None = None
+    feature_set: str | None = None  # a push's featureSet; None for channel and local items
     reply_to: str | None = None
     source_timestamp: Any = None
     tags: list[str] = msgspec.field(default_factory=list)
@@ -212,6 +213,7 @@ def _metadata(item: InFlight) -> dict[str, Any]:
         "messageId": source.get("messageId"),
         "threadId": source.get("threadId"),
         "eventId": source.get("eventId"),
+        "featureSet": item.delivered.feature_set,
         "tags": list(item.delivered.tags),
         "source": source,
         "sourceHeader": item.header,

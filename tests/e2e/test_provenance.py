@@ -153,14 +153,16 @@ class TestHeaders:
 
 class TestDigestsAndRenames:
     async def test_a_rename_leaves_stored_headers_alone_and_a_replay_keeps_the_delivered_digest(self, tmp_path) -> None:
-        """After channels/changed renames #room, old items keep their header; a replay differs only where the label is."""
+        """After channels/changed renames #room, old items keep their header; the same body again differs only where the label is."""
         same = msg("disc:g1:room", "m1", "hello")
-        _, items = await run_script(tmp_path, [
+        rec, items = await run_script(tmp_path, [
             register(desc("disc:g1:room", "#room")),
             incoming(same),
             {"request": "channels/changed", "params": {"updated": [desc("disc:g1:room", "#lobby")]}},
-            incoming(same),
+            incoming(same),  # an identical redelivery: stored once (issue 7 #2), answered as the first
+            incoming(msg("disc:g1:room", "m2", "hello")),
         ])
+        assert rec.answer(3)["result"] == rec.answer(1)["result"]
         first, replay = items
         assert texts(first)[0] == "[source: disc / disc:g1:room · #room]"
         assert texts(replay)[0] == "[source: disc / disc:g1:room · #lobby]"

@@ -28,8 +28,8 @@ from mcplhost.inbound.pipeline import (
 from tests.inbound.strategies import any_text, marking_text
 
 ACCEPTED_AT = 1_790_000_000_000
-METADATA_KEYS = {"serverId", "channelId", "messageId", "threadId", "eventId", "tags", "source", "sourceHeader",
-                 "sourceBodyDigest", "storedBodyDigest", "adapter"}
+METADATA_KEYS = {"serverId", "channelId", "messageId", "threadId", "eventId", "featureSet", "tags", "source",
+                 "sourceHeader", "sourceBodyDigest", "storedBodyDigest", "adapter"}
 
 
 def text(t: str) -> dict[str, Any]:
@@ -48,7 +48,8 @@ def channel_item(**changes: Any) -> Delivered:
 def push_item(**changes: Any) -> Delivered:
     fields: dict[str, Any] = {
         "lane": "push/event", "kind": "unscoped", "server_id": "heartbeat", "accepted_at": ACCEPTED_AT,
-        "event_id": "ev-1", "blocks": [text("tick")], "adapter": {"source": "heartbeat"},
+        "event_id": "ev-1", "feature_set": "heartbeat.ticks", "blocks": [text("tick")],
+        "adapter": {"source": "heartbeat"},
     }
     return Delivered(**(fields | changes))
 
@@ -67,7 +68,7 @@ class TestChannelItem:
         assert result.content == [text(header_text), text("hello")]
         assert result.metadata == {
             "serverId": "discord", "channelId": "discord:g1:room", "messageId": "m-1", "threadId": None,
-            "eventId": None, "tags": [],
+            "eventId": None, "featureSet": None, "tags": [],
             "source": {"kind": "channel", "lane": "channels/incoming", "serverId": "discord",
                        "channelId": "discord:g1:room", "label": "#room", "messageId": "m-1",
                        "acceptedAt": ACCEPTED_AT},
@@ -169,6 +170,12 @@ class TestPushItem:
         assert result.content == [text("[source: heartbeat \u00b7 unscoped]"), text("tick")]
         assert result.metadata["channelId"] is None and result.metadata["eventId"] == "ev-1"
         assert result.metadata["adapter"] == {"source": "heartbeat"}
+
+    def test_feature_set_is_kept_next_to_the_event_id(self) -> None:
+        """A push's featureSet is in its metadata, right after eventId (SPEC §9)."""
+        keys = list(processed(push_item()).metadata)
+        assert processed(push_item()).metadata["featureSet"] == "heartbeat.ticks"
+        assert keys.index("featureSet") == keys.index("eventId") + 1
 
     def test_channel_push(self) -> None:
         """A push that names a registered channel is a channel item on the push lane."""
