@@ -51,20 +51,9 @@ class ConnectorProtocolError(ReplyError):
     def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(code, message, UNSET if data is None else dict(data))
 
-    def to_error(self) -> dict[str, Any]:
-        """The JSON-RPC `error` member for this refusal, as plain data."""
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not UNSET:
-            error["data"] = dict(self.data)
-        return error
-
     def __repr__(self) -> str:
         data = "" if self.data is UNSET else f", data={self.data!r}"
         return f"ConnectorProtocolError(code={self.code}, message={self.message!r}{data})"
-
-
-# The same class under the name of what it is on the wire: a refusal.
-RpcRefusal = ConnectorProtocolError
 
 
 def capability_denied(capability: str, reason: str | None = None) -> ConnectorProtocolError:

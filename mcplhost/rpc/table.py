@@ -57,9 +57,6 @@ class RequestTable:
         while len(self._late) > self._late_memory:
             self._late.popitem(last=False)
 
-    def outstanding(self) -> dict[Any, str]:
-        return dict(self._outstanding)
-
     def close(self) -> list[int]:
         """The connection ended: every outstanding id, now abandoned."""
         ids = list(self._outstanding)

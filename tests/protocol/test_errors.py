@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 import pytest
 from msgspec import UNSET
 
 from mcplhost.protocol import errors
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.rpc.errors import ReplyError, error_for
+
+
+def wire(refusal: ConnectorProtocolError) -> dict[str, Any]:
+    """The JSON-RPC error object the rpc layer answers `refusal` with, as plain data."""
+    return msgspec.to_builtins(error_for(refusal))
 
 
 class TestCodes:
@@ -44,11 +52,11 @@ class TestConnectorProtocolError:
             {"field": "x"},
         )
 
-    def test_to_error_omits_absent_data(self) -> None:
+    def test_the_error_object_omits_absent_data(self) -> None:
         """The JSON-RPC error object has no `data` member when there is none."""
         refusal = ConnectorProtocolError(-32603, "oops")
         assert refusal.data is UNSET
-        assert refusal.to_error() == {"code": -32603, "message": "oops"}
+        assert wire(refusal) == {"code": -32603, "message": "oops"}
 
     def test_rpc_layer_maps_it(self) -> None:
         """It is a ReplyError, so rpc's one exception mapper answers with its code and data."""
@@ -62,17 +70,13 @@ class TestConnectorProtocolError:
         data = {"capability": "pushEvents"}
         refusal = ConnectorProtocolError(-32002, "Capability denied", data)
         data["capability"] = "tools"
-        assert refusal.to_error()["data"] == {"capability": "pushEvents"}
-
-    def test_rpc_refusal_is_the_same_type(self) -> None:
-        """`RpcRefusal` names the same class, so either spelling catches it."""
-        assert errors.RpcRefusal is ConnectorProtocolError
+        assert wire(refusal)["data"] == {"capability": "pushEvents"}
 
 
 class TestHelpers:
     def test_capability_denied(self) -> None:
         """-32002 carries the capability, and a reason only when given."""
-        assert errors.capability_denied("modelInfo").to_error() == {
+        assert wire(errors.capability_denied("modelInfo")) == {
             "code": -32002,
             "message": "Capability denied",
             "data": {"capability": "modelInfo"},
@@ -103,7 +107,7 @@ class TestHelpers:
     def test_invalid_params(self) -> None:
         """-32602 carries the given message and data."""
         refusal = errors.invalid_params("eventId is required", {"field": "eventId"})
-        assert refusal.to_error() == {
+        assert wire(refusal) == {
             "code": -32602,
             "message": "eventId is required",
             "data": {"field": "eventId"},
@@ -116,8 +120,8 @@ class TestHelpers:
 
     def test_channel_errors(self) -> None:
         """Channel refusals use -32017 and -32023 and name the channel."""
-        assert errors.channel_not_permitted("c1").to_error()["code"] == -32017
-        assert errors.unknown_channel("c2").to_error() == {
+        assert wire(errors.channel_not_permitted("c1"))["code"] == -32017
+        assert wire(errors.unknown_channel("c2")) == {
             "code": -32023,
             "message": "Unknown channel",
             "data": {"channelId": "c2"},

@@ -19,6 +19,7 @@ from mcplhost.protocol.featuresets import (
     uses_valid,
 )
 from mcplhost.protocol.vocabulary import SORTED_CAPABILITY_PATHS
+from mcplhost.rpc.errors import error_for
 
 PATHS = list(SORTED_CAPABILITY_PATHS)
 
@@ -203,7 +204,7 @@ STATES = {
 
 def refusal(feature_set: Any, *, legacy: bool = False) -> dict[str, Any] | None:
     refused = check_feature_set(STATES, feature_set, "pushEvents", legacy=legacy)
-    return None if refused is None else refused.to_error()
+    return None if refused is None else msgspec.to_builtins(error_for(refused))
 
 
 class TestCheckFeatureSet:
