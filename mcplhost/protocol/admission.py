@@ -36,10 +36,17 @@ def _string(mapping: Mapping[str, Any] | None, key: str) -> str | None:
 
 
 def refusal(message_id: Any, error: ConnectorProtocolError, reason: str) -> dict[str, Any]:
-    """A per-message refusal in `results`, with the error code that names it."""
+    """A per-message refusal in `results`, with the error code that names it.
+
+    A malformed message also names the `field` and the `problem`, as a
+    push/event -32602 does in its data.
+    """
     entry: dict[str, Any] = {"accepted": False, "reason": reason, "code": error.code}
     if isinstance(message_id, str):
         entry["messageId"] = message_id
+    if isinstance(error.data, dict) and "field" in error.data:
+        entry["field"] = error.data["field"]
+        entry["problem"] = error.data.get("problem")
     return entry
 
 

@@ -14,6 +14,11 @@ patterns configured means any id.
 Re-registering an id that is already registered replaces its descriptor
 (a connector that reconnected to its platform may announce its channels
 again); the label at receipt is always the latest registered one.
+
+The registry is keyed by connector-chosen ids, so it is bounded: once it
+holds `MAX_CHANNELS` channels, a descriptor for a new id is refused
+(`channel_limit`) until some are removed; replacing a registered id still
+works.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from typing import Any
 import msgspec
 
 DIRECTIONS = ("inbound", "outbound", "bidirectional")
+#: Channels one connection may have registered at once (a real connector has hundreds, not thousands).
+MAX_CHANNELS = 10_000
+#: The itemized reason for a descriptor refused because the registry is full.
+CHANNEL_LIMIT = "channel_limit"
 
 
 class Channel(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,8 +83,9 @@ def _result(raw: Any, accepted: bool, reason: str | None = None) -> dict[str, An
 
 
 class ChannelRegistry:
-    def __init__(self, patterns: Sequence[str] | None = None) -> None:
+    def __init__(self, patterns: Sequence[str] | None = None, *, limit: int = MAX_CHANNELS) -> None:
         self.patterns = list(patterns) if patterns is not None else None
+        self.limit = limit
         self._channels: dict[str, Channel] = {}
 
     def get(self, channel_id: str) -> Channel | None:
@@ -105,6 +115,8 @@ class ChannelRegistry:
                 results.append(_result(raw, False, "channel_not_permitted"))
             elif must_exist and channel.id not in self._channels:
                 results.append(_result(raw, False, "unknown_channel"))
+            elif channel.id not in self._channels and len(self._channels) >= self.limit:
+                results.append(_result(raw, False, CHANNEL_LIMIT))
             else:
                 seen.add(channel.id)
                 self._channels[channel.id] = channel

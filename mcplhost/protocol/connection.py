@@ -1,21 +1,22 @@
-"""MCPL for one process life of one connector: handshake, policy, and every inbound method.
+"""MCPL for one process life of one connector: handshake, policy, and authorizing every inbound method.
 
 States, in order: HANDSHAKE → POLICY_PENDING → READY, or MCP_ONLY (no MCPL
 manifest, or the policy was refused with fallback "mcp-only"), or a
 `PolicyClosed` raised to the supervisor (fallback "close").
 
 Every inbound request is authorized in the read loop against the grant in
-force at that moment (`METHODS`); storing runs as `Deferred` work so the loop
-keeps reading. Host-initiated follow-ups (opening channels, manifest
-re-fetches, policy updates) go through one bounded job stream served by
-`run_background`, one at a time, so policy updates are serialized.
+force at that moment, through the one method table (`methods.INBOUND`);
+what each method does lives in `handlers`, and storing runs as `Deferred`
+work so the loop keeps reading. Host-initiated follow-ups (opening
+channels, manifest re-fetches, policy updates) go through one bounded job
+stream served by `run_background` (`jobs`), one at a time, so policy
+updates are serialized.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 import anyio
@@ -26,69 +27,47 @@ from mcplhost import __version__
 from mcplhost.config import ConnectorConfig
 from mcplhost.rpc import (
     ConnectionClosed,
-    Deferred,
     RemoteError,
     RequestTimeout,
     Session,
 )
 
-from . import errors
-from .admission import admit_message, admit_push
+from . import errors, jobs
 from .channels import Channel, ChannelRegistry
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
-from .grants import advertised_paths, effective_grant
+from .grants import IMPLEMENTED, advertised_paths, effective_grant, host_capabilities, offered_paths
 from .intake import Intake
-from .manifest import ManifestTracker
-from .methods import MCP_NOTIFICATIONS_PREFIX, rule_for
-from .params import (
-    Changed,
-    IncomingBatch,
-    InitializeResult,
-    ManifestChanged,
-    PushEvent,
-    Register,
-    WellFormedBatch,
-    decode_incoming,
-    decode_params,
-)
+from .manifest import ManifestChange, ManifestTracker
+from .methods import MCP_NOTIFICATIONS_PREFIX, method_for
+from .params import InitializeResult
 from .policy import interim, judge_receipt, policy_params
+from .states import HandshakeFailed, Mode, PolicyClosed
 from .tags import producer_implies
+
+__all__ = ["HOST_MCPL_CAPABILITIES", "HandshakeFailed", "McplConnection", "Mode", "PolicyClosed"]
 
 #: MCP protocol version we ask for; MCPL does not change MCP versioning (§3.1).
 MCP_PROTOCOL_VERSION = "2024-11-05"
-#: What this host implements, advertised in `initialize` (nothing more, RFC-002 §9.7).
-HOST_MCPL_CAPABILITIES: dict[str, Any] = {
-    "version": "0.5",
-    "pushEvents": True,
-    "channels": {"register": True, "incoming": True, "lifecycle": True},
-    "featureSets": True,
-}
+#: The MCPL version this host speaks.
+MCPL_VERSION = "0.5"
+#: What this host may grant by default: what it implements (no inference is configured yet).
+OFFERED: frozenset[str] = offered_paths(IMPLEMENTED)
+#: What this host advertises in `initialize`: exactly what it implements (RFC-002 §9.7).
+HOST_MCPL_CAPABILITIES: dict[str, Any] = host_capabilities(OFFERED, MCPL_VERSION)
 #: Host-initiated jobs waiting for the background worker.
 MAX_PENDING_JOBS = 64
-
-
-class Mode(Enum):
-    HANDSHAKE = "handshake"
-    POLICY_PENDING = "policy_pending"
-    READY = "ready"
-    MCP_ONLY = "mcp_only"
-    CLOSED = "closed"  # refused a later policy with fallback "close": nothing is served any more
-
-
-class PolicyClosed(Exception):
-    """The connector refused our policy with fallback "close" (or we chose to close)."""
-
-
-class HandshakeFailed(Exception):
-    """`initialize` failed: no answer, an error, or an unusable result."""
+#: Distinct once-only warnings remembered per connection (the keys are connector-chosen strings).
+MAX_WARNED_KEYS = 1024
 
 
 class McplConnection:
-    def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic,
+                 offered: frozenset[str] = OFFERED) -> None:
         self.spec = spec
         self.name = spec.name
         self.intake = intake
         self.log = log
+        self.offered = offered
         self.session: Session | None = None
         self.mode = Mode.HANDSHAKE
         self.legacy = spec.protocol == "0.4"
@@ -103,8 +82,13 @@ class McplConnection:
         self.tracker = ManifestTracker(clock)
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[tuple[str, Any]](MAX_PENDING_JOBS)
         self._warned: set[str] = set()
+        self._warned_capped = False
         #: Set when a later policy is refused with fallback "close": the supervisor ends this life.
         self.closed_by_policy = anyio.Event()
+
+    @property
+    def is_ready(self) -> bool:
+        return self.mode is Mode.READY
 
     # --- handshake -----------------------------------------------------------
 
@@ -131,7 +115,7 @@ class McplConnection:
                 "initialize",
                 {
                     "protocolVersion": MCP_PROTOCOL_VERSION,
-                    "capabilities": {"experimental": {"mcpl": HOST_MCPL_CAPABILITIES}},
+                    "capabilities": {"experimental": {"mcpl": host_capabilities(self.offered, MCPL_VERSION)}},
                     "clientInfo": {"name": "mcplhost", "version": __version__},
                 },
                 timeout=self.spec.request_timeout_s,
@@ -146,18 +130,27 @@ class McplConnection:
             why = "no MCPL manifest" if manifest is None else "manifest without a version string"
             return self._mcp_only(why)
         if self.spec.protocol == "auto":
-            self.legacy = version != "0.5"
+            self.legacy = version != MCPL_VERSION
         self.manifest = manifest
         self.log.info("connector.initialized", server=result.serverInfo, mcpl_version=version, legacy=self.legacy)
         self._adopt_manifest(manifest)
         if self.spec.accept_tag_implications:
             self.accepted_implies = producer_implies(self.declared)
-        grant = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
+        grant = self._initial_grant()
         self.mode = Mode.POLICY_PENDING
         try:
-            return await self._send_policy(grant, initial=True)
+            return await self.send_policy(grant, initial=True)
         except ConnectionClosed as exc:
             raise HandshakeFailed(f"the connection ended before the policy receipt: {exc}") from exc
+
+    def _initial_grant(self) -> frozenset[str]:
+        """The §5.4 grant, less what this host does not implement (logged once: configured but inert)."""
+        configured = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
+        unimplemented = configured - self.offered
+        if unimplemented:
+            self.log.warning("connector.grant_unimplemented", paths=sorted(unimplemented),
+                             detail="configured and advertised, but this host does not implement them yet")
+        return configured & self.offered
 
     def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
         self.declared = normalize_feature_sets(manifest.get("featureSets"))
@@ -165,11 +158,21 @@ class McplConnection:
             # A conformance defect to log, never a reason to reject the manifest (§17.2).
             self.log.warning("connector.defect", defect="manifest revision does not match its content")
 
+    def adopt_change(self, change: ManifestChange) -> None:
+        """Put a re-fetched manifest in force (its grant and feature sets follow through `send_policy`)."""
+        self.manifest = change.manifest
+        self.capabilities = change.capabilities
+        self.declared = change.declared
+        if change.ontology_changed and self.accepted_implies is not None:
+            self.accepted_implies = None  # a changed ontology cancels the operator's acceptance
+
+    # --- policy ----------------------------------------------------------------
+
     def _derive(self, grant: frozenset[str]) -> dict[str, FeatureSetState]:
         selection = self.spec.feature_sets
         return derive_feature_sets(self.declared, grant, selection.enabled, list(selection.disabled))
 
-    async def _send_policy(self, grant: frozenset[str], *, initial: bool) -> Mode:
+    async def send_policy(self, grant: frozenset[str], *, initial: bool) -> Mode:
         """Send featureSets/update as a Request; narrowing applies first, widening at the receipt.
 
         The receipt is applied in the read loop the moment it arrives
@@ -185,7 +188,7 @@ class McplConnection:
         try:
             return await self.session.request(
                 "featureSets/update",
-                policy_params(self.capabilities, grant, states,
+                policy_params(self.capabilities, grant, states, legacy=self.legacy,
                               selection_given=self.spec.feature_sets.enabled is not None),
                 timeout=self.spec.policy_timeout_s,
                 at_receipt=lambda outcome: self._apply_receipt(outcome, *self._still_requested(grant, states),
@@ -253,7 +256,31 @@ class McplConnection:
             raise PolicyClosed(why)
         return self._mcp_only(why)
 
-    # --- authorization ---------------------------------------------------------
+    def close_by_policy(self, why: str) -> None:
+        """A later policy was refused with fallback "close": serve nothing more.
+
+        Every privileged method is refused from now on, and `closed_by_policy`
+        tells the supervisor to end this process life.
+        """
+        self.grant, self.feature_sets, self.mode = frozenset(), {}, Mode.CLOSED
+        self.registry.clear()
+        self.log.warning("connector.policy_closed", reason=why)
+        self.closed_by_policy.set()
+
+    async def update_policy(self, grant: frozenset[str]) -> Mode:
+        """Change the grant: narrowing applies at once, widening only after a valid receipt."""
+        if self.mode is not Mode.READY:
+            raise errors.capability_denied("featureSets", "not_ready")
+        # Never grant what the server did not advertise (§5.4) or this host does
+        # not implement, whatever the caller asks for.
+        try:
+            return await self.send_policy(frozenset(grant) & advertised_paths(self.capabilities) & self.offered,
+                                          initial=False)
+        except PolicyClosed as exc:
+            self.close_by_policy(str(exc))
+            raise
+
+    # --- authorization and dispatch -----------------------------------------------
 
     def _require(self, capability: str) -> None:
         if self.mode in (Mode.HANDSHAKE, Mode.POLICY_PENDING):
@@ -265,12 +292,17 @@ class McplConnection:
         if capability not in self.grant:
             raise errors.capability_denied(capability)
 
-    # --- inbound ---------------------------------------------------------------
-
     async def on_request(self, method: str, params: Raw | UnsetType) -> Any:
         """Answer one request from the connector; every refusal is also audit-logged (§13.2)."""
         try:
-            return await self._serve(method, params)
+            entry = method_for(method)
+            if entry is None:
+                raise errors.method_not_found(method)
+            if entry.capability is not None:
+                self._require(entry.capability)
+            if entry.request is None:
+                raise errors.method_not_found(method)  # e.g. a notification-only method sent as a request
+            return entry.request(self, params)
         except errors.ConnectorProtocolError as exc:
             self._audit_refusal(method, params, exc)
             raise
@@ -285,146 +317,42 @@ class McplConnection:
             self.log.warning("connector.declaration_mismatch", featureSet=feature_set,
                              capability=data.get("capability"), method=method)
 
-    async def _serve(self, method: str, params: Raw | UnsetType) -> Any:
-        rule = rule_for(method)
-        if rule is None:
-            raise errors.method_not_found(method)
-        if rule.capability is not None:
-            self._require(rule.capability)
-        match method:
-            case "ping":
-                return {}
-            case "channels/register":
-                return self._register(decode_params(params, Register, method))
-            case "channels/changed":
-                return self._changed(decode_params(params, Changed, method))
-            case "channels/list":
-                return {"channels": [c.descriptor() for c in self.registry.channels()]}
-            case "channels/incoming":
-                return self._incoming(decode_incoming(params, method))
-            case "push/event":
-                return self._push(decode_params(params, PushEvent, method))
-            case "model/info" | "inference/request":
-                # Granted, but this host has no model for connectors yet.
-                raise errors.capability_denied(rule.capability or method, "unsupported")
-            case "mcpl/manifestChanged":
-                raise errors.method_not_found(method)  # a notification, never a request
-        raise errors.method_not_found(method)
-
     async def on_notification(self, method: str, params: Raw | UnsetType) -> None:
         if method.startswith(MCP_NOTIFICATIONS_PREFIX):
             return
-        rule = rule_for(method)
-        if rule is None:
-            self._warn_once(f"notification:{method}", "connector.unknown_notification", method=method)
+        entry = method_for(method)
+        if entry is None:
+            self.warn_once(f"notification:{method}", "connector.unknown_notification", method=method)
             return
         try:
-            if rule.capability is not None:
-                self._require(rule.capability)
-            if method == "channels/changed":
-                results = self._changed(decode_params(params, Changed, method))["results"]
-                for entry in results:
-                    if not entry["accepted"]:
-                        # A refused item in a Notification cannot be answered: never filter silently.
-                        self.log.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
-                                         detail="refused in a channels/changed notification")
-            elif method == "channels/incoming":
-                self._warn_once("incoming-notification", "connector.defect",
-                                defect="channels/incoming sent as a notification (AMB-19)")
-                deferred = self._incoming(decode_incoming(params, method))
-                await deferred.work()
-            elif method == "mcpl/manifestChanged":
-                self._manifest_changed(params)
-            else:
-                self._warn_once(f"notification:{method}", "connector.unexpected_notification", method=method)
+            if entry.capability is not None:
+                self._require(entry.capability)
+            if entry.notification is None:
+                self.warn_once(f"notification:{method}", "connector.unexpected_notification", method=method)
+                return
+            await entry.notification(self, params)
         except errors.ConnectorProtocolError as exc:
             self.log.warning("connector.notification_refused", method=method, code=exc.code,
                              data=None if exc.data is msgspec.UNSET else exc.data)
 
-    def _register(self, params: Register) -> dict[str, Any]:
-        results, accepted = self.registry.add(params.channels)
-        self._after_accept(accepted)
-        self._audit_channels("channels/register", results)
-        return {"results": results}
-
-    def _changed(self, params: Changed) -> dict[str, Any]:
-        added, accepted_added = self.registry.add(params.added)
-        updated, _ = self.registry.add(params.updated, must_exist=True)  # an update opens nothing
-        removed = self.registry.remove(params.removed)
-        self._after_accept(accepted_added)
-        self._audit_channels("channels/changed", added + updated + removed)
-        return {"results": added + updated + removed}
-
-    def _audit_channels(self, method: str, results: list[dict[str, Any]]) -> None:
-        accepted = sum(1 for r in results if r["accepted"])
-        self.log.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
-
-    def _after_accept(self, channels: list[Channel]) -> None:
-        if "channels.lifecycle" not in self.grant:
+    def warn_once(self, key: str, event: str, **fields: Any) -> None:
+        """Log `event` the first time `key` is seen on this connection; the memory of keys is bounded."""
+        if key in self._warned:
             return
-        for channel in channels:
-            if channel.initiallyOpen:
-                self._schedule("open", channel)
-
-    def _incoming(self, batch: IncomingBatch | WellFormedBatch) -> Deferred:
-        results: list[dict[str, Any] | None] = []
-        admitted = []
-        for raw in batch.messages:
-            outcome = admit_message(raw, self.registry, self.accepted_implies)
-            if isinstance(outcome, dict):
-                results.append(outcome)
-            else:
-                results.append(None)
-                admitted.append(outcome)
-
-        async def store() -> dict[str, Any]:
-            stored = iter(await self.intake.store_messages(self.name, "channels/incoming", admitted) if admitted else [])
-            final = [entry if entry is not None else next(stored) for entry in results]
-            # Debug, not info: each stored item is itself the audit record of a
-            # message (connector, source, acceptedAt), and a line per request
-            # would cost more than storing it on a busy connector.
-            self.log.debug("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
-            return {"results": final}
-
-        return Deferred(store)
-
-    def _push(self, push: PushEvent) -> Deferred:
-        problem = self.intake.content_problem(push.payload.content)
-        if problem is not None:  # a params problem: checked before the feature set (§3.1)
-            raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
-        admitted = admit_push(push, self.registry, self.feature_sets, legacy=self.legacy,
-                              accepted_implies=self.accepted_implies)
-
-        async def store() -> dict[str, Any]:
-            try:
-                answer = await self.intake.store_push(self.name, admitted)
-            except errors.ConnectorProtocolError as exc:
-                self.log.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
-                              eventId=admitted.event_id, capability=None,
-                              reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
-                raise
-            self.log.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
-                          channel=admitted.channel_id, outcome=answer)
-            return answer
-
-        return Deferred(store)
-
-    def _manifest_changed(self, params: Raw | UnsetType) -> None:
-        decode_params(params, ManifestChanged, "mcpl/manifestChanged")
-        if self.mode is not Mode.READY:
-            # No MCPL in force (MCP-only, closed, or still negotiating): nothing a
-            # manifest could change, and a policy sent now could make a fallen
-            # connection ready again.
-            self._warn_once("hint-not-ready", "connector.manifest_hint_ignored", mode=self.mode.value)
+        if len(self._warned) >= MAX_WARNED_KEYS:
+            # Past the cap, once-only warnings are suppressed; that itself is said once.
+            if not self._warned_capped:
+                self._warned_capped = True
+                self.log.warning("connector.warnings_capped", limit=MAX_WARNED_KEYS, suppressed=event,
+                                 detail="more distinct once-only warnings than remembered; further ones suppressed")
             return
-        dropped = self.tracker.dropped
-        if self.tracker.should_fetch():
-            self._schedule("manifest", None)
-        elif self.tracker.dropped > dropped:  # over the cap (a hint merged into a pending fetch is not dropped)
-            self.log.warning("connector.manifest_fetch_dropped", reason="rate limit",
-                             dropped=self.tracker.dropped)
+        self._warned.add(key)
+        self.log.warning(event, **fields)
 
-    def _schedule(self, job: str, arg: Any) -> None:
+    # --- host-initiated work -----------------------------------------------------
+
+    def schedule(self, job: str, arg: Any) -> None:
+        """Queue host-initiated work for `run_background`; never waits (a full queue drops, logged)."""
         try:
             self._jobs_in.send_nowait((job, arg))
         except anyio.WouldBlock:
@@ -432,121 +360,20 @@ class McplConnection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.log.info("connector.job_dropped", job=job, reason="connection ending")
 
-    def _warn_once(self, key: str, event: str, **fields: Any) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            self.log.warning(event, **fields)
-
-    # --- host-initiated work -----------------------------------------------------
-
     async def run_background(self) -> None:
         """Serve host-initiated jobs one at a time until the connection ends."""
-        async with self._jobs_out:
-            async for job, arg in self._jobs_out:
-                try:
-                    if job == "open":
-                        if self.registry.get(arg.id) != arg:
-                            # Removed or replaced while the job waited: nothing of ours to open.
-                            self.log.info("connector.job_skipped", job=job, channel=arg.id, reason="not_registered")
-                            continue
-                        await self.open_channel(arg)
-                    elif job == "manifest":
-                        await self.refresh_manifest()
-                except (RemoteError, RequestTimeout) as exc:
-                    self.log.warning("connector.job_failed", job=job, error=str(exc))
-                except errors.ConnectorProtocolError as exc:
-                    # The grant narrowed while the job waited (e.g. channels.lifecycle revoked).
-                    self.log.info("connector.job_skipped", job=job, code=exc.code,
-                                  data=None if exc.data is msgspec.UNSET else exc.data)
-                except ConnectionClosed:
-                    return  # the connector is gone; its life ends without us
-                except PolicyClosed as exc:
-                    self._close_by_policy(str(exc))
-
-    def _close_by_policy(self, why: str) -> None:
-        """A later policy was refused with fallback "close": serve nothing more.
-
-        Every privileged method is refused from now on, and `closed_by_policy`
-        tells the supervisor to end this process life.
-        """
-        self.grant, self.feature_sets, self.mode = frozenset(), {}, Mode.CLOSED
-        self.registry.clear()
-        self.log.warning("connector.policy_closed", reason=why)
-        self.closed_by_policy.set()
+        await jobs.serve(self, self._jobs_out)
 
     def close_jobs(self) -> None:
         self._jobs_in.close()
 
     async def open_channel(self, channel: Channel) -> None:
         """channels/open for a channel; the returned descriptor is judged like a registration."""
-        assert self.session is not None
-        if "channels.lifecycle" not in self.grant:
-            raise errors.capability_denied("channels.lifecycle")
-        raw = await self.session.request(
-            "channels/open",
-            {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}},
-            timeout=self.spec.request_timeout_s,
-        )
-        result = msgspec.json.decode(bytes(raw))
-        descriptor = result.get("channel") if isinstance(result, dict) else None
-        if descriptor is not None:
-            if "channels.register" in self.grant:  # the grant at the answer, not at the registration
-                results, _ = self.registry.add([descriptor])
-            else:
-                ident = descriptor.get("id") if isinstance(descriptor, dict) else None
-                results = [{"id": ident, "accepted": False, "reason": "capability_denied"}]
-            if not results[0]["accepted"]:
-                self.log.warning("channels.descriptor_refused", channel=results[0]["id"],
-                                 reason=results[0].get("reason"), detail="returned by channels/open")
-        self.log.info("channels.opened", channel=channel.id)
-
-    async def close_channel(self, channel_id: str) -> None:
-        assert self.session is not None
-        if "channels.lifecycle" not in self.grant:
-            raise errors.capability_denied("channels.lifecycle")
-        await self.session.request("channels/close", {"channelId": channel_id}, timeout=self.spec.request_timeout_s)
-        self.log.info("channels.closed", channel=channel_id)
-
-    async def update_policy(self, grant: frozenset[str]) -> Mode:
-        """Change the grant: narrowing applies at once, widening only after a valid receipt."""
-        if self.mode is not Mode.READY:
-            raise errors.capability_denied("featureSets", "not_ready")
-        # Never grant what the server did not advertise (§5.4), whatever the caller asks for.
-        try:
-            return await self._send_policy(frozenset(grant) & advertised_paths(self.capabilities), initial=False)
-        except PolicyClosed as exc:
-            self._close_by_policy(str(exc))
-            raise
+        await jobs.open_channel(self, channel)
 
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
-        if self.mode is not Mode.READY:
-            # Queued before the connection fell back (or never got MCPL): there is
-            # nothing to refresh, and a policy sent now could make it ready again.
-            self.log.info("connector.job_skipped", job="manifest", mode=self.mode.value)
-            return
-        assert self.session is not None and self.manifest is not None
-        self.tracker.fetched()
-        try:
-            raw = await self.session.request("mcpl/manifest", {}, timeout=self.spec.request_timeout_s)
-            fetched = msgspec.json.decode(bytes(raw))
-        except (RemoteError, RequestTimeout, msgspec.DecodeError) as exc:
-            self.tracker.failed()
-            self.log.warning("connector.manifest_fetch_failed", error=str(exc), failures=self.tracker.failures)
-            return
-        change = self.tracker.diff(self.manifest, fetched, self.capabilities, self.grant, list(self.spec.grant),
-                                   self.feature_sets, self.spec.feature_sets)
-        if change is None:
-            self.log.warning("connector.manifest_unusable", failures=self.tracker.failures)
-            return
-        self.manifest = change.manifest
-        self.capabilities = change.capabilities
-        self.declared = change.declared
-        if change.ontology_changed and self.accepted_implies is not None:
-            self.accepted_implies = None  # a changed ontology cancels the operator's acceptance
-        self.log.info("connector.manifest_change", impacts=change.impacts)
-        if change.grant != self.grant or change.feature_sets_changed:
-            await self._send_policy(change.grant, initial=False)
+        await jobs.refresh_manifest(self)
 
 
 def _claims(params: Raw | UnsetType) -> dict[str, Any]:

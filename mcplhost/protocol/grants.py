@@ -9,6 +9,11 @@ Advertisement is read with a generic recursive walk of the manifest; there is
 no list of nestable keys, so a deeper vocabulary needs no code change. Policy
 patterns match whole paths segment by segment, and `*` stands for exactly one
 segment. Nothing here widens a grant because of anything else a server says.
+
+On top of that pure rule, a connection grants only what this host
+implements (`IMPLEMENTED`, narrowed by `offered_paths`): the same set is
+what `initialize` advertises (`host_capabilities`), so a connector is never
+told it may use what nothing here serves.
 """
 
 from __future__ import annotations
@@ -40,6 +45,53 @@ _PREFIXES: frozenset[str] = frozenset(
     for path in CAPABILITY_PATHS
     for depth in range(1, path.count(SEPARATOR) + 1)
 )
+
+
+#: The capability paths this host implements, advertised in `initialize` and the
+#: most any grant holds. Each change that implements a capability adds it here,
+#: in the same commit (issue 7 #5). Not yet: channels.publish, channels.streaming,
+#: channels.acknowledge, channels.typing, contextHooks.*, inferenceRequest,
+#: inferenceLifecycle, modelInfo, and MCP `tools`.
+IMPLEMENTED: frozenset[str] = frozenset({
+    "pushEvents",
+    "channels.register",
+    "channels.incoming",
+    "channels.lifecycle",
+})
+
+#: Paths that need a model for connectors: offered only when `[inference]` is
+#: configured (not in the config yet), once they are implemented.
+INFERENCE_PATHS: frozenset[str] = frozenset(
+    {"inferenceRequest", "inferenceRequest.streaming", "inferenceLifecycle", "modelInfo"}
+)
+
+
+def offered_paths(implemented: frozenset[str] = IMPLEMENTED, *, inference_configured: bool = False) -> frozenset[str]:
+    """What this host may grant: what it implements, inference paths only when a model is configured."""
+    offered = implemented & CAPABILITY_PATHS
+    return offered if inference_configured else offered - INFERENCE_PATHS
+
+
+def host_capabilities(offered: frozenset[str], version: str) -> dict[str, object]:
+    """The `experimental.mcpl` block a host advertises: exactly `offered`, nested, plus feature-set support.
+
+    `tools` is MCP's own capability (advertised by servers, not hosts), so it
+    never appears here.
+    """
+    block: dict[str, object] = {"version": version}
+    for path in sorted(offered - MCP_ADVERTISED_PATHS):
+        *parents, leaf = path.split(SEPARATOR)
+        node = block
+        for name in parents:
+            child = node.get(name)
+            if not isinstance(child, dict):
+                # A present object node advertises its own path too (AMB-3), so
+                # `inferenceRequest: true` may become `inferenceRequest: {streaming: true}`.
+                child = node[name] = {}
+            node = child
+        node.setdefault(leaf, True)
+    block["featureSets"] = True
+    return block
 
 
 def _paths_at_or_below(prefix: str) -> frozenset[str]:

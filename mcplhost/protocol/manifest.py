@@ -54,7 +54,6 @@ class ManifestTracker:
         self._pending = False
         self.dropped = 0
         self.failures = 0
-        self.digest_defects = 0
 
     def adopt(self, manifest: dict[str, Any]) -> bool:
         """The manifest in force from initialize; False when its revision does not match its content."""
@@ -86,8 +85,6 @@ class ManifestTracker:
             matches = manifest_digest(manifest) == revision
         except ManifestDigestError:
             matches = False
-        if not matches:
-            self.digest_defects += 1
         return matches
 
     def diff(
@@ -99,8 +96,14 @@ class ManifestTracker:
         policy: list[str],
         states: dict[str, FeatureSetState],
         selection: FeatureSetSelection,
+        *,
+        offered: frozenset[str],
     ) -> ManifestChange | None:
-        """What the fetched manifest changes; None when it is not an object at all."""
+        """What the fetched manifest changes; None when it is not an object at all.
+
+        `offered` is what this host may grant at all (`grants.offered_paths`):
+        a newly advertised path it does not implement is not even pending.
+        """
         if not isinstance(fetched, dict):
             self.failures += 1  # nothing learned: the old manifest stays in force
             return None
@@ -110,7 +113,7 @@ class ManifestTracker:
         experimental["mcpl"] = fetched
         new_capabilities = {**capabilities, "experimental": experimental}
         new_grant = grant & advertised_paths(new_capabilities)  # removals only, never a widening
-        pending = frozenset(effective_grant(new_capabilities, policy)) - grant
+        pending = (frozenset(effective_grant(new_capabilities, policy)) & offered) - grant
         declared = normalize_feature_sets(fetched.get("featureSets"))
         new_states = derive_feature_sets(declared, new_grant, selection.enabled, list(selection.disabled))
         impacts: list[dict[str, str]] = []

@@ -1,29 +1,52 @@
-"""Which inbound method needs which capability: the authorization table (SPEC §14.1, §5.4).
+"""Every method a connector may send us, in one table: capability, and handler per kind (SPEC §14.1, §5.4).
 
-One table, read by `McplConnection` for every request and notification a
-connector sends. A method missing from the table is unknown (-32601).
+`McplConnection` reads this table for every request and notification. A
+method missing from it (or removed in 0.5) is unknown: a request gets
+-32601, a notification is warned about once and ignored. A method present
+with no handler for the kind that arrived is refused the same way: a
+request without a request handler gets -32601, a notification without a
+notification handler is warned about once.
+
+The capability is checked first, against the grant in force at receipt;
+`None` means ungated.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from msgspec import Raw, UnsetType
+
+from . import handlers
+
+if TYPE_CHECKING:
+    from .connection import McplConnection
+
+#: Answers a request: a result, or a `Deferred` whose work yields the result.
+RequestHandler = Callable[["McplConnection", Raw | UnsetType], Any]
+#: Handles a notification; nothing is answered.
+NotificationHandler = Callable[["McplConnection", Raw | UnsetType], Awaitable[None]]
 
 
-class MethodRule(NamedTuple):
+class Method(NamedTuple):
     capability: str | None  # None: ungated; gated methods are refused until the policy receipt
+    request: RequestHandler | None  # None: not valid as a request (-32601)
+    notification: NotificationHandler | None  # None: not valid as a notification (warned once)
 
 
 #: Server → host methods mcplhost understands.
-INBOUND: dict[str, MethodRule] = {
-    "ping": MethodRule(None),
-    "mcpl/manifestChanged": MethodRule(None),  # deliberately ungated (§17)
-    "push/event": MethodRule("pushEvents"),
-    "inference/request": MethodRule("inferenceRequest"),
-    "model/info": MethodRule("modelInfo"),
-    "channels/register": MethodRule("channels.register"),
-    "channels/changed": MethodRule("channels.register"),
-    "channels/list": MethodRule("channels.register"),
-    "channels/incoming": MethodRule("channels.incoming"),
+INBOUND: dict[str, Method] = {
+    "ping": Method(None, handlers.ping, None),
+    "mcpl/manifestChanged": Method(None, None, handlers.manifest_changed),  # deliberately ungated (§17)
+    "push/event": Method("pushEvents", handlers.push_event, None),
+    # Never granted until this host has a model for connectors (grants.IMPLEMENTED).
+    "inference/request": Method("inferenceRequest", handlers.not_built("inferenceRequest"), None),
+    "model/info": Method("modelInfo", handlers.not_built("modelInfo"), None),
+    "channels/register": Method("channels.register", handlers.register, None),
+    "channels/changed": Method("channels.register", handlers.changed, handlers.changed_notification),
+    "channels/list": Method("channels.register", handlers.list_channels, None),
+    "channels/incoming": Method("channels.incoming", handlers.incoming, handlers.incoming_notification),
 }
 
 #: Removed in 0.5: answered -32601 as unknown, ignored as notifications.
@@ -33,8 +56,8 @@ REMOVED = frozenset({"featureSets/changed", "scope/elevate", "context/afterInfer
 MCP_NOTIFICATIONS_PREFIX = "notifications/"
 
 
-def rule_for(method: str) -> MethodRule | None:
-    """The rule for `method`, or None when it is unknown or removed."""
-    if method in REMOVED:
+def method_for(name: str) -> Method | None:
+    """The table entry for `name`, or None when it is unknown or removed."""
+    if name in REMOVED:
         return None
-    return INBOUND.get(method)
+    return INBOUND.get(name)

@@ -7,6 +7,7 @@ message is refused on its own instead of failing the whole request.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -91,15 +92,39 @@ class InitializeResult(Tolerant):
     protocolVersion: str | None = None
 
 
+#: The whole value, when a problem is not inside one member.
+WHOLE = "$"
+_MISSING = re.compile(r"Object missing required field `(?P<name>[^`]*)`")
+
+
+def describe(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """(field, problem) from a validation error: `("content[0]", "expected object, got int")`.
+
+    The field is msgspec's JSON path without its `$.` root (`$` for the
+    whole value); the problem is its message without the path.
+    """
+    message, _, where = str(exc).partition(" - at `")
+    path = where.rstrip("`").removeprefix("$").removeprefix(".")
+    missing = _MISSING.fullmatch(message)
+    if missing is not None:
+        name = missing["name"]
+        return (f"{path}.{name}" if path else name), "required member missing"
+    problem = message.replace("`", "")
+    return path or WHOLE, problem[:1].lower() + problem[1:]
+
+
 def decode_params(params: Raw | UnsetType, kind: type[Any], method: str) -> Any:
-    """Decode `params` into `kind`, or raise -32602 naming the problem."""
+    """Decode `params` into `kind`, or raise -32602 naming the field and the problem in its data.
+
+    A Raw comes from a line that already decoded as JSON, so only a
+    validation error can happen here.
+    """
     raw = bytes(params) if isinstance(params, Raw) else b"{}"
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
-        raise invalid_params(f"invalid params for {method}: {exc}") from None
-    except msgspec.DecodeError as exc:  # cannot happen for a Raw from a decoded line
-        raise invalid_params(f"undecodable params for {method}: {exc}") from None
+        field, problem = describe(exc)
+        raise invalid_params(f"invalid params for {method}: {exc}", {"field": field, "problem": problem}) from None
 
 
 def decode_incoming(params: Raw | UnsetType, method: str) -> IncomingBatch | WellFormedBatch:
@@ -113,8 +138,9 @@ def decode_incoming(params: Raw | UnsetType, method: str) -> IncomingBatch | Wel
 
 
 def convert(value: Any, kind: type[Any]) -> Any | ConnectorProtocolError:
-    """Convert one decoded item (a batch element); return the -32602 instead of raising."""
+    """Convert one decoded item (a batch element); return the -32602, with field and problem, instead of raising."""
     try:
         return msgspec.convert(value, kind)
     except msgspec.ValidationError as exc:
-        return invalid_params(str(exc))
+        field, problem = describe(exc)
+        return invalid_params(str(exc), {"field": field, "problem": problem})

@@ -15,7 +15,7 @@ from msgspec import Raw
 from mcplhost.rpc import RemoteError
 from mcplhost.rpc.messages import METHOD_NOT_FOUND
 
-from .featuresets import FeatureSetState
+from .featuresets import OPERATOR_REASONS, FeatureSetState
 from .grants import denied_paths
 from .params import Receipt
 
@@ -23,15 +23,27 @@ FALLBACKS = ("mcp-only", "close")
 
 
 def policy_params(capabilities: dict[str, Any], grant: frozenset[str], states: Mapping[str, FeatureSetState],
-                  *, selection_given: bool) -> dict[str, Any]:
-    """featureSets/update params: the grant always, denied paths disjoint from it, the selection."""
+                  *, legacy: bool, selection_given: bool) -> dict[str, Any]:
+    """featureSets/update params: the grant always, denied paths disjoint from it, the selection.
+
+    In 0.5 mode `disabled` names every set that is off, derived reasons
+    included (fail closed, §6.4). In legacy (0.4) mode it names only the sets
+    the operator deselected: legacy `uses` does not gate (COMPAT.md), and a
+    connector that honours `disabled` (discord-mcpl) would otherwise go
+    silent for a set whose `uses` merely lists a path outside the grant. The
+    host still enforces the grant on everything the connector sends.
+    """
+
+    def off(state: FeatureSetState) -> bool:
+        return state.reason in OPERATOR_REASONS if legacy else not state.enabled
+
     params: dict[str, Any] = {
         "effectiveCapabilities": sorted(grant),
         "deniedCapabilities": denied_paths(capabilities, grant),
-        "disabled": sorted(name for name, state in states.items() if not state.enabled),
+        "disabled": sorted(name for name, state in states.items() if off(state)),
     }
     if selection_given:
-        params["enabled"] = sorted(name for name, state in states.items() if state.enabled)
+        params["enabled"] = sorted(name for name, state in states.items() if not off(state))
     return params
 
 

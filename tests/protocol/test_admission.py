@@ -66,16 +66,27 @@ class TestAdmitMessage:
         assert admit_message(raw_message(channelId="d:out"), registry(), None) == {
             "accepted": False, "reason": "channel_not_permitted", "code": -32017, "messageId": "m-1"}
 
-    @pytest.mark.parametrize("raw", [
-        {"channelId": "d:1", "messageId": "m-1"},
-        {"channelId": "d:1", "messageId": "m-1", "content": "hello"},
-        {"channelId": 5, "messageId": "m-1", "content": TEXT},
-        {"channelId": "d:1", "messageId": "m-1", "content": TEXT, "tags": "chat:dm"},
+    @pytest.mark.parametrize(("raw", "field", "problem"), [
+        ({"channelId": "d:1", "messageId": "m-1"}, "content", "required member missing"),
+        ({"channelId": "d:1", "messageId": "m-1", "content": "hello"}, "content", "expected array, got str"),
+        ({"channelId": 5, "messageId": "m-1", "content": TEXT}, "channelId", "expected str, got int"),
+        ({"channelId": "d:1", "messageId": "m-1", "content": TEXT, "tags": "chat:dm"}, "tags",
+         "expected array, got str"),
+        ({"channelId": "d:1", "messageId": "m-1", "content": [7]}, "content[0]", "expected object, got int"),
+        ({"channelId": "d:1", "messageId": "m-1", "content": TEXT, "author": {"id": [1]}}, "author.id",
+         "expected int | str | null, got array"),
     ])
-    def test_a_malformed_message_is_refused_minus_32602(self, raw: dict[str, Any]) -> None:
-        """Missing or mistyped members refuse that one message as invalid_message."""
+    def test_a_malformed_message_is_refused_minus_32602_naming_field_and_problem(
+            self, raw: dict[str, Any], field: str, problem: str) -> None:
+        """Missing or mistyped members refuse that one message as invalid_message, saying which and why."""
         outcome = admit_message(raw, registry(), None)
-        assert outcome == {"accepted": False, "reason": "invalid_message", "code": -32602, "messageId": "m-1"}
+        assert outcome == {"accepted": False, "reason": "invalid_message", "code": -32602, "messageId": "m-1",
+                           "field": field, "problem": problem}
+
+    def test_a_message_that_is_not_an_object_names_the_whole_value(self) -> None:
+        """A batch element that is not an object is refused with field "$"."""
+        outcome = admit_message("not an object", registry(), None)
+        assert isinstance(outcome, dict) and (outcome["field"], outcome["problem"]) == ("$", "expected object, got str")
 
     def test_a_refusal_without_a_string_message_id_carries_none(self) -> None:
         """A refusal repeats the messageId only when the connector sent a string one."""

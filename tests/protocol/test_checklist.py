@@ -67,7 +67,7 @@ CHECKLIST: dict[int, list[str]] = {
          PUSH + "TestAdmissionOrder::test_a_declaration_mismatch_is_refused_and_recorded"],
     14: [METHODS + "TestRefusalShape::test_refusals_are_error_objects_with_documented_codes_and_no_hints"],
     15: [METHODS + "TestEveryRequestIsAnswered::test_each_request_gets_exactly_one_answer_whatever_its_method",
-         METHODS + "TestDeniedCapability::test_granted_but_unbuilt_methods_are_refused_not_left_hanging",
+         METHODS + "TestDeniedCapability::test_configured_but_unbuilt_methods_are_not_granted_and_refused_as_such",
          CHANNELS + "TestRegister::test_channels_list_answers_with_this_connections_channels"],
     16: [METHODS + "TestRefusalShape::test_refusals_are_error_objects_with_documented_codes_and_no_hints",
          PUSH + "TestAdmissionOrder::test_ready_then_grant_then_params_then_declared_then_enabled_then_uses"],

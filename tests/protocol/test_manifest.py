@@ -22,6 +22,7 @@ from mcplhost.protocol.manifest import (
     SURFACE_CHANGED,
     ManifestTracker,
 )
+from mcplhost.protocol.vocabulary import CAPABILITY_PATHS
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -56,9 +57,11 @@ def in_force(manifest: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str], 
     return caps, grant, states
 
 
-def diff(old: dict[str, Any], fetched: Any, tracker: ManifestTracker | None = None) -> Any:
+def diff(old: dict[str, Any], fetched: Any, tracker: ManifestTracker | None = None,
+         offered: frozenset[str] = CAPABILITY_PATHS) -> Any:
     caps, grant, states = in_force(old)
-    return (tracker or ManifestTracker(Clock())).diff(old, fetched, caps, grant, POLICY, states, SELECTION)
+    return (tracker or ManifestTracker(Clock())).diff(old, fetched, caps, grant, POLICY, states, SELECTION,
+                                                       offered=offered)
 
 
 class TestRateLimit:
@@ -91,14 +94,12 @@ class TestRevision:
         tracker = ManifestTracker(Clock())
         assert tracker.adopt({**MANIFEST, "revision": manifest_digest(MANIFEST)}) is True
         assert tracker.adopt(MANIFEST) is True
-        assert tracker.digest_defects == 0
 
     def test_a_wrong_or_undigestable_revision_is_a_defect_not_a_rejection(self) -> None:
-        """A mismatch, or a manifest the digest refuses, counts a defect and adopt still returns normally."""
+        """A mismatch, or a manifest the digest refuses, is a defect (False) and adopt still returns normally."""
         tracker = ManifestTracker(Clock())
         assert tracker.adopt({**MANIFEST, "revision": "sha256:" + "A" * 43}) is False
         assert tracker.adopt({**MANIFEST, "bad key!": True, "revision": "sha256:" + "A" * 43}) is False
-        assert tracker.digest_defects == 2
 
 
 class TestDiff:
@@ -131,6 +132,13 @@ class TestDiff:
         assert "modelInfo" not in change.grant
         assert change.impacts == [{"impact": EXPANSION_PENDING, "disposition": "decision-needed",
                                    "capability": "modelInfo"}]
+
+    def test_an_added_capability_this_host_does_not_offer_is_not_even_pending(self) -> None:
+        """A newly advertised path outside what the host offers needs no decision: it cannot be granted."""
+        offered = CAPABILITY_PATHS - {"modelInfo"}
+        change = diff(MANIFEST, {**MANIFEST, "modelInfo": True}, offered=offered)
+        assert "modelInfo" not in change.grant
+        assert change.impacts == [{"impact": SURFACE_CHANGED, "disposition": "informational"}]
 
     def test_removals_apply_from_a_partly_invalid_manifest(self) -> None:
         """Broken declarations do not stop the revocation of what the manifest dropped."""

@@ -57,6 +57,13 @@ def without_push(manifest: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
+def without_lifecycle(manifest: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` with channels.lifecycle no longer advertised (an implemented path a fetch can add)."""
+    changed = copy.deepcopy(manifest)
+    del changed["channels"]["lifecycle"]
+    return changed
+
+
 def policies(folder: Any, name: str) -> list[dict[str, Any]]:
     return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
 
@@ -128,22 +135,25 @@ class TestRefetch:
             assert len(policies(tmp_path / name, name)) == 1
 
     async def test_additions_are_pending_never_granted(self, tmp_path) -> None:
-        """A capability the fetched manifest adds stays refused and is reported as decision-needed."""
+        """A capability the fetched manifest adds stays out of the grant and is reported as decision-needed.
+
+        modelInfo, added too, is not even pending: this host does not implement it.
+        """
         fetched = {**SPLIT_MANIFEST, "modelInfo": True}
-        script = {"manifest": SPLIT_MANIFEST, "handlers": fetch_answer(fetched),
+        script = {"manifest": without_lifecycle(SPLIT_MANIFEST), "handlers": fetch_answer(fetched),
                   "steps": [{"wait": "test/go"}, {"request": "model/info"}]}
-        spec = scripted("adds", script, tmp_path, grant=[*GRANT, "modelInfo"])
+        spec = scripted("adds", script, tmp_path, grant=[*GRANT, "modelInfo", "channels.lifecycle"])
         with capture_logs() as logs:
             async with connected(spec, tmp_path) as connection:
                 await connection.refresh_manifest()
-                assert "modelInfo" not in connection.grant
+                assert "modelInfo" not in connection.grant and "channels.lifecycle" not in connection.grant
                 await nudge(connection, "test/go")
                 await wait_for(lambda: record(tmp_path, "adds").done)
         assert error_of(record(tmp_path, "adds"), 1)["data"] == {"capability": "modelInfo"}
         assert len(policies(tmp_path, "adds")) == 1
         (change,) = logged(logs, "connector.manifest_change")
         assert change["impacts"] == [{"impact": "capability-expansion-pending", "disposition": "decision-needed",
-                                      "capability": "modelInfo"}]
+                                      "capability": "channels.lifecycle"}]
 
     async def test_a_feature_set_a_fetch_repairs_is_enabled_only_at_the_receipt(self, tmp_path) -> None:
         """A set whose `uses` the new manifest fixes refuses pushes until the connector's receipt arrives."""
@@ -232,9 +242,9 @@ class TestChangeReceipt:
         fetched["x-vendor"] = {"note": prose}
         fetched["featureSets"] = {"chat": {**SPLIT_MANIFEST["featureSets"]["chat"], "description": prose},
                                   "alerts": {"description": prose, "uses": ["pushEvents"], "notes": [prose]}}
-        script = {"manifest": SPLIT_MANIFEST, "handlers": fetch_answer(fetched),
+        script = {"manifest": without_lifecycle(SPLIT_MANIFEST), "handlers": fetch_answer(fetched),
                   "steps": [HINT, {"wait": "featureSets/update", "count": 2}]}
-        spec = scripted("prose", script, tmp_path, grant=[*GRANT, "modelInfo"])
+        spec = scripted("prose", script, tmp_path, grant=[*GRANT, "modelInfo", "channels.lifecycle"])
         with capture_logs() as logs:
             async with running_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "prose").done)

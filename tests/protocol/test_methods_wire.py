@@ -25,6 +25,8 @@ import json
 from collections import Counter
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from mcplhost.config import FeatureSetSelection
 
 from ..harness import (
@@ -34,6 +36,7 @@ from ..harness import (
     connected,
     error_of,
     incoming,
+    logged,
     nudge,
     push,
     record,
@@ -111,16 +114,21 @@ class TestDeniedCapability:
                                            "data": {"capability": capability}}, method
         assert rec.methods_received() == ["initialize", "notifications/initialized", "featureSets/update"]
 
-    async def test_granted_but_unbuilt_methods_are_refused_not_left_hanging(self, tmp_path) -> None:
-        """model/info and inference/request under a grant get -32002 "unsupported", never silence."""
+    async def test_configured_but_unbuilt_methods_are_not_granted_and_refused_as_such(self, tmp_path) -> None:
+        """model/info and inference/request configured in the grant are not granted (not implemented): -32002."""
         steps = [{"request": "model/info"}, {"request": "inference/request", "params": INFERENCE}]
         spec = scripted("unbuilt", {"manifest": FULL_MANIFEST, "steps": steps}, tmp_path,
                         grant=["modelInfo", "inferenceRequest"])
-        async with running_host(config_with(tmp_path, spec)):
-            await wait_for(lambda: record(tmp_path, "unbuilt").done)
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)):
+                await wait_for(lambda: record(tmp_path, "unbuilt").done)
         rec = record(tmp_path, "unbuilt")
-        assert error_of(rec, 0)["data"] == {"capability": "modelInfo", "reason": "unsupported"}
-        assert error_of(rec, 1)["data"] == {"capability": "inferenceRequest", "reason": "unsupported"}
+        assert error_of(rec, 0)["data"] == {"capability": "modelInfo"}
+        assert error_of(rec, 1)["data"] == {"capability": "inferenceRequest"}
+        (policy,) = [m for m in rec.received if m.get("method") == "featureSets/update"]
+        assert policy["params"]["effectiveCapabilities"] == []
+        assert logged(logs, "connector.grant_unimplemented", connector="unbuilt",
+                      paths=["inferenceRequest", "modelInfo"])
 
 
 class TestRefusalShape:

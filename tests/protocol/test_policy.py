@@ -49,9 +49,9 @@ class TestPolicyParams:
     def test_grant_always_sent_and_disjoint_from_denied(self) -> None:
         """effectiveCapabilities is present even when empty and never shares a path with deniedCapabilities."""
         capabilities = {"experimental": {"mcpl": {"pushEvents": True, "channels": {"publish": True}}}}
-        empty = policy_params(capabilities, frozenset(), {}, selection_given=False)
+        empty = policy_params(capabilities, frozenset(), {}, legacy=False, selection_given=False)
         assert empty["effectiveCapabilities"] == [] and "enabled" not in empty
-        params = policy_params(capabilities, frozenset({"pushEvents"}), {}, selection_given=True)
+        params = policy_params(capabilities, frozenset({"pushEvents"}), {}, legacy=False, selection_given=True)
         assert params["effectiveCapabilities"] == ["pushEvents"]
         assert params["deniedCapabilities"] == ["channels.publish"] and params["enabled"] == []
 

@@ -53,6 +53,13 @@ def policies(name: str, folder: Any) -> list[dict[str, Any]]:
     return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
 
 
+def configured(name: str, folder: Any, logs: list[dict[str, Any]]) -> list[str]:
+    """What the §5.4 rule granted `name`: the grant sent, plus the paths dropped as not implemented (logged)."""
+    sent = policies(name, folder)[0]["params"]["effectiveCapabilities"]
+    dropped = [path for e in logged(logs, "connector.grant_unimplemented", connector=name) for path in e["paths"]]
+    return sorted(sent + dropped)
+
+
 def denied(error: dict[str, Any], capability: str, reason: str | None = None) -> bool:
     """Whether `error` is -32002 for `capability` (with `reason`, or with no reason at all)."""
     expected = {"capability": capability} if reason is None else {"capability": capability, "reason": reason}
@@ -126,12 +133,16 @@ class TestEffectiveCapabilities:
         grant = ["pushEvents", "modelInfo", "tools", "channels.publish", "inferenceRequest", "x-vendor.magic"]
         spec = scripted("caps", {"manifest": manifest, "tools": True,
                                  "steps": [register("disc:g1:room")]}, tmp_path, grant=grant)
-        async with running_host(config_with(tmp_path, spec)):
-            await wait_for(lambda: record(tmp_path, "caps").done)
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)):
+                await wait_for(lambda: record(tmp_path, "caps").done)
         (policy,) = policies("caps", tmp_path)
         granted, refused = policy["params"]["effectiveCapabilities"], policy["params"]["deniedCapabilities"]
-        assert granted == ["modelInfo", "pushEvents", "tools"]
-        assert refused == ["channels.incoming", "channels.register"]
+        assert configured("caps", tmp_path, logs) == ["modelInfo", "pushEvents", "tools"]
+        # Only what this host implements goes out; the rest is denied and logged once (issue 7 #5).
+        assert granted == ["pushEvents"]
+        assert refused == ["channels.incoming", "channels.register", "modelInfo", "tools"]
+        assert logged(logs, "connector.grant_unimplemented", connector="caps", paths=["modelInfo", "tools"])
         assert not set(granted) & set(refused)
         # Advertised but not allowed is not granted.
         assert denied(error_of(record(tmp_path, "caps"), 0), "channels.register")
@@ -146,18 +157,23 @@ class TestEffectiveCapabilities:
         }
         specs = [scripted(name, {"manifest": FULL_MANIFEST, "tools": True}, tmp_path, grant=grant)
                  for name, grant in grants.items()]
-        async with running_host(config_with(tmp_path, *specs)):
-            await wait_for(lambda: all(policies(name, tmp_path) for name in grants))
-        effective = {name: policies(name, tmp_path)[0]["params"] for name in grants}
-        assert effective["star"]["effectiveCapabilities"] == [
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, *specs)):
+                await wait_for(lambda: all(policies(name, tmp_path) for name in grants))
+        effective = {name: configured(name, tmp_path, logs) for name in grants}
+        assert effective["star"] == [
             "channels.acknowledge", "channels.incoming", "channels.lifecycle", "channels.publish",
             "channels.register", "channels.streaming", "channels.typing",
             "inferenceLifecycle", "inferenceRequest", "modelInfo", "pushEvents", "tools"]
-        assert effective["inject"]["effectiveCapabilities"] == [
+        assert effective["inject"] == [
             "contextHooks.beforeInference.inject.afterUser", "contextHooks.beforeInference.inject.beforeUser",
             "contextHooks.beforeInference.observe"]
-        assert INJECT_SYSTEM in effective["inject"]["deniedCapabilities"]
-        assert effective["system"]["effectiveCapabilities"] == [INJECT_SYSTEM]
+        assert INJECT_SYSTEM in policies("inject", tmp_path)[0]["params"]["deniedCapabilities"]
+        assert effective["system"] == [INJECT_SYSTEM]
+        # What goes out is only what this host implements.
+        assert policies("star", tmp_path)[0]["params"]["effectiveCapabilities"] == [
+            "channels.incoming", "channels.lifecycle", "channels.register", "pushEvents"]
+        assert policies("system", tmp_path)[0]["params"]["effectiveCapabilities"] == []
 
     async def test_a_nested_advertisement_is_walked_recursively(self, tmp_path) -> None:
         """Deep object nodes advertise their leaves, an object node counts at its own path, false grants nothing."""
@@ -167,9 +183,10 @@ class TestEffectiveCapabilities:
                     "inferenceRequest": {"streaming": False},
                     "channels": {"register": {"anything": True}}}
         spec = scripted("deep", {"manifest": manifest}, tmp_path, grant=["*", "*.*", "*.*.*", "*.*.*.*"])
-        async with running_host(config_with(tmp_path, spec)):
-            await wait_for(lambda: policies("deep", tmp_path))
-        assert policies("deep", tmp_path)[0]["params"]["effectiveCapabilities"] == [
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)):
+                await wait_for(lambda: policies("deep", tmp_path))
+        assert configured("deep", tmp_path, logs) == [
             "channels.register", "contextHooks.beforeInference.inject.afterUser", "inferenceRequest"]
 
 

@@ -1,0 +1,192 @@
+"""The inbound method handlers: what each method a connector sends does, once it is authorized.
+
+`methods.INBOUND` names each handler beside the capability it needs; the
+connection checks readiness and the grant before calling one, so a handler
+only decodes, admits and answers. Request handlers return the result or a
+`Deferred` (storing runs off the read loop); notification handlers answer
+nothing and log what a notification cannot be told.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from msgspec import Raw, UnsetType
+
+from mcplhost.rpc import Deferred
+
+from . import errors
+from .admission import admit_message, admit_push
+from .channels import CHANNEL_LIMIT, Channel
+from .intake import PushStored
+from .params import Changed, ManifestChanged, PushEvent, Register, decode_incoming, decode_params
+
+if TYPE_CHECKING:
+    from .connection import McplConnection
+
+
+def ping(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+    return {}
+
+
+def not_built(capability: str) -> Any:
+    """A handler for a method this host does not implement: refused as ungranted.
+
+    Its capability is never in `grants.IMPLEMENTED`, so the grant check
+    refuses first; this is the answer should that ever change without a handler.
+    """
+
+    def refuse(conn: McplConnection, params: Raw | UnsetType) -> Any:
+        raise errors.capability_denied(capability)
+
+    return refuse
+
+
+# --- channels ------------------------------------------------------------------
+
+
+def register(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+    decoded = decode_params(params, Register, "channels/register")
+    results, accepted = conn.registry.add(decoded.channels)
+    _after_accept(conn, accepted, results)
+    _audit_channels(conn, "channels/register", results)
+    return {"results": results}
+
+
+def changed(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+    decoded = decode_params(params, Changed, "channels/changed")
+    added, accepted_added = conn.registry.add(decoded.added)
+    updated, _ = conn.registry.add(decoded.updated, must_exist=True)  # an update opens nothing
+    removed = conn.registry.remove(decoded.removed)
+    results = added + updated + removed
+    _after_accept(conn, accepted_added, results)
+    _audit_channels(conn, "channels/changed", results)
+    return {"results": results}
+
+
+async def changed_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
+    for entry in changed(conn, params)["results"]:
+        if not entry["accepted"]:
+            # A refused item in a Notification cannot be answered: never filter silently.
+            conn.log.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
+                             detail="refused in a channels/changed notification")
+
+
+def list_channels(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+    return {"channels": [c.descriptor() for c in conn.registry.channels()]}
+
+
+def _audit_channels(conn: McplConnection, method: str, results: list[dict[str, Any]]) -> None:
+    accepted = sum(1 for r in results if r["accepted"])
+    conn.log.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
+
+
+def _after_accept(conn: McplConnection, channels: list[Channel], results: list[dict[str, Any]]) -> None:
+    if any(r.get("reason") == CHANNEL_LIMIT for r in results):
+        conn.warn_once("channel-limit", "channels.limit_reached", limit=conn.registry.limit,
+                       detail="further registrations are refused until channels are removed")
+    if "channels.lifecycle" not in conn.grant:
+        return
+    for channel in channels:
+        if channel.initiallyOpen:
+            conn.schedule("open", channel)
+
+
+# --- inbound items ---------------------------------------------------------------
+
+
+def incoming(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
+    batch = decode_incoming(params, "channels/incoming")
+    results: list[dict[str, Any] | None] = []
+    admitted = []
+    for raw in batch.messages:
+        outcome = admit_message(raw, conn.registry, conn.accepted_implies)
+        if isinstance(outcome, dict):
+            results.append(outcome)
+        else:
+            results.append(None)
+            admitted.append(outcome)
+    _log_invalid(conn, [r for r in results if r is not None and "field" in r])
+
+    async def store() -> dict[str, Any]:
+        stored = iter(await conn.intake.store_messages(conn.name, "channels/incoming", admitted) if admitted else [])
+        final = [entry if entry is not None else next(stored) for entry in results]
+        # Debug, not info: each stored item is itself the audit record of a
+        # message (connector, source, acceptedAt), and a line per request
+        # would cost more than storing it on a busy connector.
+        conn.log.debug("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
+        return {"results": final}
+
+    return Deferred(store)
+
+
+def _log_invalid(conn: McplConnection, invalid: list[dict[str, Any]]) -> None:
+    """One warning per request with malformed messages: the first one's field and problem, and how many."""
+    if invalid:
+        first = invalid[0]
+        conn.log.warning("mcpl.message_invalid", messageId=first.get("messageId"), field=first["field"],
+                         problem=first["problem"], refused=len(invalid))
+
+
+async def incoming_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
+    conn.warn_once("incoming-notification", "connector.defect",
+                   defect="channels/incoming sent as a notification (AMB-19)")
+    await incoming(conn, params).work()
+
+
+def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
+    push = decode_params(params, PushEvent, "push/event")
+    problem = conn.intake.content_problem(push.payload.content)
+    if problem is not None:  # a params problem: checked before the feature set (§3.1)
+        raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
+    admitted = admit_push(push, conn.registry, conn.feature_sets, legacy=conn.legacy,
+                          accepted_implies=conn.accepted_implies)
+    named = admitted.origin.get("mcplChannelId") if admitted.origin else None
+    if admitted.channel_id is None and isinstance(named, str):
+        conn.warn_once(f"push-unregistered:{named}", "mcpl.push_channel_unregistered", channel=named,
+                       detail="origin.mcplChannelId names no registered channel: stored unscoped")
+
+    async def store() -> dict[str, Any]:
+        try:
+            stored = await conn.intake.store_push(conn.name, admitted)
+        except errors.ConnectorProtocolError as exc:
+            conn.log.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
+                          eventId=admitted.event_id, capability=None,
+                          reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
+            raise
+        stored = _push_stored(stored)
+        if stored.duplicate:
+            conn.log.info("mcpl.push_duplicate", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                          channel=admitted.channel_id, original=stored.item_id, outcome=stored.answer)
+        else:
+            conn.log.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                          channel=admitted.channel_id, item=stored.item_id, outcome=stored.answer)
+        return stored.answer
+
+    return Deferred(store)
+
+
+def _push_stored(stored: Any) -> PushStored:
+    # Transitional: accepts the old dict answer until Ingest returns PushStored.
+    if isinstance(stored, PushStored):
+        return stored
+    return PushStored(answer=stored, item_id=-1, duplicate=False)
+
+
+# --- manifest ----------------------------------------------------------------------
+
+
+async def manifest_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
+    decode_params(params, ManifestChanged, "mcpl/manifestChanged")
+    if not conn.is_ready:
+        # No MCPL in force (MCP-only, closed, or still negotiating): nothing a
+        # manifest could change, and a policy sent now could make a fallen
+        # connection ready again.
+        conn.warn_once("hint-not-ready", "connector.manifest_hint_ignored", mode=conn.mode.value)
+        return
+    dropped = conn.tracker.dropped
+    if conn.tracker.should_fetch():
+        conn.schedule("manifest", None)
+    elif conn.tracker.dropped > dropped:  # over the cap (a hint merged into a pending fetch is not dropped)
+        conn.log.warning("connector.manifest_fetch_dropped", reason="rate limit", dropped=conn.tracker.dropped)
+

@@ -1,0 +1,100 @@
+"""Host-initiated work on one connection: opening channels and re-fetching the manifest.
+
+Handlers never wait on the connector: they queue a job (`McplConnection.schedule`)
+and `serve` runs the jobs one at a time, so a policy update a job causes is
+serialized with every other one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from mcplhost.rpc import ConnectionClosed, RemoteError, RequestTimeout
+
+from . import errors
+from .channels import Channel
+from .states import PolicyClosed
+
+if TYPE_CHECKING:
+    from .connection import McplConnection
+
+OPEN = "open"
+MANIFEST = "manifest"
+
+
+async def serve(conn: McplConnection, jobs: Any) -> None:
+    """Run queued (job, argument) pairs until the stream closes or the connector is gone."""
+    async with jobs:
+        async for job, arg in jobs:
+            try:
+                if job == OPEN:
+                    if conn.registry.get(arg.id) != arg:
+                        # Removed or replaced while the job waited: nothing of ours to open.
+                        conn.log.info("connector.job_skipped", job=job, channel=arg.id, reason="not_registered")
+                        continue
+                    await open_channel(conn, arg)
+                elif job == MANIFEST:
+                    await refresh_manifest(conn)
+            except (RemoteError, RequestTimeout) as exc:
+                conn.log.warning("connector.job_failed", job=job, error=str(exc))
+            except errors.ConnectorProtocolError as exc:
+                # The grant narrowed while the job waited (e.g. channels.lifecycle revoked).
+                conn.log.info("connector.job_skipped", job=job, code=exc.code,
+                              data=None if exc.data is msgspec.UNSET else exc.data)
+            except ConnectionClosed:
+                return  # the connector is gone; its life ends without us
+            except PolicyClosed as exc:
+                conn.close_by_policy(str(exc))
+
+
+async def open_channel(conn: McplConnection, channel: Channel) -> None:
+    """channels/open for a channel; the returned descriptor is judged like a registration."""
+    assert conn.session is not None
+    if "channels.lifecycle" not in conn.grant:
+        raise errors.capability_denied("channels.lifecycle")
+    raw = await conn.session.request(
+        "channels/open",
+        {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}},
+        timeout=conn.spec.request_timeout_s,
+    )
+    result = msgspec.json.decode(bytes(raw))
+    descriptor = result.get("channel") if isinstance(result, dict) else None
+    if descriptor is not None:
+        if "channels.register" in conn.grant:  # the grant at the answer, not at the registration
+            results, _ = conn.registry.add([descriptor])
+        else:
+            ident = descriptor.get("id") if isinstance(descriptor, dict) else None
+            results = [{"id": ident, "accepted": False, "reason": "capability_denied"}]
+        if not results[0]["accepted"]:
+            conn.log.warning("channels.descriptor_refused", channel=results[0]["id"],
+                             reason=results[0].get("reason"), detail="returned by channels/open")
+    conn.log.info("channels.opened", channel=channel.id)
+
+
+async def refresh_manifest(conn: McplConnection) -> None:
+    """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+    if not conn.is_ready:
+        # Queued before the connection fell back (or never got MCPL): there is
+        # nothing to refresh, and a policy sent now could make it ready again.
+        conn.log.info("connector.job_skipped", job=MANIFEST, mode=conn.mode.value)
+        return
+    assert conn.session is not None and conn.manifest is not None
+    conn.tracker.fetched()
+    try:
+        raw = await conn.session.request("mcpl/manifest", {}, timeout=conn.spec.request_timeout_s)
+        fetched = msgspec.json.decode(bytes(raw))
+    except (RemoteError, RequestTimeout, msgspec.DecodeError) as exc:
+        conn.tracker.failed()
+        conn.log.warning("connector.manifest_fetch_failed", error=str(exc), failures=conn.tracker.failures)
+        return
+    change = conn.tracker.diff(conn.manifest, fetched, conn.capabilities, conn.grant, list(conn.spec.grant),
+                               conn.feature_sets, conn.spec.feature_sets, offered=conn.offered)
+    if change is None:
+        conn.log.warning("connector.manifest_unusable", failures=conn.tracker.failures)
+        return
+    conn.adopt_change(change)
+    conn.log.info("connector.manifest_change", impacts=change.impacts)
+    if change.grant != conn.grant or change.feature_sets_changed:
+        await conn.send_policy(change.grant, initial=False)
