@@ -1,4 +1,4 @@
-"""HOST-DIGEST §4 (our paraphrase: docs/mcpl-checklist.md), item by item: the test for each MUST and SHOULD, and what is deferred.
+"""HOST-DIGEST §4, paraphrased in docs/mcpl-checklist.md, item by item: the test for each MUST and SHOULD.
 
 `CHECKLIST` maps every item to the tests that exercise it (end to end
 through real connector subprocesses where the behaviour is on the wire,
