@@ -1,0 +1,146 @@
+"""Tests for mcplhost/ingest.py: idempotent answers, Stored events and their drop policy, push featureSet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from structlog.testing import capture_logs
+
+from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored, conversation_id
+from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
+from mcplhost.store import export_line, open_store
+from mcplhost.store.writer import GroupWriter
+
+ROOM = "disc:g1:room"
+
+
+def message(message_id: str = "m-1", body: str = "hello", **fields: Any) -> AdmittedMessage:
+    return AdmittedMessage(channel_id=ROOM, label="#room", message_id=message_id,
+                           content=[{"type": "text", "text": body}], **fields)
+
+
+def push(event_id: str = "e-1", **fields: Any) -> AdmittedPush:
+    return AdmittedPush(event_id=event_id, feature_set="disc.alerts", source_timestamp=None,
+                        content=[{"type": "text", "text": "tick"}], **fields)
+
+
+@asynccontextmanager
+async def ingest(folder: Path, *, buffer: int = STORED_EVENTS_BUFFER,
+                 events: bool = True) -> AsyncIterator[tuple[Ingest, Any]]:
+    """An Ingest over a real store and group writer, with its Stored stream's receiving end."""
+    send, receive = anyio.create_memory_object_stream[Stored](buffer)
+    async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
+        writer = GroupWriter(store)
+        await tg.start(writer.run)
+        yield Ingest(store, writer, structlog.get_logger(), events=send if events else None), receive
+        tg.cancel_scope.cancel()
+    send.close()
+    receive.close()
+
+
+def drain(receive: Any) -> list[Stored]:
+    events = []
+    while True:
+        try:
+            events.append(receive.receive_nowait())
+        except anyio.WouldBlock:
+            return events
+
+
+class TestRedelivery:
+    async def test_an_identical_redelivery_is_answered_as_the_first(self, tmp_path: Path):
+        """Same connector, channel, messageId and body: one row, the same answer, no second Stored event."""
+        async with ingest(tmp_path) as (intake, events):
+            first = await intake.store_messages("disc", "channels/incoming", [message()])
+            again = await intake.store_messages("disc", "channels/incoming", [message()])
+            assert first == again == [{"messageId": "m-1", "accepted": True,
+                                       "conversationId": conversation_id("disc", ROOM, None)}]
+            assert len(await intake.store.items.list()) == 1
+            assert len(drain(events)) == 1
+
+    async def test_a_redelivery_gets_the_originals_conversation(self, tmp_path: Path):
+        """A repeat that would compute another conversation (its thread differs) is answered with the original's."""
+        async with ingest(tmp_path) as (intake, _):
+            (first,) = await intake.store_messages("disc", "channels/incoming", [message(thread_id="t-1")])
+            (again,) = await intake.store_messages("disc", "channels/incoming", [message(thread_id="t-2")])
+            assert again["conversationId"] == first["conversationId"] == conversation_id("disc", ROOM, "t-1")
+
+    async def test_a_batch_with_a_message_twice_stores_it_once(self, tmp_path: Path):
+        """Two copies in one request: one row, both accepted with the same conversation."""
+        async with ingest(tmp_path) as (intake, events):
+            results = await intake.store_messages("disc", "channels/incoming", [message(), message()])
+            assert results[0] == results[1] and results[0]["accepted"]
+            assert len(await intake.store.items.list()) == 1 and len(drain(events)) == 1
+
+    async def test_an_edit_is_its_own_item(self, tmp_path: Path):
+        """chat:edited with a new body is stored beside the original, in the original's thread."""
+        async with ingest(tmp_path) as (intake, _):
+            await intake.store_messages("disc", "channels/incoming", [message(thread_id="t-1")])
+            (edit,) = await intake.store_messages("disc", "channels/incoming",
+                                                  [message(body="hello!", tags=["chat:edited"])])
+            stored = await intake.store.items.list()
+            assert len(stored) == 2 and stored[1].metadata["threadId"] == "t-1"
+            assert edit["conversationId"] == conversation_id("disc", ROOM, "t-1")
+
+
+class TestStoredEvents:
+    async def test_each_new_item_is_an_event_with_its_id_and_conversation(self, tmp_path: Path):
+        """After the commit, Stored carries the row's id and the item with conversation and thread ids."""
+        async with ingest(tmp_path) as (intake, events):
+            await intake.store_messages("disc", "channels/incoming", [message("a", thread_id="t"), message("b")])
+            stored = await intake.store.items.list()
+            got = drain(events)
+            assert [e.id for e in got] == [item.id for item in stored]
+            assert [(e.item.thread_id, e.item.conversation_id) for e in got] == [
+                ("t", conversation_id("disc", ROOM, "t")), (None, conversation_id("disc", ROOM, None))]
+            assert all(e.missed_before == 0 for e in got)
+
+    async def test_a_slow_consumer_loses_events_visibly_and_storage_never_waits(self, tmp_path: Path):
+        """With the buffer full, items are still stored and answered; drops are counted, logged once, flagged next."""
+        async with ingest(tmp_path, buffer=1) as (intake, events):
+            with capture_logs() as logs:
+                results = await intake.store_messages("disc", "channels/incoming",
+                                                      [message(str(n)) for n in range(4)])
+                assert all(r["accepted"] for r in results)
+                assert [e.id for e in drain(events)] == [1]
+                await intake.store_messages("disc", "channels/incoming", [message("later")])
+            (flagged,) = drain(events)
+            assert (flagged.id, flagged.missed_before) == (5, 3)
+            assert intake.statistics() == {"stored_events": 2, "stored_events_dropped": 3}
+            assert [e["event"] for e in logs if e["event"].startswith("ingest.stored_events")] == [
+                "ingest.stored_events_dropped", "ingest.stored_events_resumed"]
+
+    async def test_without_a_stream_there_are_no_events(self, tmp_path: Path):
+        """An Ingest given no stream stores and answers as usual."""
+        async with ingest(tmp_path, events=False) as (intake, _):
+            (result,) = await intake.store_messages("disc", "channels/incoming", [message()])
+            assert result["accepted"] and intake.statistics()["stored_events"] == 0
+
+
+class TestPush:
+    async def test_a_repeat_names_the_original_item(self, tmp_path: Path):
+        """store_push returns PushStored: the answer, the item id, and whether it was a repeat."""
+        async with ingest(tmp_path) as (intake, events):
+            first = await intake.store_push("disc", push())
+            again = await intake.store_push("disc", push())
+            (item,) = await intake.store.items.list()
+            assert (first.answer, first.item_id, first.duplicate) == ({"accepted": True}, item.id, False)
+            assert (again.answer, again.item_id, again.duplicate) == ({"accepted": True}, item.id, True)
+            assert [e.id for e in drain(events)] == [item.id]
+
+    async def test_the_feature_set_is_in_the_export(self, tmp_path: Path):
+        """A push's featureSet is in metadata next to eventId; a channel item's is null."""
+        async with ingest(tmp_path) as (intake, _):
+            await intake.store_push("disc", push())
+            await intake.store_messages("disc", "channels/incoming", [message()])
+            pushed, incoming = [json.loads(export_line(i)) for i in await intake.store.items.list()]
+            assert pushed["metadata"]["featureSet"] == "disc.alerts" and pushed["metadata"]["eventId"] == "e-1"
+            assert incoming["metadata"]["featureSet"] is None
+            keys = list(pushed["metadata"])
+            assert keys.index("featureSet") == keys.index("eventId") + 1
