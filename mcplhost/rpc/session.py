@@ -255,8 +255,12 @@ class Session:
                     await self._send.send(b"".join(pending))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     self.log.info("rpc.write_failed", error=repr(exc), lines=len(pending))
+                    self._out_receive.close()  # a sender waiting for room learns the connection is closed
                     self._close_waiters(f"write failed: {exc!r}")
                     return
+        if self._writer_scope.cancelled_caught:
+            self.log.warning("rpc.flush_abandoned", queued=self._out_receive.statistics().current_buffer_used,
+                             reason="the peer did not take our last lines within the stop's bound")
 
     # --- the peer's side -------------------------------------------------------
 

@@ -473,3 +473,27 @@ class TestStopping:
         assert calls == ["first"]
         assert await peer.read(timeout=0.5) == {"jsonrpc": "2.0", "id": 1, "result": "committed"}
         assert peer.from_session._chunks == deque()
+
+    async def test_a_peer_that_stops_reading_holds_the_stop_only_for_the_flush_bound(self, monkeypatch) -> None:
+        """With the peer's stdin full, the session still ends FLUSH_ON_STOP_S after a stop, and says so."""
+        from mcplhost.rpc import session as session_module
+
+        class Stuck:
+            """A pipe whose reader went quiet: every write waits forever."""
+
+            async def send(self, data: bytes) -> None:
+                await anyio.sleep_forever()
+
+        monkeypatch.setattr(session_module, "FLUSH_ON_STOP_S", 0.05)
+        peer = Peer()
+        session = Session(Stuck(), peer.to_session, on_request=echo)  # type: ignore[arg-type]
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(session.run)
+                for i in range(3):
+                    await peer.write({"jsonrpc": "2.0", "id": i, "method": "echo", "params": [i]})
+                    await anyio.wait_all_tasks_blocked()  # one answer at a time reaches the writer
+                with anyio.fail_after(5):
+                    tg.cancel_scope.cancel()
+        (abandoned,) = [e for e in logs if e["event"] == "rpc.flush_abandoned"]
+        assert abandoned["queued"] == 2  # the first answer was being written; the other two waited behind it
