@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 
-from mcplhost.config import ConnectorConfig, RestartConfig
+from mcplhost.config import ConnectorConfig, RestartConfig, problems
 
 from ..harness import REPO, config_with, items_when, running_host, texts
 
@@ -23,6 +24,7 @@ MAX_EXAMPLE_LINES = 60
 MESSAGES = 4
 
 FENCED_PYTHON = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+FENCED_TOML = re.compile(r"^```toml\n(.*?)^```$", re.S | re.M)
 
 
 def example_spec(**env: str) -> ConnectorConfig:
@@ -58,6 +60,16 @@ class TestTheGuideShowsTheExample:
         source = EXAMPLE.read_text(encoding="utf-8")
         ast.parse(source, feature_version=(3, 4))
         assert 'f"' not in source and "f'" not in source
+
+
+    def test_the_guide_s_config_is_valid_and_runs_the_example(self) -> None:
+        """The guide's TOML passes the config checks and its command names the example file."""
+        (block,) = FENCED_TOML.findall(GUIDE.read_text(encoding="utf-8"))
+        raw = tomllib.loads(block)
+        assert problems(raw) == []
+        (connector,) = raw["connectors"]
+        assert connector["command"][0] == "python3"
+        assert (REPO / connector["command"][1]).resolve() == EXAMPLE
 
 
 class TestTheExampleUnderTheHost:
