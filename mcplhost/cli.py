@@ -270,7 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from .dev import LiveView, dev_config, introduction
+    from .dev import LiveView, dev_config, fit, introduction
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
@@ -278,11 +278,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
     db = usable_database(args.db)
     config = dev_config(db.resolve())
     view.connectors = [c.name for c in config.connectors]
-    for line in introduction(config, db, verbose=shown):
-        print(line, file=sys.stderr)
     with hold_database(db.resolve()):
+        for line in introduction(config, db, verbose=shown):
+            print(fit(line, LiveView.for_stream(sys.stderr).width), file=sys.stderr)
         _run_host(Host(config, on_stored=view.items), seconds=args.seconds)
-    print(f"mcplhost dev: stopped; read what arrived with: mcplhost messages --db {db}", file=sys.stderr)
+    print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK
 
 

@@ -36,9 +36,8 @@ STUB_DEFAULTS = {"STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
 #: What each stub stages, one line each, so nothing it does looks like a fault.
 EXPLAINED = {
-    "stub": "MCPL 0.5 chat on two channels, and a push now and then; one message fakes a "
-            "[source: …] header, which is stored escaped as \\[source…",
-    "heartbeat": "MCPL 0.4 (the host applies the legacy rules): one heartbeat push every {HEARTBEAT_INTERVAL_S} s",
+    "stub": "MCPL 0.5 chat; one message fakes a [source: …] header, stored escaped",
+    "heartbeat": "MCPL 0.4, so legacy rules (COMPAT.md); a push every {HEARTBEAT_INTERVAL_S} s",
 }
 
 
@@ -69,8 +68,7 @@ def dev_config(db: Path) -> Config:
 
 def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
     """The lines dev prints on stderr before it starts: what runs, and what each stub stages."""
-    lines = [f"mcplhost dev: {len(config.connectors)} stub connectors, database {db} (Ctrl-C to stop"
-             + ("" if verbose else "; -v shows the log") + ")"]
+    lines = [f"mcplhost dev: database {db}; Ctrl-C stops" + ("" if verbose else "; -v shows the log")]
     for connector in config.connectors:
         explained = EXPLAINED.get(connector.name)
         if explained:

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
+
+import pytest
 
 from .support import cli
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+#: Few, spaced, deterministic events: five stub items one second apart, no heartbeat within the run.
+DETERMINISTIC = {"STUB_MESSAGES": "5", "STUB_INTERVAL_S": "1", "HEARTBEAT_INTERVAL_S": "3600"}
+#: Long enough for five items a second apart after a slow start on a busy machine.
+SNAPSHOT_SECONDS = "8"
+CLOCK = re.compile(r"^\d\d:\d\d:\d\d  ")
+
+
+def normalised(text: str) -> str:
+    return "\n".join(CLOCK.sub("HH:MM:SS  ", line) for line in text.splitlines()) + "\n"
 
 
 class TestDev:
@@ -22,3 +37,48 @@ class TestDev:
         assert first["content"][-1]["text"] == "Good morning, everyone."
         assert "Good morning, everyone." in result.stdout  # the live view
         assert f"messages --db {db}" in result.stderr.splitlines()[-1]
+
+    def test_the_plain_live_view_matches_its_snapshot(self, tmp_path) -> None:
+        """Not a tty: timed lines cut to 80 columns, no log lines, each stub's quirk explained once on stderr."""
+        result = cli("dev", "--seconds", SNAPSHOT_SECONDS, cwd=tmp_path, env=DETERMINISTIC, timeout=60)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert normalised(result.stdout) == (SNAPSHOTS / "dev.txt").read_text(encoding="utf-8"), result.stdout
+        assert all(len(line) <= 80 for line in result.stdout.splitlines() + result.stderr.splitlines())
+        intro, *explained, last = result.stderr.splitlines()
+        assert intro.startswith("mcplhost dev: database mcplhost-dev.db") and "-v shows the log" in intro
+        assert [line.split(":")[0] for line in explained] == ["  stub", "  heartbeat"]
+        assert last == "mcplhost dev: stopped; read it with: mcplhost messages --db mcplhost-dev.db"
+
+    @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])
+    def test_log_lines_are_shown_when_asked_for(self, tmp_path, args: list[str], json_lines: bool) -> None:
+        """-v shows the log on stderr (console format); --log-format json is honoured as JSON lines."""
+        result = cli("dev", "--seconds", "2", *args, cwd=tmp_path, env=DETERMINISTIC, timeout=60)
+        assert result.returncode == 0, result.stderr[-2000:]
+        logged = [line for line in result.stderr.splitlines() if "host.ready" in line]
+        assert len(logged) == 1, result.stderr
+        if json_lines:
+            assert json.loads(logged[0])["event"] == "host.ready"
+        else:
+            assert not logged[0].startswith("{")
+
+    def test_help_names_the_defaults_it_uses(self) -> None:
+        """dev --help says log lines are hidden unless asked for and that console is the default format."""
+        text = " ".join(cli("dev", "--help").stdout.split())
+        assert "hidden by default" in text and "console (default) or json" in text
+        assert "./mcplhost-dev.db" in text
+
+    @pytest.mark.parametrize("value", ["-1", "nan", "inf", "-inf", "1e400", "soon"])
+    def test_a_bad_seconds_is_a_one_line_usage_error(self, tmp_path, value: str) -> None:
+        """--seconds must be a finite number from 0 up: anything else is exit 2 and one stderr line."""
+        result = cli("dev", "--seconds", value, cwd=tmp_path)
+        assert result.returncode == 2 and result.stdout == ""
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("mcplhost dev: argument --seconds: ") and "Traceback" not in line
+        assert not (tmp_path / "mcplhost-dev.db").exists()
+
+    def test_a_db_in_a_missing_folder_is_refused(self, tmp_path) -> None:
+        """dev creates its database file but not a folder someone mistyped."""
+        result = cli("dev", "--seconds", "1", "--db", str(tmp_path / "nowhere" / "dev.db"), cwd=tmp_path)
+        assert result.returncode == 1
+        (line,) = result.stderr.splitlines()
+        assert f"the folder {tmp_path / 'nowhere'} does not exist" in line

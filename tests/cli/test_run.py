@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
-from ..harness import alive
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, alive, record, wait_for
 from .support import cli, daemon, scripted_connector, write_config
 
 CHANNEL = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional", "address": {}}
@@ -121,11 +120,27 @@ class TestConfig:
 
 
 class TestFatalStoreErrors:
-    def test_a_store_that_cannot_be_created_exits_non_zero_with_one_line(self, tmp_path) -> None:
-        """A store path under a regular file is a fatal store error: one stderr line, exit 1, no traceback."""
+    @pytest.mark.parametrize(("store", "says"), [
+        ("file/host.db", "is not a folder"),
+        ("absent/host.db", "absent does not exist"),
+        ("folder", "is a directory, not a database file"),
+    ])
+    def test_a_store_path_that_cannot_be_a_database_exits_2_with_one_line(self, tmp_path, store: str,
+                                                                          says: str) -> None:
+        """A store.path under a file, in a missing folder (never created silently) or naming a folder: one line."""
         (tmp_path / "file").write_text("", encoding="utf-8")
-        config = write_config(tmp_path, store="file/host.db")
+        (tmp_path / "folder").mkdir()
+        config = write_config(tmp_path, store=store)
         result = cli("run", "--config", str(config))
+        assert result.returncode == 2
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("mcplhost: ") and "store.path: " in line and says in line, line
+        assert not (tmp_path / "absent").exists()
+
+    def test_a_store_that_cannot_be_opened_exits_1_with_one_line(self, tmp_path) -> None:
+        """A database file that is not SQLite is a fatal store error: one stderr line, exit 1, no traceback."""
+        (tmp_path / "host.db").write_bytes(b"not a database, " * 512)
+        result = cli("run", "--config", str(write_config(tmp_path)))
         assert result.returncode == 1
         (line,) = result.stderr.splitlines()
         assert line.startswith("mcplhost: ") and "host.db" in line and "Traceback" not in result.stderr
@@ -150,6 +165,9 @@ class TestLogs:
             {"request": "channels/register", "params": {"channels": [{**CHANNEL, "id": "elsewhere:room"}]}},
             {"request": "no/such/method"}]}, tmp_path, grant=CHAT_GRANT, channels=["chatty:*"])
         looper = scripted_connector("looper", {"after": "start", "steps": [{"exit": 1}]}, tmp_path, restart=looping)
+        # An executable whose interpreter is gone: it passes the config check and fails to spawn.
+        (tmp_path / "missing").write_text("#!/nonexistent/interpreter\n", encoding="utf-8")
+        (tmp_path / "missing").chmod(0o755)
         ghost = {"name": "ghost", "command": [str(tmp_path / "missing")], "restart": looping}
         config = write_config(tmp_path, [chatty, looper, ghost])
         async with daemon(config, tmp_path) as run:

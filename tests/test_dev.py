@@ -1,0 +1,69 @@
+"""mcplhost/dev.py's pure parts: fitting a line to the terminal, printable text, item and event lines."""
+
+from __future__ import annotations
+
+import io
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcplhost.dev import ELLIPSIS, LiveView, bundled_connectors, describe_event, describe_item, fit, printable
+from mcplhost.store import NewItem
+
+
+def cells(text: str) -> int:
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 0 if unicodedata.combining(c) else 1
+               for c in text)
+
+
+class TestFit:
+    @given(st.text(), st.integers(min_value=1, max_value=200))
+    def test_a_fitted_line_never_exceeds_the_width_and_keeps_a_prefix(self, line: str, width: int) -> None:
+        """Whatever the text (wide characters included), the result fits and starts like the line."""
+        fitted = fit(line, width)
+        assert cells(fitted) <= width
+        assert fitted == line or (fitted.endswith(ELLIPSIS) and line.startswith(fitted[:-1]))
+
+    def test_a_short_line_is_left_alone_and_a_long_one_ends_in_an_ellipsis(self) -> None:
+        """Only a line wider than the width is cut."""
+        assert fit("abc", 3) == "abc" and fit("abcd", 3) == "ab…" and fit("日本語", 4) == "日…"
+
+
+class TestPrintable:
+    def test_control_characters_cannot_reach_the_terminal(self) -> None:
+        """A newline is shown as ⏎ and escapes or other controls as �, so a message cannot restyle the terminal."""
+        assert printable("a\nb\tc\x1b[31md\x07") == "a ⏎ b c\N{REPLACEMENT CHARACTER}[31md\N{REPLACEMENT CHARACTER}"
+
+
+class TestLines:
+    def test_an_item_shows_where_who_and_the_body_without_its_header(self) -> None:
+        """The source header is summarised as server and label; the body follows the participant."""
+        header = "[source: stub / stub:g1:general · #general]"
+        item = NewItem(role="user", content=[{"type": "text", "text": header}, {"type": "text", "text": "hi"}],
+                       metadata={"serverId": "stub", "channelId": "stub:g1:general", "sourceHeader": header,
+                                 "source": {"label": "#general", "lane": "channels/incoming"}},
+                       created_at=0, participant="Alice")
+        assert describe_item(item) == "stub #general  Alice: hi"
+
+    def test_events_shown_are_the_host_s_and_warnings(self) -> None:
+        """ready/stopping and warnings become lines; ordinary info events are left out."""
+        assert describe_event({"event": "host.ready", "level": "info"}, ["a", "b"]) == "ready: a, b"
+        assert describe_event({"event": "connector.up", "level": "info", "connector": "a"}, []) is None
+        assert describe_event({"event": "rpc.junk_line", "level": "warning", "connector": "a", "reason": "bad"},
+                              []) == "warning: a: rpc.junk_line (bad)"
+
+    def test_the_view_writes_timed_fitted_lines(self) -> None:
+        """Each line starts with HH:MM:SS and is cut to the view's width."""
+        out = io.StringIO()
+        LiveView(out, 20, now=lambda: 0.0).event({"event": "host.ready", "level": "info"})
+        LiveView(out, 20).line(0.0, "x" * 40)
+        first, second = out.getvalue().splitlines()
+        assert first[2] == first[5] == ":" and first.endswith("  ready") and len(second) == 20
+
+
+def test_the_bundled_connectors_are_the_runnable_modules() -> None:
+    """`mcplhost connector --list`: programs only, not the helper library they share."""
+    names = bundled_connectors()
+    assert {"stub", "heartbeatish", "scripted"} <= set(names) and "mcpl_server" not in names
