@@ -8,6 +8,7 @@ import signal
 from ..harness import PYTHON, REPO, alive, wait_for
 from .support import cli, daemon, write_config
 
+
 def leaves_an_orphan(folder) -> dict:
     """A stub connector whose shell first starts a `sleep` that outlives the host (its pid in folder/orphan.pid)."""
     script = f"sleep 60 & echo $! > {folder}/orphan.pid; exec {PYTHON} -m mcplhost.connectors.stub"
