@@ -56,6 +56,19 @@ async def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | No
     )
 
 
+def exit_description(returncode: int | None) -> str:
+    """How a child ended, for people: "exited with code 3", "was killed by signal 9 (SIGKILL)"."""
+    if returncode is None:
+        return "is still running"
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-returncode}{name}"
+
+
 async def wait_exited(process: Process, timeout: float) -> bool:
     """Poll until the child has exited, at most `timeout` seconds."""
     with anyio.move_on_after(timeout):

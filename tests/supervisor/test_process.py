@@ -21,6 +21,7 @@ from mcplhost.supervisor.process import (
     STDERR_LINES_PER_S,
     child_environment,
     drain_stderr,
+    exit_description,
     spawn,
     stop,
 )
@@ -72,6 +73,15 @@ async def started(command: list[str]) -> AsyncIterator[Process]:
     finally:
         await stop(process, stdin_grace=0, term_grace=0, log=structlog.get_logger())
 
+
+
+class TestExitDescription:
+    def test_an_exit_code_and_a_signal_read_as_people_say_them(self) -> None:
+        """A code reads "exited with code N", a negative return code names the signal."""
+        assert exit_description(3) == "exited with code 3"
+        assert exit_description(0) == "exited with code 0"
+        assert exit_description(-signal.SIGKILL) == "was killed by signal 9 (SIGKILL)"
+        assert exit_description(None) == "is still running"
 
 
 class TestChildEnvironment:
