@@ -4,11 +4,18 @@ Shutdown order: on `stop`, the connectors go first (each runs its shielded
 shutdown ladder, and in-flight requests finish their commits), then the
 group writer commits what is still queued, then the store closes. So work a
 connector was told is accepted is always on disk.
+
+`Host.connectors` maps each configured connector's name to its
+`ConnectorHandle`, built before anything starts and kept for the host's
+life (after a stop each reads `stopped`); the speech router, agent tools and
+status socket use those, never the supervisor's task group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -22,6 +29,7 @@ from .ingest import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms
 from .store import open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.writer import GroupWriter
+from .supervisor.handle import ConnectorHandle
 from .supervisor.supervise import supervise
 from .systemd import Notifier
 
@@ -41,6 +49,9 @@ class Host:
         self.writer: GroupWriter | None = None
         self.ingest: Ingest | None = None  # set while running
         self._stored_send: ObjectSendStream[Stored] | None = None  # see stored_events()
+        self._handles = {spec.name: ConnectorHandle(spec) for spec in config.connectors}
+        #: name → the connector's live handle, one per configured connector for the host's whole life.
+        self.connectors: Mapping[str, ConnectorHandle] = MappingProxyType(self._handles)
 
     def stored_events(self) -> ObjectReceiveStream[Stored]:
         """The stream of `Stored(id, item)` events, one per newly committed item; call before `run`.
@@ -88,9 +99,8 @@ class Host:
         if self.notifier is not None:
             self.notifier.send("READY=1")
 
-    @staticmethod
-    async def _start_one(connectors: anyio.abc.TaskGroup, spec: ConnectorConfig, ingest: Ingest) -> None:
-        await connectors.start(supervise, spec, ingest)
+    async def _start_one(self, connectors: anyio.abc.TaskGroup, spec: ConnectorConfig, ingest: Ingest) -> None:
+        await connectors.start(partial(supervise, handle=self._handles[spec.name]), spec, ingest)
 
     async def _watchdog(self, interval_s: float) -> None:
         assert self.notifier is not None

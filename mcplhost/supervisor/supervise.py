@@ -1,8 +1,11 @@
 """One owner task per connector: spawn, handshake, serve, and restart by the policy.
 
 `supervise` runs inside the host's task group for as long as the host runs.
-It reports `task_status.started()` once the first start has finished its
-handshake (ready or MCP-only) or failed, which is what READY=1 waits for.
+It hands out the connector's `ConnectorHandle` (handle.py), the one object
+that outlives every restart, through `task_status.started(handle)` once the
+first start has finished its handshake (ready or MCP-only) or failed, which
+is what READY=1 waits for. It is the handle's only writer: every state
+change goes through it and is logged there, once.
 A crashing, hanging or chatty connector only ever affects its own task.
 
 What counts as a failure (INTERFACES.md): every exit the host did not ask
@@ -13,6 +16,7 @@ policy with fallback "close" is restarted only under `policy = "always"`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -20,12 +24,13 @@ import structlog
 from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
-from mcplhost.protocol.connection import HandshakeFailed, McplConnection, PolicyClosed
+from mcplhost.protocol.connection import HandshakeFailed, PolicyClosed
 from mcplhost.protocol.intake import Intake
 from mcplhost.rpc import Session
 
-from .policy import GiveUp, RestartPolicy
-from .process import child_environment, drain_stderr, spawn, stop, wait_exited
+from .handle import ConnectorHandle, State, WatchedConnection
+from .policy import GiveUp, Restart, RestartPolicy
+from .process import child_environment, drain_stderr, exit_description, spawn, stop, wait_exited
 
 log = structlog.get_logger()
 
@@ -43,9 +48,13 @@ async def supervise(
     spec: ConnectorConfig,
     intake: Intake,
     *,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    handle: ConnectorHandle | None = None,
+    task_status: TaskStatus[ConnectorHandle] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
+    """Run the connector for as long as the host runs; hand out its handle once the first start is over."""
+    handle = handle if handle is not None else ConnectorHandle(spec)
     clog = log.bind(connector=spec.name)
+    intake = handle.inbound_clock(intake)
     policy = RestartPolicy(spec.restart)
     reported = False
 
@@ -53,40 +62,69 @@ async def supervise(
         nonlocal reported
         if not reported:
             reported = True
-            task_status.started()
+            task_status.started(handle)
 
-    while True:
-        began = anyio.current_time()
-        ended = await run_life(spec, intake, clog, on_ready=report_started)
-        report_started()
-        uptime = anyio.current_time() - began
-        if ended == Life.POLICY_CLOSED and spec.restart.policy != "always":
-            clog.warning("connector.stopped", reason="closed after the connector refused the policy")
-            return
-        if uptime >= spec.restart.window_s:
-            policy.reset()
-        decision = policy.failed(anyio.current_time())
-        if isinstance(decision, GiveUp):
-            clog.warning("connector.stopped", reason=decision.reason, last=ended)
-            return
-        if decision.slow_lane:
-            clog.warning("connector.slow_lane", failures=decision.consecutive, delay_s=round(decision.delay, 3),
-                         detail=f"crash loop: one start every {spec.restart.backoff_max_s:g} s until it stays up")
-        else:
-            clog.info("connector.restart_scheduled", failures=decision.consecutive, delay_s=round(decision.delay, 3))
-        await anyio.sleep(decision.delay)
+    began = 0.0
+    decision: Restart | GiveUp | None = None
+
+    def life_ended(ended: str) -> None:
+        # Decided the moment the life ends, before its shutdown ladder, so the
+        # handle never shows a dead life as ready while the ladder runs.
+        nonlocal decision
+        decision = next_step(spec, policy, ended, uptime=anyio.current_time() - began)
+        announce(handle, spec, decision, ended)
+
+    try:
+        while True:
+            began, decision = anyio.current_time(), None
+            handle.starting()
+            await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended)
+            report_started()
+            if not isinstance(decision, Restart):
+                return
+            await anyio.sleep(decision.delay)
+    finally:
+        handle.stopped("the host is stopping", expected=True)  # a no-op after a return above
 
 
-async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, *, on_ready: Any = lambda: None) -> str:
-    """One process life: spawn, handshake, serve until the child ends, then the shutdown ladder."""
+def next_step(spec: ConnectorConfig, policy: RestartPolicy, ended: str, *, uptime: float) -> Restart | GiveUp:
+    """What follows a life that ended as `ended` after `uptime` seconds."""
+    if ended == Life.POLICY_CLOSED and spec.restart.policy != "always":
+        return GiveUp("closed after the connector refused the policy")
+    if uptime >= spec.restart.window_s:
+        policy.reset()
+    return policy.failed(anyio.current_time())
+
+
+def announce(handle: ConnectorHandle, spec: ConnectorConfig, decision: Restart | GiveUp, ended: str) -> None:
+    """Move the handle to the state the decision means; that logs it."""
+    if isinstance(decision, GiveUp):
+        handle.stopped(decision.reason, last=ended)
+    elif decision.slow_lane:
+        handle.waiting(State.SLOW_LANE, failures=decision.consecutive, delay_s=round(decision.delay, 3),
+                       detail=f"crash loop: one start every {spec.restart.backoff_max_s:g} s until it stays up")
+    else:
+        handle.waiting(State.BACKOFF, failures=decision.consecutive, delay_s=round(decision.delay, 3))
+
+
+async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: ConnectorHandle, *,
+                   on_ready: Callable[[], None] = lambda: None,
+                   on_end: Callable[[str], None] = lambda ended: None) -> str:
+    """One process life: spawn, handshake, serve until the child ends, then the shutdown ladder.
+
+    `on_end(ended)` runs once the life has ended on its own, before the
+    ladder; not when the host cancels it.
+    """
     try:
         process = await spawn(spec.command, env=child_environment(spec.env), cwd=spec.cwd)
     except OSError as exc:
         clog.error("connector.spawn_failed", command=spec.command, error=str(exc))
+        handle.failed(f"spawn failed: {exc}")
+        on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
-    plog.info("connector.spawned", command=spec.command)
-    connection = McplConnection(spec, intake, plog)
+    connection = WatchedConnection(spec, intake, plog, on_mode=handle.mode_entered)
+    handle.spawned(process.pid, connection, command=spec.command)
     session = Session(
         process.stdin,  # type: ignore[arg-type]
         process.stdout,  # type: ignore[arg-type]
@@ -102,31 +140,48 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, *, on_ready
         async with anyio.create_task_group() as tg:
             drained = anyio.Event()
             tg.start_soon(_drain, process, plog, drained)
-            tg.start_soon(_serve_until_output_ends, session, process, drained, spec, tg.cancel_scope)
+            tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle, tg.cancel_scope)
             tg.start_soon(connection.run_background)
             try:
-                mode = await connection.handshake()
+                await connection.handshake()
             except HandshakeFailed as exc:
-                plog.error("connector.handshake_failed", error=str(exc))
+                error = str(exc)
+                plog.error("connector.handshake_failed", error=error)
+                handle.failed(error)
                 ended = Life.HANDSHAKE_FAILED
                 tg.cancel_scope.cancel()
             except PolicyClosed as exc:
                 plog.warning("connector.policy_closed", reason=str(exc))
+                handle.failed(f"closed after the connector refused the policy: {exc}")
                 ended = Life.POLICY_CLOSED
                 tg.cancel_scope.cancel()
             else:
-                plog.info("connector.up", mode=mode.value)
                 on_ready()
                 # Serve until the child's output ends (which cancels this scope), or
                 # until the connector refuses a later policy with fallback "close".
                 await connection.closed_by_policy.wait()
+                handle.failed("closed after the connector refused a later policy")
                 ended = Life.POLICY_CLOSED
                 tg.cancel_scope.cancel()
+        # Reached only when the life ended on its own: a host stop cancels past this line.
+        handle.life_ending()
+        if ended == Life.EXITED:
+            handle.failed(_exit_error(process.returncode))
+        on_end(ended)
     finally:
+        handle.life_ending()
         connection.close_jobs()
         how = await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=plog)
+        handle.exited()
         plog.info("connector.exited", returncode=process.returncode, how=how, ended=ended)
     return ended
+
+
+def _exit_error(returncode: int | None) -> str:
+    """Why a life whose output ended is over (the child normally exits right after closing its output)."""
+    if returncode is None:
+        return "the process closed its output"
+    return f"the process {exit_description(returncode)}"
 
 
 #: After the child's output ends, how long its last stderr lines (often the traceback) may take.
@@ -141,9 +196,10 @@ async def _drain(process: Process, plog: Any, drained: anyio.Event) -> None:
 
 
 async def _serve_until_output_ends(session: Session, process: Process, drained: anyio.Event,
-                                   spec: ConnectorConfig, scope: anyio.CancelScope) -> None:
+                                   spec: ConnectorConfig, handle: ConnectorHandle, scope: anyio.CancelScope) -> None:
     """Read the child's output; when it ends, let the child exit and its stderr drain, then end the life."""
     await session.run()
+    handle.life_ending()  # no call can reach it any more: refuse them now, not after the waits below
     await wait_exited(process, spec.stop_grace_s)
     with anyio.move_on_after(STDERR_TAIL_S):
         await drained.wait()

@@ -1,0 +1,349 @@
+"""The live handle of one configured connector: one object for the daemon's whole run, across restarts.
+
+`supervise` drives it; everyone else only reads it or calls through it. The
+speech router, the agent tools and the status socket hold a handle, never a
+connection, because a connection lasts one process life and a handle lasts
+as long as the host:
+
+- `state`, `grant`, `channels()` / `channel(id)`: what is in force right now;
+- `request()` / `notify()`: host-initiated calls while the connector serves
+  (ready, or mcp_only for plain MCP calls such as `tools/call`), else a
+  typed `ConnectorNotReady`; a call caught by the end of a life gets
+  `ConnectorGone`, never a hang;
+- `wait_ready()` / `wait_state()`: awaitable conditions, so senders never poll;
+- `statistics()`: the frozen snapshot the status socket reports.
+
+The connector states are INTERFACES.md's. Which may follow which is data
+(`TRANSITIONS`); each change is logged once, as the state's canonical line
+(`STATE_EVENTS`). The live states (handshaking, policy_pending, ready,
+mcp_only) follow the connection's own `Mode`, which `WatchedConnection`
+reports the moment the protocol layer assigns it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+from msgspec import UNSET
+
+from mcplhost.config import ConnectorConfig
+from mcplhost.protocol.channels import Channel
+from mcplhost.protocol.connection import McplConnection, Mode
+from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
+from mcplhost.rpc import ConnectionClosed
+
+log = structlog.get_logger()
+
+
+class State(Enum):
+    STARTING = "starting"  # about to spawn the process
+    HANDSHAKING = "handshaking"  # spawned; initialize not answered yet
+    POLICY_PENDING = "policy_pending"  # initialized; the first featureSets/update awaits its receipt
+    READY = "ready"  # MCPL in force under the grant
+    MCP_ONLY = "mcp_only"  # serving plain MCP only: no manifest, or the policy fell back
+    BACKOFF = "backoff"  # the life ended; the next start waits its delay
+    SLOW_LANE = "slow_lane"  # crash loop: one start every backoff_max_s until it stays up
+    STOPPED = "stopped"  # no more starts in this run of the host
+
+
+#: The states in which host-initiated calls go through (while the life's connection lasts).
+SERVING = frozenset({State.READY, State.MCP_ONLY})
+#: The states of a running process life, which hold only while its connection does.
+LIVE = frozenset({State.HANDSHAKING, State.POLICY_PENDING, State.READY, State.MCP_ONLY})
+#: Where a life can end: whatever it was doing, the supervisor then waits, or stops for good.
+_LIFE_ENDS = frozenset({State.BACKOFF, State.SLOW_LANE, State.STOPPED})
+
+#: Which state may follow which. Anything else is a bug of ours, logged as one.
+TRANSITIONS: Mapping[State, frozenset[State]] = MappingProxyType({
+    State.STARTING: frozenset({State.HANDSHAKING}) | _LIFE_ENDS,  # or the spawn failed
+    State.HANDSHAKING: frozenset({State.POLICY_PENDING, State.MCP_ONLY}) | _LIFE_ENDS,  # no manifest: MCP only
+    State.POLICY_PENDING: frozenset({State.READY, State.MCP_ONLY}) | _LIFE_ENDS,  # fallback "mcp-only"
+    State.READY: frozenset({State.MCP_ONLY}) | _LIFE_ENDS,  # a later policy refused with fallback "mcp-only"
+    State.MCP_ONLY: _LIFE_ENDS,
+    State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),
+    State.SLOW_LANE: frozenset({State.STARTING, State.STOPPED}),
+    State.STOPPED: frozenset(),
+})
+
+#: The one log line per state change: its event name and level. Older names kept, since operators grep for them.
+STATE_EVENTS: Mapping[State, tuple[str, str]] = MappingProxyType({
+    State.STARTING: ("connector.starting", "info"),
+    State.HANDSHAKING: ("connector.spawned", "info"),
+    State.POLICY_PENDING: ("connector.policy_pending", "info"),
+    State.READY: ("connector.up", "info"),
+    State.MCP_ONLY: ("connector.up", "info"),
+    State.BACKOFF: ("connector.restart_scheduled", "info"),
+    State.SLOW_LANE: ("connector.slow_lane", "warning"),
+    State.STOPPED: ("connector.stopped", "warning"),
+})
+
+#: The connection's modes as connector states. `Mode.CLOSED` is missing on purpose: the
+#: life is ending, and the supervisor decides what follows (backoff or stopped).
+MODE_STATES: Mapping[Mode, State] = MappingProxyType({
+    Mode.HANDSHAKE: State.HANDSHAKING,
+    Mode.POLICY_PENDING: State.POLICY_PENDING,
+    Mode.READY: State.READY,
+    Mode.MCP_ONLY: State.MCP_ONLY,
+})
+
+
+def allowed(current: State, new: State) -> bool:
+    """Whether `new` may follow `current` (staying put is always allowed: it is no change)."""
+    return new is current or new in TRANSITIONS[current]
+
+
+class ConnectorNotReady(Exception):
+    """The connector is not serving (starting, in backoff, stopped...); nothing was sent."""
+
+    def __init__(self, name: str, state: State, detail: str | None = None) -> None:
+        super().__init__(f"connector {name} is {state.value}" + (f": {detail}" if detail else ""))
+        self.name = name
+        self.state = state
+
+
+class ConnectorGone(ConnectorNotReady):
+    """The process life ended while the call waited: it may or may not have been handled."""
+
+
+class ConnectorStopped(ConnectorNotReady):
+    """The connector stopped for good; it will not be ready again in this run of the host."""
+
+
+class ConnectorStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """One connector as the status socket reports it (INTERFACES.md, "Status, health and metrics")."""
+
+    name: str
+    state: State
+    pid: int | None  # None while no process runs
+    restarts: int  # restarts performed since the host started
+    last_error: str | None
+    last_inbound_at: int | None  # epoch ms of the last admitted channels/incoming message or push/event
+    channels: int  # registered channels now
+    grant: frozenset[str]  # in force now
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ConnectorHandle:
+    """One configured connector for the host's whole run. Read by anyone; written by `supervise` only."""
+
+    def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._clock_ms = clock_ms
+        self._log = log.bind(connector=spec.name)
+        self._state = State.STARTING
+        self._changed = anyio.Event()  # set, and replaced, at every state change
+        self._connection: McplConnection | None = None  # while a life serves or is about to
+        self._pid: int | None = None
+        self._lives = 0
+        self._last_error: str | None = None
+        self._last_inbound_at: int | None = None
+
+    # --- read-only views ---------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def grant(self) -> frozenset[str]:
+        """The grant in force now; empty while no MCPL connection serves."""
+        return self._connection.grant if self._connection is not None else frozenset()
+
+    def channels(self) -> list[Channel]:
+        """The channels registered now (frozen descriptors); none while no connection serves."""
+        return self._connection.registry.channels() if self._connection is not None else []
+
+    def channel(self, channel_id: str) -> Channel | None:
+        return self._connection.registry.get(channel_id) if self._connection is not None else None
+
+    def statistics(self) -> ConnectorStatistics:
+        return ConnectorStatistics(
+            name=self.name, state=self._state, pid=self._pid, restarts=max(self._lives - 1, 0),
+            last_error=self._last_error, last_inbound_at=self._last_inbound_at,
+            channels=len(self.channels()), grant=self.grant,
+        )
+
+    # --- calls to the connector ----------------------------------------------------
+
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      result_type: Any = Any) -> Any:
+        """Send a request while the connector serves; return its result decoded as `result_type`.
+
+        Raises ConnectorNotReady when it does not serve, ConnectorGone when its
+        life ends before the answer, the session's RemoteError or
+        RequestTimeout as they come (`timeout` None: the connector's
+        request_timeout_s), and msgspec.ValidationError for a result that is
+        not a `result_type`. Whether the grant permits the call is the
+        caller's rule (the speech router checks channels.publish), not this
+        conduit's.
+        """
+        session = self._serving_session(method)
+        try:
+            raw = await session.request(method, params, timeout=timeout)
+        except ConnectionClosed as exc:
+            raise ConnectorGone(self.name, self._state, f"{method}: {exc}") from exc
+        return msgspec.json.decode(bytes(raw), type=result_type)
+
+    async def notify(self, method: str, params: Any = UNSET) -> None:
+        """Send a notification while the connector serves; the same refusals as `request`."""
+        session = self._serving_session(method)
+        try:
+            await session.notify(method, params)
+        except ConnectionClosed as exc:
+            raise ConnectorGone(self.name, self._state, f"{method}: {exc}") from exc
+
+    def _serving_session(self, method: str) -> Any:
+        connection = self._connection
+        if self._state not in SERVING or connection is None or connection.session is None:
+            raise ConnectorNotReady(self.name, self._state, f"{method} not sent")
+        return connection.session
+
+    async def wait_state(self, *states: State) -> State:
+        """Wait until the connector is in one of `states`; return the one it is in.
+
+        A live state (handshaking to mcp_only) counts only while its life's
+        connection lasts: once the connector's output has ended, "ready" is
+        not awaited any more, so a sender never spins on a dying life.
+        Raises ConnectorStopped once it has stopped for good (unless `stopped`
+        is one of the states awaited). A state that came and went before this
+        task ran is missed: wait for states that last.
+        """
+        while self._state not in states or (self._state in LIVE and self._connection is None):
+            if self._state is State.STOPPED:
+                raise ConnectorStopped(self.name, self._state)
+            await self._changed.wait()
+        return self._state
+
+    async def wait_ready(self) -> None:
+        """Wait until MCPL is in force (ready); ConnectorStopped if that cannot happen any more."""
+        await self.wait_state(State.READY)
+
+    # --- driven by supervise ---------------------------------------------------------
+
+    def inbound_clock(self, intake: Intake) -> Intake:
+        """`intake`, stamping `last_inbound_at` with every admitted message or push handed to it."""
+        return _StampingIntake(intake, self._stamp_inbound)
+
+    def starting(self) -> None:
+        """A new process life begins (the first, or a restart)."""
+        self._lives += 1
+        self._enter(State.STARTING, restarts=max(self._lives - 1, 0))
+
+    def spawned(self, pid: int, connection: McplConnection, **fields: Any) -> None:
+        """The process runs and `connection` (a WatchedConnection reporting to `mode_entered`) speaks to it."""
+        self._pid, self._connection = pid, connection
+        self._enter(State.HANDSHAKING, pid=pid, **fields)
+
+    def mode_entered(self, connection: McplConnection, mode: Mode) -> None:
+        """The connection moved to `mode`: follow it while it is this life's connection."""
+        if connection is not self._connection:
+            return  # still being built, or a past life's
+        if mode is Mode.CLOSED:
+            self.life_ending()  # nothing more goes through; the supervisor ends the life
+            return
+        state = MODE_STATES[mode]
+        self._enter(state, pid=self._pid, **({"mode": state.value} if state in SERVING else {}))
+
+    def life_ending(self) -> None:
+        """The life is over (its output ended, or it is being stopped): refuse calls from now on.
+
+        The state keeps its label until the supervisor's decision a moment
+        later, but waiters for a live state wake up and wait on.
+        """
+        if self._connection is not None:
+            self._connection = None
+            self._wake()
+
+    def exited(self) -> None:
+        """The process is gone."""
+        self._pid = None
+
+    def failed(self, error: str) -> None:
+        """Why the latest life ended (or never began), for `statistics().last_error`."""
+        self._last_error = error
+
+    def waiting(self, state: State, **fields: Any) -> None:
+        """The life ended: wait in `state` (backoff or slow_lane) until the next start."""
+        self._connection = None
+        self._enter(state, **({"error": self._last_error} if self._last_error else {}), **fields)
+
+    def stopped(self, reason: str, *, expected: bool = False, **fields: Any) -> None:
+        """No more starts: given up, or (`expected`) the host is stopping. Repeats are ignored."""
+        if self._state is not State.STOPPED:
+            self._connection = None
+            self._enter(State.STOPPED, level="info" if expected else None, reason=reason, **fields)
+
+    def _enter(self, state: State, *, level: str | None = None, **fields: Any) -> None:
+        previous = self._state
+        if state is previous:
+            return
+        if not allowed(previous, state):
+            self._log.error("connector.state_unexpected", state=state.value, previous=previous.value)
+        self._state = state
+        event, default_level = STATE_EVENTS[state]
+        getattr(self._log, level or default_level)(event, state=state.value, previous=previous.value, **fields)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Let every waiter look again."""
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    def _stamp_inbound(self) -> None:
+        self._last_inbound_at = self._clock_ms()
+
+
+class WatchedConnection(McplConnection):
+    """An McplConnection that tells its handle every mode it enters.
+
+    The protocol layer assigns `mode` wherever the connection moves (the
+    handshake, a receipt, a fallback, a close). Turning the attribute into a
+    property here sees each assignment at the moment it happens, in the read
+    loop, without the protocol layer knowing about handles.
+    """
+
+    def __init__(self, *args: Any, on_mode: Callable[[McplConnection, Mode], None], **kwargs: Any) -> None:
+        self._on_mode = on_mode  # before the base class sets the first mode
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def mode(self) -> Mode:
+        return self._watched_mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        changed = getattr(self, "_watched_mode", None) is not mode
+        self._watched_mode = mode
+        if changed:
+            self._on_mode(self, mode)
+
+
+class _StampingIntake:
+    """An Intake that notes the time of each admitted item before passing it on."""
+
+    def __init__(self, intake: Intake, stamp: Callable[[], None]) -> None:
+        self._intake = intake
+        self._stamp = stamp
+
+    async def store_messages(self, server_id: str, lane: str, messages: list[AdmittedMessage]) -> Any:
+        if messages:
+            self._stamp()
+        return await self._intake.store_messages(server_id, lane, messages)
+
+    async def store_push(self, server_id: str, push: AdmittedPush) -> Any:
+        self._stamp()
+        return await self._intake.store_push(server_id, push)
+
+    def content_problem(self, blocks: list[dict[str, Any]]) -> str | None:
+        return self._intake.content_problem(blocks)
