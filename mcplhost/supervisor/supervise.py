@@ -24,9 +24,9 @@ import structlog
 from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
-from mcplhost.protocol.connection import HandshakeFailed, PolicyClosed
+from mcplhost.protocol.connection import HandshakeFailed, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
-from mcplhost.rpc import Session
+from mcplhost.rpc import ConnectionClosed, Session
 
 from .handle import ConnectorHandle, State, WatchedConnection
 from .policy import GiveUp, Restart, RestartPolicy
@@ -42,6 +42,11 @@ class Life:
     HANDSHAKE_FAILED = "handshake_failed"
     EXITED = "exited"
     POLICY_CLOSED = "policy_closed"
+
+
+#: After the connection dies mid-handshake, how long to wait for the child's exit code:
+#: "exited with code 3" explains the failure, a broken pipe only describes it.
+EXIT_CODE_WAIT_S = 1.0
 
 
 async def supervise(
@@ -145,7 +150,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
             try:
                 await connection.handshake()
             except HandshakeFailed as exc:
-                error = str(exc)
+                error = await _handshake_failure(exc, connection.mode, process)
                 plog.error("connector.handshake_failed", error=error)
                 handle.failed(error)
                 ended = Life.HANDSHAKE_FAILED
@@ -182,6 +187,18 @@ def _exit_error(returncode: int | None) -> str:
     if returncode is None:
         return "the process closed its output"
     return f"the process {exit_description(returncode)}"
+
+
+async def _handshake_failure(exc: HandshakeFailed, mode: Mode, process: Process) -> str:
+    """Why the handshake failed, in the operator's terms.
+
+    A connection that died mid-handshake surfaces as a broken pipe or an
+    ended output; the real cause is the process's exit, so say that.
+    """
+    if isinstance(exc.__cause__, ConnectionClosed) and await wait_exited(process, EXIT_CODE_WAIT_S):
+        unanswered = "initialize" if mode is Mode.HANDSHAKE else "featureSets/update"
+        return f"the process {exit_description(process.returncode)} before answering {unanswered}"
+    return str(exc)
 
 
 #: After the child's output ends, how long its last stderr lines (often the traceback) may take.

@@ -13,6 +13,8 @@ import msgspec
 import pytest
 
 from mcplhost.config import ConnectorConfig, RestartConfig
+from mcplhost.supervisor.handle import ConnectorHandle
+from mcplhost.supervisor.supervise import supervise
 
 from ..harness import (
     CHAT_GRANT,
@@ -26,7 +28,7 @@ from ..harness import (
     texts,
     wait_for,
 )
-from .support import accepted, chat_steps, events, starts
+from .support import accepted, chat_steps, events, real_intake, starts
 
 #: Slack on top of configured grace periods for scheduling and process exit on a busy machine.
 SLACK_S = 1.5
@@ -112,6 +114,51 @@ class TestIsolation:
         logged = events(logs, "connector.stderr", "chatty")
         dropped = sum(e["lines"] for e in events(logs, "connector.stderr_dropped", "chatty"))
         assert dropped > 0 and len(logged) + dropped >= 60_000 - 65536 // 100  # less what sat in the pipe
+
+
+class TestFailureDescriptions:
+    """Issue 8: a connector that dies before answering is described by its exit, not by a broken pipe."""
+
+    async def run_to_the_end(self, spec: ConnectorConfig, tmp_path: Path) -> ConnectorHandle:
+        handle = ConnectorHandle(spec)
+        async with real_intake(tmp_path) as intake:
+            with anyio.fail_after(20):
+                await supervise(spec, intake, handle=handle)  # restart policy never: returns after one life
+        return handle
+
+    async def test_a_child_exiting_at_once_is_described_by_its_exit_code(self, tmp_path, logs) -> None:
+        """A child that exits with code 3 before reading anything: "the process exited with code 3 before ..."."""
+        spec = ConnectorConfig(name="quitter", command=[PYTHON, "-c", "import sys; sys.exit(3)"],
+                               restart=RestartConfig(policy="never"))
+        handle = await self.run_to_the_end(spec, tmp_path)
+        expected = "the process exited with code 3 before answering initialize"
+        (failed,) = events(logs, "connector.handshake_failed", "quitter")
+        assert failed["error"] == expected
+        assert handle.statistics().last_error == expected
+        assert not [e for e in logs if e.get("connector") == "quitter" and e["log_level"] in ("warning", "error")
+                    and "BrokenResourceError" in str(e)]
+
+    async def test_a_child_exiting_on_initialize_is_described_by_its_exit_code(self, tmp_path, logs) -> None:
+        """A child that reads initialize and exits with code 3 gets the same description."""
+        spec = scripted("reader", {"initialize": "exit"}, tmp_path)
+        await self.run_to_the_end(spec, tmp_path)
+        (failed,) = events(logs, "connector.handshake_failed", "reader")
+        assert failed["error"] == "the process exited with code 3 before answering initialize"
+
+    async def test_a_handshake_timeout_keeps_its_own_description(self, tmp_path, logs) -> None:
+        """A child that lives but never answers is still described as a timeout, not as an exit."""
+        spec = scripted("mute", {"initialize": "ignore"}, tmp_path, request_timeout_s=0.3)
+        await self.run_to_the_end(spec, tmp_path)
+        (failed,) = events(logs, "connector.handshake_failed", "mute")
+        assert "no answer to initialize within 0.3 s" in failed["error"]
+
+    async def test_an_exit_after_the_handshake_is_the_last_error(self, tmp_path, logs) -> None:
+        """A ready connector exiting with code 5 leaves "the process exited with code 5" as its last error."""
+        spec = scripted("done", {"manifest": CHAT_MANIFEST, "exit_after": 5}, tmp_path, grant=CHAT_GRANT)
+        handle = await self.run_to_the_end(spec, tmp_path)
+        assert handle.statistics().last_error == "the process exited with code 5"
+        (stopped,) = events(logs, "connector.stopped", "done")
+        assert stopped["previous"] == "ready" and stopped["last"] == "exited"
 
 
 class TestEnvironment:
