@@ -59,6 +59,10 @@ async def supervise(
     """Run the connector for as long as the host runs; hand out its handle once the first start is over."""
     handle = handle if handle is not None else ConnectorHandle(spec)
     clog = log.bind(connector=spec.name)
+    if not spec.grant:
+        # Once per connector and run, not per restart: the config will not change meanwhile.
+        clog.warning("connector.grant_empty",
+                     detail="the grant is empty: nothing this connector sends can be accepted")
     intake = handle.inbound_clock(intake)
     policy = RestartPolicy(spec.restart)
     reported = False

@@ -121,3 +121,17 @@ class TestStatistics:
             assert stats.channels == 1 and handle.channel("disc:g1:room") is not None
             assert [c.id for c in handle.channels()] == ["disc:g1:room"]
             assert "channels.incoming" in stats.grant and stats.grant == handle.grant
+
+
+class TestEmptyGrant:
+    async def test_an_empty_grant_is_warned_about_once_not_at_every_restart(self, tmp_path, logs) -> None:
+        """A crash-looping connector without a grant gets one connector.grant_empty warning; one with a grant none."""
+        looping = RestartConfig(policy="always", backoff_initial_s=0.05, backoff_max_s=0.1, burst=100, window_s=5)
+        bare = scripted("bare", {"after": "start", "steps": [{"exit": 1}]}, tmp_path, restart=looping)
+        granted = scripted("granted", {"manifest": CHAT_MANIFEST, "steps": [{"wait": "never"}]}, tmp_path,
+                           grant=CHAT_GRANT)
+        async with running_host(config_with(tmp_path, bare, granted)) as host:
+            await wait_for(lambda: host.connectors["bare"].statistics().restarts >= 3)
+        (warning,) = events(logs, "connector.grant_empty")
+        assert warning["connector"] == "bare" and warning["log_level"] == "warning"
+        assert "nothing this connector sends can be accepted" in warning["detail"]
