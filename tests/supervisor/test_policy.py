@@ -24,6 +24,8 @@ ROUNDING = 1e-9
 positive = st.floats(min_value=0, exclude_min=True, allow_nan=False, allow_infinity=False)
 uniforms = st.floats(min_value=0, max_value=1, exclude_max=True)
 gaps = st.floats(min_value=0, max_value=1e6, allow_nan=False)
+#: Far beyond any monotonic clock reading, far below where float arithmetic overflows.
+CLOCK_MAX_S = 1e15
 
 
 @st.composite
@@ -104,7 +106,8 @@ class TestRestartPolicy:
         self, config: RestartConfig, data: st.DataObject
     ) -> None:
         """Failures spaced within the window: failure burst−1 is still fast, failure burst is slow."""
-        spacing = data.draw(st.floats(min_value=0, max_value=config.window_s / max(config.burst, 1)))
+        # Failure times are clock readings: keep burst × spacing finite (a huge window would overflow to inf).
+        spacing = data.draw(st.floats(min_value=0, max_value=min(config.window_s, CLOCK_MAX_S) / max(config.burst, 1)))
         policy = RestartPolicy(config)
         for n in range(1, config.burst + 1):
             decision = policy.failed(n * spacing)
