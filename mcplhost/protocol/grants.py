@@ -76,7 +76,9 @@ def host_capabilities(offered: frozenset[str], version: str) -> dict[str, object
     """The `experimental.mcpl` block a host advertises: exactly `offered`, nested, plus feature-set support.
 
     `tools` is MCP's own capability (advertised by servers, not hosts), so it
-    never appears here.
+    never appears here. A path beneath another vocabulary path advertises
+    that one too (`inferenceRequest.streaming` implies `inferenceRequest`,
+    AMB-3), so offer the parent with it.
     """
     block: dict[str, object] = {"version": version}
     for path in sorted(offered - MCP_ADVERTISED_PATHS):
@@ -89,7 +91,8 @@ def host_capabilities(offered: frozenset[str], version: str) -> dict[str, object
                 # `inferenceRequest: true` may become `inferenceRequest: {streaming: true}`.
                 child = node[name] = {}
             node = child
-        node.setdefault(leaf, True)
+        # `true` would advertise every path beneath too; an empty object advertises just this one (AMB-3).
+        node.setdefault(leaf, {} if path in _PREFIXES else True)
     block["featureSets"] = True
     return block
 

@@ -18,7 +18,6 @@ from mcplhost.rpc import Deferred
 from . import errors
 from .admission import admit_message, admit_push
 from .channels import CHANNEL_LIMIT, Channel
-from .intake import PushStored
 from .params import Changed, ManifestChanged, PushEvent, Register, decode_incoming, decode_params
 
 if TYPE_CHECKING:
@@ -154,7 +153,6 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
                           eventId=admitted.event_id, capability=None,
                           reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
             raise
-        stored = _push_stored(stored)
         if stored.duplicate:
             conn.log.info("mcpl.push_duplicate", featureSet=admitted.feature_set, eventId=admitted.event_id,
                           channel=admitted.channel_id, original=stored.item_id, outcome=stored.answer)
@@ -164,13 +162,6 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
         return stored.answer
 
     return Deferred(store)
-
-
-def _push_stored(stored: Any) -> PushStored:
-    # Transitional: accepts the old dict answer until Ingest returns PushStored.
-    if isinstance(stored, PushStored):
-        return stored
-    return PushStored(answer=stored, item_id=-1, duplicate=False)
 
 
 # --- manifest ----------------------------------------------------------------------

@@ -7,7 +7,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.protocol.channels import Channel, ChannelRegistry, parse_descriptor, permitted
+from mcplhost.protocol.channels import (
+    CHANNEL_LIMIT,
+    MAX_CHANNELS,
+    Channel,
+    ChannelRegistry,
+    parse_descriptor,
+    permitted,
+)
 
 
 def desc(channel_id: Any, **extra: Any) -> dict[str, Any]:
@@ -129,3 +136,20 @@ class TestRegistry:
             assert isinstance(parse_descriptor(channel.descriptor()), Channel)
             assert permitted(channel.id, patterns)
         assert len({c.id for c in accepted}) == len(accepted)
+
+
+class TestLimit:
+    def test_a_full_registry_refuses_new_ids_with_channel_limit_but_still_replaces(self) -> None:
+        """Over MAX_CHANNELS a new id is refused, itemized; re-registering a known id still works."""
+        registry = ChannelRegistry(limit=2)
+        results, accepted = registry.add([desc("a:1"), desc("a:2"), desc("a:3")])
+        assert [r.get("reason") for r in results] == [None, None, CHANNEL_LIMIT]
+        assert [c.id for c in accepted] == ["a:1", "a:2"]
+        results, _ = registry.add([desc("a:1", label="#renamed")])
+        assert results == [{"id": "a:1", "accepted": True}] and registry.get("a:1").label == "#renamed"
+        registry.remove(["a:2"])
+        assert registry.add([desc("a:3")])[0] == [{"id": "a:3", "accepted": True}]
+
+    def test_the_default_limit_is_generous(self) -> None:
+        """A real connector's few hundred channels are far below the default cap."""
+        assert ChannelRegistry().limit == MAX_CHANNELS >= 10_000

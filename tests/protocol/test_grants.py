@@ -7,10 +7,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcplhost.protocol.connection import HOST_MCPL_CAPABILITIES, OFFERED
 from mcplhost.protocol.grants import (
+    IMPLEMENTED,
+    INFERENCE_PATHS,
     advertised_paths,
     denied_paths,
     effective_grant,
+    host_capabilities,
+    offered_paths,
     pattern_matches,
 )
 from mcplhost.protocol.vocabulary import (
@@ -351,3 +356,37 @@ class TestDeniedPaths:
         assert not set(denied) & set(grant)
         assert set(denied) | set(grant) == advertised_paths(capabilities)
         assert denied == sorted(denied)
+
+
+class TestImplemented:
+    """What the host offers is what it implements, and what it advertises is exactly that (issue 7 #5)."""
+
+    def test_implemented_paths_are_vocabulary_paths_and_exclude_the_unbuilt(self) -> None:
+        """IMPLEMENTED holds only real paths, none of publish, streaming, hooks, inference or tools."""
+        assert IMPLEMENTED <= CAPABILITY_PATHS
+        unbuilt = {"channels.publish", "channels.streaming", "channels.acknowledge", "channels.typing", "tools",
+                   "modelInfo", "inferenceRequest"} | {p for p in CAPABILITY_PATHS if p.startswith("contextHooks.")}
+        assert not IMPLEMENTED & unbuilt
+
+    def test_inference_paths_are_offered_only_when_configured(self) -> None:
+        """The seam for [inference]: implemented inference paths are dropped unless a model is configured."""
+        everything = frozenset(CAPABILITY_PATHS)
+        assert not offered_paths(everything) & INFERENCE_PATHS
+        assert INFERENCE_PATHS <= offered_paths(everything, inference_configured=True)
+        assert offered_paths() == IMPLEMENTED - INFERENCE_PATHS
+
+    def test_the_initialize_advertisement_is_exactly_what_the_host_offers(self) -> None:
+        """HOST_MCPL_CAPABILITIES, walked like any advertisement, yields OFFERED and nothing more."""
+        assert advertised_paths(caps(HOST_MCPL_CAPABILITIES)) == OFFERED
+        assert HOST_MCPL_CAPABILITIES["version"] == "0.5" and HOST_MCPL_CAPABILITIES["featureSets"] is True
+
+    @given(st.sets(st.sampled_from(ALL_PATHS)))
+    def test_host_capabilities_round_trips_through_the_advertisement_walk(self, offered: set[str]) -> None:
+        """Any offered set, written as a host block, reads back as itself (less MCP's own `tools`).
+
+        A path beneath another path brings that one along (AMB-3: an object
+        node counts at its own path), as `inferenceRequest.streaming` does.
+        """
+        block = host_capabilities(frozenset(offered), "0.5")
+        parents = {p for p in CAPABILITY_PATHS if any(o.startswith(p + ".") for o in offered)}
+        assert advertised_paths(caps(block)) == (frozenset(offered) | parents) - {"tools"}

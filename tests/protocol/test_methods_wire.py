@@ -166,7 +166,7 @@ class BrokenIntake:
     async def store_messages(self, server_id: str, lane: str, messages: list[Any]) -> list[dict[str, Any]]:
         raise RuntimeError("the disk is on fire")
 
-    async def store_push(self, server_id: str, push: Any) -> dict[str, Any]:
+    async def store_push(self, server_id: str, push: Any) -> Any:
         raise RuntimeError("the disk is on fire")
 
 

@@ -69,3 +69,31 @@ class TestInterim:
         kept, states = interim(now, derive(now), frozenset({"channels.publish"}), derive)
         assert kept == frozenset()
         assert not states["a"].enabled and not states["b"].enabled
+
+
+class TestLegacyDisabled:
+    """COMPAT.md: legacy `disabled` names only the operator's deselection; 0.5 fails closed (issue 7 #1)."""
+
+    DECLARED = {"messaging": {"description": "m", "uses": ["pushEvents", "channels.typing"]},
+                "history": {"description": "h", "uses": ["tools"]},
+                "off": {"description": "o", "uses": ["pushEvents"]},
+                "broken": {"description": "b"}}
+
+    def params(self, *, legacy: bool, enabled: list[str] | None = None) -> dict:
+        grant = frozenset({"pushEvents"})
+        states = derive_feature_sets(self.DECLARED, grant, enabled, ["off"])
+        return policy_params({}, grant, states, legacy=legacy, selection_given=enabled is not None)
+
+    def test_legacy_never_disables_a_set_only_because_its_uses_exceed_the_grant(self) -> None:
+        """Under legacy rules only the operator's `disabled` is sent, not capability_denied or invalid_uses sets."""
+        assert self.params(legacy=True)["disabled"] == ["off"]
+
+    def test_legacy_enabled_lists_everything_the_operator_selected(self) -> None:
+        """With an enabled list, legacy `enabled` holds every selected set that the operator did not disable."""
+        params = self.params(legacy=True, enabled=["messaging", "history", "off"])
+        assert params["enabled"] == ["history", "messaging"]
+        assert params["disabled"] == ["broken", "off"]  # broken: not selected, an operator reason
+
+    def test_0_5_names_every_set_that_is_off_fail_closed(self) -> None:
+        """Under 0.5 rules a set whose uses exceed the grant, or are invalid, is disabled on the wire too."""
+        assert self.params(legacy=False)["disabled"] == ["broken", "history", "messaging", "off"]
