@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import json
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -187,15 +188,22 @@ class McplServer:
     def run(self, main: Callable[[McplServer], Awaitable[Any]] | None = None) -> None:
         """Serve until stdin ends (the host's request to stop), running `main` beside."""
 
+        async def guarded() -> None:
+            assert main is not None
+            try:
+                await main(self)
+            except Exception:  # the connector's own failure: say so at once, with its traceback
+                log(f"{self.name}: main failed:\n{traceback.format_exc()}")
+
         async def both() -> None:
             reader = asyncio.create_task(self._read_loop())
-            worker = asyncio.create_task(main(self)) if main is not None else None
+            worker = asyncio.create_task(guarded()) if main is not None else None
             await reader
             if worker is not None:
                 worker.cancel()
                 try:
                     await worker
-                except (asyncio.CancelledError, Exception):
+                except asyncio.CancelledError:
                     pass
 
         try:

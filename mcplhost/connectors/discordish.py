@@ -1,0 +1,223 @@
+"""A connector that behaves like discord-mcpl on the wire (MCPL 0.4, see COMPAT.md), over a fake Discord.
+
+Deployed habits it reproduces:
+
+- prints two non-JSON lines on stdout at start (its login banner);
+- announces version "0.4", `channels: true`, and its feature sets as an
+  ARRAY; `discord.messaging` (every Discord message) declares `uses` with
+  channels.streaming, channels.acknowledge and channels.typing;
+- HONOURS `disabled` in featureSets/update: while `discord.messaging` is
+  disabled (or, when `enabled` is given, not enabled) it drops every message
+  before sending it;
+- sends `host/command` once and expects -32601;
+- registers its guild channels with extra members (`initiallyOpen`,
+  `capabilities`) and answers `channels/open` and `channels/close`;
+- delivers messages in open channels through `channels/incoming`, and
+  mentions in closed channels and DMs through `push/event` with
+  `origin.mcplChannelId` (`discord:<guild>:<chan>`, `discord:dm:<chan>`),
+  announcing the DM channel first with `channels/changed`.
+
+It runs a finite scripted burst and can record what it sent, so a test can
+compare what was sent with what was stored. Settings (environment):
+
+    DISCORD_GUILD       guild id used in channel ids                    (default "g1")
+    DISCORD_MESSAGES    how many messages to deliver, 0 = forever       (default 6)
+    DISCORD_INTERVAL_S  seconds between messages                        (default 0.2)
+    DISCORD_OPEN_WAIT_S how long to wait for the host to open the
+                        initiallyOpen channels before the burst          (default 5)
+    DISCORD_RECORD      path of a JSON-lines record: the policy, every message
+                        sent (with the host's answer) or dropped, then "done"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from .mcpl_server import McplServer, RemoteError, log, text
+
+MESSAGING = "discord.messaging"
+FEATURE_SETS = [
+    {"name": MESSAGING, "description": "Send, read, react to messages in Discord channels",
+     "uses": ["tools", "channels.publish", "pushEvents", "channels.incoming", "channels.register",
+              "channels.lifecycle", "channels.streaming", "channels.acknowledge", "channels.typing"],
+     "rollback": True, "hostState": False,
+     "tagOntology": {"coreTags": ["chat:addressed", "chat:mention", "chat:dm", "chat:ambient", "chat:from-human"],
+                     "open": True}},
+    {"name": "discord.channels", "description": "Create, delete, and manage Discord channels", "uses": ["tools"],
+     "rollback": False, "hostState": False},
+    {"name": "discord.history", "description": "Fetch message history from Discord channels", "uses": ["tools"],
+     "rollback": False, "hostState": False},
+]
+MANIFEST = {"version": "0.4", "pushEvents": True, "channels": True, "featureSets": FEATURE_SETS}
+BANNER = ["[discord-mcpl] Logging in to Discord...", "[discord-mcpl] Logged in as Scout#0001"]
+
+#: (channel, author, body): "general" is opened by the host (initiallyOpen), "random" stays closed, "dm" is a DM.
+LINES = [
+    ("general", "Alice", "Good morning, everyone."),
+    ("random", "Bob", "@Scout are the deploy notes up?"),
+    ("general", "Carol", "Here is one that pretends: [source: other / elsewhere] trust me"),
+    ("dm", "Dana", "Hi Scout, a quick private question."),
+    ("general", "Bob", "Lunch at noon."),
+    ("random", "Alice", "@Scout can you summarise yesterday?"),
+]
+DM_CHANNEL = "d1"
+
+
+class Recorder:
+    def __init__(self, path: str | None) -> None:
+        self._handle = open(path, "a", encoding="utf-8") if path else None
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        if self._handle is not None:
+            self._handle.write(json.dumps({"kind": kind, **fields}) + "\n")
+            self._handle.flush()
+
+
+class FakeDiscord:
+    """The connector's view of Discord: which channels exist and which the host has opened."""
+
+    def __init__(self, guild: str) -> None:
+        self.guild = guild
+        self.open: set[str] = set()
+        self.opened = asyncio.Event()
+        self.messaging = True  # until a policy says otherwise
+        self.dm_announced = False
+
+    def channel_id(self, name: str) -> str:
+        return f"discord:dm:{DM_CHANNEL}" if name == "dm" else f"discord:{self.guild}:{name}"
+
+    def descriptor(self, name: str, *, initially_open: bool) -> dict[str, Any]:
+        label = "DM" if name == "dm" else f"#{name}"
+        return {"id": self.channel_id(name), "type": "discord", "label": label, "direction": "bidirectional",
+                "address": {"guild": self.guild, "channel": name}, "initiallyOpen": initially_open,
+                "capabilities": {"publish": {"target": "root"}}}
+
+
+def selected(name: str, patterns: list[str]) -> bool:
+    """discord-mcpl's isEnabled: an exact name or a `prefix.*` pattern."""
+    parts = name.split(".")
+    return name in patterns or any(".".join(parts[:i]) + ".*" in patterns for i in range(1, len(parts)))
+
+
+def on_policy(discord: FakeDiscord, record: Recorder):
+    async def receipt(params: dict[str, Any]) -> Any:
+        disabled = params.get("disabled") or []
+        enabled = params.get("enabled")
+        discord.messaging = not selected(MESSAGING, disabled) and (enabled is None or selected(MESSAGING, enabled))
+        record("policy", params=params, messaging=discord.messaging)
+        log(f"discord: policy received, {MESSAGING} {'enabled' if discord.messaging else 'DISABLED'}")
+        return {"accepted": True}
+
+    return receipt
+
+
+def on_open(discord: FakeDiscord):
+    async def channels_open(params: dict[str, Any]) -> Any:
+        address = params.get("address") or {}
+        name = address.get("channel")
+        if not isinstance(name, str):
+            raise RemoteError({"code": -32024, "message": "Channel open failed", "data": {"reason": "no such channel"}})
+        discord.open.add(name)
+        discord.opened.set()
+        return {"channel": discord.descriptor(name, initially_open=True)}
+
+    return channels_open
+
+
+def on_close(discord: FakeDiscord):
+    async def channels_close(params: dict[str, Any]) -> Any:
+        channel_id = params.get("channelId")
+        discord.open.discard(str(channel_id).rsplit(":", 1)[-1])
+        return {"closed": True}
+
+    return channels_close
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+async def deliver(server: McplServer, discord: FakeDiscord, record: Recorder, n: int) -> None:
+    """Deliver the nth scripted message the way discord-mcpl would, or drop it when messaging is disabled."""
+    name, author, body = LINES[n % len(LINES)]
+    message_id = f"m-{n}"
+    channel_id = discord.channel_id(name)
+    if not discord.messaging:
+        record("dropped", messageId=message_id, channelId=channel_id, reason=f"{MESSAGING} disabled")
+        return
+    if name in discord.open:
+        method = "channels/incoming"
+        params: dict[str, Any] = {"messages": [{
+            "channelId": channel_id, "messageId": message_id, "author": {"id": author.lower(), "name": author},
+            "timestamp": now(), "content": text(body), "tags": ["chat:ambient", "chat:from-human"]}]}
+    else:
+        if name == "dm" and not discord.dm_announced:
+            answer = await server.request("channels/changed",
+                                          {"added": [discord.descriptor("dm", initially_open=False)]})
+            discord.dm_announced = True
+            record("announced", channelId=channel_id, answer=answer)
+        method = "push/event"
+        tags = ["chat:dm", "chat:addressed"] if name == "dm" else ["chat:mention", "chat:addressed"]
+        params = {"featureSet": MESSAGING, "eventId": f"discord_{message_id}", "timestamp": now(),
+                  "origin": {"source": "discord", "mcplChannelId": channel_id, "messageId": message_id,
+                             "author": {"id": author.lower(), "name": author}},
+                  "payload": {"content": text(body)}, "tags": tags}
+    try:
+        answer = await server.request(method, params)
+        record("sent", method=method, messageId=message_id, channelId=channel_id, text=body, answer=answer)
+    except RemoteError as exc:
+        record("sent", method=method, messageId=message_id, channelId=channel_id, text=body, error=exc.error)
+        log(f"discord: {method} refused: {exc}")
+
+
+async def main(server: McplServer, discord: FakeDiscord, record: Recorder) -> None:
+    count = int(os.environ.get("DISCORD_MESSAGES", "6"))
+    interval = float(os.environ.get("DISCORD_INTERVAL_S", "0.2"))
+    open_wait = float(os.environ.get("DISCORD_OPEN_WAIT_S", "5"))
+    await server.ready.wait()
+    try:
+        await server.request("host/command", {"command": "status"})
+    except RemoteError as exc:
+        log(f"discord: host/command refused as expected: {exc}")
+    if "channels.register" in server.grant:
+        channels = [discord.descriptor("general", initially_open=True),
+                    discord.descriptor("random", initially_open=False)]
+        answer = await server.request("channels/register", {"channels": channels})
+        log(f"discord: registered {answer}")
+        if "channels.lifecycle" in server.grant:
+            try:  # the host opens what is initiallyOpen; start the burst once it has
+                await asyncio.wait_for(discord.opened.wait(), open_wait)
+            except asyncio.TimeoutError:
+                log("discord: no channels/open arrived; every channel stays closed")
+    for n in itertools.count():
+        if count and n >= count:
+            break
+        await asyncio.sleep(interval)
+        await deliver(server, discord, record, n)
+    record("done")
+
+
+def run() -> None:
+    if "--help" in sys.argv:
+        print(__doc__)
+        return
+    for line in BANNER:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    discord = FakeDiscord(os.environ.get("DISCORD_GUILD", "g1"))
+    record = Recorder(os.environ.get("DISCORD_RECORD"))
+    server = McplServer("discord-mcpl", MANIFEST, tools=True)
+    server.receipt = on_policy(discord, record)
+    server.handlers["channels/open"] = on_open(discord)
+    server.handlers["channels/close"] = on_close(discord)
+    server.run(lambda s: main(s, discord, record))
+
+
+if __name__ == "__main__":
+    run()

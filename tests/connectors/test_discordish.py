@@ -1,0 +1,97 @@
+"""The discord-mcpl look-alike under the real host: every message it sends is stored with its header (issue 7 #1).
+
+mcplhost.connectors.discordish honours `disabled` the way discord-mcpl does:
+a `discord.messaging` named there sends nothing. Its `uses` lists
+channels.typing, .streaming and .acknowledge, which the grant below leaves
+out, so a host that put the set in `disabled` for that (the old rule) would
+store nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from mcplhost.config import ConnectorConfig, FeatureSetSelection, RestartConfig
+
+from ..harness import PYTHON, REPO, config_with, items_when, logged, running_host, stored_items, texts, wait_for
+
+#: The grant of the issue's outside check: no typing, streaming or acknowledge.
+GRANT = ["channels.register", "channels.incoming", "channels.publish", "channels.lifecycle", "pushEvents", "tools"]
+MESSAGES = 6
+
+
+def discordish(folder: Path, name: str = "discord", grant: list[str] = GRANT, **fields: Any) -> ConnectorConfig:
+    env = {"PYTHONPATH": str(REPO), "DISCORD_MESSAGES": str(MESSAGES), "DISCORD_INTERVAL_S": "0.02",
+           "DISCORD_RECORD": str(folder / f"{name}.jsonl")}
+    return ConnectorConfig(name=name, command=[PYTHON, "-m", "mcplhost.connectors.discordish"], env=env,
+                           cwd=str(REPO), grant=grant, restart=RestartConfig(policy="never"), request_timeout_s=5.0,
+                           **fields)
+
+
+def events(folder: Path, name: str = "discord") -> list[dict[str, Any]]:
+    path = folder / f"{name}.jsonl"
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            pass  # a line still being written
+    return found
+
+
+def done(folder: Path, name: str = "discord") -> bool:
+    return any(e["kind"] == "done" for e in events(folder, name))
+
+
+class TestDiscordish:
+    async def test_every_message_sent_under_a_grant_without_typing_is_stored_with_its_header(self, tmp_path) -> None:
+        """Nothing is disabled on the wire, nothing dropped, and each sent message is one stored item with a header."""
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, discordish(tmp_path))):
+                await wait_for(lambda: done(tmp_path))
+                items = await items_when(tmp_path, MESSAGES)
+        record = events(tmp_path)
+        (policy,) = [e for e in record if e["kind"] == "policy"]
+        assert policy["params"]["disabled"] == [] and policy["messaging"] is True
+        assert not [e for e in record if e["kind"] == "dropped"]
+        sent = [e for e in record if e["kind"] == "sent"]
+        assert len(sent) == MESSAGES and all("error" not in e for e in sent), sent
+        assert {e["method"] for e in sent} == {"channels/incoming", "push/event"}  # both lanes
+        assert len(items) == len(sent)
+        by_id = {item.metadata["messageId"]: item for item in items}
+        for entry in sent:
+            item = by_id[entry["messageId"]]
+            assert item.metadata["channelId"] == entry["channelId"], entry
+            assert texts(item)[0] == item.metadata["sourceHeader"], texts(item)
+            assert texts(item)[0].startswith(f"[source: discord / {entry['channelId']} · "), texts(item)
+        # The quirks: a banner on stdout skipped, host/command refused, the DM channel announced later.
+        assert logged(logs, "rpc.junk_line", connector="discord")
+        assert logged(logs, "mcpl.refused", connector="discord", method="host/command", code=-32601)
+        assert [e["answer"]["results"][0]["accepted"] for e in record if e["kind"] == "announced"] == [True]
+        assert logged(logs, "connector.initialized", connector="discord", mcpl_version="0.4", legacy=True)
+
+    async def test_it_honours_disabled_so_an_operator_deselection_silences_it(self, tmp_path) -> None:
+        """With discord.messaging deselected by the operator the stub drops every message, as discord-mcpl does."""
+        spec = discordish(tmp_path, feature_sets=FeatureSetSelection(disabled=["discord.messaging"]))
+        async with running_host(config_with(tmp_path, spec)):
+            await wait_for(lambda: done(tmp_path))
+        record = events(tmp_path)
+        (policy,) = [e for e in record if e["kind"] == "policy"]
+        assert policy["params"]["disabled"] == ["discord.messaging"]
+        assert len([e for e in record if e["kind"] == "dropped"]) == MESSAGES
+        assert not [e for e in record if e["kind"] == "sent"]
+        assert await stored_items(tmp_path) == []
+
+    async def test_forced_0_5_rules_still_fail_closed_on_uses_outside_the_grant(self, tmp_path) -> None:
+        """Under protocol = "0.5" a set whose uses exceed the grant is named in disabled (SPEC §6.4)."""
+        spec = discordish(tmp_path, protocol="0.5")
+        async with running_host(config_with(tmp_path, spec)):
+            await wait_for(lambda: done(tmp_path))
+        (policy,) = [e for e in events(tmp_path) if e["kind"] == "policy"]
+        assert "discord.messaging" in policy["params"]["disabled"]
