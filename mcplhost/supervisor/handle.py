@@ -37,7 +37,7 @@ from mcplhost.config import ConnectorConfig
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
-from mcplhost.rpc import ConnectionClosed
+from mcplhost.rpc import ConnectionClosed, Session
 
 log = structlog.get_logger()
 
@@ -102,10 +102,10 @@ def allowed(current: State, new: State) -> bool:
 class ConnectorNotReady(Exception):
     """The connector is not serving (starting, in backoff, stopped...); nothing was sent."""
 
-    def __init__(self, name: str, state: State, detail: str | None = None) -> None:
-        super().__init__(f"connector {name} is {state.value}" + (f": {detail}" if detail else ""))
+    def __init__(self, name: str, state: State, why: str) -> None:
+        super().__init__(f"connector {name}: {why}")
         self.name = name
-        self.state = state
+        self.state = state  # when it was raised
 
 
 class ConnectorGone(ConnectorNotReady):
@@ -192,7 +192,8 @@ class ConnectorHandle:
         try:
             raw = await session.request(method, params, timeout=timeout)
         except ConnectionClosed as exc:
-            raise ConnectorGone(self.name, self._state, f"{method}: {exc}") from exc
+            raise ConnectorGone(self.name, self._state, f"its process life ended before {method} was answered ({exc})"
+                                ) from exc
         return msgspec.json.decode(bytes(raw), type=result_type)
 
     async def notify(self, method: str, params: Any = UNSET) -> None:
@@ -201,12 +202,15 @@ class ConnectorHandle:
         try:
             await session.notify(method, params)
         except ConnectionClosed as exc:
-            raise ConnectorGone(self.name, self._state, f"{method}: {exc}") from exc
+            raise ConnectorGone(self.name, self._state, f"its process life ended before {method} went out ({exc})"
+                                ) from exc
 
-    def _serving_session(self, method: str) -> Any:
+    def _serving_session(self, method: str) -> Session:
         connection = self._connection
-        if self._state not in SERVING or connection is None or connection.session is None:
-            raise ConnectorNotReady(self.name, self._state, f"{method} not sent")
+        if self._state not in SERVING:
+            raise ConnectorNotReady(self.name, self._state, f"{method} not sent: the connector is {self._state.value}")
+        if connection is None or connection.session is None:
+            raise ConnectorNotReady(self.name, self._state, f"{method} not sent: its process life is ending")
         return connection.session
 
     async def wait_state(self, *states: State) -> State:
@@ -221,7 +225,7 @@ class ConnectorHandle:
         """
         while self._state not in states or (self._state in LIVE and self._connection is None):
             if self._state is State.STOPPED:
-                raise ConnectorStopped(self.name, self._state)
+                raise ConnectorStopped(self.name, self._state, "stopped for good in this run of the host")
             await self._changed.wait()
         return self._state
 
