@@ -116,8 +116,12 @@ class ConnectorStopped(ConnectorNotReady):
     """The connector stopped for good; it will not be ready again in this run of the host."""
 
 
-class ConnectorStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """One connector as the status socket reports it (INTERFACES.md, "Status, health and metrics")."""
+class ConnectorStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One connector as the status socket reports it (INTERFACES.md, "Status, health and metrics").
+
+    Encoded, it has the status JSON's names (lastError, lastInboundAt); encode
+    with order="deterministic" for a sorted grant.
+    """
 
     name: str
     state: State

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 import structlog
 from hypothesis import strategies as st
@@ -149,6 +150,17 @@ class TestFollowingTheConnection:
             handle.waiting(State.BACKOFF)
         stats = handle.statistics()
         assert (stats.restarts, stats.pid, stats.last_error) == (2, None, "the process 12 exited with code 1")
+
+
+class TestStatistics:
+    def test_statistics_encode_with_the_status_socket_names(self) -> None:
+        """Encoded, statistics() has INTERFACES.md's connector fields and values."""
+        handle = ConnectorHandle(SPEC)
+        handle.failed("spawn failed: no such file")
+        encoded = msgspec.json.decode(msgspec.json.encode(handle.statistics(), order="deterministic"))
+        assert encoded == {"name": "unit", "state": "starting", "pid": None, "restarts": 0,
+                           "lastError": "spawn failed: no such file", "lastInboundAt": None, "channels": 0,
+                           "grant": []}
 
 
 class TestCalls:
