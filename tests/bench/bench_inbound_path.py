@@ -64,10 +64,11 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig]) -> tuple[flo
 
 
 def plain_insert(rows_db: Path, folder: Path) -> float:
-    """Rows/s of a plain batched insert of the rows the host stored (50 per transaction)."""
+    """Rows/s of a plain batched insert of the rows the host stored (50 per transaction), same columns and indexes."""
     source = sqlite3.connect(rows_db)
-    rows = source.execute("SELECT agent, participant, role, content, metadata, server_id, channel_id, message_id,"
-                          " created_at FROM items ORDER BY id").fetchall()
+    columns = ("agent, participant, role, content, metadata, server_id, channel_id, message_id, thread_id,"
+               " conversation_id, dedup_digest, created_at")
+    rows = source.execute(f"SELECT {columns} FROM items ORDER BY id").fetchall()
     schema = [r[0] for r in source.execute("SELECT sql FROM sqlite_master WHERE name LIKE 'items%' AND sql IS NOT NULL")]
     source.close()
     target = sqlite3.connect(folder / "plain.db", isolation_level=None)
@@ -75,8 +76,7 @@ def plain_insert(rows_db: Path, folder: Path) -> float:
     target.execute("PRAGMA synchronous = NORMAL")
     for statement in schema:
         target.execute(statement)
-    insert = ("INSERT INTO items (agent, participant, role, content, metadata, server_id, channel_id, message_id,"
-              " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    insert = f"INSERT INTO items ({columns}) VALUES ({', '.join('?' * 12)})"
     start = time.perf_counter()
     for offset in range(0, len(rows), 50):
         target.execute("BEGIN")
