@@ -42,6 +42,8 @@ DEV_DB = "mcplhost-dev.db"
 
 EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
           "Problems and warnings go to stderr, results to stdout.")
+LOCK_EPILOG = (EPILOG + " One daemon per database: run, dev and migrate hold a lock on DATABASE.lock beside it; "
+               "a second one exits 1 with one line naming the holder's pid (messages and search need no lock).")
 
 
 class Parser(argparse.ArgumentParser):
@@ -85,14 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mcplhost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the daemon in the foreground", epilog=EPILOG)
+    run = sub.add_parser("run", help="run the daemon in the foreground", epilog=LOCK_EPILOG)
     run.add_argument("--config", type=path_option, default=None,
                      help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml)")
     run.add_argument("--log-format", choices=["json", "console"], default="json",
                      help="structured JSON lines (default) or a console rendering for people")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
-    dev = sub.add_parser("dev", help="run the bundled stub connectors and show live activity", epilog=EPILOG)
+    dev = sub.add_parser("dev", help="run the bundled stub connectors and show live activity",
+                         epilog=LOCK_EPILOG)
     dev.add_argument("--seconds", type=seconds, default=None, help="stop after this many seconds")
     dev.add_argument("--db", type=path_option, default=Path(DEV_DB), help=f"SQLite file (default: ./{DEV_DB})")
     dev.add_argument("-v", "--verbose", action="store_true", help="also show the log lines on stderr (hidden "
@@ -124,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
     search.add_argument("--json", action="store_true")
 
-    migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=EPILOG)
+    migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=LOCK_EPILOG)
     migrate.add_argument("--db", type=path_option, required=True)
 
     connector = sub.add_parser("connector", help="run a bundled connector with this mcplhost's own Python",
@@ -170,7 +173,7 @@ def reader_gone() -> int:
 def usable_database(path: Path) -> Path:
     """`path` if a daemon may create or open its database there; else the OperatorError saying why not."""
     for why in database_path_problems(path):
-        raise OperatorError(f"{path}: {why}" if why != "empty path" else "empty database path")
+        raise OperatorError(why if str(path) in why else f"{path}: {why}")
     return path
 
 
@@ -222,14 +225,14 @@ async def _serve(host: Host, *, seconds: float | None = None, console: bool = Fa
         tg.cancel_scope.cancel()
 
 
-def _run_host(host: Host, *, seconds: float | None = None) -> None:
+def _run_host(host: Host, *, seconds: float | None = None, console: bool = False) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
     Task groups wrap what their tasks raise in an ExceptionGroup; a store that
     cannot be opened must still reach `main` as the one-line StoreError.
     """
     try:
-        anyio.run(lambda: _serve(host, seconds=seconds))
+        anyio.run(lambda: _serve(host, seconds=seconds, console=console))
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
         if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
@@ -281,7 +284,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     with hold_database(db.resolve()):
         for line in introduction(config, db, verbose=shown):
             print(fit(line, LiveView.for_stream(sys.stderr).width), file=sys.stderr)
-        _run_host(Host(config, on_stored=view.items), seconds=args.seconds)
+        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=True)
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK
 

@@ -73,6 +73,7 @@ def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
         explained = EXPLAINED.get(connector.name)
         if explained:
             lines.append(f"  {connector.name}: " + explained.format(**connector.env))
+    lines.append("  console: each line you type here is stored as console input")
     return lines
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from .support import cli
+from ..harness import PYTHON
+from .support import cli, cli_env
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 #: Few, spaced, deterministic events: five stub items one second apart, no heartbeat within the run.
@@ -46,7 +48,7 @@ class TestDev:
         assert all(len(line) <= 80 for line in result.stdout.splitlines() + result.stderr.splitlines())
         intro, *explained, last = result.stderr.splitlines()
         assert intro.startswith("mcplhost dev: database mcplhost-dev.db") and "-v shows the log" in intro
-        assert [line.split(":")[0] for line in explained] == ["  stub", "  heartbeat"]
+        assert [line.split(":")[0] for line in explained] == ["  stub", "  heartbeat", "  console"]
         assert last == "mcplhost dev: stopped; read it with: mcplhost messages --db mcplhost-dev.db"
 
     @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])
@@ -75,6 +77,17 @@ class TestDev:
         (line,) = result.stderr.splitlines()
         assert line.startswith("mcplhost dev: argument --seconds: ") and "Traceback" not in line
         assert not (tmp_path / "mcplhost-dev.db").exists()
+
+    def test_lines_typed_into_dev_are_stored_as_console_input(self, tmp_path) -> None:
+        """A line on dev's stdin is stored as a surface item from "console" and shown in the live view."""
+        result = subprocess.run([PYTHON, "-m", "mcplhost", "dev", "--seconds", "3"], input="hello, host\n",
+                                capture_output=True, text=True, cwd=tmp_path, env=cli_env(DETERMINISTIC), timeout=60)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert any(line.endswith("console  operator: hello, host") for line in result.stdout.splitlines())
+        export = cli("messages", "--db", str(tmp_path / "mcplhost-dev.db"), "--json")
+        (item,) = [json.loads(line) for line in export.stdout.splitlines()
+                   if json.loads(line)["metadata"].get("serverId") == "console"]
+        assert item["content"][-1]["text"].endswith("hello, host")
 
     def test_a_db_in_a_missing_folder_is_refused(self, tmp_path) -> None:
         """dev creates its database file but not a folder someone mistyped."""
