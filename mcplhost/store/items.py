@@ -42,12 +42,13 @@ _INSERT_COLUMNS = (
     "agent, participant, role, content, metadata, server_id, channel_id, message_id,"
     " thread_id, conversation_id, dedup_digest, created_at"
 )
-_ROW_PLACEHOLDERS = "(" + ", ".join("?" * 12) + ")"
+_ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
+# The UNIQUE index items_by_message (migration 0002): a row is constrained
+# only when all four are non-null, i.e. a channel item carrying its digest.
+_KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
+_KEY_POSITIONS = tuple([c.strip() for c in _INSERT_COLUMNS.split(",")].index(k) for k in _KEY_COLUMNS)
 _COLUMNS = "id, agent, participant, role, content, metadata, created_at"
-_FIND_ORIGINAL = (
-    "SELECT id, conversation_id FROM items"
-    " WHERE channel_id = ? AND message_id = ? AND server_id = ? AND dedup_digest = ?"
-)
+_FIND_ORIGINAL = f"SELECT id, conversation_id FROM items WHERE {' AND '.join(f'{k} = ?' for k in _KEY_COLUMNS)}"
 
 
 class NewItem(msgspec.Struct, frozen=True):
@@ -130,7 +131,7 @@ class ItemRepository:
         rows = [_row(item) for item in items]
         returned = await conn.execute_fetchall(
             f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
-            " ON CONFLICT DO NOTHING RETURNING id, channel_id, message_id, server_id, dedup_digest",
+            f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
             [value for row in rows for value in row],
         )
         # RETURNING's row order is unspecified, but ids are given in the order
@@ -262,11 +263,9 @@ def _row(item: NewItem) -> tuple[Any, ...]:
 
 
 def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The row's unique key (channel, message, server, digest), or None when the index does not constrain it."""
-    channel_id, message_id, server_id, digest = row[6], row[7], row[5], row[10]
-    if channel_id is None or message_id is None or server_id is None or digest is None:
-        return None
-    return (channel_id, message_id, server_id, digest)
+    """The row's `_KEY_COLUMNS` values, or None when the unique index does not constrain it (a null among them)."""
+    key = tuple(row[position] for position in _KEY_POSITIONS)
+    return None if None in key else key
 
 
 def _stored_item(row: Sequence[Any]) -> StoredItem:
