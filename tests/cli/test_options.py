@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcplhost.cli import MAX_COUNT, MAX_SECONDS, count, seconds
 
 from ..harness import PYTHON, REPO
 from .support import cli, cli_env
@@ -91,3 +97,23 @@ class TestConnectorCommand:
                                          encoding="utf-8")
         result = cli("check-config", str(tmp_path / "c.toml"), env={"PATH": "/nonexistent"})
         assert result.returncode == 0, result.stderr
+
+
+class TestOptionTypes:
+    @given(st.one_of(st.text(), st.integers().map(str), st.floats().map(str)))
+    def test_count_returns_a_bounded_int_or_a_usage_error(self, text: str) -> None:
+        """Whatever is typed, `count` gives 0..MAX_COUNT or ArgumentTypeError, never another exception."""
+        try:
+            value = count(text)
+        except argparse.ArgumentTypeError:
+            return
+        assert isinstance(value, int) and 0 <= value <= MAX_COUNT
+
+    @given(st.one_of(st.text(), st.floats().map(str), st.integers().map(str)))
+    def test_seconds_returns_a_finite_bounded_float_or_a_usage_error(self, text: str) -> None:
+        """Whatever is typed, `seconds` gives a finite 0..MAX_SECONDS or ArgumentTypeError (nan and inf included)."""
+        try:
+            value = seconds(text)
+        except argparse.ArgumentTypeError:
+            return
+        assert math.isfinite(value) and 0 <= value <= MAX_SECONDS
