@@ -23,7 +23,7 @@ import msgspec
 import structlog
 
 from . import __version__, logs
-from .config import ConfigMissing, database_path_problems, default_config_path, read_config
+from .config import Config, ConfigMissing, database_path_problems, default_config_path, read_config
 from .errors import ConfigError, OperatorError
 from .host import Host
 from .lock import hold_database
@@ -248,7 +248,7 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
             yield exc
 
 
-def _run_config(given: Path | None) -> Any:
+def _run_config(given: Path | None) -> Config:
     """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
     path = given or default_config_path()
     try:
@@ -282,8 +282,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     config = dev_config(db.resolve())
     view.connectors = [c.name for c in config.connectors]
     with hold_database(db.resolve()):
+        width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
-            print(fit(line, LiveView.for_stream(sys.stderr).width), file=sys.stderr)
+            print(fit(line, width), file=sys.stderr)
         _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=True)
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK
