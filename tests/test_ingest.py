@@ -116,6 +116,17 @@ class TestStoredEvents:
             assert [e["event"] for e in logs if e["event"].startswith("ingest.stored_events")] == [
                 "ingest.stored_events_dropped", "ingest.stored_events_resumed"]
 
+    async def test_a_consumer_that_closed_its_end_stops_the_events_not_the_storage(self, tmp_path: Path):
+        """Once the receiving end is closed, items are still stored and answered, and the closure is logged once."""
+        async with ingest(tmp_path) as (intake, events):
+            events.close()
+            with capture_logs() as logs:
+                for n in range(2):
+                    (result,) = await intake.store_messages("disc", "channels/incoming", [message(str(n))])
+                    assert result["accepted"]
+            assert [e["event"] for e in logs] == ["ingest.stored_events_closed"]
+            assert len(await intake.store.items.list()) == 2
+
     async def test_without_a_stream_there_are_no_events(self, tmp_path: Path):
         """An Ingest given no stream stores and answers as usual."""
         async with ingest(tmp_path, events=False) as (intake, _):
