@@ -21,6 +21,8 @@ from ..cli.support import cli, daemon, scripted_connector, write_config
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, alive, config_with, record, running_host, wait_for
 
 ROOM = "disc:g1:room"
+#: Requests in flight when the host is killed.
+LOAD = 200
 REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
 MESSAGE = {"channelId": ROOM, "messageId": "m-1", "author": {"id": "alice", "name": "Alice"},
@@ -106,3 +108,27 @@ class TestKilledHost:
         assert [message for _, message in rows(db)] == ["m-1"]
         exported = [json.loads(line) for line in cli("messages", "--db", str(db), "--json").stdout.splitlines()]
         assert len(exported) == 1 and exported[0]["metadata"]["messageId"] == "m-1"
+
+    async def test_kill_9_under_load_then_a_full_replay_stores_each_message_once(self, tmp_path: Path):
+        """Killed while 200 requests are in flight (some committed, not all answered); a replay of all adds only the rest."""
+        db = tmp_path / "host.db"
+        flood = [["channels/incoming", {"messages": [{**MESSAGE, "messageId": f"m-{n}"}]}] for n in range(LOAD)]
+        config = write_config(tmp_path, [scripted_connector(
+            "disc", {"manifest": CHAT_MANIFEST, "steps": [REGISTER, {"requests": flood}]}, tmp_path,
+            grant=CHAT_GRANT, restart={"policy": "never"})], store=str(db))
+        async with daemon(config, tmp_path) as first:
+            await wait_for(lambda: db.exists() and len(rows(db)) >= LOAD // 4, interval=0.002)
+            first.signal(signal.SIGKILL)
+            assert await first.wait() == -signal.SIGKILL
+        pid = next(e["pid"] for e in record(tmp_path, "disc").events if e["kind"] == "start")
+        await wait_for(lambda: not alive(pid))
+        committed = len(rows(db))
+
+        async with daemon(config, tmp_path) as second:
+            await wait_for(lambda: lives(tmp_path, "disc") == 2 and record(tmp_path, "disc").events[-1]["kind"]
+                           == "done", timeout=60)
+            second.signal(signal.SIGTERM)
+            assert await second.wait() == 0
+        stored = [message for _, message in rows(db)]
+        assert sorted(stored) == sorted(f"m-{n}" for n in range(LOAD)), f"{committed} were committed before the kill"
+
