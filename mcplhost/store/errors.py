@@ -73,6 +73,10 @@ class BrokenMigration(StoreError):
         self.name = name
 
 
+#: How many of a foreign database's table names the error message names.
+FOREIGN_TABLES_SHOWN = 5
+
+
 class ForeignDatabase(StoreError):
     """The file holds another application's tables: mcplhost will not migrate or write it."""
 
@@ -87,7 +91,3 @@ class ForeignDatabase(StoreError):
             ),
         )
         self.tables = tables
-
-
-#: How many of a foreign database's table names the error message names.
-FOREIGN_TABLES_SHOWN = 5
