@@ -1,0 +1,82 @@
+"""The README and docs/ link only to files a clone has: every relative link resolves inside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..harness import REPO
+
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+#: Inline Markdown links and images: [text](target) or ![alt](target "title").
+LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+#: Targets that are not files of this repository.
+EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|#)", re.I)
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.M)
+
+
+def anchors(document: Path) -> set[str]:
+    """The fragment ids GitHub gives the headings of a Markdown file (lowercase, punctuation dropped)."""
+    text = FENCE.sub("", document.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def relative_links(document: Path) -> list[str]:
+    """The relative link targets of a Markdown file, code blocks left out."""
+    text = FENCE.sub("", document.read_text(encoding="utf-8"))
+    return [target for target in LINK.findall(text) if not EXTERNAL.match(target)]
+
+
+class TestLinks:
+    def test_there_are_documents_to_check(self) -> None:
+        """README.md and the docs/ pages this suite reads are all present."""
+        names = {d.name for d in DOCUMENTS}
+        assert {"README.md", "architecture.md", "provenance.md", "mcpl-compat.md", "operations.md",
+                "connectors.md", "mcpl-checklist.md"} <= names
+
+    def test_every_relative_link_points_to_a_file_in_the_repository(self) -> None:
+        """No link leaves the clone (../shared) or names a file that does not exist."""
+        broken = []
+        for document in DOCUMENTS:
+            for target in relative_links(document):
+                path = (document.parent / target.split("#", 1)[0]).resolve()
+                if not path.is_relative_to(REPO) or not path.exists():
+                    broken.append(f"{document.relative_to(REPO)}: {target}")
+        assert broken == []
+
+    def test_every_fragment_names_a_heading_of_its_target(self) -> None:
+        """A link to `page.md#part` (or `#part`) names a heading that page really has."""
+        broken = []
+        for document in DOCUMENTS:
+            text = FENCE.sub("", document.read_text(encoding="utf-8"))
+            for target in LINK.findall(text):
+                path, _, fragment = target.partition("#")
+                if not fragment or re.match(r"^[a-z][a-z0-9+.-]*:", path, re.I):
+                    continue
+                page = (document.parent / path).resolve() if path else document
+                if page.suffix == ".md" and page.exists() and fragment not in anchors(page):
+                    broken.append(f"{document.relative_to(REPO)}: {target}")
+        assert broken == []
+
+    def test_no_document_mentions_the_shared_design_folder(self) -> None:
+        """Not even as plain text: a newcomer's clone has no ../shared to read."""
+        assert [d.name for d in DOCUMENTS if "../shared" in d.read_text(encoding="utf-8")] == []
+
+    def test_the_link_pattern_finds_links(self, tmp_path) -> None:
+        """The checker itself sees inline links, images and titled links, and skips URLs, anchors and code."""
+        sample = tmp_path / "sample.md"
+        sample.write_text(
+            "See [a](docs/a.md), ![x](img/x.png) and [b](b.md#part \"title\").\n"
+            "Not these: [web](https://example.org/), [here](#top), [mail](mailto:a@b.c).\n"
+            "```\n[code](not/a/link.md)\n```\n",
+            encoding="utf-8",
+        )
+        assert relative_links(sample) == ["docs/a.md", "img/x.png", "b.md#part"]
