@@ -6,6 +6,7 @@ import json
 import re
 
 from mcplhost.inbound import HOST_METADATA_KEYS, body_digest, canonical_json, mark_openings, render_source_header
+from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 
 from ..harness import REPO
 
@@ -50,3 +51,16 @@ class TestProvenancePage:
         """The strip section names exactly HOST_METADATA_KEYS."""
         block = section("1. strip").split("```", 2)[1]
         assert set(block.split()) == HOST_METADATA_KEYS
+
+    def test_the_stored_item_example_has_the_pipeline_s_metadata_members(self) -> None:
+        """The example export line names exactly the metadata and source members a channel message gets."""
+        example = json.loads(section("6. What a stored item looks like").split("```json", 1)[1].split("```", 1)[0])
+        processed = run_pipeline(Delivered(
+            lane="channels/incoming", kind="channel", server_id="discord", accepted_at=1790000000000,
+            blocks=[{"type": "text", "text": "hello"}], adapter={"mentions": ["@scout"]},
+            channel_id="discord:g1:room", label="#room", message_id="m-1", source_timestamp="2026-01-01T09:00:00Z"))
+        assert isinstance(processed, Processed)
+        assert set(example["metadata"]) == set(processed.metadata)
+        assert example["metadata"]["source"] == processed.metadata["source"]
+        assert example["content"] == processed.content
+        assert example["metadata"]["sourceHeader"] == processed.metadata["sourceHeader"]
