@@ -80,7 +80,8 @@ async def supervise(
         # Decided the moment the life ends, before its shutdown ladder, so the
         # handle never shows a dead life as ready while the ladder runs.
         nonlocal decision
-        decision = next_step(spec, policy, ended, uptime=anyio.current_time() - began)
+        now = anyio.current_time()
+        decision = next_step(spec, policy, ended, uptime=now - began, now=now)
         announce(handle, spec, decision, ended)
 
     try:
@@ -96,13 +97,14 @@ async def supervise(
         handle.stopped("the host is stopping", expected=True)  # a no-op after a return above
 
 
-def next_step(spec: ConnectorConfig, policy: RestartPolicy, ended: str, *, uptime: float) -> Restart | GiveUp:
-    """What follows a life that ended as `ended` after `uptime` seconds."""
+def next_step(spec: ConnectorConfig, policy: RestartPolicy, ended: str, *, uptime: float,
+              now: float) -> Restart | GiveUp:
+    """What follows a life that ended as `ended` at `now`, after `uptime` seconds."""
     if ended == Life.POLICY_CLOSED and spec.restart.policy != "always":
         return GiveUp("closed after the connector refused the policy")
     if uptime >= spec.restart.window_s:
         policy.reset()
-    return policy.failed(anyio.current_time())
+    return policy.failed(now)
 
 
 def announce(handle: ConnectorHandle, spec: ConnectorConfig, decision: Restart | GiveUp, ended: str) -> None:
