@@ -62,14 +62,16 @@ MAX_WARNED_KEYS = 1024
 
 class McplConnection:
     def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic,
-                 offered: frozenset[str] = OFFERED) -> None:
+                 offered: frozenset[str] = OFFERED,
+                 on_mode: Callable[[McplConnection, Mode], None] | None = None) -> None:
+        self._on_mode = on_mode
+        self._mode = Mode.HANDSHAKE
         self.spec = spec
         self.name = spec.name
         self.intake = intake
         self.log = log
         self.offered = offered
         self.session: Session | None = None
-        self.mode = Mode.HANDSHAKE
         self.legacy = spec.protocol == "0.4"
         self.capabilities: dict[str, Any] = {}
         self.manifest: dict[str, Any] | None = None
@@ -85,6 +87,18 @@ class McplConnection:
         self._warned_capped = False
         #: Set when a later policy is refused with fallback "close": the supervisor ends this life.
         self.closed_by_policy = anyio.Event()
+
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        # The observer (the supervisor's handle) sees each change in the read loop, the moment it happens.
+        changed = mode is not self._mode
+        self._mode = mode
+        if changed and self._on_mode is not None:
+            self._on_mode(self, mode)
 
     @property
     def is_ready(self) -> bool:

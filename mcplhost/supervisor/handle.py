@@ -16,7 +16,7 @@ as long as the host:
 The connector states are INTERFACES.md's. Which may follow which is data
 (`TRANSITIONS`); each change is logged once, as the state's canonical line
 (`STATE_EVENTS`). The live states (handshaking, policy_pending, ready,
-mcp_only) follow the connection's own `Mode`, which `WatchedConnection`
+mcp_only) follow the connection's own `Mode`, which `McplConnection(on_mode=...)`
 reports the moment the protocol layer assigns it.
 """
 
@@ -249,7 +249,7 @@ class ConnectorHandle:
         self._enter(State.STARTING, restarts=max(self._lives - 1, 0))
 
     def spawned(self, pid: int, connection: McplConnection, **fields: Any) -> None:
-        """The process runs and `connection` (a WatchedConnection reporting to `mode_entered`) speaks to it."""
+        """The process runs and `connection` (built with `on_mode=handle.mode_entered`) speaks to it."""
         self._pid, self._connection = pid, connection
         self._enter(State.HANDSHAKING, pid=pid, **fields)
 
@@ -310,31 +310,6 @@ class ConnectorHandle:
 
     def _stamp_inbound(self) -> None:
         self._last_inbound_at = self._clock_ms()
-
-
-class WatchedConnection(McplConnection):
-    """An McplConnection that tells its handle every mode it enters.
-
-    The protocol layer assigns `mode` wherever the connection moves (the
-    handshake, a receipt, a fallback, a close). Turning the attribute into a
-    property here sees each assignment at the moment it happens, in the read
-    loop, without the protocol layer knowing about handles.
-    """
-
-    def __init__(self, *args: Any, on_mode: Callable[[McplConnection, Mode], None], **kwargs: Any) -> None:
-        self._on_mode = on_mode  # before the base class sets the first mode
-        super().__init__(*args, **kwargs)
-
-    @property  # type: ignore[override]
-    def mode(self) -> Mode:
-        return self._watched_mode
-
-    @mode.setter
-    def mode(self, mode: Mode) -> None:
-        changed = getattr(self, "_watched_mode", None) is not mode
-        self._watched_mode = mode
-        if changed:
-            self._on_mode(self, mode)
 
 
 class _StampingIntake:

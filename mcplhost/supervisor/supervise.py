@@ -24,11 +24,11 @@ import structlog
 from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
-from mcplhost.protocol.connection import HandshakeFailed, Mode, PolicyClosed
+from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
 from mcplhost.rpc import ConnectionClosed, Session
 
-from .handle import ConnectorHandle, State, WatchedConnection
+from .handle import ConnectorHandle, State
 from .policy import GiveUp, Restart, RestartPolicy
 from .process import child_environment, drain_stderr, exit_description, spawn, stop, wait_exited
 
@@ -134,7 +134,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
-    connection = WatchedConnection(spec, intake, plog, on_mode=handle.mode_entered)
+    connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered)
     handle.spawned(process.pid, connection, command=spec.command)
     session = Session(
         process.stdin,  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig
-from mcplhost.protocol.connection import Mode
+from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.supervisor.handle import (
     MODE_STATES,
@@ -25,7 +25,6 @@ from mcplhost.supervisor.handle import (
     ConnectorNotReady,
     ConnectorStopped,
     State,
-    WatchedConnection,
     allowed,
 )
 
@@ -41,7 +40,7 @@ PROTOCOL_MOVES: dict[Mode, list[Mode]] = {
 
 
 #: Every connection a test built, so its job stream gets closed (unclosed streams warn, and warnings fail tests).
-_BUILT: list[WatchedConnection] = []
+_BUILT: list[McplConnection] = []
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +49,7 @@ def _close_connections() -> Iterator[None]:
     retire(_BUILT)
 
 
-def retire(connections: list[WatchedConnection]) -> None:
+def retire(connections: list[McplConnection]) -> None:
     """Close the job streams of connections that never had a process (outside any event loop)."""
     while connections:
         connection = connections.pop()
@@ -58,13 +57,13 @@ def retire(connections: list[WatchedConnection]) -> None:
         anyio.run(connection.run_background)  # drains the closed stream and closes its other end
 
 
-def connect(handle: ConnectorHandle, built: list[WatchedConnection] = _BUILT) -> WatchedConnection:
-    connection = WatchedConnection(SPEC, None, structlog.get_logger(), on_mode=handle.mode_entered)
+def connect(handle: ConnectorHandle, built: list[McplConnection] = _BUILT) -> McplConnection:
+    connection = McplConnection(SPEC, None, structlog.get_logger(), on_mode=handle.mode_entered)
     built.append(connection)
     return connection
 
 
-def live(handle: ConnectorHandle, pid: int = 4242) -> WatchedConnection:
+def live(handle: ConnectorHandle, pid: int = 4242) -> McplConnection:
     """Start a life on `handle` with a connection that has no process behind it."""
     handle.starting()
     connection = connect(handle)
@@ -290,8 +289,8 @@ class HandleMachine(RuleBasedStateMachine):
         self.phase = "idle"
         self.process = False
         self.after_ladder = "idle"
-        self.connection: WatchedConnection | None = None
-        self.built: list[WatchedConnection] = []
+        self.connection: McplConnection | None = None
+        self.built: list[McplConnection] = []
         self.lives = 0
 
     @precondition(lambda self: self.phase == "idle")
