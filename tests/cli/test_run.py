@@ -51,6 +51,18 @@ class TestSignals:
         assert run.events("host.signal")[0]["signal"] == signal.Signals(sig).name
         assert run.events("connector.exited")[0]["how"] == "exited"
 
+    async def test_sighup_is_logged_and_the_daemon_keeps_running(self, tmp_path) -> None:
+        """SIGHUP (reload, not built yet) never kills the daemon: it logs a warning and SIGTERM still stops it."""
+        config = write_config(tmp_path, [idle_chat("disc", tmp_path)])
+        async with daemon(config, tmp_path) as run:
+            await run.wait_event("host.ready")
+            run.signal(signal.SIGHUP)
+            await run.wait_event("host.reload_unsupported")
+            (start,) = [e for e in record(tmp_path, "disc").events if e["kind"] == "start"]
+            assert alive(start["pid"])
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+
     async def test_in_flight_work_is_committed_on_sigterm(self, tmp_path) -> None:
         """Every message a connector got an accepted answer for before the stop is in the database afterwards."""
         batches = [{"requests": [["channels/incoming", {"messages": [message(b * 25 + i)]}] for i in range(25)]}
