@@ -133,6 +133,9 @@ class Ingest:
                                        dedup_digest=outcome.metadata["sourceBodyDigest"]))
         written = await self.writer.store_items(rows) if rows else []
         self._emit(rows, written)
+        repeats = [w.id for w in written if w.duplicate]
+        if repeats:  # one line per request, however many it repeated (a replay after a restart can be long)
+            self.log.info("ingest.redelivered", connector=server_id, duplicates=len(repeats), first_original=repeats[0])
         results = []
         stored = iter(zip(rows, written))
         for message, outcome in zip(messages, outcomes):

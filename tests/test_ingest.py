@@ -74,9 +74,13 @@ class TestRedelivery:
     async def test_a_batch_with_a_message_twice_stores_it_once(self, tmp_path: Path):
         """Two copies in one request: one row, both accepted with the same conversation."""
         async with ingest(tmp_path) as (intake, events):
-            results = await intake.store_messages("disc", "channels/incoming", [message(), message()])
+            with capture_logs() as logs:
+                results = await intake.store_messages("disc", "channels/incoming", [message(), message()])
             assert results[0] == results[1] and results[0]["accepted"]
-            assert len(await intake.store.items.list()) == 1 and len(drain(events)) == 1
+            (item,) = await intake.store.items.list()
+            assert len(drain(events)) == 1
+            assert [(e["event"], e["duplicates"], e["first_original"]) for e in logs] == [
+                ("ingest.redelivered", 1, item.id)]
 
     async def test_an_edit_is_its_own_item(self, tmp_path: Path):
         """chat:edited with a new body is stored beside the original, in the original's thread."""
