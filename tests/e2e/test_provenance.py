@@ -15,7 +15,17 @@ from mcplhost.inbound import HOST_METADATA_KEYS, body_digest
 from mcplhost.readers import search_items
 from mcplhost.store import open_reader
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, stored_items, texts, wait_for
+from ..harness import (
+    CHAT_GRANT,
+    CHAT_MANIFEST,
+    config_with,
+    record,
+    running_host,
+    scripted,
+    stored_items,
+    texts,
+    wait_for,
+)
 
 
 def desc(channel_id: str, label: str | None, **extra: Any) -> dict[str, Any]:

@@ -1,6 +1,16 @@
 from mcplhost.protocol.connection import HOST_MCPL_CAPABILITIES
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, stored_items, texts, wait_for
+from ..harness import (
+    CHAT_GRANT,
+    CHAT_MANIFEST,
+    config_with,
+    record,
+    running_host,
+    scripted,
+    stored_items,
+    texts,
+    wait_for,
+)
 
 
 class TestEndToEnd:
