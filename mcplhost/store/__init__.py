@@ -8,6 +8,7 @@
             print(export_line(item).decode())
 """
 
+from mcplhost.store.cursors import CursorMove, CursorRepository
 from mcplhost.store.db import (
     BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
@@ -25,17 +26,22 @@ from mcplhost.store.errors import (
     StoreError,
     StoreMissing,
 )
-from mcplhost.store.interfaces import Items, Pushes, Repositories
+from mcplhost.store.interfaces import Cursors, Items, Pushes, Repositories, Turns
 from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS, ClaimOutcome, PushClaim, PushRepository
+from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "DEFAULT_SYNCHRONOUS",
+    "OUTCOMES",
     "PUSH_DEDUP_WINDOW_MS",
     "SYNCHRONOUS_LEVELS",
     "BrokenMigration",
     "ClaimOutcome",
+    "CursorMove",
+    "CursorRepository",
+    "Cursors",
     "ForeignDatabase",
     "ItemRepository",
     "ItemWritten",
@@ -51,8 +57,14 @@ __all__ = [
     "StoreError",
     "StoreMissing",
     "StoredItem",
+    "Turn",
+    "TurnEnd",
+    "TurnRepository",
+    "TurnStart",
+    "Turns",
     "apply_pragmas",
     "export_line",
     "open_reader",
     "open_store",
+    "turn_line",
 ]

@@ -25,11 +25,13 @@ import aiosqlite
 import anyio
 
 from mcplhost.errors import HostStateError
+from mcplhost.store.cursors import CursorRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.pushes import PushRepository
+from mcplhost.store.turns import TurnRepository
 
 # How long a statement waits for another process's lock (a `mcplhost migrate`
 # or a reader checkpointing) before failing with "database is locked".
@@ -131,7 +133,7 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items and push events, and `transaction()` to combine them.
+    """An open database: repositories for items, push events, turns and cursors, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`.
     """
@@ -140,6 +142,8 @@ class Store:
         self.path = path
         self.items = ItemRepository(database)
         self.pushes = PushRepository(database)
+        self.turns = TurnRepository(database)
+        self.cursors = CursorRepository(database)
         self._database = database
         self._migrations_folder = migrations_folder
 

@@ -11,7 +11,7 @@ machine"). The rules they promise, whatever the engine:
 - `*_nocommit` methods run inside the caller's `transaction()`, so one
   transaction can span repositories.
 
-SQLite (db.py, items.py, pushes.py) is the only implementation.
+SQLite (db.py, items.py, pushes.py, turns.py, cursors.py) is the only implementation.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from mcplhost.store.cursors import CursorMove
 from mcplhost.store.items import ItemWritten, NewItem, StoredItem
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
+from mcplhost.store.turns import Turn, TurnEnd, TurnStart
 
 
 class Items(Protocol):
@@ -40,6 +42,15 @@ class Items(Protocol):
     def iterate(self, *, limit: int | None = None, channel: str | None = None,
                 agent: str | None = None) -> AsyncIterator[StoredItem]: ...
 
+    async def last_id(self) -> int: ...
+
+    async def after(self, item_id: int, *, since_ms: int = 0,
+                    limit: int | None = None) -> builtins.list[StoredItem]: ...
+
+    async def context_rows(self, agent: str, *, limit: int) -> builtins.list[StoredItem]: ...
+
+    async def get_many(self, ids: Sequence[int]) -> builtins.list[StoredItem]: ...
+
 
 class Pushes(Protocol):
     """Push-event dedup: one claim per (server, event id), with the item it stored."""
@@ -53,6 +64,38 @@ class Pushes(Protocol):
     async def prune(self, older_than_ms: int) -> int: ...
 
 
+class Turns(Protocol):
+    """The turns ledger: a turn begun, ended once, and read back (also for the spend guards)."""
+
+    async def begin_many_nocommit(self, starts: Sequence[TurnStart]) -> builtins.list[int]: ...
+
+    async def finish_many_nocommit(self, ends: Sequence[TurnEnd]) -> builtins.list[bool]: ...
+
+    async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted") -> int: ...
+
+    async def get(self, turn_id: int) -> Turn | None: ...
+
+    async def list(self, *, agent: str | None = None, limit: int | None = None) -> builtins.list[Turn]: ...
+
+    def iterate(self, *, agent: str | None = None, limit: int | None = None) -> AsyncIterator[Turn]: ...
+
+    async def usage_since(self, agent: str, since_ms: int) -> int: ...
+
+    async def count_since(self, agent: str, since_ms: int) -> int: ...
+
+
+class Cursors(Protocol):
+    """Agents' durable cursors: forward only, started at the store's end."""
+
+    async def set_many_nocommit(self, moves: Sequence[CursorMove]) -> None: ...
+
+    async def start_many_nocommit(self, agents: Sequence[tuple[str, int]]) -> builtins.list[int]: ...
+
+    async def get(self, agent: str) -> int | None: ...
+
+    async def all(self) -> dict[str, int]: ...
+
+
 class Repositories(Protocol):
     """An open store: its repositories and one transaction across them."""
 
@@ -61,5 +104,11 @@ class Repositories(Protocol):
 
     @property
     def pushes(self) -> Pushes: ...
+
+    @property
+    def turns(self) -> Turns: ...
+
+    @property
+    def cursors(self) -> Cursors: ...
 
     def transaction(self) -> AbstractAsyncContextManager[None]: ...

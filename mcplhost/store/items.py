@@ -34,6 +34,9 @@ _encoder = msgspec.json.Encoder()
 _content_decoder = msgspec.json.Decoder(builtins.list[dict[str, Any]])
 _metadata_decoder = msgspec.json.Decoder(dict[str, Any])
 
+# Ids per `IN (...)` list in get_many (one parameter each, below SQLite's old 999-variable limit).
+IDS_PER_QUERY = 900
+
 # Rows per INSERT statement: 12 parameters each stays far below SQLite's
 # 32766-variable limit, and a group of MAX_GROUP writes needs few statements.
 ROWS_PER_INSERT = 512
@@ -226,6 +229,55 @@ class ItemRepository:
             if len(rows) < READ_PAGE_SIZE:
                 return
             after = rows[-1][0]
+
+
+    # --- reads for agents: catch-up, context, and the items of a wake ----------------
+
+    async def last_id(self) -> int:
+        """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
+        async with self._database.reading():
+            ((last,),) = await self._database.conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+        return last
+
+    async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
+        """Items with an id above `item_id` created at or after `since_ms`, oldest first (catch-up).
+
+        With `limit`, the first `limit` of them; page on by passing the last id returned.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be at least 0, not {limit}")
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
+                (item_id, since_ms, -1 if limit is None else limit),
+            )
+        return [_stored_item(row) for row in rows]
+
+    async def context_rows(self, agent: str, *, limit: int) -> builtins.list[StoredItem]:
+        """The newest `limit` items that are everyone's (agent NULL) or `agent`'s own, oldest first.
+
+        Other agents' rows are never among them.
+        """
+        if limit < 0:
+            raise ValueError(f"limit must be at least 0, not {limit}")
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM items WHERE agent IS NULL OR agent = ? ORDER BY id DESC LIMIT ?",
+                (agent, limit),
+            )
+        return [_stored_item(row) for row in reversed(builtins.list(rows))]
+
+    async def get_many(self, ids: Sequence[int]) -> builtins.list[StoredItem]:
+        """The stored items among `ids`, by ascending id, each once; ids not stored are left out."""
+        wanted = sorted(set(ids))
+        found: builtins.list[StoredItem] = []
+        async with self._database.reading():
+            for start in range(0, len(wanted), IDS_PER_QUERY):
+                chunk = wanted[start : start + IDS_PER_QUERY]
+                rows = await self._database.conn.execute_fetchall(
+                    f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
+                found.extend(_stored_item(row) for row in rows)
+        return found
 
 
 def _filters(*, channel: str | None, agent: str | None) -> tuple[str, tuple[str, ...]]:

@@ -20,12 +20,16 @@ from typing import Any, ClassVar, Protocol
 
 import msgspec
 
+from mcplhost.store.cursors import CursorMove
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.pushes import PushClaim
+from mcplhost.store.turns import TurnEnd, TurnStart, check_digest, check_outcome, usage_record
 
 #: Stage of operations that store rows others may refer to.
 STAGE_ROWS = 10
+#: Stage of operations that record what was done with rows: a turn's end, an agent's cursor.
+STAGE_LEDGER = 20
 
 
 class Operation(Protocol):
@@ -82,3 +86,123 @@ class ClaimPush(msgspec.Struct, frozen=True):
             item_id = outcome.item_id if outcome.item_id is not None else item_of.get(key, 0)
             results.append(PushWritten(outcome.answer, item_id, not outcome.claimed))
         return results
+
+
+# --- agents: the turns ledger and the durable cursors (store/turns.py, store/cursors.py) ---------
+# Each validates its values when built, in the caller's task, so a bad one never fails a group.
+
+
+class BeginTurn(msgspec.Struct, frozen=True):
+    """Record a turn as running; the result is its new turn id."""
+
+    agent: str
+    wake_item_ids: tuple[int, ...]
+    started_at: int  # epoch ms
+    STAGE: ClassVar[int] = STAGE_ROWS
+
+    def __post_init__(self) -> None:
+        TurnStart(self.agent, self.wake_item_ids, self.started_at)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[BeginTurn]) -> list[int]:
+        return await repos.turns.begin_many_nocommit([TurnStart(op.agent, op.wake_item_ids, op.started_at)
+                                                      for op in ops])
+
+
+class FinishTurn(msgspec.Struct, frozen=True):
+    """End a running turn; the result is True, or False when the turn was unknown or already ended.
+
+    `usage` is `msgspec.structs.asdict(model.Usage)` (or its camelCase form), summed over the turn's calls.
+    """
+
+    turn_id: int
+    ended_at: int  # epoch ms
+    outcome: str  # completed | failed | aborted | held
+    model: str | None
+    usage: dict[str, Any] | None
+    request_digest: str | None
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    def __post_init__(self) -> None:
+        check_outcome(self.outcome)
+        check_digest(self.request_digest)
+        usage_record(self.usage)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[FinishTurn]) -> list[bool]:
+        return await repos.turns.finish_many_nocommit(
+            [TurnEnd(op.turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest) for op in ops])
+
+
+class RecordTurn(msgspec.Struct, frozen=True):
+    """Record a turn begun and ended at once (e.g. a `held` wake); the result is its turn id."""
+
+    agent: str
+    wake_item_ids: tuple[int, ...]
+    started_at: int
+    ended_at: int
+    outcome: str
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    request_digest: str | None = None
+    STAGE: ClassVar[int] = STAGE_ROWS
+
+    def __post_init__(self) -> None:
+        TurnStart(self.agent, self.wake_item_ids, self.started_at)
+        TurnEnd(0, self.ended_at, self.outcome, self.model, self.usage, self.request_digest)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[RecordTurn]) -> list[int]:
+        ids = await repos.turns.begin_many_nocommit([TurnStart(op.agent, op.wake_item_ids, op.started_at)
+                                                     for op in ops])
+        await repos.turns.finish_many_nocommit(
+            [TurnEnd(turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest)
+             for turn_id, op in zip(ids, ops, strict=True)])
+        return ids
+
+
+class CloseUnfinishedTurns(msgspec.Struct, frozen=True):
+    """End every turn a killed host left running, as `aborted`; the result is how many."""
+
+    ended_at: int  # epoch ms
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[CloseUnfinishedTurns]) -> list[int]:
+        return [await repos.turns.close_unfinished_nocommit(op.ended_at) for op in ops]
+
+
+class SetCursor(msgspec.Struct, frozen=True):
+    """Move an agent's durable cursor forward to `item_id` (never backwards); the result is None."""
+
+    agent: str
+    item_id: int
+    at: int  # epoch ms
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    def __post_init__(self) -> None:
+        CursorMove(self.agent, self.item_id, self.at)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[SetCursor]) -> list[None]:
+        await repos.cursors.set_many_nocommit([CursorMove(op.agent, op.item_id, op.at) for op in ops])
+        return [None] * len(ops)
+
+
+class StartCursor(msgspec.Struct, frozen=True):
+    """Give an agent seen for the first time a cursor at the store's current end; the result is its cursor.
+
+    An agent that has one keeps it (the result is then its stored cursor). It
+    runs after the group's rows, so items stored in the same group count as before the cursor.
+    """
+
+    agent: str
+    at: int  # epoch ms
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    def __post_init__(self) -> None:
+        CursorMove(self.agent, 0, self.at)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[StartCursor]) -> list[int]:
+        return await repos.cursors.start_many_nocommit([(op.agent, op.at) for op in ops])

@@ -299,3 +299,55 @@ class TestExport:
         item = msgspec.json.decode(json.dumps(EXPORTED_EXAMPLE), type=StoredItem)
         assert item.created_at == EXPORTED_EXAMPLE["createdAt"]
         assert json.loads(export_line(item)) == EXPORTED_EXAMPLE
+
+
+class TestAgentReads:
+    async def test_last_id_is_the_newest_item_or_zero(self, store: Store):
+        """last_id is 0 on an empty store, then the newest item's id whoever it belongs to."""
+        assert await store.items.last_id() == 0
+        ids = await store.items.insert_many([make_item("a"), make_item("b", agent="scout")])
+        assert await store.items.last_id() == ids[-1]
+
+    async def test_after_reads_past_a_cursor_younger_than_a_time(self, store: Store):
+        """after(cursor, since_ms=T) is the items above the cursor created at or after T, oldest first, pageable."""
+        ids = await store.items.insert_many([make_item(f"i{n}", created_at=1_000 * n) for n in range(6)])
+        assert [i.id for i in await store.items.after(ids[1])] == ids[2:]
+        assert [i.id for i in await store.items.after(0, since_ms=3_000)] == ids[3:]
+        first_page = await store.items.after(ids[0], since_ms=2_000, limit=2)
+        assert [i.id for i in first_page] == ids[2:4]
+        assert [i.id for i in await store.items.after(first_page[-1].id, since_ms=2_000, limit=2)] == ids[4:]
+        assert await store.items.after(ids[-1]) == [] and await store.items.after(0, limit=0) == []
+
+    async def test_context_rows_are_everyones_and_the_agents_own(self, store: Store):
+        """context_rows(agent, limit) is the newest `limit` rows with no agent or this agent, oldest first."""
+        owners = [None, "scout", "other", None, "other", "scout", None]
+        ids = await store.items.insert_many([make_item(f"r{n}", agent=a) for n, a in enumerate(owners)])
+        mine = [i for i, a in zip(ids, owners) if a in (None, "scout")]
+        assert [r.id for r in await store.items.context_rows("scout", limit=100)] == mine
+        assert [r.id for r in await store.items.context_rows("scout", limit=3)] == mine[-3:]
+        assert [r.agent for r in await store.items.context_rows("other", limit=100)] == [None, "other", None,
+                                                                                           "other", None]
+        assert await store.items.context_rows("scout", limit=0) == []
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.lists(st.sampled_from([None, "a", "b"]), max_size=30), st.integers(min_value=0, max_value=40))
+    def test_context_rows_agree_with_filtering_everything(self, owners: list[str | None], limit: int):
+        """For any owners and limit, context_rows equals the last `limit` of all rows filtered to the agent's view."""
+        async def scenario(path: Path) -> tuple[list[int], list[int]]:
+            async with open_store(path) as opened:
+                await opened.items.insert_many([make_item(str(n), agent=a) for n, a in enumerate(owners)])
+                everything = [i.id for i in await opened.items.list() if i.agent in (None, "a")]
+                got = [i.id for i in await opened.items.context_rows("a", limit=limit)]
+                return got, everything[-limit:] if limit else []
+
+        with tempfile.TemporaryDirectory() as folder:
+            got, expected = asyncio.run(scenario(Path(folder) / "c.db"))
+        assert got == expected
+
+    async def test_get_many_returns_the_stored_ones_once_by_id(self, store: Store, monkeypatch: pytest.MonkeyPatch):
+        """get_many gives each stored id once, ascending, leaving out unknown ids, across several queries."""
+        monkeypatch.setattr(items_module, "IDS_PER_QUERY", 2)
+        ids = await store.items.insert_many([make_item(f"g{n}") for n in range(5)])
+        found = await store.items.get_many([ids[4], ids[0], 999, ids[2], ids[0]])
+        assert [(i.id, i.content[0]["text"]) for i in found] == [(ids[0], "g0"), (ids[2], "g2"), (ids[4], "g4")]
+        assert await store.items.get_many([]) == []

@@ -1,0 +1,84 @@
+"""Each agent's durable cursor: the last item id it fully handled (AGENTS.md §2).
+
+On start the host wakes an agent once for the matching items after its
+cursor, so a host killed between an item's commit and the turn it caused
+loses no wake. A cursor only moves forward: a late or repeated write of an
+older position never makes an agent handle items again.
+
+An agent seen for the first time starts at the current end of the store,
+written at once (`start_many_nocommit`), in the same transaction that reads
+the end, so no item committed in between is skipped or handled twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from mcplhost.store.db import Database
+
+
+class CursorMove(msgspec.Struct, frozen=True):
+    """Set an agent's cursor to `item_id` (never backwards)."""
+
+    agent: str
+    item_id: int
+    at: int  # epoch ms
+
+    def __post_init__(self) -> None:
+        if not self.agent:
+            raise ValueError("a cursor needs its agent's name")
+        if self.item_id < 0:
+            raise ValueError(f"a cursor is an item id from 0, not {self.item_id}")
+
+
+class CursorRepository:
+    """Read and move agents' cursors; the only code that knows the agent_cursors table."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def set_many_nocommit(self, moves: Sequence[CursorMove]) -> None:
+        """Move each agent's cursor forward to its `item_id`, inside the caller's transaction.
+
+        A cursor already at or past the position stays where it is.
+        """
+        self._database.require_transaction("cursors.set_many_nocommit")
+        if moves:
+            await self._database.conn.executemany(
+                "INSERT INTO agent_cursors (agent, item_id, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (agent) DO UPDATE SET item_id = max(item_id, excluded.item_id),"
+                " updated_at = excluded.updated_at",
+                [(m.agent, m.item_id, m.at) for m in moves],
+            )
+
+    async def start_many_nocommit(self, agents: Sequence[tuple[str, int]]) -> list[int]:
+        """Give each (agent, at) without a cursor one at the store's current end; every agent's cursor, in order."""
+        self._database.require_transaction("cursors.start_many_nocommit")
+        conn = self._database.conn
+        if agents:
+            await conn.executemany(
+                "INSERT INTO agent_cursors (agent, item_id, updated_at)"
+                " SELECT ?, coalesce(max(id), 0), ? FROM items WHERE true ON CONFLICT (agent) DO NOTHING",
+                list(agents),
+            )
+        return [await self._get(agent) or 0 for agent, _ in agents]
+
+    async def get(self, agent: str) -> int | None:
+        """The agent's cursor, or None when it has none yet (an agent never seen)."""
+        async with self._database.reading():
+            return await self._get(agent)
+
+    async def all(self) -> dict[str, int]:
+        """Every agent's cursor, by agent name."""
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall("SELECT agent, item_id FROM agent_cursors")
+        return {agent: item_id for agent, item_id in rows}
+
+    async def _get(self, agent: str) -> int | None:
+        rows = await self._database.conn.execute_fetchall(
+            "SELECT item_id FROM agent_cursors WHERE agent = ?", (agent,))
+        return next((row[0] for row in rows), None)

@@ -1,0 +1,272 @@
+"""The turns ledger: one row per agent turn, what woke it, how it ended, what it cost.
+
+`Turn` encodes (msgspec JSON) to exactly the line of `mcplhost turns --json`
+(INTERFACES.md): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
+usage, requestDigest; fields a turn lacks are null, never left out.
+
+A turn is written when it begins (`begin_many_nocommit`) and finished once
+(`finish_many_nocommit`), so a host killed mid-turn leaves an open row that
+`close_unfinished_nocommit` ends as aborted on the next start. The ledger is
+also the spend guard's memory: `usage_since` and `count_since` read it, so a
+restart resets neither `max_tokens_per_day` nor `max_turns_per_hour`.
+
+Writes are validated when their value is built (`TurnStart`, `TurnEnd`), in
+the caller's task: a bad value never reaches a group commit, where it would
+fail the other writes sharing the transaction.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from mcplhost.store.db import Database
+
+#: How a finished turn ended (AGENTS.md §3.5); NULL in the table while it runs.
+OUTCOMES = ("completed", "failed", "aborted", "held")
+#: Outcomes of turns that ran (a held wake ran no turn, so it does not count against max_turns_per_hour).
+RAN_OUTCOMES = ("completed", "failed", "aborted")
+#: Rows fetched per round trip when reading the ledger.
+READ_PAGE_SIZE = 1000
+#: Turns per INSERT statement (3 parameters each, far below SQLite's variable limit).
+TURNS_PER_INSERT = 1024
+#: Ids per `IN (...)` list (one parameter each).
+IDS_PER_QUERY = 900
+#: The usage keys as exported, from the backends' `Usage` field names.
+USAGE_KEYS = {"input_tokens": "inputTokens", "output_tokens": "outputTokens", "cached_tokens": "cachedTokens"}
+#: The usage keys whose sum is a turn's spend.
+SPENT_KEYS = ("inputTokens", "outputTokens")
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_COLUMNS = "id, agent, wake_item_ids, started_at, ended_at, outcome, model, usage, request_digest"
+_encoder = msgspec.json.Encoder()
+_ids_decoder = msgspec.json.Decoder(builtins.list[int])
+_usage_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class Turn(msgspec.Struct, frozen=True, rename="camel"):
+    """A turn as recorded; its JSON encoding is the `mcplhost turns --json` line.
+
+    Field order is the export's key order, and no field has a default, so a
+    missing value is written as null.
+    """
+
+    id: int
+    agent: str
+    wake_item_ids: builtins.list[int]
+    started_at: int  # epoch ms
+    ended_at: int | None  # None while the turn runs
+    outcome: str | None  # one of OUTCOMES; None while the turn runs
+    model: str | None
+    usage: dict[str, Any] | None  # inputTokens, outputTokens, cachedTokens (and whatever else was recorded)
+    request_digest: str | None  # 64 lowercase hex
+
+
+def turn_line(turn: Turn) -> bytes:
+    """The turn as one line of `mcplhost turns --json` (without the newline)."""
+    return _encoder.encode(turn)
+
+
+class TurnStart(msgspec.Struct, frozen=True):
+    """A turn beginning: the ledger gives it its id."""
+
+    agent: str
+    wake_item_ids: tuple[int, ...]
+    started_at: int  # epoch ms
+
+    def __post_init__(self) -> None:
+        if not self.agent:
+            raise ValueError("a turn needs its agent's name")
+
+
+class TurnEnd(msgspec.Struct, frozen=True):
+    """How a turn ended; `usage` is normalised to the exported keys on construction."""
+
+    turn_id: int
+    ended_at: int  # epoch ms
+    outcome: str
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    request_digest: str | None = None
+
+    def __post_init__(self) -> None:
+        check_outcome(self.outcome)
+        check_digest(self.request_digest)
+        msgspec.structs.force_setattr(self, "usage", usage_record(self.usage))
+
+    @property
+    def tokens(self) -> int:
+        """What the turn spent: inputTokens + outputTokens."""
+        return spent_tokens(self.usage)
+
+
+def check_outcome(outcome: str) -> None:
+    if outcome not in OUTCOMES:
+        raise ValueError(f"a turn's outcome is one of {', '.join(OUTCOMES)}, not {outcome!r}")
+
+
+def check_digest(digest: str | None) -> None:
+    if digest is not None and not _DIGEST.fullmatch(digest):
+        raise ValueError(f"a request digest is 64 lowercase hex characters, not {digest!r}")
+
+
+def usage_record(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`usage` with the backends' snake_case token keys renamed to the export's camelCase; counts checked.
+
+    Accepts `msgspec.structs.asdict(model.Usage)` or an already camelCase dict.
+    """
+    if usage is None:
+        return None
+    record = {USAGE_KEYS.get(key, key): value for key, value in usage.items()}
+    for key in USAGE_KEYS.values():
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"usage {key} must be a whole number of tokens from 0, not {value!r}")
+    return record
+
+
+def spent_tokens(usage: Mapping[str, Any] | None) -> int:
+    """inputTokens + outputTokens of a normalised usage record (0 when absent)."""
+    return sum(usage.get(key) or 0 for key in SPENT_KEYS) if usage else 0
+
+
+class TurnRepository:
+    """Record turns and read the ledger; the only code that knows the turns table."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def begin_many_nocommit(self, starts: Sequence[TurnStart]) -> builtins.list[int]:
+        """Record each turn as running, inside the caller's transaction; their new ids, in order."""
+        self._database.require_transaction("turns.begin_many_nocommit")
+        ids: builtins.list[int] = []
+        for first in range(0, len(starts), TURNS_PER_INSERT):
+            chunk = starts[first : first + TURNS_PER_INSERT]
+            returned = await self._database.conn.execute_fetchall(
+                "INSERT INTO turns (agent, wake_item_ids, started_at) VALUES "
+                + ", ".join(["(?, ?, ?)"] * len(chunk)) + " RETURNING id",
+                [v for s in chunk for v in (s.agent, _encoder.encode(list(s.wake_item_ids)).decode(), s.started_at)],
+            )
+            # RETURNING's order is unspecified; ids rise in the order the VALUES rows are inserted.
+            ids.extend(sorted(row[0] for row in returned))
+        return ids
+
+    async def finish_many_nocommit(self, ends: Sequence[TurnEnd]) -> builtins.list[bool]:
+        """End each running turn, inside the caller's transaction; per end, whether it ended a running turn.
+
+        An unknown or already finished turn is left as it is (False), so a
+        caller's mistake never fails the other writes of its group.
+        """
+        self._database.require_transaction("turns.finish_many_nocommit")
+        running = await self._running({end.turn_id for end in ends})
+        done: builtins.list[bool] = []
+        winners: builtins.list[TurnEnd] = []
+        for end in ends:
+            done.append(end.turn_id in running)
+            if end.turn_id in running:
+                running.discard(end.turn_id)
+                winners.append(end)
+        if winners:
+            await self._database.conn.executemany(
+                "UPDATE turns SET ended_at = ?, outcome = ?, model = ?, usage = ?, request_digest = ?, tokens = ?"
+                " WHERE id = ?",
+                [(e.ended_at, e.outcome, e.model, _json_or_none(e.usage), e.request_digest, e.tokens, e.turn_id)
+                 for e in winners],
+            )
+        return done
+
+    async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted") -> int:
+        """End every turn still running (left open by a host that was killed); return how many."""
+        self._database.require_transaction("turns.close_unfinished_nocommit")
+        check_outcome(outcome)
+        async with self._database.conn.execute(
+            "UPDATE turns SET ended_at = max(?, started_at), outcome = ? WHERE ended_at IS NULL", (ended_at, outcome)
+        ) as cursor:
+            return cursor.rowcount
+
+    async def _running(self, turn_ids: set[int]) -> set[int]:
+        found: set[int] = set()
+        ordered = sorted(turn_ids)
+        for first in range(0, len(ordered), IDS_PER_QUERY):
+            chunk = ordered[first : first + IDS_PER_QUERY]
+            rows = await self._database.conn.execute_fetchall(
+                f"SELECT id FROM turns WHERE ended_at IS NULL AND id IN ({', '.join('?' * len(chunk))})", chunk)
+            found.update(row[0] for row in rows)
+        return found
+
+    async def get(self, turn_id: int) -> Turn | None:
+        """One turn by id, or None."""
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?",
+                                                              (turn_id,))
+        return next((_turn(row) for row in rows), None)
+
+    async def list(self, *, agent: str | None = None, limit: int | None = None) -> builtins.list[Turn]:
+        """Turns oldest first (by id); with `limit`, only the newest `limit` of them (still oldest first)."""
+        return [turn async for turn in self.iterate(agent=agent, limit=limit)]
+
+    async def iterate(self, *, agent: str | None = None, limit: int | None = None) -> AsyncIterator[Turn]:
+        """What `list` returns, fetched a page at a time; turns begun after the iteration starts are left out."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be at least 0, not {limit}")
+        if limit == 0:
+            return
+        where, params = ("agent = ?", (agent,)) if agent is not None else ("1", ())
+        async with self._database.reading():
+            conn = self._database.conn
+            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM turns")
+            after = 0
+            if limit is not None:
+                rows = await conn.execute_fetchall(
+                    f"SELECT id FROM turns WHERE {where} ORDER BY id DESC LIMIT 1 OFFSET ?", (*params, limit))
+                after = next((row[0] for row in rows), 0)
+        while True:
+            async with self._database.reading():
+                rows = builtins.list(await self._database.conn.execute_fetchall(
+                    f"SELECT {_COLUMNS} FROM turns WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
+                    (*params, after, last, READ_PAGE_SIZE)))
+            for row in rows:
+                yield _turn(row)
+            if len(rows) < READ_PAGE_SIZE:
+                return
+            after = rows[-1][0]
+
+    async def usage_since(self, agent: str, since_ms: int) -> int:
+        """Tokens (input + output) the agent's turns begun at or after `since_ms` spent (max_tokens_per_day)."""
+        return await self._scalar("SELECT coalesce(sum(tokens), 0) FROM turns WHERE agent = ? AND started_at >= ?",
+                                  (agent, since_ms))
+
+    async def count_since(self, agent: str, since_ms: int) -> int:
+        """Turns of the agent begun at or after `since_ms` that ran: running ones count, held wakes do not."""
+        return await self._scalar(
+            "SELECT count(*) FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
+            f" ({', '.join('?' * len(RAN_OUTCOMES))}))", (agent, since_ms, *RAN_OUTCOMES))
+
+    async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
+        async with self._database.reading():
+            ((value,),) = await self._database.conn.execute_fetchall(sql, params)
+        return int(value)
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else _encoder.encode(value).decode()
+
+
+def _turn(row: Sequence[Any]) -> Turn:
+    turn_id, agent, wake_item_ids, started_at, ended_at, outcome, model, usage, request_digest = row
+    return Turn(
+        id=turn_id,
+        agent=agent,
+        wake_item_ids=_ids_decoder.decode(wake_item_ids),
+        started_at=started_at,
+        ended_at=ended_at,
+        outcome=outcome,
+        model=model,
+        usage=None if usage is None else _usage_decoder.decode(usage),
+        request_digest=request_digest,
+    )
