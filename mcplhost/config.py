@@ -12,8 +12,10 @@ import os
 import re
 import shutil
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
@@ -70,28 +72,100 @@ class ConnectorConfig(Base):
     max_line_bytes: Annotated[int, Meta(ge=1024)] = MAX_LINE_BYTES
 
 
+class ScriptToolCall(Base):
+    """A tool call a scripted reply makes: the tool's name and its arguments object."""
+
+    name: NonEmpty
+    arguments: dict[str, Any] = {}
+
+
+class ScriptReply(Base):
+    """A scripted reply written as a TOML table: prose and the tool calls after it (AGENTS.md §4)."""
+
+    text: str = ""
+    tool_calls: list[ScriptToolCall] = []
+
+
 class BackendConfig(Base):
+    """One model backend ([agents.backend], [inference.backend]); AGENTS.md §4."""
+
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    max_tokens: Annotated[int, Meta(ge=1)] | None = None
-    timeout_s: Seconds = 60.0
-    script: list[str] = []  # scripted: the replies, in turn
+    model: NonEmpty | None = None  # required for openai and anthropic (problems() says so)
+    base_url: NonEmpty | None = None  # handed to the SDK unchanged
+    api_key_env: NonEmpty | None = None  # the variable's name, never the key
+    max_tokens: Annotated[int, Meta(ge=1)] = 1024
+    timeout_s: Seconds = 60.0  # per attempt
+    max_retries: Annotated[int, Meta(ge=0)] = 2  # the SDK's own retries
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    #: scripted: the replies, in turn (the last repeats). A string is used as written ("{{echo}}" is the
+    #: waking body; a JSON object string is a reply with tool calls); a table is a `ScriptReply`.
+    script: list[str | ScriptReply] = []
+
+
+#: AGENTS.md §2: `max_wait_ms` when absent is the larger of this and DEBOUNCE_WAIT_FACTOR × debounce_ms.
+DEFAULT_MAX_WAIT_MS = 3000
+DEBOUNCE_WAIT_FACTOR = 4
+DEFAULT_DEBOUNCE_MS = 300
 
 
 class AgentConfig(Base):
+    """One `[[agents]]` table; AGENTS.md §1–5 is the rule for every key."""
+
     name: NonEmpty
     parent: NonEmpty | None = None
+    title: str | None = None
+    hears: list[NonEmpty] | None = None  # connectors or connector/channel-globs; None: every connector
     wake_on: list[NonEmpty] = msgspec.field(default_factory=lambda: ["addressed", "dm"])
-    debounce_ms: Annotated[int, Meta(ge=0)] = 300
+    wake_from: list[NonEmpty] | None = None  # connector/author-id globs; None: anyone
+    wake_from_bots: bool = False
+    max_wakes_per_sender_per_hour: Annotated[int, Meta(ge=1)] = 30
+    context_scope: Literal["agent", "conversation"] = "agent"
+    tools: list[NonEmpty] | None = None  # globs over tool names; None: all
+    tool_timeout_s: Seconds = 60.0
+    tool_result_max_chars: Annotated[int, Meta(ge=1)] = 20_000
+    max_tokens_per_day: Annotated[int, Meta(ge=0)] = 0  # 0: no limit
+    publish_max_age_s: Seconds = 3600.0
+    debounce_ms: Annotated[int, Meta(ge=0)] = DEFAULT_DEBOUNCE_MS
+    max_wait_ms: Annotated[int, Meta(ge=0)] | None = None  # None: effective_max_wait_ms decides
+    system_prompt: str | None = None
+    system_prompt_file: NonEmpty | None = None  # relative to the config file's folder
+    context_chars: Annotated[int, Meta(ge=1)] = 120_000
+    max_tool_rounds: Annotated[int, Meta(ge=0)] = 8
+    max_turns_per_hour: Annotated[int, Meta(ge=1)] = 120
+    catch_up_max_age_s: Annotated[float, Meta(ge=0)] = 3600.0  # 0: no catch-up
     backend: BackendConfig = BackendConfig()
+
+
+def effective_max_wait_ms(agent: AgentConfig) -> int:
+    """How long after the first pending waking item a turn starts at the latest (AGENTS.md §2)."""
+    if agent.max_wait_ms is not None:
+        return agent.max_wait_ms
+    return max(DEFAULT_MAX_WAIT_MS, DEBOUNCE_WAIT_FACTOR * agent.debounce_ms)
+
+
+def system_prompt_text(agent: AgentConfig) -> str:
+    """The agent's own prompt: `system_prompt`, or the file's text (read now, so an edit counts), or "".
+
+    Raises OSError or UnicodeDecodeError when the file has become unreadable
+    since check-config (the turn then fails with its notice).
+    """
+    if agent.system_prompt_file is not None:
+        return Path(agent.system_prompt_file).read_text(encoding="utf-8")
+    return agent.system_prompt or ""
+
+
+class InferenceConfig(Base):
+    """`[inference]`: the backend serving connectors' inference/request and model/info (AGENTS.md §8)."""
+
+    backend: BackendConfig
+    context_window: Annotated[int, Meta(ge=1)] = 128_000
 
 
 class Config(Base):
     store: StoreConfig = StoreConfig()
     connectors: list[ConnectorConfig] = []
     agents: list[AgentConfig] = []
+    inference: InferenceConfig | None = None
 
 
 # --- loading -----------------------------------------------------------------
@@ -125,7 +199,7 @@ def read_config(path: str | os.PathLike[str]) -> tuple[Config, list[str]]:
         found = environment_problems(config)
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
-    return config, warnings(raw)
+    return config, warnings(raw) + environment_warnings(config)
 
 
 class ConfigMissing(ConfigError):
@@ -137,13 +211,18 @@ class ConfigMissing(ConfigError):
 
 
 def resolve_paths(config: Config, base: Path) -> Config:
-    """Make `store.path` and every `cwd` absolute, relative to `base`."""
+    """Make `store.path`, every `cwd` and every `system_prompt_file` absolute, relative to `base`."""
     store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
     connectors = [
         msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base))
         for c in config.connectors
     ]
-    return msgspec.structs.replace(config, store=store, connectors=connectors)
+    agents = [
+        msgspec.structs.replace(a, system_prompt_file=str(base / a.system_prompt_file))
+        if a.system_prompt_file is not None else a
+        for a in config.agents
+    ]
+    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents)
 
 
 def problems(raw: Any) -> list[str]:
@@ -165,8 +244,11 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
         seen: dict[str, int] = {}
         for i, item in _entries(raw, kind):
             name = item.get("name")
-            if not isinstance(name, str):
+            if not isinstance(name, str) or not name:
                 continue
+            if not NAME_PATTERN.fullmatch(name):
+                found.append(f"{kind}[{i}].name: {name!r} must match {NAME_PATTERN.pattern} "
+                             "(a letter or digit, then up to 31 letters, digits, _ or -)")
             if name in seen:
                 found.append(f"{kind}[{i}].name: {name!r} is already used by {kind}[{seen[name]}]")
             seen.setdefault(name, i)
@@ -177,11 +259,55 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
                 found += [f"connectors[{i}].grant[{j}]: {why}" for why in grant_pattern_problems(pattern)]
     connector_names = {c.get("name") for _, c in _entries(raw, "connectors") if isinstance(c.get("name"), str)}
     for i, agent in _entries(raw, "agents"):
-        wake_on = agent.get("wake_on")
-        for j, entry in enumerate(wake_on if isinstance(wake_on, list) else []):
-            if isinstance(entry, str) and entry:
-                found += [f"agents[{i}].wake_on[{j}]: {why}" for why in wake_on_problems(entry, connector_names)]
-    agents = _entries(raw, "agents")
+        found += [f"agents[{i}].{why}" for why in agent_problems(agent, connector_names)]
+    found += _parent_problems(_entries(raw, "agents"))
+    inference = raw.get("inference")
+    if isinstance(inference, dict) and isinstance(inference.get("backend"), dict):
+        found += [f"inference.backend.{why}" for why in backend_problems(inference["backend"])]
+    return found
+
+
+def _strings(value: Any) -> list[tuple[int, str]]:
+    """The non-empty strings of a list, with their indexes (the type checks report the rest)."""
+    return [(j, v) for j, v in enumerate(value if isinstance(value, list) else []) if isinstance(v, str) and v]
+
+
+def agent_problems(agent: dict[str, Any], connector_names: set[str]) -> list[str]:
+    """One agent table's cross-field problems, each as ``field: what is wrong`` (without the agent's path)."""
+    found: list[str] = []
+    for j, entry in _strings(agent.get("hears")):
+        found += [f"hears[{j}]: {why}" for why in hears_problems(entry, connector_names)]
+    for j, entry in _strings(agent.get("wake_on")):
+        found += [f"wake_on[{j}]: {why}" for why in wake_on_problems(entry, connector_names)]
+    for j, entry in _strings(agent.get("wake_from")):
+        found += [f"wake_from[{j}]: {why}" for why in wake_from_problems(entry, connector_names)]
+    if agent.get("system_prompt") is not None and agent.get("system_prompt_file") is not None:
+        found.append("system_prompt_file: set together with system_prompt; give one of them")
+    debounce, max_wait = agent.get("debounce_ms", DEFAULT_DEBOUNCE_MS), agent.get("max_wait_ms")
+    if _is_int(debounce) and _is_int(max_wait) and max_wait < debounce:
+        found.append(f"max_wait_ms: {max_wait} is less than debounce_ms ({debounce}); "
+                     "a turn could never wait out its debounce")
+    backend = agent.get("backend")
+    if isinstance(backend, dict):
+        found += [f"backend.{why}" for why in backend_problems(backend)]
+    return found
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def backend_problems(backend: dict[str, Any]) -> list[str]:
+    """A backend table's cross-field problems: a network backend names its model."""
+    kind = backend.get("kind", "scripted")
+    if kind in ("openai", "anthropic") and backend.get("model") is None:
+        return [f"model: required for kind {kind!r}"]
+    return []
+
+
+def _parent_problems(agents: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """A parent names an agent of this file, and following parents ends."""
+    found: list[str] = []
     parents = {a.get("name"): a.get("parent") for _, a in agents}
     for i, agent in agents:
         parent = agent.get("parent")
@@ -200,6 +326,8 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
     return found
 
 
+#: Names of connectors and agents (AGENTS.md §1): they appear in headers, tool names and log fields.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 #: One segment of a grant pattern that is not `*`: a capability name (grants.py matches them literally).
 _GRANT_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 #: The `wake_on` keywords of AGENTS.md §2; any other entry names a connector (NAME or NAME/GLOB).
@@ -231,12 +359,62 @@ def wake_on_problems(entry: str, connector_names: set[str]) -> list[str]:
     return [f"{entry!r} is not one of {choices}, nor a configured connector's name (or NAME/GLOB)"]
 
 
+def hears_problems(entry: str, connector_names: set[str]) -> list[str]:
+    """What is wrong with a `hears` entry: a configured connector's NAME, or NAME/CHANNEL-GLOB."""
+    name, slash, glob = entry.partition("/")
+    if name not in connector_names:
+        return [f"{entry!r}: no connector is named {name!r}"]
+    return [f"{entry!r}: the channel glob after {name + '/'!r} is empty"] if slash and not glob else []
+
+
+def wake_from_problems(entry: str, connector_names: set[str]) -> list[str]:
+    """What is wrong with a `wake_from` entry: NAME/AUTHOR-ID-GLOB, NAME a configured connector."""
+    name, slash, glob = entry.partition("/")
+    if not slash or not glob:
+        return [f"{entry!r}: needs the form connector/author-id-glob (matched on the author's id)"]
+    if name not in connector_names:
+        return [f"{entry!r}: no connector is named {name!r}"]
+    return []
+
+
 def warnings(raw: Any) -> list[str]:
     """Allowed but surely not meant: as ``path: what``, like problems."""
+    raw = raw if isinstance(raw, dict) else {}
     found: list[str] = []
-    for i, connector in _entries(raw if isinstance(raw, dict) else {}, "connectors"):
+    for i, connector in _entries(raw, "connectors"):
         if not connector.get("grant"):
             found.append(f"connectors[{i}].grant: empty: no item from this connector will ever be accepted")
+    for i, agent in _entries(raw, "agents"):
+        found += [f"agents[{i}].{why}" for why in _agent_warnings(agent)]
+    return found
+
+
+def _agent_warnings(agent: dict[str, Any]) -> list[str]:
+    found: list[str] = []
+    hears = agent.get("hears")
+    if isinstance(hears, list):
+        heard = {h.partition("/")[0] for h in hears if isinstance(h, str)}
+        for j, entry in _strings(agent.get("wake_on")):
+            if entry not in WAKE_ON_KEYWORDS and entry.partition("/")[0] not in heard:
+                found.append(f"wake_on[{j}]: {entry!r} names a connector the agent does not hear: it never wakes it")
+        if not hears:
+            found.append("hears: empty: the agent hears nothing and never wakes")
+    backend = agent.get("backend")
+    if isinstance(backend, dict) and backend.get("script") and backend.get("kind", "scripted") != "scripted":
+        found.append(f"backend.script: ignored by kind {backend.get('kind')!r} (scripted only)")
+    return found
+
+
+def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """What the resolved config names in the environment that is not set now (it may be, under systemd)."""
+    found: list[str] = []
+    backends = [(f"agents[{i}].backend", a.backend) for i, a in enumerate(config.agents)]
+    if config.inference is not None:
+        backends.append(("inference.backend", config.inference.backend))
+    for where, backend in backends:
+        if backend.api_key_env is not None and not environ.get(backend.api_key_env):
+            found.append(f"{where}.api_key_env: the variable {backend.api_key_env} is not set here: "
+                         "calls will fail with missing_key")
     return found
 
 
@@ -254,6 +432,13 @@ def environment_problems(config: Config) -> list[str]:
         why = command_problem(connector.command[0], cwd, connector.env)
         if why:
             found.append(f"connectors[{i}].command: {why}")
+    for i, agent in enumerate(config.agents):
+        if agent.system_prompt_file is not None:
+            try:
+                system_prompt_text(agent)
+            except (OSError, UnicodeDecodeError) as exc:
+                found.append(f"agents[{i}].system_prompt_file: cannot read {agent.system_prompt_file}: "
+                             f"{exc.strerror if isinstance(exc, OSError) else exc}")
     return found
 
 
@@ -335,6 +520,10 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _struct_type(tp: Any) -> type[msgspec.Struct] | None:
+    """The Struct `tp` is, or is optionally (`X | None`); None otherwise."""
+    if get_origin(tp) in (Union, UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        tp = options[0] if len(options) == 1 else None
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return tp
     return None

@@ -9,16 +9,23 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mcplhost.config import (
+    AgentConfig,
     Config,
     ConnectorConfig,
     RestartConfig,
+    ScriptReply,
+    ScriptToolCall,
     StoreConfig,
     default_config_path,
+    effective_max_wait_ms,
     load_config,
     problems,
     read_config,
+    system_prompt_text,
     warnings,
 )
 from mcplhost.errors import ConfigError
@@ -49,16 +56,52 @@ backoff_max_s = 30
 burst = 5                             # after this many failures ...
 window_s = 60                         # ... within this window: the slow lane (one try every backoff_max_s)
 
-[[agents]]
-name = "scout"
+[[connectors]]
+name = "zulip"
+command = ["python", "-m", "connectors.zulipish"]
+
+[[agents]]                            # AGENTS.md is the rule for every key below
+name = "scout"                        # [A-Za-z0-9][A-Za-z0-9_-]{0,31}, like connector names
 parent = "lead"                       # optional: tree for peer messages
-wake_on = ["addressed", "dm"]         # which inbound items wake it ("all", "addressed", "dm", "push", server or channel ids)
+title = "Scout"                       # optional: shown to peers
+hears = ["discord", "zulip/stream:*"] # optional: connectors or connector/channel-globs in its context (default: all)
+wake_on = ["addressed", "dm"]         # "all" | "addressed" | "dm" | "push" | NAME | NAME/GLOB
+wake_from = ["discord/1234*"]         # optional: connector/author-id globs allowed to wake it (default: anyone)
+wake_from_bots = false                # items tagged chat:from-bot wake it only when true
+max_wakes_per_sender_per_hour = 30
+context_scope = "agent"               # "agent" (one context across its conversations) | "conversation"
+tools = ["channel_*", "history_search", "weather__*"]   # optional: globs over tool names (default: all)
+tool_timeout_s = 60
+tool_result_max_chars = 20000
+max_tokens_per_day = 0                # 0: no limit
+publish_max_age_s = 3600
 debounce_ms = 300
+max_wait_ms = 3000                    # a steady stream cannot postpone a wake past this (default: max(3000, 4 × debounce_ms))
+system_prompt = "You are Scout."      # or system_prompt_file = "scout.md" (relative to the config)
+context_chars = 120000
+max_tool_rounds = 8
+max_turns_per_hour = 120
+catch_up_max_age_s = 3600
 [agents.backend]
-kind = "scripted"                     # "scripted" | "openai" | "anthropic"
+kind = "openai"                       # "scripted" | "openai" | "anthropic"
+model = "gpt-4o-mini"
+base_url = "http://127.0.0.1:8000/v1" # optional: any OpenAI-compatible server
+api_key_env = "OPENAI_API_KEY"        # optional: the variable holding the key (never the key itself)
+max_tokens = 1024
+timeout_s = 60
+max_retries = 2
+temperature = 0.7                     # optional
+script = []                           # scripted only: replies in turn (AGENTS.md §4)
 
 [[agents]]
 name = "lead"
+
+[inference]                           # optional: serves connectors' inference/request and model/info
+context_window = 128000
+[inference.backend]                   # same keys as agents.backend
+kind = "anthropic"
+model = "claude-sonnet-4-5"
+api_key_env = "ANTHROPIC_API_KEY"
 """
 
 
@@ -79,10 +122,18 @@ class TestLoadConfig:
         """INTERFACES.md's example decodes with every field where the document puts it."""
         # "python" need not be on PATH (Debian has none): the interpreter running the tests stands in.
         config = load_config(write(tmp_path, INTERFACES_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
-        (discord,) = config.connectors
+        discord, _ = config.connectors
         assert discord.env == {"GUILDS": "acme"} and discord.channels == ["discord:g1:*"]
         assert discord.feature_sets.enabled == ["discord.messaging"] and discord.request_timeout_s == 10
         assert [a.name for a in config.agents] == ["scout", "lead"] and config.agents[0].parent == "lead"
+        scout = config.agents[0]
+        assert (scout.title, scout.hears, scout.wake_from) == ("Scout", ["discord", "zulip/stream:*"], ["discord/1234*"])
+        assert scout.tools == ["channel_*", "history_search", "weather__*"] and scout.max_wait_ms == 3000
+        assert scout.system_prompt == "You are Scout." and scout.catch_up_max_age_s == 3600
+        assert (scout.backend.kind, scout.backend.model, scout.backend.temperature) == ("openai", "gpt-4o-mini", 0.7)
+        assert scout.backend.base_url == "http://127.0.0.1:8000/v1" and scout.backend.api_key_env == "OPENAI_API_KEY"
+        assert config.inference is not None and config.inference.context_window == 128000
+        assert config.inference.backend.model == "claude-sonnet-4-5"
 
     def test_restart_defaults_are_the_documented_ones(self) -> None:
         """An absent [connectors.restart] means on-failure, 0.5 s, 30 s, burst 5 in 60 s."""
@@ -315,3 +366,196 @@ class TestDefaultsComeFromTheirOwners:
         connector = ConnectorConfig(name="a", command=["sh"])
         assert connector.max_line_bytes == MAX_LINE_BYTES and connector.request_timeout_s == DEFAULT_TIMEOUT_S
         assert StoreConfig().synchronous == DEFAULT_SYNCHRONOUS
+
+
+def agent(**fields: str) -> str:
+    """An [[agents]] table named scout, plus `fields` as TOML values written verbatim."""
+    return '[[agents]]\nname = "scout"\n' + "".join(f"{k} = {v}\n" for k, v in fields.items())
+
+
+class TestAgentConfig:
+    def test_defaults_are_agents_md_s(self) -> None:
+        """An agent with only a name gets the defaults AGENTS.md and INTERFACES.md give."""
+        scout = AgentConfig(name="scout")
+        assert (scout.hears, scout.wake_on, scout.wake_from, scout.wake_from_bots) == (None, ["addressed", "dm"],
+                                                                                    None, False)
+        assert (scout.max_wakes_per_sender_per_hour, scout.context_scope, scout.tools) == (30, "agent", None)
+        assert (scout.tool_timeout_s, scout.tool_result_max_chars, scout.max_tokens_per_day) == (60, 20_000, 0)
+        assert (scout.debounce_ms, scout.max_wait_ms, scout.context_chars) == (300, None, 120_000)
+        assert (scout.max_tool_rounds, scout.max_turns_per_hour, scout.catch_up_max_age_s) == (8, 120, 3600)
+        assert scout.publish_max_age_s == 3600
+        backend = scout.backend
+        assert (backend.kind, backend.max_tokens, backend.timeout_s, backend.max_retries) == ("scripted", 1024, 60, 2)
+        assert (backend.temperature, backend.script) == (None, [])
+
+    @pytest.mark.parametrize(("debounce_ms", "max_wait_ms", "effective"), [
+        (300, None, 3000), (0, None, 3000), (750, None, 3000), (1000, None, 4000), (300, 500, 500), (300, 300, 300),
+    ])
+    def test_max_wait_defaults_to_the_larger_of_3000_and_four_debounces(self, debounce_ms: int,
+                                                                         max_wait_ms: int | None,
+                                                                         effective: int) -> None:
+        """max_wait_ms when set, else max(3000, 4 × debounce_ms)."""
+        scout = AgentConfig(name="scout", debounce_ms=debounce_ms, max_wait_ms=max_wait_ms)
+        assert effective_max_wait_ms(scout) == effective
+
+    def test_script_replies_are_strings_or_tables(self, tmp_path) -> None:
+        """A script mixes plain replies and {text, tool_calls} tables, each kept in order."""
+        text = agent() + ('[agents.backend]\nscript = ["hello", "{{echo}}", '
+                          '{ text = "looking", tool_calls = [{ name = "history_search", arguments = { query = "x" } }] }]\n')
+        script = load_config(write(tmp_path, text)).agents[0].backend.script
+        assert script[:2] == ["hello", "{{echo}}"]
+        assert script[2] == ScriptReply(text="looking",
+                                        tool_calls=[ScriptToolCall(name="history_search", arguments={"query": "x"})])
+
+    def test_the_prompt_file_is_relative_to_the_config_and_read_when_asked(self, tmp_path) -> None:
+        """system_prompt_file resolves against the config's folder; system_prompt_text reads its current text."""
+        (tmp_path / "prompts").mkdir()
+        (tmp_path / "prompts" / "scout.md").write_text("You are Scout.\n", encoding="utf-8")
+        scout = load_config(write(tmp_path, agent(system_prompt_file='"prompts/scout.md"'))).agents[0]
+        assert scout.system_prompt_file == str(tmp_path / "prompts" / "scout.md")
+        assert system_prompt_text(scout) == "You are Scout.\n"
+        (tmp_path / "prompts" / "scout.md").write_text("You are Scout, edited.", encoding="utf-8")
+        assert system_prompt_text(scout) == "You are Scout, edited."
+
+    def test_the_prompt_text_is_the_prompt_or_empty(self) -> None:
+        """Without a file the prompt is system_prompt, and no prompt at all is the empty string."""
+        assert system_prompt_text(AgentConfig(name="a", system_prompt="Be brief.")) == "Be brief."
+        assert system_prompt_text(AgentConfig(name="a")) == ""
+
+
+class TestAgentProblems:
+    @pytest.mark.parametrize(("name", "good"), [
+        ("scout", True), ("Scout_2", True), ("0", True), ("a-b", True), ("x" * 32, True),
+        ("x" * 33, False), ("-a", False), ("_a", False), ("a b", False), ("a.b", False), ("a/b", False),
+        ("é", False), ("a\n", False),
+    ])
+    def test_agent_and_connector_names_follow_the_pattern(self, name: str, good: bool) -> None:
+        """Names match [A-Za-z0-9][A-Za-z0-9_-]{0,31}, for agents and connectors alike."""
+        text = f'[[connectors]]\nname = {json.dumps(name)}\ncommand = ["sh"]\n[[agents]]\nname = {json.dumps(name)}\n'
+        found = problems_of(text)
+        assert [p.partition(":")[0] for p in found] == ([] if good else ["connectors[0].name", "agents[0].name"])
+
+    @given(st.text(max_size=40))
+    def test_a_name_is_accepted_exactly_when_it_matches(self, name: str) -> None:
+        """The name check agrees with the documented pattern for any text."""
+        if name == "":
+            return  # an empty name is the type check's problem
+        found = problems({"agents": [{"name": name}]})
+        assert (found == []) == bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", name))
+
+    @pytest.mark.parametrize(("hears", "expected"), [
+        ('["a"]', []), ('["a/stub:g1:*"]', []), ('["a", "a/x"]', []), ("[]", []),
+        ('["ghost"]', ["agents[0].hears[0]: 'ghost': no connector is named 'ghost'"]),
+        ('["a", "ghost/x:*"]', ["agents[0].hears[1]: 'ghost/x:*': no connector is named 'ghost'"]),
+        ('["a/"]', ["agents[0].hears[0]: 'a/': the channel glob after 'a/' is empty"]),
+    ])
+    def test_hears_names_configured_connectors(self, hears: str, expected: list[str]) -> None:
+        """Each hears entry is a configured connector, or one with a channel glob after the slash."""
+        assert problems_of(one_connector() + agent(hears=hears)) == expected
+
+    @pytest.mark.parametrize(("wake_from", "says"), [
+        ('["a"]', "needs the form connector/author-id-glob"),
+        ('["a/"]', "needs the form connector/author-id-glob"),
+        ('["ghost/1*"]', "no connector is named 'ghost'"),
+    ])
+    def test_wake_from_entries_are_connector_slash_author_globs(self, wake_from: str, says: str) -> None:
+        """wake_from matches author ids per connector, so each entry names a connector and a glob."""
+        (problem,) = problems_of(one_connector() + agent(wake_from=wake_from))
+        assert problem.startswith("agents[0].wake_from[0]: ") and says in problem, problem
+
+    def test_good_wake_from_entries_pass(self) -> None:
+        """A configured connector, a slash, and any glob over ids."""
+        assert problems_of(one_connector() + agent(wake_from='["a/1234*", "a/*", "a/u-[0-9]"]')) == []
+
+    def test_both_prompts_set_is_a_problem(self) -> None:
+        """system_prompt and system_prompt_file cannot both be set: which one would win is not obvious."""
+        assert problems_of(agent(system_prompt='"x"', system_prompt_file='"x.md"')) == [
+            "agents[0].system_prompt_file: set together with system_prompt; give one of them"]
+
+    @pytest.mark.parametrize(("fields", "expected"), [
+        ({"max_wait_ms": "100"}, ["agents[0].max_wait_ms: 100 is less than debounce_ms (300); "
+                                  "a turn could never wait out its debounce"]),
+        ({"debounce_ms": "5000", "max_wait_ms": "4999"}, ["agents[0].max_wait_ms: 4999 is less than debounce_ms "
+                                                          "(5000); a turn could never wait out its debounce"]),
+        ({"debounce_ms": "5000", "max_wait_ms": "5000"}, []),
+        ({"debounce_ms": "5000"}, []),
+    ])
+    def test_max_wait_below_debounce_is_a_problem(self, fields: dict[str, str], expected: list[str]) -> None:
+        """A max_wait_ms set smaller than debounce_ms (its default 300 included) is refused."""
+        assert problems_of(agent(**fields)) == expected
+
+    @pytest.mark.parametrize(("fields", "prefix"), [
+        ({"context_scope": '"room"'}, "agents[0].context_scope"),
+        ({"max_turns_per_hour": "0"}, "agents[0].max_turns_per_hour"),
+        ({"tool_timeout_s": "0"}, "agents[0].tool_timeout_s"),
+        ({"max_tokens_per_day": "-1"}, "agents[0].max_tokens_per_day"),
+        ({"wake_from_bots": '"yes"'}, "agents[0].wake_from_bots"),
+        ({"hears": '"a"'}, "agents[0].hears"),
+        ({"title": "1"}, "agents[0].title"),
+    ])
+    def test_agent_values_are_type_checked(self, fields: dict[str, str], prefix: str) -> None:
+        """Enums, limits and types of the agent keys are reported at their paths."""
+        (problem,) = problems_of(one_connector() + agent(**fields))
+        assert problem.startswith(prefix + ":"), problem
+
+    @pytest.mark.parametrize(("backend", "expected"), [
+        ('kind = "openai"', ["agents[0].backend.model: required for kind 'openai'"]),
+        ('kind = "anthropic"\nmodel = "claude"', []),
+        ('kind = "scripted"', []),
+        ("max_retries = -1", ["agents[0].backend.max_retries: Expected `int` >= 0"]),
+        ("temperature = 3.0", ["agents[0].backend.temperature: Expected `float` <= 2.0"]),
+        ("max_tokens = 0", ["agents[0].backend.max_tokens: Expected `int` >= 1"]),
+        ('script = [{ text = "x", mood = "y" }]', ["agents[0].backend.script[0]: Object contains unknown field `mood`"]),
+        ('script = [{ tool_calls = [{ arguments = {} }] }]',
+         ["agents[0].backend.script[0].tool_calls[0]: Object missing required field `name`"]),
+    ])
+    def test_backend_tables_are_checked(self, backend: str, expected: list[str]) -> None:
+        """A network backend names its model; numbers are bounded; script tables are strict."""
+        assert problems_of(agent() + "[agents.backend]\n" + backend + "\n") == expected
+
+    @pytest.mark.parametrize(("text", "expected"), [
+        ("[inference]\ncontext_window = 1000\n", ["inference.backend: required"]),
+        ('[inference]\nsize = 1\n[inference.backend]\nkind = "scripted"\n', ["inference.size: unknown key"]),
+        ('[inference.backend]\nkind = "openai"\n', ["inference.backend.model: required for kind 'openai'"]),
+        ('[inference]\ncontext_window = 0\n[inference.backend]\nkind = "scripted"\n',
+         ["inference.context_window: Expected `int` >= 1"]),
+        ('[inference.backend]\nkind = "scripted"\n', []),
+    ])
+    def test_the_inference_table_is_validated(self, text: str, expected: list[str]) -> None:
+        """[inference] needs a backend, takes only its keys, and its backend follows the agents' backend rules."""
+        assert problems_of(text) == expected
+
+
+class TestAgentEnvironment:
+    def test_an_unreadable_prompt_file_is_a_problem(self, tmp_path) -> None:
+        """A missing system_prompt_file, or one that is a folder, is named with its resolved path."""
+        (tmp_path / "folder.md").mkdir()
+        text = agent(system_prompt_file='"missing.md"') + '[[agents]]\nname = "b"\nsystem_prompt_file = "folder.md"\n'
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(tmp_path, text))
+        missing, folder = caught.value.problems
+        assert missing.startswith(f"agents[0].system_prompt_file: cannot read {tmp_path / 'missing.md'}: ")
+        assert folder.startswith(f"agents[1].system_prompt_file: cannot read {tmp_path / 'folder.md'}: ")
+
+    def test_a_key_variable_not_set_is_a_warning(self, tmp_path, monkeypatch) -> None:
+        """api_key_env naming an unset variable warns (the daemon's environment may differ); set, it is quiet."""
+        monkeypatch.delenv("MCPLHOST_TEST_KEY", raising=False)
+        text = agent() + '[agents.backend]\nkind = "openai"\nmodel = "m"\napi_key_env = "MCPLHOST_TEST_KEY"\n'
+        _, found = read_config(write(tmp_path, text))
+        assert found == ["agents[0].backend.api_key_env: the variable MCPLHOST_TEST_KEY is not set here: "
+                         "calls will fail with missing_key"]
+        monkeypatch.setenv("MCPLHOST_TEST_KEY", "k")
+        assert read_config(write(tmp_path, text))[1] == []
+
+    def test_an_unheard_wake_on_connector_and_a_stray_script_are_warnings(self) -> None:
+        """Allowed, but surely not meant: a wake_on connector outside hears, a script a network backend ignores."""
+        import tomllib
+
+        text = (one_connector() + '[[connectors]]\nname = "b"\ncommand = ["sh"]\ngrant = ["pushEvents"]\n'
+                + agent(hears='["a"]', wake_on='["dm", "b/x:*"]')
+                + '[agents.backend]\nkind = "openai"\nmodel = "m"\nscript = ["hi"]\n')
+        raw = tomllib.loads(text)
+        assert problems(raw) == []
+        assert warnings(raw)[1:] == [
+            "agents[0].wake_on[1]: 'b/x:*' names a connector the agent does not hear: it never wakes it",
+            "agents[0].backend.script: ignored by kind 'openai' (scripted only)"]
