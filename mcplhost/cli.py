@@ -43,7 +43,7 @@ DEV_DB = "mcplhost-dev.db"
 EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
           "Problems and warnings go to stderr, results to stdout.")
 LOCK_EPILOG = (EPILOG + " One daemon per database: run, dev and migrate hold a lock on DATABASE.lock beside it; "
-               "a second one exits 1 with one line naming the holder's pid (messages and search need no lock).")
+               "a second one exits 1 with one line naming the holder's pid (messages, search and turns need no lock).")
 
 
 class Parser(argparse.ArgumentParser):
@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--ignore-case", "-i", action="store_true")
     search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
     search.add_argument("--json", action="store_true")
+
+    turns = sub.add_parser("turns", help="print agent turns, oldest first (why each woke, how it ended)",
+                           epilog=EPILOG)
+    turns.add_argument("--db", type=path_option, required=True)
+    turns.add_argument("--json", action="store_true", help="one JSON object per line")
+    turns.add_argument("--agent", default=None, help="only this agent's turns")
+    turns.add_argument("--limit", type=count, default=None, help="only the newest N turns")
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=LOCK_EPILOG)
     migrate.add_argument("--db", type=path_option, required=True)
@@ -358,6 +365,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_turns(args: argparse.Namespace) -> int:
+    from .readers import turn_plain_line
+    from .store import turn_line
+
+    async def main() -> None:
+        async with open_reader(existing_database(args.db)) as store:
+            out = sys.stdout.buffer
+            async for turn in store.turns.iterate(agent=args.agent, limit=args.limit):
+                out.write(turn_line(turn) + b"\n" if args.json else (turn_plain_line(turn) + "\n").encode())
+            out.flush()
+
+    anyio.run(main)
+    return EXIT_OK
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Takes the database's lock like `run`: migrating under a running daemon is refused."""
     db = usable_database(args.db)
@@ -395,6 +417,7 @@ COMMANDS = {
     "check-config": cmd_check_config,
     "messages": cmd_messages,
     "search": cmd_search,
+    "turns": cmd_turns,
     "migrate": cmd_migrate,
     "connector": cmd_connector,
 }

@@ -1,4 +1,5 @@
 """Readers of what was said: they read bodies only, never the source header (PROVENANCE §6).
+Also the plain view of the turns ledger (`mcplhost turns`).
 
 `search_items` streams the table a page at a time (`items.iterate`), so its
 memory is one page plus the hits it keeps, whatever the table's size. Hits
@@ -12,6 +13,7 @@ could have been among the hits (newer than the oldest hit of a full window).
 from __future__ import annotations
 
 from collections import deque
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -19,6 +21,7 @@ import regex
 
 from .inbound.notice import reader_body
 from .store import Store
+from .store.turns import Turn, spent_tokens
 
 #: A user's regular expression gets this long per item before it is abandoned.
 REGEX_TIMEOUT_S = 0.5
@@ -26,6 +29,8 @@ REGEX_TIMEOUT_S = 0.5
 SNIPPET_CONTEXT = 40
 #: Ids of timed-out items kept for the report (the newest ones); the count is always exact.
 TIMED_OUT_IDS_KEPT = 10
+#: Waking item ids a plain `mcplhost turns` line shows; the rest are counted (a wake holds up to 100).
+WAKE_IDS_SHOWN = 8
 
 
 class SearchError(Exception):
@@ -137,3 +142,18 @@ def timed_out_warning(result: SearchResult) -> str | None:
     ids = ", ".join(map(str, result.timed_out_ids)) + (", …" if result.timed_out > len(result.timed_out_ids) else "")
     return (f"warning: the regular expression ran out of time ({REGEX_TIMEOUT_S:g} s) on {result.timed_out} of"
             f" {result.searched} items, which are left out of the results (ids {ids})")
+
+
+# --- the turns ledger ------------------------------------------------------------------
+
+
+def turn_plain_line(turn: Turn) -> str:
+    """One turn for people: id, agent, outcome (or running), start (UTC), seconds, model, tokens, waking ids."""
+    started = datetime.fromtimestamp(turn.started_at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    took = "-" if turn.ended_at is None else f"{(turn.ended_at - turn.started_at) / 1000:.2f}s"
+    tokens = "-" if turn.usage is None else str(spent_tokens(turn.usage))
+    shown = ",".join(map(str, turn.wake_item_ids[:WAKE_IDS_SHOWN]))
+    hidden = len(turn.wake_item_ids) - WAKE_IDS_SHOWN
+    wake = (shown or "-") + (f",…+{hidden}" if hidden > 0 else "")
+    return (f"{turn.id:>6}  {turn.agent:<16} {turn.outcome or 'running':<9} {started} {took:>8}"
+            f"  {turn.model or '-'}  tokens={tokens}  wake={wake}")
