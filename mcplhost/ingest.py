@@ -121,7 +121,7 @@ class Ingest:
                 lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
-                tags=list(m.tags), participant=m.participant))
+                tags=list(m.tags), participant=m.participant, author_id=m.author_id))
             outcomes.append(outcome)
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)

@@ -138,6 +138,19 @@ class TestStoredEvents:
             assert result["accepted"] and intake.statistics()["stored_events"] == 0
 
 
+class TestAuthorId:
+    async def test_the_author_id_is_host_metadata_when_known(self, tmp_path: Path):
+        """metadata.authorId is the admitted author id; absent without one; a connector's own copy stays in adapter."""
+        async with ingest(tmp_path) as (intake, _):
+            await intake.store_messages("disc", "channels/incoming", [
+                message("m-1", participant="Alice", author_id="u-7", metadata={"authorId": "forged"}),
+                message("m-2")])
+            known, unknown = [json.loads(export_line(i)) for i in await intake.store.items.list()]
+            assert known["metadata"]["authorId"] == "u-7" and known["participant"] == "Alice"
+            assert known["metadata"]["adapter"] == {"authorId": "forged"}
+            assert "authorId" not in unknown["metadata"]
+
+
 class TestPush:
     async def test_a_repeat_names_the_original_item(self, tmp_path: Path):
         """store_push returns PushStored: the answer, the item id, and whether it was a repeat."""

@@ -69,6 +69,7 @@ class Delivered(msgspec.Struct, frozen=True, kw_only=True):
     source_timestamp: Any = None
     tags: list[str] = msgspec.field(default_factory=list)
     participant: str | None = None
+    author_id: str | None = None  # the sender's platform id; stored as metadata.authorId when known
 
 
 class InFlight(msgspec.Struct, frozen=True, kw_only=True):
@@ -223,6 +224,10 @@ def _metadata(item: InFlight) -> dict[str, Any]:
     }
     if item.header is None:
         del metadata["sourceHeader"]  # a surface item has no header to name
+    if item.delivered.author_id is not None:
+        # Host-written beside the connector's object, never read from metadata.adapter (§1); absent
+        # when the connector named no author id, rather than null on every push.
+        metadata["authorId"] = item.delivered.author_id
     return metadata
 
 

@@ -74,9 +74,10 @@ def admit_message(
     if not channel.receives:
         return refusal(message.messageId, errors.channel_not_permitted(message.channelId), "channel_not_permitted")
     author = message.author
-    participant = None
+    participant = author_id = None
     if author is not None:
-        participant = author.name or (str(author.id) if author.id is not None else None)
+        author_id = str(author.id) if author.id is not None else None
+        participant = author.name or author_id
     return AdmittedMessage(
         channel_id=channel.id,
         label=channel.label,
@@ -84,6 +85,7 @@ def admit_message(
         thread_id=message.threadId,
         reply_to=_reply_to(message.replyTo, message.metadata),
         participant=participant,
+        author_id=author_id,
         source_timestamp=message.timestamp,
         content=message.content,
         metadata=message.metadata,

@@ -22,7 +22,8 @@ class AdmittedMessage(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str
     thread_id: str | None = None
     reply_to: str | None = None
-    participant: str | None = None
+    participant: str | None = None  # the author's display name (else its id)
+    author_id: str | None = None  # the author's platform id, as text: what `wake_from` matches
     source_timestamp: str | None = None
     content: list[dict[str, Any]]
     metadata: dict[str, Any] | None = None  # the connector's own claims

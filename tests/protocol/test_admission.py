@@ -101,6 +101,13 @@ class TestAdmitMessage:
         own = admit_message(raw_message(replyTo="m-own", metadata={"replyTo": "m-0"}), registry(), None)
         assert own.reply_to == "m-own"
 
+    def test_the_author_id_is_kept_apart_from_the_display_name(self) -> None:
+        """author.id is admitted as text (wake_from matches it, never the name); no id is None."""
+        named = admit_message(raw_message(author={"id": 1234, "name": "Alice"}), registry(), None)
+        assert (named.participant, named.author_id) == ("Alice", "1234")
+        assert admit_message(raw_message(author={"name": "Bob"}), registry(), None).author_id is None
+        assert admit_message(raw_message(), registry(), None).author_id is None
+
     def test_tags_are_expanded_and_never_change_admission(self) -> None:
         """The core closure runs on admitted messages; tags do not admit an unknown channel."""
         admitted = admit_message(raw_message(tags=["chat:dm", "chat:ambient"]), registry(), None)
