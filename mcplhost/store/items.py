@@ -51,6 +51,8 @@ _ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
 _KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
 _KEY_POSITIONS = tuple([c.strip() for c in _INSERT_COLUMNS.split(",")].index(k) for k in _KEY_COLUMNS)
 _COLUMNS = "id, agent, participant, role, content, metadata, created_at"
+_WRITTEN_COLUMNS = ("id, agent, participant, role, content, metadata, thread_id, conversation_id, dedup_digest,"
+                    " created_at")
 _FIND_ORIGINAL = f"SELECT id, conversation_id FROM items WHERE {' AND '.join(f'{k} = ?' for k in _KEY_COLUMNS)}"
 
 
@@ -253,6 +255,23 @@ class ItemRepository:
             )
         return [_stored_item(row) for row in rows]
 
+    async def after_as_written(self, item_id: int, *, since_ms: int = 0,
+                               limit: int | None = None) -> builtins.list[tuple[int, NewItem]]:
+        """What `after` returns, each as (id, the `NewItem` as written): thread, conversation and key included.
+
+        Catch-up rebuilds ingest's `Stored` events from these, so a replayed
+        item has the conversation id the live event had (None for an unscoped
+        push or local input), not one recomputed from its metadata.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be at least 0, not {limit}")
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                f"SELECT {_WRITTEN_COLUMNS} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
+                (item_id, since_ms, -1 if limit is None else limit),
+            )
+        return [_written_item(row) for row in rows]
+
     async def context_rows(self, agent: str, *, limit: int) -> builtins.list[StoredItem]:
         """The newest `limit` items that are everyone's (agent NULL) or `agent`'s own, oldest first.
 
@@ -330,4 +349,19 @@ def _stored_item(row: Sequence[Any]) -> StoredItem:
         content=_content_decoder.decode(content),
         metadata=_metadata_decoder.decode(metadata),
         created_at=created_at,
+    )
+
+
+def _written_item(row: Sequence[Any]) -> tuple[int, NewItem]:
+    item_id, agent, participant, role, content, metadata, thread_id, conversation_id, dedup_digest, created_at = row
+    return item_id, NewItem(
+        role=role,
+        content=_content_decoder.decode(content),
+        metadata=_metadata_decoder.decode(metadata),
+        created_at=created_at,
+        agent=agent,
+        participant=participant,
+        thread_id=thread_id,
+        conversation_id=conversation_id,
+        dedup_digest=dedup_digest,
     )

@@ -318,6 +318,16 @@ class TestAgentReads:
         assert [i.id for i in await store.items.after(first_page[-1].id, since_ms=2_000, limit=2)] == ids[4:]
         assert await store.items.after(ids[-1]) == [] and await store.items.after(0, limit=0) == []
 
+    async def test_after_as_written_gives_back_the_new_items_with_their_columns(self, store: Store):
+        """after_as_written returns (id, NewItem) equal to what was written, thread, conversation and key included."""
+        threaded = msgspec.structs.replace(make_item("t", created_at=5), thread_id="topic", conversation_id="conv_1",
+                                           dedup_digest="d" * 64)
+        unscoped = make_item("push", server="disc", channel=None, created_at=6)
+        old = make_item("old", created_at=1)
+        ids = await store.items.insert_many([old, threaded, unscoped])
+        assert await store.items.after_as_written(0, since_ms=5) == [(ids[1], threaded), (ids[2], unscoped)]
+        assert await store.items.after_as_written(ids[0], limit=1) == [(ids[1], threaded)]
+
     async def test_context_rows_are_everyones_and_the_agents_own(self, store: Store):
         """context_rows(agent, limit) is the newest `limit` rows with no agent or this agent, oldest first."""
         owners = [None, "scout", "other", None, "other", "scout", None]
