@@ -14,6 +14,7 @@ CREATE TABLE turns (
     model          TEXT NULL,           -- the model the backend reported (or was asked for)
     usage          TEXT NULL,           -- JSON object: inputTokens, outputTokens, cachedTokens
     request_digest TEXT NULL,           -- SHA-256 (64 lowercase hex) of the first compiled request
+    injections     TEXT NULL,           -- JSON: the hook injections compiled in, so the digest can be reproduced
     tokens         INTEGER NOT NULL DEFAULT 0   -- inputTokens + outputTokens, summed for max_tokens_per_day
 );
 

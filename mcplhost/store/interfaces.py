@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.items import ItemWritten, NewItem, StoredItem
@@ -77,6 +77,8 @@ class Turns(Protocol):
     async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted") -> int: ...
 
     async def get(self, turn_id: int) -> Turn | None: ...
+
+    async def injections(self, turn_id: int) -> Any: ...
 
     async def list(self, *, agent: str | None = None, limit: int | None = None) -> builtins.list[Turn]: ...
 

@@ -24,7 +24,7 @@ from mcplhost.store.cursors import CursorMove
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.pushes import PushClaim
-from mcplhost.store.turns import TurnEnd, TurnStart, check_digest, check_outcome, usage_record
+from mcplhost.store.turns import TurnEnd, TurnStart
 
 #: Stage of operations that store rows others may refer to.
 STAGE_ROWS = 10
@@ -121,17 +121,19 @@ class FinishTurn(msgspec.Struct, frozen=True):
     model: str | None
     usage: dict[str, Any] | None
     request_digest: str | None
+    #: The hook injections the first request was compiled with (e.g. msgspec.to_builtins(Injections)).
+    injections: Any = None
     STAGE: ClassVar[int] = STAGE_LEDGER
 
     def __post_init__(self) -> None:
-        check_outcome(self.outcome)
-        check_digest(self.request_digest)
-        usage_record(self.usage)
+        TurnEnd(self.turn_id, self.ended_at, self.outcome, self.model, self.usage, self.request_digest,
+                self.injections)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[FinishTurn]) -> list[bool]:
         return await repos.turns.finish_many_nocommit(
-            [TurnEnd(op.turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest) for op in ops])
+            [TurnEnd(op.turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest, op.injections)
+             for op in ops])
 
 
 class RecordTurn(msgspec.Struct, frozen=True):
@@ -145,18 +147,19 @@ class RecordTurn(msgspec.Struct, frozen=True):
     model: str | None = None
     usage: dict[str, Any] | None = None
     request_digest: str | None = None
+    injections: Any = None
     STAGE: ClassVar[int] = STAGE_ROWS
 
     def __post_init__(self) -> None:
         TurnStart(self.agent, self.wake_item_ids, self.started_at)
-        TurnEnd(0, self.ended_at, self.outcome, self.model, self.usage, self.request_digest)
+        TurnEnd(0, self.ended_at, self.outcome, self.model, self.usage, self.request_digest, self.injections)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[RecordTurn]) -> list[int]:
         ids = await repos.turns.begin_many_nocommit([TurnStart(op.agent, op.wake_item_ids, op.started_at)
                                                      for op in ops])
         await repos.turns.finish_many_nocommit(
-            [TurnEnd(turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest)
+            [TurnEnd(turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest, op.injections)
              for turn_id, op in zip(ids, ops, strict=True)])
         return ids
 

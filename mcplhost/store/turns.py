@@ -6,7 +6,9 @@ usage, requestDigest; fields a turn lacks are null, never left out.
 
 A turn is written when it begins (`begin_many_nocommit`) and finished once
 (`finish_many_nocommit`), so a host killed mid-turn leaves an open row that
-`close_unfinished_nocommit` ends as aborted on the next start. The ledger is
+`close_unfinished_nocommit` ends as aborted on the next start. A finished
+turn keeps the hook injections its first request was compiled with
+(AGENTS.md §3.2), so its request digest can be reproduced. The ledger is
 also the spend guard's memory: `usage_since` and `count_since` read it, so a
 restart resets neither `max_tokens_per_day` nor `max_turns_per_hour`.
 
@@ -93,11 +95,13 @@ class TurnEnd(msgspec.Struct, frozen=True):
     model: str | None = None
     usage: dict[str, Any] | None = None
     request_digest: str | None = None
+    injections: Any = None  # JSON-encodable; not part of the export line
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome)
         check_digest(self.request_digest)
         msgspec.structs.force_setattr(self, "usage", usage_record(self.usage))
+        _json_or_none(self.injections)  # refused now if it cannot be stored
 
     @property
     def tokens(self) -> int:
@@ -173,10 +177,10 @@ class TurnRepository:
                 winners.append(end)
         if winners:
             await self._database.conn.executemany(
-                "UPDATE turns SET ended_at = ?, outcome = ?, model = ?, usage = ?, request_digest = ?, tokens = ?"
-                " WHERE id = ?",
-                [(e.ended_at, e.outcome, e.model, _json_or_none(e.usage), e.request_digest, e.tokens, e.turn_id)
-                 for e in winners],
+                "UPDATE turns SET ended_at = ?, outcome = ?, model = ?, usage = ?, request_digest = ?, tokens = ?,"
+                " injections = ? WHERE id = ?",
+                [(e.ended_at, e.outcome, e.model, _json_or_none(e.usage), e.request_digest, e.tokens,
+                  _json_or_none(e.injections), e.turn_id) for e in winners],
             )
         return done
 
@@ -205,6 +209,14 @@ class TurnRepository:
             rows = await self._database.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?",
                                                               (turn_id,))
         return next((_turn(row) for row in rows), None)
+
+    async def injections(self, turn_id: int) -> Any:
+        """The hook injections recorded with the turn (decoded JSON), or None."""
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall("SELECT injections FROM turns WHERE id = ?",
+                                                              (turn_id,))
+        value = next((row[0] for row in rows), None)
+        return None if value is None else msgspec.json.decode(value)
 
     async def list(self, *, agent: str | None = None, limit: int | None = None) -> builtins.list[Turn]:
         """Turns oldest first (by id); with `limit`, only the newest `limit` of them (still oldest first)."""

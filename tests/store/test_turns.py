@@ -59,6 +59,23 @@ class TestBeginAndFinish:
                             usage={"inputTokens": 120, "outputTokens": 30, "cachedTokens": 100},
                             request_digest=DIGEST)
 
+    async def test_hook_injections_are_kept_with_the_turn_but_not_exported(self, store: Store):
+        """FinishTurn's injections are read back by turns.injections; the export line keeps INTERFACES.md's keys."""
+        injections = {"system": ["be brief"], "before_user": [], "after_user": ["[hook] weather: rain"]}
+        async with running(store) as writer:
+            (turn_id,) = await writer.submit(BeginTurn("scout", (1,), 1_000))
+            (plain,) = await writer.submit(BeginTurn("scout", (2,), 1_000))
+            await writer.submit(FinishTurn(turn_id, 2_000, "completed", None, None, DIGEST, injections),
+                                finish(plain))
+        assert await store.turns.injections(turn_id) == injections
+        assert await store.turns.injections(plain) is None and await store.turns.injections(999) is None
+        assert all(list(json.loads(turn_line(t))) == EXPORT_KEYS for t in await store.turns.list())
+
+    def test_injections_that_cannot_be_stored_are_refused_when_built(self):
+        """An injections value with no JSON form is refused before it reaches a group commit."""
+        with pytest.raises(TypeError):
+            FinishTurn(1, 0, "completed", None, None, None, {"system": object()})
+
     async def test_a_turn_ends_once(self, store: Store):
         """A second FinishTurn of the same turn, or of an unknown one, changes nothing and reports False."""
         async with running(store) as writer:
