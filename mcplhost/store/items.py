@@ -272,18 +272,25 @@ class ItemRepository:
             )
         return [_written_item(row) for row in rows]
 
-    async def context_rows(self, agent: str, *, limit: int) -> builtins.list[StoredItem]:
+    async def context_rows(self, agent: str, *, limit: int,
+                           conversation_id: str | None = None) -> builtins.list[StoredItem]:
         """The newest `limit` items that are everyone's (agent NULL) or `agent`'s own, oldest first.
 
-        Other agents' rows are never among them.
+        Other agents' rows are never among them. With `conversation_id`
+        (context_scope "conversation"), only rows stored with that
+        conversation id; rows from before migration 0002 have none. That read
+        walks the table from its newest row (no index: one would slow every
+        inbound insert for a setting few agents use).
         """
         if limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
+        where, params = "(agent IS NULL OR agent = ?)", [agent]
+        if conversation_id is not None:
+            where += " AND conversation_id = ?"
+            params.append(conversation_id)
         async with self._database.reading():
             rows = await self._database.conn.execute_fetchall(
-                f"SELECT {_COLUMNS} FROM items WHERE agent IS NULL OR agent = ? ORDER BY id DESC LIMIT ?",
-                (agent, limit),
-            )
+                f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [_stored_item(row) for row in reversed(builtins.list(rows))]
 
     async def get_many(self, ids: Sequence[int]) -> builtins.list[StoredItem]:

@@ -339,6 +339,16 @@ class TestAgentReads:
                                                                                            "other", None]
         assert await store.items.context_rows("scout", limit=0) == []
 
+    async def test_context_rows_of_one_conversation(self, store: Store):
+        """With conversation_id, only that conversation's rows (everyone's and the agent's own) are returned."""
+        rows = [("c1", None), ("c2", None), ("c1", "scout"), ("c1", "other"), (None, None), ("c1", None)]
+        ids = await store.items.insert_many([msgspec.structs.replace(make_item(f"{n}", agent=agent),
+                                                                     conversation_id=conversation)
+                                             for n, (conversation, agent) in enumerate(rows)])
+        got = await store.items.context_rows("scout", limit=10, conversation_id="c1")
+        assert [r.id for r in got] == [ids[0], ids[2], ids[5]]
+        assert [r.id for r in await store.items.context_rows("scout", limit=2, conversation_id="c1")] == ids[2::3]
+
     @settings(max_examples=50, deadline=None)
     @given(st.lists(st.sampled_from([None, "a", "b"]), max_size=30), st.integers(min_value=0, max_value=40))
     def test_context_rows_agree_with_filtering_everything(self, owners: list[str | None], limit: int):
