@@ -1,0 +1,168 @@
+"""Who an item wakes: the static half of AGENTS.md §2, as pure functions over a small view of it.
+
+The scheduler (scheduler.py) adds what needs state: the per-sender hourly
+cap, debounce, single flight and the runaway guard. Everything here reads
+host-written fields only (tags after the §16 closure, the frozen source,
+`metadata.authorId`, `metadata.echoOf`), never `metadata.adapter`.
+
+Decisions beyond the letter of AGENTS.md, kept here so they have one home:
+
+- A `surface` item (local console input) is heard only by the agent it is
+  typed to (`agent` set to that agent) and always wakes it: typing to an
+  agent is the plainest address there is. It has no connector, so `hears`,
+  `wake_on` and `wake_from` do not apply to it; the bots rule and the
+  per-sender cap do not either (the operator is at the console).
+- Any other row that belongs to an agent (`agent` set) is never a wake: the
+  agent's own rows are in its context but do not wake it, and another
+  agent's rows are not even heard. (Peer messages arrive with PEERS.md.)
+- `wake_from` names senders, so it governs items that have one: channel
+  messages. Such a message wakes only when `connector/authorId` matches an
+  entry, so one without an author id never does (fail closed). Pushes have
+  no sender and are not gated by it.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig
+from mcplhost.protocol.tags import ADDRESSED
+
+if TYPE_CHECKING:
+    from mcplhost.ingest import Stored
+
+PRIVATE = "chat:private"
+FROM_SELF = "chat:from-self"
+FROM_BOT = "chat:from-bot"
+PUSH_LANE = "push/event"
+SURFACE_KIND = "surface"
+assert set(WAKE_ON_KEYWORDS) == {"all", "addressed", "dm", "push"}, "wake_on_matches knows these keywords"
+
+
+class StoredView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the wake rules read of one stored item (built by `view_of`)."""
+
+    id: int
+    server_id: str | None  # metadata.serverId (the configured connector name)
+    channel_id: str | None
+    tags: frozenset[str]
+    lane: str | None  # metadata.source.lane
+    source_kind: str | None  # metadata.source.kind: channel | unscoped | surface
+    agent: str | None  # the agent the row belongs to, None for everyone's items
+    participant: str | None  # the sender's display name (never matched by wake_from)
+    author_id: str | None  # metadata.authorId
+    conversation_id: str | None
+    thread_id: str | None
+    echo_of: bool  # metadata.echoOf set: the echo of this host's own publish
+    accepted_at: int | None  # metadata.source.acceptedAt, host epoch ms
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def view_of(stored: Stored) -> StoredView:
+    """The view of a `Stored` event (or a stored row turned into one, as catch-up does)."""
+    item = stored.item
+    meta = item.metadata if isinstance(item.metadata, dict) else {}
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    tags = meta.get("tags")
+    accepted = source.get("acceptedAt")
+    echo = meta.get("echoOf")
+    return StoredView(
+        id=stored.id,
+        server_id=_text(meta.get("serverId")),
+        channel_id=_text(meta.get("channelId")),
+        tags=frozenset(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else frozenset(),
+        lane=_text(source.get("lane")),
+        source_kind=_text(source.get("kind")),
+        agent=item.agent,
+        participant=item.participant,
+        author_id=_text(meta.get("authorId")),
+        conversation_id=item.conversation_id,
+        thread_id=item.thread_id,
+        echo_of=echo is not None and echo is not False,
+        accepted_at=accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else None,
+    )
+
+
+def _place_matches(entry: str, view: StoredView) -> bool:
+    """`NAME` matches every item of connector NAME; `NAME/GLOB` those whose channel id matches GLOB."""
+    name, slash, glob = entry.partition("/")
+    if view.server_id != name:
+        return False
+    return not slash or (view.channel_id is not None and fnmatchcase(view.channel_id, glob))
+
+
+def hears(agent: AgentConfig, view: StoredView) -> bool:
+    """Whether the item is in the agent's context at all (AGENTS.md §1)."""
+    if view.source_kind == SURFACE_KIND or view.agent is not None:
+        return view.agent == agent.name
+    if agent.hears is None:
+        return True
+    return any(_place_matches(entry, view) for entry in agent.hears)
+
+
+def is_echo(view: StoredView) -> bool:
+    """The echo of this host's own publish: tagged `chat:from-self`, or marked `echoOf` at ingest."""
+    return FROM_SELF in view.tags or view.echo_of
+
+
+def wake_on_matches(agent: AgentConfig, view: StoredView) -> bool:
+    """Whether one `wake_on` entry matches the item (AGENTS.md §2's table)."""
+    for entry in agent.wake_on:
+        if entry == "all":
+            return True
+        if entry == "addressed" and ADDRESSED in view.tags:
+            return True
+        if entry == "dm" and PRIVATE in view.tags:
+            return True
+        if entry == "push" and view.lane == PUSH_LANE:
+            return True
+        if entry not in WAKE_ON_KEYWORDS and _place_matches(entry, view):
+            return True
+    return False
+
+
+def sender_may_wake(agent: AgentConfig, view: StoredView) -> bool:
+    """`wake_from` (channel messages, by author id) and `wake_from_bots` (AGENTS.md §2, "Who may wake it")."""
+    if FROM_BOT in view.tags and not agent.wake_from_bots:
+        return False
+    if agent.wake_from is None or view.lane == PUSH_LANE:
+        return True
+    if view.author_id is None or view.server_id is None:
+        return False
+    for entry in agent.wake_from:
+        name, _, glob = entry.partition("/")
+        if name == view.server_id and fnmatchcase(view.author_id, glob):
+            return True
+    return False
+
+
+def wake_matches(agent: AgentConfig, view: StoredView) -> bool:
+    """Whether the item wakes the agent, before the scheduler's per-sender cap and guards."""
+    if view.source_kind == SURFACE_KIND:
+        return view.agent == agent.name and not is_echo(view)
+    if view.agent is not None:  # an agent's own row, or another agent's: never a wake
+        return False
+    if not hears(agent, view) or is_echo(view):
+        return False
+    return wake_on_matches(agent, view) and sender_may_wake(agent, view)
+
+
+def sender_key(view: StoredView) -> str | None:
+    """Who sent the item, for `max_wakes_per_sender_per_hour`; None: no sender to count (a push, the console).
+
+    The author id when the connector gave one, else the display name (all a
+    connector without ids offers); the two are kept apart by their prefix.
+    """
+    if view.lane == PUSH_LANE or view.source_kind == SURFACE_KIND or view.server_id is None:
+        return None
+    if view.author_id is not None:
+        return f"{view.server_id}/id:{view.author_id}"
+    if view.participant is not None:
+        return f"{view.server_id}/name:{view.participant}"
+    return None
