@@ -1,0 +1,262 @@
+"""One agent's wake scheduler: a state object with time as a parameter (AGENTS.md §2, STYLE.md §13).
+
+    scheduler.on_item(stored, now)   # record a waking item (True) or not (False)
+    wake = scheduler.due(now)        # the wake to run now, or None; the agent is then in its turn
+    scheduler.turn_ended(now)        # the turn is over; what arrived meanwhile is one follow-up
+    scheduler.next_deadline()        # when `due` next has something (None: nothing pending)
+
+It only records and signals: nothing here waits, reads the store or calls
+a backend. The driver (runtime.py) sleeps until `next_deadline()`; tests
+pass `now` and never sleep. `now` is seconds on one monotonic clock.
+
+Theory of operation:
+
+- Waking items are *pending* in a group: one group for the agent when
+  `context_scope = "agent"`, one per conversation when it is
+  `"conversation"`. A group is due `debounce_ms` after its latest item, but
+  never later than `max_wait_ms` after its first.
+- Single flight: `due` hands out at most one wake until `turn_ended`. Items
+  that wake the agent during a turn pend as usual, so they make one
+  follow-up turn (per group) with the same debounce, measured from their
+  arrival: if that time has passed when the turn ends, it is due at once.
+- Bounded: at most `MAX_PENDING_IDS` ids pend per agent; past that a group
+  keeps only a count (`overflow`) and whether it spans several
+  conversations. Every waking item is in exactly one wake, by id or in its
+  overflow count.
+- Runaway guard: at most `max_turns_per_hour` wakes are handed out per
+  sliding hour. Past it the agent is *held*: items keep pending (capped as
+  above), one warning is logged per held spell, and the next wake is due
+  when the oldest turn of the hour leaves the window.
+- Per-sender cap: past `max_wakes_per_sender_per_hour` waking items from one
+  sender in a sliding hour, that sender's items are heard but do not wake,
+  with one log line per sender and hour.
+- Catch-up (`catch_up`) takes the items a restart found after the durable
+  cursor (the caller has applied `catch_up_max_age_s`) and makes them one
+  wake (one per conversation under `"conversation"`), due at once. It
+  applies the wake rules, not the per-sender cap: those items were already
+  paid for before the restart.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+import structlog
+
+from mcplhost.agents.wake import sender_key, view_of, wake_matches
+from mcplhost.config import AgentConfig, effective_max_wait_ms
+
+if TYPE_CHECKING:
+    from mcplhost.ingest import Stored
+
+log = structlog.get_logger()
+
+#: AGENTS.md §2: most waking item ids kept per agent; past it only a count.
+MAX_PENDING_IDS = 100
+#: The window of max_turns_per_hour and max_wakes_per_sender_per_hour, in seconds.
+HOUR_S = 3600.0
+#: Senders whose recent wakes are remembered for the per-sender cap; the least recent is forgotten first.
+MAX_TRACKED_SENDERS = 10_000
+#: Ids of recent wakes remembered so an item offered twice (an event and a catch-up read) wakes once.
+RECENT_WAKE_IDS = 4096
+
+State = Literal["idle", "debouncing", "in_turn"]
+
+
+class Wake(msgspec.Struct, frozen=True):
+    """What one turn is for: the items that woke the agent."""
+
+    item_ids: tuple[int, ...]  # ascending
+    overflow: int  # waking items past MAX_PENDING_IDS, counted only
+    conversations: tuple[str, ...]  # distinct conversation ids of the kept items, sorted
+    several_conversations: bool  # the waking items (overflow included) span more than one conversation
+    first_at: float  # when the first of them arrived (scheduler time)
+
+
+class SchedulerStats(msgspec.Struct, frozen=True, rename="camel"):
+    """One agent's scheduler, as the status socket shows it."""
+
+    state: State
+    pending_wakes: int  # waking items not yet in a wake (ids and overflow)
+    held: bool  # past max_turns_per_hour: wakes wait for the hour's window
+    turns_last_hour: int
+
+
+class _Pending:
+    """The waking items of one group not yet handed out (mutable; owned by one scheduler)."""
+
+    __slots__ = ("ids", "overflow", "conversations", "several", "first_at", "last_at", "due_now")
+
+    def __init__(self, now: float) -> None:
+        self.ids: list[int] = []
+        self.overflow = 0
+        self.conversations: dict[str, None] = {}  # at most MAX_PENDING_IDS + 1 entries
+        self.several = False
+        self.first_at = now
+        self.last_at = now
+        self.due_now = False  # catch-up: no debounce
+
+    def add(self, item_id: int, conversation: str | None, now: float, *, keep_id: bool) -> None:
+        if keep_id:
+            self.ids.append(item_id)
+        else:
+            self.overflow += 1
+        if conversation is not None and conversation not in self.conversations:
+            if self.conversations:
+                self.several = True
+            if keep_id or not self.conversations:
+                self.conversations[conversation] = None
+        self.last_at = max(self.last_at, now)
+
+    def deadline(self, debounce_s: float, max_wait_s: float) -> float:
+        if self.due_now:
+            return self.first_at
+        return min(self.last_at + debounce_s, self.first_at + max_wait_s)
+
+    def wake(self) -> Wake:
+        return Wake(item_ids=tuple(sorted(self.ids)), overflow=self.overflow,
+                    conversations=tuple(sorted(self.conversations)), several_conversations=self.several,
+                    first_at=self.first_at)
+
+
+class AgentScheduler:
+    """The wake state of one agent; every method takes the time it decides at."""
+
+    def __init__(self, agent: AgentConfig) -> None:
+        self.agent = agent
+        self._debounce_s = agent.debounce_ms / 1000
+        self._max_wait_s = effective_max_wait_ms(agent) / 1000
+        self._per_conversation = agent.context_scope == "conversation"
+        self._groups: OrderedDict[str | None, _Pending] = OrderedDict()
+        self._pending_ids: set[int] = set()
+        self._in_turn = False
+        self._turn_starts: deque[float] = deque()  # within the last hour, oldest first
+        self._held = False
+        self._senders: OrderedDict[str, deque[float]] = OrderedDict()
+        self._capped_logged: dict[str, float] = {}  # sender -> when its cap was last logged
+        self._recent: OrderedDict[int, None] = OrderedDict()
+        self._now = 0.0  # the latest time any method was given (statistics has none of its own)
+        self._log = log.bind(agent=agent.name)
+
+    # --- recording -----------------------------------------------------------------
+
+    def on_item(self, stored: Stored, now: float) -> bool:
+        """Record a just-stored item; True when it wakes the agent (now pending)."""
+        self._tick(now)
+        view = view_of(stored)
+        if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view):
+            return False
+        sender = sender_key(view)
+        if sender is not None and not self._sender_allows(sender, now):
+            return False
+        self._add(view.id, view.conversation_id, now)
+        return True
+
+    def catch_up(self, stored_list: Iterable[Stored], now: float) -> None:
+        """Record the items found after the durable cursor: one wake for those that match, due at once."""
+        self._tick(now)
+        for stored in stored_list:
+            view = view_of(stored)
+            if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view):
+                continue
+            self._add(view.id, view.conversation_id, now).due_now = True
+
+    def _add(self, item_id: int, conversation: str | None, now: float) -> _Pending:
+        key = conversation if self._per_conversation else None
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Pending(now)
+        keep = len(self._pending_ids) < MAX_PENDING_IDS
+        if keep:
+            self._pending_ids.add(item_id)
+        group.add(item_id, conversation, now, keep_id=keep)
+        return group
+
+    def _sender_allows(self, sender: str, now: float) -> bool:
+        """Count one wake for `sender`, unless it is past its hourly cap (then log once per hour)."""
+        times = self._senders.pop(sender, None) or deque()
+        while times and times[0] <= now - HOUR_S:
+            times.popleft()
+        self._senders[sender] = times  # most recently seen last
+        while len(self._senders) > MAX_TRACKED_SENDERS:
+            forgotten, _ = self._senders.popitem(last=False)
+            self._capped_logged.pop(forgotten, None)
+        if len(times) < self.agent.max_wakes_per_sender_per_hour:
+            times.append(now)
+            return True
+        logged = self._capped_logged.get(sender)
+        if logged is None or logged <= now - HOUR_S:
+            self._capped_logged[sender] = now
+            self._log.info("agent.sender_capped", sender=sender,
+                           max_wakes_per_sender_per_hour=self.agent.max_wakes_per_sender_per_hour)
+        return False
+
+    # --- handing out -----------------------------------------------------------------
+
+    def due(self, now: float) -> Wake | None:
+        """The wake to run now (the agent is then in its turn), or None."""
+        self._tick(now)
+        if self._in_turn:
+            return None
+        key = self._earliest()
+        if key is None or self._groups[key].deadline(self._debounce_s, self._max_wait_s) > now:
+            return None
+        if len(self._turn_starts) >= self.agent.max_turns_per_hour:
+            if not self._held:
+                self._held = True
+                self._log.warning("agent.wakes_held", reason="max_turns_per_hour",
+                                  max_turns_per_hour=self.agent.max_turns_per_hour,
+                                  resumes_in_s=round(self._turn_starts[0] + HOUR_S - now, 3))
+            return None
+        self._held = False
+        group = self._groups.pop(key)
+        for item_id in group.ids:
+            self._pending_ids.discard(item_id)
+            self._recent[item_id] = None
+        while len(self._recent) > RECENT_WAKE_IDS:
+            self._recent.popitem(last=False)
+        self._in_turn = True
+        self._turn_starts.append(now)
+        return group.wake()
+
+    def turn_ended(self, now: float) -> None:
+        """The turn handed out by `due` is over (whatever its outcome)."""
+        self._tick(now)
+        self._in_turn = False
+
+    def next_deadline(self) -> float | None:
+        """When `due` next returns a wake; None while in a turn or with nothing pending."""
+        if self._in_turn:
+            return None
+        key = self._earliest()
+        if key is None:
+            return None
+        deadline = self._groups[key].deadline(self._debounce_s, self._max_wait_s)
+        if len(self._turn_starts) >= self.agent.max_turns_per_hour:
+            # Held: the next slot opens when the oldest turn of the window leaves it.
+            deadline = max(deadline, self._turn_starts[0] + HOUR_S)
+        return deadline
+
+    def _earliest(self) -> str | None:
+        """The key of the group due first (ties: the group that began first)."""
+        if not self._groups:
+            return None
+        return min(self._groups, key=lambda k: self._groups[k].deadline(self._debounce_s, self._max_wait_s))
+
+    def _tick(self, now: float) -> None:
+        self._now = max(self._now, now)
+        while self._turn_starts and self._turn_starts[0] <= self._now - HOUR_S:
+            self._turn_starts.popleft()
+
+    # --- reporting -----------------------------------------------------------------
+
+    def statistics(self) -> SchedulerStats:
+        """The state as of the latest time this scheduler was given."""
+        self._tick(self._now)
+        pending = len(self._pending_ids) + sum(g.overflow for g in self._groups.values())
+        state: State = "in_turn" if self._in_turn else "debouncing" if self._groups else "idle"
+        held = self._held and len(self._turn_starts) >= self.agent.max_turns_per_hour
+        return SchedulerStats(state=state, pending_wakes=pending, held=held, turns_last_hour=len(self._turn_starts))
