@@ -1,0 +1,77 @@
+"""What every backend shares: the key from `api_key_env`, the overall bound, status words, block text.
+
+Pure helpers, no SDK imports, so the scripted backend and check-config can use
+them without the optional extras installed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mcplhost.agents.model import BackendError
+
+#: Sent as the key when `api_key_env` is not set: an OpenAI-compatible local server
+#: (vLLM, llama.cpp, Ollama) ignores it, a hosted API answers 401 ("auth"). Passing
+#: something keeps the SDKs from reading their own variables (OPENAI_API_KEY ...):
+#: the key comes only from the variable the config names.
+NO_KEY_PLACEHOLDER = "no-key-configured"
+
+#: The SDKs' own retry backoff is capped near 8 s per wait (they honour a shorter
+#: Retry-After); the overall bound of one call allows this much per retry.
+RETRY_BACKOFF_ALLOWANCE_S = 8.0
+
+#: Text standing in for an image where the target shape takes no pixels (AGENTS.md §3.1).
+IMAGE_PLACEHOLDER = "[image]"
+
+
+def api_key(api_key_env: str | None, environ: Mapping[str, str]) -> str | None:
+    """The key for a backend: the named variable's value, the placeholder when none is named, None when it is unset."""
+    if api_key_env is None:
+        return NO_KEY_PLACEHOLDER
+    value = environ.get(api_key_env)
+    return value if value else None
+
+
+def missing_key_error(api_key_env: str | None) -> BackendError:
+    return BackendError("missing_key", f"environment variable {api_key_env} is not set")
+
+
+def overall_timeout_s(timeout_s: float, max_retries: int) -> float:
+    """One call's whole budget: every attempt's `timeout_s` plus the SDK's backoff between them.
+
+    The SDKs' timeout bounds each read, not an attempt: a server that trickles
+    bytes forever would otherwise hold a turn forever.
+    """
+    return timeout_s * (max_retries + 1) + RETRY_BACKOFF_ALLOWANCE_S * max_retries
+
+
+def reason_for_status(status: int) -> str:
+    """BackendError's reason for an HTTP status the SDK gave up on."""
+    if status == 429:
+        return "rate_limited"
+    if status in (401, 403):
+        return "auth"
+    if status == 408:
+        return "timeout"
+    if status >= 500:
+        return "server_error"
+    return "bad_request"
+
+
+def block_text(blocks: list[dict[str, Any]], *, image: str = IMAGE_PLACEHOLDER) -> str:
+    """A block list as one text: text blocks joined by newlines, images as `[image]`, other blocks skipped."""
+    parts: list[str] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "image":
+            parts.append(image)
+    return "\n".join(parts)
+
+
+def estimated_tokens(chars: int) -> int:
+    """A rough, deterministic token count (4 characters a token) for backends that do not report usage."""
+    return math.ceil(chars / 4)

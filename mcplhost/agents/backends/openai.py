@@ -1,0 +1,265 @@
+"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (AGENTS.md §4).
+
+One `complete` is one `chat.completions.create`: streamed when the caller
+listens (`on_text` gets each text delta), a single JSON answer otherwise. The
+SDK does the retries (`max_retries`, for 429, 5xx and connection errors) with
+`timeout_s` per attempt; an overall bound over all attempts stops a server
+that trickles bytes forever. Every failure becomes `BackendError`.
+
+Shapes: the system prompt is the first `system` message; a user message is a
+string, or parts when it holds images (`image_url` with a data URL); an
+assistant message carries `tool_calls` with JSON-encoded arguments; a tool
+result is a `tool` message of text (Chat Completions takes no pixels there, so
+its images read `[image]`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import structlog
+
+from mcplhost.agents.backends.common import (
+    api_key,
+    block_text,
+    missing_key_error,
+    overall_timeout_s,
+    reason_for_status,
+)
+from mcplhost.agents.model import (
+    BackendError,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    OnText,
+    ToolCall,
+    Usage,
+)
+
+log = structlog.get_logger()
+
+__all__ = ["OpenAIBackend", "request_kwargs"]
+
+_FINISH_REASONS = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length"}
+
+
+# --- request shapes (pure) ---------------------------------------------------
+
+
+def _user_content(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    if not any(b.get("type") == "image" for b in blocks):
+        return block_text(blocks)
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if block.get("type") == "text":
+            parts.append({"type": "text", "text": block.get("text", "")})
+        elif block.get("type") == "image":
+            url = f"data:{block.get('mimeType', 'image/png')};base64,{block.get('data', '')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": block_text(message.content)}
+    if message.role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": block_text(message.content) or None}
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                }
+                for c in message.tool_calls
+            ]
+        return out
+    return {"role": "user", "content": _user_content(message.content)}
+
+
+def request_kwargs(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+    """The `chat.completions.create` arguments for a request."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(_message(m) for m in request.messages)
+    kwargs: dict[str, Any] = {"model": request.model, "messages": messages, "max_tokens": request.max_tokens}
+    if request.tools:
+        kwargs["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+            }
+            for t in request.tools
+        ]
+    if request.temperature is not None:
+        kwargs["temperature"] = request.temperature
+    if stream:
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+    return kwargs
+
+
+# --- answer shapes (pure) ----------------------------------------------------
+
+
+def _arguments(raw: str | None, tool: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        raise BackendError("malformed", f"arguments of tool call {tool!r} are not JSON") from None
+    if not isinstance(value, dict):
+        raise BackendError("malformed", f"arguments of tool call {tool!r} are not a JSON object")
+    return value
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cached_tokens=(getattr(details, "cached_tokens", None) or 0) if details is not None else 0,
+    )
+
+
+def _finish(reason: str | None, tool_calls: list[ToolCall]) -> str:
+    if reason is None:
+        return "tool_calls" if tool_calls else "stop"
+    return _FINISH_REASONS.get(reason, reason)
+
+
+def response_from_completion(completion: Any) -> ModelResponse:
+    """A whole (non-streamed) ChatCompletion as a ModelResponse."""
+    if not completion.choices:
+        raise BackendError("malformed", "the answer has no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    tool_calls = [
+        ToolCall(id=c.id, name=c.function.name, arguments=_arguments(c.function.arguments, c.function.name))
+        for c in (message.tool_calls or [])
+        if getattr(c, "function", None) is not None
+    ]
+    return ModelResponse(
+        text=message.content or "",
+        tool_calls=tool_calls,
+        finish_reason=_finish(choice.finish_reason, tool_calls),
+        usage=_usage(completion.usage),
+        model=completion.model or "",
+    )
+
+
+class _StreamedCall:
+    """Gathers a stream's chunks: text deltas, tool-call pieces by index, the finish reason, usage."""
+
+    def __init__(self, on_text: OnText) -> None:
+        self._on_text = on_text
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.model = ""
+
+    def add(self, chunk: Any) -> None:
+        self.model = chunk.model or self.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        for choice in chunk.choices or []:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta is not None and delta.content:
+                self.text.append(delta.content)
+                self._on_text(delta.content)
+            for piece in (delta.tool_calls if delta is not None else None) or []:
+                call = self.calls.setdefault(piece.index, {"id": "", "name": "", "arguments": []})
+                if piece.id:
+                    call["id"] = piece.id
+                if piece.function is not None:
+                    call["name"] += piece.function.name or ""
+                    call["arguments"].append(piece.function.arguments or "")
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+
+    def response(self) -> ModelResponse:
+        tool_calls = [
+            ToolCall(id=c["id"], name=c["name"], arguments=_arguments("".join(c["arguments"]), c["name"]))
+            for _, c in sorted(self.calls.items())
+        ]
+        return ModelResponse(
+            text="".join(self.text),
+            tool_calls=tool_calls,
+            finish_reason=_finish(self.finish_reason, tool_calls),
+            usage=_usage(self.usage),
+            model=self.model,
+        )
+
+
+# --- the backend (I/O) -------------------------------------------------------
+
+
+def _backend_error(e: Exception) -> BackendError:
+    import openai  # the caller imported it already; this only names the classes
+
+    if isinstance(e, BackendError):
+        return e
+    if isinstance(e, openai.APITimeoutError):
+        return BackendError("timeout", str(e))
+    if isinstance(e, openai.APIConnectionError):
+        return BackendError("connection", str(e))
+    if isinstance(e, openai.APIStatusError):
+        return BackendError(reason_for_status(e.status_code), f"HTTP {e.status_code}: {e.message}")
+    if isinstance(e, (openai.APIResponseValidationError, ValueError, KeyError, TypeError, AttributeError)):
+        return BackendError("malformed", f"{type(e).__name__}: {e}")
+    log.warning("backend.unexpected_error", backend="openai", exc_info=True)
+    return BackendError("malformed", f"{type(e).__name__}: {e}")
+
+
+class OpenAIBackend:
+    """Chat Completions through `openai.AsyncOpenAI`, one client for the backend's life."""
+
+    name = "openai"
+
+    def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
+        import openai  # optional extra; make_backend checked it is importable
+
+        self._config = config
+        self._key = api_key(config.api_key_env, environ)
+        self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)
+        self._client = None
+        if self._key is not None:
+            self._client = openai.AsyncOpenAI(
+                api_key=self._key,
+                base_url=config.base_url,
+                timeout=config.timeout_s,
+                max_retries=config.max_retries,
+            )
+
+    async def complete(self, request: ModelRequest, *, on_text: OnText | None = None) -> ModelResponse:
+        if self._client is None:
+            raise missing_key_error(self._config.api_key_env)
+        if not request.model:
+            raise BackendError("bad_request", "no model configured")
+        try:
+            with anyio.fail_after(self._overall_s):
+                if on_text is None:
+                    completion = await self._client.chat.completions.create(**request_kwargs(request, stream=False))
+                    return response_from_completion(completion)
+                streamed = _StreamedCall(on_text)
+                stream = await self._client.chat.completions.create(**request_kwargs(request, stream=True))
+                async with stream:
+                    async for chunk in stream:
+                        streamed.add(chunk)
+                return streamed.response()
+        except TimeoutError:
+            raise BackendError("timeout", f"no whole answer within {self._overall_s:g} s") from None
+        except Exception as e:  # every SDK failure is a BackendError (model.py)
+            raise _backend_error(e) from e
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()

@@ -1,0 +1,343 @@
+"""A real local HTTP server speaking OpenAI Chat Completions and Anthropic Messages, for tests.
+
+`LlmServer` listens on 127.0.0.1 (a free port) in a thread, so both an SDK in
+the test's own event loop and a host subprocess can reach it. It answers
+`POST /v1/chat/completions` and `POST /v1/messages` in each API's shape, as
+one JSON body or as SSE when the request says `"stream": true`. Replies are
+queued with `push` and used in order by any endpoint; when the queue is empty
+the `default` reply answers. A reply is text (where `{{last_user}}` stands for
+the last user message's text), tool calls, an HTTP error status (429 and 500
+carry a short `retry-after-ms`, so the SDKs retry at once), a hang that never
+answers (until the server closes), or a malformed body. Every request is
+recorded (path, headers, JSON body) before it is answered.
+
+Run on its own (`python -m tests.agents.llm_server`) it prints its base URL and
+answers with the default reply until interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["LlmServer", "Recorded", "Reply", "ToolUse"]
+
+#: A hanging reply waits at most this long (or until the server closes) before giving up its thread.
+HANG_MAX_S = 60.0
+#: Streamed text comes in deltas of this many characters, so a client sees more than one.
+STREAM_CHUNK_CHARS = 4
+#: What 429 and 500 replies tell the SDKs to wait before retrying (milliseconds).
+RETRY_AFTER_MS = "5"
+LAST_USER = "{{last_user}}"
+#: How often the serving thread looks for a shutdown request (the stdlib default, 0.5 s, slows every test's teardown).
+SHUTDOWN_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """A tool call the fake model makes."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer of the fake model, or one way of failing."""
+
+    text: str = "ok"
+    tool_calls: tuple[ToolUse, ...] = ()
+    status: int = 200
+    hang: bool = False
+    malformed: bool = False
+    input_tokens: int = 11
+    output_tokens: int = 7
+    cached_tokens: int = 0
+
+    @classmethod
+    def error(cls, status: int) -> Reply:
+        return cls(status=status)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request as the server received it."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any  # parsed JSON, or None when the body was not JSON
+
+
+def _last_user_text(api: str, body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        texts = [p.get("text", "") for p in content or [] if p.get("type") == "text"]
+        if api == "anthropic" and not texts:
+            continue  # a user turn holding only tool results
+        return "\n".join(texts)
+    return ""
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + STREAM_CHUNK_CHARS] for i in range(0, len(text), STREAM_CHUNK_CHARS)]
+
+
+# --- OpenAI Chat Completions shapes ------------------------------------------
+
+
+def _openai_usage(reply: Reply) -> dict[str, Any]:
+    return {
+        "prompt_tokens": reply.input_tokens,
+        "completion_tokens": reply.output_tokens,
+        "total_tokens": reply.input_tokens + reply.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
+    }
+
+
+def _openai_json(reply: Reply, text: str, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": json.dumps(t.arguments)}}
+            for t in reply.tool_calls
+        ]
+    finish = "tool_calls" if reply.tool_calls else "stop"
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": _openai_usage(reply),
+    }
+
+
+def _openai_events(reply: Reply, text: str, model: str) -> list[str]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        body = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": model}
+        return json.dumps({**body, "choices": choices, **extra})
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": piece}) for piece in _pieces(text)]
+    for index, t in enumerate(reply.tool_calls):
+        start = {"index": index, "id": t.id, "type": "function", "function": {"name": t.name, "arguments": ""}}
+        events.append(chunk({"tool_calls": [start]}))
+        for piece in _pieces(json.dumps(t.arguments)):
+            events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+    events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+    usage = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": model}
+    events.append(json.dumps({**usage, "choices": [], "usage": _openai_usage(reply)}))
+    return [f"data: {e}\n\n" for e in events] + ["data: [DONE]\n\n"]
+
+
+# --- Anthropic Messages shapes -----------------------------------------------
+
+
+def _anthropic_usage(reply: Reply) -> dict[str, Any]:
+    return {
+        "input_tokens": reply.input_tokens,
+        "output_tokens": reply.output_tokens,
+        "cache_read_input_tokens": reply.cached_tokens,
+        "cache_creation_input_tokens": 0,
+    }
+
+
+def _anthropic_json(reply: Reply, text: str, model: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "tool_use", "id": t.id, "name": t.name, "input": t.arguments} for t in reply.tool_calls]
+    return {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_sequence": None,
+        "usage": _anthropic_usage(reply),
+    }
+
+
+def _anthropic_events(reply: Reply, text: str, model: str) -> list[str]:
+    start = {**_anthropic_json(reply, "", model), "content": [], "stop_reason": None}
+    start["usage"] = {**_anthropic_usage(reply), "output_tokens": 1}
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+    index = 0
+    if text:
+        block = {"type": "text", "text": ""}
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": block}))
+        for piece in _pieces(text):
+            delta = {"type": "text_delta", "text": piece}
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+    for t in reply.tool_calls:
+        block = {"type": "tool_use", "id": t.id, "name": t.name, "input": {}}
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": block}))
+        for piece in _pieces(json.dumps(t.arguments)):
+            delta = {"type": "input_json_delta", "partial_json": piece}
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+    stop = {"stop_reason": "tool_use" if reply.tool_calls else "end_turn", "stop_sequence": None}
+    events.append(("message_delta", {"type": "message_delta", "delta": stop, "usage": _anthropic_usage(reply)}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events]
+
+
+def _error_body(api: str, status: int) -> dict[str, Any]:
+    kind = {429: "rate_limit_error", 401: "authentication_error", 400: "invalid_request_error"}.get(status, "api_error")
+    if api == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": f"test server says {status}"}}
+    return {"error": {"message": f"test server says {status}", "type": kind, "code": None}}
+
+
+# --- the server ----------------------------------------------------------------
+
+
+class LlmServer:
+    """The fake model endpoint; use as a context manager (`with LlmServer() as server:`)."""
+
+    def __init__(self, default: Reply | None = None) -> None:
+        self.default = default or Reply()
+        self._replies: deque[Reply] = deque()
+        self._recorded: list[Recorded] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, name="llm-server", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def push(self, *replies: Reply) -> None:
+        """Queue replies, answered in order by whichever requests come next."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def requests(self) -> list[Recorded]:
+        with self._lock:
+            return list(self._recorded)
+
+    def _next(self, recorded: Recorded) -> Reply:
+        with self._lock:
+            self._recorded.append(recorded)
+            return self._replies.popleft() if self._replies else self.default
+
+    def start(self) -> LlmServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()  # releases hanging replies
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> LlmServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_hang(self) -> None:
+        self._closing.wait(HANG_MAX_S)
+
+
+def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            return None
+
+        def do_POST(self) -> None:  # noqa: N802 - the base class's name
+            raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            reply = server._next(Recorded(path=self.path, headers=headers, body=body))
+            api = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
+            if api is None or not isinstance(body, dict):
+                self._send(404 if api is None else 400, {"error": {"message": "unknown path or body"}})
+                return
+            if reply.hang:
+                server.wait_hang()
+                self.close_connection = True
+                return
+            if reply.status != 200:
+                self._send(reply.status, _error_body(api, reply.status), {"retry-after-ms": RETRY_AFTER_MS})
+                return
+            text = reply.text.replace(LAST_USER, _last_user_text(api, body))
+            model = str(body.get("model", ""))
+            if body.get("stream"):
+                events = (_openai_events if api == "openai" else _anthropic_events)(reply, text, model)
+                if reply.malformed:
+                    broken = "data: {not json\n\n" if api == "openai" else "event: content_block_delta\ndata: {not\n\n"
+                    events = events[:1] + [broken] + events[1:]
+                self._stream(events)
+            elif reply.malformed:
+                self._send_raw(200, b'{"id": "broken", "choices": [', "application/json")
+            else:
+                self._send(200, (_openai_json if api == "openai" else _anthropic_json)(reply, text, model))
+
+        def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            self._send_raw(status, json.dumps(body).encode(), "application/json", headers)
+
+        def _send_raw(self, status: int, data: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _stream(self, events: list[str]) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for event in events:
+                self.wfile.write(event.encode())
+                self.wfile.flush()
+
+    return Handler
+
+
+def main() -> None:
+    server = LlmServer(Reply(text="echo: {{last_user}}")).start()
+    print(f"openai base_url {server.openai_base_url}  anthropic base_url {server.anthropic_base_url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()
