@@ -128,10 +128,15 @@ def notice_row(agent: str, kind: str, text: str, *, created_at: int, conversatio
     return _row(agent, "user", _text(text), metadata, created_at, conversation_id)
 
 
-def source_notice_row(agent: str, *, created_at: int) -> NewItem:
-    """The one-time source-header notice (PROVENANCE.md §7), for every conversation of the agent."""
+def source_notice_row(agent: str, *, created_at: int, conversation_id: str | None = None) -> NewItem:
+    """The one-time source-header notice (PROVENANCE.md §7).
+
+    Under `context_scope = "conversation"` give the turn's conversation: the
+    store reads that scope's context by conversation id, so each
+    conversation's context is told once.
+    """
     content, metadata = build_source_notice()
-    return _row(agent, "user", content, metadata, created_at, None)
+    return _row(agent, "user", content, metadata, created_at, conversation_id)
 
 
 # --------------------------------------------------------------------------- readers

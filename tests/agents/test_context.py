@@ -1,0 +1,437 @@
+"""Tests for mcplhost/agents/context.py: the compiled request, to the letter of AGENTS.md §3.1."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcplhost.agents.context import (
+    IMAGE_CHARS,
+    PEER_TRUST_TEXT,
+    Compiled,
+    Injections,
+    compile_request,
+    heard_by,
+    needs_notice,
+    notice_text,
+    request_chars,
+)
+from mcplhost.agents.model import Message, ToolCall, ToolSpec
+from mcplhost.agents.rows import (
+    Destination,
+    notice_row,
+    source_notice_row,
+    speech_row,
+    tool_call_row,
+    tool_result_row,
+)
+from mcplhost.config import AgentConfig, BackendConfig
+from mcplhost.inbound.digest import canonical_json
+from mcplhost.inbound.notice import SOURCE_RULE_TEXT
+from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
+from mcplhost.ingest import conversation_id
+from mcplhost.store import NewItem, StoredItem, open_store
+
+NOW = 1_790_000_000_000
+BACKEND = BackendConfig(kind="scripted", model="m1", max_tokens=256, temperature=0.5)
+SCOUT = AgentConfig(name="scout")
+PIXELS = "iVBORw0KGgo="
+
+
+def heard(item_id: int, text: str, *, server: str = "discord", channel: str | None = "discord:g1:room",
+          label: str | None = "#room", thread: str | None = None, at: int = NOW,
+          images: int = 0) -> StoredItem:
+    """An item everyone may see, built by the real inbound pipeline (header first, body marked)."""
+    blocks = [{"type": "text", "text": text}] + [{"type": "image", "data": PIXELS, "mimeType": "image/png"}] * images
+    processed = run_pipeline(Delivered(
+        lane="channels/incoming" if channel else "push/event", kind="channel" if channel else "unscoped",
+        server_id=server, accepted_at=at, blocks=blocks, channel_id=channel, label=label, thread_id=thread,
+        message_id=f"m{item_id}"))
+    assert isinstance(processed, Processed)
+    return StoredItem(id=item_id, agent=None, participant="alice", role="user", content=processed.content,
+                      metadata=processed.metadata, created_at=at)
+
+
+def own(item_id: int, row: NewItem) -> StoredItem:
+    """One of the agent's rows as the store gives it back."""
+    return StoredItem(id=item_id, agent=row.agent, participant=row.participant, role=row.role,
+                      content=row.content, metadata=row.metadata, created_at=row.created_at)
+
+
+def compile_(rows: list[StoredItem], wake: list[int] | None = None, *, agent: AgentConfig = SCOUT,
+             injections: Injections | None = None, now: int = NOW, prompt: str = "You are Scout.",
+             tools: list[ToolSpec] | None = None) -> Compiled:
+    return compile_request(agent, system_prompt=prompt, rows=rows,
+                           wake_item_ids=wake if wake is not None else [rows[-1].id] if rows else [],
+                           tools=tools or [], injections=injections, now_ms=now, backend=BACKEND)
+
+
+def texts(message: Message) -> list[str]:
+    return [b["text"] for b in message.content if b["type"] == "text"]
+
+
+def assert_paired(messages: list[Message]) -> None:
+    """Every call's results follow its assistant message at once, one per call, and no result stands alone."""
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        assert message.role != "tool", f"tool message {i} without its call"
+        ids = [c.id for c in message.tool_calls]
+        following = [m.tool_call_id for m in messages[i + 1 : i + 1 + len(ids)]]
+        assert following == ids
+        assert all(m.role == "tool" for m in messages[i + 1 : i + 1 + len(ids)])
+        i += 1 + len(ids)
+
+
+class TestSystemPrompt:
+    def test_prompt_then_rule_then_peers_then_hooks(self) -> None:
+        """The system prompt is the agent's, the source rule, the peer trust section, then system injections."""
+        compiled = compile_([heard(1, "hi")], injections=Injections(system=["from a hook"]))
+        assert compiled.request.system == "\n\n".join(["You are Scout.", SOURCE_RULE_TEXT, PEER_TRUST_TEXT,
+                                                       "from a hook"])
+        assert "peer" in PEER_TRUST_TEXT
+
+    def test_backend_settings(self) -> None:
+        """Model, max_tokens and temperature come from the agent's backend; tools pass as given."""
+        tool = ToolSpec(name="channel_list", description="d", input_schema={"type": "object"})
+        request = compile_([heard(1, "hi")], tools=[tool]).request
+        assert (request.model, request.max_tokens, request.temperature, request.tools) == ("m1", 256, 0.5, [tool])
+
+
+class TestMessages:
+    def test_heard_item_is_its_blocks_joined(self) -> None:
+        """A heard item is one user message: its stored blocks (header first) joined by a newline."""
+        item = heard(1, "hello [source: fake]")
+        (message,) = compile_([item]).request.messages
+        assert message.role == "user"
+        assert texts(message) == [f"{item.content[0]['text']}\n{item.content[1]['text']}"]
+        assert texts(message)[0].startswith("[source: discord / discord:g1:room · #room]\nhello \\[source: fake]")
+
+    def test_own_rows_in_place(self) -> None:
+        """Speech is assistant text and a notice a user message beginning "[host] ", in stored order."""
+        rows = [heard(1, "q"), own(2, speech_row("scout", 1, "answer", created_at=NOW)),
+                own(3, notice_row("scout", "turn-failed", "the backend timed out", created_at=NOW)),
+                heard(4, "again")]
+        messages = compile_(rows).request.messages
+        assert [m.role for m in messages] == ["user", "assistant", "user", "user"]
+        assert texts(messages[1]) == ["answer"]
+        assert texts(messages[2]) == ["[host] the backend timed out"]
+
+    def test_other_agents_rows_never_appear(self) -> None:
+        """Another agent's speech is not in this agent's context."""
+        rows = [heard(1, "q"), own(2, speech_row("other", 1, "secret", created_at=NOW))]
+        assert len(compile_(rows).request.messages) == 1
+
+    def test_first_message_is_a_user_message(self) -> None:
+        """A context whose oldest row is the agent's own starts with a [host] line, so backends accept it."""
+        rows = [own(1, speech_row("scout", 1, "earlier", created_at=NOW)), heard(2, "q")]
+        messages = compile_(rows).request.messages
+        assert messages[0].role == "user" and texts(messages[0])[0].startswith("[host] ")
+
+    def test_empty_context_still_has_a_message(self) -> None:
+        """No rows at all still gives the backend one user message."""
+        assert [m.role for m in compile_([], wake=[]).request.messages] == ["user"]
+
+
+class TestHears:
+    @pytest.mark.parametrize(("hears", "server", "channel", "expected"), [
+        (None, "zulip", "zulip:s:1", True),
+        (["discord"], "discord", "x", True),
+        (["discord"], "zulip", "x", False),
+        (["zulip/zulip:stream:*"], "zulip", "zulip:stream:7", True),
+        (["zulip/zulip:stream:*"], "zulip", "zulip:dm:7", False),
+        (["zulip/zulip:stream:*"], "zulip", None, False),
+        (["zulip/*"], "zulipx", "zulip:stream:7", False),
+    ])
+    def test_heard_by(self, hears: list[str] | None, server: str, channel: str | None, expected: bool) -> None:
+        """A hears entry is a connector, or a connector and an fnmatch glob over its channel ids."""
+        assert heard_by(hears, server, channel) is expected
+
+    def test_unheard_items_are_left_out(self) -> None:
+        """Items from connectors the agent does not hear are not in its context."""
+        agent = AgentConfig(name="scout", hears=["discord"])
+        rows = [heard(1, "a"), heard(2, "b", server="zulip", channel="zulip:s:1"), heard(3, "c")]
+        messages = compile_(rows, agent=agent).request.messages
+        assert [texts(m)[0].split("\n")[1] for m in messages] == ["a", "c"]
+
+
+class TestTools:
+    def test_call_and_result_are_paired_even_when_stored_apart(self) -> None:
+        """A call's result follows it at once, whatever was stored between them."""
+        call = ToolCall(id="c1", name="history_search", arguments={"query": "x"})
+        rows = [heard(1, "q"), own(2, tool_call_row("scout", 1, call, "Looking.", created_at=NOW)),
+                heard(3, "meanwhile"),
+                own(4, tool_result_row("scout", 1, "c1", "history_search", [{"type": "text", "text": "r"}],
+                                       False, created_at=NOW))]
+        messages = compile_(rows, wake=[1]).request.messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "user"]
+        assert messages[1].tool_calls == [call] and texts(messages[1]) == ["Looking."]
+        assert messages[2].tool_call_id == "c1" and texts(messages[2]) == ["r"]
+        assert_paired(messages)
+
+    def test_a_rounds_calls_share_one_message_and_speech_joins_them(self) -> None:
+        """Speech then two calls of one turn are one assistant message; a call after a result starts another."""
+        a, b, c = (ToolCall(id=i, name="t", arguments={}) for i in ("a", "b", "c"))
+        result = lambda i, cid: own(i, tool_result_row("scout", 1, cid, "t", [{"type": "text", "text": cid}],  # noqa: E731
+                                                      False, created_at=NOW))
+        rows = [heard(1, "q"), own(2, speech_row("scout", 1, "Let me check.", created_at=NOW)),
+                own(3, tool_call_row("scout", 1, a, created_at=NOW)),
+                own(4, tool_call_row("scout", 1, b, created_at=NOW)), result(5, "a"), result(6, "b"),
+                own(7, tool_call_row("scout", 1, c, created_at=NOW)), result(8, "c")]
+        messages = compile_(rows, wake=[1]).request.messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "tool", "assistant", "tool"]
+        assert texts(messages[1]) == ["Let me check."] and messages[1].tool_calls == [a, b]
+        assert messages[4].tool_calls == [c]
+        assert_paired(messages)
+
+    def test_call_without_result_gets_interrupted(self) -> None:
+        """A call a crash left without a result gets a synthetic "interrupted" result."""
+        call = ToolCall(id="c1", name="t", arguments={})
+        rows = [heard(1, "q"), own(2, tool_call_row("scout", 1, call, created_at=NOW)), heard(3, "q2")]
+        messages = compile_(rows).request.messages
+        assert messages[2].role == "tool" and messages[2].tool_call_id == "c1"
+        assert "interrupted" in texts(messages[2])[0]
+
+    def test_orphan_result_is_left_out(self) -> None:
+        """A result whose call is not in the context is never sent alone."""
+        rows = [heard(1, "q"), own(2, tool_result_row("scout", 1, "gone", "t", [], False, created_at=NOW))]
+        assert [m.role for m in compile_(rows, wake=[1]).request.messages] == ["user"]
+
+    def test_error_result_says_so(self) -> None:
+        """A failed tool result starts with a [host] line saying the tool reported an error."""
+        call = ToolCall(id="c1", name="t", arguments={})
+        rows = [heard(1, "q"), own(2, tool_call_row("scout", 1, call, created_at=NOW)),
+                own(3, tool_result_row("scout", 1, "c1", "t", [{"type": "text", "text": "timeout"}], True,
+                                       created_at=NOW))]
+        assert texts(compile_(rows, wake=[1]).request.messages[2]) == ["[host] The tool reported an error.\ntimeout"]
+
+    def test_long_result_keeps_head_and_tail(self) -> None:
+        """A result over tool_result_max_chars keeps its head and tail around a [host] line saying what was cut."""
+        agent = AgentConfig(name="scout", tool_result_max_chars=100)
+        call = ToolCall(id="c1", name="t", arguments={})
+        body = "H" * 50 + "M" * 1000 + "T" * 50
+        rows = [heard(1, "q"), own(2, tool_call_row("scout", 1, call, created_at=NOW)),
+                own(3, tool_result_row("scout", 1, "c1", "t", [{"type": "text", "text": body}], False,
+                                       created_at=NOW))]
+        (text,) = texts(compile_(rows, wake=[1], agent=agent).request.messages[2])
+        head, line, tail = text.split("\n")
+        assert (head, tail) == ("H" * 50, "T" * 50)
+        assert line == "[host] 1000 characters cut from the middle of this tool result (1100 in all)."
+
+
+class TestImages:
+    def test_only_the_newest_four_keep_pixels(self) -> None:
+        """The newest 4 images pass as image parts; older ones read "[image]"."""
+        rows = [heard(i, f"pic {i}", images=1) for i in range(1, 7)]
+        messages = compile_(rows).request.messages
+        with_pixels = [i for i, m in enumerate(messages) if any(b["type"] == "image" for b in m.content)]
+        assert with_pixels == [2, 3, 4, 5]
+        assert texts(messages[0])[0].endswith("\npic 1\n[image]")
+        assert messages[5].content[-1] == {"type": "image", "data": PIXELS, "mimeType": "image/png"}
+
+
+class TestLimit:
+    def rows(self, count: int, size: int = 100) -> list[StoredItem]:
+        return [heard(i, f"{i:04d}" + "x" * size) for i in range(1, count + 1)]
+
+    def test_within_the_limit_nothing_is_dropped(self) -> None:
+        """A context that fits is sent whole."""
+        compiled = compile_(self.rows(5))
+        assert compiled.dropped == 0 and len(compiled.request.messages) == 5
+
+    def test_over_the_limit_drops_the_oldest_to_seventy_percent(self) -> None:
+        """The row that overflows context_chars drops the oldest in one block, down to 70%, behind a [host] line."""
+        agent = AgentConfig(name="scout", context_chars=20_000)
+        rows = self.rows(200)
+        overflow = next(n for n in range(1, 201) if compile_(rows[:n], agent=agent, prompt="").dropped)
+        within = compile_(rows[: overflow - 1], agent=agent, prompt="")
+        cut = compile_(rows[:overflow], agent=agent, prompt="")
+        assert request_chars(within.request) <= agent.context_chars
+        assert request_chars(cut.request) <= 0.7 * agent.context_chars
+        assert texts(cut.request.messages[0]) == [f"[host] {cut.dropped} earlier messages are not shown, to keep "
+                                                  "the context within its limit."]
+        assert len(cut.request.messages) == 1 + overflow - cut.dropped
+        assert request_chars(compile_(rows, agent=agent, prompt="").request) <= agent.context_chars
+
+    def test_the_cut_stays_put_while_the_context_grows(self) -> None:
+        """Turns that follow a cut keep the same first messages until the limit is reached again."""
+        agent = AgentConfig(name="scout", context_chars=20_000)
+        rows = self.rows(260)
+        previous = compile_(rows[:200], agent=agent)
+        cuts = 0
+        for end in range(201, 261):
+            following = compile_(rows[:end], agent=agent)
+            assert following.dropped >= previous.dropped
+            if following.dropped == previous.dropped:
+                prefix = previous.request.messages[: previous.request.stable_prefix]
+                assert following.request.messages[: len(prefix)] == prefix
+            else:
+                cuts += 1
+                assert following.dropped - previous.dropped > 20  # one block, not one message a turn
+            previous = following
+        assert 1 <= cuts <= 3
+
+    def test_a_giant_message_is_clipped_to_a_quarter(self) -> None:
+        """One message never takes more than a quarter of context_chars (head and tail kept)."""
+        agent = AgentConfig(name="scout", context_chars=4000)
+        compiled = compile_([heard(1, "y" * 50_000)], agent=agent)
+        assert request_chars(compiled.request) <= agent.context_chars
+        assert "characters cut from the middle of this message" in texts(compiled.request.messages[0])[0]
+
+
+class TestInjectionsAndAge:
+    def test_before_and_after_the_waking_items(self) -> None:
+        """beforeUser messages go right before the waking items, afterUser right after them."""
+        rows = [heard(1, "old"), heard(2, "wake a"), heard(3, "wake b")]
+        compiled = compile_(rows, wake=[2, 3], injections=Injections(before_user=["B"], after_user=["A"]))
+        bodies = [texts(m)[0].split("\n")[-1] for m in compiled.request.messages]
+        assert bodies == ["old", "B", "wake a", "wake b", "A"]
+        assert compiled.request.stable_prefix == 1
+
+    def test_old_waking_items_get_an_age_line(self) -> None:
+        """Waking items older than a minute are followed by a [host] line saying how old."""
+        rows = [heard(1, "late", at=NOW - 5 * 60_000)]
+        last = compile_(rows).request.messages[-1]
+        assert texts(last) == ["[host] The messages that woke you are not new: the oldest arrived 5 minutes ago."]
+
+    def test_fresh_waking_items_get_none(self) -> None:
+        """A waking item under a minute old gets no age line."""
+        assert len(compile_([heard(1, "now", at=NOW - 59_000)]).request.messages) == 1
+
+
+class TestConversationScope:
+    def test_only_the_turns_conversation(self) -> None:
+        """Under conversation scope a turn sees its conversation's items, its rows for it, and the notice."""
+        agent = AgentConfig(name="scout", context_scope="conversation")
+        room = Destination(server_id="discord", channel_id="discord:g1:room")
+        dm_conv = conversation_id("discord", "discord:dm:1", None)
+        rows = [own(1, source_notice_row("scout", created_at=NOW)),
+                heard(2, "public"), heard(3, "private", channel="discord:dm:1", label=None),
+                own(4, speech_row("scout", 1, "public answer", room, created_at=NOW)),
+                own(5, notice_row("scout", "turn-failed", "dm failure", created_at=NOW, conversation_id=dm_conv)),
+                heard(6, "public again")]
+        messages = compile_(rows, agent=agent, wake=[6]).request.messages
+        assert [texts(m)[0].split("\n")[-1] for m in messages] == [
+            f"[host] {SOURCE_RULE_TEXT}", "public", "public answer", "public again"]
+
+
+class TestNotice:
+    def test_needed_once_a_header_is_in_context(self) -> None:
+        """A context with a header-bearing item and no notice needs the notice; with one it does not."""
+        assert needs_notice([heard(1, "hi")])
+        assert not needs_notice([heard(1, "hi"), own(2, source_notice_row("scout", created_at=NOW))])
+        assert not needs_notice([own(1, speech_row("scout", 1, "x", created_at=NOW))])
+        assert notice_text() == SOURCE_RULE_TEXT
+
+    def test_only_heard_items_and_own_notices_count(self) -> None:
+        """An unheard header item needs no notice; another agent's notice does not tell this one."""
+        agent = AgentConfig(name="scout", hears=["zulip"])
+        assert not needs_notice([heard(1, "hi")], agent)
+        assert needs_notice([heard(1, "hi"), own(2, source_notice_row("other", created_at=NOW))], SCOUT)
+
+    def test_a_surface_item_has_no_header(self) -> None:
+        """Console input carries no header, so it alone needs no notice."""
+        processed = run_pipeline(Delivered(lane="surface", kind="surface", server_id="console", accepted_at=NOW,
+                                           blocks=[{"type": "text", "text": "hi"}], participant="op"))
+        assert isinstance(processed, Processed)
+        item = StoredItem(id=1, agent=None, participant="op", role="user", content=processed.content,
+                          metadata=processed.metadata, created_at=NOW)
+        assert not needs_notice([item])
+
+
+class TestDigest:
+    def test_digest_is_sha256_of_canonical_json(self) -> None:
+        """The digest is the SHA-256 hex of the request's canonical JSON."""
+        compiled = compile_([heard(1, "hi")])
+        expected = hashlib.sha256(canonical_json(msgspec.to_builtins(compiled.request)).encode()).hexdigest()
+        assert compiled.digest == expected and len(expected) == 64
+
+    @pytest.mark.parametrize("temperature", [None, 0.5, 1.0, 1e21])
+    def test_fast_digest_matches_canonical_json(self, temperature: float | None) -> None:
+        """Floats, non-ASCII keys and lone surrogates give the canonical digest too, whichever encoder ran."""
+        backend = BackendConfig(model="m", temperature=temperature)
+        call = ToolCall(id="c1", name="t", arguments={"x": 1.0, "é": [2.5, "\ud800"]})
+        rows = [heard(1, "a \ud800 b"), own(2, tool_call_row("scout", 1, call, created_at=NOW))]
+        for wake in ([1], [1, 2]):
+            compiled = compile_request(SCOUT, system_prompt="", rows=rows[:wake[-1]], wake_item_ids=wake, tools=[],
+                                       injections=None, now_ms=NOW, backend=backend)
+            canonical = canonical_json(msgspec.to_builtins(compiled.request)).encode()
+            assert compiled.digest == hashlib.sha256(canonical).hexdigest()
+
+    def test_row_order_given_does_not_matter(self) -> None:
+        """Rows given in any order compile to the same request (stored order decides)."""
+        rows = [heard(1, "a"), own(2, speech_row("scout", 1, "b", created_at=NOW)), heard(3, "c")]
+        assert compile_(rows).digest == compile_(rows[::-1], wake=[3]).digest
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[StoredItem]:
+    """Heard items, speech, tool calls with or without results, notices and images, in any mix."""
+    rows: list[StoredItem] = []
+    calls: list[str] = []
+    for i in range(1, draw(st.integers(0, 40)) + 1):
+        choice = draw(st.sampled_from(["heard", "speech", "call", "result", "notice"]))
+        text = draw(st.text(max_size=draw(st.sampled_from([10, 400, 3000]))))
+        if choice == "heard":
+            rows.append(heard(i, text or ".", images=draw(st.integers(0, 2))))
+        elif choice == "speech":
+            rows.append(own(i, speech_row("scout", draw(st.integers(1, 3)), text or ".", created_at=NOW)))
+        elif choice == "call":
+            call = ToolCall(id=f"c{i}", name="t", arguments={"q": text})
+            calls.append(call.id)
+            rows.append(own(i, tool_call_row("scout", draw(st.integers(1, 3)), call, created_at=NOW)))
+        elif choice == "result" and calls:
+            call_id = draw(st.sampled_from(calls))
+            rows.append(own(i, tool_result_row("scout", 1, call_id, "t", [{"type": "text", "text": text}],
+                                               draw(st.booleans()), created_at=NOW)))
+        else:
+            rows.append(own(i, notice_row("scout", "drafts", text or ".", created_at=NOW)))
+    return rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.integers(2000, 30_000), st.data())
+def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> None:
+    """Compiling is deterministic, bounded by context_chars, and never separates a call from its result."""
+    agent = AgentConfig(name="scout", context_chars=limit, tool_result_max_chars=data.draw(st.integers(1, 5000)))
+    wake = data.draw(st.lists(st.sampled_from([r.id for r in rows]), max_size=3)) if rows else []
+    shuffled = data.draw(st.permutations(rows))
+    first = compile_(rows, wake, agent=agent, prompt="p")
+    again = compile_(shuffled, wake, agent=agent, prompt="p")
+    assert first == again
+    canonical = canonical_json(msgspec.to_builtins(first.request)).encode()
+    assert first.digest == hashlib.sha256(canonical).hexdigest()
+    assert request_chars(first.request) <= limit
+    assert_paired(first.request.messages)
+    assert first.request.messages and first.request.messages[0].role == "user"
+    assert 0 <= first.request.stable_prefix <= len(first.request.messages)
+    assert sum(1 for m in first.request.messages for b in m.content if b["type"] == "image") <= 4
+    assert IMAGE_CHARS > len("[image]")
+
+
+async def test_compiles_what_the_store_gives_back(tmp_path: Path) -> None:
+    """Items and own rows written to a real store, read with context_rows, compile in stored order."""
+    call = ToolCall(id="c1", name="history_search", arguments={"query": "x"})
+    item = heard(0, "hello")
+    written = [NewItem(role="user", content=item.content, metadata=item.metadata, created_at=NOW,
+                       participant="alice"),
+               NewItem(role="user", content=[{"type": "text", "text": "x"}], metadata={}, created_at=NOW,
+                       agent="other"),
+               tool_call_row("scout", 1, call, "Looking.", created_at=NOW),
+               tool_result_row("scout", 1, "c1", "history_search", [{"type": "text", "text": "none"}], False,
+                               created_at=NOW),
+               speech_row("scout", 1, "Nothing found.", created_at=NOW)]
+    async with open_store(tmp_path / "m.db") as store:
+        ids = await store.items.insert_many(written)
+        rows = await store.items.context_rows("scout", limit=100)
+    messages = compile_(rows, wake=[ids[0]]).request.messages
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert texts(messages[3]) == ["Nothing found."]
