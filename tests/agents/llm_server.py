@@ -8,7 +8,8 @@ queued with `push` and used in order by any endpoint; when the queue is empty
 the `default` reply answers. A reply is text (where `{{last_user}}` stands for
 the last user message's text), tool calls, an HTTP error status (429 and 500
 carry a short `retry-after-ms`, so the SDKs retry at once), a hang that never
-answers (until the server closes), or a malformed body. Every request is
+answers (until the server closes), a stream that trickles comments forever,
+or a malformed body. Every request is
 recorded (path, headers, JSON body) before it is answered.
 
 Run on its own (`python -m tests.agents.llm_server`) it prints its base URL and
@@ -18,6 +19,7 @@ answers with the default reply until interrupted.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ __all__ = ["LlmServer", "Recorded", "Reply", "ToolUse"]
 
 #: A hanging reply waits at most this long (or until the server closes) before giving up its thread.
 HANG_MAX_S = 60.0
+#: A trickling stream sends a comment this often.
+TRICKLE_EVERY_S = 0.05
 #: Streamed text comes in deltas of this many characters, so a client sees more than one.
 STREAM_CHUNK_CHARS = 4
 #: What 429 and 500 replies tell the SDKs to wait before retrying (milliseconds).
@@ -54,6 +58,7 @@ class Reply:
     tool_calls: tuple[ToolUse, ...] = ()
     status: int = 200
     hang: bool = False
+    trickle: bool = False  # streamed: the first event, then SSE comments forever, so no read ever times out
     malformed: bool = False
     input_tokens: int = 11
     output_tokens: int = 7
@@ -204,6 +209,16 @@ def _error_body(api: str, status: int) -> dict[str, Any]:
 # --- the server ----------------------------------------------------------------
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up mid-answer (a timeout, a malformed stream) is expected; anything else is printed."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class LlmServer:
     """The fake model endpoint; use as a context manager (`with LlmServer() as server:`)."""
 
@@ -213,8 +228,7 @@ class LlmServer:
         self._recorded: list[Recorded] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, name="llm-server", daemon=True
         )
@@ -265,6 +279,9 @@ class LlmServer:
     def wait_hang(self) -> None:
         self._closing.wait(HANG_MAX_S)
 
+    def wait_closing(self, seconds: float) -> bool:
+        return self._closing.wait(seconds)
+
 
 def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -299,7 +316,10 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                 if reply.malformed:
                     broken = "data: {not json\n\n" if api == "openai" else "event: content_block_delta\ndata: {not\n\n"
                     events = events[:1] + [broken] + events[1:]
-                self._stream(events)
+                self._stream(events[:1] if reply.trickle else events)
+                while reply.trickle and not server.wait_closing(TRICKLE_EVERY_S):
+                    self.wfile.write(b": still thinking\n\n")
+                    self.wfile.flush()
             elif reply.malformed:
                 self._send_raw(200, b'{"id": "broken", "choices": [', "application/json")
             else:

@@ -4,7 +4,7 @@
 (`pip install 'mcplhost[openai]'`) or an unset `api_key_env` variable fails
 each call with `BackendError` ("unavailable", "missing_key"), so the turn
 stores `turn-failed` and the host and the other agents carry on.
-`backend_problems` says the same ahead of time, for check-config warnings.
+`backend_problems` says so ahead of time, for check-config warnings.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from mcplhost.agents.backends.common import api_key
 from mcplhost.agents.backends.scripted import ScriptedBackend, script_problems
 from mcplhost.agents.model import Backend, BackendError, ModelRequest, ModelResponse, OnText
 
@@ -57,15 +56,13 @@ def make_backend(backend: Any, *, environ: Mapping[str, str] = os.environ) -> Ba
     return AnthropicBackend(backend, environ=environ)
 
 
-def backend_problems(backend: Any, *, environ: Mapping[str, str] = os.environ) -> list[str]:
-    """What would make every call of this backend fail, in words (for check-config to warn)."""
+def backend_problems(backend: Any) -> list[str]:
+    """What would fail every call of this backend that config.py cannot see: a missing SDK, a malformed script.
+
+    (A missing model and an unset key variable are config.py's check-config findings.)
+    """
     if backend.kind == "scripted":
         return script_problems(list(backend.script))
-    problems = []
     if not _sdk_installed(EXTRAS[backend.kind]):
-        problems.append(f"the {backend.kind} package is not installed (pip install 'mcplhost[{EXTRAS[backend.kind]}]')")
-    if not backend.model:
-        problems.append(f"the {backend.kind} backend needs a model")
-    if api_key(backend.api_key_env, environ) is None:
-        problems.append(f"environment variable {backend.api_key_env} (api_key_env) is not set")
-    return problems
+        return [f"the {backend.kind} package is not installed (pip install 'mcplhost[{EXTRAS[backend.kind]}]')"]
+    return []

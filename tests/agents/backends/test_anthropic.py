@@ -201,6 +201,18 @@ async def test_hang_past_the_timeout_fails_with_timeout(llm_server: LlmServer, s
     assert caught.value.reason == "timeout" and 0.3 <= elapsed < 5
 
 
+async def test_trickling_stream_is_bounded_overall(llm_server: LlmServer) -> None:
+    """A stream that keeps sending bytes but never ends fails with "timeout" at the overall bound."""
+    llm_server.push(Reply(trickle=True))
+    backend = backend_for(llm_server, timeout_s=0.3, max_retries=0)
+    started = time.monotonic()
+    with pytest.raises(BackendError) as caught:
+        await backend.complete(simple_request(), on_text=lambda _: None)
+    elapsed = time.monotonic() - started
+    await backend.aclose()
+    assert caught.value.reason == "timeout" and 0.3 <= elapsed < 3
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_malformed_answer_fails_with_malformed(llm_server: LlmServer, streamed: bool) -> None:
     """A body (or an SSE event) that is not JSON is BackendError("malformed")."""
