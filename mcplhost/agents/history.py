@@ -1,0 +1,215 @@
+"""The stored rows of a context as backend messages (AGENTS.md §3.1), before the compiler bounds them.
+
+Each row becomes one unit of messages that stay together: a heard item or
+an own row is one message; a tool-call message takes the round's other
+calls and then every call's result, so no cut can separate a call from its
+result. `render` then decides which images keep their pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcplhost.agents.model import Message, ToolCall
+from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, turn_of
+from mcplhost.inbound.digest import canonical_json
+from mcplhost.store.items import StoredItem
+
+#: Images that keep their pixels, newest first; older ones become "[image]" (AGENTS.md §3.1).
+IMAGES_WITH_PIXELS = 4
+#: What one image counts for against `context_chars`: about the ~1,000 tokens a model bills for it.
+IMAGE_CHARS = 4000
+
+#: How every host line the model reads begins (notices, cut and age lines, synthetic results).
+HOST = "[host] "
+EMPTY_RESULT_TEXT = HOST + "The tool returned nothing."
+INTERRUPTED_TEXT = HOST + "interrupted: this tool call got no result (the host stopped before it finished)."
+
+
+# A part is a text string or an image block; a message's text parts are joined by "\n" when rendered.
+Part = str | dict[str, Any]
+
+
+@dataclass
+class Draft:
+    """A message under construction; `render` turns it into a `Message`."""
+
+    role: str
+    parts: list[Part]
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+@dataclass
+class Unit:
+    """Messages that stay together: one row's message, or a tool-call message and its results."""
+
+    drafts: list[Draft]
+    rows: int
+    item_ids: list[int]
+    turn: int | None = None
+    chars: int = 0  # what the unit counts against context_chars, set once it is complete
+    open_calls: bool = False  # a tool-call group that may still take calls of the same round
+    results: dict[str, StoredItem] | None = None
+
+
+def _is_image(block: dict[str, Any]) -> bool:
+    return block.get("type") == "image" and isinstance(block.get("data"), str)
+
+
+def parts_of(blocks: list[dict[str, Any]]) -> list[Part]:
+    """Stored blocks as parts: texts, images (MCP shape), and "[type]" for anything else."""
+    parts: list[Part] = []
+    for block in blocks:
+        text = block.get("text")
+        if type(text) is str and block.get("type") == "text":
+            parts.append(text)
+        elif _is_image(block):
+            parts.append({"type": "image", "data": block["data"], "mimeType": block.get("mimeType", "image/png")})
+        else:
+            parts.append(f"[{block.get('type', 'block')}]")
+    return parts
+
+
+def draft_chars(draft: Draft) -> int:
+    """What a message counts against context_chars: text (+ 1 for each joining "\n"), images, tool calls."""
+    chars = 0
+    for part in draft.parts:
+        chars += len(part) + 1 if type(part) is str else IMAGE_CHARS
+    for call in draft.tool_calls:
+        chars += len(call.name) + len(canonical_json(call.arguments))
+    return chars
+
+
+def clip_text(parts: list[Part], max_chars: int, what: str) -> list[Part]:
+    """`parts` whose text exceeds `max_chars` as one text of its head and tail with a [host] line; images kept after."""
+    total = -1
+    for part in parts:
+        if type(part) is str:
+            total += len(part) + 1  # with the "\n" joining it to the next
+    if total <= max_chars:
+        return parts
+    texts = [p for p in parts if isinstance(p, str)]
+    joined = "\n".join(texts)
+    head = max_chars // 2
+    tail = max_chars - head
+    cut = len(joined) - head - tail
+    line = f"\n{HOST}{cut} characters cut from the middle of this {what} ({len(joined)} in all).\n"
+    return [joined[:head] + line + (joined[-tail:] if tail else ""), *[p for p in parts if isinstance(p, dict)]]
+
+
+def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap: int) -> list[Unit]:
+    """The selected rows (oldest first) as units, each message clipped to `message_cap`, results to `result_cap`."""
+    results: dict[str, StoredItem] = {}
+    for row in rows:
+        call_id = tool_result_call_id(row) if row.agent == name else None
+        if call_id is not None:
+            results.setdefault(call_id, row)
+    units: list[Unit] = []
+    called: set[str] = set()
+    for row in rows:
+        kind = row_kind(row) if row.agent is not None else "heard"
+        if kind == "tool-result":
+            if units and units[-1].results is not None:
+                units[-1].open_calls = False  # a later call belongs to the next round
+            continue  # placed with its call, or dropped as an orphan no backend would take
+        if kind == "tool-call":
+            call = tool_call_of(row)
+            assert call is not None
+            if call.id in called:
+                continue
+            called.add(call.id)
+            _add_call(units, row, call, results)
+            continue
+        if kind == "other" and row.role not in ("user", "assistant"):
+            continue  # a malformed own row: nothing a backend could take
+        parts = clip_text(parts_of(row.content), message_cap, "message")
+        if kind == "notice":
+            parts = host_prefixed(parts)
+        draft = Draft("assistant" if kind in ("speech", "draft") or row.role == "assistant" else "user", parts)
+        chars = draft_chars(draft)
+        if chars <= len(parts):
+            continue  # nothing to show (an empty own row); no backend takes an empty message
+        units.append(Unit([draft], 1, [row.id], turn=turn_of(row) if row.agent else None, chars=chars))
+    for unit in units:
+        if unit.results is not None:
+            _close(unit, result_cap)
+            unit.chars = sum(draft_chars(d) for d in unit.drafts)
+    return units
+
+
+def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[str, StoredItem]) -> None:
+    """Join the call to the open group of its round, or to its turn's speech just before it, or start a group."""
+    text = [p for p in parts_of(row.content) if isinstance(p, str) and p]
+    last = units[-1] if units else None
+    turn = turn_of(row)
+    joinable = last is not None and (
+        (last.results is not None and last.open_calls and last.turn == turn)
+        or (last.results is None and len(last.drafts) == 1 and last.drafts[0].role == "assistant"
+            and turn is not None and last.turn == turn))
+    if not joinable:
+        last = Unit([Draft("assistant", [])], 0, [], turn=turn)
+        units.append(last)
+    assert last is not None
+    if last.results is None:
+        last.results, last.open_calls = {}, True
+    head = last.drafts[0]
+    head.parts.extend(text)
+    head.tool_calls.append(call)
+    last.rows += 1
+    last.item_ids.append(row.id)
+    if call.id in results:
+        last.results[call.id] = results[call.id]
+
+
+def _close(unit: Unit, result_cap: int) -> None:
+    """Put each call's result (or a synthetic "interrupted") right after the calls."""
+    assert unit.results is not None
+    for call in unit.drafts[0].tool_calls:
+        result = unit.results.get(call.id)
+        if result is None:
+            unit.drafts.append(Draft("tool", [INTERRUPTED_TEXT], tool_call_id=call.id))
+            continue
+        parts = clip_text(parts_of(result.content), result_cap, "tool result") or [EMPTY_RESULT_TEXT]
+        if result.metadata.get("isError") is True:
+            parts = [f"{HOST}The tool reported an error.", *parts]
+        unit.drafts.append(Draft("tool", parts, tool_call_id=call.id))
+        unit.rows += 1
+        unit.item_ids.append(result.id)
+
+
+def host_prefixed(parts: list[Part]) -> list[Part]:
+    for index, part in enumerate(parts):
+        if isinstance(part, str):
+            return [*parts[:index], HOST + part, *parts[index + 1:]]
+    return [HOST.rstrip(), *parts]
+
+
+def render(drafts: list[Draft]) -> tuple[list[Message], int]:
+    """Messages with the newest IMAGES_WITH_PIXELS images kept, and the index of the oldest message keeping one."""
+    keep_pixels: set[tuple[int, int]] = set()
+    for m in range(len(drafts) - 1, -1, -1):
+        for p in range(len(drafts[m].parts) - 1, -1, -1):
+            if isinstance(drafts[m].parts[p], dict) and len(keep_pixels) < IMAGES_WITH_PIXELS:
+                keep_pixels.add((m, p))
+    oldest = min((m for m, _ in keep_pixels), default=len(drafts))
+    messages = []
+    for m, draft in enumerate(drafts):
+        content: list[dict[str, Any]] = []
+        run: list[str] = []
+        for p, part in enumerate(draft.parts):
+            if isinstance(part, str):
+                run.append(part)
+            elif (m, p) in keep_pixels:
+                if run:
+                    content.append({"type": "text", "text": "\n".join(run)})
+                    run = []
+                content.append(dict(part))
+            else:
+                run.append("[image]")
+        if run:
+            content.append({"type": "text", "text": "\n".join(run)})
+        messages.append(Message(role=draft.role, content=content, tool_calls=list(draft.tool_calls),
+                                tool_call_id=draft.tool_call_id))
+    return messages, oldest

@@ -1,0 +1,50 @@
+"""Tests for mcplhost/agents/history.py: stored blocks as parts, clipping, and which images keep pixels."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcplhost.agents.history import IMAGES_WITH_PIXELS, Draft, clip_text, parts_of, render
+
+IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+
+
+def test_parts_of_keeps_text_and_images_and_names_the_rest() -> None:
+    """Text and image blocks pass; any other block reads as its type in brackets."""
+    blocks = [{"type": "text", "text": "a"}, IMAGE, {"type": "audio", "data": "x"}, {"type": "text"}]
+    assert parts_of(blocks) == ["a", IMAGE, "[audio]", "[text]"]
+
+
+def test_clip_leaves_short_text_alone() -> None:
+    """Parts whose joined text fits are returned as they are."""
+    parts = ["abc", IMAGE, "de"]
+    assert clip_text(parts, 6, "message") is parts
+
+
+def test_clip_keeps_images_after_the_text() -> None:
+    """A clipped message keeps its images, after the head-and-tail text."""
+    clipped = clip_text(["a" * 30, IMAGE, "b" * 30], 10, "message")
+    assert clipped[0].startswith("aaaaa\n[host] 51 characters cut") and clipped[0].endswith("\nbbbbb")
+    assert clipped[1:] == [IMAGE]
+
+
+@given(st.text(), st.integers(1, 100))
+def test_clip_keeps_head_and_tail(text: str, limit: int) -> None:
+    """A clipped text starts with the original's head and ends with its tail, each about half the limit."""
+    (clipped,) = clip_text([text], limit, "tool result")
+    if len(text) <= limit:
+        assert clipped == text
+    else:
+        head, tail = limit // 2, limit - limit // 2
+        assert clipped.startswith(text[:head] + "\n[host] ")
+        assert clipped.endswith("\n" + (text[-tail:] if tail else ""))
+
+
+def test_render_joins_text_and_keeps_the_newest_pixels() -> None:
+    """Text parts join with newlines; only the newest images keep pixels, older ones read "[image]"."""
+    drafts = [Draft("user", ["a", IMAGE, "b"]) for _ in range(IMAGES_WITH_PIXELS + 1)]
+    messages, oldest = render(drafts)
+    assert messages[0].content == [{"type": "text", "text": "a\n[image]\nb"}]
+    assert messages[1].content == [{"type": "text", "text": "a"}, IMAGE, {"type": "text", "text": "b"}]
+    assert oldest == 1
