@@ -35,10 +35,10 @@ from mcplhost.rpc import (
 from . import errors, jobs
 from .channels import Channel, ChannelRegistry
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
-from .grants import IMPLEMENTED, advertised_paths, effective_grant, host_capabilities, offered_paths
+from .grants import IMPLEMENTED, advertised_paths, effective_grant, host_capabilities, mcp_only_grant, offered_paths
 from .intake import Intake
 from .manifest import ManifestChange, ManifestTracker
-from .methods import MCP_NOTIFICATIONS_PREFIX, method_for
+from .methods import MCP_NOTIFICATIONS, MCP_NOTIFICATIONS_PREFIX, method_for
 from .params import InitializeResult
 from .policy import interim, judge_receipt, policy_params
 from .states import HandshakeFailed, Mode, PolicyClosed
@@ -80,6 +80,8 @@ class McplConnection:
         self.feature_sets: dict[str, FeatureSetState] = {}
         self.declared: dict[str, dict[str, Any]] = {}
         self.registry = ChannelRegistry(spec.channels)
+        #: The connector's MCP tools as its latest `tools/list` gave them (None: not listed in this life).
+        self.tools: list[dict[str, Any]] | None = None
         self.accepted_implies: dict[str, list[str]] | None = None
         self.tracker = ManifestTracker(clock)
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[tuple[str, Any]](MAX_PENDING_JOBS)
@@ -103,6 +105,11 @@ class McplConnection:
     @property
     def is_ready(self) -> bool:
         return self.mode is Mode.READY
+
+    def list_tools_soon(self) -> None:
+        """Queue a `tools/list` (after each ready handshake and on list_changed) while `tools` is granted."""
+        if "tools" in self.grant:
+            self.schedule(jobs.TOOLS, None)
 
     # --- handshake -----------------------------------------------------------
 
@@ -256,12 +263,16 @@ class McplConnection:
         self.mode = Mode.READY
         self.log.info("connector.ready", grant=sorted(grant), legacy=self.legacy,
                       feature_sets={n: s.reason or "enabled" for n, s in states.items()})
+        self.list_tools_soon()
         return self.mode
 
     def _mcp_only(self, why: str) -> Mode:
-        self.grant, self.mode = frozenset(), Mode.MCP_ONLY
+        # Plain MCP keeps MCP's own `tools` when advertised and granted (AMB-4); nothing of MCPL.
+        self.grant = mcp_only_grant(self.capabilities, list(self.spec.grant), self.offered)
+        self.mode = Mode.MCP_ONLY
         self.registry.clear()
         self.log.warning("connector.mcp_only", reason=why)
+        self.list_tools_soon()
         return self.mode
 
     def _fallback(self, fallback: str, why: str) -> Mode:
@@ -333,6 +344,9 @@ class McplConnection:
 
     async def on_notification(self, method: str, params: Raw | UnsetType) -> None:
         if method.startswith(MCP_NOTIFICATIONS_PREFIX):
+            handler = MCP_NOTIFICATIONS.get(method)
+            if handler is not None:
+                await handler(self, params)
             return
         entry = method_for(method)
         if entry is None:
@@ -381,9 +395,9 @@ class McplConnection:
     def close_jobs(self) -> None:
         self._jobs_in.close()
 
-    async def open_channel(self, channel: Channel) -> None:
-        """channels/open for a channel; the returned descriptor is judged like a registration."""
-        await jobs.open_channel(self, channel)
+    async def open_channel(self, channel: Channel, *, timeout: float | None = None) -> dict[str, Any]:
+        """channels/open for a channel; the returned descriptor is judged like a registration; its result."""
+        return await jobs.open_channel(self, channel, timeout=timeout)
 
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""

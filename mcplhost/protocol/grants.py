@@ -49,21 +49,37 @@ _PREFIXES: frozenset[str] = frozenset(
 
 #: The capability paths this host implements, advertised in `initialize` and the
 #: most any grant holds. Each change that implements a capability adds it here,
-#: in the same commit (issue 7 #5). Not yet: channels.publish, channels.streaming,
-#: channels.acknowledge, channels.typing, contextHooks.*, inferenceRequest,
-#: inferenceLifecycle, modelInfo, and MCP `tools`.
+#: in the same commit (issue 7 #5). Issue 9 added the agents' side: MCP `tools`
+#: (agent tools, also for MCP-only connectors), the four `beforeInference` hook
+#: leaves and `inferenceLifecycle`. Not yet: channels.publish, channels.streaming,
+#: channels.acknowledge, channels.typing, inferenceRequest and modelInfo.
 IMPLEMENTED: frozenset[str] = frozenset({
     "pushEvents",
+    "tools",
     "channels.register",
     "channels.incoming",
     "channels.lifecycle",
+    "contextHooks.beforeInference.observe",
+    "contextHooks.beforeInference.inject.system",
+    "contextHooks.beforeInference.inject.beforeUser",
+    "contextHooks.beforeInference.inject.afterUser",
+    "inferenceLifecycle",
 })
 
 #: Paths that need a model for connectors: offered only when `[inference]` is
-#: configured (not in the config yet), once they are implemented.
+#: configured (not in the config yet), once they are implemented. Lifecycle is
+#: not one: it reports the agents' own inferences, which need no `[inference]`.
 INFERENCE_PATHS: frozenset[str] = frozenset(
-    {"inferenceRequest", "inferenceRequest.streaming", "inferenceLifecycle", "modelInfo"}
+    {"inferenceRequest", "inferenceRequest.streaming", "modelInfo"}
 )
+
+#: The hook leaves: a connector holding any of them is asked `context/beforeInference` (HOST-DIGEST §3.3).
+HOOK_PATHS: frozenset[str] = frozenset({
+    "contextHooks.beforeInference.observe",
+    "contextHooks.beforeInference.inject.system",
+    "contextHooks.beforeInference.inject.beforeUser",
+    "contextHooks.beforeInference.inject.afterUser",
+})
 
 
 def offered_paths(implemented: frozenset[str] = IMPLEMENTED, *, inference_configured: bool = False) -> frozenset[str]:
@@ -194,6 +210,16 @@ def effective_grant(capabilities: Any, policy: list[str]) -> list[str]:
         for path in SORTED_CAPABILITY_PATHS
         if path in advertised and policy_allows(policy, path)
     ]
+
+
+def mcp_only_grant(capabilities: Any, policy: list[str], offered: frozenset[str]) -> frozenset[str]:
+    """What a connection serving plain MCP holds: MCP's own paths (`tools`), advertised, allowed and offered.
+
+    An MCP-only connector has no MCPL grant, but an operator's `grant` naming
+    `tools` still governs its MCP tools, and leaving `tools` out denies them
+    in MCP-only mode too (AMB-4).
+    """
+    return frozenset(effective_grant(capabilities, policy)) & MCP_ADVERTISED_PATHS & offered
 
 
 def denied_paths(capabilities: Any, granted: Iterable[str]) -> list[str]:

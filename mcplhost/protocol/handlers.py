@@ -164,6 +164,15 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
     return Deferred(store)
 
 
+# --- MCP notifications ------------------------------------------------------------
+
+
+async def tools_list_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
+    """notifications/tools/list_changed: the handle lists the tools again (if `tools` is granted)."""
+    conn.log.info("connector.tools_changed")
+    conn.list_tools_soon()
+
+
 # --- manifest ----------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Host-initiated work on one connection: opening channels and re-fetching the manifest.
+"""Host-initiated work on one connection: opening channels, re-fetching the manifest, listing MCP tools.
 
 Handlers never wait on the connector: they queue a job (`McplConnection.schedule`)
 and `serve` runs the jobs one at a time, so a policy update a job causes is
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 OPEN = "open"
 MANIFEST = "manifest"
+TOOLS = "tools"
+#: Bounds on one `tools/list`: pages followed (nextCursor) and tools kept per connector.
+MAX_TOOL_PAGES = 16
+MAX_TOOLS = 256
 
 
 async def serve(conn: McplConnection, jobs: Any) -> None:
@@ -37,7 +41,9 @@ async def serve(conn: McplConnection, jobs: Any) -> None:
                     await open_channel(conn, arg)
                 elif job == MANIFEST:
                     await refresh_manifest(conn)
-            except (RemoteError, RequestTimeout) as exc:
+                elif job == TOOLS:
+                    await list_tools(conn)
+            except (RemoteError, RequestTimeout, msgspec.DecodeError) as exc:
                 conn.log.warning("connector.job_failed", job=job, error=str(exc))
             except errors.ConnectorProtocolError as exc:
                 # The grant narrowed while the job waited (e.g. channels.lifecycle revoked).
@@ -49,15 +55,49 @@ async def serve(conn: McplConnection, jobs: Any) -> None:
                 conn.close_by_policy(str(exc))
 
 
-async def open_channel(conn: McplConnection, channel: Channel) -> None:
-    """channels/open for a channel; the returned descriptor is judged like a registration."""
+async def list_tools(conn: McplConnection) -> None:
+    """tools/list, every page up to the bounds; `conn.tools` becomes the well-formed tools listed.
+
+    A tool is well formed when its `name` is a non-empty string; a malformed
+    one is skipped (and counted in the log line), never the whole list.
+    """
+    if "tools" not in conn.grant or conn.session is None:
+        return
+    listed: list[dict[str, Any]] = []
+    skipped = 0
+    cursor: Any = None
+    for _ in range(MAX_TOOL_PAGES):
+        raw = await conn.session.request("tools/list", {"cursor": cursor} if cursor is not None else {},
+                                         timeout=conn.spec.request_timeout_s)
+        page = msgspec.json.decode(bytes(raw))
+        tools = page.get("tools") if isinstance(page, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool["name"]:
+                listed.append(tool)
+            else:
+                skipped += 1
+        cursor = page.get("nextCursor") if isinstance(page, dict) else None
+        if not isinstance(cursor, str) or len(listed) >= MAX_TOOLS:
+            break
+    if len(listed) > MAX_TOOLS:
+        conn.log.warning("connector.tools_capped", limit=MAX_TOOLS, listed=len(listed))
+    conn.tools = listed[:MAX_TOOLS]
+    conn.log.info("connector.tools_listed", tools=len(conn.tools), skipped=skipped)
+
+
+async def open_channel(conn: McplConnection, channel: Channel, *, timeout: float | None = None) -> dict[str, Any]:
+    """channels/open for a channel; the returned descriptor is judged like a registration.
+
+    Returns the decoded result (an agent's `channel_open` reads its backscroll
+    from it); `timeout` None: the connector's request_timeout_s.
+    """
     assert conn.session is not None
     if "channels.lifecycle" not in conn.grant:
         raise errors.capability_denied("channels.lifecycle")
     raw = await conn.session.request(
         "channels/open",
         {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}},
-        timeout=conn.spec.request_timeout_s,
+        timeout=conn.spec.request_timeout_s if timeout is None else timeout,
     )
     result = msgspec.json.decode(bytes(raw))
     descriptor = result.get("channel") if isinstance(result, dict) else None
@@ -71,6 +111,7 @@ async def open_channel(conn: McplConnection, channel: Channel) -> None:
             conn.log.warning("channels.descriptor_refused", channel=results[0]["id"],
                              reason=results[0].get("reason"), detail="returned by channels/open")
     conn.log.info("channels.opened", channel=channel.id)
+    return result if isinstance(result, dict) else {}
 
 
 async def refresh_manifest(conn: McplConnection) -> None:

@@ -55,6 +55,12 @@ REMOVED = frozenset({"featureSets/changed", "scope/elevate", "context/afterInfer
 #: MCP notifications a server may send; accepted and logged, never answered.
 MCP_NOTIFICATIONS_PREFIX = "notifications/"
 
+#: The MCP notifications the host acts on (ungated: what they trigger checks the grant itself);
+#: every other `notifications/...` is accepted and ignored.
+MCP_NOTIFICATIONS: dict[str, NotificationHandler] = {
+    "notifications/tools/list_changed": handlers.tools_list_changed,
+}
+
 
 def method_for(name: str) -> Method | None:
     """The table entry for `name`, or None when it is unknown or removed."""

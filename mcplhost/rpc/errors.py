@@ -36,10 +36,11 @@ class ConnectionClosed(Exception):
 class RequestTimeout(TimeoutError):
     """The peer did not answer one of our requests in time."""
 
-    def __init__(self, method: str, timeout: float) -> None:
+    def __init__(self, method: str, timeout: float, request_id: int | None = None) -> None:
         super().__init__(f"no answer to {method} within {timeout:g} s")
         self.method = method
         self.timeout = timeout
+        self.request_id = request_id  # ours, for an MCP notifications/cancelled naming it
 
 
 def error_for(exc: BaseException) -> ErrorObject:

@@ -199,7 +199,7 @@ class Session:
                     outcome = await receive.receive()
             except TimeoutError:
                 self._table.abandon(request_id)
-                raise RequestTimeout(method, wait) from None
+                raise RequestTimeout(method, wait, request_id) from None
         finally:
             self._waiters.pop(request_id, None)
             send.close()

@@ -9,12 +9,14 @@ from hypothesis import strategies as st
 
 from mcplhost.protocol.connection import HOST_MCPL_CAPABILITIES, OFFERED
 from mcplhost.protocol.grants import (
+    HOOK_PATHS,
     IMPLEMENTED,
     INFERENCE_PATHS,
     advertised_paths,
     denied_paths,
     effective_grant,
     host_capabilities,
+    mcp_only_grant,
     offered_paths,
     pattern_matches,
 )
@@ -362,11 +364,26 @@ class TestImplemented:
     """What the host offers is what it implements, and what it advertises is exactly that (issue 7 #5)."""
 
     def test_implemented_paths_are_vocabulary_paths_and_exclude_the_unbuilt(self) -> None:
-        """IMPLEMENTED holds only real paths, none of publish, streaming, hooks, inference or tools."""
+        """IMPLEMENTED holds only real paths, none of publish, streaming or connector inference (issue 9 #8)."""
         assert IMPLEMENTED <= CAPABILITY_PATHS
-        unbuilt = {"channels.publish", "channels.streaming", "channels.acknowledge", "channels.typing", "tools",
-                   "modelInfo", "inferenceRequest"} | {p for p in CAPABILITY_PATHS if p.startswith("contextHooks.")}
+        unbuilt = {"channels.publish", "channels.streaming", "channels.acknowledge", "channels.typing",
+                   "modelInfo", "inferenceRequest", "inferenceRequest.streaming"}
         assert not IMPLEMENTED & unbuilt
+
+    def test_agents_side_is_implemented_hooks_lifecycle_and_tools(self) -> None:
+        """Issue 9 #8: the four hook leaves, inferenceLifecycle and MCP tools are offered without [inference]."""
+        agents_side = HOOK_PATHS | {"inferenceLifecycle", "tools"}
+        assert agents_side <= IMPLEMENTED
+        assert agents_side <= offered_paths()
+        assert HOOK_PATHS == {p for p in CAPABILITY_PATHS if p.startswith("contextHooks.")}
+
+    def test_mcp_only_keeps_only_mcp_tools_and_only_when_granted(self) -> None:
+        """A plain MCP connector holds `tools` when advertised and granted, nothing else; a denial holds too (AMB-4)."""
+        plain = {"tools": {}}
+        assert mcp_only_grant(plain, ["tools", "pushEvents"], offered_paths()) == {"tools"}
+        assert mcp_only_grant(plain, ["pushEvents"], offered_paths()) == frozenset()
+        assert mcp_only_grant({}, ["tools"], offered_paths()) == frozenset()
+        assert mcp_only_grant(caps({"pushEvents": True}) | plain, ["*"], offered_paths()) == {"tools"}
 
     def test_inference_paths_are_offered_only_when_configured(self) -> None:
         """The seam for [inference]: implemented inference paths are dropped unless a model is configured."""
@@ -376,8 +393,11 @@ class TestImplemented:
         assert offered_paths() == IMPLEMENTED - INFERENCE_PATHS
 
     def test_the_initialize_advertisement_is_exactly_what_the_host_offers(self) -> None:
-        """HOST_MCPL_CAPABILITIES, walked like any advertisement, yields OFFERED and nothing more."""
-        assert advertised_paths(caps(HOST_MCPL_CAPABILITIES)) == OFFERED
+        """HOST_MCPL_CAPABILITIES, walked like any advertisement, yields OFFERED and nothing more (less MCP's `tools`)."""
+        assert advertised_paths(caps(HOST_MCPL_CAPABILITIES)) == OFFERED - {"tools"}
+        assert HOST_MCPL_CAPABILITIES["contextHooks"] == {"beforeInference": {
+            "observe": True, "inject": {"system": True, "beforeUser": True, "afterUser": True}}}
+        assert HOST_MCPL_CAPABILITIES["inferenceLifecycle"] is True
         assert HOST_MCPL_CAPABILITIES["version"] == "0.5" and HOST_MCPL_CAPABILITIES["featureSets"] is True
 
     @given(st.sets(st.sampled_from(ALL_PATHS)))

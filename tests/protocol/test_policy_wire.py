@@ -140,9 +140,9 @@ class TestEffectiveCapabilities:
         granted, refused = policy["params"]["effectiveCapabilities"], policy["params"]["deniedCapabilities"]
         assert configured("caps", tmp_path, logs) == ["modelInfo", "pushEvents", "tools"]
         # Only what this host implements goes out; the rest is denied and logged once (issue 7 #5).
-        assert granted == ["pushEvents"]
-        assert refused == ["channels.incoming", "channels.register", "modelInfo", "tools"]
-        assert logged(logs, "connector.grant_unimplemented", connector="caps", paths=["modelInfo", "tools"])
+        assert granted == ["pushEvents", "tools"]
+        assert refused == ["channels.incoming", "channels.register", "modelInfo"]
+        assert logged(logs, "connector.grant_unimplemented", connector="caps", paths=["modelInfo"])
         assert not set(granted) & set(refused)
         # Advertised but not allowed is not granted.
         assert denied(error_of(record(tmp_path, "caps"), 0), "channels.register")
@@ -172,8 +172,10 @@ class TestEffectiveCapabilities:
         assert effective["system"] == [INJECT_SYSTEM]
         # What goes out is only what this host implements.
         assert policies("star", tmp_path)[0]["params"]["effectiveCapabilities"] == [
-            "channels.incoming", "channels.lifecycle", "channels.register", "pushEvents"]
-        assert policies("system", tmp_path)[0]["params"]["effectiveCapabilities"] == []
+            "channels.incoming", "channels.lifecycle", "channels.register", "inferenceLifecycle", "pushEvents",
+            "tools"]
+        assert policies("inject", tmp_path)[0]["params"]["effectiveCapabilities"] == effective["inject"]
+        assert policies("system", tmp_path)[0]["params"]["effectiveCapabilities"] == [INJECT_SYSTEM]
 
     async def test_a_nested_advertisement_is_walked_recursively(self, tmp_path) -> None:
         """Deep object nodes advertise their leaves, an object node counts at its own path, false grants nothing."""
