@@ -13,6 +13,7 @@ could have been among the hits (newer than the oldest hit of a full window).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -110,14 +111,17 @@ class NewestHits:
 
 
 async def search_items(store: Store, query: str, *, as_regex: bool = False, ignore_case: bool = False,
-                       limit: int = 50) -> SearchResult:
+                       limit: int = 50, where: Callable[[Any], bool] | None = None) -> SearchResult:
     """The newest `limit` items whose body matches, newest first, each with a body snippet.
 
     `^` anchors at the body's start: the header is not part of what is searched.
+    `where`: only the stored items it accepts are searched (an agent's `history_search`: what it hears).
     """
     pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
     window = NewestHits(limit)
     async for item in store.items.iterate():
+        if where is not None and not where(item):
+            continue
         text = body_text(item.content, item.metadata)
         try:
             match = pattern.search(text, timeout=REGEX_TIMEOUT_S)

@@ -24,6 +24,11 @@ to the JSON-lines file named by ``record``. Members, all optional:
                       {"wait": method, "count": n}          until its nth message arrives
                       {"exit": code}
     handlers        {method: {"result": ...} | {"error": ...} | "ignore"} for host requests
+                    (`tools/list`, `tools/call`, `context/beforeInference`, `channels/open`...);
+                    {"delay": seconds, ...} answers late; a list: the nth request gets the
+                    nth answer, the last one answers every later request
+    notifications   a list of notification methods (e.g. "inference/lifecycle") recorded
+                    as {"kind": "notified", "method", "params"} when they arrive
     ignore_sigterm  true: SIGTERM does nothing
     ignore_eof      true: keep running after stdin ends
     exit_after      exit with this code once the steps are done
@@ -160,9 +165,19 @@ def main() -> None:
             return answer(spec)
         server.receipt = receipt
     for method, spec in script.get("handlers", {}).items():
-        async def handle(params: dict[str, Any], spec: Any = spec) -> Any:
-            return answer(spec)
+        answers_of = spec if isinstance(spec, list) else [spec]
+        calls = iter(range(len(answers_of) - 1))
+
+        async def handle(params: dict[str, Any], answers_of: list[Any] = answers_of, calls: Any = calls) -> Any:
+            chosen = answers_of[next(calls, len(answers_of) - 1)]
+            if isinstance(chosen, dict) and "delay" in chosen:
+                await asyncio.sleep(chosen["delay"])
+            return answer(chosen)
         server.handlers[method] = handle
+    for method in script.get("notifications", []):
+        async def noted(params: dict[str, Any], method: str = method) -> None:
+            record("notified", method=method, params=params)
+        server.notification_handlers[method] = noted
 
     async def body(server: McplServer) -> None:
         await run_steps(server, script, record, seen)

@@ -5,7 +5,9 @@ speech router, the agent tools and the status socket hold a handle, never a
 connection, because a connection lasts one process life and a handle lasts
 as long as the host:
 
-- `state`, `grant`, `channels()` / `channel(id)`: what is in force right now;
+- `state`, `grant`, `channels()` / `channel(id)`, `tools()`: what is in force right now
+  (`tools()`: the MCP tools listed after each ready handshake and on
+  `notifications/tools/list_changed`, while `tools` is granted);
 - `request()` / `notify()`: host-initiated calls while the connector serves
   (ready, or mcp_only for plain MCP calls such as `tools/call`), else a
   typed `ConnectorNotReady`; a call caught by the end of a life gets
@@ -37,7 +39,7 @@ from mcplhost.config import ConnectorConfig
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
-from mcplhost.rpc import ConnectionClosed, Session
+from mcplhost.rpc import ConnectionClosed, RemoteError, Session
 
 log = structlog.get_logger()
 
@@ -171,6 +173,13 @@ class ConnectorHandle:
     def channel(self, channel_id: str) -> Channel | None:
         return self._connection.registry.get(channel_id) if self._connection is not None else None
 
+    def tools(self) -> list[dict[str, Any]]:
+        """The connector's MCP tools (as `tools/list` gave them) while it serves and holds `tools`; else none."""
+        connection = self._connection
+        if connection is None or self._state not in SERVING or "tools" not in connection.grant:
+            return []
+        return list(connection.tools or [])
+
     def statistics(self) -> ConnectorStatistics:
         return ConnectorStatistics(
             name=self.name, state=self._state, pid=self._pid, restarts=max(self._lives - 1, 0),
@@ -200,6 +209,29 @@ class ConnectorHandle:
                                 ) from exc
         return msgspec.json.decode(bytes(raw), type=result_type)
 
+    async def request_with_grant(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                                 ) -> tuple[Any, frozenset[str]]:
+        """`request`, and the grant in force the moment the answer arrived (read in the read loop).
+
+        For answers whose parts are authorized at receipt (each
+        `beforeInference` injection, HOST-DIGEST §1.7): a policy change the
+        connector's next message brings cannot slip in between.
+        """
+        session = self._serving_session(method)
+        connection = self._connection
+
+        def at_receipt(outcome: Any) -> tuple[Any, frozenset[str]]:
+            return outcome, (connection.grant if connection is not None else frozenset())
+
+        try:
+            outcome, grant = await session.request(method, params, timeout=timeout, at_receipt=at_receipt)
+        except ConnectionClosed as exc:
+            raise ConnectorGone(self.name, self._state, f"its process life ended before {method} was answered ({exc})"
+                                ) from exc
+        if isinstance(outcome, RemoteError):
+            raise outcome
+        return msgspec.json.decode(bytes(outcome)), grant
+
     async def notify(self, method: str, params: Any = UNSET) -> None:
         """Send a notification while the connector serves; the same refusals as `request`."""
         session = self._serving_session(method)
@@ -208,6 +240,23 @@ class ConnectorHandle:
         except ConnectionClosed as exc:
             raise ConnectorGone(self.name, self._state, f"its process life ended before {method} went out ({exc})"
                                 ) from exc
+
+    async def open_channel(self, channel_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """channels/open for a registered channel; its result (with any backscroll the connector sends).
+
+        The same refusals as `request`, plus the protocol's -32002 error when
+        `channels.lifecycle` is not granted and KeyError for a channel not registered now.
+        """
+        self._serving_session("channels/open")
+        connection = self._connection
+        channel = connection.registry.get(channel_id) if connection is not None else None
+        if connection is None or channel is None:
+            raise KeyError(channel_id)
+        try:
+            return await connection.open_channel(channel, timeout=timeout)
+        except ConnectionClosed as exc:
+            raise ConnectorGone(self.name, self._state, f"its process life ended before channels/open was answered"
+                                f" ({exc})") from exc
 
     def _serving_session(self, method: str) -> Session:
         connection = self._connection

@@ -1,0 +1,365 @@
+"""The tools one agent is offered, and calling them (AGENTS.md §5).
+
+Host tools: `channel_list`, `channel_open` and `history_search`
+(`channel_publish` comes with the speech issue). Connector tools: every
+MCP tool of a connector the agent hears that holds `tools` now (an MCP-only
+connector too), offered as `<connector>__<tool>`. The agent's `tools` globs
+narrow both. What a tool returns is marked like an item body
+(PROVENANCE.md §4) before the model sees it; `channel_open`'s backscroll
+items go through the inbound pipeline, each under its own channel's source
+header.
+
+A tool that fails (an error answer, a timeout, a connector not serving, bad
+arguments) is a result the model reads (`ToolOutcome.is_error`), never an
+exception: it never fails the turn and never counts against the connector.
+A timed-out `tools/call` is followed by MCP `notifications/cancelled`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from mcplhost.agents.context import heard_by
+from mcplhost.agents.hooks import heard_connectors
+from mcplhost.agents.model import ToolCall, ToolSpec
+from mcplhost.config import AgentConfig
+from mcplhost.inbound import mark_openings
+from mcplhost.inbound.notice import SOURCE_RULE_TEXT
+from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
+from mcplhost.protocol.errors import ConnectorProtocolError
+from mcplhost.readers import SearchError, search_items
+from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.store import Store
+from mcplhost.store.items import StoredItem
+from mcplhost.supervisor.handle import ConnectorHandle, ConnectorNotReady
+
+log = structlog.get_logger()
+
+#: `<connector>__<tool>`: what every backend accepts as a function name.
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SEPARATOR = "__"
+#: history_search's `limit`: the default and the most it returns.
+SEARCH_LIMIT_DEFAULT = 20
+SEARCH_LIMIT_MAX = 50
+#: A notifications/cancelled that cannot be queued within this long is given up.
+CANCEL_SEND_TIMEOUT_S = 1.0
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+#: Backscroll entries read from one channels/open answer; the rest are left out.
+MAX_BACKSCROLL = 100
+
+
+class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What the model reads back: content blocks (already marked) and whether the call failed."""
+
+    blocks: list[dict[str, Any]]
+    is_error: bool = False
+
+
+def failure(text: str) -> ToolOutcome:
+    """A failed call, said in one marked line the model reads."""
+    return ToolOutcome(blocks=mark_openings([{"type": "text", "text": f"[host] {text}"}]), is_error=True)
+
+
+def marked(text: str) -> str:
+    """`text` with every opening marked (a connector's or sender's words, PROVENANCE.md §4)."""
+    return str(mark_openings([{"type": "text", "text": text}])[0]["text"])
+
+
+def as_text(value: Any) -> ToolOutcome:
+    """A host tool's JSON answer as one text block; its strings are marked by the caller, before encoding.
+
+    Marking the encoded JSON instead would put a backslash before a `[`,
+    which is no JSON escape: the model would read broken JSON.
+    """
+    return ToolOutcome(blocks=[{"type": "text", "text": json.dumps(value, ensure_ascii=False, sort_keys=True)}])
+
+
+HOST_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(name="channel_list", input_schema=EMPTY_SCHEMA, description=(
+        "List the channels you hear and may open: each as connector/channel-id, with its label, direction and "
+        "whether it is open. " + SOURCE_RULE_TEXT)),
+    ToolSpec(name="channel_open", description=(
+        "Open a channel (connector/channel-id, or a bare id or label naming exactly one channel) and read its "
+        "recent messages, each under its own [source: …] header. " + SOURCE_RULE_TEXT),
+        input_schema={"type": "object", "properties": {"channel": {"type": "string"}}, "required": ["channel"]}),
+    ToolSpec(name="history_search", description=(
+        "Search the bodies of the messages you hear (never their [source: …] headers), newest first; "
+        "`regex` makes the query a regular expression. " + SOURCE_RULE_TEXT),
+        input_schema={"type": "object", "properties": {
+            "query": {"type": "string"}, "regex": {"type": "boolean"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX}}, "required": ["query"]}),
+)
+
+
+def offered(agent: AgentConfig, name: str) -> bool:
+    """Whether the agent's `tools` globs let it have the tool called `name` (no `tools`: every tool)."""
+    return agent.tools is None or any(fnmatchcase(name, glob) for glob in agent.tools)
+
+
+def result_blocks(result: Any) -> tuple[list[dict[str, Any]], bool]:
+    """An MCP `tools/call` result as marked blocks the model can read, and its `isError`.
+
+    Text and inline images pass; other blocks become a `[host]` line naming
+    them; a result with only `structuredContent` is shown as its JSON.
+    """
+    if not isinstance(result, dict):
+        return [{"type": "text", "text": "[host] the tool answered something that is not an MCP result"}], True
+    blocks: list[dict[str, Any]] = []
+    content = result.get("content")
+    for block in content if isinstance(content, list) else []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            blocks.append({"type": "text", "text": block["text"]})
+        elif kind == "image" and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
+            blocks.append({"type": "image", "data": block["data"], "mimeType": block["mimeType"]})
+        else:
+            blocks.append({"type": "text", "text": f"[host] a {kind if isinstance(kind, str) else 'malformed'}"
+                                                   " block of the result is left out"})
+    if not blocks and "structuredContent" in result:
+        blocks.append({"type": "text", "text": json.dumps(result["structuredContent"], ensure_ascii=False)})
+    if not blocks:
+        blocks.append({"type": "text", "text": "[host] the tool returned no content"})
+    return mark_openings(blocks), result.get("isError") is True
+
+
+def _string(entry: dict[str, Any], key: str) -> str | None:
+    value = entry.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def backscroll_item(entry: Any, handle: ConnectorHandle, opened: Any, accepted_at: int) -> list[dict[str, Any]] | None:
+    """One backscroll entry as the blocks an item would be stored with, or None when it is malformed.
+
+    An entry is shaped like a `channels/incoming` message (`content` may also
+    be a plain string). It goes through the inbound pipeline, so its text is
+    marked and its header is its *own* channel's (`channelId`, else the
+    opened channel), whatever channel it was returned for.
+    """
+    if not isinstance(entry, dict):
+        return None
+    content = entry.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return None
+    channel_id = _string(entry, "channelId") or opened.id
+    registered = handle.channel(channel_id)
+    author = entry.get("author")
+    metadata = entry.get("metadata")
+    tags = entry.get("tags")
+    processed = run_pipeline(Delivered(
+        lane="channels/incoming", kind="channel", server_id=handle.name, accepted_at=accepted_at, blocks=content,
+        adapter=metadata if isinstance(metadata, dict) else None, channel_id=channel_id,
+        label=registered.label if registered is not None else None, thread_id=_string(entry, "threadId"),
+        message_id=_string(entry, "messageId"), reply_to=_string(entry, "replyTo"),
+        source_timestamp=entry.get("timestamp") if isinstance(entry.get("timestamp"), str) else None,
+        tags=[t for t in tags if isinstance(t, str)] if isinstance(tags, list) else [],
+        participant=_string(author, "name") if isinstance(author, dict) else None))
+    return processed.content if isinstance(processed, Processed) else None
+
+
+def backscroll_blocks(handle: ConnectorHandle, opened: Any, entries: Any,
+                      accepted_at: int) -> tuple[list[dict[str, Any]], int, int]:
+    """The blocks of every well-formed entry (at most MAX_BACKSCROLL), how many were kept and how many skipped."""
+    blocks: list[dict[str, Any]] = []
+    kept = skipped = 0
+    for entry in entries[:MAX_BACKSCROLL] if isinstance(entries, list) else []:
+        item = backscroll_item(entry, handle, opened, accepted_at)
+        if item is None:
+            skipped += 1
+            continue
+        kept += 1
+        blocks.extend(item)
+    return blocks, kept, skipped
+
+
+class ToolBox:
+    """One agent's tools: `specs()` offers them, `call()` runs one and never raises for a tool's failure."""
+
+    def __init__(self, agent: AgentConfig, handles: Mapping[str, ConnectorHandle], store: Store, *,
+                 heard: Callable[[StoredItem], bool] | None = None,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.agent = agent
+        self.handles = handles
+        self.store = store
+        self.heard = heard if heard is not None else self._hears
+        self.clock_ms = clock_ms
+        self._log = log.bind(agent=agent.name)
+        self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
+        self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
+
+    def _hears(self, item: StoredItem) -> bool:
+        """Items everyone may see (no agent's own rows) from what the agent hears."""
+        return item.agent is None and heard_by(self.agent.hears, item.metadata.get("serverId"),
+                                               item.metadata.get("channelId"))
+
+    # --- what is offered -------------------------------------------------------------
+
+    def connector_tools(self) -> dict[str, tuple[ConnectorHandle, dict[str, Any]]]:
+        """Offered name → (handle, MCP tool), connector order then listing order."""
+        tools: dict[str, tuple[ConnectorHandle, dict[str, Any]]] = {}
+        for handle in heard_connectors(self.handles, self.agent):
+            for tool in handle.tools():
+                name = f"{handle.name}{SEPARATOR}{tool['name']}"
+                if not TOOL_NAME.match(name):
+                    if name not in self._unnamable:
+                        self._unnamable.add(name)
+                        self._log.warning("agent.tool_unnamable", connector=handle.name, tool=tool["name"],
+                                          detail="not [A-Za-z0-9_-]{1,64} as <connector>__<tool>: not offered")
+                    continue
+                if offered(self.agent, name) and name not in tools:
+                    tools[name] = (handle, tool)
+        return tools
+
+    def specs(self) -> list[ToolSpec]:
+        """Host tools first, then each heard connector's MCP tools, as the agent's `tools` globs allow."""
+        specs = [spec for spec in HOST_TOOLS if offered(self.agent, spec.name)]
+        for name, (handle, tool) in self.connector_tools().items():
+            description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+            schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else EMPTY_SCHEMA
+            specs.append(ToolSpec(name=name, description=f"({handle.name}) {description}".strip(),
+                                  input_schema=schema))
+        return specs
+
+    # --- calling -----------------------------------------------------------------------
+
+    async def call(self, call: ToolCall) -> ToolOutcome:
+        """Run one call; every failure is an error result the model reads, logged once here."""
+        started = anyio.current_time()
+        try:
+            outcome = await self._dispatch(call)
+        except Exception as exc:  # a bug of ours must not fail the turn either
+            self._log.error("agent.tool_crashed", tool=call.name, exc_info=True)
+            outcome = failure(f"{call.name} failed inside the host ({type(exc).__name__})")
+        self._log.info("agent.tool_called", tool=call.name, call=call.id, error=outcome.is_error,
+                       seconds=round(anyio.current_time() - started, 3))
+        return outcome
+
+    async def _dispatch(self, call: ToolCall) -> ToolOutcome:
+        if not isinstance(call.arguments, dict):
+            return failure(f"{call.name}: the arguments must be a JSON object")
+        if call.name in {spec.name for spec in HOST_TOOLS}:
+            if not offered(self.agent, call.name):
+                return failure(f"{call.name} is not one of your tools")
+            if call.name == "channel_list":
+                return self.channel_list()
+            if call.name == "channel_open":
+                return await self.channel_open(call.arguments)
+            return await self.history_search(call.arguments)
+        tool = self.connector_tools().get(call.name)
+        if tool is None:
+            return failure(f"{call.name} is not one of your tools now (unknown, or its connector is not serving)")
+        handle, mcp_tool = tool
+        return await self._connector_call(handle, mcp_tool["name"], call.arguments)
+
+    async def _connector_call(self, handle: ConnectorHandle, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+        timeout = self.agent.tool_timeout_s
+        try:
+            result = await handle.request("tools/call", {"name": tool, "arguments": arguments}, timeout=timeout)
+        except RequestTimeout as exc:
+            await self._cancel(handle, exc)
+            return failure(f"{handle.name}{SEPARATOR}{tool} timed out after {timeout:g} s; the call was cancelled")
+        except RemoteError as exc:
+            return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {exc.message}")
+        except ConnectorNotReady as exc:
+            return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {exc}")
+        except msgspec.DecodeError:
+            return failure(f"{handle.name}{SEPARATOR}{tool} answered something that is not JSON")
+        blocks, is_error = result_blocks(result)
+        return ToolOutcome(blocks=blocks, is_error=is_error)
+
+    async def _cancel(self, handle: ConnectorHandle, exc: RequestTimeout) -> None:
+        """MCP notifications/cancelled for the request we stopped waiting for (best effort)."""
+        if exc.request_id is None:
+            return
+        try:
+            with anyio.move_on_after(CANCEL_SEND_TIMEOUT_S):
+                await handle.notify("notifications/cancelled", {"requestId": exc.request_id, "reason": "timeout"})
+        except ConnectorNotReady:
+            pass  # its life ended meanwhile: nothing is left to cancel
+
+    # --- host tools --------------------------------------------------------------------
+
+    def _heard_channels(self) -> list[tuple[ConnectorHandle, Any]]:
+        return [(handle, channel) for handle in heard_connectors(self.handles, self.agent)
+                for channel in handle.channels() if heard_by(self.agent.hears, handle.name, channel.id)]
+
+    def channel_list(self) -> ToolOutcome:
+        channels = [{"channel": marked(f"{handle.name}/{channel.id}"),
+                     "label": marked(channel.label) if channel.label is not None else None,
+                     "direction": channel.direction,
+                     "open": (handle.name, channel.id) in self._opened or bool(channel.initiallyOpen)}
+                    for handle, channel in self._heard_channels()]
+        return as_text({"channels": channels})
+
+    def resolve(self, name: str) -> tuple[ConnectorHandle, Any] | str:
+        """The one heard channel `name` means (`connector/id`, or a bare id or label), or why there is none."""
+        channels = self._heard_channels()
+        exact = [(h, c) for h, c in channels if f"{h.name}/{c.id}" == name]
+        if exact:
+            return exact[0]
+        named = [(h, c) for h, c in channels if name in (c.id, c.label)]
+        if len(named) == 1:
+            return named[0]
+        return "names no channel you hear" if not named else f"names {len(named)} channels; use connector/channel-id"
+
+    async def channel_open(self, arguments: dict[str, Any]) -> ToolOutcome:
+        name = arguments.get("channel")
+        if not isinstance(name, str) or not name:
+            return failure("channel_open needs `channel`, a string")
+        found = self.resolve(name)
+        if isinstance(found, str):
+            return failure(f"channel_open: {json.dumps(name, ensure_ascii=False)} {found}")
+        handle, channel = found
+        where = f"{handle.name}/{channel.id}"
+        if "channels.lifecycle" not in handle.grant:
+            return failure(f"channel_open: {where} cannot be opened (its connector does not hold channels.lifecycle)")
+        timeout = self.agent.tool_timeout_s
+        try:
+            result = await handle.open_channel(channel.id, timeout=timeout)
+        except RequestTimeout as exc:
+            await self._cancel(handle, exc)
+            return failure(f"channel_open: {where} was not opened within {timeout:g} s")
+        except RemoteError as exc:
+            return failure(f"channel_open: {where} refused, error {exc.code}: {exc.message}")
+        except (ConnectorNotReady, KeyError, ConnectorProtocolError, msgspec.DecodeError) as exc:
+            return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {exc})")
+        self._opened.add((handle.name, channel.id))
+        blocks, kept, skipped = backscroll_blocks(handle, channel, result.get("messages"), self.clock_ms())
+        summary = f"[host] opened {where}: {kept} recent message(s)" + (
+            f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "")
+        return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])
+
+    async def history_search(self, arguments: dict[str, Any]) -> ToolOutcome:
+        query, as_regex, limit = arguments.get("query"), arguments.get("regex", False), arguments.get(
+            "limit", SEARCH_LIMIT_DEFAULT)
+        if not isinstance(query, str) or not query:
+            return failure("history_search needs `query`, a non-empty string")
+        if not isinstance(as_regex, bool) or isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            return failure("history_search: `regex` is a boolean and `limit` a positive integer")
+        try:
+            with anyio.fail_after(self.agent.tool_timeout_s):
+                found = await search_items(self.store, query, as_regex=as_regex,
+                                           limit=min(limit, SEARCH_LIMIT_MAX), where=self.heard)
+        except SearchError as exc:
+            return failure(f"history_search: {exc}")
+        except TimeoutError:
+            return failure(f"history_search took longer than {self.agent.tool_timeout_s:g} s")
+        # Snippets quote stored bodies, which the inbound pipeline marked already; ids and names are marked here.
+        hits = [{"id": hit["id"], "channel": marked(f"{hit['serverId']}/{hit['channelId']}" if hit["channelId"]
+                                                    else f"{hit['serverId']} (unscoped)"),
+                 "participant": marked(hit["participant"]) if isinstance(hit["participant"], str) else None,
+                 "createdAt": hit["createdAt"], "snippet": hit["snippet"]} for hit in found.hits]
+        answer: dict[str, Any] = {"hits": hits}
+        if found.timed_out:
+            answer["timedOut"] = found.timed_out  # items the expression could not be tested on
+        return as_text(answer)
