@@ -15,10 +15,11 @@ agent hears and its own rows, oldest first, in place:
 
 Bounds: a tool result keeps head and tail within `tool_result_max_chars`,
 any one message within a quarter of `context_chars`; when the whole exceeds
-`context_chars`, the oldest messages go in one block, down to 70% of it.
-The cut is found by replaying that rule over the rows from the oldest, so
-the turns that follow keep the same first message (and prompt caches keep
-working) until the context overflows again. Only the newest 4 images keep
+`context_chars`, the oldest messages go in one block, down to about 70%
+of it: the cut lands on an anchor row chosen by the row's own id and size
+(see `_cut`), so the turns that follow keep the same first message, and
+prompt caches keep working, until the context overflows again, whatever
+window of rows the store handed over. Only the newest 4 images keep
 their pixels; older ones read "[image]".
 """
 
@@ -70,10 +71,16 @@ __all__ = [
 DROP_TO_SHARE = 0.7
 #: No single message may take more than this share of `context_chars` (1/4); a longer one keeps head and tail.
 MESSAGE_MAX_DIVISOR = 4
-#: Room kept for the "[host] … not shown" line the cut adds in front.
+#: An anchor (see `_cut`) must keep at least this share of the 70%; else the cut falls back to the plain rule.
+ANCHOR_FLOOR_SHARE = 0.5
+#: Knuth's multiplicative hash constant (2^32 / golden ratio), for anchors.
+ANCHOR_HASH = 2654435761
+#: Room kept for CUT_NOTE, the line the cut adds in front.
 CUT_NOTE_RESERVE = 120
 #: Waking items older than this get an age line (AGENTS.md §2, "Age").
 AGE_NOTE_AFTER_MS = 60_000
+
+CUT_NOTE = f"{HOST}Earlier messages are not shown, to keep the context within its limit."
 
 # PEERS.md, "Trust boundary": fixed, and it uses the word "peer".
 PEER_TRUST_TEXT = (
@@ -177,16 +184,14 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     if age is not None:
         after.append(Draft("user", [age]))
     fixed = len(system) + sum(draft_chars(d) for d in before + after) + CUT_NOTE_RESERVE
-    start = _cut(units, high=agent.context_chars - fixed, low=int(agent.context_chars * DROP_TO_SHARE) - fixed)
+    start = _cut(units, high=agent.context_chars - fixed, low=int(agent.context_chars * DROP_TO_SHARE) - fixed,
+                 spacing=(1 - DROP_TO_SHARE) * agent.context_chars)
     kept = units[start:]
     dropped = sum(u.rows for u in units[:start])
 
     drafts: list[Draft] = []
-    if dropped:
-        drafts.append(Draft("user", [f"{HOST}{dropped} earlier messages are not shown, to keep the context "
-                                      "within its limit."]))
-    elif kept and kept[0].drafts[0].role != "user":
-        drafts.append(Draft("user", [f"{HOST}Earlier messages are not shown."]))
+    if dropped or (kept and kept[0].drafts[0].role != "user"):
+        drafts.append(Draft("user", [CUT_NOTE]))  # no count: the same bytes whatever window the rows came in
     wake_units = [i for i, u in enumerate(kept) if wake_ids.intersection(u.item_ids)]
     first_wake = wake_units[0] if wake_units else len(kept)
     last_wake = wake_units[-1] + 1 if wake_units else len(kept)
@@ -285,16 +290,35 @@ def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
             or (row.agent is not None and _is_source_notice(row))]
 
 
-def _cut(units: list[Unit], *, high: int, low: int) -> int:
-    """Index of the first unit kept: replay "over `high`: drop the oldest down to `low`" from the oldest row."""
-    start, total = 0, 0
-    for index, unit in enumerate(units):
-        total += unit.chars
-        if total > high:
-            while start <= index and total > low:
-                total -= units[start].chars
-                start += 1
-    return start
+def _cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
+    """Index of the first unit kept: the oldest anchor whose units from there on fit under `high`.
+
+    Whether a unit is an anchor depends on nothing but its own first row id
+    and size (each character has the same chance, one in `spacing`), so the
+    cut does not move with the window of rows the store hands over, nor
+    from one turn to the next, until the context from the anchor overflows;
+    then it jumps to the next anchor, on average `spacing` further on. An
+    anchor that would keep less than `low` * ANCHOR_FLOOR_SHARE, or none
+    at all, gives way to the plain rule: the oldest unit under `low`.
+    """
+    suffix = sum(unit.chars for unit in units)
+    if suffix <= high:
+        return 0
+    fallback = len(units)
+    floor = low * ANCHOR_FLOOR_SHARE
+    for index, unit in enumerate(units):  # suffix: the chars of units[index:]
+        if floor <= suffix <= high and _is_anchor(unit, spacing):
+            return index
+        if suffix <= low:
+            fallback = min(fallback, index)
+        suffix -= unit.chars
+    return fallback
+
+
+def _is_anchor(unit: Unit, spacing: float) -> bool:
+    # Fibonacci hashing spreads consecutive ids evenly over [0, 1).
+    draw = ((unit.item_ids[0] * ANCHOR_HASH) & 0xFFFFFFFF) / 2**32 if unit.item_ids else 1.0
+    return draw * spacing < unit.chars
 
 
 def _age_note(rows: list[StoredItem], wake_ids: set[int], now_ms: int) -> str | None:
