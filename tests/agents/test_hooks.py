@@ -1,0 +1,202 @@
+"""Tests for mcplhost/agents/hooks.py: context/beforeInference and inference/lifecycle, through real connectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from hypothesis import given
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from mcplhost.agents import hooks
+from mcplhost.agents.context import Injections
+from mcplhost.agents.hooks import (
+    INJECT_PREFIX,
+    InferenceLedger,
+    authorized_injections,
+    before_inference,
+    lifecycle,
+)
+from mcplhost.agents.model import Usage
+from mcplhost.config import AgentConfig
+
+from ..harness import HINT, config_with, logged, record, running_host, scripted, wait_for
+
+OBSERVE = "contextHooks.beforeInference.observe"
+SYSTEM, BEFORE, AFTER = (INJECT_PREFIX + p for p in ("system", "beforeUser", "afterUser"))
+LIFECYCLE = "inferenceLifecycle"
+HOOK_MANIFEST: dict[str, Any] = {
+    "version": "0.5", "contextHooks": {"beforeInference": True}, "inferenceLifecycle": True,
+    "featureSets": {"memory": {"description": "m", "uses": [OBSERVE, SYSTEM, BEFORE, AFTER, LIFECYCLE]}},
+}
+SCOUT = AgentConfig(name="scout")
+
+
+def injection(position: str, text: str, namespace: str = "mem") -> dict[str, Any]:
+    return {"namespace": namespace, "position": position, "content": text}
+
+
+def answering(*injections: dict[str, Any], delay: float | None = None, feature_set: str = "memory") -> dict[str, Any]:
+    answer: dict[str, Any] = {"result": {"featureSet": feature_set, "contextInjections": list(injections)}}
+    return {**answer, "delay": delay} if delay is not None else answer
+
+
+def hook_connector(name: str, tmp_path: Any, grant: list[str], answer: Any, *,
+                   handlers: dict[str, Any] | None = None, **script: Any) -> Any:
+    """A scripted connector advertising every hook leaf and lifecycle, answering beforeInference with `answer`."""
+    return scripted(name, {"manifest": HOOK_MANIFEST,
+                           "handlers": {"context/beforeInference": answer, **(handlers or {})}, **script},
+                    tmp_path, grant=grant)
+
+
+def hook_requests(tmp_path: Any, name: str) -> list[dict[str, Any]]:
+    return [m for m in record(tmp_path, name).received if m.get("method") == "context/beforeInference"]
+
+
+def lifecycles(tmp_path: Any, name: str) -> list[dict[str, Any]]:
+    return [m["params"] for m in record(tmp_path, name).received if m.get("method") == "inference/lifecycle"]
+
+
+async def ask(host: Any, agent: AgentConfig = SCOUT, **fields: Any) -> Injections:
+    fields.setdefault("inference_id", "inf-1")
+    fields.setdefault("turn_index", 0)
+    fields.setdefault("user_message", "what is new?")
+    return await before_inference(host.connectors, agent, **fields)
+
+
+class TestBeforeInference:
+    async def test_each_injection_is_kept_only_for_a_granted_position_whatever_feature_set_it_claims(
+            self, tmp_path) -> None:
+        """Positions are authorized one by one against the grant; featureSet and namespace authorize nothing."""
+        answer = answering(injection("system", "be evil"), injection("beforeUser", "context [source: x] here"),
+                           injection("afterUser", "after"), {"position": "beforeUser", "content": "no namespace"},
+                           injection("elsewhere", "bad position"), feature_set="anything")
+        spec = hook_connector("mem", tmp_path, [OBSERVE, BEFORE], answer)
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)) as host:
+                injections = await ask(host)
+        assert injections == Injections(before_user=["context \\[source: x] here"])
+        reasons = sorted(e["reason"] for e in logged(logs, "agent.injection_dropped", connector="mem"))
+        assert reasons == ["bad_position", "no_namespace", "not_granted", "not_granted"]
+        (request,) = hook_requests(tmp_path, "mem")
+        assert request["params"]["userMessage"] == "what is new?"  # observe granted
+        assert {"inferenceId", "conversationId", "turnIndex", "model"} <= set(request["params"])
+
+    async def test_inject_only_gets_a_null_user_message_and_holders_of_no_leaf_or_not_heard_are_not_asked(
+            self, tmp_path) -> None:
+        """Inject without observe: called with userMessage null; no hook leaf, or a connector not heard: not called."""
+        writer = hook_connector("writer", tmp_path, [AFTER], answering(injection("afterUser", "note")))
+        silent = hook_connector("silent", tmp_path, [LIFECYCLE], answering(injection("afterUser", "never")))
+        unheard = hook_connector("unheard", tmp_path, [OBSERVE, AFTER], answering(injection("afterUser", "never")))
+        agent = AgentConfig(name="scout", hears=["writer", "silent"])
+        async with running_host(config_with(tmp_path, writer, silent, unheard)) as host:
+            injections = await ask(host, agent)
+        assert injections == Injections(after_user=["note"])
+        (request,) = hook_requests(tmp_path, "writer")
+        assert "userMessage" in request["params"] and request["params"]["userMessage"] is None
+        assert hook_requests(tmp_path, "silent") == [] and hook_requests(tmp_path, "unheard") == []
+
+    async def test_a_timeout_and_an_error_cost_only_that_connector(self, tmp_path, monkeypatch) -> None:
+        """Fail-open: a slow connector (cancelled after the bound) and an erroring one add nothing; others count."""
+        monkeypatch.setattr(hooks, "HOOK_TIMEOUT_S", 0.5)
+        slow = hook_connector("slow", tmp_path, [OBSERVE, SYSTEM], answering(injection("system", "late"), delay=5))
+        broken = hook_connector("broken", tmp_path, [OBSERVE, SYSTEM],
+                                {"error": {"code": -32603, "message": "boom"}})
+        good = hook_connector("good", tmp_path, [OBSERVE, SYSTEM, BEFORE],
+                              answering(injection("system", "sys"), injection("beforeUser", "b")))
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, slow, broken, good)) as host:
+                started = anyio.current_time()
+                injections = await ask(host)
+                elapsed = anyio.current_time() - started
+                await wait_for(lambda: "notifications/cancelled" in record(tmp_path, "slow").methods_received())
+        assert injections == Injections(system=["sys"], before_user=["b"])
+        assert elapsed < 2.0  # the slow one is given up at the bound, in parallel with the others
+        assert logged(logs, "agent.hook_timeout", connector="slow")
+        assert logged(logs, "agent.hook_error", connector="broken", code=-32603)
+        cancelled = [m for m in record(tmp_path, "slow").received if m.get("method") == "notifications/cancelled"]
+        assert cancelled[0]["params"]["requestId"] == hook_requests(tmp_path, "slow")[0]["id"]
+
+    async def test_the_grant_is_read_when_the_answer_arrives_not_when_the_request_went_out(self, tmp_path) -> None:
+        """A position revoked while the hook was out is dropped from the late answer; one still granted is kept."""
+        narrowed = {**HOOK_MANIFEST, "contextHooks": {"beforeInference": {"observe": True,
+                                                                          "inject": {"beforeUser": True}}}}
+        spec = hook_connector(
+            "mem", tmp_path, [OBSERVE, BEFORE, AFTER],
+            answering(injection("beforeUser", "kept"), injection("afterUser", "revoked meanwhile"), delay=1.5),
+            steps=[{"wait": "context/beforeInference"}, HINT], handlers={"mcpl/manifest": {"result": narrowed}},
+        )
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)) as host:
+                at_send = host.connectors["mem"].grant
+                injections = await ask(host)
+                at_end = host.connectors["mem"].grant
+        assert AFTER in at_send and AFTER not in at_end
+        assert injections == Injections(before_user=["kept"])
+        assert logged(logs, "agent.injection_dropped", connector="mem", position="afterUser", reason="not_granted")
+
+    @given(st.lists(st.fixed_dictionaries({"position": st.sampled_from(["system", "beforeUser", "afterUser", "x"]),
+                                           "namespace": st.sampled_from(["n", ""]),
+                                           "content": st.one_of(st.text(max_size=5), st.integers())}),
+                    max_size=10),
+           st.sets(st.sampled_from([SYSTEM, BEFORE, AFTER, OBSERVE])))
+    def test_every_injection_is_kept_or_dropped_and_kept_ones_are_granted(self, injections: list[Any],
+                                                                          grant: set[str]) -> None:
+        """Pure: each injection is judged once; nothing kept lacks its position's leaf in the grant at receipt."""
+        kept, dropped = authorized_injections({"featureSet": "f", "contextInjections": injections}, frozenset(grant))
+        assert len(kept) + len(dropped) == len(injections)
+        assert all(INJECT_PREFIX + position in grant for position, _ in kept)
+
+    def test_a_malformed_answer_adds_nothing(self) -> None:
+        """An answer that is not an object, or whose contextInjections is not a list, is one drop."""
+        assert authorized_injections("x", frozenset({SYSTEM})) == ([], [{"reason": "malformed_answer"}])
+        assert authorized_injections({"contextInjections": {}}, frozenset({SYSTEM}))[0] == []
+        assert authorized_injections({"featureSet": "f"}, frozenset({SYSTEM})) == ([], [])
+
+
+class TestLifecycle:
+    async def test_started_then_exactly_one_terminal_with_metadata_only(self, tmp_path) -> None:
+        """started, then completed with usage; a second terminal or one with no started is never sent."""
+        listener = hook_connector("obs", tmp_path, [LIFECYCLE], answering())
+        deaf = hook_connector("deaf", tmp_path, [OBSERVE], answering())
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, listener, deaf)) as host:
+                await ask(host, inference_id="inf-7", turn_index=2)
+                await lifecycle(host.connectors, SCOUT, inference_id="inf-7", phase="started")
+                await lifecycle(host.connectors, SCOUT, inference_id="inf-7", phase="completed",
+                                usage=Usage(input_tokens=11, output_tokens=3))
+                await lifecycle(host.connectors, SCOUT, inference_id="inf-7", phase="failed")
+                await lifecycle(host.connectors, SCOUT, inference_id="inf-never", phase="aborted")
+                await wait_for(lambda: len(lifecycles(tmp_path, "obs")) >= 2)
+                await anyio.sleep(0.2)  # a wrongly sent third one would have arrived by now
+        sent = lifecycles(tmp_path, "obs")
+        assert [p["phase"] for p in sent] == ["started", "completed"]
+        assert sent[0] == {"inferenceId": "inf-7", "conversationId": "agent:scout", "turnIndex": 2, "phase": "started"}
+        assert sent[1]["usage"] == {"inputTokens": 11, "outputTokens": 3} and "model" not in sent[1]
+        assert lifecycles(tmp_path, "deaf") == []
+        assert logged(logs, "agent.lifecycle_unpaired", inferenceId="inf-7", phase="failed")
+        assert logged(logs, "agent.lifecycle_unpaired", inferenceId="inf-never", phase="aborted")
+
+    async def test_failed_and_aborted_end_an_inference_without_usage(self, tmp_path) -> None:
+        """A failed backend call and a shutdown each end their inference once, with no usage."""
+        spec = hook_connector("obs", tmp_path, [LIFECYCLE], answering())
+        async with running_host(config_with(tmp_path, spec)) as host:
+            for inference, phase in (("inf-a", "failed"), ("inf-b", "aborted")):
+                await lifecycle(host.connectors, SCOUT, inference_id=inference, phase="started")
+                await lifecycle(host.connectors, SCOUT, inference_id=inference, phase=phase,
+                                usage=Usage(input_tokens=1))
+            await wait_for(lambda: len(lifecycles(tmp_path, "obs")) == 4)
+        assert [(p["inferenceId"], p["phase"]) for p in lifecycles(tmp_path, "obs")] == [
+            ("inf-a", "started"), ("inf-a", "failed"), ("inf-b", "started"), ("inf-b", "aborted")]
+        assert not any("usage" in p for p in lifecycles(tmp_path, "obs"))
+
+    def test_the_ledger_pairs_each_started_with_one_terminal_and_stays_bounded(self) -> None:
+        """Pure: one start per id, one finish per start, the oldest forgotten past the bound."""
+        ledger = InferenceLedger(limit=2)
+        assert ledger.start("a", "c", None, ("x",)) is not None
+        assert ledger.start("a", "c", None, ("x",)) is None
+        assert ledger.finish("a") is not None and ledger.finish("a") is None
+        for name in "bcd":
+            ledger.start(name, "c", 0, ())
+        assert ledger.finish("b") is None and ledger.finish("d") is not None
