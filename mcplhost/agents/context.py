@@ -276,10 +276,11 @@ def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
     """The rows this agent's turn sees: heard items, its own rows; one conversation's under that scope."""
     seen: set[int] = set()
     heard: list[StoredItem] = []
+    hears_all = not agent.hears
     for row in rows:
         if row.id in seen:
             continue
-        if (row.agent is None and _heard(agent, row)) or row.agent == agent.name:
+        if (row.agent is None and (hears_all or _heard(agent, row))) or row.agent == agent.name:
             seen.add(row.id)
             heard.append(row)
     if agent.context_scope != "conversation":

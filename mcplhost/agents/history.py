@@ -31,7 +31,7 @@ INTERRUPTED_TEXT = HOST + "interrupted: this tool call got no result (the host s
 Part = str | dict[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class Draft:
     """A message under construction; `render` turns it into a `Message`."""
 
@@ -41,7 +41,7 @@ class Draft:
     tool_call_id: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
     """Messages that stay together: one row's message, or a tool-call message and its results."""
 
@@ -60,6 +60,12 @@ def _is_image(block: dict[str, Any]) -> bool:
 
 def parts_of(blocks: list[dict[str, Any]]) -> list[Part]:
     """Stored blocks as parts: texts, images (MCP shape), and "[type]" for anything else."""
+    try:
+        texts = [block["text"] for block in blocks if block["type"] == "text"]
+        if len(texts) == len(blocks) and all(type(text) is str for text in texts):
+            return texts  # the common case: text blocks only
+    except (KeyError, TypeError):
+        pass
     parts: list[Part] = []
     for block in blocks:
         text = block.get("text")
@@ -196,7 +202,12 @@ def render(drafts: list[Draft]) -> tuple[list[Message], int]:
     oldest = min((m for m, _ in keep_pixels), default=len(drafts))
     messages = []
     for m, draft in enumerate(drafts):
-        content: list[dict[str, Any]] = []
+        if all(type(part) is str for part in draft.parts):  # the common case, kept short
+            content = [{"type": "text", "text": "\n".join(draft.parts)}] if draft.parts else []
+            messages.append(Message(role=draft.role, content=content, tool_calls=list(draft.tool_calls),
+                                    tool_call_id=draft.tool_call_id))
+            continue
+        content = []
         run: list[str] = []
         for p, part in enumerate(draft.parts):
             if isinstance(part, str):
