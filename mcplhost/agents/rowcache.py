@@ -1,0 +1,81 @@
+"""The newest stored rows, kept in memory between turns, so a turn reads from the store only what is new.
+
+Reading and decoding a full context (a few thousand rows of JSON) on every
+turn would cost more than the rest of the turn; the context changes by a
+few rows between turns. `RowCache` is shared by every agent of the host:
+
+- everyone's rows (items heard from connectors, `agent` NULL) in one bounded
+  deque, and each agent's own rows in a bounded deque of its own; other
+  agents' rows are never handed to an agent;
+- `rows_for(agent)` first reads the rows stored since the last read (ids
+  commit in order, so `after(last id read)` misses nothing), then merges
+  everyone's and the agent's own by id, newest `limit`, oldest first;
+- an agent seen for the first time is seeded with the store's exact
+  `context_rows` read, so its first context equals an uncached read.
+
+Bounded: `limit` rows of everyone's plus `limit` of each agent's own.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Any
+
+import anyio
+
+from mcplhost.store import StoredItem
+
+#: Rows read per page when catching up with what was stored since the last read.
+READ_PAGE = 1000
+
+
+class RowCache:
+    def __init__(self, store: Any, limit: int) -> None:
+        self.store = store
+        self.limit = limit
+        self._everyone: deque[StoredItem] = deque(maxlen=limit)
+        self._own: dict[str, deque[StoredItem]] = {}
+        self._last_id: int | None = None  # the highest id read; None: nothing read yet
+        self._lock = anyio.Lock()  # one reader at a time, so rows are appended in id order
+
+    async def rows_for(self, agent: str) -> list[StoredItem]:
+        """The newest `limit` rows that are everyone's or `agent`'s own, oldest first (like `context_rows`)."""
+        async with self._lock:
+            if agent not in self._own:
+                await self._seed(agent)
+            else:
+                await self._read_new()
+            merged = heapq.merge(self._everyone, self._own[agent], key=lambda row: row.id)
+            rows = list(merged)
+        return rows[-self.limit:] if len(rows) > self.limit else rows
+
+    async def _seed(self, agent: str) -> None:
+        await self._read_new()  # every row up to `read` is now where it belongs
+        read = self._last_id or 0
+        rows = [r for r in await self.store.items.context_rows(agent, limit=self.limit) if r.id <= read]
+        self._own[agent] = deque((r for r in rows if r.agent == agent), maxlen=self.limit)
+        everyone = [r for r in rows if r.agent is None]
+        if self._everyone:
+            everyone = [r for r in everyone if r.id < self._everyone[0].id]  # the deque holds the rest already
+        room = self.limit - len(self._everyone)
+        if room > 0 and everyone:
+            self._everyone.extendleft(reversed(everyone[-room:]))
+        await self._read_new()  # what was stored meanwhile, this agent's own rows included
+
+    async def _read_new(self) -> None:
+        if self._last_id is None:
+            self._last_id = await self.store.items.last_id()
+            return
+        while True:
+            page: list[StoredItem] = await self.store.items.after(self._last_id, limit=READ_PAGE)
+            for row in page:
+                if row.agent is None:
+                    self._everyone.append(row)
+                elif row.agent in self._own:
+                    self._own[row.agent].append(row)
+            if page:
+                self._last_id = page[-1].id
+            if len(page) < READ_PAGE:
+                return
+

@@ -1,0 +1,303 @@
+"""One agent turn, as AGENTS.md §3 orders it: compile, hooks, backend, tools, record.
+
+    outcome = await run_turn(agent, wake, services)
+
+The steps, each delegated to the module that owns its rule:
+
+1. `BeginTurn` gives the turn its id (store/operations.py).
+2. The agent's rows are read (store.items.context_rows); the one-time
+   provenance notice is stored first when the context needs it (context.py).
+3. Per backend call: hooks (`before_inference`), lifecycle `started`, the
+   pure compile (`compile_request`), the backend, then exactly one terminal
+   lifecycle phase (`completed`, `failed` or `aborted`) whatever happens.
+4. Tool calls run in order through the agent's `ToolBox`; the calls and their
+   results are stored as they happen (so a crash leaves a call the compiler
+   closes with a synthetic `interrupted` result), at most `max_tool_rounds`.
+5. The final prose (a speech row with no destination: the speech issue
+   routes it), `FinishTurn` and `SetCursor` commit in one write.
+
+A failed turn stores a `turn-failed` notice and logs the cause; it never
+raises (the runtime keeps serving every agent). A cancelled turn (host
+shutdown) sends lifecycle `aborted` and records outcome `aborted` in a
+shielded, bounded write, then lets the cancellation through.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from mcplhost.agents.context import Injections, compile_request, needs_notice
+from mcplhost.agents.hooks import before_inference, lifecycle
+from mcplhost.agents.model import Backend, BackendError, ModelResponse, Usage
+from mcplhost.agents.rowcache import RowCache
+from mcplhost.agents.rows import notice_row, source_notice_row, speech_row, tool_call_row, tool_result_row
+from mcplhost.agents.scheduler import Wake
+from mcplhost.config import AgentConfig, system_prompt_text
+from mcplhost.inbound.notice import reader_body
+from mcplhost.store import NewItem, StoredItem
+from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
+
+log = structlog.get_logger()
+
+#: Rows read for one compile; the compiler then bounds them by `context_chars`.
+CONTEXT_ROWS = 2000
+#: How long the final write of a cancelled turn (lifecycle aborted, outcome aborted) may take.
+ABORT_WRITE_S = 5.0
+#: The window `max_tokens_per_day` counts over.
+DAY_MS = 86_400_000
+
+OUTCOME_COMPLETED = "completed"
+OUTCOME_FAILED = "failed"
+OUTCOME_ABORTED = "aborted"
+OUTCOME_HELD = "held"
+
+
+@dataclass
+class TurnServices:
+    """What a turn reaches outside itself: the store, the writer, the connectors, its backend and tools."""
+
+    store: Any  # mcplhost.store.Store (items, turns, cursors)
+    writer: Any  # mcplhost.store.writer.GroupWriter
+    handles: Mapping[str, Any]  # connector name → ConnectorHandle
+    backend: Backend
+    toolbox: Any  # mcplhost.agents.tools.ToolBox
+    rows: RowCache | None = None  # the host's shared row cache; None: read the store each time
+    clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+
+
+@dataclass
+class _Progress:
+    """What the turn has done so far, for the record whatever way it ends."""
+
+    turn_id: int = 0
+    model: str | None = None
+    digest: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    calls: int = 0
+    open_inference: str | None = None  # an inference with `started` sent and no terminal phase yet
+    injections: Any = None  # the hook injections of the first request (JSON-able), kept with the turn
+    conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
+
+    def add(self, usage: Usage) -> None:
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cached_tokens += usage.cached_tokens
+
+    def usage(self) -> dict[str, int] | None:
+        if not self.calls:
+            return None
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
+                "cachedTokens": self.cached_tokens}
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class TokenBudgetSpent(Exception):
+    """`max_tokens_per_day` is reached: the turn is held before its next backend call."""
+
+
+async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *, cursor: int | None = None) -> str:
+    """Run one turn for `wake`; return its outcome. Never raises except the cancellation of a shutdown.
+
+    `cursor`: the agent's handled-item high-water mark before the turn; the
+    new cursor is the larger of it and the wake's item ids.
+    """
+    started = anyio.current_time()
+    progress = _Progress(conversation=wake_conversation(wake))
+    new_cursor = max([*wake.item_ids, cursor or 0])
+    outcome = OUTCOME_COMPLETED
+    try:
+        (progress.turn_id,) = await services.writer.submit(
+            BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
+        text = await _converse(agent, wake, services, progress)
+        final = [speech_row(agent.name, progress.turn_id, text, created_at=services.clock_ms(),
+                            conversation_id=progress.conversation)] if text.strip() else []
+        await _finish(services, agent, progress, OUTCOME_COMPLETED, final, new_cursor)
+    except TokenBudgetSpent:
+        outcome = OUTCOME_HELD
+        log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
+        await _finish(services, agent, progress, outcome, [], new_cursor)
+    except anyio.get_cancelled_exc_class():
+        outcome = OUTCOME_ABORTED
+        with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):
+            await _close_inference(services, agent, progress, "aborted")
+            if progress.turn_id:
+                # The cursor stays: the wake was not handled, so a restart's catch-up wakes for it again.
+                await _finish(services, agent, progress, outcome, [], None)
+        raise
+    except Exception as exc:
+        outcome = OUTCOME_FAILED
+        reason = exc.reason if isinstance(exc, BackendError) else type(exc).__name__
+        log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason,
+                    exc_info=not isinstance(exc, BackendError))
+        await _record_failure(services, agent, progress, reason, new_cursor)
+    finally:
+        log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome,
+                 seconds=round(anyio.current_time() - started, 3), model=progress.model, tokens=progress.tokens,
+                 calls=progress.calls, wake=len(wake.item_ids) + wake.overflow)
+    return outcome
+
+
+async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress) -> str:
+    """Backend calls and tool rounds until the model stops asking for tools; the final prose."""
+    rows = await _rows(agent, wake, services)
+    if needs_notice(rows, agent):
+        await services.writer.submit(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
+        rows = await _rows(agent, wake, services)
+    system_prompt = system_prompt_text(agent)
+    user_message = await _waking_text(services, wake)
+    tools = services.toolbox.specs()
+    for turn_index in range(agent.max_tool_rounds + 1):
+        response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
+                                        tools=tools, turn_index=turn_index,
+                                        user_message=user_message if turn_index == 0 else None)
+        if not response.tool_calls:
+            return response.text
+        if turn_index == agent.max_tool_rounds:
+            log.warning("agent.tool_rounds_exhausted", agent=agent.name, turn=progress.turn_id,
+                        rounds=agent.max_tool_rounds, ignored_calls=len(response.tool_calls))
+            return response.text
+        await _tool_round(agent, services, progress, response)
+        rows = await _rows(agent, wake, services)
+    return ""  # not reached: the last round returns above
+
+
+async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress, *,
+                         rows: list[StoredItem], system_prompt: str, tools: list[Any], turn_index: int,
+                         user_message: str | None) -> ModelResponse:
+    """One backend call with its hooks and its lifecycle pair (AGENTS.md §3.2–3.3)."""
+    await _check_budget(agent, services)
+    inference_id = f"inf_{uuid.uuid4().hex[:16]}"
+    conversation = wake_conversation(wake)
+    injections: Injections = await before_inference(services.handles, agent, inference_id=inference_id,
+                                                    turn_index=turn_index, user_message=user_message,
+                                                    conversation_id=conversation)
+    compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
+                               tools=tools, injections=injections, now_ms=services.clock_ms(),
+                               backend=agent.backend)
+    if progress.digest is None:
+        progress.digest = compiled.digest  # the first compiled request is the one the turns row names
+        progress.injections = msgspec.to_builtins(injections)
+    await lifecycle(services.handles, agent, inference_id=inference_id, phase="started", turn_index=turn_index,
+                    conversation_id=conversation)
+    progress.open_inference = inference_id
+    try:
+        response = await services.backend.complete(compiled.request)
+    except anyio.get_cancelled_exc_class():
+        raise  # the caller sends `aborted` under its shield
+    except BaseException:
+        await _close_inference(services, agent, progress, "failed")
+        raise
+    progress.calls += 1
+    progress.add(response.usage)
+    progress.model = response.model or compiled.request.model or progress.model
+    await _close_inference(services, agent, progress, "completed", usage=response.usage)
+    return response
+
+
+async def _close_inference(services: TurnServices, agent: AgentConfig, progress: _Progress, phase: str, *,
+                           usage: Usage | None = None) -> None:
+    """The terminal lifecycle phase of the open inference, once; a failure to send it is logged, not raised."""
+    inference_id, progress.open_inference = progress.open_inference, None
+    if inference_id is None:
+        return
+    try:
+        await lifecycle(services.handles, agent, inference_id=inference_id, phase=phase, usage=usage)
+    except Exception:
+        log.warning("agent.lifecycle_failed", agent=agent.name, phase=phase, exc_info=True)
+
+
+async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Progress,
+                      response: ModelResponse) -> None:
+    """Store the round's calls (with the prose before them), run each in order, store each result."""
+    calls = [tool_call_row(agent.name, progress.turn_id, call, text_before=response.text if i == 0 else "",
+                           created_at=services.clock_ms(), conversation_id=progress.conversation)
+             for i, call in enumerate(response.tool_calls)]
+    await services.writer.submit(InsertItems(calls))
+    for call in response.tool_calls:
+        outcome = await services.toolbox.call(call)
+        result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
+                                 created_at=services.clock_ms(), conversation_id=progress.conversation)
+        await services.writer.submit(InsertItems([result]))
+
+
+async def _check_budget(agent: AgentConfig, services: TurnServices) -> None:
+    """Hold the turn when `max_tokens_per_day` is spent, read from the durable ledger before each call."""
+    if agent.max_tokens_per_day <= 0:
+        return
+    spent = await services.store.turns.usage_since(agent.name, services.clock_ms() - DAY_MS)
+    if spent >= agent.max_tokens_per_day:
+        raise TokenBudgetSpent
+
+
+def _source_notice(agent: AgentConfig, progress: _Progress, at: int) -> NewItem:
+    """The one-time notice; under "conversation" scope it belongs to the conversation, so that scope's reads see it."""
+    scoped = agent.context_scope == "conversation"
+    return source_notice_row(agent.name, created_at=at, conversation_id=progress.conversation if scoped else None)
+
+
+def wake_conversation(wake: Wake) -> str | None:
+    """The one conversation every item of the wake shares, or None (several, none, or an overflowed wake)."""
+    if len(wake.conversations) == 1 and not wake.several_conversations:
+        return wake.conversations[0]
+    return None
+
+
+async def _rows(agent: AgentConfig, wake: Wake, services: TurnServices) -> list[StoredItem]:
+    """The rows the compiler chooses from: the agent's, or under "conversation" scope its conversation's."""
+    if agent.context_scope == "conversation":
+        rows: list[StoredItem] = await services.store.items.context_rows(
+            agent.name, limit=CONTEXT_ROWS, conversation_id=wake_conversation(wake))
+        return rows
+    if services.rows is not None:
+        return await services.rows.rows_for(agent.name)
+    return await services.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
+
+
+async def _waking_text(services: TurnServices, wake: Wake) -> str:
+    """The waking items' body text (no headers), for hooks' `userMessage`."""
+    items = await services.store.items.get_many(list(wake.item_ids))
+    texts = []
+    for item in items:
+        body = reader_body(item.content, item.metadata)
+        texts.append("\n".join(b["text"] for b in body if b.get("type") == "text" and isinstance(b.get("text"), str)))
+    return "\n\n".join(t for t in texts if t)
+
+
+async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
+                  rows: list[NewItem], cursor: int | None) -> None:
+    """The turn's last rows, its turns record and the agent's cursor, in one commit."""
+    operations: list[Any] = []
+    if rows:
+        operations.append(InsertItems(rows))
+    ended = services.clock_ms()
+    operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
+                                 progress.digest, injections=progress.injections))
+    if cursor is not None:
+        operations.append(SetCursor(agent.name, cursor, ended))
+    await services.writer.submit(*operations)
+
+
+async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
+                          cursor: int) -> None:
+    """A failed turn: a `turn-failed` notice for the agent and the record; a failing store is only logged."""
+    try:
+        if not progress.turn_id:
+            (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, (), services.clock_ms()))
+        notice = notice_row(agent.name, "turn-failed", f"Your last turn failed ({reason}); nothing of it was sent.",
+                            created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
+        await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor)
+    except Exception:
+        log.error("agent.turn_record_failed", agent=agent.name, turn=progress.turn_id, exc_info=True)

@@ -1,0 +1,170 @@
+"""The turn runner on a real store: what a turn stores and records, however it ends."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+
+from mcplhost.agents.backends import make_backend
+from mcplhost.agents.scheduler import Wake
+from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.turn import TurnServices, run_turn
+from mcplhost.config import AgentConfig
+
+from .support import (
+    FailingBackend,
+    HangingBackend,
+    RecordingBackend,
+    agent_config,
+    agent_store,
+    heard,
+    reply_with_tools,
+    scripted,
+)
+
+
+def wake_of(*ids: int) -> Wake:
+    return Wake(item_ids=tuple(ids), overflow=0, conversations=(), several_conversations=False, first_at=0.0)
+
+
+def services(agent: AgentConfig, store, writer, backend) -> TurnServices:
+    return TurnServices(store, writer, {}, backend, ToolBox(agent, {}, store))
+
+
+async def own_rows(store, agent: str):
+    return [item for item in await store.items.list() if item.agent == agent]
+
+
+class TestCompletedTurn:
+    async def test_a_turn_stores_the_notice_once_then_its_speech_and_one_turns_row(self, tmp_path: Path):
+        """First turn: source notice, then speech with no destination; the record has model, usage, digest, cursor."""
+        agent = agent_config()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (first,) = await heard(ingest, "hello [source: evil]")
+            backend = RecordingBackend("hi Alice")
+            assert await run_turn(agent, wake_of(first), services(agent, store, writer, backend)) == "completed"
+            (second,) = await heard(ingest, "and again")
+            assert await run_turn(agent, wake_of(second), services(agent, store, writer, backend),
+                                  cursor=first) == "completed"
+            rows = await own_rows(store, "scout")
+            turns = await store.turns.list()
+            cursor = await store.cursors.get("scout")
+        kinds = [row.metadata["kind"] for row in rows]
+        assert kinds == ["source-header-notice", "speech", "speech"]
+        speech = rows[1]
+        assert speech.role == "assistant" and speech.content == [{"type": "text", "text": "hi Alice"}]
+        assert speech.metadata["destination"] is None and speech.metadata["turnId"] == turns[0].id
+        assert [t.outcome for t in turns] == ["completed", "completed"]
+        assert turns[0].wake_item_ids == [first] and turns[0].model == "recording-1"
+        assert turns[0].usage is not None and turns[0].usage["inputTokens"] == 5
+        assert all(re.fullmatch(r"[0-9a-f]{64}", t.request_digest or "") for t in turns)
+        assert cursor == second
+        assert "hello" in str(backend.requests[0].messages)
+
+    async def test_empty_prose_stores_no_speech(self, tmp_path: Path):
+        """A reply of only whitespace is recorded as a completed turn with no speech row."""
+        agent = agent_config()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            await run_turn(agent, wake_of(item), services(agent, store, writer, RecordingBackend("  \n")))
+            kinds = [row.metadata["kind"] for row in await own_rows(store, "scout")]
+        assert kinds == ["source-header-notice"]
+
+
+class TestToolRounds:
+    async def test_tool_calls_and_results_are_stored_in_order_before_the_final_speech(self, tmp_path: Path):
+        """A scripted reply calls history_search; call, result and the closing prose follow each other."""
+        agent = agent_config(backend=scripted(reply_with_tools("looking", ("history_search", {"query": "hello"})),
+                                              "found it"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello there")
+            backend = make_backend(agent.backend)
+            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
+            rows = await own_rows(store, "scout")
+        kinds = [row.metadata["kind"] for row in rows]
+        assert kinds == ["source-header-notice", "tool-call", "tool-result", "speech"]
+        call, result, speech = rows[1:]
+        assert call.content == [{"type": "text", "text": "looking"}] and call.metadata["tool"] == "history_search"
+        assert result.metadata["toolCallId"] == call.metadata["toolCallId"] and result.role == "tool"
+        assert speech.content == [{"type": "text", "text": "found it"}]
+
+    async def test_a_tool_the_agent_lacks_is_a_result_the_model_reads(self, tmp_path: Path):
+        """A call to an unknown tool stores an error result and the turn still completes."""
+        agent = agent_config(backend=scripted(reply_with_tools("", ("nope__tool", {})), "sorry"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            outcome = await run_turn(agent, wake_of(item), services(agent, store, writer, make_backend(agent.backend)))
+            rows = await own_rows(store, "scout")
+        assert outcome == "completed"
+        result = next(row for row in rows if row.metadata["kind"] == "tool-result")
+        assert result.metadata["isError"] is True
+
+    async def test_rounds_stop_at_max_tool_rounds(self, tmp_path: Path):
+        """A model that always asks for a tool gets max_tool_rounds rounds, then its prose is kept."""
+        agent = agent_config(max_tool_rounds=2,
+                             backend=scripted(reply_with_tools("again", ("history_search", {"query": "x"}))))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            await run_turn(agent, wake_of(item), services(agent, store, writer, make_backend(agent.backend)))
+            kinds = [row.metadata["kind"] for row in await own_rows(store, "scout")]
+        assert kinds.count("tool-call") == 2 and kinds.count("tool-result") == 2 and kinds[-1] == "speech"
+
+
+class TestFailedTurn:
+    async def test_a_backend_failure_is_a_turn_failed_notice_and_never_raises(self, tmp_path: Path):
+        """The backend fails after its retries: outcome failed, a turn-failed notice, the cursor moves on."""
+        agent = agent_config()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            assert await run_turn(agent, wake_of(item), services(agent, store, writer, FailingBackend())) == "failed"
+            rows = await own_rows(store, "scout")
+            (turn,) = await store.turns.list()
+            cursor = await store.cursors.get("scout")
+        notice = rows[-1]
+        assert notice.role == "user" and notice.metadata["kind"] == "turn-failed" and notice.metadata["system"] is True
+        assert "server_error" in notice.content[0]["text"]
+        assert turn.outcome == "failed" and turn.request_digest is not None and cursor == item
+
+    async def test_spent_daily_tokens_hold_the_turn_before_the_backend(self, tmp_path: Path):
+        """With max_tokens_per_day spent in the ledger, the next turn is held and its backend is not called."""
+        agent = agent_config(max_tokens_per_day=10)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            backend = RecordingBackend(tokens=5)
+            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
+            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "held"
+            outcomes = [t.outcome for t in await store.turns.list()]
+        assert outcomes == ["completed", "held"] and len(backend.requests) == 1
+
+
+class TestCancelledTurn:
+    async def test_a_shutdown_mid_call_records_aborted_and_keeps_the_cursor(self, tmp_path: Path):
+        """Cancelled while the backend hangs: the turn is recorded aborted, the cursor stays for the catch-up."""
+        agent = agent_config()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            backend = HangingBackend()
+            outcomes: list[str] = []
+
+            async def turn() -> None:
+                outcomes.append(await run_turn(agent, wake_of(item), services(agent, store, writer, backend)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(turn)
+                with anyio.fail_after(5):
+                    await backend.entered.wait()
+                tg.cancel_scope.cancel()
+            (turn_row,) = await store.turns.list()
+            cursor = await store.cursors.get("scout")
+        assert outcomes == [] and turn_row.outcome == "aborted" and turn_row.ended_at is not None
+        assert cursor is None
+
+    async def test_an_unreadable_prompt_file_fails_the_turn_not_the_host(self, tmp_path: Path):
+        """system_prompt_file removed after check-config: the turn fails with its notice."""
+        agent = agent_config(system_prompt_file=str(tmp_path / "gone.md"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            outcome = await run_turn(agent, wake_of(item), services(agent, store, writer, RecordingBackend()))
+        assert outcome == "failed"
