@@ -175,12 +175,13 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     ordered = _select(agent, sorted(rows, key=lambda r: r.id), set(wake_item_ids), conversations)
     units = build_units(agent.name, ordered, message_cap, result_cap)
 
-    system = "\n\n".join([s for s in (system_prompt, SOURCE_RULE_TEXT, PEER_TRUST_TEXT) if s]
-                         + list(injections.system))
+    # Empty pieces and injections are left out: no backend takes an empty message.
+    hooked = [str(clip_text([t], message_cap, "injection")[0]) for t in injections.system if t]
+    system = "\n\n".join(s for s in (system_prompt, SOURCE_RULE_TEXT, PEER_TRUST_TEXT, *hooked) if s)
     wake_ids = set(wake_item_ids)
     age = _age_note(ordered, wake_ids, now_ms)
-    before = [Draft("user", clip_text([t], message_cap, "injection")) for t in injections.before_user]
-    after = [Draft("user", clip_text([t], message_cap, "injection")) for t in injections.after_user]
+    before = [Draft("user", clip_text([t], message_cap, "injection")) for t in injections.before_user if t]
+    after = [Draft("user", clip_text([t], message_cap, "injection")) for t in injections.after_user if t]
     if age is not None:
         after.append(Draft("user", [age]))
     fixed = len(system) + sum(draft_chars(d) for d in before + after) + CUT_NOTE_RESERVE

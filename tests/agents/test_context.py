@@ -407,14 +407,17 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(histories(), st.integers(2000, 30_000), st.data())
+@given(histories(), st.integers(3000, 30_000), st.data())
 def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> None:
     """Compiling is deterministic, bounded by context_chars, and never separates a call from its result."""
     agent = AgentConfig(name="scout", context_chars=limit, tool_result_max_chars=data.draw(st.integers(1, 5000)))
     wake = data.draw(st.lists(st.sampled_from([r.id for r in rows]), max_size=3)) if rows else []
     shuffled = data.draw(st.permutations(rows))
-    first = compile_(rows, wake, agent=agent, prompt="p")
-    again = compile_(shuffled, wake, agent=agent, prompt="p")
+    hooks = st.lists(st.text(max_size=200), max_size=2)
+    injections = Injections(system=data.draw(hooks), before_user=data.draw(hooks), after_user=data.draw(hooks))
+    now = NOW + data.draw(st.sampled_from([0, 3_600_000]))
+    first = compile_(rows, wake, agent=agent, prompt="p", injections=injections, now=now)
+    again = compile_(shuffled, wake, agent=agent, prompt="p", injections=injections, now=now)
     assert first == again
     canonical = canonical_json(msgspec.to_builtins(first.request)).encode()
     assert first.digest == hashlib.sha256(canonical).hexdigest()
