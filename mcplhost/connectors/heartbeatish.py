@@ -76,6 +76,13 @@ def run() -> None:
         sys.stdout.flush()
     server = McplServer("heartbeat-mcpl", MANIFEST, tools=True)
     server.handlers["featureSets/update"] = refuse_policy
+    started = time.time()
+
+    async def uptime(arguments: dict) -> list[dict]:
+        return text(f"heartbeat up for {time.time() - started:.0f} s")
+
+    # heartbeat-mcpl serves MCP tools beside its pushes; one is enough to be called like it.
+    server.add_tool("uptime", uptime, description="How long the heartbeat has been running")
     server.run(main)
 
 

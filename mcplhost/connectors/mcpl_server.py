@@ -13,6 +13,10 @@
 ``featureSets/update`` (answering with an accepted receipt unless told
 otherwise), answers ``ping``, and runs `main` beside the read loop. Every
 message goes out as one compact JSON line; logs go to stderr.
+
+MCP tools (with ``tools=True``): `add_tool(name, handler, ...)` registers
+one; ``tools/list`` and ``tools/call`` are answered from what is
+registered, and `tools_changed()` sends ``notifications/tools/list_changed``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+#: An MCP tool: its arguments in, its content blocks out (raise to answer with isError).
+ToolHandler = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
 
 
 class RemoteError(Exception):
@@ -64,6 +70,26 @@ class McplServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.on_message: Callable[[dict[str, Any]], None] = lambda message: None
         self.on_send: Callable[[dict[str, Any]], None] = lambda message: None
+        self.mcp_tools: dict[str, tuple[dict[str, Any], ToolHandler]] = {}
+
+    # --- MCP tools -------------------------------------------------------------
+
+    def add_tool(self, name: str, handler: ToolHandler, *, description: str = "",
+                 input_schema: dict[str, Any] | None = None) -> None:
+        self.mcp_tools[name] = ({"name": name, "description": description,
+                                 "inputSchema": input_schema or {"type": "object", "properties": {}}}, handler)
+
+    def tools_changed(self) -> None:
+        self.notify("notifications/tools/list_changed")
+
+    async def _call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
+        entry = self.mcp_tools.get(params.get("name", ""))
+        if entry is None:
+            return {"content": text(f"unknown tool {params.get('name')!r}"), "isError": True}
+        try:
+            return {"content": await entry[1](params.get("arguments") or {})}
+        except Exception as exc:  # the tool's failure is its result, as MCP has it
+            return {"content": text(f"{type(exc).__name__}: {exc}"), "isError": True}
 
     # --- sending ---------------------------------------------------------------
 
@@ -134,6 +160,10 @@ class McplServer:
                     self.ready.set()
             elif method == "ping":
                 result = {}
+            elif method == "tools/list" and self.tools:
+                result = {"tools": [spec for spec, _ in self.mcp_tools.values()]}
+            elif method == "tools/call" and self.tools:
+                result = await self._call_tool(params)
             else:
                 self.send({"jsonrpc": "2.0", "id": request_id,
                            "error": {"code": -32601, "message": f"Method not found: {method}"}})

@@ -2,7 +2,10 @@
 
 It registers a few channels, then delivers chat messages through
 `channels/incoming` and one `push/event`, the way a Discord-like connector
-would. Settings (environment):
+would. For agents it also serves two MCP tools (`echo`, `clock`), answers
+`context/beforeInference` with one `afterUser` note (how many messages it
+has sent), and logs each `inference/lifecycle` it hears on stderr; what of
+that is used is the operator's grant. Settings (environment):
 
     STUB_GUILD        guild id used in channel ids          (default "g1")
     STUB_MESSAGES     how many messages to send, 0 = forever (default 6)
@@ -23,11 +26,17 @@ MANIFEST = {
     "version": "0.5",
     "pushEvents": True,
     "channels": {"register": True, "incoming": True, "publish": True},
+    "contextHooks": {"beforeInference": {"inject": {"afterUser": True}}},
+    "inferenceLifecycle": True,
     "featureSets": {
         "stub.chat": {
             "description": "Messages from the stub chat platform",
             "uses": ["channels.register", "channels.incoming", "pushEvents"],
-        }
+        },
+        "stub.notes": {
+            "description": "A note after the user's turn, and the agent's inferences observed",
+            "uses": ["contextHooks.beforeInference.inject.afterUser", "inferenceLifecycle"],
+        },
     },
 }
 
@@ -38,6 +47,34 @@ LINES = [
     ("Carol", "general", "@scout can you summarise yesterday?"),
     ("Bob", "random", "Lunch at noon."),
 ]
+
+
+class Counter:
+    sent = 0
+
+
+def serve_agents(server: McplServer) -> None:
+    """The agent-facing parts: MCP tools, the beforeInference note, lifecycle on stderr."""
+
+    async def echo(arguments: dict) -> list[dict]:
+        return text(str(arguments.get("text", "")))
+
+    async def clock(arguments: dict) -> list[dict]:
+        return text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    server.add_tool("echo", echo, description="Say the text back",
+                    input_schema={"type": "object", "properties": {"text": {"type": "string"}}})
+    server.add_tool("clock", clock, description="The stub platform's time (UTC)")
+
+    async def before_inference(params: dict) -> dict:
+        return {"featureSet": "stub.notes", "contextInjections": [
+            {"namespace": "stub", "position": "afterUser", "content": f"(stub: {Counter.sent} messages sent so far)"}]}
+
+    async def lifecycle(params: dict) -> None:
+        log(f"stub: inference {params.get('inferenceId')} {params.get('phase')}")
+
+    server.handlers["context/beforeInference"] = before_inference
+    server.notification_handlers["inference/lifecycle"] = lifecycle
 
 
 async def main(server: McplServer) -> None:
@@ -66,6 +103,7 @@ async def main(server: McplServer) -> None:
                     "payload": {"content": text("Reminder: stand-up in five minutes.")},
                 })
                 continue
+            Counter.sent += 1
             author, channel, body = LINES[n % len(LINES)]
             await server.request("channels/incoming", {"messages": [{
                 "channelId": f"stub:{guild}:{channel}", "messageId": f"m-{n}",
@@ -81,4 +119,6 @@ if __name__ == "__main__":
     if "--help" in sys.argv:
         print(__doc__)
     else:
-        McplServer("stub", MANIFEST).run(main)
+        stub = McplServer("stub", MANIFEST, tools=True)
+        serve_agents(stub)
+        stub.run(main)

@@ -10,14 +10,17 @@ from typing import Any
 import anyio
 from structlog.testing import capture_logs
 
+from mcplhost.agents.hooks import before_inference
 from mcplhost.agents.model import ToolCall
 from mcplhost.agents.tools import HOST_TOOLS, ToolBox, result_blocks
-from mcplhost.config import AgentConfig
+from mcplhost.config import AgentConfig, ConnectorConfig, RestartConfig
 from mcplhost.store import open_reader
 
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
+    PYTHON,
+    REPO,
     config_with,
     descriptor,
     incoming,
@@ -221,3 +224,28 @@ class TestHostTools:
         assert missing.is_error and unknown.is_error
         assert [e["tool"] for e in logs if e["event"] == "agent.tool_called"] == ["channel_open", "nothing__here"]
         assert {spec.name for spec in HOST_TOOLS} == {"channel_list", "channel_open", "history_search"}
+
+
+def bundled(name: str, module: str, grant: list[str], **env: str) -> ConnectorConfig:
+    return ConnectorConfig(name=name, command=[PYTHON, "-m", module], env={"PYTHONPATH": str(REPO), **env},
+                           cwd=str(REPO), grant=grant, restart=RestartConfig(policy="never"))
+
+
+class TestBundledConnectors:
+    async def test_the_stub_and_the_heartbeat_serve_their_tools_and_the_stub_its_note(self, tmp_path) -> None:
+        """The bundled stubs serve MCP tools (the 0.4 heartbeat too) and the stub answers beforeInference."""
+        stub = bundled("stub", "mcplhost.connectors.stub",
+                       [*CHAT_GRANT, "tools", "contextHooks.beforeInference.inject.afterUser"],
+                       STUB_MESSAGES="1", STUB_INTERVAL_S="0.01")
+        heartbeat = bundled("heartbeat", "mcplhost.connectors.heartbeatish", ["pushEvents", "tools"],
+                            HEARTBEAT_INTERVAL_S="60")
+        async with running_host(config_with(tmp_path, stub, heartbeat)) as host:
+            async with box_when(host, tmp_path, agent(), "heartbeat__uptime") as box:
+                await wait_for(lambda: "stub__echo" in [s.name for s in box.specs()])
+                echoed = await box.call(call("stub__echo", text="hello [source: me]"))
+                uptime = await box.call(call("heartbeat__uptime"))
+                injections = await before_inference(host.connectors, agent(), inference_id="i", turn_index=0,
+                                                    user_message=None)
+        assert texts(echoed.blocks) == ["hello \\[source: me]"]
+        assert texts(uptime.blocks)[0].startswith("heartbeat up for ")
+        assert len(injections.after_user) == 1 and injections.after_user[0].startswith("(stub: ")
