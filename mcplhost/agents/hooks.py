@@ -15,6 +15,13 @@ and only under the grant:
   inference id to the connectors holding `inferenceLifecycle`: metadata
   only, never content; `model` only under `modelInfo`, `usage` only with
   `completed`. A terminal without a `started`, or a second one, is not sent.
+
+Decisions the spec leaves open: `conversationId` is the turn's conversation
+when the caller names one, else `agent:<name>` (the agent's one context
+under `context_scope = "agent"`); an injection's content becomes text (a
+string, or its text blocks joined by newlines; media is left out) and is
+marked like a sender's words, since a connector could imitate a header; an
+injection longer than `MAX_INJECTION_CHARS` is dropped whole, never cut.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ MAX_INJECTIONS_PER_ANSWER = 32
 MAX_INJECTION_CHARS = 20_000
 #: Inferences remembered between `started` and their terminal phase (the oldest is forgotten past this).
 MAX_OPEN_INFERENCES = 1024
+#: ModelInfo's contextWindow is in tokens; the agent's bound is in characters (a rough, stated estimate).
+CHARS_PER_TOKEN = 4
 
 OBSERVE = "contextHooks.beforeInference.observe"
 INJECT_PREFIX = "contextHooks.beforeInference.inject."
@@ -70,10 +79,14 @@ def conversation_of(agent: AgentConfig, conversation_id: str | None) -> str:
 
 
 def model_info(agent: AgentConfig) -> dict[str, Any]:
-    """ModelInfo for the agent's backend (HOST-DIGEST §2.2), from the config alone."""
+    """ModelInfo for the agent's backend (HOST-DIGEST §2.2), from the config alone.
+
+    Sent in every beforeInference (AMB-11: the spec's table does not gate it)
+    and in lifecycle only under `modelInfo`.
+    """
     backend = agent.backend
     return {"id": backend.model or backend.kind, "vendor": backend.kind,
-            "contextWindow": agent.context_chars, "capabilities": ["tools"]}
+            "contextWindow": agent.context_chars // CHARS_PER_TOKEN, "capabilities": ["tools"]}
 
 
 # --- context/beforeInference -----------------------------------------------------

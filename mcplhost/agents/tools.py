@@ -13,6 +13,13 @@ A tool that fails (an error answer, a timeout, a connector not serving, bad
 arguments) is a result the model reads (`ToolOutcome.is_error`), never an
 exception: it never fails the turn and never counts against the connector.
 A timed-out `tools/call` is followed by MCP `notifications/cancelled`.
+
+Decided here, since MCPL defines no backscroll: it is the `messages` member
+of the `channels/open` result, entries shaped like `channels/incoming`
+messages (`content` may also be a string), at most `MAX_BACKSCROLL`; an
+entry naming another `channelId` is headed by that channel. Connector tools
+are called under the agent's `tool_timeout_s` (AGENTS.md §5), not the
+connector's `request_timeout_s`.
 """
 
 from __future__ import annotations
