@@ -178,7 +178,7 @@ class AgentScheduler:
     def _sender_allows(self, sender: str, now: float) -> bool:
         """Count one wake for `sender`, unless it is past its hourly cap (then log once per hour)."""
         times = self._senders.pop(sender, None) or deque()
-        while times and times[0] <= now - HOUR_S:
+        while times and times[0] + HOUR_S <= now:
             times.popleft()
         self._senders[sender] = times  # most recently seen last
         while len(self._senders) > MAX_TRACKED_SENDERS:
@@ -188,7 +188,7 @@ class AgentScheduler:
             times.append(now)
             return True
         logged = self._capped_logged.get(sender)
-        if logged is None or logged <= now - HOUR_S:
+        if logged is None or logged + HOUR_S <= now:
             self._capped_logged[sender] = now
             self._log.info("agent.sender_capped", sender=sender,
                            max_wakes_per_sender_per_hour=self.agent.max_wakes_per_sender_per_hour)
@@ -201,8 +201,8 @@ class AgentScheduler:
         self._tick(now)
         if self._in_turn:
             return None
-        key = self._earliest()
-        if key is None or self._groups[key].deadline(self._debounce_s, self._max_wait_s) > now:
+        earliest = self._earliest()
+        if earliest is None or earliest[1] > now:
             return None
         if len(self._turn_starts) >= self.agent.max_turns_per_hour:
             if not self._held:
@@ -212,7 +212,7 @@ class AgentScheduler:
                                   resumes_in_s=round(self._turn_starts[0] + HOUR_S - now, 3))
             return None
         self._held = False
-        group = self._groups.pop(key)
+        group = self._groups.pop(earliest[0])
         for item_id in group.ids:
             self._pending_ids.discard(item_id)
             self._recent[item_id] = None
@@ -231,24 +231,27 @@ class AgentScheduler:
         """When `due` next returns a wake; None while in a turn or with nothing pending."""
         if self._in_turn:
             return None
-        key = self._earliest()
-        if key is None:
+        earliest = self._earliest()
+        if earliest is None:
             return None
-        deadline = self._groups[key].deadline(self._debounce_s, self._max_wait_s)
+        deadline = earliest[1]
         if len(self._turn_starts) >= self.agent.max_turns_per_hour:
             # Held: the next slot opens when the oldest turn of the window leaves it.
             deadline = max(deadline, self._turn_starts[0] + HOUR_S)
         return deadline
 
-    def _earliest(self) -> str | None:
-        """The key of the group due first (ties: the group that began first)."""
-        if not self._groups:
-            return None
-        return min(self._groups, key=lambda k: self._groups[k].deadline(self._debounce_s, self._max_wait_s))
+    def _earliest(self) -> tuple[str | None, float] | None:
+        """The key and deadline of the group due first (ties: the group that began first), if any."""
+        best: tuple[str | None, float] | None = None
+        for key, group in self._groups.items():
+            deadline = group.deadline(self._debounce_s, self._max_wait_s)
+            if best is None or deadline < best[1]:
+                best = (key, deadline)
+        return best
 
     def _tick(self, now: float) -> None:
         self._now = max(self._now, now)
-        while self._turn_starts and self._turn_starts[0] <= self._now - HOUR_S:
+        while self._turn_starts and self._turn_starts[0] + HOUR_S <= self._now:  # as next_deadline adds
             self._turn_starts.popleft()
 
     # --- reporting -----------------------------------------------------------------
