@@ -21,7 +21,8 @@ Theory of operation:
   arrival: if that time has passed when the turn ends, it is due at once.
 - Bounded: at most `MAX_PENDING_IDS` ids pend per agent; past that a group
   keeps only a count (`overflow`) and whether it spans several
-  conversations. Every waking item is in exactly one wake, by id or in its
+  conversations (per conversation, past the cap an item of a conversation
+  with nothing pending joins one shared overflow group). Every waking item is in exactly one wake, by id or in its
   overflow count.
 - Runaway guard: at most `max_turns_per_hour` wakes are handed out per
   sliding hour. Past it the agent is *held*: items keep pending (capped as
@@ -62,6 +63,10 @@ HOUR_S = 3600.0
 MAX_TRACKED_SENDERS = 10_000
 #: Ids of recent wakes remembered so an item offered twice (an event and a catch-up read) wakes once.
 RECENT_WAKE_IDS = 4096
+
+#: Under context_scope "conversation", where waking items of conversations with no pending group go
+#: once the cap is reached, so the groups stay bounded too (not a conversation id: those begin "conv_").
+OVERFLOW_GROUP = "overflow"
 
 State = Literal["idle", "debouncing", "in_turn"]
 
@@ -165,11 +170,13 @@ class AgentScheduler:
             self._add(view.id, view.conversation_id, now).due_now = True
 
     def _add(self, item_id: int, conversation: str | None, now: float) -> _Pending:
+        keep = len(self._pending_ids) < MAX_PENDING_IDS
         key = conversation if self._per_conversation else None
+        if not keep and key not in self._groups:
+            key = OVERFLOW_GROUP  # a new conversation past the cap: counted, never a group of its own
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Pending(now)
-        keep = len(self._pending_ids) < MAX_PENDING_IDS
         if keep:
             self._pending_ids.add(item_id)
         group.add(item_id, conversation, now, keep_id=keep)
