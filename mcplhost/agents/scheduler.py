@@ -68,6 +68,8 @@ RECENT_WAKE_IDS = 4096
 #: once the cap is reached, so the groups stay bounded too (not a conversation id: those begin "conv_").
 OVERFLOW_GROUP = "overflow"
 
+_UNSET = object()
+
 State = Literal["idle", "debouncing", "in_turn"]
 
 
@@ -76,8 +78,10 @@ class Wake(msgspec.Struct, frozen=True):
 
     item_ids: tuple[int, ...]  # ascending
     overflow: int  # waking items past MAX_PENDING_IDS, counted only
-    conversations: tuple[str, ...]  # distinct conversation ids of the kept items, sorted
-    several_conversations: bool  # the waking items (overflow included) span more than one conversation
+    conversations: tuple[str, ...]  # distinct conversation ids of the kept items (else the first's), sorted
+    #: The waking items (overflow included) are not all of one conversation (an item of none, such as
+    #: an unscoped push, counts as a place of its own): routing has no one destination.
+    several_conversations: bool
     first_at: float  # when the first of them arrived (scheduler time)
 
 
@@ -93,12 +97,13 @@ class SchedulerStats(msgspec.Struct, frozen=True, rename="camel"):
 class _Pending:
     """The waking items of one group not yet handed out (mutable; owned by one scheduler)."""
 
-    __slots__ = ("ids", "overflow", "conversations", "several", "first_at", "last_at", "due_now")
+    __slots__ = ("ids", "overflow", "conversations", "first_place", "several", "first_at", "last_at", "due_now")
 
     def __init__(self, now: float) -> None:
         self.ids: list[int] = []
         self.overflow = 0
         self.conversations: dict[str, None] = {}  # at most MAX_PENDING_IDS + 1 entries
+        self.first_place: object = _UNSET  # the first item's conversation id (None: it has none)
         self.several = False
         self.first_at = now
         self.last_at = now
@@ -109,11 +114,14 @@ class _Pending:
             self.ids.append(item_id)
         else:
             self.overflow += 1
-        if conversation is not None and conversation not in self.conversations:
-            if self.conversations:
-                self.several = True
-            if keep_id or not self.conversations:
-                self.conversations[conversation] = None
+        # An item of no conversation (an unscoped push, console input) is a place of its own: mixed
+        # with a channel's items, the wake has no one conversation to answer in.
+        if self.first_place is _UNSET:
+            self.first_place = conversation
+        elif conversation != self.first_place:
+            self.several = True
+        if conversation is not None and (keep_id or not self.conversations):
+            self.conversations.setdefault(conversation, None)
         self.last_at = max(self.last_at, now)
 
     def deadline(self, debounce_s: float, max_wait_s: float) -> float:

@@ -148,6 +148,15 @@ class TestBounds:
         wake = s.due(0.0)
         assert wake is not None and wake.conversations == () and not wake.several_conversations
 
+    def test_an_unscoped_push_beside_a_channel_s_item_is_several_places(self) -> None:
+        """A wake of a channel message and an unscoped push has no one conversation to answer in."""
+        s = scheduler(debounce_ms=0, wake_on=["push", "addressed"])
+        s.on_item(addressed(1), 0.0)
+        s.on_item(event(2, lane="push/event", channel=None), 0.0)
+        wake = s.due(0.0)
+        assert wake is not None and wake.conversations == (addressed(1).item.conversation_id,)
+        assert wake.several_conversations
+
 
 class TestGuards:
     def test_past_max_turns_per_hour_wakes_are_held_with_one_warning(self) -> None:
