@@ -1,6 +1,8 @@
 """Build everything from the validated config and run it in one task group.
 
-Shutdown order: on `stop`, the connectors go first (each runs its shielded
+Shutdown order: on `stop`, the agents go first (a turn in progress is
+aborted: its connectors hear lifecycle `aborted` and its record is written),
+then the connectors (each runs its shielded
 shutdown ladder, and in-flight requests finish their commits), then the
 group writer commits what is still queued, then the store closes. So work a
 connector was told is accepted is always on disk.
@@ -52,6 +54,9 @@ class Host:
         self._handles = {spec.name: ConnectorHandle(spec) for spec in config.connectors}
         #: name → the connector's live handle, one per configured connector for the host's whole life.
         self.connectors: Mapping[str, ConnectorHandle] = MappingProxyType(self._handles)
+        #: The agents (set while running, when any is configured); they consume the Stored events.
+        self.agents: Any = None
+        self._agent_events = self.stored_events() if config.agents else None
 
     def stored_events(self) -> ObjectReceiveStream[Stored]:
         """The stream of `Stored(id, item)` events, one per newly committed item; call before `run`.
@@ -78,16 +83,29 @@ class Host:
                 if watchdog_s is not None and self.notifier is not None:
                     base.start_soon(self._watchdog, watchdog_s)
                 async with anyio.create_task_group() as connectors:
-                    connectors.start_soon(self._start_all, connectors, ingest)
-                    await stop.wait()
-                    log.info("host.stopping")
-                    if self.notifier is not None:
-                        self.notifier.send("STOPPING=1")
+                    async with anyio.create_task_group() as agents:
+                        if self._agent_events is not None:
+                            # Cursors first: a new agent's starts at the end before any connector can add an item.
+                            await agents.start(self._run_agents, store, writer, self._agent_events)
+                        connectors.start_soon(self._start_all, connectors, ingest)
+                        await stop.wait()
+                        log.info("host.stopping")
+                        if self.notifier is not None:
+                            self.notifier.send("STOPPING=1")
+                        # Agents first: an aborted turn still tells its connectors (lifecycle) and is recorded.
+                        agents.cancel_scope.cancel()
                     connectors.cancel_scope.cancel()
                 base.cancel_scope.cancel()
         if self._stored_send is not None:
             self._stored_send.close()  # the consumer sees the end of the stream once everything is committed
         log.info("host.stopped", **(self.writer.stats if self.writer else {}))
+
+    async def _run_agents(self, store: Any, writer: GroupWriter, events: ObjectReceiveStream[Stored], *,
+                          task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        from .agents.runtime import AgentsRuntime  # only a host with agents loads them (and their SDKs)
+
+        self.agents = AgentsRuntime(self.config, store, writer, self.connectors, events)
+        await self.agents.run(task_status=task_status)
 
     async def _start_all(self, connectors: anyio.abc.TaskGroup, ingest: Ingest) -> None:
         """Start every connector at once; READY=1 once each finished its handshake or gave up."""

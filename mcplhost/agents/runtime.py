@@ -1,0 +1,195 @@
+"""The agents at run time: one scheduler and one task per agent, fed by the core's `Stored` events.
+
+    runtime = AgentsRuntime(config, store, writer, host.connectors, host_events)
+    await task_group.start(runtime.run)
+
+The dispatcher reads each `Stored` event and hands it to every agent's
+`AgentScheduler` (pure, time as a parameter); it never waits for a turn, so
+inbound storage and other agents are never held up by one agent. Each agent
+has its own task that sleeps until its scheduler's next deadline (or a nudge
+from the dispatcher), takes the due `Wake` and runs the turn (turn.py). A
+slow backend or a hung connector delays only that agent.
+
+Catch-up (AGENTS.md §2, "Durable cursor"): at start each agent wakes once
+for matching items after its durable cursor younger than
+`catch_up_max_age_s`; an agent seen for the first time gets a cursor at the
+current end of the store, written at once. When the event stream says events
+were dropped (`missed_before`), the runtime reads the missing items from
+the store (after the highest id it has seen) and feeds them like events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import ObjectReceiveStream, TaskStatus
+
+from mcplhost.agents.backends import make_backend
+from mcplhost.agents.model import Backend
+from mcplhost.agents.rowcache import RowCache
+from mcplhost.agents.scheduler import AgentScheduler, SchedulerStats
+from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.config import AgentConfig, Config
+from mcplhost.ingest import Stored, now_ms
+from mcplhost.store.operations import CloseUnfinishedTurns, StartCursor
+
+log = structlog.get_logger()
+
+#: Items read per page when catching up (at start, or after dropped events).
+CATCH_UP_PAGE = 1000
+#: Most items one catch-up reads for one agent; older ones are past any sensible wake anyway.
+CATCH_UP_MAX_ITEMS = 10_000
+#: Item ids remembered as offered, so a gap's read never offers an item twice.
+RECENT_IDS = 8192
+#: How long closing the backends may take on shutdown.
+BACKEND_CLOSE_S = 5.0
+
+
+class AgentRunner:
+    """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
+
+    def __init__(self, agent: AgentConfig, services: TurnServices) -> None:
+        self.agent = agent
+        self.services = services
+        self.scheduler = AgentScheduler(agent)
+        self.cursor: int | None = None  # the durable cursor as last written
+        self._nudge = anyio.Event()
+
+    def offer(self, stored: Stored, now: float) -> None:
+        if self.scheduler.on_item(stored, now):
+            self._nudge.set()
+
+    def catch_up(self, events: list[Stored], now: float) -> None:
+        if events:
+            self.scheduler.catch_up(events, now)
+            self._nudge.set()
+
+    async def run(self) -> None:
+        """Sleep until the next deadline or nudge; run each due wake's turn; forever."""
+        while True:
+            now = anyio.current_time()
+            wake = self.scheduler.due(now)
+            if wake is not None:
+                try:
+                    await run_turn(self.agent, wake, self.services, cursor=self.cursor)
+                    self.cursor = max([*wake.item_ids, self.cursor or 0])
+                finally:
+                    self.scheduler.turn_ended(anyio.current_time())
+                continue
+            deadline = self.scheduler.next_deadline()
+            delay = math.inf if deadline is None else max(0.0, deadline - now)
+            with anyio.move_on_after(delay):
+                await self._nudge.wait()
+            self._nudge = anyio.Event()
+
+
+class AgentsRuntime:
+    """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
+
+    def __init__(self, config: Config, store: Any, writer: Any, handles: Mapping[str, Any],
+                 stored: ObjectReceiveStream[Stored], *, backends: Mapping[str, Backend] | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.writer = writer
+        self.handles = handles
+        self.stored = stored
+        self.runners: dict[str, AgentRunner] = {}
+        rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
+        for agent in config.agents:
+            backend = (backends or {}).get(agent.name) or make_backend(agent.backend)
+            toolbox = ToolBox(agent, handles, store)
+            self.runners[agent.name] = AgentRunner(agent, TurnServices(store, writer, handles, backend, toolbox, rows))
+        self._start_end = 0  # the store's last id at start: what catch-up covered
+        #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
+        self._recent: OrderedDict[int, None] = OrderedDict()
+
+    def statistics(self) -> dict[str, SchedulerStats]:
+        """Each agent's scheduler state, for the status socket."""
+        return {name: runner.scheduler.statistics() for name, runner in self.runners.items()}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                await self._start_cursors()
+                for runner in self.runners.values():
+                    tg.start_soon(runner.run, name=f"agent {runner.agent.name}")
+                task_status.started()
+                await self._dispatch()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
+                for runner in self.runners.values():
+                    try:
+                        await runner.services.backend.aclose()
+                    except Exception:
+                        log.warning("agent.backend_close_failed", agent=runner.agent.name, exc_info=True)
+
+    async def _start_cursors(self) -> None:
+        """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.
+
+        Turns a killed host left running are closed as aborted first; their
+        wakes are after the cursor, so the catch-up runs them again.
+        """
+        (closed,) = await self.writer.submit(CloseUnfinishedTurns(now_ms()))
+        if closed:
+            log.info("agent.unfinished_turns_closed", turns=closed)
+        end = await self.store.items.last_id()
+        self._start_end = end
+        fresh: list[str] = []
+        for name, runner in self.runners.items():
+            cursor = await self.store.cursors.get(name)
+            if cursor is None:
+                fresh.append(name)
+                continue
+            runner.cursor = cursor
+            since = now_ms() - int(runner.agent.catch_up_max_age_s * 1000)
+            rows = await self._rows_after(cursor, since, end) if runner.agent.catch_up_max_age_s > 0 else []
+            runner.catch_up(rows, anyio.current_time())
+            log.info("agent.catch_up", agent=name, cursor=cursor, items=len(rows))
+        if fresh:
+            started = await self.writer.submit(*[StartCursor(name, now_ms()) for name in fresh])
+            for name, cursor in zip(fresh, started, strict=True):
+                self.runners[name].cursor = cursor
+                log.info("agent.cursor_started", agent=name, cursor=cursor)
+
+    async def _rows_after(self, after: int, since_ms: int, until: int) -> list[Stored]:
+        """Items with after < id <= until stored since `since_ms`, as the `Stored` events they were; bounded."""
+        found: list[Stored] = []
+        while len(found) < CATCH_UP_MAX_ITEMS:
+            page = await self.store.items.after_as_written(after, since_ms=since_ms, limit=CATCH_UP_PAGE)
+            found.extend(Stored(item_id, item) for item_id, item in page if item_id <= until)
+            if len(page) < CATCH_UP_PAGE or page[-1][0] >= until:
+                break
+            after = page[-1][0]
+        return found
+
+    async def _dispatch(self) -> None:
+        async with self.stored:
+            async for event in self.stored:
+                if event.missed_before:
+                    await self._fill_gap(event)
+                self._offer(event)
+
+    async def _fill_gap(self, event: Stored) -> None:
+        """Events were dropped just before `event`: read those items from the store and offer them."""
+        low = min(self._recent) if self._recent else self._start_end
+        rows = await self._rows_after(max(low, self._start_end), 0, event.id - 1)
+        fresh = [stored for stored in rows if stored.id not in self._recent]
+        log.info("agent.events_gap_filled", missed=event.missed_before, read=len(fresh))
+        for stored in fresh:
+            self._offer(stored)
+
+    def _offer(self, event: Stored) -> None:
+        if event.id <= self._start_end or event.id in self._recent:
+            return  # read by the start's catch-up (ids commit in order), or offered already
+        self._recent[event.id] = None
+        if len(self._recent) > RECENT_IDS:
+            self._recent.popitem(last=False)
+        now = anyio.current_time()
+        for runner in self.runners.values():
+            runner.offer(event, now)

@@ -1,0 +1,142 @@
+"""AgentsRuntime on a real store and the real Stored stream: wakes, cursors, catch-up, gaps, isolation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.config import AgentConfig, Config
+from mcplhost.ingest import Ingest, Stored
+from mcplhost.store.operations import SetCursor
+
+from ..harness import wait_for
+from .support import HangingBackend, RecordingBackend, agent_config, agent_store, heard
+
+
+@asynccontextmanager
+async def running(store: Any, writer: Any, agents: list[AgentConfig], backends: dict[str, Any]
+                  ) -> AsyncIterator[tuple[AgentsRuntime, Ingest]]:
+    """The runtime fed by an Ingest's real Stored stream; yields both; cancelled on exit."""
+    send, receive = anyio.create_memory_object_stream[Stored](64)
+    ingest = Ingest(store, writer, structlog.get_logger(), events=send)
+    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, receive, backends=backends)
+    async with send, anyio.create_task_group() as tg:
+        await tg.start(runtime.run)
+        yield runtime, ingest
+        tg.cancel_scope.cancel()
+
+
+async def turns_of(store: Any, agent: str, count: int, timeout: float = 10) -> list[Any]:
+    async def enough() -> list[Any]:
+        return [t for t in await store.turns.list() if t.agent == agent and t.outcome is not None]
+
+    with anyio.fail_after(timeout):
+        while len(found := await enough()) < count:
+            await anyio.sleep(0.01)
+    return found
+
+
+class TestWakes:
+    async def test_a_stored_item_wakes_the_agent_and_its_turn_is_recorded(self, tmp_path: Path):
+        """One item through the stream: one completed turn naming it; the backend saw its body."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
+            (item,) = await heard(ingest, "hello scout")
+            (turn,) = await turns_of(store, "scout", 1)
+            assert await store.cursors.get("scout") == item
+        assert turn.wake_item_ids == [item] and "hello scout" in str(backend.requests[0].messages)
+
+    async def test_an_item_that_matches_no_wake_rule_wakes_no_one(self, tmp_path: Path):
+        """wake_on addressed: an ambient message is heard (in the next context) but starts no turn."""
+        backend = RecordingBackend()
+        agent = agent_config(wake_on=["addressed"])
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, [agent], {"scout": backend}) as (runtime, ingest):
+            await heard(ingest, "just chatting", tags=["chat:ambient"])
+            (woke,) = await heard(ingest, "scout?")
+            (turn,) = await turns_of(store, "scout", 1)
+        assert turn.wake_item_ids == [woke] and "just chatting" in str(backend.requests[0].messages)
+
+    async def test_statistics_name_each_agent(self, tmp_path: Path):
+        """statistics() has one scheduler snapshot per configured agent."""
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, [agent_config("a"), agent_config("b")],
+                        {"a": RecordingBackend(), "b": RecordingBackend()}) as (runtime, _):
+            stats = runtime.statistics()
+        assert set(stats) == {"a", "b"} and stats["a"].state == "idle"
+
+
+class TestCursors:
+    async def test_a_new_agent_gets_a_cursor_at_the_end_at_once_and_old_items_never_wake_it(self, tmp_path: Path):
+        """Items stored before the agent existed: its cursor is their last id before any turn, and no turn runs."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            before = await heard(ingest, "old one", "old two")
+            async with running(store, writer, [agent_config()], {"scout": backend}):
+                assert await store.cursors.get("scout") == before[-1]
+        assert backend.requests == []
+
+    async def test_at_start_items_after_the_cursor_wake_the_agent_once(self, tmp_path: Path):
+        """A cursor behind three waking items (a crash between commit and turn): one catch-up turn for all three."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (seen,) = await heard(ingest, "handled")
+            await writer.submit(SetCursor("scout", seen, 0))
+            missed = await heard(ingest, "one", "two", "three")
+            async with running(store, writer, [agent_config()], {"scout": backend}):
+                (turn,) = await turns_of(store, "scout", 1)
+                assert await store.cursors.get("scout") == missed[-1]
+        assert turn.wake_item_ids == missed and len(backend.requests) == 1
+
+    async def test_items_older_than_catch_up_max_age_do_not_wake(self, tmp_path: Path):
+        """catch_up_max_age_s = 0 turns catch-up off: items after the cursor are heard, not woken for."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (seen,) = await heard(ingest, "handled")
+            await writer.submit(SetCursor("scout", seen, 0))
+            await heard(ingest, "stale")
+            async with running(store, writer, [agent_config(catch_up_max_age_s=0)], {"scout": backend}) as (_, ing):
+                (fresh,) = await heard(ing, "fresh")
+                (turn,) = await turns_of(store, "scout", 1)
+        assert turn.wake_item_ids == [fresh]
+
+    async def test_dropped_events_are_read_from_the_store(self, tmp_path: Path):
+        """An event saying two were dropped before it: the runtime reads them, and the wake has all three."""
+        backend = RecordingBackend()
+        send, receive = anyio.create_memory_object_stream[Stored](8)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            runtime = AgentsRuntime(Config(agents=[agent_config(debounce_ms=50, max_wait_ms=1000)]), store, writer,
+                                    {}, receive, backends={"scout": backend})
+            async with send, anyio.create_task_group() as tg:
+                await tg.start(runtime.run)
+                ids = await heard(ingest, "one", "two", "three")  # this ingest has no stream: no events
+                ((last_id, last),) = await store.items.after_as_written(ids[-2])
+                await send.send(Stored(last_id, last, missed_before=2))
+                (turn,) = await turns_of(store, "scout", 1)
+                tg.cancel_scope.cancel()
+        assert sorted(turn.wake_item_ids) == ids
+
+
+class TestIsolation:
+    async def test_a_hung_backend_delays_only_its_own_agent(self, tmp_path: Path):
+        """Agent a's model hangs; agent b, woken by the same item, completes its turn well within a second."""
+        hung, quick = HangingBackend(), RecordingBackend()
+        agents = [agent_config("a"), agent_config("b")]
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, agents, {"a": hung, "b": quick}) as (_, ingest):
+            started = anyio.current_time()
+            await heard(ingest, "both of you")
+            await turns_of(store, "b", 1, timeout=5)
+            took = anyio.current_time() - started
+            assert hung.entered.is_set()
+            await heard(ingest, "b again")
+            await wait_for(lambda: len(quick.requests) == 2, timeout=5)
+        assert took < 1.0, took
+        assert len(hung.requests) == 1  # a is still in its first turn: single flight
