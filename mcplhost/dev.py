@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import Config, ConnectorConfig, StoreConfig
+from .config import AgentConfig, BackendConfig, Config, ConnectorConfig, StoreConfig
 from .inbound.notice import reader_body
 from .store import NewItem
 
@@ -34,6 +34,9 @@ HOST_EVENTS = {"host.ready": "ready", "host.stopping": "stopping"}
 
 STUB_DEFAULTS = {"STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
+#: dev's one agent: scripted (no network), waking on what is addressed to it or private (AGENTS.md §9).
+DEV_AGENT = AgentConfig(name="assistant", wake_on=["addressed", "dm"], system_prompt="You are the dev assistant.",
+                        backend=BackendConfig(kind="scripted", script=["You said: {{echo}}"]))
 #: What each stub stages, one line each, so nothing it does looks like a fault.
 EXPLAINED = {
     "stub": "MCPL 0.5 chat; one message fakes a [source: …] header, stored escaped",
@@ -63,6 +66,7 @@ def dev_config(db: Path) -> Config:
                 grant=["pushEvents"],
             ),
         ],
+        agents=[DEV_AGENT],
     )
 
 
@@ -147,6 +151,9 @@ def describe_event(event: dict[str, Any], connectors: list[str]) -> str | None:
         return f"ready: {', '.join(connectors)}" if connectors else "ready"
     if name in HOST_EVENTS:
         return HOST_EVENTS[name]
+    if name == "agent.turn":
+        tokens = f", {event['tokens']} tokens" if event.get("tokens") else ""
+        return f"turn {event.get('agent')}: {event.get('outcome')} ({event.get('seconds')} s{tokens})"
     level = event.get("level")
     if level not in SHOWN_LEVELS:
         return None

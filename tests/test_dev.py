@@ -67,3 +67,18 @@ def test_the_bundled_connectors_are_the_runnable_modules() -> None:
     """`mcplhost connector --list`: programs only, not the helper library they share."""
     names = bundled_connectors()
     assert {"stub", "heartbeatish", "scripted"} <= set(names) and "mcpl_server" not in names
+
+
+class TestDevAgent:
+    def test_dev_runs_one_scripted_agent_waking_on_addressed_and_dm(self, tmp_path) -> None:
+        """dev's config has one agent, scripted (no network), waking on addressed and dm items."""
+        from mcplhost.dev import dev_config
+
+        (agent,) = dev_config(tmp_path / "dev.db").agents
+        assert agent.backend.kind == "scripted" and agent.wake_on == ["addressed", "dm"]
+
+    def test_a_turn_is_one_line_of_the_view(self) -> None:
+        """The canonical agent.turn log line is shown as who, how it ended, how long and what it cost."""
+        line = describe_event({"event": "agent.turn", "level": "info", "agent": "assistant", "outcome": "completed",
+                               "seconds": 0.01, "tokens": 12}, [])
+        assert line == "turn assistant: completed (0.01 s, 12 tokens)"
