@@ -27,7 +27,8 @@ to the JSON-lines file named by ``record``. Members, all optional:
                     (`tools/list`, `tools/call`, `context/beforeInference`, `channels/open`...);
                     {"delay": seconds, ...} answers late; a list: the nth request gets the
                     nth answer, the last one answers every later request
-                    (notifications such as `inference/lifecycle` are in the record as "in" events)
+    notifications   a list of notification methods (e.g. "inference/lifecycle") also recorded
+                    as {"kind": "notified", "method", "params"} when they arrive
     ignore_sigterm  true: SIGTERM does nothing
     ignore_eof      true: keep running after stdin ends
     exit_after      exit with this code once the steps are done
@@ -173,6 +174,11 @@ def main() -> None:
                 await asyncio.sleep(chosen["delay"])
             return answer(chosen)
         server.handlers[method] = handle
+
+    for method in script.get("notifications", []):
+        async def noted(params: dict[str, Any], method: str = method) -> None:
+            record("notified", method=method, params=params)
+        server.notification_handlers[method] = noted
 
     async def body(server: McplServer) -> None:
         await run_steps(server, script, record, seen)
