@@ -108,6 +108,7 @@ class AgentsRuntime:
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
         self._recent: OrderedDict[int, None] = OrderedDict()
+        self._max_offered = 0
 
     def statistics(self) -> dict[str, SchedulerStats]:
         """Each agent's scheduler state, for the status socket."""
@@ -176,18 +177,29 @@ class AgentsRuntime:
                 self._offer(event)
 
     async def _fill_gap(self, event: Stored) -> None:
-        """Events were dropped just before `event`: read those items from the store and offer them."""
-        low = min(self._recent) if self._recent else self._start_end
-        rows = await self._rows_after(max(low, self._start_end), 0, event.id - 1)
-        fresh = [stored for stored in rows if stored.id not in self._recent]
-        log.info("agent.events_gap_filled", missed=event.missed_before, read=len(fresh))
-        for stored in fresh:
-            self._offer(stored)
+        """Events were dropped just before `event`: read those items from the store, page by page, and offer them.
+
+        They are the ids between the highest offered and this event (an event
+        of a concurrent request that came out of order and was dropped too is
+        left to the next start's catch-up, from the durable cursor).
+        """
+        after, read = max(self._max_offered, self._start_end), 0
+        while after < event.id - 1:
+            page = await self.store.items.after_as_written(after, limit=CATCH_UP_PAGE)
+            for item_id, item in page:
+                if item_id < event.id:
+                    read += 1
+                    self._offer(Stored(item_id, item))
+            if len(page) < CATCH_UP_PAGE:
+                break
+            after = page[-1][0]
+        log.info("agent.events_gap_filled", missed=event.missed_before, read=read)
 
     def _offer(self, event: Stored) -> None:
         if event.id <= self._start_end or event.id in self._recent:
             return  # read by the start's catch-up (ids commit in order), or offered already
         self._recent[event.id] = None
+        self._max_offered = max(self._max_offered, event.id)
         if len(self._recent) > RECENT_IDS:
             self._recent.popitem(last=False)
         now = anyio.current_time()
