@@ -235,6 +235,12 @@ class TestImages:
         assert texts(messages[0])[0].endswith("\npic 1\n[image]")
         assert messages[5].content[-1] == {"type": "image", "data": PIXELS, "mimeType": "image/png"}
 
+    def test_the_stable_prefix_ends_before_the_oldest_image_with_pixels(self) -> None:
+        """A message keeping pixels may lose them next turn, so the stable prefix stops before it."""
+        rows = [heard(1, "a"), heard(2, "b", images=1), heard(3, "c")]
+        assert compile_(rows).request.stable_prefix == 1
+        assert compile_([heard(1, "a"), heard(2, "b")]).request.stable_prefix == 2
+
 
 class TestLimit:
     def rows(self, count: int, size: int = 100) -> list[StoredItem]:
