@@ -151,6 +151,9 @@ def describe_event(event: dict[str, Any], connectors: list[str]) -> str | None:
         return f"ready: {', '.join(connectors)}" if connectors else "ready"
     if name in HOST_EVENTS:
         return HOST_EVENTS[name]
+    if name == "agent.wake":
+        items = (event.get("items") or 0) + (event.get("overflow") or 0)
+        return f"wake {event.get('agent')}: {items} item{'s' if items != 1 else ''}"
     if name == "agent.turn":
         tokens = f", {event['tokens']} tokens" if event.get("tokens") else ""
         return f"turn {event.get('agent')}: {event.get('outcome')} ({event.get('seconds')} s{tokens})"

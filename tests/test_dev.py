@@ -77,8 +77,11 @@ class TestDevAgent:
         (agent,) = dev_config(tmp_path / "dev.db").agents
         assert agent.backend.kind == "scripted" and agent.wake_on == ["addressed", "dm"]
 
-    def test_a_turn_is_one_line_of_the_view(self) -> None:
-        """The canonical agent.turn log line is shown as who, how it ended, how long and what it cost."""
+    def test_a_wake_and_a_turn_are_one_line_each_in_the_view(self) -> None:
+        """agent.turn shows who, how it ended, how long and what it cost; agent.wake how many items woke it."""
         line = describe_event({"event": "agent.turn", "level": "info", "agent": "assistant", "outcome": "completed",
                                "seconds": 0.01, "tokens": 12}, [])
         assert line == "turn assistant: completed (0.01 s, 12 tokens)"
+        wake = describe_event({"event": "agent.wake", "level": "info", "agent": "assistant", "items": 2,
+                               "overflow": 0}, [])
+        assert wake == "wake assistant: 2 items"

@@ -76,6 +76,8 @@ class AgentRunner:
             now = anyio.current_time()
             wake = self.scheduler.due(now)
             if wake is not None:
+                log.info("agent.wake", agent=self.agent.name, items=len(wake.item_ids), overflow=wake.overflow,
+                         conversations=len(wake.conversations), several_conversations=wake.several_conversations)
                 try:
                     await run_turn(self.agent, wake, self.services, cursor=self.cursor)
                     self.cursor = max([*wake.item_ids, self.cursor or 0])

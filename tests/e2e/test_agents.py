@@ -202,6 +202,14 @@ def lifecycle_phases(folder: Path) -> list[tuple[str, str]]:
             if e["kind"] == "notified" and e["method"] == "inference/lifecycle"]
 
 
+def recorded_injections(db: Path, turn_id: int) -> str:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT injections FROM turns WHERE id = ?", (turn_id,)).fetchone()[0] or ""
+    finally:
+        conn.close()
+
+
 class TestHooksAndLifecycle:
     async def test_one_turn_with_a_tool_round_hears_two_inferences_each_started_then_completed(self, tmp_path: Path):
         """A turn with one tool round is two backend calls: each has hooks and exactly one started/completed pair."""
@@ -229,6 +237,7 @@ class TestHooksAndLifecycle:
         assert all(m["params"]["userMessage"] is None for m in asked)  # no observe: never the user's words
         (turn,) = turns(db)
         assert turn["outcome"] == "completed"
+        assert "[hook] it is raining" in recorded_injections(db, turn["id"])  # kept, so the digest can be remade
 
     async def test_a_failing_backend_still_ends_its_inference_once_with_failed(self, tmp_path: Path):
         """The model's server answers 500 every time: the connector hears started then failed, once."""
