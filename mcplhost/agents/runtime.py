@@ -47,6 +47,8 @@ CATCH_UP_PAGE = 1000
 CATCH_UP_MAX_ITEMS = 10_000
 #: Item ids remembered as offered, so a gap's read never offers an item twice.
 RECENT_IDS = 8192
+#: After an unexpected error in an agent's loop, how long it pauses before going on.
+RECOVER_S = 1.0
 #: How long closing the backends may take on shutdown.
 BACKEND_CLOSE_S = 5.0
 
@@ -62,7 +64,12 @@ class AgentRunner:
         self._nudge = anyio.Event()
 
     def offer(self, stored: Stored, now: float) -> None:
-        if self.scheduler.on_item(stored, now):
+        try:
+            woke = self.scheduler.on_item(stored, now)
+        except Exception:  # a bug for one item must not stop the stream for every agent
+            log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
+            return
+        if woke:
             self._nudge.set()
 
     def catch_up(self, events: list[Stored], now: float) -> None:
@@ -71,24 +78,32 @@ class AgentRunner:
             self._nudge.set()
 
     async def run(self) -> None:
-        """Sleep until the next deadline or nudge; run each due wake's turn; forever."""
+        """Sleep until the next deadline or nudge; run each due wake's turn; forever (a bug pauses, never ends it)."""
         while True:
-            now = anyio.current_time()
-            wake = self.scheduler.due(now)
-            if wake is not None:
-                log.info("agent.wake", agent=self.agent.name, items=len(wake.item_ids), overflow=wake.overflow,
-                         conversations=len(wake.conversations), several_conversations=wake.several_conversations)
-                try:
-                    await run_turn(self.agent, wake, self.services, cursor=self.cursor)
-                    self.cursor = max([*wake.item_ids, self.cursor or 0])
-                finally:
-                    self.scheduler.turn_ended(anyio.current_time())
-                continue
-            deadline = self.scheduler.next_deadline()
-            delay = math.inf if deadline is None else max(0.0, deadline - now)
-            with anyio.move_on_after(delay):
-                await self._nudge.wait()
-            self._nudge = anyio.Event()
+            try:
+                await self._step()
+            except Exception:
+                log.error("agent.runner_failed", agent=self.agent.name, exc_info=True)
+                await anyio.sleep(RECOVER_S)
+
+    async def _step(self) -> None:
+        """Run the due wake's turn, or sleep until the next deadline or nudge."""
+        now = anyio.current_time()
+        wake = self.scheduler.due(now)
+        if wake is not None:
+            log.info("agent.wake", agent=self.agent.name, items=len(wake.item_ids), overflow=wake.overflow,
+                     conversations=len(wake.conversations), several_conversations=wake.several_conversations)
+            try:
+                await run_turn(self.agent, wake, self.services, cursor=self.cursor)
+                self.cursor = max([*wake.item_ids, self.cursor or 0])
+            finally:
+                self.scheduler.turn_ended(anyio.current_time())
+            return
+        deadline = self.scheduler.next_deadline()
+        delay = math.inf if deadline is None else max(0.0, deadline - now)
+        with anyio.move_on_after(delay):
+            await self._nudge.wait()
+        self._nudge = anyio.Event()
 
 
 class AgentsRuntime:
@@ -175,7 +190,10 @@ class AgentsRuntime:
         async with self.stored:
             async for event in self.stored:
                 if event.missed_before:
-                    await self._fill_gap(event)
+                    try:
+                        await self._fill_gap(event)
+                    except Exception:  # the items stay after the cursors; the next start's catch-up has them
+                        log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
                 self._offer(event)
 
     async def _fill_gap(self, event: Stored) -> None:

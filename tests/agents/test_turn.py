@@ -168,3 +168,21 @@ class TestCancelledTurn:
             (item,) = await heard(ingest, "hello")
             outcome = await run_turn(agent, wake_of(item), services(agent, store, writer, RecordingBackend()))
         assert outcome == "failed"
+
+
+class BuggyBackend(RecordingBackend):
+    """A backend with a bug of its own: not a BackendError, an ordinary exception."""
+
+    async def complete(self, request, *, on_text=None):  # type: ignore[no-untyped-def]
+        raise RuntimeError("bug in the backend")
+
+
+class TestUnexpectedFailure:
+    async def test_a_backend_bug_fails_the_turn_with_its_type_and_never_escapes(self, tmp_path: Path):
+        """Any exception from the backend is a failed turn naming its type, with the notice and the record."""
+        agent = agent_config()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (item,) = await heard(ingest, "hello")
+            assert await run_turn(agent, wake_of(item), services(agent, store, writer, BuggyBackend())) == "failed"
+            notice = (await own_rows(store, "scout"))[-1]
+        assert notice.metadata["kind"] == "turn-failed" and notice.metadata["reason"] == "RuntimeError"
