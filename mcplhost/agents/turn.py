@@ -157,7 +157,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         await services.writer.submit(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
         rows = await _rows(agent, wake, services)
     system_prompt = system_prompt_text(agent)
-    user_message = await _waking_text(services, wake)
+    user_message = await _waking_text(services, wake, rows)
     tools = services.toolbox.specs()
     for turn_index in range(agent.max_tool_rounds + 1):
         response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
@@ -266,9 +266,12 @@ async def _rows(agent: AgentConfig, wake: Wake, services: TurnServices) -> list[
     return await services.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
 
 
-async def _waking_text(services: TurnServices, wake: Wake) -> str:
-    """The waking items' body text (no headers), for hooks' `userMessage`."""
-    items = await services.store.items.get_many(list(wake.item_ids))
+async def _waking_text(services: TurnServices, wake: Wake, rows: list[StoredItem]) -> str:
+    """The waking items' body text (no headers), for hooks' `userMessage`; read only if the context lacks one."""
+    wanted = set(wake.item_ids)
+    items = [row for row in reversed(rows) if row.id in wanted][::-1] if wanted else []
+    if len(items) < len(wanted):
+        items = await services.store.items.get_many(list(wake.item_ids))
     texts = []
     for item in items:
         body = reader_body(item.content, item.metadata)
