@@ -186,3 +186,24 @@ class TestUnexpectedFailure:
             assert await run_turn(agent, wake_of(item), services(agent, store, writer, BuggyBackend())) == "failed"
             notice = (await own_rows(store, "scout"))[-1]
         assert notice.metadata["kind"] == "turn-failed" and notice.metadata["reason"] == "RuntimeError"
+
+
+class TestConversationScope:
+    async def test_a_conversation_scoped_turn_sees_only_its_conversation_and_its_rows_belong_to_it(self, tmp_path):
+        """context_scope "conversation": the other room's items stay out, and the speech carries the conversation."""
+        from mcplhost.ingest import conversation_id
+
+        agent = agent_config(context_scope="conversation")
+        room_a, room_b = "disc:g1:a", "disc:g1:b"
+        conversation = conversation_id("disc", room_a, None)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            await heard(ingest, "private to b", channel=room_b)
+            (item,) = await heard(ingest, "hello from a", channel=room_a)
+            backend = RecordingBackend("ok")
+            wake = Wake(item_ids=(item,), overflow=0, conversations=(conversation,), several_conversations=False,
+                        first_at=0.0)
+            assert await run_turn(agent, wake, services(agent, store, writer, backend)) == "completed"
+            rows = await own_rows(store, "scout")
+        seen = str(backend.requests[0].messages)
+        assert "hello from a" in seen and "private to b" not in seen
+        assert all(row.metadata.get("conversationId") == conversation for row in rows)
