@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 from anyio.abc import ObjectReceiveStream, TaskStatus
 
@@ -129,7 +130,13 @@ class AgentsRuntime:
 
     def statistics(self) -> dict[str, SchedulerStats]:
         """Each agent's scheduler state, for the status socket."""
-        return {name: runner.scheduler.statistics() for name, runner in self.runners.items()}
+        stats = {}
+        for name, runner in self.runners.items():
+            snapshot = runner.scheduler.statistics()
+            if runner.services.budget_held and not snapshot.held:  # max_tokens_per_day holds it too
+                snapshot = msgspec.structs.replace(snapshot, held=True)
+            stats[name] = snapshot
+        return stats
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:

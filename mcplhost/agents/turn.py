@@ -70,6 +70,7 @@ class TurnServices:
     backend: Backend
     toolbox: Any  # mcplhost.agents.tools.ToolBox
     rows: RowCache | None = None  # the host's shared row cache; None: read the store each time
+    budget_held: bool = False  # max_tokens_per_day reached and warned about; reset once a call is made again
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
 
 
@@ -127,7 +128,9 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *, cu
         await _finish(services, agent, progress, OUTCOME_COMPLETED, final, new_cursor)
     except TokenBudgetSpent:
         outcome = OUTCOME_HELD
-        log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
+        if not services.budget_held:  # one warning per held spell, not one per wake
+            services.budget_held = True
+            log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
         await _finish(services, agent, progress, outcome, [], new_cursor)
     except anyio.get_cancelled_exc_class():
         outcome = OUTCOME_ABORTED
@@ -240,6 +243,7 @@ async def _check_budget(agent: AgentConfig, services: TurnServices) -> None:
     spent = await services.store.turns.usage_since(agent.name, services.clock_ms() - DAY_MS)
     if spent >= agent.max_tokens_per_day:
         raise TokenBudgetSpent
+    services.budget_held = False
 
 
 def _source_notice(agent: AgentConfig, progress: _Progress, at: int) -> NewItem:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import anyio
+from structlog.testing import capture_logs
 
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.scheduler import Wake
@@ -133,10 +134,15 @@ class TestFailedTurn:
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
             backend = RecordingBackend(tokens=5)
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "held"
+            turn_services = services(agent, store, writer, backend)
+            assert await run_turn(agent, wake_of(item), turn_services) == "completed"
+            with capture_logs() as logs:
+                assert await run_turn(agent, wake_of(item), turn_services) == "held"
+                assert await run_turn(agent, wake_of(item), turn_services) == "held"
             outcomes = [t.outcome for t in await store.turns.list()]
-        assert outcomes == ["completed", "held"] and len(backend.requests) == 1
+        assert outcomes == ["completed", "held", "held"] and len(backend.requests) == 1
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["agent.tokens_per_day_reached"]
+        assert turn_services.budget_held
 
 
 class TestCancelledTurn:
