@@ -44,8 +44,8 @@ log = structlog.get_logger()
 
 #: Items read per page when catching up (at start, or after dropped events).
 CATCH_UP_PAGE = 1000
-#: Most items one catch-up reads for one agent; older ones are past any sensible wake anyway.
-CATCH_UP_MAX_ITEMS = 10_000
+#: Most items the start's catch-up reads (for every agent at once); it then logs that it stopped short.
+CATCH_UP_MAX_ITEMS = 200_000
 #: Item ids remembered as offered, so a gap's read never offers an item twice.
 RECENT_IDS = 8192
 #: After an unexpected error in an agent's loop, how long it pauses before going on.
@@ -166,32 +166,50 @@ class AgentsRuntime:
         end = await self.store.items.last_id()
         self._start_end = end
         fresh: list[str] = []
+        behind: dict[str, int] = {}  # agent → its cursor, for agents that have one
         for name, runner in self.runners.items():
             cursor = await self.store.cursors.get(name)
             if cursor is None:
                 fresh.append(name)
-                continue
-            runner.cursor = cursor
-            since = now_ms() - int(runner.agent.catch_up_max_age_s * 1000)
-            rows = await self._rows_after(cursor, since, end) if runner.agent.catch_up_max_age_s > 0 else []
-            runner.catch_up(rows, anyio.current_time())
-            log.info("agent.catch_up", agent=name, cursor=cursor, items=len(rows))
+            else:
+                runner.cursor = behind[name] = cursor
+        await self._catch_up(behind, end)
         if fresh:
             started = await self.writer.submit(*[StartCursor(name, now_ms()) for name in fresh])
             for name, cursor in zip(fresh, started, strict=True):
                 self.runners[name].cursor = cursor
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
 
-    async def _rows_after(self, after: int, since_ms: int, until: int) -> list[Stored]:
-        """Items with after < id <= until stored since `since_ms`, as the `Stored` events they were; bounded."""
-        found: list[Stored] = []
-        while len(found) < CATCH_UP_MAX_ITEMS:
-            page = await self.store.items.after_as_written(after, since_ms=since_ms, limit=CATCH_UP_PAGE)
-            found.extend(Stored(item_id, item) for item_id, item in page if item_id <= until)
-            if len(page) < CATCH_UP_PAGE or page[-1][0] >= until:
-                break
-            after = page[-1][0]
-        return found
+    async def _catch_up(self, cursors: dict[str, int], end: int) -> None:
+        """Wake each agent once for the matching items after its cursor, younger than its catch_up_max_age_s.
+
+        One pass over the store for every agent, page by page (each page goes
+        to every agent and is then let go), bounded by CATCH_UP_MAX_ITEMS.
+        """
+        at = now_ms()
+        since = {name: at - int(self.runners[name].agent.catch_up_max_age_s * 1000) for name in cursors
+                 if self.runners[name].agent.catch_up_max_age_s > 0}
+        counts = dict.fromkeys(cursors, 0)
+        if since:
+            after, read = min(cursors[name] for name in since), 0
+            while after < end and read < CATCH_UP_MAX_ITEMS:
+                page = await self.store.items.after_as_written(after, since_ms=min(since.values()),
+                                                               limit=CATCH_UP_PAGE)
+                page = [(item_id, item) for item_id, item in page if item_id <= end]
+                read += len(page)
+                now = anyio.current_time()
+                for name, oldest in since.items():
+                    mine = [Stored(item_id, item) for item_id, item in page
+                            if item_id > cursors[name] and item.created_at >= oldest]
+                    counts[name] += len(mine)
+                    self.runners[name].catch_up(mine, now)
+                if len(page) < CATCH_UP_PAGE:
+                    break
+                after = page[-1][0]
+            if read >= CATCH_UP_MAX_ITEMS:
+                log.warning("agent.catch_up_bounded", items=read, max_items=CATCH_UP_MAX_ITEMS, after=after)
+        for name, cursor in cursors.items():
+            log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
     async def _dispatch(self) -> None:
         async with self.stored:

@@ -95,6 +95,20 @@ class TestCursors:
                 assert await store.cursors.get("scout") == missed[-1]
         assert turn.wake_item_ids == missed and len(backend.requests) == 1
 
+    async def test_agents_behind_by_different_amounts_each_catch_up_from_their_own_cursor(self, tmp_path: Path):
+        """a's cursor is before two items, b's before one: one pass over the store gives each its own wake."""
+        backends = {"a": RecordingBackend(), "b": RecordingBackend()}
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (first,) = await heard(ingest, "one")
+            await writer.submit(SetCursor("a", first, 0))
+            (second,) = await heard(ingest, "two")
+            await writer.submit(SetCursor("b", second, 0))
+            (third,) = await heard(ingest, "three")
+            async with running(store, writer, [agent_config("a"), agent_config("b")], backends):
+                (turn_a,) = await turns_of(store, "a", 1)
+                (turn_b,) = await turns_of(store, "b", 1)
+        assert turn_a.wake_item_ids == [second, third] and turn_b.wake_item_ids == [third]
+
     async def test_items_older_than_catch_up_max_age_do_not_wake(self, tmp_path: Path):
         """catch_up_max_age_s = 0 turns catch-up off: items after the cursor are heard, not woken for."""
         backend = RecordingBackend()
