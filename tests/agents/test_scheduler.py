@@ -348,11 +348,14 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         assert deadline is not None and self.now >= deadline, "never before its deadline"
         group = self._group(wake.conversations[0] if wake.conversations else None)
-        arrivals = self.arrivals.pop(group, [])
-        if arrivals and group not in self.due_at_once | self.unchecked:
-            assert self.now >= min(max(arrivals) + DEBOUNCE_S, min(arrivals) + MAX_WAIT_S) - 1e-9
-        self.due_at_once.discard(group)
-        self.unchecked.discard(group)
+        # A wake of counted items only is the shared overflow group: it is not the group of the conversation it
+        # names, whose own pending items (and their arrival times) are still there.
+        if wake.item_ids:
+            arrivals = self.arrivals.pop(group, [])
+            if arrivals and group not in self.due_at_once | self.unchecked:
+                assert self.now >= min(max(arrivals) + DEBOUNCE_S, min(arrivals) + MAX_WAIT_S) - 1e-9
+            self.due_at_once.discard(group)
+            self.unchecked.discard(group)
         self.handed.extend(wake.item_ids)
         self.handed_overflow += wake.overflow
         self.in_turn = True
