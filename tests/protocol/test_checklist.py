@@ -2,26 +2,18 @@
 
 `CHECKLIST` maps every item to the tests that exercise it (end to end
 through real connector subprocesses where the behaviour is on the wire,
-`tests/protocol/*_wire.py`); the tests below keep the map honest.
+`tests/protocol/*_wire.py`; hooks and lifecycle in tests/agents and
+tests/e2e); the tests below keep the map honest.
 
 Deferred, because the feature is not built yet (no test pretends otherwise):
 
-- 9, 11 and 38: context hooks. The host neither advertises `contextHooks`
-  nor sends `context/beforeInference`, so there is no injection to authorize
-  per position at receipt, no inject-only call with `userMessage: null`, and
-  no hook timeout. (A connector may still be *granted* hook paths: see the
-  wildcard tests in test_policy_wire.)
-- 12 and 13: `inference/lifecycle`. There are no inference turns yet, so no
-  lifecycle notification is ever sent.
 - 25: `channels/publish`. There is no speech router or outbox yet.
 - 26: `channels/outgoing/chunk` and `/complete`. Outgoing streaming is not built.
-- 31: hook-triggered `inference/request` loops. Neither hooks nor
-  `inference/request` exist; `inference/request` is always refused -32002.
+- 31: hook-triggered `inference/request` loops. `inference/request` is not
+  built (no `[inference]` backend is wired); it is always refused -32002.
 - 41: moderation before routing or publishing. Nothing is routed or published yet.
 
-Partly deferred, for the same reason: item 8's "drop response contributions
-that need a denied capability" (only hook responses carry contributions),
-item 29's `suggestedTreatment` (there is no treatment engine; producer
+Partly deferred, for the same reason: item 29's `suggestedTreatment` (there is no treatment engine; producer
 `implies` edges are tested), and item 30's `namespace` (a hook response
 field). Item 40's timestamp is added to every log line by the TimeStamper of
 `mcplhost.logs.configure`, which the captured logs in these tests bypass.
@@ -45,6 +37,9 @@ PUSH = "test_push_wire::"
 MANIFEST = "test_manifest_wire::"
 TAGS = "test_tags_wire::"
 ROBUST = "test_robustness_wire::"
+#: Items tested outside tests/protocol are named from the top ("tests.agents.x::Class::test").
+HOOKS = "tests.agents.test_hooks::"
+AGENTS_E2E = "tests.e2e.test_agents::TestHooksAndLifecycle::"
 CHECKLIST: dict[int, list[str]] = {
     1: [POLICY + "TestInitialPolicy::"
                  "test_the_policy_is_a_request_sent_right_after_initialized_even_for_an_empty_grant"],
@@ -115,15 +110,23 @@ CHECKLIST: dict[int, list[str]] = {
          ROBUST + "TestDeathMidExchange::test_dying_while_channels_open_is_outstanding_ends_only_that_connector",
          ROBUST + "TestDeathMidExchange::test_refusing_a_later_policy_with_fallback_close_does_not_crash_the_host"],
 }
+CHECKLIST.update({
+    9: [HOOKS + "TestBeforeInference::test_each_injection_is_kept_only_for_a_granted_position_whatever_feature_set_it_claims",
+        HOOKS + "TestBeforeInference::test_the_grant_is_read_when_the_answer_arrives_not_when_the_request_went_out"],
+    11: [HOOKS + "TestBeforeInference::"
+                 "test_inject_only_gets_a_null_user_message_and_holders_of_no_leaf_or_not_heard_are_not_asked"],
+    12: [HOOKS + "TestLifecycle::test_started_then_exactly_one_terminal_with_metadata_only",
+         HOOKS + "TestLifecycle::test_failed_and_aborted_end_an_inference_without_usage"],
+    13: [HOOKS + "TestLifecycle::test_the_ledger_pairs_each_started_with_one_terminal_and_stays_bounded",
+         AGENTS_E2E + "test_one_turn_with_a_tool_round_hears_two_inferences_each_started_then_completed",
+         AGENTS_E2E + "test_a_failing_backend_still_ends_its_inference_once_with_failed",
+         AGENTS_E2E + "test_a_shutdown_mid_inference_ends_it_with_aborted"],
+    38: [HOOKS + "TestBeforeInference::test_a_timeout_and_an_error_cost_only_that_connector"],
+})
 DEFERRED: dict[int, str] = {
-    9: "context hooks are not built",
-    11: "context hooks are not built",
-    12: "inference lifecycle is not built",
-    13: "inference lifecycle is not built",
     25: "channels/publish is not built",
     26: "outgoing streaming is not built",
     31: "hooks and inference/request are not built",
-    38: "context hooks are not built",
     41: "moderation, routing and publishing are not built",
 }
 #: Our own paraphrase of the checklist, numbered like HOST-DIGEST §4; shipped in the repository.
@@ -143,7 +146,8 @@ class TestChecklist:
         for item, names in CHECKLIST.items():
             for name in names:
                 module, cls, method = name.split("::")
-                owner = getattr(importlib.import_module(W + module), cls, None)
+                path = module if module.startswith("tests.") else W + module
+                owner = getattr(importlib.import_module(path), cls, None)
                 assert callable(getattr(owner, method, None)), (item, name)
 
     def test_our_checklist_still_has_42_items_in_order(self) -> None:
