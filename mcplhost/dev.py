@@ -35,7 +35,7 @@ HOST_EVENTS = {"host.ready": "ready", "host.stopping": "stopping"}
 STUB_DEFAULTS = {"STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (AGENTS.md §9).
-DEV_AGENT = AgentConfig(name="assistant", wake_on=["addressed", "dm"], system_prompt="You are the dev assistant.",
+DEV_AGENT = AgentConfig(name="scout", wake_on=["addressed", "dm"], system_prompt="You are Scout, the dev agent.",
                         backend=BackendConfig(kind="scripted", script=["You said: {{echo}}"]))
 #: What each stub stages, one line each, so nothing it does looks like a fault.
 EXPLAINED = {

@@ -40,6 +40,10 @@ MANIFEST = {
     },
 }
 
+#: How the stub marks a message that mentions the agent: a mention tag (it implies chat:addressed) and the
+#: platform's own mention list as the connector's metadata.
+MENTION = {"tags": ["chat:mention"], "metadata": {"mentions": ["@scout"]}}
+
 LINES = [
     ("Alice", "general", "Good morning, everyone."),
     ("Bob", "random", "Has anyone seen the deploy notes?"),
@@ -109,7 +113,7 @@ async def main(server: McplServer) -> None:
                 "channelId": f"stub:{guild}:{channel}", "messageId": f"m-{n}",
                 "author": {"id": author.lower(), "name": author},
                 "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "content": text(body), "metadata": {"mentions": ["@scout"] if "@scout" in body else []},
+                "content": text(body), **(MENTION if "@scout" in body else {}),
             }]})
         except RemoteError as exc:
             log(f"stub: refused: {exc}")
