@@ -89,6 +89,9 @@ class Turns(Protocol):
 
     async def count_since(self, agent: str, since_ms: int) -> int: ...
 
+    async def started_since(self, agent: str, since_ms: int, *,
+                            limit: int | None = None) -> builtins.list[int]: ...
+
 
 class Cursors(Protocol):
     """Agents' durable cursors: forward only, started at the store's end."""

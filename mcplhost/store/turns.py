@@ -9,8 +9,10 @@ A turn is written when it begins (`begin_many_nocommit`) and finished once
 `close_unfinished_nocommit` ends as aborted on the next start. A finished
 turn keeps the hook injections its first request was compiled with
 (AGENTS.md §3.2), so its request digest can be reproduced. The ledger is
-also the spend guard's memory: `usage_since` and `count_since` read it, so a
-restart resets neither `max_tokens_per_day` nor `max_turns_per_hour`.
+also the spend guard's memory: `usage_since`, `count_since` and
+`started_since` read it, so a restart resets neither `max_tokens_per_day`
+nor `max_turns_per_hour` (the runtime seeds each scheduler from
+`started_since` at start).
 
 Writes are validated when their value is built (`TurnStart`, `TurnEnd`), in
 the caller's task: a bad value never reaches a group commit, where it would
@@ -258,6 +260,22 @@ class TurnRepository:
         return await self._scalar(
             "SELECT count(*) FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
             f" ({', '.join('?' * len(RAN_OUTCOMES))}))", (agent, since_ms, *RAN_OUTCOMES))
+
+    async def started_since(self, agent: str, since_ms: int, *, limit: int | None = None) -> builtins.list[int]:
+        """Start times (epoch ms, oldest first) of the agent's turns that ran, begun at or after `since_ms`.
+
+        The turns `count_since` counts, so a restarted scheduler can age each
+        out of max_turns_per_hour's window when it leaves; with `limit`, only
+        the newest `limit` (the guard needs no more than its cap).
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be at least 0, not {limit}")
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                "SELECT started_at FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
+                f" ({', '.join('?' * len(RAN_OUTCOMES))})) ORDER BY started_at DESC, id DESC LIMIT ?",
+                (agent, since_ms, *RAN_OUTCOMES, -1 if limit is None else limit))
+        return [row[0] for row in reversed(builtins.list(rows))]
 
     async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
         async with self._database.reading():

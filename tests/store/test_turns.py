@@ -179,6 +179,24 @@ class TestSpendReads:
         assert await store.turns.count_since("scout", 0) == 4
         assert await store.turns.count_since("other", 0) == 1
 
+    async def test_started_since_gives_the_start_times_count_since_counts(self, store: Store):
+        """started_since lists the ran turns' start times since the time, oldest first; limit keeps the newest."""
+        async with running(store) as writer:
+            await writer.submit(RecordTurn("scout", (), 0, 1, "completed"))
+            await writer.submit(RecordTurn("scout", (), HOUR_MS + 5, HOUR_MS + 6, "failed"))
+            await writer.submit(RecordTurn("scout", (), HOUR_MS, HOUR_MS, "held"))
+            await writer.submit(BeginTurn("scout", (), HOUR_MS + 9))
+            await writer.submit(RecordTurn("scout", (), HOUR_MS + 1, HOUR_MS + 2, "aborted"))
+            await writer.submit(RecordTurn("other", (), HOUR_MS, HOUR_MS, "completed"))
+        assert await store.turns.started_since("scout", HOUR_MS) == [HOUR_MS + 1, HOUR_MS + 5, HOUR_MS + 9]
+        assert len(await store.turns.started_since("scout", HOUR_MS)) == await store.turns.count_since(
+            "scout", HOUR_MS)
+        assert await store.turns.started_since("scout", 0, limit=2) == [HOUR_MS + 5, HOUR_MS + 9]
+        assert await store.turns.started_since("scout", 0, limit=0) == []
+        assert await store.turns.started_since("nobody", 0) == []
+        with pytest.raises(ValueError, match="limit"):
+            await store.turns.started_since("scout", 0, limit=-1)
+
 
 class TestList:
     async def test_limit_gives_the_newest_oldest_first_and_agent_filters(self, store: Store):
