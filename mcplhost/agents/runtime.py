@@ -16,13 +16,18 @@ for matching items after its durable cursor younger than
 current end of the store, written at once. When the event stream says events
 were dropped (`missed_before`), the runtime reads the missing items from
 the store (after the highest id it has seen) and feeds them like events.
+
+The runaway guard survives a restart: at start each scheduler is seeded with
+the start times of its agent's turns of the last hour from the turns ledger
+(wall-clock ms turned into scheduler seconds relative to now), so
+`max_turns_per_hour` holds a restarted agent until those turns age out.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -33,7 +38,7 @@ from anyio.abc import ObjectReceiveStream, TaskStatus
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.scheduler import AgentScheduler, SchedulerStats
+from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
 from mcplhost.config import AgentConfig, Config
@@ -111,8 +116,10 @@ class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
     def __init__(self, config: Config, store: Any, writer: Any, handles: Mapping[str, Any],
-                 stored: ObjectReceiveStream[Stored], *, backends: Mapping[str, Backend] | None = None) -> None:
+                 stored: ObjectReceiveStream[Stored], *, backends: Mapping[str, Backend] | None = None,
+                 clock_ms: Callable[[], int] = now_ms) -> None:
         self.config = config
+        self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
         self.store = store
         self.writer = writer
         self.handles = handles
@@ -122,7 +129,8 @@ class AgentsRuntime:
         for agent in config.agents:
             backend = (backends or {}).get(agent.name) or make_backend(agent.backend)
             toolbox = ToolBox(agent, handles, store)
-            self.runners[agent.name] = AgentRunner(agent, TurnServices(store, writer, handles, backend, toolbox, rows))
+            services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms)
+            self.runners[agent.name] = AgentRunner(agent, services)
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
         self._recent: OrderedDict[int, None] = OrderedDict()
@@ -160,9 +168,10 @@ class AgentsRuntime:
         Turns a killed host left running are closed as aborted first; their
         wakes are after the cursor, so the catch-up runs them again.
         """
-        (closed,) = await self.writer.submit(CloseUnfinishedTurns(now_ms()))
+        (closed,) = await self.writer.submit(CloseUnfinishedTurns(self.clock_ms()))
         if closed:
             log.info("agent.unfinished_turns_closed", turns=closed)
+        await self._seed_turn_guards()
         end = await self.store.items.last_id()
         self._start_end = end
         fresh: list[str] = []
@@ -175,10 +184,23 @@ class AgentsRuntime:
                 runner.cursor = behind[name] = cursor
         await self._catch_up(behind, end)
         if fresh:
-            started = await self.writer.submit(*[StartCursor(name, now_ms()) for name in fresh])
+            started = await self.writer.submit(*[StartCursor(name, self.clock_ms()) for name in fresh])
             for name, cursor in zip(fresh, started, strict=True):
                 self.runners[name].cursor = cursor
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
+
+    async def _seed_turn_guards(self) -> None:
+        """Give each scheduler the turns its agent ran in the last hour (the ledger's), for max_turns_per_hour."""
+        for name, runner in self.runners.items():
+            at = self.clock_ms()
+            started_ms = await self.store.turns.started_since(name, at - int(HOUR_S * 1000),
+                                                              limit=runner.agent.max_turns_per_hour)
+            if not started_ms:
+                continue
+            now = anyio.current_time()
+            runner.scheduler.seed_turns([now - (at - started) / 1000 for started in started_ms], now)
+            log.info("agent.turn_guard_seeded", agent=name, turns_last_hour=len(started_ms),
+                     max_turns_per_hour=runner.agent.max_turns_per_hour)
 
     async def _catch_up(self, cursors: dict[str, int], end: int) -> None:
         """Wake each agent once for the matching items after its cursor, younger than its catch_up_max_age_s.
@@ -186,7 +208,7 @@ class AgentsRuntime:
         One pass over the store for every agent, page by page (each page goes
         to every agent and is then let go), bounded by CATCH_UP_MAX_ITEMS.
         """
-        at = now_ms()
+        at = self.clock_ms()
         since = {name: at - int(self.runners[name].agent.catch_up_max_age_s * 1000) for name in cursors
                  if self.runners[name].agent.catch_up_max_age_s > 0}
         counts = dict.fromkeys(cursors, 0)

@@ -27,7 +27,9 @@ Theory of operation:
 - Runaway guard: at most `max_turns_per_hour` wakes are handed out per
   sliding hour. Past it the agent is *held*: items keep pending (capped as
   above), one warning is logged per held spell, and the next wake is due
-  when the oldest turn of the hour leaves the window.
+  when the oldest turn of the hour leaves the window. A restarted host
+  seeds the window with the turns the ledger has from the last hour
+  (`seed_turns`), so a restart does not reset the guard.
 - Per-sender cap: past `max_wakes_per_sender_per_hour` waking items from one
   sender in a sliding hour, that sender's items are heard but do not wake,
   with one log line per sender and hour.
@@ -208,6 +210,19 @@ class AgentScheduler:
             self._log.info("agent.sender_capped", sender=sender,
                            max_wakes_per_sender_per_hour=self.agent.max_wakes_per_sender_per_hour)
         return False
+
+    def seed_turns(self, started: Iterable[float], now: float) -> None:
+        """Count turns begun before this scheduler existed (a restart) against max_turns_per_hour.
+
+        `started` are their start times on this scheduler's clock (the caller
+        converts the ledger's wall-clock ms relative to `now`), so each leaves
+        the window when it would have. A time after `now` (the wall clock went
+        back) counts as now. Only the newest `max_turns_per_hour` are kept:
+        the window is full until the oldest of those leaves it either way.
+        """
+        self._tick(now)
+        merged = sorted([*self._turn_starts, *(min(at, now) for at in started if at + HOUR_S > self._now)])
+        self._turn_starts = deque(merged[-self.agent.max_turns_per_hour:])
 
     # --- handing out -----------------------------------------------------------------
 

@@ -11,21 +11,22 @@ import anyio
 import structlog
 
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.scheduler import HOUR_S
 from mcplhost.config import AgentConfig, Config
 from mcplhost.ingest import Ingest, Stored
-from mcplhost.store.operations import SetCursor
+from mcplhost.store.operations import RecordTurn, SetCursor
 
 from ..harness import wait_for
 from .support import HangingBackend, RecordingBackend, agent_config, agent_store, heard
 
 
 @asynccontextmanager
-async def running(store: Any, writer: Any, agents: list[AgentConfig], backends: dict[str, Any]
+async def running(store: Any, writer: Any, agents: list[AgentConfig], backends: dict[str, Any], **options: Any
                   ) -> AsyncIterator[tuple[AgentsRuntime, Ingest]]:
     """The runtime fed by an Ingest's real Stored stream; yields both; cancelled on exit."""
     send, receive = anyio.create_memory_object_stream[Stored](64)
     ingest = Ingest(store, writer, structlog.get_logger(), events=send)
-    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, receive, backends=backends)
+    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, receive, backends=backends, **options)
     async with send, anyio.create_task_group() as tg:
         await tg.start(runtime.run)
         yield runtime, ingest
@@ -136,6 +137,63 @@ class TestCursors:
                 (turn,) = await turns_of(store, "scout", 1)
                 tg.cancel_scope.cancel()
         assert sorted(turn.wake_item_ids) == ids
+
+
+#: A wall-clock instant (epoch ms) the turn-guard tests fix the runtime's clock at.
+FIXED_MS = 1_800_000_000_000
+MINUTE_MS = 60_000
+
+
+class TestTurnGuardAcrossRestarts:
+    async def test_a_restart_does_not_reset_max_turns_per_hour(self, tmp_path: Path):
+        """A turn run before a restart still fills a cap of 1: after the restart the next wake is held, no turn."""
+        agent = agent_config(max_turns_per_hour=1)
+        async with agent_store(tmp_path) as (store, writer, _):
+            before = RecordingBackend()
+            async with running(store, writer, [agent], {"scout": before}) as (_, ingest):
+                await heard(ingest, "first")
+                await turns_of(store, "scout", 1)
+            after = RecordingBackend()
+            async with running(store, writer, [agent], {"scout": after}) as (runtime, ingest):
+                assert runtime.statistics()["scout"].turns_last_hour == 1
+                await heard(ingest, "second")
+                await wait_for(lambda: runtime.statistics()["scout"].held, timeout=5)
+                assert runtime.statistics()["scout"].pending_wakes == 1
+            assert len(await store.turns.list()) == 1
+        assert len(before.requests) == 1 and after.requests == []
+
+    async def test_seeded_turns_age_out_when_they_leave_the_hour(self, tmp_path: Path):
+        """Ledger turns 30 and 10 minutes old fill a cap of 2; the held wake is due when the older is an hour old."""
+        agent = agent_config(max_turns_per_hour=2)
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, _):
+            for minutes_ago in (61, 30, 10):  # the first has left the window already
+                started = FIXED_MS - minutes_ago * MINUTE_MS
+                await writer.submit(RecordTurn("scout", (), started, started + 1, "completed"))
+            began = anyio.current_time()
+            async with running(store, writer, [agent], {"scout": backend},
+                               clock_ms=lambda: FIXED_MS) as (runtime, ingest):
+                started = anyio.current_time()
+                await heard(ingest, "held back")
+                await wait_for(lambda: runtime.statistics()["scout"].held, timeout=5)
+                deadline = runtime.runners["scout"].scheduler.next_deadline()
+        assert deadline is not None
+        # Seeded between `began` and `started`, the 30-minute-old turn leaves the window 30 minutes on.
+        assert began + HOUR_S - 30 * 60 <= deadline <= started + HOUR_S - 30 * 60
+        assert backend.requests == []
+
+    async def test_turns_older_than_an_hour_do_not_hold(self, tmp_path: Path):
+        """A ledger turn 61 minutes old is out of the window: a cap of 1 lets the next wake run at once."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, _):
+            started = FIXED_MS - 61 * MINUTE_MS
+            await writer.submit(RecordTurn("scout", (), started, started + 1, "completed"))
+            async with running(store, writer, [agent_config(max_turns_per_hour=1)], {"scout": backend},
+                               clock_ms=lambda: FIXED_MS) as (runtime, ingest):
+                assert runtime.statistics()["scout"].turns_last_hour == 0
+                (item,) = await heard(ingest, "go")
+                turns = await turns_of(store, "scout", 2)
+        assert turns[-1].wake_item_ids == [item] and len(backend.requests) == 1
 
 
 class TestIsolation:

@@ -178,6 +178,37 @@ class TestGuards:
         assert wake is not None and wake.item_ids == (3, 4)
         assert not s.statistics().held
 
+    def test_seeded_turns_hold_the_agent_until_they_age_out(self) -> None:
+        """Two turns a restart read from the ledger fill a cap of 2; the next wake waits for the older to leave."""
+        s = scheduler(debounce_ms=0, max_turns_per_hour=2)
+        now = 10_000.0
+        s.seed_turns([now - 1_800, now - 600, now - HOUR_S], now)  # the last one has just left the window
+        assert s.statistics().turns_last_hour == 2
+        assert s.on_item(addressed(1), now)
+        assert s.due(now) is None and s.statistics().held
+        assert s.next_deadline() == now - 1_800 + HOUR_S
+        assert s.due(now - 1_800 + HOUR_S - 0.001) is None
+        wake = s.due(now - 1_800 + HOUR_S)
+        assert wake is not None and wake.item_ids == (1,)
+        s.turn_ended(now - 1_800 + HOUR_S + 1)
+        assert s.on_item(addressed(2), now - 1_800 + HOUR_S + 2)
+        assert s.next_deadline() == now - 600 + HOUR_S  # the second seeded turn, then the one just run
+
+    def test_seeding_keeps_only_the_newest_cap_and_clamps_future_times(self) -> None:
+        """More seeded turns than the cap keep the newest; a start after now (the wall clock went back) is now."""
+        s = scheduler(debounce_ms=0, max_turns_per_hour=2)
+        s.seed_turns([100.0, 200.0, 300.0, 5_000.0], 1_000.0)
+        assert s.statistics().turns_last_hour == 2
+        s.on_item(addressed(1), 1_000.0)
+        assert s.next_deadline() == 300.0 + HOUR_S
+
+    def test_seeding_nothing_changes_nothing(self) -> None:
+        """An empty ledger hour leaves the scheduler as new: the first wake is due at once."""
+        s = scheduler(debounce_ms=0, max_turns_per_hour=1)
+        s.seed_turns([], 50.0)
+        s.on_item(addressed(1), 50.0)
+        assert s.due(50.0) is not None
+
     def test_past_the_per_sender_cap_a_sender_is_heard_not_woken(self) -> None:
         """The fourth wake from one author within an hour does not wake; others still do; logged once an hour."""
         s = scheduler(max_wakes_per_sender_per_hour=3)
@@ -277,14 +308,17 @@ DEBOUNCE_S, MAX_WAIT_S = 0.3, 1.0
 
 
 class SchedulerMachine(RuleBasedStateMachine):
-    """Random arrivals, clock steps, turns and catch-ups against a model of ids offered and handed out."""
+    """Random seeded turns, arrivals, clock steps, turns and catch-ups against a model of ids and turns."""
 
-    @initialize(scope=st.sampled_from(["agent", "conversation"]))
-    def start(self, scope: str) -> None:
+    @initialize(scope=st.sampled_from(["agent", "conversation"]),
+                seeded=st.lists(st.floats(-HOUR_S, 0, allow_nan=False), max_size=8))
+    def start(self, scope: str, seeded: list[float]) -> None:
         self.agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=300, max_wait_ms=1000,
                                  max_turns_per_hour=6, max_wakes_per_sender_per_hour=20, context_scope=scope)
         self.s = AgentScheduler(self.agent)
+        self.s.seed_turns(seeded, 0.0)  # a restart: turns of the last hour, from the ledger
         self.now = 0.0
+        self.turn_starts = sorted(seeded)  # every turn begun, seeded ones included, for the hourly cap
         self.next_id = 1
         self.woke: set[int] = set()
         self.woke_count = 0
@@ -347,6 +381,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         if wake is None:
             return
         assert deadline is not None and self.now >= deadline, "never before its deadline"
+        in_hour = [at for at in self.turn_starts if at + HOUR_S > self.now]
+        assert len(in_hour) < self.agent.max_turns_per_hour, "max_turns_per_hour, seeded turns included"
+        self.turn_starts.append(self.now)
         group = self._group(wake.conversations[0] if wake.conversations else None)
         # A wake of counted items only is the shared overflow group: it is not the group of the conversation it
         # names, whose own pending items (and their arrival times) are still there.
