@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import structlog
 
-from mcplhost.agents.backends.common import api_key, missing_key_error, overall_timeout_s, reason_for_status
+from mcplhost.agents.backends.common import api_key, missing_key_error, overall_timeout_s, sdk_error
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -33,8 +32,6 @@ from mcplhost.agents.model import (
     ToolCall,
     Usage,
 )
-
-log = structlog.get_logger()
 
 __all__ = ["AnthropicBackend", "request_kwargs"]
 
@@ -150,23 +147,6 @@ def response_from_message(message: Any) -> ModelResponse:
 # --- the backend (I/O) -------------------------------------------------------
 
 
-def _backend_error(e: Exception) -> BackendError:
-    import anthropic  # the caller imported it already; this only names the classes
-
-    if isinstance(e, BackendError):
-        return e
-    if isinstance(e, anthropic.APITimeoutError):
-        return BackendError("timeout", str(e))
-    if isinstance(e, anthropic.APIConnectionError):
-        return BackendError("connection", str(e))
-    if isinstance(e, anthropic.APIStatusError):
-        return BackendError(reason_for_status(e.status_code), f"HTTP {e.status_code}: {e.message}")
-    if isinstance(e, (anthropic.APIResponseValidationError, ValueError, KeyError, TypeError, AttributeError)):
-        return BackendError("malformed", f"{type(e).__name__}: {e}")
-    log.warning("backend.unexpected_error", backend="anthropic", exc_info=True)
-    return BackendError("malformed", f"{type(e).__name__}: {e}")
-
-
 class AnthropicBackend:
     """Messages through `anthropic.AsyncAnthropic`, one client for the backend's life."""
 
@@ -175,6 +155,7 @@ class AnthropicBackend:
     def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
         import anthropic  # optional extra; make_backend checked it is importable
 
+        self._sdk = anthropic
         self._config = config
         self._key = api_key(config.api_key_env, environ)
         self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)
@@ -203,7 +184,7 @@ class AnthropicBackend:
         except TimeoutError:
             raise BackendError("timeout", f"no whole answer within {self._overall_s:g} s") from None
         except Exception as e:  # every SDK failure is a BackendError (model.py)
-            raise _backend_error(e) from e
+            raise sdk_error(e, self._sdk, "anthropic") from e
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
+import structlog
+
 from mcplhost.agents.model import BackendError
+
+log = structlog.get_logger()
 
 #: Sent as the key when `api_key_env` is not set: an OpenAI-compatible local server
 #: (vLLM, llama.cpp, Ollama) ignores it, a hosted API answers 401 ("auth"). Passing
@@ -45,6 +50,22 @@ def overall_timeout_s(timeout_s: float, max_retries: int) -> float:
     bytes forever would otherwise hold a turn forever.
     """
     return timeout_s * (max_retries + 1) + RETRY_BACKOFF_ALLOWANCE_S * max_retries
+
+
+def sdk_error(e: Exception, sdk: ModuleType, backend: str) -> BackendError:
+    """The BackendError for what an official SDK raised; both SDKs name their errors alike."""
+    if isinstance(e, BackendError):
+        return e
+    if isinstance(e, sdk.APITimeoutError):
+        return BackendError("timeout", str(e))
+    if isinstance(e, sdk.APIConnectionError):
+        return BackendError("connection", str(e))
+    if isinstance(e, sdk.APIStatusError):
+        return BackendError(reason_for_status(e.status_code), f"HTTP {e.status_code}: {e.message}")
+    if isinstance(e, (sdk.APIResponseValidationError, ValueError, KeyError, TypeError, AttributeError)):
+        return BackendError("malformed", f"{type(e).__name__}: {e}")
+    log.warning("backend.unexpected_error", backend=backend, exc_info=True)
+    return BackendError("malformed", f"{type(e).__name__}: {e}")
 
 
 def reason_for_status(status: int) -> str:

@@ -20,14 +20,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import structlog
 
 from mcplhost.agents.backends.common import (
     api_key,
     block_text,
     missing_key_error,
     overall_timeout_s,
-    reason_for_status,
+    sdk_error,
 )
 from mcplhost.agents.model import (
     BackendError,
@@ -38,8 +37,6 @@ from mcplhost.agents.model import (
     ToolCall,
     Usage,
 )
-
-log = structlog.get_logger()
 
 __all__ = ["OpenAIBackend", "request_kwargs"]
 
@@ -202,23 +199,6 @@ class _StreamedCall:
 # --- the backend (I/O) -------------------------------------------------------
 
 
-def _backend_error(e: Exception) -> BackendError:
-    import openai  # the caller imported it already; this only names the classes
-
-    if isinstance(e, BackendError):
-        return e
-    if isinstance(e, openai.APITimeoutError):
-        return BackendError("timeout", str(e))
-    if isinstance(e, openai.APIConnectionError):
-        return BackendError("connection", str(e))
-    if isinstance(e, openai.APIStatusError):
-        return BackendError(reason_for_status(e.status_code), f"HTTP {e.status_code}: {e.message}")
-    if isinstance(e, (openai.APIResponseValidationError, ValueError, KeyError, TypeError, AttributeError)):
-        return BackendError("malformed", f"{type(e).__name__}: {e}")
-    log.warning("backend.unexpected_error", backend="openai", exc_info=True)
-    return BackendError("malformed", f"{type(e).__name__}: {e}")
-
-
 class OpenAIBackend:
     """Chat Completions through `openai.AsyncOpenAI`, one client for the backend's life."""
 
@@ -227,6 +207,7 @@ class OpenAIBackend:
     def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
         import openai  # optional extra; make_backend checked it is importable
 
+        self._sdk = openai
         self._config = config
         self._key = api_key(config.api_key_env, environ)
         self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)
@@ -258,7 +239,7 @@ class OpenAIBackend:
         except TimeoutError:
             raise BackendError("timeout", f"no whole answer within {self._overall_s:g} s") from None
         except Exception as e:  # every SDK failure is a BackendError (model.py)
-            raise _backend_error(e) from e
+            raise sdk_error(e, self._sdk, "openai") from e
 
     async def aclose(self) -> None:
         if self._client is not None:
