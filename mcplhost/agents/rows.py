@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import msgspec
-
 from mcplhost.agents.model import ToolCall
 from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, build_source_notice
 from mcplhost.ingest import conversation_id as conversation_of_channel
+from mcplhost.speech.routing import Destination  # re-exported: speech owns it, agents import speech
 from mcplhost.store.items import NewItem, StoredItem
 
 __all__ = [
@@ -44,20 +43,6 @@ __all__ = [
 NOTICE_KINDS = frozenset({SOURCE_HEADER_NOTICE_KIND, "drafts", "failed-reply", "turn-failed"})
 
 RowKind = Literal["speech", "draft", "tool-call", "tool-result", "notice", "peer", "other"]
-
-
-class Destination(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a speech row was sent: one conversation of one connector."""
-
-    server_id: str
-    channel_id: str
-    thread_id: str | None = None
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {"serverId": self.server_id, "channelId": self.channel_id, "threadId": self.thread_id}
-
-    def conversation_id(self) -> str:
-        return conversation_of_channel(self.server_id, self.channel_id, self.thread_id)
 
 
 def _text(text: str) -> list[dict[str, Any]]:

@@ -1,0 +1,319 @@
+"""Fail-closed speech routing (AGENTS.md §6), as pure functions over the wake's frozen sources.
+
+Nothing here guesses: prose goes to the one conversation the wake shares,
+or to a channel a `>>> DEST` pin names, and only when that channel is
+permitted now; everything else becomes a draft segment with its reason.
+
+Decisions beyond the letter of AGENTS.md, kept here so they have one home:
+
+- The channels an agent may name are the ones it hears (`hears`, matched as
+  wake.py matches it); a channel it does not hear is `unknown` to it, so
+  refusals never reveal channels outside its world.
+- `connector/channel-id` is tried first, exactly; then a bare value must be
+  the id or the label of exactly one channel (an id on one channel and the
+  same label on another is ambiguous too).
+- A `>>>` line whose DEST names no registered channel is ordinary text (on
+  Discord `>>> ` opens a block quote); one whose DEST names several
+  (ambiguous) or a channel not permitted is still a pin, and what follows it
+  is a draft with that reason: it was meant for somewhere, never a guess.
+  DEST may be written as a JSON string literal (as notices quote ids).
+- A pin names a channel, not a thread: pinned text goes to the channel itself.
+- No double send applies to text routed by default; an explicit pin to the
+  same conversation is the model's own choice.
+- The default destination is checked like any other: a connector that lost
+  `channels.publish` or the channel (a restart) turns it into a draft.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+import msgspec
+
+from mcplhost.protocol.channels import permitted
+
+__all__ = [
+    "ALREADY_PUBLISHED",
+    "MAX_CANDIDATES",
+    "PIN_MARK",
+    "PUBLISH",
+    "REFUSALS",
+    "ChannelView",
+    "Destination",
+    "Refused",
+    "Segment",
+    "Undecided",
+    "channel_views",
+    "default_destination",
+    "permit",
+    "resolve",
+    "route_prose",
+]
+
+PUBLISH = "channels.publish"
+#: A prose line starting with this (then whitespace and DEST) is a pin.
+PIN_MARK = ">>>"
+Refusal = Literal["unknown", "ambiguous", "inbound_only", "not_permitted", "no_publish"]
+REFUSALS: tuple[str, ...] = ("unknown", "ambiguous", "inbound_only", "not_permitted", "no_publish")
+#: Why a closing segment is a draft although its destination is permitted.
+ALREADY_PUBLISHED = "already_published"
+#: Conversations an undecided wake lists for the notice (a wake can hold hundreds).
+MAX_CANDIDATES = 8
+
+# Why a wake has no default destination.
+OVERFLOW = "overflow"
+NO_WAKE = "no_wake"
+UNSCOPED = "unscoped"
+SEVERAL = "several_conversations"
+
+
+class Destination(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a speech row was sent: one conversation of one connector."""
+
+    server_id: str
+    channel_id: str
+    thread_id: str | None = None
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {"serverId": self.server_id, "channelId": self.channel_id, "threadId": self.thread_id}
+
+    def conversation_id(self) -> str:
+        from mcplhost.ingest import conversation_id  # late: ingest may import speech modules
+
+        return conversation_id(self.server_id, self.channel_id, self.thread_id)
+
+
+class Undecided(msgspec.Struct, frozen=True, kw_only=True):
+    """A wake with no single conversation; `candidates` are its conversations (at most MAX_CANDIDATES)."""
+
+    reason: str
+    candidates: tuple[Destination, ...] = ()
+
+
+class Refused(msgspec.Struct, frozen=True, kw_only=True):
+    """A destination that cannot be used; `reason` is one of REFUSALS."""
+
+    reason: str
+
+
+class ChannelView(msgspec.Struct, frozen=True, kw_only=True):
+    """One registered channel as the router sees it; `refusal` says why it is not `publishable`."""
+
+    server_id: str
+    channel_id: str
+    label: str | None
+    direction: str  # "inbound" | "outbound" | "bidirectional"
+    publishable: bool
+    refusal: str | None = None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server_id}/{self.channel_id}"
+
+
+class Segment(msgspec.Struct, frozen=True, kw_only=True):
+    """A run of prose and where it goes; `destination` None is a draft, with `reason`.
+
+    `target` is where a draft would have gone (a refused pin, a double send);
+    `candidates` the conversations of an undecided wake: both feed the notice.
+    """
+
+    text: str
+    destination: Destination | None
+    reason: str | None = None
+    target: Destination | None = None
+    candidates: tuple[Destination, ...] = ()
+
+
+# --------------------------------------------------------------------------- channels
+
+
+def _hears_channel(hears: Sequence[str] | None, server_id: str, channel_id: str) -> bool:
+    """wake.py's `hears` for a channel: `NAME` hears all of NAME, `NAME/GLOB` the ids GLOB matches."""
+    if hears is None:
+        return True
+    for entry in hears:
+        name, slash, glob = entry.partition("/")
+        if name == server_id and (not slash or fnmatchcase(channel_id, glob)):
+            return True
+    return False
+
+
+def _refusal(direction: str, channel_allowed: bool, grant: frozenset[str]) -> str | None:
+    if direction == "inbound":
+        return "inbound_only"
+    if not channel_allowed:
+        return "not_permitted"
+    if PUBLISH not in grant:
+        return "no_publish"
+    return None
+
+
+def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[str] | None) -> list[ChannelView]:
+    """The channels the agent hears, from each handle's registered channels and grant, as they are now."""
+    views: list[ChannelView] = []
+    for handle in handles.values() if isinstance(handles, Mapping) else handles:
+        grant = frozenset(handle.grant)
+        patterns = getattr(getattr(handle, "spec", None), "channels", None)
+        for channel in handle.channels():
+            if not _hears_channel(hears, handle.name, channel.id):
+                continue
+            refusal = _refusal(channel.direction, permitted(channel.id, patterns), grant)
+            views.append(ChannelView(server_id=handle.name, channel_id=channel.id, label=channel.label,
+                                     direction=channel.direction, publishable=refusal is None, refusal=refusal))
+    return views
+
+
+# --------------------------------------------------------------------------- destinations
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def default_destination(sources: list[dict[str, Any]], *, overflow: bool) -> Destination | Undecided:
+    """The one conversation every waking item shares (its frozen `metadata.source`), or why there is none.
+
+    A push naming a channel is a `channel` source, so it counts as that
+    channel; a correction's source already carries its inherited thread.
+    """
+    conversations: list[Destination] = []
+    unscoped = False
+    for source in sources:
+        source = source if isinstance(source, dict) else {}
+        server, channel = _text(source.get("serverId")), _text(source.get("channelId"))
+        if source.get("kind") != "channel" or server is None or channel is None:
+            unscoped = True
+            continue
+        here = Destination(server_id=server, channel_id=channel, thread_id=_text(source.get("threadId")))
+        if here not in conversations:
+            conversations.append(here)
+    candidates = tuple(conversations[:MAX_CANDIDATES])
+    if overflow:
+        return Undecided(reason=OVERFLOW, candidates=candidates)
+    if not sources:
+        return Undecided(reason=NO_WAKE)
+    if not conversations:
+        return Undecided(reason=UNSCOPED)
+    if len(conversations) > 1 or unscoped:
+        return Undecided(reason=SEVERAL, candidates=candidates)
+    return conversations[0]
+
+
+def _named(dest: str, views: Sequence[ChannelView]) -> list[ChannelView]:
+    """The views `dest` names: `connector/channel-id` exactly, else every channel with that id or label."""
+    exact = [view for view in views if view.qualified == dest]
+    if exact:
+        return exact[:1]
+    return [view for view in views if dest in (view.channel_id, view.label)]
+
+
+def resolve(dest: str, views: Sequence[ChannelView], *, thread: str | None = None) -> Destination | Refused:
+    """The channel `dest` names, if it names exactly one and that one is permitted now; else why not."""
+    named = _named(dest, views)
+    if not named:
+        return Refused(reason="unknown")
+    if len(named) > 1:
+        return Refused(reason="ambiguous")
+    view = named[0]
+    if view.refusal is not None:
+        return Refused(reason=view.refusal)
+    return Destination(server_id=view.server_id, channel_id=view.channel_id, thread_id=thread)
+
+
+def permit(destination: Destination, views: Sequence[ChannelView]) -> Destination | Refused:
+    """`destination` itself when its channel is registered, heard and permitted now; else why not."""
+    for view in views:
+        if view.server_id == destination.server_id and view.channel_id == destination.channel_id:
+            return destination if view.refusal is None else Refused(reason=view.refusal)
+    return Refused(reason="unknown")
+
+
+# --------------------------------------------------------------------------- prose
+
+
+def _pin_value(line: str) -> str | None:
+    """DEST of a `>>> DEST` line (a JSON string literal decoded), or None when the line is no pin shape."""
+    stripped = line.strip()
+    if not stripped.startswith(PIN_MARK):
+        return None
+    rest = stripped[len(PIN_MARK):]
+    if not rest[:1].isspace():
+        return None
+    value = rest.strip()
+    if value.startswith('"'):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, str) and decoded else value
+    return value or None
+
+
+def _pin(line: str, views: Sequence[ChannelView]) -> Destination | Refused | None:
+    """What a pin line routes to (a refusal naming registered channels included); None: ordinary text."""
+    value = _pin_value(line)
+    if value is None:
+        return None
+    resolved = resolve(value, views)
+    if isinstance(resolved, Refused) and resolved.reason == "unknown":
+        return None
+    return resolved
+
+
+def _segment(text: str, route: Destination | Refused | Undecided, default: Destination | Undecided,
+             *, pinned: bool, published_default: bool, target: Destination | None) -> Segment | None:
+    text = text.strip("\r\n")
+    if not text.strip():
+        return None
+    if isinstance(route, Undecided):
+        return Segment(text=text, destination=None, reason=route.reason, candidates=route.candidates)
+    if isinstance(route, Refused):
+        return Segment(text=text, destination=None, reason=route.reason, target=target)
+    if not pinned and published_default and route == default:
+        return Segment(text=text, destination=None, reason=ALREADY_PUBLISHED, target=route)
+    return Segment(text=text, destination=route)
+
+
+def _pin_target(value: str, views: Sequence[ChannelView]) -> Destination | None:
+    named = _named(value, views)
+    if len(named) != 1:
+        return None
+    return Destination(server_id=named[0].server_id, channel_id=named[0].channel_id)
+
+
+def route_prose(prose: str, default: Destination | Undecided, views: Sequence[ChannelView], *,
+                published_default: bool) -> list[Segment]:
+    """Split a turn's prose into segments at its pins and route each (AGENTS.md §6); empty prose: none.
+
+    `published_default`: the turn already sent to its default destination
+    through `channel_publish`, so text routed there by default is a draft.
+    """
+    route: Destination | Refused | Undecided = (permit(default, views) if isinstance(default, Destination)
+                                                 else default)
+    target = default if isinstance(default, Destination) else None
+    pinned = False
+    segments: list[Segment] = []
+    lines: list[str] = []
+
+    def flush() -> None:
+        segment = _segment("".join(lines), route, default, pinned=pinned, published_default=published_default,
+                           target=target)
+        if segment is not None:
+            segments.append(segment)
+        lines.clear()
+
+    for line in prose.splitlines(keepends=True):
+        pin = _pin(line, views)
+        if pin is None:
+            lines.append(line)
+            continue
+        flush()
+        route, pinned = pin, True
+        value = _pin_value(line)
+        target = pin if isinstance(pin, Destination) else _pin_target(value or "", views)
+    flush()
+    return segments
