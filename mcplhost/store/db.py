@@ -30,6 +30,7 @@ from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
+from mcplhost.store.outbox import OutboxRepository
 from mcplhost.store.pushes import PushRepository
 from mcplhost.store.turns import TurnRepository
 
@@ -133,7 +134,7 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items, push events, turns and cursors, and `transaction()` to combine them.
+    """An open database: repositories for items, push events, turns, cursors and the outbox, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`.
     """
@@ -144,6 +145,7 @@ class Store:
         self.pushes = PushRepository(database)
         self.turns = TurnRepository(database)
         self.cursors = CursorRepository(database)
+        self.outbox = OutboxRepository(database)
         self._database = database
         self._migrations_folder = migrations_folder
 

@@ -11,7 +11,7 @@ machine"). The rules they promise, whatever the engine:
 - `*_nocommit` methods run inside the caller's `transaction()`, so one
   transaction can span repositories.
 
-SQLite (db.py, items.py, pushes.py, turns.py, cursors.py) is the only implementation.
+SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py) is the only implementation.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.items import ItemWritten, NewItem, StoredItem
+from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
 from mcplhost.store.turns import Turn, TurnEnd, TurnStart
 
@@ -105,6 +106,34 @@ class Cursors(Protocol):
     async def all(self) -> dict[str, int]: ...
 
 
+class Outbox(Protocol):
+    """The publish outbox: rows queued with their speech, tried, and ended once (AGENTS.md §7)."""
+
+    async def insert_many_nocommit(self, entries: Sequence[OutboxEntry]) -> builtins.list[int]: ...
+
+    async def attempt_many_nocommit(self, attempts: Sequence[tuple[int, int, int, str]]) -> None: ...
+
+    async def end_many_nocommit(self, ends: Sequence[tuple[int, str, int, str | None, str | None, bool]],
+                                ) -> builtins.list[bool]: ...
+
+    async def pending(self, server_id: str, *, limit: int) -> builtins.list[PendingPublish]: ...
+
+    async def get(self, outbox_id: int) -> OutboxRow | None: ...
+
+    async def count(self, state: str = "pending") -> int: ...
+
+    def iterate(self, *, state: str | None = None) -> AsyncIterator[OutboxRow]: ...
+
+    def remember_delivered(self, server_id: str, channel_id: str, message_id: str, outbox_id: int) -> None: ...
+
+    def recent_delivered(self, server_id: str, channel_id: str, message_id: str) -> int | None: ...
+
+    async def delivered_message(self, server_id: str, channel_id: str, message_id: str, *,
+                                now_ms: int | None = None) -> int | None: ...
+
+    async def load_recent_delivered(self, now_ms: int) -> int: ...
+
+
 class Repositories(Protocol):
     """An open store: its repositories and one transaction across them."""
 
@@ -119,5 +148,8 @@ class Repositories(Protocol):
 
     @property
     def cursors(self) -> Cursors: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
 
     def transaction(self) -> AbstractAsyncContextManager[None]: ...

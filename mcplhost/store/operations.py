@@ -23,6 +23,7 @@ import msgspec
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import ItemWritten, NewItem
+from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.pushes import PushClaim
 from mcplhost.store.turns import TurnEnd, TurnStart
 
@@ -209,3 +210,85 @@ class StartCursor(msgspec.Struct, frozen=True):
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[StartCursor]) -> list[int]:
         return await repos.cursors.start_many_nocommit([(op.agent, op.at) for op in ops])
+
+
+# --- speech: the publish outbox (store/outbox.py, AGENTS.md §7) ----------------------------------
+
+
+class PublishedSpeech(msgspec.Struct, frozen=True):
+    """What queuing a speech came to: the speech row's id and its outbox rows' ids, in order."""
+
+    item_id: int
+    outbox_ids: list[int]
+
+
+class PublishSpeech(msgspec.Struct, frozen=True):
+    """Queue publishes and store the speech row that caused them, in one transaction; the result is PublishedSpeech.
+
+    The outbox rows are written first, then the speech row with `metadata.outboxId` (the first row's id;
+    `outboxIds` lists them all when there are several) — so no speech row is stored without its publish.
+    """
+
+    speech: NewItem
+    entries: list[OutboxEntry]
+    STAGE: ClassVar[int] = STAGE_ROWS
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[PublishSpeech]) -> list[PublishedSpeech]:
+        ids = await repos.outbox.insert_many_nocommit([entry for op in ops for entry in op.entries])
+        rows, start = [], 0
+        for op in ops:
+            own = ids[start : start + len(op.entries)]
+            start += len(op.entries)
+            metadata = {**op.speech.metadata, "outboxId": own[0] if own else None}
+            if len(own) > 1:
+                metadata["outboxIds"] = own
+            rows.append((msgspec.structs.replace(op.speech, metadata=metadata), own))
+        written = await repos.items.insert_many_nocommit([row for row, _ in rows])
+        return [PublishedSpeech(w.id, own) for w, (_, own) in zip(written, rows, strict=True)]
+
+
+class RecordPublishAttempt(msgspec.Struct, frozen=True):
+    """A try of a pending publish that failed but will be retried at `next_attempt_at`; the result is None."""
+
+    outbox_id: int
+    at: int  # epoch ms
+    next_attempt_at: int  # epoch ms
+    error: str
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[RecordPublishAttempt]) -> list[None]:
+        await repos.outbox.attempt_many_nocommit([(op.outbox_id, op.at, op.next_attempt_at, op.error)
+                                                  for op in ops])
+        return [None] * len(ops)
+
+
+class EndPublish(msgspec.Struct, frozen=True):
+    """End a pending publish as delivered or failed (with its `failed-reply` notice); True when it was pending.
+
+    `attempted`: this end follows a try (counted in `attempts`); False for a row failed unsent (too old).
+    The notice is stored only when the row really ended here, so a repeated end writes no second notice.
+    """
+
+    outbox_id: int
+    state: str  # delivered | failed
+    at: int  # epoch ms
+    message_id: str | None = None
+    error: str | None = None
+    attempted: bool = True
+    notice: NewItem | None = None
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    def __post_init__(self) -> None:
+        if self.state not in ("delivered", "failed"):
+            raise ValueError(f"a publish ends delivered or failed, not {self.state!r}")
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[EndPublish]) -> list[bool]:
+        ended = await repos.outbox.end_many_nocommit(
+            [(op.outbox_id, op.state, op.at, op.message_id, op.error, op.attempted) for op in ops])
+        notices = [op.notice for op, done in zip(ops, ended, strict=True) if done and op.notice is not None]
+        if notices:
+            await repos.items.insert_many_nocommit(notices)
+        return ended

@@ -261,7 +261,7 @@ class TestMigration0003:
         with sqlite3.connect(db) as conn:
             versions = [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version")]
         conn.close()
-        assert versions == [1, 2, 3]
+        assert versions == [1, 2, 3, 4]
 
 
 def test_outcomes_are_the_four_of_agents_md():

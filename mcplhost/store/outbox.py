@@ -1,0 +1,233 @@
+"""The publish outbox: one row per publish, and what became of it (AGENTS.md §7).
+
+A row is written pending, in the same transaction as the speech row that
+caused it (operations.PublishSpeech), before anything is sent. The sender of
+its connector (speech/outbox.py) reads the pending rows in id order, and
+ends each once: `delivered` with the connector's messageId, or `failed` with
+the reason. Between tries a row records its attempts and when it may be
+tried again, so a restarted host resumes where the last one stopped.
+
+`OutboxRow` encodes (msgspec JSON) to exactly the line of `mcplhost outbox
+--json` (INTERFACES.md); the fields a row lacks are null.
+
+Echo suppression (issue 10 item 4) asks `delivered_message(server, channel,
+messageId)`: a bounded in-memory window of recent deliveries (fed by the
+sender after each commit) answers first, then the table's index, for
+deliveries of the last ECHO_WINDOW_MS (also after a restart).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from mcplhost.store.db import Database
+
+#: A row's states, as exported.
+STATES = ("pending", "delivered", "failed")
+#: Recent deliveries remembered in memory for the echo lookup.
+RECENT_DELIVERED = 4096
+#: How long after its delivery a message still counts as the host's own echo (durable lookup).
+ECHO_WINDOW_MS = 24 * 3600 * 1000
+#: Rows fetched per round trip when reading.
+READ_PAGE_SIZE = 1000
+#: Longest error text kept with a row.
+LAST_ERROR_MAX_CHARS = 500
+
+_encoder = msgspec.json.Encoder()
+_COLUMNS = ("id, agent, turn_id, server_id, channel_id, thread_id, state, attempts, message_id, last_error,"
+            " created_at, delivered_at")
+_PENDING_COLUMNS = ("id, agent, turn_id, server_id, channel_id, thread_id, conversation_id, text, attempts,"
+                    " created_at, first_attempt_at, next_attempt_at")
+
+
+class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A publish about to be queued; the store gives it its id."""
+
+    agent: str
+    turn_id: int | None
+    server_id: str
+    channel_id: str
+    thread_id: str | None
+    conversation_id: str  # ingest.conversation_id(server_id, channel_id, thread_id)
+    text: str
+    created_at: int  # epoch ms
+
+    def __post_init__(self) -> None:
+        for name in ("agent", "server_id", "channel_id", "conversation_id"):
+            if not getattr(self, name):
+                raise ValueError(f"an outbox entry needs its {name}")
+
+
+class OutboxRow(msgspec.Struct, frozen=True, rename="camel"):
+    """A publish as recorded; its JSON encoding is the `mcplhost outbox --json` line (key order included)."""
+
+    id: int
+    agent: str
+    turn_id: int | None
+    server_id: str
+    channel_id: str
+    thread_id: str | None
+    state: str
+    attempts: int
+    message_id: str | None
+    last_error: str | None
+    created_at: int
+    delivered_at: int | None
+
+
+def outbox_line(row: OutboxRow) -> bytes:
+    """The row as one line of `mcplhost outbox --json` (without the newline)."""
+    return _encoder.encode(row)
+
+
+class PendingPublish(msgspec.Struct, frozen=True):
+    """What a sender needs of a pending row."""
+
+    id: int
+    agent: str
+    turn_id: int | None
+    server_id: str
+    channel_id: str
+    thread_id: str | None
+    conversation_id: str
+    text: str
+    attempts: int
+    created_at: int
+    first_attempt_at: int | None
+    next_attempt_at: int
+
+
+class OutboxRepository:
+    """Queue publishes and record their fate; the only code that knows the outbox table."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._recent: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    async def insert_many_nocommit(self, entries: Sequence[OutboxEntry]) -> builtins.list[int]:
+        """Queue each entry as pending, inside the caller's transaction; their new ids, in order."""
+        self._database.require_transaction("outbox.insert_many_nocommit")
+        conn, ids = self._database.conn, []
+        for e in entries:  # RETURNING per row: ids come from the database, in order
+            rows = await conn.execute_fetchall(
+                "INSERT INTO outbox (agent, turn_id, server_id, channel_id, thread_id, conversation_id, text,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (e.agent, e.turn_id, e.server_id, e.channel_id, e.thread_id, e.conversation_id, e.text,
+                 e.created_at))
+            ids.append(next(iter(rows))[0])
+        return ids
+
+    async def attempt_many_nocommit(self, attempts: Sequence[tuple[int, int, int, str]]) -> None:
+        """Record a failed try of pending rows: (id, at, next_attempt_at, error); attempts counts up."""
+        self._database.require_transaction("outbox.attempt_many_nocommit")
+        if attempts:
+            await self._database.conn.executemany(
+                "UPDATE outbox SET attempts = attempts + 1, first_attempt_at = coalesce(first_attempt_at, ?),"
+                " next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'",
+                [(at, next_at, error[:LAST_ERROR_MAX_CHARS], row_id) for row_id, at, next_at, error in attempts])
+
+    async def end_many_nocommit(self, ends: Sequence[tuple[int, str, int, str | None, str | None, bool]],
+                                ) -> builtins.list[bool]:
+        """End pending rows: (id, state, at, message_id, error, attempted); True for each row that was pending."""
+        self._database.require_transaction("outbox.end_many_nocommit")
+        results = []
+        for row_id, state, at, message_id, error, attempted in ends:
+            if state not in ("delivered", "failed"):
+                raise ValueError(f"an outbox row ends delivered or failed, not {state!r}")
+            cursor = await self._database.conn.execute(
+                "UPDATE outbox SET state = ?, delivered_at = ?, message_id = ?,"
+                " last_error = coalesce(?, last_error), attempts = attempts + ?,"
+                " first_attempt_at = coalesce(first_attempt_at, ?) WHERE id = ? AND state = 'pending'",
+                (state, at, message_id, error[:LAST_ERROR_MAX_CHARS] if error else None, int(attempted),
+                 at if attempted else None, row_id))
+            results.append(cursor.rowcount == 1)
+        return results
+
+    async def pending(self, server_id: str, *, limit: int) -> builtins.list[PendingPublish]:
+        """The connector's pending rows, oldest first (at most `limit`)."""
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                f"SELECT {_PENDING_COLUMNS} FROM outbox WHERE server_id = ? AND state = 'pending'"
+                " ORDER BY id LIMIT ?", (server_id, limit))
+        return [PendingPublish(*row) for row in rows]
+
+    async def get(self, outbox_id: int) -> OutboxRow | None:
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,))
+        return next((OutboxRow(*row) for row in rows), None)
+
+    async def count(self, state: str = "pending") -> int:
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                "SELECT count(*) FROM outbox WHERE state = ?", (state,))
+        return next(iter(rows))[0]
+
+    async def iterate(self, *, state: str | None = None) -> AsyncIterator[OutboxRow]:
+        """Every row (or those in `state`), oldest first, a page at a time."""
+        after = 0
+        while True:
+            async with self._database.reading():
+                rows = await self._database.conn.execute_fetchall(
+                    f"SELECT {_COLUMNS} FROM outbox WHERE id > ? AND (? IS NULL OR state = ?) ORDER BY id LIMIT ?",
+                    (after, state, state, READ_PAGE_SIZE))
+            for row in rows:
+                yield OutboxRow(*row)
+            if len(rows) < READ_PAGE_SIZE:
+                return
+            after = rows[-1][0]
+
+    async def list(self, *, state: str | None = None) -> builtins.list[OutboxRow]:
+        return [row async for row in self.iterate(state=state)]
+
+    def remember_delivered(self, server_id: str, channel_id: str, message_id: str, outbox_id: int) -> None:
+        """Feed the in-memory echo window (the sender calls this once the delivery is committed)."""
+        key = (server_id, channel_id, message_id)
+        self._recent[key] = outbox_id
+        self._recent.move_to_end(key)
+        while len(self._recent) > RECENT_DELIVERED:
+            self._recent.popitem(last=False)
+
+    def recent_delivered(self, server_id: str, channel_id: str, message_id: str) -> int | None:
+        """The in-memory answer only: the outbox id of a recent delivery with that messageId, or None."""
+        return self._recent.get((server_id, channel_id, message_id))
+
+    async def load_recent_delivered(self, now_ms: int) -> int:
+        """Seed the in-memory echo window from the table (after a restart); return how many it holds.
+
+        The last RECENT_DELIVERED deliveries of the ECHO_WINDOW_MS before `now_ms`, oldest first,
+        so the window is what it would have been had the host not stopped.
+        """
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                "SELECT server_id, channel_id, message_id, id FROM outbox WHERE state = 'delivered'"
+                " AND message_id IS NOT NULL AND delivered_at >= ? ORDER BY delivered_at DESC, id DESC LIMIT ?",
+                (now_ms - ECHO_WINDOW_MS, RECENT_DELIVERED))
+        for server_id, channel_id, message_id, outbox_id in reversed(builtins.list(rows)):
+            if (server_id, channel_id, message_id) not in self._recent:  # the sender's own is as new
+                self.remember_delivered(server_id, channel_id, message_id, outbox_id)
+        return len(self._recent)
+
+    async def delivered_message(self, server_id: str, channel_id: str, message_id: str, *,
+                                now_ms: int | None = None) -> int | None:
+        """The outbox id of the publish delivered as (server, channel, messageId), or None (echo suppression).
+
+        Memory first; then the table, for deliveries of the last ECHO_WINDOW_MS before `now_ms`
+        (None: any age).
+        """
+        found = self.recent_delivered(server_id, channel_id, message_id)
+        if found is not None:
+            return found
+        since = 0 if now_ms is None else now_ms - ECHO_WINDOW_MS
+        async with self._database.reading():
+            rows = await self._database.conn.execute_fetchall(
+                "SELECT id FROM outbox WHERE server_id = ? AND channel_id = ? AND message_id = ?"
+                " AND state = 'delivered' AND delivered_at >= ? ORDER BY id DESC LIMIT 1",
+                (server_id, channel_id, message_id, since))
+        return next((row[0] for row in rows), None)
