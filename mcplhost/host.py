@@ -27,7 +27,9 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from .config import Config, ConnectorConfig
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
+from .inference import connector_inference
 from .ingest import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms
+from .protocol.grants import IMPLEMENTED, offered_paths
 from .store import open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.writer import GroupWriter
@@ -51,7 +53,11 @@ class Host:
         self.writer: GroupWriter | None = None
         self.ingest: Ingest | None = None  # set while running
         self._stored_send: ObjectSendStream[Stored] | None = None  # see stored_events()
-        self._handles = {spec.name: ConnectorHandle(spec) for spec in config.connectors}
+        #: The `[inference]` backend connectors reach through inference/request and model/info (None: not configured).
+        self.inference = connector_inference(config)
+        offered = offered_paths(IMPLEMENTED, inference_configured=self.inference is not None)
+        self._handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=self.inference)
+                         for spec in config.connectors}
         #: name → the connector's live handle, one per configured connector for the host's whole life.
         self.connectors: Mapping[str, ConnectorHandle] = MappingProxyType(self._handles)
         #: The agents (set while running, when any is configured); they consume the Stored events.
@@ -96,6 +102,8 @@ class Host:
                         agents.cancel_scope.cancel()
                     connectors.cancel_scope.cancel()
                 base.cancel_scope.cancel()
+        if self.inference is not None:
+            await self.inference.aclose()
         if self._stored_send is not None:
             self._stored_send.close()  # the consumer sees the end of the stream once everything is committed
         log.info("host.stopped", **(self.writer.stats if self.writer else {}))

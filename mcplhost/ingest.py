@@ -20,6 +20,12 @@ silent: it is counted (`statistics()`), logged once per overflow, and the next
 event delivered carries `missed_before`, the number dropped just before it,
 so the consumer knows to catch up from its durable cursor (all items after
 its last handled id are in the store).
+
+Echoes: a message or push that is this host's own delivered publish coming
+back (same connector, channel and messageId, looked up in the outbox's
+in-memory window) or tagged `chat:from-self` is stored like any other, with
+`metadata.echoOf` and the tag `host:echo`, and so wakes no one
+(speech/echoes.py, agents/wake.py).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from mcplhost.inbound.pipeline import (
 )
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
+from mcplhost.speech.echoes import marked
 from mcplhost.store import ItemWritten, NewItem, PushClaim, Store
 from mcplhost.store.writer import GroupWriter
 
@@ -93,6 +100,7 @@ class Ingest:
                  on_stored: Callable[[list[NewItem]], None] | None = None,
                  events: ObjectSendStream[Stored] | None = None) -> None:
         self.store = store
+        self._echoes_loaded = False  # the outbox's echo window seeded from the table (once, at the first item)
         self.writer = writer
         self.log = log
         self.clock_ms = clock_ms
@@ -110,6 +118,7 @@ class Ingest:
 
     async def store_messages(self, server_id: str, lane: str, messages: list[AdmittedMessage]) -> list[dict[str, Any]]:
         accepted_at = self.clock_ms()
+        await self._load_echoes(accepted_at)
         outcomes: list[Processed | Rejected] = []
         rows: list[NewItem] = []
         conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
@@ -122,6 +131,8 @@ class Ingest:
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
                 tags=list(m.tags), participant=m.participant, author_id=m.author_id))
+            if isinstance(outcome, Processed):
+                outcome = self._echo_marked(server_id, outcome)
             outcomes.append(outcome)
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
@@ -152,6 +163,7 @@ class Ingest:
 
     async def store_push(self, server_id: str, push: AdmittedPush) -> PushStored:
         accepted_at = self.clock_ms()
+        await self._load_echoes(accepted_at)
         processed = run_pipeline(Delivered(
             lane="push/event", kind="channel" if push.channel_id else "unscoped", server_id=server_id,
             accepted_at=accepted_at, blocks=push.content, adapter=push.origin, channel_id=push.channel_id,
@@ -160,6 +172,7 @@ class Ingest:
             tags=list(push.tags)))
         if isinstance(processed, Rejected):
             raise errors.invalid_params(f"push payload refused: {processed.reason}", {"reason": processed.reason})
+        processed = self._echo_marked(server_id, processed)
         source = push.origin.get("source") if push.origin else None
         # An unscoped push belongs to no conversation (AGENTS.md: routing treats it as undecided).
         conversation = (conversation_id(server_id, push.channel_id, processed.metadata["threadId"])
@@ -182,6 +195,25 @@ class Ingest:
             raise ValueError(f"console input refused: {processed.reason}")
         item = self._item(surface, processed, participant, accepted_at)
         self._emit([item], await self.writer.store_items([item]))
+
+    async def _load_echoes(self, now: int) -> None:
+        """Before the first item: the echo window from the outbox table, so a restart forgets no recent publish."""
+        if self._echoes_loaded:
+            return
+        self._echoes_loaded = True
+        remembered = await self.store.outbox.load_recent_delivered(now)
+        if remembered:
+            self.log.info("ingest.echoes_loaded", delivered=remembered)
+
+    def _echo_marked(self, server_id: str, processed: Processed) -> Processed:
+        """The item marked as the echo of this host's own publish when it is one (speech/echoes.py)."""
+        metadata = marked(processed.metadata, self.store.outbox.recent_delivered)
+        if metadata is processed.metadata:
+            return processed
+        if "echoOf" in metadata:  # at most one line per publish: the platform shows each once
+            self.log.info("ingest.echo", connector=server_id, channel=metadata.get("channelId"),
+                          message=metadata.get("messageId"), echo_of=metadata["echoOf"])
+        return msgspec.structs.replace(processed, metadata=metadata)
 
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""

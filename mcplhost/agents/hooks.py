@@ -26,7 +26,7 @@ injection longer than `MAX_INJECTION_CHARS` is dropped whole, never cut.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -63,6 +63,16 @@ MODEL_INFO = "modelInfo"
 POSITIONS = ("system", "beforeUser", "afterUser")
 TERMINAL_PHASES = frozenset({"completed", "aborted", "failed"})
 PHASES = TERMINAL_PHASES | {"started"}
+
+
+#: Connectors with a `context/beforeInference` call outstanding, by name and count: while one is, that
+#: connector's `inference/request` is refused -32600 (HOST-DIGEST §3.3, the loop guard). Zero counts are removed.
+_HOOKS_PENDING: Counter[str] = Counter()
+
+
+def hook_pending(server_id: str) -> bool:
+    """Whether a `context/beforeInference` call to this connector is outstanding now."""
+    return _HOOKS_PENDING.get(server_id, 0) > 0
 
 
 def heard_connectors(handles: Mapping[str, ConnectorHandle], agent: AgentConfig) -> list[ConnectorHandle]:
@@ -186,7 +196,7 @@ async def _ask(handle: ConnectorHandle, agent: AgentConfig, params: dict[str, An
     """One connector's authorized injections; nothing (logged) on a timeout, an error or a refusal."""
     clog = log.bind(agent=agent.name, connector=handle.name, inferenceId=inference_id)
     try:
-        answer, grant = await handle.request_with_grant("context/beforeInference", params, timeout=HOOK_TIMEOUT_S)
+        answer, grant = await _request_hook(handle, params)
     except RequestTimeout as exc:
         clog.warning("agent.hook_timeout", timeout_s=HOOK_TIMEOUT_S)
         await _cancel(handle, exc, "beforeInference timed out")
@@ -207,6 +217,17 @@ async def _ask(handle: ConnectorHandle, agent: AgentConfig, params: dict[str, An
     clog.info("agent.hook_answered", featureSet=featured if isinstance(featured, str) else None,
               kept=len(kept), dropped=len(dropped))
     return kept
+
+
+async def _request_hook(handle: ConnectorHandle, params: dict[str, Any]) -> tuple[Any, frozenset[str]]:
+    """The `context/beforeInference` call, counted in `_HOOKS_PENDING` while it is outstanding."""
+    _HOOKS_PENDING[handle.name] += 1
+    try:
+        return await handle.request_with_grant("context/beforeInference", params, timeout=HOOK_TIMEOUT_S)
+    finally:
+        _HOOKS_PENDING[handle.name] -= 1
+        if _HOOKS_PENDING[handle.name] <= 0:
+            del _HOOKS_PENDING[handle.name]
 
 
 async def _cancel(handle: ConnectorHandle, exc: RequestTimeout, reason: str) -> None:

@@ -38,12 +38,13 @@ from anyio.abc import ObjectReceiveStream, TaskStatus
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
+from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats, Wake
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.agents.wake import without_late_echoes
 from mcplhost.config import AgentConfig, Config
 from mcplhost.ingest import Stored, now_ms
-from mcplhost.store.operations import CloseUnfinishedTurns, StartCursor
+from mcplhost.store.operations import CloseUnfinishedTurns, SetCursor, StartCursor
 
 log = structlog.get_logger()
 
@@ -97,11 +98,16 @@ class AgentRunner:
         now = anyio.current_time()
         wake = self.scheduler.due(now)
         if wake is not None:
-            log.info("agent.wake", agent=self.agent.name, items=len(wake.item_ids), overflow=wake.overflow,
-                     conversations=len(wake.conversations), several_conversations=wake.several_conversations)
             try:
-                await run_turn(self.agent, wake, self.services, cursor=self.cursor)
-                self.cursor = max([*wake.item_ids, self.cursor or 0])
+                handled = max([*wake.item_ids, self.cursor or 0])  # echoes dropped below are handled too
+                kept = await self._without_late_echoes(wake, handled)
+                if kept is None:
+                    return
+                wake = kept
+                log.info("agent.wake", agent=self.agent.name, items=len(wake.item_ids), overflow=wake.overflow,
+                         conversations=len(wake.conversations), several_conversations=wake.several_conversations)
+                await run_turn(self.agent, wake, self.services, cursor=handled)
+                self.cursor = handled
             finally:
                 self.scheduler.turn_ended(anyio.current_time())
             return
@@ -111,13 +117,26 @@ class AgentRunner:
             await self._nudge.wait()
         self._nudge = anyio.Event()
 
+    async def _without_late_echoes(self, wake: Wake, handled: int) -> Wake | None:
+        """The wake without items now known as echoes (wake.py); None, cursor moved past them, if none is left."""
+        store = self.services.store
+        kept = without_late_echoes(wake, await store.items.get_many(wake.item_ids), store.outbox.recent_delivered)
+        if kept is wake:
+            return wake
+        log.info("agent.echoes_skipped", agent=self.agent.name,
+                 echoes=len(wake.item_ids) - (len(kept.item_ids) if kept else 0), turn=kept is not None)
+        if kept is None:
+            await self.services.writer.submit(SetCursor(self.agent.name, handled, self.services.clock_ms()))
+            self.cursor = handled
+        return kept
+
 
 class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
     def __init__(self, config: Config, store: Any, writer: Any, handles: Mapping[str, Any],
                  stored: ObjectReceiveStream[Stored], *, backends: Mapping[str, Backend] | None = None,
-                 clock_ms: Callable[[], int] = now_ms) -> None:
+                 clock_ms: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None) -> None:
         self.config = config
         self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
         self.store = store

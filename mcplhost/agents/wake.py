@@ -23,19 +23,24 @@ Decisions beyond the letter of AGENTS.md, kept here so they have one home:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig
+from mcplhost.ingest import conversation_id
 from mcplhost.protocol.tags import ADDRESSED
+from mcplhost.speech.echoes import Lookup, echo_of
 
 if TYPE_CHECKING:
+    from mcplhost.agents.scheduler import Wake
     from mcplhost.ingest import Stored
+    from mcplhost.store.items import StoredItem
 
 PRIVATE = "chat:private"
-FROM_SELF = "chat:from-self"
+FROM_SELF = "chat:from-self"  # the same tag speech/echoes.py marks as an echo at ingest
 FROM_BOT = "chat:from-bot"
 PUSH_LANE = "push/event"
 SURFACE_KIND = "surface"
@@ -151,6 +156,37 @@ def wake_matches(agent: AgentConfig, view: StoredView) -> bool:
     if not hears(agent, view) or is_echo(view):
         return False
     return wake_on_matches(agent, view) and sender_may_wake(agent, view)
+
+
+def _place(metadata: dict[str, Any]) -> str | None:
+    """The item's conversation as ingest gave it (a channel's, or a thread's in it); None: of no conversation."""
+    source = metadata.get("source") if isinstance(metadata.get("source"), dict) else {}
+    server_id, channel_id = _text(metadata.get("serverId")), _text(metadata.get("channelId"))
+    if source.get("kind") != "channel" or server_id is None or channel_id is None:
+        return None
+    return conversation_id(server_id, channel_id, _text(metadata.get("threadId")))
+
+
+def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Lookup) -> Wake | None:
+    """The wake without its items now known as echoes (AGENTS.md §2: checked again when the wake fires).
+
+    An echo can be stored before its publish is answered, so ingest could not
+    mark it; `delivered` (the outbox's window) knows it by now. None: no waking
+    item is left (a counted-only overflow still wakes: it cannot be checked).
+    The conversations become those of the items kept; an overflowed wake keeps
+    the scheduler's (routing may only get narrower than it was, never wider).
+    """
+    echoes = {item.id for item in items if echo_of(item.metadata, delivered) is not None}
+    if not echoes:
+        return wake
+    kept = tuple(item_id for item_id in wake.item_ids if item_id not in echoes)
+    if not kept and not wake.overflow:
+        return None
+    if wake.overflow:  # the counted-only items' places are unknown: keep what the scheduler saw
+        return msgspec.structs.replace(wake, item_ids=kept)
+    places = {_place(item.metadata) for item in items if item.id not in echoes}
+    return msgspec.structs.replace(wake, item_ids=kept, conversations=tuple(sorted(p for p in places if p is not None)),
+                                   several_conversations=len(places) > 1)
 
 
 def sender_key(view: StoredView) -> str | None:

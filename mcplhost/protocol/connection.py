@@ -62,9 +62,11 @@ MAX_WARNED_KEYS = 1024
 
 class McplConnection:
     def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic,
-                 offered: frozenset[str] = OFFERED,
+                 offered: frozenset[str] = OFFERED, inference: Any = None,
                  on_mode: Callable[[McplConnection, Mode], None] | None = None) -> None:
         self._on_mode = on_mode
+        #: The `[inference]` port (mcplhost.inference.ConnectorInference), None when none is configured.
+        self.inference = inference
         self._mode = Mode.HANDSHAKE
         self.spec = spec
         self.name = spec.name

@@ -51,9 +51,13 @@ _PREFIXES: frozenset[str] = frozenset(
 #: most any grant holds. Each change that implements a capability adds it here,
 #: in the same commit (issue 7 #5). Issue 9 added the agents' side: MCP `tools`
 #: (agent tools, also for MCP-only connectors), the four `beforeInference` hook
-#: leaves and `inferenceLifecycle`. Not yet: channels.publish, channels.streaming,
-#: channels.acknowledge, channels.typing, inferenceRequest and modelInfo.
+#: leaves and `inferenceLifecycle`. Issue 10: inferenceRequest (and .streaming) and
+#: modelInfo, offered only with `[inference]` (`offered_paths`). Not yet:
+#: channels.publish, channels.streaming, channels.acknowledge, channels.typing.
 IMPLEMENTED: frozenset[str] = frozenset({
+    "inferenceRequest",
+    "inferenceRequest.streaming",
+    "modelInfo",
     "pushEvents",
     "tools",
     "channels.register",
@@ -67,8 +71,7 @@ IMPLEMENTED: frozenset[str] = frozenset({
 })
 
 #: Paths that need a model for connectors: offered only when `[inference]` is
-#: configured (not in the config yet), once they are implemented. Lifecycle is
-#: not one: it reports the agents' own inferences, which need no `[inference]`.
+#: configured. Lifecycle is not one: it reports the agents' own inferences, which need no `[inference]`.
 INFERENCE_PATHS: frozenset[str] = frozenset(
     {"inferenceRequest", "inferenceRequest.streaming", "modelInfo"}
 )

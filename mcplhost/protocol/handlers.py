@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Raw, UnsetType
 
+from mcplhost.agents.model import BackendError
+from mcplhost.inference import InferenceRefused, InferenceRequest, model_request
 from mcplhost.rpc import Deferred
+from mcplhost.rpc.session import CURRENT_REQUEST_ID
 
 from . import errors
 from .admission import admit_message, admit_push
 from .channels import CHANNEL_LIMIT, Channel
+from .featuresets import check_feature_set
 from .params import Changed, ManifestChanged, PushEvent, Register, decode_incoming, decode_params
 
 if TYPE_CHECKING:
@@ -162,6 +166,57 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
         return stored.answer
 
     return Deferred(store)
+
+
+# --- server-initiated inference (HOST-DIGEST §3.5) ---------------------------------------
+
+STREAMING = "inferenceRequest.streaming"
+
+
+def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
+    """inference/request: checked at receipt (streaming grant, feature set, params, loop guard), then the backend."""
+    port = conn.inference
+    if port is None:  # never granted without [inference]; the answer should that ever change
+        raise errors.capability_denied("inferenceRequest")
+    request = decode_params(params, InferenceRequest, "inference/request")
+    if request.stream and STREAMING not in conn.grant:
+        raise errors.capability_denied(STREAMING)
+    refused = check_feature_set(conn.feature_sets, request.featureSet, "inferenceRequest", legacy=conn.legacy)
+    if refused is not None:
+        raise refused
+    try:
+        model_call = model_request(request, port.config)
+    except ValueError as exc:
+        raise errors.invalid_params(str(exc), {"field": "messages"}) from None
+    try:
+        port.admit(conn.name)
+    except InferenceRefused as exc:
+        code = errors.INVALID_REQUEST if exc.reason == "hook_pending" else errors.INTERNAL_ERROR
+        raise errors.ConnectorProtocolError(code, exc.detail, {"reason": exc.reason}) from None
+    request_id = CURRENT_REQUEST_ID.get()
+    session = conn.session
+    conn.log.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
+                  messages=len(request.messages))
+
+    async def send_chunk(chunk: dict[str, Any]) -> None:
+        assert session is not None
+        await session.notify("inference/chunk", chunk)
+
+    async def infer() -> dict[str, Any]:
+        try:
+            return await port.complete(conn.name, request, model_call, request_id=request_id, send_chunk=send_chunk)
+        except BackendError as exc:
+            raise errors.ConnectorProtocolError(errors.INTERNAL_ERROR, "Inference failed",
+                                                {"reason": exc.reason}) from None
+
+    return Deferred(infer)
+
+
+def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+    """model/info: the `[inference]` backend's ModelInfo (MUST answer, HOST-DIGEST §2.1)."""
+    if conn.inference is None:
+        raise errors.capability_denied("modelInfo")
+    return conn.inference.model_info()
 
 
 # --- MCP notifications ------------------------------------------------------------

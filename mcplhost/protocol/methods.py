@@ -40,9 +40,9 @@ INBOUND: dict[str, Method] = {
     "ping": Method(None, handlers.ping, None),
     "mcpl/manifestChanged": Method(None, None, handlers.manifest_changed),  # deliberately ungated (§17)
     "push/event": Method("pushEvents", handlers.push_event, None),
-    # Never granted until this host has a model for connectors (grants.IMPLEMENTED).
-    "inference/request": Method("inferenceRequest", handlers.not_built("inferenceRequest"), None),
-    "model/info": Method("modelInfo", handlers.not_built("modelInfo"), None),
+    # Offered only when [inference] is configured (grants.offered_paths).
+    "inference/request": Method("inferenceRequest", handlers.inference_request, None),
+    "model/info": Method("modelInfo", handlers.model_info, None),
     "channels/register": Method("channels.register", handlers.register, None),
     "channels/changed": Method("channels.register", handlers.changed, handlers.changed_notification),
     "channels/list": Method("channels.register", handlers.list_channels, None),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -53,6 +54,9 @@ from .messages import (
     encode_result,
 )
 from .table import RequestTable, Settled
+
+#: The id of the peer's request whose handler is running (read in the handler, e.g. for `inference/chunk`).
+CURRENT_REQUEST_ID: ContextVar[RequestId | None] = ContextVar("CURRENT_REQUEST_ID", default=None)
 
 
 class _Raised:
@@ -365,11 +369,14 @@ class Session:
         send.send_nowait(_Raised(outcome) if isinstance(outcome, BaseException) else outcome)
 
     async def _answer(self, request: Request, handlers: anyio.abc.TaskGroup) -> None:
+        token = CURRENT_REQUEST_ID.set(request.id)
         try:
             result = await self.on_request(request.method, request.params)
         except Exception as exc:
             await self._reply_failure(request, exc)
             return
+        finally:
+            CURRENT_REQUEST_ID.reset(token)
         if isinstance(result, Deferred):
             if self._idle_workers == 0 and self._workers < self._max_workers:
                 self._workers += 1

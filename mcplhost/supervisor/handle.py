@@ -142,9 +142,14 @@ def now_ms() -> int:
 class ConnectorHandle:
     """One configured connector for the host's whole run. Read by anyone; written by `supervise` only."""
 
-    def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms) -> None:
+    def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms,
+                 offered: frozenset[str] | None = None, inference: Any = None) -> None:
         self.spec = spec
         self.name = spec.name
+        #: What each life's connection may grant (None: the connection's default, no inference paths).
+        self.offered = offered
+        #: The `[inference]` port each life's connection serves inference/request with (None: not configured).
+        self.inference = inference
         self._clock_ms = clock_ms
         self._log = log.bind(connector=spec.name)
         self._state = State.STARTING

@@ -134,7 +134,9 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
-    connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered)
+    offered = {} if handle.offered is None else {"offered": handle.offered}
+    connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered, inference=handle.inference,
+                                **offered)
     handle.spawned(process.pid, connection, command=spec.command)
     session = Session(
         process.stdin,  # type: ignore[arg-type]

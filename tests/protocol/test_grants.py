@@ -364,11 +364,12 @@ class TestImplemented:
     """What the host offers is what it implements, and what it advertises is exactly that (issue 7 #5)."""
 
     def test_implemented_paths_are_vocabulary_paths_and_exclude_the_unbuilt(self) -> None:
-        """IMPLEMENTED holds only real paths, none of publish, streaming or connector inference (issue 9 #8)."""
+        """IMPLEMENTED holds only real paths, none of acknowledge or typing; inference only with [inference] (issue 10)."""
         assert IMPLEMENTED <= CAPABILITY_PATHS
-        unbuilt = {"channels.publish", "channels.streaming", "channels.acknowledge", "channels.typing",
-                   "modelInfo", "inferenceRequest", "inferenceRequest.streaming"}
-        assert not IMPLEMENTED & unbuilt
+        assert not IMPLEMENTED & {"channels.acknowledge", "channels.typing"}
+        assert INFERENCE_PATHS <= IMPLEMENTED
+        assert not offered_paths() & INFERENCE_PATHS
+        assert INFERENCE_PATHS <= offered_paths(inference_configured=True)
 
     def test_agents_side_is_implemented_hooks_lifecycle_and_tools(self) -> None:
         """Issue 9 #8: the four hook leaves, inferenceLifecycle and MCP tools are offered without [inference]."""

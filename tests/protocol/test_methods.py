@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcplhost.protocol.grants import IMPLEMENTED
+from mcplhost.protocol.grants import IMPLEMENTED, offered_paths
 from mcplhost.protocol.methods import INBOUND, MCP_NOTIFICATIONS_PREFIX, REMOVED, method_for
 from mcplhost.protocol.vocabulary import CAPABILITY_PATHS
 
@@ -30,7 +30,10 @@ class TestTable:
             "channels/register": (True, False), "channels/changed": (True, True),
             "channels/list": (True, False), "channels/incoming": (True, True)}
 
-    def test_methods_of_unbuilt_capabilities_are_gated_by_paths_never_granted(self) -> None:
-        """model/info and inference/request need capabilities outside IMPLEMENTED, so they are always -32002."""
-        assert INBOUND["model/info"].capability not in IMPLEMENTED
-        assert INBOUND["inference/request"].capability not in IMPLEMENTED
+    def test_inference_methods_are_gated_by_paths_offered_only_with_inference(self) -> None:
+        """model/info and inference/request need paths offered only when [inference] is configured (issue 10)."""
+        for method in ("model/info", "inference/request"):
+            capability = INBOUND[method].capability
+            assert capability in IMPLEMENTED
+            assert capability not in offered_paths()
+            assert capability in offered_paths(inference_configured=True)

@@ -1,0 +1,235 @@
+"""Server-initiated inference: `inference/request` and `model/info` through the `[inference]` backend (AGENTS.md §8).
+
+The protocol layer authorizes each request at receipt (the grant, the
+feature set, `inferenceRequest.streaming` for `stream: true`, the loop guard)
+and hands what passed to `ConnectorInference`, the port host.py builds when
+`[inference]` is configured. Without `[inference]` there is no port, and
+neither capability is offered, advertised or granted.
+
+The request's messages are the connector's, passed through unchanged: no
+host system prompt, no history, no hooks (HOST-DIGEST §3.3: hooks are not run
+for inferences a server started). The connector's own `system` messages, if
+any, become the request's system text. The host's bounds still apply: the
+backend's `max_tokens` caps `preferences.maxTokens`, and at most
+`MAX_CONCURRENT_PER_CONNECTOR` requests of one connector run at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from mcplhost.agents.backends.common import block_text
+from mcplhost.agents.model import Backend, BackendError, Message, ModelRequest, ModelResponse
+from mcplhost.config import InferenceConfig
+
+log = structlog.get_logger()
+
+#: Requests of one connector served at once; one more is refused, never queued without bound.
+MAX_CONCURRENT_PER_CONNECTOR = 4
+#: Messages one request may carry.
+MAX_MESSAGES = 1000
+#: The wire's finishReason for each of the backends' stop words (anything else ended the turn).
+FINISH_REASONS = {"stop": "end_turn", "end_turn": "end_turn", "length": "max_tokens", "max_tokens": "max_tokens",
+                  "stop_sequence": "stop_sequence"}
+#: Roles a connector's message may take; `system` ones become the system text.
+ROLES = frozenset({"user", "assistant", "system"})
+
+#: Sends one `inference/chunk` notification's params (awaits the pipe).
+SendChunk = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class InferenceRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`inference/request` params (HOST-DIGEST §2.2); unknown fields are tolerated."""
+
+    featureSet: str
+    messages: list[Any]
+    conversationId: str | None = None
+    stream: bool = False
+    preferences: dict[str, Any] | None = None
+
+
+class InferenceRefused(Exception):
+    """A request the port will not serve; `reason` is what the wire error carries."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def message_of(raw: Any, index: int) -> Message | str:
+    """One connector message as a backend `Message`, or (for role `system`) its text; ValueError when malformed.
+
+    `content` is a string or a list of MCP content blocks, kept as they are.
+    """
+    if not isinstance(raw, dict):
+        raise ValueError(f"messages[{index}] must be an object")
+    role, content = raw.get("role"), raw.get("content")
+    if role not in ROLES:
+        raise ValueError(f"messages[{index}].role must be one of {sorted(ROLES)}")
+    if isinstance(content, str):
+        blocks = [{"type": "text", "text": content}]
+    elif isinstance(content, list) and all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in content):
+        blocks = list(content)
+    else:
+        raise ValueError(f"messages[{index}].content must be a string or a list of content blocks")
+    if role == "system":
+        return block_text(blocks)
+    return Message(role=role, content=blocks)
+
+
+def model_request(params: InferenceRequest, config: InferenceConfig) -> ModelRequest:
+    """The backend request for `params`: its messages only, under the host's token cap; ValueError when malformed."""
+    if not params.messages:
+        raise ValueError("messages must not be empty")
+    if len(params.messages) > MAX_MESSAGES:
+        raise ValueError(f"at most {MAX_MESSAGES} messages")
+    system: list[str] = []
+    messages: list[Message] = []
+    for index, raw in enumerate(params.messages):
+        converted = message_of(raw, index)
+        if isinstance(converted, str):
+            system.append(converted)
+        else:
+            messages.append(converted)
+    if not messages:
+        raise ValueError("messages must hold a user or assistant message")
+    backend = config.backend
+    preferences = params.preferences or {}
+    wanted = preferences.get("maxTokens")
+    max_tokens = backend.max_tokens
+    if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 1:
+        max_tokens = min(wanted, backend.max_tokens)  # the host's bound wins (§3.5: budget)
+    temperature = preferences.get("temperature")
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not 0 <= temperature <= 2:
+        temperature = backend.temperature
+    return ModelRequest(model=backend.model or backend.kind, system="\n\n".join(system), messages=messages,
+                        max_tokens=max_tokens, temperature=temperature)
+
+
+def inference_result(response: ModelResponse, fallback_model: str) -> dict[str, Any]:
+    """The wire result: the full content, the model that answered, finishReason in the spec's words, usage."""
+    return {"content": response.text, "model": response.model or fallback_model,
+            "finishReason": FINISH_REASONS.get(response.finish_reason, "end_turn"),
+            "usage": {"inputTokens": response.usage.input_tokens, "outputTokens": response.usage.output_tokens}}
+
+
+def model_info(config: InferenceConfig) -> dict[str, Any]:
+    """ModelInfo for the `[inference]` backend, from the config alone (HOST-DIGEST §2.2)."""
+    backend = config.backend
+    return {"id": backend.model or backend.kind, "vendor": backend.kind, "contextWindow": config.context_window,
+            "capabilities": ["streaming"]}
+
+
+class _ChunkPump:
+    """Streamed text to `inference/chunk` notifications, in order, from the backend's synchronous callback.
+
+    Text that arrives while a chunk is being written is joined into the next
+    one, so the pending text is bounded by the answer itself, and nothing is dropped.
+    """
+
+    def __init__(self, request_id: Any, send: SendChunk) -> None:
+        self._request_id = request_id
+        self._send = send
+        self._pending: list[str] = []
+        self._wake = anyio.Event()
+        self._done = False
+        self.index = 0
+
+    def on_text(self, text: str) -> None:
+        if text:
+            self._pending.append(text)
+            self._wake.set()
+
+    def finish(self) -> None:
+        self._done = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            while self._pending:
+                delta, self._pending = "".join(self._pending), []
+                await self._send({"requestId": self._request_id, "index": self.index, "delta": delta})
+                self.index += 1
+            if self._done:
+                return
+
+
+class ConnectorInference:
+    """The `[inference]` backend as connectors reach it: one per host, shared by every connector.
+
+    `hook_pending(server)` says whether that connector's own
+    `context/beforeInference` call is outstanding (the loop guard, -32600).
+    """
+
+    def __init__(self, config: InferenceConfig, backend: Backend, *,
+                 hook_pending: Callable[[str], bool] = lambda server: False) -> None:
+        self.config = config
+        self.backend = backend
+        self.hook_pending = hook_pending
+        self._running: dict[str, int] = {}
+
+    def model_info(self) -> dict[str, Any]:
+        return model_info(self.config)
+
+    def admit(self, server_id: str) -> None:
+        """Raise InferenceRefused when this connector may not start another request now (checked at receipt)."""
+        if self.hook_pending(server_id):
+            raise InferenceRefused("hook_pending", "a context/beforeInference call to this connector is outstanding")
+        if self._running.get(server_id, 0) >= MAX_CONCURRENT_PER_CONNECTOR:
+            raise InferenceRefused("busy", f"at most {MAX_CONCURRENT_PER_CONNECTOR} requests at once")
+        self._running[server_id] = self._running.get(server_id, 0) + 1
+
+    async def complete(self, server_id: str, params: InferenceRequest, request: ModelRequest, *,
+                       request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
+        """Run one admitted request (`admit` first); chunks, when streamed, all go out before this returns.
+
+        Raises BackendError when the backend fails.
+        """
+        clog = log.bind(connector=server_id, featureSet=params.featureSet, conversationId=params.conversationId,
+                        stream=params.stream)
+        try:
+            if params.stream and send_chunk is not None:
+                pump = _ChunkPump(request_id, send_chunk)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(pump.run)
+                    try:
+                        response = await self.backend.complete(request, on_text=pump.on_text)
+                    finally:
+                        pump.finish()
+                chunks = pump.index
+            else:
+                response = await self.backend.complete(request)
+                chunks = 0
+        except BackendError as exc:
+            clog.warning("inference.failed", reason=exc.reason, detail=exc.detail)
+            raise
+        finally:
+            self._running[server_id] -= 1
+            if not self._running[server_id]:
+                del self._running[server_id]
+        result = inference_result(response, request.model)
+        clog.info("inference.completed", model=result["model"], finishReason=result["finishReason"], chunks=chunks,
+                  inputTokens=response.usage.input_tokens, outputTokens=response.usage.output_tokens)
+        return result
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+def connector_inference(config: Any) -> ConnectorInference | None:
+    """The port for a host's `Config`: None without `[inference]` (then nothing is offered or granted)."""
+    if config.inference is None:
+        return None
+    # Late: hooks sit above the supervisor, which the protocol layer (importing this module) sits below.
+    from mcplhost.agents.backends import make_backend
+    from mcplhost.agents.hooks import hook_pending
+
+    return ConnectorInference(config.inference, make_backend(config.inference.backend), hook_pending=hook_pending)

@@ -1,0 +1,81 @@
+"""Echo suppression (AGENTS.md §2 "Never a wake", §7): knowing this host's own words when they come back.
+
+A platform shows the bot its own message: Discord sends it back on the
+gateway, many bridges tag it `chat:from-self`. Such an item is still stored
+(it is part of the conversation), but marked so it wakes no one:
+`metadata.echoOf` = the outbox id of the publish it echoes (or `true` when
+only the `chat:from-self` tag says so), plus the host tag `host:echo`.
+
+The per-ingest lookup is memory only, so it is cheap: the outbox repository's
+bounded window of recent deliveries (store/outbox.py `recent_delivered`), fed
+by the sender as each publish is answered and, at the host's first inbound
+item, seeded from the outbox table (`load_recent_delivered`), so an echo
+arriving after a restart is still known. An echo can also arrive before its
+publish is answered, or after it left the window: the runtime checks the
+waking items again when the wake fires, against the durable table
+(`delivered_message`; agents/runtime.py).
+
+Only host-written fields are read (`metadata.serverId`, `channelId`,
+`messageId`, `tags`); the connector's `metadata.adapter` is never consulted,
+and a `host:echo` tag a connector sends itself is dropped, so the tag always
+means the host decided it (PROVENANCE.md §1: nothing that decides what an item
+is comes from the connector's claims).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: The host tag on a stored echo. The `host:` namespace is the host's; connectors' tags in it are dropped.
+ECHO_TAG = "host:echo"
+FROM_SELF = "chat:from-self"
+
+#: (connector, channel id, platform messageId) → the outbox id of the delivered publish, or None.
+Lookup = Callable[[str, str, str], "int | None"]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def echo_key(metadata: Any) -> tuple[str, str, str] | None:
+    """(connector, channel, messageId) of a stored item's host-written fields; None when one is missing."""
+    if not isinstance(metadata, dict):
+        return None
+    server_id, channel_id = _text(metadata.get("serverId")), _text(metadata.get("channelId"))
+    message_id = _text(metadata.get("messageId"))
+    if server_id is None or channel_id is None or message_id is None:
+        return None
+    return server_id, channel_id, message_id
+
+
+def echo_of(metadata: Any, lookup: Lookup | None) -> int | bool | None:
+    """What `metadata.echoOf` should say of an inbound item: the outbox id, True (only tagged), or None."""
+    if not isinstance(metadata, dict):
+        return None
+    key = echo_key(metadata)
+    if lookup is not None and key is not None:
+        outbox_id = lookup(*key)
+        if outbox_id is not None:
+            return outbox_id
+    tags = metadata.get("tags")
+    return True if isinstance(tags, list) and FROM_SELF in tags else None
+
+
+def marked(metadata: dict[str, Any], lookup: Lookup | None) -> dict[str, Any]:
+    """`metadata` with the echo mark when the item is an echo; a connector's own `host:echo` tag dropped.
+
+    Returns `metadata` itself when there is nothing to change (the common case costs no copy).
+    """
+    tags = metadata.get("tags")
+    forged = isinstance(tags, list) and ECHO_TAG in tags
+    echo = echo_of(metadata, lookup)
+    if echo is None and not forged:
+        return metadata
+    kept = [t for t in tags if t != ECHO_TAG] if isinstance(tags, list) else []
+    result = dict(metadata, tags=kept)
+    if echo is not None:
+        result["echoOf"] = echo
+        result["tags"] = [*kept, ECHO_TAG]
+    return result

@@ -1,0 +1,195 @@
+"""Server-initiated inference on the wire: inference/request (streamed and not) and model/info.
+
+Issue 10 #6 and HOST-DIGEST §3.5: gated by the grant, `[inference]` and the
+feature set; refused -32600 while the connector's own beforeInference is
+pending; the connector's messages reach the model unchanged. Every connector
+is a real connectors.scripted child, the model the scripted backend or the
+openai backend against tests/agents/llm_server.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcplhost.config import AgentConfig, BackendConfig, Config, InferenceConfig
+
+from ..agents.llm_server import LlmServer, Reply
+from ..harness import CHAT_GRANT, config_with, error_of, record, result_of, running_host, scripted, wait_for
+
+INFERENCE_GRANT = ["inferenceRequest", "inferenceRequest.streaming", "modelInfo"]
+MANIFEST: dict[str, Any] = {
+    "version": "0.5",
+    "inferenceRequest": {"streaming": True},
+    "modelInfo": True,
+    "featureSets": {
+        "think": {"description": "asks the model", "uses": ["inferenceRequest", "inferenceRequest.streaming"]},
+        "other": {"description": "declares no inference", "uses": ["modelInfo"]},
+    },
+}
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what is 2+2?"}]
+
+
+def ask(stream: bool = False, feature_set: str = "think", **extra: Any) -> dict[str, Any]:
+    return {"request": "inference/request",
+            "params": {"featureSet": feature_set, "stream": stream, "messages": MESSAGES, **extra}}
+
+
+INFO = {"request": "model/info", "params": {}}
+
+
+def with_inference(config: Config, backend: BackendConfig, **agents: Any) -> Config:
+    return Config(store=config.store, connectors=config.connectors,
+                  inference=InferenceConfig(backend=backend, context_window=32_000), **agents)
+
+
+def connector(tmp_path, name: str, steps: list[dict[str, Any]], **fields: Any):
+    script = {"manifest": fields.pop("manifest", MANIFEST), "steps": steps, **fields.pop("script", {})}
+    return scripted(name, script, tmp_path, grant=fields.pop("grant", INFERENCE_GRANT), **fields)
+
+
+def chunks(rec: Any) -> list[dict[str, Any]]:
+    return [m["params"] for m in rec.received if m.get("method") == "inference/chunk"]
+
+
+def offered_by_host(rec: Any) -> dict[str, Any]:
+    first = next(m for m in rec.received if m.get("method") == "initialize")
+    return first["params"]["capabilities"]["experimental"]["mcpl"]
+
+
+SCRIPTED = BackendConfig(kind="scripted", script=["four"])
+
+
+class TestWithoutInference:
+    async def test_nothing_is_advertised_granted_or_served(self, tmp_path) -> None:
+        """Without [inference] the host advertises neither capability, grants neither, and refuses both -32002."""
+        spec = connector(tmp_path, "plain", [ask(), INFO])
+        async with running_host(config_with(tmp_path, spec)):
+            await wait_for(lambda: record(tmp_path, "plain").done)
+        rec = record(tmp_path, "plain")
+        offered = offered_by_host(rec)
+        assert "inferenceRequest" not in offered and "modelInfo" not in offered
+        assert error_of(rec, 0)["code"] == -32002
+        assert error_of(rec, 0)["data"]["capability"] == "inferenceRequest"
+        assert error_of(rec, 1)["data"]["capability"] == "modelInfo"
+
+
+class TestWithInference:
+    async def test_model_info_and_an_unstreamed_request(self, tmp_path) -> None:
+        """With [inference] and the grant, model/info answers ModelInfo and a request answers the full content."""
+        spec = connector(tmp_path, "asker", [INFO, ask()])
+        async with running_host(with_inference(config_with(tmp_path, spec), SCRIPTED)):
+            await wait_for(lambda: record(tmp_path, "asker").done)
+        rec = record(tmp_path, "asker")
+        assert offered_by_host(rec)["inferenceRequest"] == {"streaming": True}
+        assert result_of(rec, 0) == {"id": "scripted", "vendor": "scripted", "contextWindow": 32_000,
+                                     "capabilities": ["streaming"]}
+        result = result_of(rec, 1)
+        assert result["content"] == "four" and result["finishReason"] == "end_turn"
+        assert result["model"] == "scripted" and set(result["usage"]) == {"inputTokens", "outputTokens"}
+        assert chunks(rec) == []  # not streamed: no chunk
+
+    async def test_a_streamed_request_sends_its_chunks_first(self, tmp_path) -> None:
+        """stream:true sends inference/chunk (requestId, rising index) before the answer, which has the full text."""
+        spec = connector(tmp_path, "streamer", [ask(stream=True)])
+        async with running_host(with_inference(config_with(tmp_path, spec), SCRIPTED)):
+            await wait_for(lambda: record(tmp_path, "streamer").done)
+        rec = record(tmp_path, "streamer")
+        request_id = next(m["id"] for m in rec.sent if m.get("method") == "inference/request")
+        got = chunks(rec)
+        assert got and all(c["requestId"] == request_id for c in got)
+        assert [c["index"] for c in got] == list(range(len(got)))
+        assert "".join(c["delta"] for c in got) == result_of(rec, 0)["content"] == "four"
+        answer_at = next(i for i, m in enumerate(rec.received) if m.get("id") == request_id and "method" not in m)
+        last_chunk_at = max(i for i, m in enumerate(rec.received) if m.get("method") == "inference/chunk")
+        assert last_chunk_at < answer_at
+
+    async def test_grants_and_feature_sets_gate_each_request(self, tmp_path) -> None:
+        """Streaming needs its own grant, modelInfo its own, and the feature set must declare inferenceRequest."""
+        plain = {**MANIFEST, "featureSets": {"think": {"description": "asks", "uses": ["inferenceRequest"]}}}
+        no_stream = connector(tmp_path, "nostream", [ask(stream=True), ask(), INFO], grant=["inferenceRequest"],
+                              manifest=plain)
+        mismatch = connector(tmp_path, "mismatch", [ask(feature_set="other"), ask(feature_set="nope")])
+        bad = connector(tmp_path, "bad", [{"request": "inference/request", "params": {"featureSet": "think"}},
+                                          ask(messages=[{"role": "robot", "content": "x"}]),
+                                          ask(messages=[])])
+        config = with_inference(config_with(tmp_path, no_stream, mismatch, bad), SCRIPTED)
+        async with running_host(config):
+            await wait_for(lambda: all(record(tmp_path, n).done for n in ("nostream", "mismatch", "bad")))
+        rec = record(tmp_path, "nostream")
+        assert error_of(rec, 0) == {"code": -32002, "message": "Capability denied",
+                                    "data": {"capability": "inferenceRequest.streaming"}}
+        assert result_of(rec, 1)["content"] == "four"
+        assert error_of(rec, 2)["data"] == {"capability": "modelInfo"}
+        rec = record(tmp_path, "mismatch")
+        assert error_of(rec, 0)["data"] == {"featureSet": "other", "capability": "inferenceRequest",
+                                            "reason": "declaration_mismatch"}
+        assert error_of(rec, 1)["code"] == -32003
+        rec = record(tmp_path, "bad")
+        assert [error_of(rec, step)["code"] for step in range(3)] == [-32602, -32602, -32602]
+
+
+class TestPassThrough:
+    async def test_the_connectors_messages_reach_the_model_unchanged(self, tmp_path) -> None:
+        """Through the openai backend the model sees the connector's messages and nothing of the host's."""
+        with LlmServer(default=Reply(text="model says four", input_tokens=7, output_tokens=3)) as llm:
+            spec = connector(tmp_path, "asker", [ask(stream=True, preferences={"maxTokens": 50})])
+            backend = BackendConfig(kind="openai", model="test-model", base_url=llm.openai_base_url, timeout_s=10,
+                                    max_tokens=200)
+            async with running_host(with_inference(config_with(tmp_path, spec), backend)):
+                await wait_for(lambda: record(tmp_path, "asker").done)
+            requests = llm.requests
+        rec = record(tmp_path, "asker")
+        result = result_of(rec, 0)
+        assert result["content"] == "model says four" and result["model"]
+        assert result["usage"] == {"inputTokens": 7, "outputTokens": 3}
+        assert chunks(rec)  # the SDK backend streams (deltas arriving together are joined into one chunk)
+        assert "".join(c["delta"] for c in chunks(rec)) == "model says four"
+        (sent,) = requests
+        messages = sent.body["messages"]
+        assert [(m["role"], _text(m["content"])) for m in messages] == [("system", "be brief"),
+                                                                         ("user", "what is 2+2?")]
+        assert sent.body.get("tools") in (None, [])  # no host tools, no host context
+        assert (sent.body.get("max_tokens") or sent.body.get("max_completion_tokens")) == 50
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content)
+
+
+ROOM = "hooked:room"
+HOOKED_MANIFEST: dict[str, Any] = {
+    **MANIFEST,
+    "channels": {"register": True, "incoming": True},
+    "contextHooks": {"beforeInference": {"observe": True}},
+    "featureSets": {"think": {"description": "chat and ask", "uses": [
+        "inferenceRequest", "channels.register", "channels.incoming", "contextHooks.beforeInference.observe"]}},
+}
+
+
+class TestLoopGuard:
+    async def test_a_request_while_its_own_hook_is_pending_is_refused(self, tmp_path) -> None:
+        """While the host awaits this connector's beforeInference, its inference/request gets -32600; after, it runs."""
+        register = {"request": "channels/register", "params": {"channels": [
+            {"id": ROOM, "type": "t", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
+        mention = {"request": "channels/incoming", "params": {"messages": [
+            {"channelId": ROOM, "messageId": "m-1", "author": {"id": "u-1", "name": "Ann"},
+             "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": "bot?"}],
+             "tags": ["chat:addressed"]}]}}
+        steps = [register, mention, {"wait": "context/beforeInference"}, ask(),
+                 {"wait": "inference/lifecycle"}, ask()]
+        spec = connector(tmp_path, "hooked", steps, manifest={**HOOKED_MANIFEST, "inferenceLifecycle": True},
+                         grant=[*CHAT_GRANT, "inferenceRequest", "contextHooks.beforeInference.observe",
+                                "inferenceLifecycle"],
+                         script={"handlers": {"context/beforeInference": {
+                             "delay": 1.0, "result": {"featureSet": "think", "contextInjections": []}}}})
+        agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=0,
+                            backend=BackendConfig(kind="scripted", script=["hi"]))
+        config = with_inference(config_with(tmp_path, spec), SCRIPTED, agents=[agent])
+        async with running_host(config):
+            await wait_for(lambda: record(tmp_path, "hooked").done, timeout=30)
+        rec = record(tmp_path, "hooked")
+        refused = error_of(rec, 3)
+        assert refused["code"] == -32600 and refused["data"] == {"reason": "hook_pending"}
+        assert result_of(rec, 5)["content"] == "four"
