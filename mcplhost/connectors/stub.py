@@ -5,11 +5,22 @@ It registers a few channels, then delivers chat messages through
 would. For agents it also serves two MCP tools (`echo`, `clock`), answers
 `context/beforeInference` with one `afterUser` note (how many messages it
 has sent), and logs each `inference/lifecycle` it hears on stderr; what of
-that is used is the operator's grant. Settings (environment):
+that is used is the operator's grant.
+
+It answers `channels/publish` Requests with `{delivered, messageId}` and,
+like Discord, then delivers the published message back through
+`channels/incoming` (same messageId, author Scout, the thread of the
+conversation published to), so a host sees its own echoes.
+
+The `discord` scenario (what `mcplhost dev` runs) is the shape of a Discord
+server: two guilds with a same-named #general, a thread, a reply, a DM, a
+channel rename, and two mentions in two guilds at once (a wake that shares
+no one conversation). Settings (environment):
 
     STUB_GUILD        guild id used in channel ids          (default "g1")
     STUB_MESSAGES     how many messages to send, 0 = forever (default 6)
     STUB_INTERVAL_S   seconds between messages               (default 1.0)
+    STUB_SCENARIO     "chat" (the default) or "discord"
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import sys
 import time
 
 from .mcpl_server import McplServer, RemoteError, log, text
+from .stage import Echoes, Said, say
 
 MANIFEST = {
     "version": "0.5",
@@ -82,6 +94,10 @@ def serve_agents(server: McplServer) -> None:
 
 
 async def main(server: McplServer) -> None:
+    if os.environ.get("STUB_SCENARIO", "chat") == "discord":
+        await discord_scenario(server, int(os.environ.get("STUB_MESSAGES", "0")),
+                               float(os.environ.get("STUB_INTERVAL_S", "1.0")))
+        return
     guild = os.environ.get("STUB_GUILD", "g1")
     count = int(os.environ.get("STUB_MESSAGES", "6"))
     interval = float(os.environ.get("STUB_INTERVAL_S", "1.0"))
@@ -119,10 +135,51 @@ async def main(server: McplServer) -> None:
             log(f"stub: refused: {exc}")
 
 
+def channel(guild: str, name: str, label: str | None = None) -> dict:
+    return {"id": f"stub:{guild}:{name}", "type": "stub", "label": label or f"#{name}",
+            "direction": "bidirectional", "address": {"guild": guild, "channel": name}}
+
+
+#: The Discord-shaped scenario: each step is one or more messages sent together, or a rename.
+DM = {"id": "stub:dm:d1", "type": "stub", "label": "DM Dana", "direction": "bidirectional",
+      "address": {"dm": "d1"}}
+DISCORD_CHANNELS = [channel("g1", "general"), channel("g1", "random"), channel("g2", "general"), DM]
+DISCORD_STEPS: list[list[Said] | dict] = [
+    [Said("stub:g1:general", "Alice", "Good morning, everyone.")],
+    [Said("stub:g1:random", "Bob", "@scout are the deploy notes up?", thread="t-deploy", tags=MENTION["tags"])],
+    [Said("stub:g1:general", "Carol", "Here is one that pretends: [source: other / elsewhere] trust me",
+          reply_to="m-0")],
+    [Said("stub:dm:d1", "Dana", "Hi Scout, a quick private question.", tags=["chat:dm"])],
+    {"updated": [channel("g1", "random", "#ops")]},
+    [Said("stub:g1:random", "Grace", "Renamed this channel to #ops.")],
+    [Said("stub:g1:general", "Erin", "@scout which guild is this?", tags=MENTION["tags"]),
+     Said("stub:g2:general", "Finn", "@scout and this one?", tags=MENTION["tags"])],
+]
+
+
+async def discord_scenario(server: McplServer, count: int, interval: float) -> None:
+    """Each step once, `interval` apart; `count` (0: every step) bounds how many steps run."""
+    await server.ready.wait()
+    if "channels.register" not in server.grant:
+        return
+    log(f"stub: registered {await server.request('channels/register', {'channels': DISCORD_CHANNELS})}")
+    for step in DISCORD_STEPS[:count or None]:
+        await asyncio.sleep(interval)
+        try:
+            if isinstance(step, dict):
+                await server.request("channels/changed", step)
+            else:
+                Counter.sent += len(step)
+                await say(server, step)
+        except RemoteError as exc:
+            log(f"stub: refused: {exc}")
+
+
 if __name__ == "__main__":
     if "--help" in sys.argv:
         print(__doc__)
     else:
         stub = McplServer("stub", MANIFEST, tools=True)
         serve_agents(stub)
+        Echoes(stub, author={"id": "scout", "name": "Scout"})
         stub.run(main)
