@@ -11,6 +11,11 @@ connector was told is accepted is always on disk.
 `ConnectorHandle`, built before anything starts and kept for the host's
 life (after a stop each reads `stopped`); the speech router, agent tools and
 status socket use those, never the supervisor's task group.
+
+`Host.outbox_senders` maps each connector's name to its `OutboxSender`
+(speech/outbox.py), built when the store opens and run beside the connectors
+(stopped with them, before the group writer); a turn that queued a publish
+calls its `notify()`.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class Host:
         self.connectors: Mapping[str, ConnectorHandle] = MappingProxyType(self._handles)
         #: The agents (set while running, when any is configured); they consume the Stored events.
         self.agents: Any = None
+        self._senders: dict[str, Any] = {}
+        #: name → the connector's outbox sender (set while running).
+        self.outbox_senders: Mapping[str, Any] = MappingProxyType(self._senders)
         self._agent_events = self.stored_events() if config.agents else None
 
     def stored_events(self) -> ObjectReceiveStream[Stored]:
@@ -83,6 +91,7 @@ class Host:
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
             self.writer = writer = GroupWriter(store)
             self.ingest = ingest = Ingest(store, writer, log, on_stored=self.on_stored, events=self._stored_send)
+            self._build_senders(store, writer)
             async with anyio.create_task_group() as base:
                 await base.start(writer.run)
                 base.start_soon(self._prune, store)
@@ -93,6 +102,8 @@ class Host:
                         if self._agent_events is not None:
                             # Cursors first: a new agent's starts at the end before any connector can add an item.
                             await agents.start(self._run_agents, store, writer, self._agent_events)
+                        for sender in self._senders.values():  # each waits for its connector to be ready
+                            connectors.start_soon(sender.run)
                         connectors.start_soon(self._start_all, connectors, ingest)
                         await stop.wait()
                         log.info("host.stopping")
@@ -112,8 +123,16 @@ class Host:
                           task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         from .agents.runtime import AgentsRuntime  # only a host with agents loads them (and their SDKs)
 
-        self.agents = AgentsRuntime(self.config, store, writer, self.connectors, events)
+        self.agents = AgentsRuntime(self.config, store, writer, self.connectors, events, outbox=self.outbox_senders)
         await self.agents.run(task_status=task_status)
+
+    def _build_senders(self, store: Any, writer: GroupWriter) -> None:
+        from .speech.outbox import OutboxSender
+
+        max_age_s = {agent.name: agent.publish_max_age_s for agent in self.config.agents}
+        self._senders.clear()
+        for name, handle in self._handles.items():
+            self._senders[name] = OutboxSender(store, writer, handle, max_age_s=max_age_s)
 
     async def _start_all(self, connectors: anyio.abc.TaskGroup, ingest: Ingest) -> None:
         """Start every connector at once; READY=1 once each finished its handshake or gave up."""

@@ -148,7 +148,8 @@ class AgentsRuntime:
         for agent in config.agents:
             backend = (backends or {}).get(agent.name) or make_backend(agent.backend)
             toolbox = ToolBox(agent, handles, store)
-            services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms)
+            services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms,
+                                    outbox=outbox if outbox is not None else {})
             self.runners[agent.name] = AgentRunner(agent, services)
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.

@@ -72,6 +72,8 @@ class TurnServices:
     rows: RowCache | None = None  # the host's shared row cache; None: read the store each time
     budget_held: bool = False  # max_tokens_per_day reached and warned about; reset once a call is made again
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    #: connector name → its outbox sender (speech/outbox.py); `notify()` it after queuing a publish.
+    outbox: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,200 @@
+"""One sender per connector: delivers its pending outbox rows with `channels/publish` (AGENTS.md §7).
+
+The sender reads its connector's pending rows from the store (never from
+memory alone), so a connector restart or a host restart resumes where it
+stopped; delivery is at least once (a publish whose answer was lost is sent
+again). It sends only while the connector is ready, one publish at a time,
+and in order per channel: a channel's later rows wait while its oldest row
+waits for a retry. Each outcome is committed through the group writer:
+
+- `{delivered: true, messageId}` ends the row delivered (the messageId feeds
+  echo suppression: `store.outbox.remember_delivered`);
+- a permanent error ends it failed at once; a retryable one (timeout, dead
+  connection, -32603) records the try and waits its backoff (speech/retry.py);
+- a row pending longer than its agent's `publish_max_age_s` fails unsent.
+
+A failed row stores a `failed-reply` notice for its agent (an agent row:
+it wakes no one). The notice is built here, not with agents/rows.py, since
+speech must not import agents; its shape is `rows.notice_row`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from mcplhost.inbound.quoting import header_value, label_value
+from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.store.items import NewItem
+from mcplhost.store.operations import EndPublish, RecordPublishAttempt
+from mcplhost.store.outbox import PendingPublish
+from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped
+
+from .retry import GiveUp, RetryRules, after_failed_try, code_failure, too_old
+
+log = structlog.get_logger()
+
+#: Pending rows read per pass over the queue.
+PENDING_PAGE = 256
+#: The method and its params' shape (HOST-DIGEST §3).
+PUBLISH_METHOD = "channels/publish"
+#: Default `publish_max_age_s` for an agent the sender was not told about (AGENTS.md §7).
+DEFAULT_MAX_AGE_S = 3600.0
+
+
+class PublishResult(msgspec.Struct, frozen=True):
+    """The Request form's answer: `{delivered: true, messageId}`."""
+
+    delivered: bool
+    messageId: str | None = None  # noqa: N815 (the wire's name)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def publish_params(row: PendingPublish) -> dict[str, Any]:
+    """channels/publish params for a row: the thread travels in the conversation id."""
+    return {"conversationId": row.conversation_id, "channelId": row.channel_id, "stream": False,
+            "content": [{"type": "text", "text": row.text}]}
+
+
+def failed_reply_text(row: PendingPublish, label: str | None, reason: str) -> str:
+    """The notice's words: the channel by label and id (quoted by the header rules), the thread, the reason."""
+    where = f"{header_value(row.server_id)}/{header_value(row.channel_id)}"
+    if label:
+        where = f"{label_value(label)} ({where})"
+    if row.thread_id is not None:
+        where += f" thread {header_value(row.thread_id)}"
+    return f"Your reply to {where} was not delivered: {reason}. Outbox id {row.id}."
+
+
+def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, at: int) -> NewItem:
+    """The `failed-reply` notice row for the row's agent (rows.notice_row's shape)."""
+    metadata = {"outboxId": row.id, "turnId": row.turn_id, "reason": reason,
+                "destination": {"serverId": row.server_id, "channelId": row.channel_id, "threadId": row.thread_id},
+                "kind": "failed-reply", "system": True, "conversationId": row.conversation_id}
+    return NewItem(role="user", content=[{"type": "text", "text": failed_reply_text(row, label, reason)}],
+                   metadata=metadata, created_at=at, agent=row.agent, participant=row.agent,
+                   conversation_id=row.conversation_id)
+
+
+class OutboxSender:
+    """Delivers one connector's outbox; `notify()` after queuing a publish, `run()` for the connector's life."""
+
+    def __init__(self, store: Any, writer: Any, handle: Any, *, max_age_s: Mapping[str, float] | None = None,
+                 rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms) -> None:
+        self.store = store
+        self.writer = writer
+        self.handle = handle
+        self.server_id: str = handle.name
+        self.rules = rules
+        self._max_age_s = dict(max_age_s or {})
+        self._clock_ms = clock_ms
+        self._wake = anyio.Event()
+        self.stats = {"delivered": 0, "failed": 0, "retried": 0}
+
+    def notify(self) -> None:
+        """Something was queued for this connector: look at the queue now."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Deliver until cancelled or until the connector has stopped for good."""
+        log.debug("outbox.sender_started", connector=self.server_id)
+        while True:
+            try:
+                await self.handle.wait_ready()
+            except ConnectorStopped:
+                log.info("outbox.sender_stopped", connector=self.server_id)
+                return
+            wake = self._wake = anyio.Event()  # a notify from here on is seen by the wait below
+            try:
+                next_at = await self.deliver_due()
+            except ConnectorNotReady:
+                continue  # not ready any more: wait for the next life
+            except Exception:  # a store or writer fault must not end delivery for good
+                log.error("outbox.sender_failed", connector=self.server_id, exc_info=True)
+                next_at = self._clock_ms() + round(self.rules.first_s * 1000)
+            if next_at == 0:
+                continue  # sent something: look again at once
+            with anyio.move_on_after(None if next_at is None else max(next_at - self._clock_ms(), 0) / 1000):
+                await wake.wait()
+
+    async def deliver_due(self) -> int | None:
+        """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due)."""
+        rows = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+        blocked: set[str] = set()
+        earliest: int | None = None
+        sent = False
+        for row in rows:
+            if row.channel_id in blocked:
+                continue  # in order per channel: behind a row that waits
+            now = self._clock_ms()
+            if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
+                await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
+                continue
+            if row.next_attempt_at > now:
+                blocked.add(row.channel_id)
+                earliest = row.next_attempt_at if earliest is None else min(earliest, row.next_attempt_at)
+                continue
+            retry_at = await self._send(row)
+            if retry_at is not None:
+                blocked.add(row.channel_id)
+                earliest = retry_at if earliest is None else min(earliest, retry_at)
+                continue
+            sent = True
+        return 0 if sent else earliest
+
+    async def _send(self, row: PendingPublish) -> int | None:
+        """Try the row once; None when it ended (delivered or failed), else when to try it again (epoch ms)."""
+        started = self._clock_ms()
+        try:
+            result = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=PublishResult)
+        except RemoteError as exc:
+            error = f"the connector refused it ({exc.code}: {exc.message})"
+            if code_failure(exc.code) == "permanent":
+                return await self._fail(row, error)
+            return await self._retry(row, error, started)
+        except RequestTimeout as exc:
+            return await self._retry(row, f"no answer ({exc})", started)
+        except ConnectorGone as exc:
+            return await self._retry(row, f"the connection ended before the answer ({exc})", started)
+        except msgspec.ValidationError as exc:
+            return await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc})")
+        if not result.delivered:
+            return await self._retry(row, "the connector answered delivered: false", started)
+        at = self._clock_ms()
+        (ended,) = await self.writer.submit(EndPublish(row.id, "delivered", at, message_id=result.messageId))
+        if ended and result.messageId is not None:
+            self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id)
+        self.stats["delivered"] += 1
+        log.info("outbox.delivered", connector=row.server_id, channel=row.channel_id, thread=row.thread_id,
+                 outbox_id=row.id, message_id=result.messageId, agent=row.agent, attempts=row.attempts + 1)
+        return None
+
+    async def _retry(self, row: PendingPublish, error: str, started: int) -> int | None:
+        attempts = row.attempts + 1
+        now = self._clock_ms()
+        step = after_failed_try(attempts, row.first_attempt_at or started, now, error, self.rules)
+        if isinstance(step, GiveUp):
+            return await self._fail(row, step.reason)
+        await self.writer.submit(RecordPublishAttempt(row.id, now, step.at, error))
+        self.stats["retried"] += 1
+        log.warning("outbox.retry", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
+                    attempts=attempts, retry_in_ms=step.at - now, error=error)
+        return step.at
+
+    async def _fail(self, row: PendingPublish, reason: str, *, attempted: bool = True) -> None:
+        """End the row failed, with its agent's notice; None (nothing to retry)."""
+        at = self._clock_ms()
+        channel = self.handle.channel(row.channel_id)
+        notice = failed_reply_notice(row, channel.label if channel is not None else None, reason, at=at)
+        await self.writer.submit(EndPublish(row.id, "failed", at, error=reason, attempted=attempted, notice=notice))
+        self.stats["failed"] += 1
+        log.warning("outbox.failed", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
+                    agent=row.agent, reason=reason)
