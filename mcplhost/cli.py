@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     turns.add_argument("--agent", default=None, help="only this agent's turns")
     turns.add_argument("--limit", type=count, default=None, help="only the newest N turns")
 
+    outbox = sub.add_parser("outbox", help="print publishes and their fate, oldest first", epilog=EPILOG)
+    outbox.add_argument("--db", type=path_option, required=True)
+    outbox.add_argument("--json", action="store_true", help="one JSON object per line")
+    outbox.add_argument("--state", choices=("pending", "delivered", "failed"), default=None,
+                        help="only the publishes in this state")
+
     migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=LOCK_EPILOG)
     migrate.add_argument("--db", type=path_option, required=True)
 
@@ -380,6 +386,21 @@ def cmd_turns(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_outbox(args: argparse.Namespace) -> int:
+    from .readers import outbox_plain_line
+    from .store.outbox import outbox_line
+
+    async def main() -> None:
+        async with open_reader(existing_database(args.db)) as store:
+            out = sys.stdout.buffer
+            async for row in store.outbox.iterate(state=args.state):
+                out.write(outbox_line(row) + b"\n" if args.json else (outbox_plain_line(row) + "\n").encode())
+            out.flush()
+
+    anyio.run(main)
+    return EXIT_OK
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Takes the database's lock like `run`: migrating under a running daemon is refused."""
     db = usable_database(args.db)
@@ -418,6 +439,7 @@ COMMANDS = {
     "messages": cmd_messages,
     "search": cmd_search,
     "turns": cmd_turns,
+    "outbox": cmd_outbox,
     "migrate": cmd_migrate,
     "connector": cmd_connector,
 }

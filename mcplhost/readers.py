@@ -1,5 +1,5 @@
 """Readers of what was said: they read bodies only, never the source header (PROVENANCE §6).
-Also the plain view of the turns ledger (`mcplhost turns`).
+Also the plain views of the turns ledger (`mcplhost turns`) and the outbox (`mcplhost outbox`).
 
 `search_items` streams the table a page at a time (`items.iterate`), so its
 memory is one page plus the hits it keeps, whatever the table's size. Hits
@@ -21,7 +21,9 @@ import msgspec
 import regex
 
 from .inbound.notice import reader_body
+from .inbound.quoting import header_value
 from .store import Store
+from .store.outbox import OutboxRow
 from .store.turns import Turn, spent_tokens
 
 #: A user's regular expression gets this long per item before it is abandoned.
@@ -161,3 +163,20 @@ def turn_plain_line(turn: Turn) -> str:
     wake = (shown or "-") + (f",…+{hidden}" if hidden > 0 else "")
     return (f"{turn.id:>6}  {turn.agent:<16} {turn.outcome or 'running':<9} {started} {took:>8}"
             f"  {turn.model or '-'}  tokens={tokens}  wake={wake}")
+
+
+# --- the outbox ------------------------------------------------------------------------
+
+
+def _utc(ms: int | None) -> str:
+    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def outbox_plain_line(row: OutboxRow) -> str:
+    """One publish for people: id, agent, state, tries, queued (UTC), destination (quoted), messageId, last error."""
+    where = f"{header_value(row.server_id)}/{header_value(row.channel_id)}"
+    if row.thread_id is not None:
+        where += f" thread {header_value(row.thread_id)}"
+    error = "" if row.last_error is None else f"  error={header_value(row.last_error)}"
+    return (f"{row.id:>6}  {row.agent:<16} {row.state:<9} tries={row.attempts:<2} {_utc(row.created_at)}"
+            f"  {where}  message={header_value(row.message_id) if row.message_id is not None else '-'}{error}")
