@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import anyio
@@ -68,3 +69,16 @@ def test_a_missing_database_is_one_clear_line(tmp_path: Path):
     """A --db that does not exist exits non-zero with one line on stderr, nothing on stdout."""
     done = cli("outbox", "--db", str(tmp_path / "nope.db"))
     assert done.returncode != 0 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_database_before_the_outbox_asks_for_migrate(tmp_path: Path):
+    """A database at schema 3 (no outbox table yet) is refused with one line naming migrate, not a traceback."""
+    db = tmp_path / "host.db"
+    anyio.run(seed, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM schema_version WHERE version = 4")
+        conn.execute("DROP TABLE outbox")
+    conn.close()
+    done = cli("outbox", "--db", str(db))
+    assert done.returncode == 1 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert "migrate" in done.stderr
