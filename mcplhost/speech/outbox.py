@@ -28,14 +28,15 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.inbound.quoting import header_value, label_value
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
 from mcplhost.store.outbox import PendingPublish
 from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped
 
+from .notices import failed_reply_notice as failed_reply_notice_text
 from .retry import GiveUp, RetryRules, after_failed_try, code_failure, too_old
+from .routing import Destination
 
 log = structlog.get_logger()
 
@@ -65,13 +66,9 @@ def publish_params(row: PendingPublish) -> dict[str, Any]:
 
 
 def failed_reply_text(row: PendingPublish, label: str | None, reason: str) -> str:
-    """The notice's words: the channel by label and id (quoted by the header rules), the thread, the reason."""
-    where = f"{header_value(row.server_id)}/{header_value(row.channel_id)}"
-    if label:
-        where = f"{label_value(label)} ({where})"
-    if row.thread_id is not None:
-        where += f" thread {header_value(row.thread_id)}"
-    return f"Your reply to {where} was not delivered: {reason}. Outbox id {row.id}."
+    """The notice's words (speech/notices.py: the conversation by the header rules, and why), with the outbox id."""
+    destination = Destination(server_id=row.server_id, channel_id=row.channel_id, thread_id=row.thread_id)
+    return f"{failed_reply_notice_text(destination, label, reason)} (outbox id {row.id})"
 
 
 def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, at: int) -> NewItem:
