@@ -1,0 +1,212 @@
+"""Streaming a turn's text: `channels/outgoing/chunk` and `/complete` (HOST-DIGEST §3.2, AGENTS.md §7).
+
+A `Streamer` serves one inference. It sends nothing until `open(destinations)`
+says routing is decided; text the backend streamed before that is held and
+goes out as the first chunk once it opens. Only destinations whose connector
+is ready and holds `channels.streaming` now are streamed to (the grant holds
+only what the connector declared, so granted means declared too).
+
+- `chunk(text)` is the backend's synchronous `on_text`: each piece goes to
+  every open channel, in order, each notification with the next value of one
+  index shared by the whole inference, so the index rises across channels and
+  joining one channel's deltas in index order rebuilds its text.
+- Leaving `async with Streamer(...)` (the turn finished, failed, or was
+  cancelled) sends `complete` exactly once per channel that got at least one
+  chunk, with the text that channel was streamed, shielded and bounded
+  (`COMPLETE_TIMEOUT_S`), so an aborted turn still ends its streams.
+
+A `>>> DEST` pin line may send the words after it elsewhere, so streaming
+stops where such a line begins (`streamable_end`): a preview never shows a
+channel words routed to another. Chunks are advisory: delivery is only ever the outbox's `channels/publish`.
+A connector that cannot take a notification costs its own stream (logged),
+never the turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import anyio
+import structlog
+
+from mcplhost.speech.routing import PIN_MARK, Destination
+
+log = structlog.get_logger()
+
+STREAMING = "channels.streaming"
+CHUNK = "channels/outgoing/chunk"
+COMPLETE = "channels/outgoing/complete"
+#: A line start held while it could still become a pin is released past this many spaces.
+MAX_HELD_LINE_CHARS = 64
+#: The completes of one inference, all together, may take this long at exit (they are queued, not answered).
+COMPLETE_TIMEOUT_S = 2.0
+
+
+def streamable_end(text: str, start: int) -> tuple[int, bool]:
+    """How much of `text` may be streamed, scanning lines from the one holding `start`; and whether a pin began.
+
+    A line whose text (after spaces) opens with the pin mark may re-route
+    what follows (speech/routing.py), so streaming stops at its start for
+    good: a preview never shows words meant for another channel. An
+    unfinished last line that could still become one is held.
+    """
+    line_start = text.rfind("\n", 0, start) + 1
+    while True:
+        newline = text.find("\n", line_start)
+        line = text[line_start:] if newline < 0 else text[line_start:newline]
+        opening = line.lstrip(" \t")
+        if opening.startswith(PIN_MARK):
+            return line_start, True
+        if newline < 0:
+            held = PIN_MARK.startswith(opening) and len(line) < MAX_HELD_LINE_CHARS
+            return (line_start if held else len(text)), False
+        line_start = newline + 1
+
+
+def streamable(handle: Any) -> bool:
+    """Whether a connector may be streamed to now: it serves (ready) and holds channels.streaming."""
+    from mcplhost.supervisor.handle import State  # late: speech sits below the supervisor
+
+    return handle is not None and handle.state is State.READY and STREAMING in handle.grant
+
+
+class _Channel:
+    __slots__ = ("conversation_id", "destination", "failed", "sent", "text")
+
+    def __init__(self, destination: Destination) -> None:
+        self.destination = destination
+        self.conversation_id = destination.conversation_id()
+        self.text: list[str] = []  # what this channel was sent, in order
+        self.sent = 0  # chunks that went out
+        self.failed = False  # a send failed: nothing more goes to it, complete still does if any chunk went
+
+
+class Streamer:
+    """The streams of one inference (`inference_id`) to the channels routing chose."""
+
+    def __init__(self, handles: Mapping[str, Any], inference_id: str) -> None:
+        self._handles = handles
+        self.inference_id = inference_id
+        self._channels: list[_Channel] | None = None  # None until open()
+        self._text: list[str] = []  # everything the backend streamed, in order
+        self._released = 0  # characters of it handed to the sender (the rest is held)
+        self._sealed = False  # a pin line began: nothing more is streamed in this inference
+        self._queue: list[str] = []  # text waiting for the sender task
+        self._wake = anyio.Event()
+        self._drained = anyio.Event()  # set once the sender has sent everything queued before the close
+        self._closing = False
+        self._lock = anyio.Lock()
+        self._completed = False  # the completes are (being) sent: no chunk after them
+        self.index = 0  # the next chunk's index, shared by every channel of this inference
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    # --- what the turn calls -----------------------------------------------------
+
+    def open(self, destinations: Iterable[Destination]) -> list[Destination]:
+        """Routing is decided: stream to these (the streamable ones); the destinations streamed to.
+
+        Called once; a later call changes nothing (logged).
+        """
+        if self._channels is not None:
+            log.info("speech.stream_reopen_ignored", inferenceId=self.inference_id)
+            return [c.destination for c in self._channels]
+        unique = list(dict.fromkeys(destinations))
+        self._channels = [_Channel(d) for d in unique if streamable(self._handles.get(d.server_id))]
+        self._release()
+        return [c.destination for c in self._channels]
+
+    def chunk(self, text: str) -> None:
+        """One piece of streamed text (the backend's `on_text`); never blocks, never raises."""
+        if not text or self._closing:
+            return
+        self._text.append(text)
+        if self._channels:
+            self._release()
+
+    def _release(self) -> None:
+        """Queue what may be streamed now: up to the first line that is or may become a `>>>` pin."""
+        if self._sealed or not self._channels:
+            return
+        whole = "".join(self._text)
+        self._text = [whole]
+        end, sealed = streamable_end(whole, self._released)
+        if end > self._released:
+            self._queue.append(whole[self._released:end])
+            self._released = end
+            self._wake.set()
+        self._sealed = sealed
+
+    # --- lifetime --------------------------------------------------------------------
+
+    async def __aenter__(self) -> Streamer:
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._send_loop)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        assert self._task_group is not None
+        self._closing = True
+        self._wake.set()
+        with anyio.CancelScope(shield=True):
+            # The sender drains what is queued (bounded), then every stream gets its one complete.
+            with anyio.move_on_after(COMPLETE_TIMEOUT_S):
+                await self._drained.wait()
+            with anyio.move_on_after(COMPLETE_TIMEOUT_S) as bound:
+                async with self._lock:  # never between a chunk's sends; no chunk after this
+                    self._completed = True
+                    await self._complete_all()
+            if bound.cancelled_caught:
+                log.warning("speech.stream_complete_timeout", inferenceId=self.inference_id,
+                            timeout_s=COMPLETE_TIMEOUT_S)
+        self._task_group.cancel_scope.cancel()
+        return await self._task_group.__aexit__(exc_type, exc, tb)
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            while self._queue:
+                async with self._lock:
+                    if self._completed:
+                        return
+                    text, self._queue = "".join(self._queue), []
+                    await self._send_chunk(text)
+            if self._closing:
+                self._drained.set()
+                return
+
+    async def _send_chunk(self, text: str) -> None:
+        for channel in self._channels or []:
+            if channel.failed:
+                continue
+            params = {"inferenceId": self.inference_id, "conversationId": channel.conversation_id,
+                      "channelId": channel.destination.channel_id, "index": self.index, "delta": text}
+            self.index += 1
+            if await self._notify(channel, CHUNK, params):
+                channel.text.append(text)
+                channel.sent += 1
+
+    async def _complete_all(self) -> None:
+        for channel in self._channels or []:
+            if channel.sent == 0:
+                continue  # complete goes only where a chunk went
+            text = "".join(channel.text)
+            params = {"inferenceId": self.inference_id, "conversationId": channel.conversation_id,
+                      "channelId": channel.destination.channel_id, "content": [{"type": "text", "text": text}]}
+            channel.failed = False  # one try even after a failed chunk: the connector may be back
+            await self._notify(channel, COMPLETE, params)
+
+    async def _notify(self, channel: _Channel, method: str, params: dict[str, Any]) -> bool:
+        handle = self._handles.get(channel.destination.server_id)
+        try:
+            await handle.notify(method, params)
+        except Exception:
+            channel.failed = True
+            log.info("speech.stream_send_failed", inferenceId=self.inference_id, method=method,
+                     connector=channel.destination.server_id, channel=channel.destination.channel_id, exc_info=True)
+            return False
+        return True
