@@ -100,7 +100,8 @@ class Ingest:
                  on_stored: Callable[[list[NewItem]], None] | None = None,
                  events: ObjectSendStream[Stored] | None = None) -> None:
         self.store = store
-        self._echoes_loaded = False  # the outbox's echo window seeded from the table (once, at the first item)
+        #: Set once the outbox's echo window is seeded from the table (by the first request, before its items).
+        self._echoes_loaded: anyio.Event | None = None
         self.writer = writer
         self.log = log
         self.clock_ms = clock_ms
@@ -198,12 +199,16 @@ class Ingest:
 
     async def _load_echoes(self, now: int) -> None:
         """Before the first item: the echo window from the outbox table, so a restart forgets no recent publish."""
-        if self._echoes_loaded:
+        if self._echoes_loaded is not None:
+            await self._echoes_loaded.wait()  # a concurrent first request: mark nothing before the seed is in
             return
-        self._echoes_loaded = True
-        remembered = await self.store.outbox.load_recent_delivered(now)
-        if remembered:
-            self.log.info("ingest.echoes_loaded", delivered=remembered)
+        self._echoes_loaded = anyio.Event()
+        try:
+            remembered = await self.store.outbox.load_recent_delivered(now)
+            if remembered:
+                self.log.info("ingest.echoes_loaded", delivered=remembered)
+        finally:
+            self._echoes_loaded.set()
 
     def _echo_marked(self, server_id: str, processed: Processed) -> Processed:
         """The item marked as the echo of this host's own publish when it is one (speech/echoes.py)."""
