@@ -41,6 +41,7 @@ __all__ = [
     "PIN_MARK",
     "PUBLISH",
     "REFUSALS",
+    "Route",
     "ChannelView",
     "Destination",
     "Refused",
@@ -50,6 +51,7 @@ __all__ = [
     "default_destination",
     "permit",
     "resolve",
+    "route_after",
     "route_prose",
 ]
 
@@ -94,9 +96,10 @@ class Undecided(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Refused(msgspec.Struct, frozen=True, kw_only=True):
-    """A destination that cannot be used; `reason` is one of REFUSALS."""
+    """A destination that cannot be used; `reason` is one of REFUSALS, `target` the one channel named, if one."""
 
     reason: str
+    target: Destination | None = None
 
 
 class ChannelView(msgspec.Struct, frozen=True, kw_only=True):
@@ -126,6 +129,10 @@ class Segment(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
     target: Destination | None = None
     candidates: tuple[Destination, ...] = ()
+
+
+#: Where prose goes next: a permitted destination, a refusal (its text becomes drafts), or an undecided wake.
+Route = Destination | Refused | Undecided
 
 
 # --------------------------------------------------------------------------- channels
@@ -219,17 +226,16 @@ def resolve(dest: str, views: Sequence[ChannelView], *, thread: str | None = Non
     if len(named) > 1:
         return Refused(reason="ambiguous")
     view = named[0]
-    if view.refusal is not None:
-        return Refused(reason=view.refusal)
-    return Destination(server_id=view.server_id, channel_id=view.channel_id, thread_id=thread)
+    destination = Destination(server_id=view.server_id, channel_id=view.channel_id, thread_id=thread)
+    return destination if view.refusal is None else Refused(reason=view.refusal, target=destination)
 
 
 def permit(destination: Destination, views: Sequence[ChannelView]) -> Destination | Refused:
     """`destination` itself when its channel is registered, heard and permitted now; else why not."""
     for view in views:
         if view.server_id == destination.server_id and view.channel_id == destination.channel_id:
-            return destination if view.refusal is None else Refused(reason=view.refusal)
-    return Refused(reason="unknown")
+            return destination if view.refusal is None else Refused(reason=view.refusal, target=destination)
+    return Refused(reason="unknown", target=destination)
 
 
 # --------------------------------------------------------------------------- prose
@@ -264,56 +270,47 @@ def _pin(line: str, views: Sequence[ChannelView]) -> Destination | Refused | Non
     return resolved
 
 
-def _segment(text: str, route: Destination | Refused | Undecided, default: Destination | Undecided,
-             *, pinned: bool, published_default: bool, target: Destination | None) -> Segment | None:
+def _segment(text: str, route: Route, default: Route, *, pinned: bool, published_default: bool) -> Segment | None:
     text = text.strip("\r\n")
     if not text.strip():
         return None
     if isinstance(route, Undecided):
         return Segment(text=text, destination=None, reason=route.reason, candidates=route.candidates)
     if isinstance(route, Refused):
-        return Segment(text=text, destination=None, reason=route.reason, target=target)
+        return Segment(text=text, destination=None, reason=route.reason, target=route.target)
     if not pinned and published_default and route == default:
         return Segment(text=text, destination=None, reason=ALREADY_PUBLISHED, target=route)
     return Segment(text=text, destination=route)
 
 
-def _pin_target(value: str, views: Sequence[ChannelView]) -> Destination | None:
-    named = _named(value, views)
-    if len(named) != 1:
-        return None
-    return Destination(server_id=named[0].server_id, channel_id=named[0].channel_id)
-
-
-def route_prose(prose: str, default: Destination | Undecided, views: Sequence[ChannelView], *,
-                published_default: bool) -> list[Segment]:
-    """Split a turn's prose into segments at its pins and route each (AGENTS.md §6); empty prose: none.
-
-    `published_default`: the turn already sent to its default destination
-    through `channel_publish`, so text routed there by default is a draft.
-    """
-    route: Destination | Refused | Undecided = (permit(default, views) if isinstance(default, Destination)
-                                                 else default)
-    target = default if isinstance(default, Destination) else None
-    pinned = False
-    segments: list[Segment] = []
-    lines: list[str] = []
-
-    def flush() -> None:
-        segment = _segment("".join(lines), route, default, pinned=pinned, published_default=published_default,
-                           target=target)
-        if segment is not None:
-            segments.append(segment)
-        lines.clear()
-
+def _routes(prose: str, default: Route, views: Sequence[ChannelView]) -> list[tuple[Route, bool, list[str]]]:
+    """The prose's runs of lines, each with the route in force and whether a pin set it."""
+    route = permit(default, views) if isinstance(default, Destination) else default
+    runs: list[tuple[Route, bool, list[str]]] = [(route, False, [])]
     for line in prose.splitlines(keepends=True):
         pin = _pin(line, views)
         if pin is None:
-            lines.append(line)
-            continue
-        flush()
-        route, pinned = pin, True
-        value = _pin_value(line)
-        target = pin if isinstance(pin, Destination) else _pin_target(value or "", views)
-    flush()
-    return segments
+            runs[-1][2].append(line)
+        else:
+            runs.append((pin, True, []))
+    return runs
+
+
+def route_prose(prose: str, default: Route, views: Sequence[ChannelView], *,
+                published_default: bool) -> list[Segment]:
+    """Split a turn's prose into segments at its pins and route each (AGENTS.md §6); empty prose: none.
+
+    `default` is the wake's default destination (or Undecided), or the
+    route a pin in the turn's earlier prose left in force (`route_after`).
+    `published_default`: the turn already sent to its default destination
+    through `channel_publish`, so text routed there by default is a draft.
+    """
+    segments = (_segment("".join(lines), route, default, pinned=pinned, published_default=published_default)
+                for route, pinned, lines in _routes(prose, default, views))
+    return [segment for segment in segments if segment is not None]
+
+
+def route_after(prose: str, current: Route, views: Sequence[ChannelView]) -> Route:
+    """The route in force after `prose`: its last pin (refused or not), else `current`, for the turn's later prose."""
+    *_, (route, pinned, _lines) = _routes(prose, current, views)
+    return route if pinned else current

@@ -21,6 +21,7 @@ from mcplhost.speech.routing import (
     default_destination,
     permit,
     resolve,
+    route_after,
     route_prose,
 )
 
@@ -175,11 +176,12 @@ def test_resolve_refusals() -> None:
     views = [view("a", "in", refusal="inbound_only"), view("a", "np", refusal="not_permitted"),
              view("b", "x", refusal="no_publish")]
     assert resolve("nowhere", views) == Refused(reason="unknown")
-    assert resolve("a/in", views) == Refused(reason="inbound_only")
-    assert resolve("np", views) == Refused(reason="not_permitted")
-    assert resolve("x", views) == Refused(reason="no_publish")
-    assert permit(Destination(server_id="b", channel_id="x"), views) == Refused(reason="no_publish")
-    assert permit(Destination(server_id="b", channel_id="gone"), views) == Refused(reason="unknown")
+    assert resolve("a/in", views) == Refused(reason="inbound_only", target=Destination(server_id="a", channel_id="in"))
+    assert resolve("np", views).reason == "not_permitted"
+    assert resolve("x", views, thread="t") == Refused(
+        reason="no_publish", target=Destination(server_id="b", channel_id="x", thread_id="t"))
+    assert permit(Destination(server_id="b", channel_id="x"), views).reason == "no_publish"
+    assert permit(Destination(server_id="b", channel_id="gone"), views).reason == "unknown"
 
 
 names = st.text(alphabet="ab/\"\n :", min_size=1, max_size=4)
@@ -298,3 +300,15 @@ def test_each_segment_goes_where_the_last_pin_before_it_says(prose_lines: list[s
         expected.append(("\n".join(text).strip("\n"), current))
     segments = route_prose("\n".join(prose_lines), ROOM, VIEWS, published_default=False)
     assert [(s.text, s.destination) for s in segments] == expected
+
+
+def test_a_pin_holds_for_the_turns_later_prose() -> None:
+    """route_after gives the last pin of a round's prose, refused or not, so later prose follows it."""
+    ops = Destination(server_id="zulip", channel_id="stream:ops")
+    views = [*VIEWS, view("a", "in", refusal="inbound_only")]
+    assert route_after("before a tool call\n>>> ops\nto ops", ROOM, views) == ops
+    assert route_after("no pin here", ops, views) == ops
+    refused = route_after(">>> in\nmeant for in", ROOM, views)
+    assert refused == Refused(reason="inbound_only", target=Destination(server_id="a", channel_id="in"))
+    [later] = route_prose("closing words", refused, views, published_default=False)
+    assert later.destination is None and later.reason == "inbound_only" and later.target == refused.target
