@@ -1,7 +1,8 @@
 """The tools one agent is offered, and calling them (AGENTS.md §5).
 
-Host tools: `channel_list`, `channel_open` and `history_search`
-(`channel_publish` comes with the speech issue). Connector tools: every
+Host tools: `channel_list`, `channel_open`, `channel_publish` (queued
+through the turn's `TurnSpeech`, mcplhost/agents/speech.py) and
+`history_search`. Connector tools: every
 MCP tool of a connector the agent hears that holds `tools` now (an MCP-only
 connector too), offered as `<connector>__<tool>`. The agent's `tools` globs
 narrow both. What a tool returns is marked like an item body
@@ -62,6 +63,8 @@ CANCEL_SEND_TIMEOUT_S = 1.0
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 #: Backscroll entries read from one channels/open answer; the rest are left out.
 MAX_BACKSCROLL = 100
+#: Longest `thread` argument `channel_publish` takes (an id, not prose).
+MAX_THREAD_CHARS = 512
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +101,13 @@ HOST_TOOLS: tuple[ToolSpec, ...] = (
         "Open a channel (connector/channel-id, or a bare id or label naming exactly one channel) and read its "
         "recent messages, each under its own [source: …] header. " + SOURCE_RULE_TEXT),
         input_schema={"type": "object", "properties": {"channel": {"type": "string"}}, "required": ["channel"]}),
+    ToolSpec(name="channel_publish", description=(
+        "Send `text` to a channel now (connector/channel-id, or a bare id or label naming exactly one channel; "
+        "`thread` optional). Answers {\"status\":\"queued\",\"outboxId\":…} or "
+        "{\"status\":\"refused\",\"reason\":…} (unknown, ambiguous, inbound_only, not_permitted, no_publish)."),
+        input_schema={"type": "object", "properties": {
+            "channel": {"type": "string"}, "text": {"type": "string"}, "thread": {"type": "string"}},
+            "required": ["channel", "text"]}),
     ToolSpec(name="history_search", description=(
         "Search the bodies of the messages you hear (never their [source: …] headers), newest first; "
         "`regex` makes the query a regular expression. " + SOURCE_RULE_TEXT),
@@ -239,11 +249,14 @@ class ToolBox:
 
     # --- calling -----------------------------------------------------------------------
 
-    async def call(self, call: ToolCall) -> ToolOutcome:
-        """Run one call; every failure is an error result the model reads, logged once here."""
+    async def call(self, call: ToolCall, *, speech: Any = None) -> ToolOutcome:
+        """Run one call; every failure is an error result the model reads, logged once here.
+
+        `speech`: the turn's `mcplhost.agents.speech.TurnSpeech`, which `channel_publish` queues through.
+        """
         started = anyio.current_time()
         try:
-            outcome = await self._dispatch(call)
+            outcome = await self._dispatch(call, speech)
         except Exception as exc:  # a bug of ours must not fail the turn either
             self._log.error("agent.tool_crashed", tool=call.name, exc_info=True)
             outcome = failure(f"{call.name} failed inside the host ({type(exc).__name__})")
@@ -251,7 +264,7 @@ class ToolBox:
                        seconds=round(anyio.current_time() - started, 3))
         return outcome
 
-    async def _dispatch(self, call: ToolCall) -> ToolOutcome:
+    async def _dispatch(self, call: ToolCall, speech: Any = None) -> ToolOutcome:
         if not isinstance(call.arguments, dict):
             return failure(f"{call.name}: the arguments must be a JSON object")
         if call.name in {spec.name for spec in HOST_TOOLS}:
@@ -261,6 +274,8 @@ class ToolBox:
                 return self.channel_list()
             if call.name == "channel_open":
                 return await self.channel_open(call.arguments)
+            if call.name == "channel_publish":
+                return await self.channel_publish(call.arguments, speech)
             return await self.history_search(call.arguments)
         tool = self.connector_tools().get(call.name)
         if tool is None:
@@ -345,6 +360,19 @@ class ToolBox:
         summary = f"[host] opened {where}: {kept} recent message(s)" + (
             f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "")
         return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])
+
+    async def channel_publish(self, arguments: dict[str, Any], speech: Any) -> ToolOutcome:
+        """Queue a publish through the turn's speech (AGENTS.md §6): `queued` with its outbox id, or a refusal."""
+        channel, text, thread = arguments.get("channel"), arguments.get("text"), arguments.get("thread")
+        if not isinstance(channel, str) or not channel or not isinstance(text, str):
+            return failure("channel_publish needs `channel` and `text`, strings")
+        if thread is not None and (not isinstance(thread, str) or not thread or len(thread) > MAX_THREAD_CHARS):
+            return failure(f"channel_publish: `thread` is a non-empty string of at most {MAX_THREAD_CHARS} characters")
+        if not text.strip():
+            return failure("channel_publish: `text` is empty; nothing was sent")
+        if speech is None:
+            return failure("channel_publish works only inside a turn")
+        return as_text(await speech.publish(channel, text, thread))  # a refusal is an answer, not a failure
 
     async def history_search(self, arguments: dict[str, Any]) -> ToolOutcome:
         query, as_regex, limit = arguments.get("query"), arguments.get("regex", False), arguments.get(

@@ -13,8 +13,11 @@ The steps, each delegated to the module that owns its rule:
 4. Tool calls run in order through the agent's `ToolBox`; the calls and their
    results are stored as they happen (so a crash leaves a call the compiler
    closes with a synthetic `interrupted` result), at most `max_tool_rounds`.
-5. The final prose (a speech row with no destination: the speech issue
-   routes it), `FinishTurn` and `SetCursor` commit in one write.
+5. The final prose, routed by mcplhost/agents/speech.py (publishes with
+   their outbox rows, or drafts and a `drafts` notice), `FinishTurn` and
+   `SetCursor` commit in one write; the senders are notified after it.
+   Prose a round writes before its tool calls is routed and queued before
+   those calls run.
 
 A failed turn stores a `turn-failed` notice and logs the cause; it never
 raises (the runtime keeps serving every agent). A cancelled turn (host
@@ -38,8 +41,9 @@ from mcplhost.agents.context import Injections, compile_request, needs_notice
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import Backend, BackendError, ModelResponse, Usage
 from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.rows import notice_row, source_notice_row, speech_row, tool_call_row, tool_result_row
+from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
 from mcplhost.agents.scheduler import Wake
+from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
 from mcplhost.config import AgentConfig, system_prompt_text
 from mcplhost.inbound.notice import reader_body
 from mcplhost.store import NewItem, StoredItem
@@ -90,6 +94,7 @@ class _Progress:
     open_inference: str | None = None  # an inference with `started` sent and no terminal phase yet
     injections: Any = None  # the hook injections of the first request (JSON-able), kept with the turn
     conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
+    speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
 
     def add(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -125,9 +130,11 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *, cu
         (progress.turn_id,) = await services.writer.submit(
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
         text = await _converse(agent, wake, services, progress)
-        final = [speech_row(agent.name, progress.turn_id, text, created_at=services.clock_ms(),
-                            conversation_id=progress.conversation)] if text.strip() else []
-        await _finish(services, agent, progress, OUTCOME_COMPLETED, final, new_cursor)
+        # The final prose is routed and queued in the same commit as the turn's end (AGENTS.md §6–7).
+        final = progress.speech.operations(text) if progress.speech is not None else []
+        results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
+        if progress.speech is not None:
+            progress.speech.notify(final, results)
     except TokenBudgetSpent:
         outcome = OUTCOME_HELD
         if not services.budget_held:  # one warning per held spell, not one per wake
@@ -163,6 +170,11 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         rows = await _rows(agent, wake, services)
     system_prompt = system_prompt_text(agent)
     user_message = await _waking_text(services, wake, rows)
+    sources = waking_sources(rows, wake.item_ids)
+    if sources is None:
+        sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
+    speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
+                                          overflow=wake.overflow > 0, conversation=progress.conversation)
     tools = services.toolbox.specs()
     for turn_index in range(agent.max_tool_rounds + 1):
         response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
@@ -174,6 +186,8 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
             log.warning("agent.tool_rounds_exhausted", agent=agent.name, turn=progress.turn_id,
                         rounds=agent.max_tool_rounds, ignored_calls=len(response.tool_calls))
             return response.text
+        if response.text.strip():
+            await speech.say(response.text)  # queued before this round's calls run (AGENTS.md §3.4)
         await _tool_round(agent, services, progress, response)
         rows = await _rows(agent, wake, services)
     return ""  # not reached: the last round returns above
@@ -226,13 +240,12 @@ async def _close_inference(services: TurnServices, agent: AgentConfig, progress:
 
 async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Progress,
                       response: ModelResponse) -> None:
-    """Store the round's calls (with the prose before them), run each in order, store each result."""
-    calls = [tool_call_row(agent.name, progress.turn_id, call, text_before=response.text if i == 0 else "",
-                           created_at=services.clock_ms(), conversation_id=progress.conversation)
-             for i, call in enumerate(response.tool_calls)]
+    """Store the round's calls (its prose is stored as speech just before), run each in order, store each result."""
+    calls = [tool_call_row(agent.name, progress.turn_id, call, created_at=services.clock_ms(),
+                           conversation_id=progress.conversation) for call in response.tool_calls]
     await services.writer.submit(InsertItems(calls))
     for call in response.tool_calls:
-        outcome = await services.toolbox.call(call)
+        outcome = await services.toolbox.call(call, speech=progress.speech)
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
                                  created_at=services.clock_ms(), conversation_id=progress.conversation)
         await services.writer.submit(InsertItems([result]))
@@ -286,9 +299,12 @@ async def _waking_text(services: TurnServices, wake: Wake, rows: list[StoredItem
 
 
 async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
-                  rows: list[NewItem], cursor: int | None) -> None:
-    """The turn's last rows, its turns record and the agent's cursor, in one commit."""
-    operations: list[Any] = []
+                  rows: list[NewItem], cursor: int | None, *, first: list[Any] | None = None) -> list[Any]:
+    """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
+
+    `first`: operations that lead the write (the final prose's publishes), so their results lead too.
+    """
+    operations: list[Any] = list(first or ())
     if rows:
         operations.append(InsertItems(rows))
     ended = services.clock_ms()
@@ -296,7 +312,8 @@ async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progres
                                  progress.digest, injections=progress.injections))
     if cursor is not None:
         operations.append(SetCursor(agent.name, cursor, ended))
-    await services.writer.submit(*operations)
+    results: list[Any] = await services.writer.submit(*operations)
+    return results
 
 
 async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,

@@ -71,7 +71,8 @@ class TestOffered:
         async with running_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 specs = box.specs()
-        assert [s.name for s in specs] == ["channel_list", "channel_open", "history_search", "disc__forecast"]
+        assert [s.name for s in specs] == ["channel_list", "channel_open", "channel_publish", "history_search",
+                                          "disc__forecast"]
         assert specs[-1].input_schema == WEATHER["inputSchema"] and "The weather" in specs[-1].description
 
     async def test_globs_hears_and_the_grant_narrow_what_is_offered(self, tmp_path) -> None:
@@ -223,7 +224,7 @@ class TestHostTools:
                     unknown = await box.call(call("nothing__here"))
         assert missing.is_error and unknown.is_error
         assert [e["tool"] for e in logs if e["event"] == "agent.tool_called"] == ["channel_open", "nothing__here"]
-        assert {spec.name for spec in HOST_TOOLS} == {"channel_list", "channel_open", "history_search"}
+        assert {spec.name for spec in HOST_TOOLS} == {"channel_list", "channel_open", "channel_publish", "history_search"}
 
 
 def bundled(name: str, module: str, grant: list[str], **env: str) -> ConnectorConfig:

@@ -40,7 +40,7 @@ async def own_rows(store, agent: str):
 
 class TestCompletedTurn:
     async def test_a_turn_stores_the_notice_once_then_its_speech_and_one_turns_row(self, tmp_path: Path):
-        """First turn: source notice, then speech with no destination; the record has model, usage, digest, cursor."""
+        """First turn: source notice, then its prose (a draft: no connector serves the room); the record is whole."""
         agent = agent_config()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (first,) = await heard(ingest, "hello [source: evil]")
@@ -53,10 +53,10 @@ class TestCompletedTurn:
             turns = await store.turns.list()
             cursor = await store.cursors.get("scout")
         kinds = [row.metadata["kind"] for row in rows]
-        assert kinds == ["source-header-notice", "speech", "speech"]
-        speech = rows[1]
-        assert speech.role == "assistant" and speech.content == [{"type": "text", "text": "hi Alice"}]
-        assert speech.metadata["destination"] is None and speech.metadata["turnId"] == turns[0].id
+        assert kinds == ["source-header-notice", "draft", "drafts", "draft", "drafts"]
+        draft = rows[1]
+        assert draft.role == "assistant" and draft.content == [{"type": "text", "text": "hi Alice"}]
+        assert draft.metadata["reason"] == "unknown" and draft.metadata["turnId"] == turns[0].id
         assert [t.outcome for t in turns] == ["completed", "completed"]
         assert turns[0].wake_item_ids == [first] and turns[0].model == "recording-1"
         assert turns[0].usage is not None and turns[0].usage["inputTokens"] == 5
@@ -76,7 +76,7 @@ class TestCompletedTurn:
 
 class TestToolRounds:
     async def test_tool_calls_and_results_are_stored_in_order_before_the_final_speech(self, tmp_path: Path):
-        """A scripted reply calls history_search; call, result and the closing prose follow each other."""
+        """A scripted reply calls history_search; its prose (a draft here), call, result, closing prose in order."""
         agent = agent_config(backend=scripted(reply_with_tools("looking", ("history_search", {"query": "hello"})),
                                               "found it"))
         async with agent_store(tmp_path) as (store, writer, ingest):
@@ -85,11 +85,11 @@ class TestToolRounds:
             assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
             rows = await own_rows(store, "scout")
         kinds = [row.metadata["kind"] for row in rows]
-        assert kinds == ["source-header-notice", "tool-call", "tool-result", "speech"]
-        call, result, speech = rows[1:]
-        assert call.content == [{"type": "text", "text": "looking"}] and call.metadata["tool"] == "history_search"
+        assert kinds == ["source-header-notice", "draft", "drafts", "tool-call", "tool-result", "draft", "drafts"]
+        before, _, call, result, closing, _ = rows[1:]
+        assert before.content == [{"type": "text", "text": "looking"}] and call.metadata["tool"] == "history_search"
         assert result.metadata["toolCallId"] == call.metadata["toolCallId"] and result.role == "tool"
-        assert speech.content == [{"type": "text", "text": "found it"}]
+        assert closing.content == [{"type": "text", "text": "found it"}]
 
     async def test_a_tool_the_agent_lacks_is_a_result_the_model_reads(self, tmp_path: Path):
         """A call to an unknown tool stores an error result and the turn still completes."""
@@ -110,7 +110,7 @@ class TestToolRounds:
             (item,) = await heard(ingest, "hello")
             await run_turn(agent, wake_of(item), services(agent, store, writer, make_backend(agent.backend)))
             kinds = [row.metadata["kind"] for row in await own_rows(store, "scout")]
-        assert kinds.count("tool-call") == 2 and kinds.count("tool-result") == 2 and kinds[-1] == "speech"
+        assert kinds.count("tool-call") == 2 and kinds.count("tool-result") == 2 and kinds[-2] == "draft"
 
 
 class TestFailedTurn:

@@ -1,0 +1,145 @@
+"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (AGENTS.md §6–7).
+
+    speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
+    await speech.say(prose)              # prose before a round's tool calls: queued before they run
+    operations = speech.operations(text)  # the final prose, committed with the turn's end
+    speech.notify(operations)             # wake the senders once that write is in
+    answer = await speech.publish(channel, text, thread)   # the channel_publish tool
+
+The rules are mcplhost.speech's (pure): the default destination from the
+wake's frozen sources, `>>> DEST` pins, what is permitted. This module only
+turns their segments into typed writes: a routed segment is one
+`PublishSpeech` (its speech row and outbox row in one transaction, before
+anything is sent), the rest are draft rows followed by one `drafts` notice.
+After the write, each destination connector's sender is notified; a sender
+missing (its connector not started yet) finds the row when it starts.
+
+No double send: once `channel_publish` reached the default destination,
+`route_prose` turns later prose for it into a draft.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from mcplhost.agents.rows import draft_row, notice_row, speech_row
+from mcplhost.config import AgentConfig
+from mcplhost.speech.notices import drafts_notice
+from mcplhost.speech.routing import Destination, Refused, channel_views, default_destination, resolve, route_prose
+from mcplhost.store import StoredItem
+from mcplhost.store.operations import InsertItems, PublishSpeech
+from mcplhost.store.outbox import OutboxEntry
+
+log = structlog.get_logger()
+
+def waking_sources(rows: list[StoredItem], wake_item_ids: tuple[int, ...]) -> list[dict[str, Any]] | None:
+    """The frozen `metadata.source` of each waking item among `rows`, or None when one is not among them."""
+    wanted = set(wake_item_ids)
+    found = {row.id: row for row in rows if row.id in wanted}
+    if len(found) < len(wanted):
+        return None
+    return [source_of(found[item_id]) for item_id in sorted(wanted)]
+
+
+def source_of(item: StoredItem) -> dict[str, Any]:
+    """An item's frozen source envelope (an empty one when it has none: it then decides nothing)."""
+    source = item.metadata.get("source")
+    return source if isinstance(source, dict) else {}
+
+
+class TurnSpeech:
+    """One turn's speech state: its default destination and whether `channel_publish` already reached it."""
+
+    def __init__(self, agent: AgentConfig, services: Any, turn_id: int, sources: list[dict[str, Any]], *,
+                 overflow: bool, conversation: str | None) -> None:
+        self.agent = agent
+        self.services = services
+        self.turn_id = turn_id
+        self.conversation = conversation  # the wake's one conversation: drafts and notices belong to it
+        self.default = default_destination(sources, overflow=overflow)  # Destination | Undecided
+        self.current = self.default  # where unpinned prose goes: a pin holds for the rest of the turn
+        self.published_default = False
+
+    def views(self) -> list[Any]:
+        """The channels the agent hears, as routing sees them now (grant and registrations change)."""
+        return channel_views(self.services.handles, self.agent.hears)
+
+    # --- prose ------------------------------------------------------------------------
+
+    def operations(self, prose: str) -> list[Any]:
+        """The writes for `prose`: one PublishSpeech per routed segment, then drafts and their one notice."""
+        if not prose.strip():
+            return []
+        views = self.views()
+        segments = route_prose(prose, self.current, views,
+                               published_default=self.published_default and self.current == self.default)
+        last = segments[-1].destination if segments else None
+        if last is not None and last != self.current:
+            self.current = last  # a pin in this prose carries on into the turn's later prose (AGENTS.md §6)
+        now = self.services.clock_ms()
+        operations: list[Any] = []
+        drafts = []
+        for segment in segments:
+            if segment.destination is not None:
+                operations.append(self._publish_op(segment.destination, segment.text, now))
+            else:
+                drafts.append(segment)
+        if drafts:
+            rows = [draft_row(self.agent.name, self.turn_id, d.text, d.reason or "undecided", created_at=now,
+                              conversation_id=self.conversation) for d in drafts]
+            rows.append(notice_row(self.agent.name, "drafts", drafts_notice(drafts, views), created_at=now,
+                                   conversation_id=self.conversation, turnId=self.turn_id))
+            operations.append(InsertItems(rows))
+            for d in drafts:
+                log.info("speech.draft", agent=self.agent.name, turn=self.turn_id, reason=d.reason,
+                         chars=len(d.text))
+        return operations
+
+    async def say(self, prose: str) -> None:
+        """Store `prose` now (routed segments queued, the rest drafts) and wake the senders."""
+        operations = self.operations(prose)
+        if operations:
+            results = await self.services.writer.submit(*operations)
+            self.notify(operations, results)
+
+    def notify(self, operations: list[Any], results: list[Any] | None = None) -> None:
+        """Wake the sender of every connector an outbox row of `operations` went to; log each queued publish."""
+        senders: Mapping[str, Any] = getattr(self.services, "outbox", None) or {}
+        woken: set[str] = set()
+        for index, operation in enumerate(operations):
+            if not isinstance(operation, PublishSpeech):
+                continue
+            published = results[index] if results is not None and index < len(results) else None
+            for entry in operation.entries:
+                log.info("speech.queued", agent=self.agent.name, turn=self.turn_id, connector=entry.server_id,
+                         channel=entry.channel_id, thread=entry.thread_id,
+                         outbox=getattr(published, "outbox_ids", None))
+                if entry.server_id not in woken and entry.server_id in senders:
+                    woken.add(entry.server_id)
+                    senders[entry.server_id].notify()
+
+    def _publish_op(self, destination: Destination, text: str, now: int) -> PublishSpeech:
+        row = speech_row(self.agent.name, self.turn_id, text, destination, created_at=now)
+        entry = OutboxEntry(agent=self.agent.name, turn_id=self.turn_id, server_id=destination.server_id,
+                            channel_id=destination.channel_id, thread_id=destination.thread_id,
+                            conversation_id=destination.conversation_id(), text=text, created_at=now)
+        return PublishSpeech(speech=row, entries=[entry])
+
+    # --- channel_publish -----------------------------------------------------------------
+
+    async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]:
+        """`channel_publish`: queue `text` for `channel` (thread optional); the tool's JSON answer."""
+        destination = resolve(channel, self.views(), thread=thread)
+        if isinstance(destination, Refused):
+            log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason=destination.reason)
+            return {"status": "refused", "reason": destination.reason}
+        operation = self._publish_op(destination, text, self.services.clock_ms())
+        results = await self.services.writer.submit(operation)
+        if destination == self.default:
+            self.published_default = True  # the closing prose is not sent there again (AGENTS.md §6)
+        self.notify([operation], results)
+        outbox_ids = list(results[0].outbox_ids)
+        return {"status": "queued", "outboxId": outbox_ids[0]}

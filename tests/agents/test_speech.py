@@ -1,0 +1,226 @@
+"""A turn's speech on a real store: routed prose becomes speech and outbox rows, the rest drafts and a notice."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcplhost.agents.backends import make_backend
+from mcplhost.agents.scheduler import Wake
+from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.turn import TurnServices, run_turn
+from mcplhost.config import AgentConfig
+from mcplhost.ingest import EDITED_TAG, Ingest, conversation_id
+from mcplhost.protocol.channels import Channel
+from mcplhost.protocol.intake import AdmittedMessage
+from mcplhost.supervisor.handle import State
+
+from .support import ADDRESSED, ROOM, agent_config, agent_store, reply_with_tools, scripted
+
+OTHER = "disc:g1:other"
+PUBLISH = "channels.publish"
+
+
+@dataclass
+class StandInHandle:
+    """What routing reads of a connector handle: its name, grant and registered channels (no process needed)."""
+
+    name: str
+    registered: list[Channel]
+    grant: frozenset[str] = frozenset({PUBLISH, "channels.incoming", "channels.register"})
+    spec: Any = None
+    state: State = State.READY
+
+    def channels(self) -> list[Channel]:
+        return list(self.registered)
+
+    def channel(self, channel_id: str) -> Channel | None:
+        return next((c for c in self.registered if c.id == channel_id), None)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return []
+
+
+@dataclass
+class CountingSender:
+    """Stands in for an OutboxSender: counts how often the turn woke it."""
+
+    notified: int = 0
+    history: list[int] = field(default_factory=list)
+
+    def notify(self) -> None:
+        self.notified += 1
+
+
+def disc(*channels: Channel, grant: frozenset[str] | None = None, name: str = "disc") -> StandInHandle:
+    handle = StandInHandle(name, list(channels))
+    if grant is not None:
+        handle.grant = grant
+    return handle
+
+
+ROOMS = (Channel(id=ROOM, label="#room"), Channel(id=OTHER, label="#other"))
+
+
+async def said(ingest: Ingest, body: str, *, channel: str = ROOM, thread: str | None = None,
+               server: str = "disc", tags: list[str] | None = None, message_id: str | None = None) -> int:
+    """One addressed channel message (thread optional) through the inbound pipeline; its item id."""
+    message = AdmittedMessage(channel_id=channel, label="#room", message_id=message_id or f"m-{body}-{channel}",
+                              participant="Alice", content=[{"type": "text", "text": body}],
+                              tags=list(ADDRESSED if tags is None else tags), thread_id=thread)
+    await ingest.store_messages(server, "channels/incoming", [message])
+    items = await ingest.store.items.list()
+    return max(item.id for item in items if item.metadata.get("messageId") == message.message_id)
+
+
+def wake_of(*ids: int, overflow: int = 0) -> Wake:
+    return Wake(item_ids=tuple(ids), overflow=overflow, conversations=(), several_conversations=False, first_at=0.0)
+
+
+async def turn(tmp_path_store: Any, agent: AgentConfig, handles: dict[str, Any], wake: Wake,
+               senders: dict[str, CountingSender] | None = None) -> str:
+    store, writer = tmp_path_store
+    services = TurnServices(store, writer, handles, make_backend(agent.backend), ToolBox(agent, handles, store),
+                            outbox=senders or {})
+    return await run_turn(agent, wake, services)
+
+
+async def own(store: Any, kind: str | None = None) -> list[Any]:
+    rows = [item for item in await store.items.list() if item.agent == "scout"]
+    return [row for row in rows if kind is None or row.metadata.get("kind") == kind]
+
+
+def text_of(row: Any) -> str:
+    return "".join(block["text"] for block in row.content if block.get("type") == "text")
+
+
+class TestDefaultDestination:
+    async def test_a_mention_in_a_thread_is_answered_into_that_thread(self, tmp_path: Path):
+        """The reply is a speech row for (disc, room, thread) with its outbox row, and that sender is woken."""
+        agent = agent_config(backend=scripted("hi Alice"))
+        senders = {"disc": CountingSender()}
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello", thread="t-1")
+            assert await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item), senders) == "completed"
+            (speech,) = await own(store, "speech")
+            (entry,) = await store.outbox.list()
+        assert speech.metadata["destination"] == {"serverId": "disc", "channelId": ROOM, "threadId": "t-1"}
+        assert speech.metadata["outboxId"] == entry.id and text_of(speech) == "hi Alice"
+        assert (entry.server_id, entry.channel_id, entry.thread_id, entry.state) == ("disc", ROOM, "t-1", "pending")
+        assert speech.metadata["conversationId"] == conversation_id("disc", ROOM, "t-1")
+        assert senders["disc"].notified == 1
+
+    async def test_a_correction_is_answered_into_its_inherited_thread(self, tmp_path: Path):
+        """An edit sent without a thread counts as the thread of the message it corrects."""
+        agent = agent_config(backend=scripted("fixed"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            await said(ingest, "helo", thread="t-7", message_id="m-orig")
+            edit = await said(ingest, "hello", tags=[*ADDRESSED, EDITED_TAG], message_id="m-orig")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(edit))
+            (entry,) = await store.outbox.list()
+        assert (entry.channel_id, entry.thread_id) == (ROOM, "t-7")
+
+    async def test_several_conversations_make_a_draft_and_a_notice_and_publish_nothing(self, tmp_path: Path):
+        """A wake over two channels has no default: the prose is a draft, a drafts notice follows, no outbox row."""
+        agent = agent_config(backend=scripted("to whom?"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            first = await said(ingest, "one")
+            second = await said(ingest, "two", channel=OTHER)
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(first, second))
+            drafts, notices = await own(store, "draft"), await own(store, "drafts")
+            assert await store.outbox.list() == [] and await own(store, "speech") == []
+        assert [text_of(d) for d in drafts] == ["to whom?"] and len(notices) == 1
+        assert "channel_publish" in text_of(notices[0])
+
+    async def test_an_overflowed_wake_is_undecided(self, tmp_path: Path):
+        """Even with one visible conversation, an overflowed wake publishes nothing."""
+        agent = agent_config(backend=scripted("hi"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item, overflow=3))
+            assert await store.outbox.list() == [] and len(await own(store, "draft")) == 1
+
+
+class TestPins:
+    async def test_a_pin_sends_what_follows_elsewhere_and_the_pin_line_is_not_sent(self, tmp_path: Path):
+        """Prose before the pin goes to the default; after `>>> #other`, to that channel; the pin line to no one."""
+        agent = agent_config(backend=scripted("here\n>>> #other\nthere"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item))
+            entries = await store.outbox.list()
+            speech = await own(store, "speech")
+        assert [(e.channel_id) for e in entries] == [ROOM, OTHER]
+        assert [text_of(s).strip() for s in speech] == ["here", "there"]
+
+    async def test_a_pin_before_a_tool_call_holds_for_the_closing_prose(self, tmp_path: Path):
+        """A pin written in a round's prose still routes the turn's final prose (rest of the turn)."""
+        agent = agent_config(backend=scripted(reply_with_tools(">>> #other\nchecking", ("history_search",
+                                                                                     {"query": "x"})), "done"))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item))
+            entries = await store.outbox.list()
+        assert [e.channel_id for e in entries] == [OTHER, OTHER]
+
+
+class TestProseBeforeToolCalls:
+    async def test_prose_before_a_call_is_queued_before_the_call_runs(self, tmp_path: Path):
+        """The round's prose has its outbox row before channel_publish queues the call's own publish."""
+        agent = agent_config(backend=scripted(reply_with_tools(
+            "first", ("channel_publish", {"channel": "#other", "text": "second"})), ""))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item))
+            entries = await store.outbox.list()
+            rows = await own(store)
+        assert [(e.channel_id, e.id) for e in entries] == [(ROOM, entries[0].id), (OTHER, entries[1].id)]
+        assert entries[0].id < entries[1].id
+        kinds = [r.metadata["kind"] for r in rows]
+        assert kinds.index("speech") < kinds.index("tool-call")  # stored before the call, which joins it
+
+
+class TestChannelPublish:
+    async def _publish(self, tmp_path: Path, handles: dict[str, Any], arguments: dict[str, Any],
+                       closing: str = "") -> tuple[dict[str, Any], list[Any], list[Any]]:
+        agent = agent_config(backend=scripted(reply_with_tools("", ("channel_publish", arguments)), closing))
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, handles, wake_of(item))
+            (result,) = await own(store, "tool-result")
+            entries = await store.outbox.list()
+            rows = await own(store)
+        return json.loads(text_of(result)), entries, rows
+
+    async def test_queued_with_its_outbox_id_and_thread(self, tmp_path: Path):
+        """A permitted channel answers queued with the outbox id of the row it wrote, thread included."""
+        answer, entries, _ = await self._publish(tmp_path, {"disc": disc(*ROOMS)},
+                                                 {"channel": "disc/" + OTHER, "text": "hey", "thread": "t-9"})
+        (entry,) = entries
+        assert answer == {"status": "queued", "outboxId": entry.id}
+        assert (entry.channel_id, entry.thread_id) == (OTHER, "t-9")
+
+    async def test_refusals_name_their_reason(self, tmp_path: Path):
+        """Inbound-only, no channels.publish, unknown and ambiguous are refusals, and nothing is queued."""
+        inbound = Channel(id="disc:feed", label="#feed", direction="inbound")
+        cases = {
+            "inbound_only": ({"disc": disc(inbound, *ROOMS)}, "#feed"),
+            "no_publish": ({"disc": disc(*ROOMS, grant=frozenset({"channels.incoming"}))}, "#other"),
+            "unknown": ({"disc": disc(*ROOMS)}, "#nowhere"),
+            "ambiguous": ({"disc": disc(*ROOMS), "twin": disc(*ROOMS, name="twin")}, OTHER),
+        }
+        for index, (reason, (handles, channel)) in enumerate(cases.items()):
+            folder = tmp_path / str(index)
+            folder.mkdir()
+            answer, entries, _ = await self._publish(folder, handles, {"channel": channel, "text": "x"})
+            assert (answer, entries) == ({"status": "refused", "reason": reason}, []), reason
+
+    async def test_no_double_send_to_the_default_destination(self, tmp_path: Path):
+        """After channel_publish reached the default destination, the closing prose is a draft with the reason."""
+        _, entries, rows = await self._publish(tmp_path, {"disc": disc(*ROOMS)},
+                                               {"channel": "#room", "text": "the answer"}, closing="the answer again")
+        assert len(entries) == 1
+        (draft,) = [r for r in rows if r.metadata["kind"] == "draft"]
+        assert text_of(draft) == "the answer again" and draft.metadata["reason"]
