@@ -28,7 +28,15 @@ import structlog
 from mcplhost.agents.rows import draft_row, notice_row, speech_row
 from mcplhost.config import AgentConfig
 from mcplhost.speech.notices import drafts_notice
-from mcplhost.speech.routing import Destination, Refused, channel_views, default_destination, resolve, route_prose
+from mcplhost.speech.routing import (
+    Destination,
+    Refused,
+    channel_views,
+    default_destination,
+    resolve,
+    route_after,
+    route_prose,
+)
 from mcplhost.store import StoredItem
 from mcplhost.store.operations import InsertItems, PublishSpeech
 from mcplhost.store.outbox import OutboxEntry
@@ -76,9 +84,7 @@ class TurnSpeech:
         views = self.views()
         segments = route_prose(prose, self.current, views,
                                published_default=self.published_default and self.current == self.default)
-        last = segments[-1].destination if segments else None
-        if last is not None and last != self.current:
-            self.current = last  # a pin in this prose carries on into the turn's later prose (AGENTS.md §6)
+        self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (§6)
         now = self.services.clock_ms()
         operations: list[Any] = []
         drafts = []
