@@ -4,11 +4,18 @@ Each row becomes one unit of messages that stay together: a heard item or
 an own row is one message; a tool-call message takes the round's other
 calls and then every call's result, so no cut can separate a call from its
 result. `render` then decides which images keep their pixels.
+
+Rows are immutable once stored, and a context changes by a few rows from
+one turn to the next, so each row's unit (its draft, size, and the rendered
+`Message` of a text-only draft) can be kept between compiles in a bounded
+`RenderedRows` of the store's; a kept unit is never changed afterwards.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
+from types import NoneType
 from typing import Any
 
 from mcplhost.agents.model import Message, ToolCall
@@ -21,11 +28,19 @@ IMAGES_WITH_PIXELS = 4
 #: What one image counts for against `context_chars`: about the ~1,000 tokens a model bills for it.
 IMAGE_CHARS = 4000
 
+#: Row renderings a `RenderedRows` keeps: everyone's CONTEXT_ROWS (2,000) rows, which every agent with the same
+#: context_chars shares, and as many more for the agents' own rows and a second context_chars.
+RENDERED_ROWS = 4096
+#: Message caps (context_chars // 4) a `RenderedRows` keeps rows for; a further one drops the oldest.
+RENDERED_CAPS = 4
+
 #: How every host line the model reads begins (notices, cut and age lines, synthetic results).
 HOST = "[host] "
 EMPTY_RESULT_TEXT = HOST + "The tool returned nothing."
 INTERRUPTED_TEXT = HOST + "interrupted: this tool call got no result (the host stopped before it finished)."
 
+
+_row_id = attrgetter("id")
 
 # A part is a text string or an image block; a message's text parts are joined by "\n" when rendered.
 Part = str | dict[str, Any]
@@ -39,6 +54,9 @@ class Draft:
     parts: list[Part]
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
+    # A text-only draft's rendered message and its JSON, each made once (a cached row's draft is reused).
+    message: Message | None = field(default=None, compare=False, repr=False)
+    encoded: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -105,8 +123,16 @@ def clip_text(parts: list[Part], max_chars: int, what: str) -> list[Part]:
     return [joined[:head] + line + (joined[-tail:] if tail else ""), *[p for p in parts if isinstance(p, dict)]]
 
 
-def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap: int) -> list[Unit]:
-    """The selected rows (oldest first) as units, each message clipped to `message_cap`, results to `result_cap`."""
+def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap: int,
+                rendered: RenderedRows | None = None) -> list[Unit]:
+    """The selected rows (oldest first) as units, each message clipped to `message_cap`, results to `result_cap`.
+
+    `rendered`: the store's cache of row renderings; the units are the same with or without it.
+    """
+    entries = rendered.lookup(rows, message_cap) if rendered is not None else [
+        render_row(row, message_cap) for row in rows]
+    if str not in set(map(type, entries)):
+        return entries  # type: ignore[return-value]  # message rows only (the common case): one unit each
     results: dict[str, StoredItem] = {}
     for row in rows:
         call_id = tool_result_call_id(row) if row.agent == name else None
@@ -114,35 +140,84 @@ def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap:
             results.setdefault(call_id, row)
     units: list[Unit] = []
     called: set[str] = set()
-    for row in rows:
-        kind = row_kind(row) if row.agent is not None else "heard"
-        if kind == "tool-result":
+    for row, entry in zip(rows, entries, strict=True):
+        if type(entry) is Unit:
+            units.append(entry)
+        elif entry == "tool-result":
             if units and units[-1].results is not None:
                 units[-1].open_calls = False  # a later call belongs to the next round
-            continue  # placed with its call, or dropped as an orphan no backend would take
-        if kind == "tool-call":
+            # placed with its call, or dropped as an orphan no backend would take
+        elif entry == "tool-call":
             call = tool_call_of(row)
             assert call is not None
-            if call.id in called:
-                continue
-            called.add(call.id)
-            _add_call(units, row, call, results)
-            continue
-        if kind == "other" and row.role not in ("user", "assistant"):
-            continue  # a malformed own row: nothing a backend could take
-        parts = clip_text(parts_of(row.content), message_cap, "message")
-        if kind == "notice":
-            parts = host_prefixed(parts)
-        draft = Draft("assistant" if kind in ("speech", "draft") or row.role == "assistant" else "user", parts)
-        chars = draft_chars(draft)
-        if chars <= len(parts):
-            continue  # nothing to show (an empty own row); no backend takes an empty message
-        units.append(Unit([draft], 1, [row.id], turn=turn_of(row) if row.agent else None, chars=chars))
+            if call.id not in called:
+                called.add(call.id)
+                _add_call(units, row, call, results)
     for unit in units:
         if unit.results is not None:
             _close(unit, result_cap)
             unit.chars = sum(draft_chars(d) for d in unit.drafts)
     return units
+
+
+class RenderedRows:
+    """Rows rendered, by message cap and row id, for one store's rows only; bounded, the first rendered out first.
+
+    A stored row never changes and its id is never given to another row
+    (nothing updates or deletes items), so within one store the id names
+    the rendering; ids do repeat across stores, hence one per store (the
+    host's `RowCache` holds it). Entries hold no row, so rows leave memory
+    with the RowCache's window. Up to `size` rows for each of the newest
+    RENDERED_CAPS message caps (agents with the same context_chars share).
+    """
+
+    def __init__(self, size: int = RENDERED_ROWS) -> None:
+        self.size = size
+        self._by_cap: dict[int, dict[int, Rendered]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._by_cap.values())
+
+    def lookup(self, rows: list[StoredItem], message_cap: int) -> list[Rendered]:
+        """`render_row(row, message_cap)` for each row, each rendered once while it stays in the cache."""
+        entries = self._by_cap.get(message_cap)
+        if entries is None:
+            if len(self._by_cap) >= RENDERED_CAPS:
+                del self._by_cap[next(iter(self._by_cap))]
+            entries = self._by_cap[message_cap] = {}
+        found: list[Rendered | None] = list(map(entries.get, map(_row_id, rows)))  # the hits, at C speed
+        if NoneType in set(map(type, found)):
+            for index, entry in enumerate(found):
+                if entry is None:
+                    row = rows[index]
+                    found[index] = entries[row.id] = render_row(row, message_cap)
+            while len(entries) > self.size:
+                del entries[next(iter(entries))]
+        return found  # type: ignore[return-value]  # no None is left
+
+
+# A row rendered: a message row's one-message unit (shared: never changed, see `_add_call`), or
+# "tool-call", "tool-result", or "none" (a malformed or empty own row: nothing a backend could take).
+Rendered = Unit | str
+
+
+def render_row(row: StoredItem, message_cap: int) -> Rendered:
+    """One row as the compiler reads it, whatever the context around it."""
+    kind = row_kind(row) if row.agent is not None else "heard"
+    if kind in ("tool-result", "tool-call"):
+        return kind
+    if kind == "other" and row.role not in ("user", "assistant"):
+        return "none"
+    parts = clip_text(parts_of(row.content), message_cap, "message")
+    if kind == "notice":
+        parts = host_prefixed(parts)
+    draft = Draft("assistant" if kind in ("speech", "draft") or row.role == "assistant" else "user", parts)
+    chars = draft_chars(draft)
+    if chars <= len(parts):
+        return "none"  # nothing to show (an empty own row); no backend takes an empty message
+    if all(type(part) is str for part in parts):
+        draft.message = text_message(draft)
+    return Unit([draft], 1, [row.id], turn=turn_of(row) if row.agent else None, chars=chars)
 
 
 def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[str, StoredItem]) -> None:
@@ -155,11 +230,14 @@ def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[
         or (last.results is None and len(last.drafts) == 1 and last.drafts[0].role == "assistant"
             and turn is not None and last.turn == turn))
     if not joinable:
-        last = Unit([Draft("assistant", [])], 0, [], turn=turn)
+        last = Unit([Draft("assistant", [])], 0, [], turn=turn, open_calls=True, results={})
         units.append(last)
     assert last is not None
-    if last.results is None:
-        last.results, last.open_calls = {}, True
+    if last.results is None:  # the speech unit becomes a call group: a copy, the cached unit stays as it is
+        speech = last.drafts[0]
+        last = Unit([Draft(speech.role, list(speech.parts))], last.rows, list(last.item_ids), turn=last.turn,
+                    chars=last.chars, open_calls=True, results={})
+        units[-1] = last
     head = last.drafts[0]
     head.parts.extend(text)
     head.tool_calls.append(call)
@@ -192,20 +270,45 @@ def host_prefixed(parts: list[Part]) -> list[Part]:
     return [HOST.rstrip(), *parts]
 
 
+def text_message(draft: Draft) -> Message:
+    """A text-only draft as its message: the parts joined by "\n" in one text block."""
+    content = [{"type": "text", "text": "\n".join(draft.parts)}] if draft.parts else []
+    return Message(role=draft.role, content=content, tool_calls=list(draft.tool_calls),
+                   tool_call_id=draft.tool_call_id)
+
+
 def render(drafts: list[Draft]) -> tuple[list[Message], int]:
     """Messages with the newest IMAGES_WITH_PIXELS images kept, and the index of the oldest message keeping one."""
+    messages, oldest, _ = render_checked(drafts)
+    return messages, oldest
+
+
+def render_checked(drafts: list[Draft]) -> tuple[list[Message], int, list[Message]]:
+    """`render`, and the messages a digest must still check for non-plain JSON (tool calls, images).
+
+    A text-only message without tool calls has only ASCII keys and string
+    values; a cached draft's message is rendered once and reused.
+    """
+    unchecked: list[Message] = []
     keep_pixels: set[tuple[int, int]] = set()
     for m in range(len(drafts) - 1, -1, -1):
-        for p in range(len(drafts[m].parts) - 1, -1, -1):
-            if isinstance(drafts[m].parts[p], dict) and len(keep_pixels) < IMAGES_WITH_PIXELS:
+        if len(keep_pixels) == IMAGES_WITH_PIXELS:
+            break
+        parts = drafts[m].parts
+        if drafts[m].message is not None:
+            continue  # a rendered draft is text only
+        for p in range(len(parts) - 1, -1, -1):
+            if isinstance(parts[p], dict) and len(keep_pixels) < IMAGES_WITH_PIXELS:
                 keep_pixels.add((m, p))
     oldest = min((m for m, _ in keep_pixels), default=len(drafts))
     messages = []
     for m, draft in enumerate(drafts):
-        if all(type(part) is str for part in draft.parts):  # the common case, kept short
-            content = [{"type": "text", "text": "\n".join(draft.parts)}] if draft.parts else []
-            messages.append(Message(role=draft.role, content=content, tool_calls=list(draft.tool_calls),
-                                    tool_call_id=draft.tool_call_id))
+        if draft.message is None and all(type(part) is str for part in draft.parts):  # the common case
+            draft.message = text_message(draft)
+        if draft.message is not None:
+            messages.append(draft.message)
+            if draft.tool_calls:
+                unchecked.append(draft.message)
             continue
         content = []
         run: list[str] = []
@@ -223,4 +326,5 @@ def render(drafts: list[Draft]) -> tuple[list[Message], int]:
             content.append({"type": "text", "text": "\n".join(run)})
         messages.append(Message(role=draft.role, content=content, tool_calls=list(draft.tool_calls),
                                 tool_call_id=draft.tool_call_id))
-    return messages, oldest
+        unchecked.append(messages[-1])
+    return messages, oldest, unchecked

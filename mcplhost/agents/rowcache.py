@@ -5,62 +5,73 @@ turn would cost more than the rest of the turn; the context changes by a
 few rows between turns. `RowCache` is shared by every agent of the host:
 
 - everyone's rows (items heard from connectors, `agent` NULL) in one bounded
-  deque, and each agent's own rows in a bounded deque of its own; other
-  agents' rows are never handed to an agent;
+  deque, and for each agent its context so far (everyone's rows and its own,
+  merged by id) in a bounded deque of its own; other agents' rows are never
+  handed to an agent;
 - `rows_for(agent)` first reads the rows stored since the last read (ids
-  commit in order, so `after(last id read)` misses nothing), then merges
-  everyone's and the agent's own by id, newest `limit`, oldest first;
+  commit in order, so `after(last id read)` misses nothing) and appends each
+  to the contexts it belongs to, so a read copies the newest `limit` rows
+  instead of merging them again;
 - an agent seen for the first time is seeded with the store's exact
-  `context_rows` read, so its first context equals an uncached read.
+  `context_rows` read, so its first context equals an uncached read; the
+  rows it adds to everyone's deque are older than any other agent's window.
 
-Bounded: `limit` rows of everyone's plus `limit` of each agent's own.
+It also holds the store's `RenderedRows`, so a row is rendered for the
+compiler once, not on every turn of every agent that hears it.
+
+Bounded: `limit` rows of everyone's plus `limit` of each agent's context
+(references to the same rows), and RENDERED_ROWS renderings.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
+from operator import attrgetter
 from typing import Any
 
 import anyio
 
+from mcplhost.agents.history import RenderedRows
 from mcplhost.store import StoredItem
 
 #: Rows read per page when catching up with what was stored since the last read.
 READ_PAGE = 1000
+
+_row_id = attrgetter("id")
 
 
 class RowCache:
     def __init__(self, store: Any, limit: int) -> None:
         self.store = store
         self.limit = limit
+        self.rendered = RenderedRows()  # this store's rows as the compiler renders them (ids are per store)
         self._everyone: deque[StoredItem] = deque(maxlen=limit)
-        self._own: dict[str, deque[StoredItem]] = {}
+        self._contexts: dict[str, deque[StoredItem]] = {}  # agent → newest `limit` of everyone's and its own
         self._last_id: int | None = None  # the highest id read; None: nothing read yet
         self._lock = anyio.Lock()  # one reader at a time, so rows are appended in id order
 
     async def rows_for(self, agent: str) -> list[StoredItem]:
         """The newest `limit` rows that are everyone's or `agent`'s own, oldest first (like `context_rows`)."""
         async with self._lock:
-            if agent not in self._own:
+            if agent not in self._contexts:
                 await self._seed(agent)
             else:
                 await self._read_new()
-            merged = heapq.merge(self._everyone, self._own[agent], key=lambda row: row.id)
-            rows = list(merged)
-        return rows[-self.limit:] if len(rows) > self.limit else rows
+            return list(self._contexts[agent])
 
     async def _seed(self, agent: str) -> None:
         await self._read_new()  # every row up to `read` is now where it belongs
         read = self._last_id or 0
         rows = [r for r in await self.store.items.context_rows(agent, limit=self.limit) if r.id <= read]
-        self._own[agent] = deque((r for r in rows if r.agent == agent), maxlen=self.limit)
+        own = [r for r in rows if r.agent == agent]
         everyone = [r for r in rows if r.agent is None]
         if self._everyone:
             everyone = [r for r in everyone if r.id < self._everyone[0].id]  # the deque holds the rest already
         room = self.limit - len(self._everyone)
         if room > 0 and everyone:
             self._everyone.extendleft(reversed(everyone[-room:]))
+        self._contexts[agent] = deque(heapq.merge(self._everyone, own, key=_row_id), maxlen=self.limit)
         await self._read_new()  # what was stored meanwhile, this agent's own rows included
 
     async def _read_new(self) -> None:
@@ -72,10 +83,11 @@ class RowCache:
             for row in page:
                 if row.agent is None:
                     self._everyone.append(row)
-                elif row.agent in self._own:
-                    self._own[row.agent].append(row)
+                    for context in self._contexts.values():
+                        context.append(row)
+                elif row.agent in self._contexts:
+                    self._contexts[row.agent].append(row)
             if page:
                 self._last_id = page[-1].id
             if len(page) < READ_PAGE:
                 return
-

@@ -205,7 +205,7 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
                                                     conversation_id=conversation)
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
-                               backend=agent.backend)
+                               backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered)
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
         progress.injections = msgspec.to_builtins(injections)

@@ -16,12 +16,15 @@ from mcplhost.agents.context import (
     PEER_TRUST_TEXT,
     Compiled,
     Injections,
+    _cut,
     compile_request,
     heard_by,
     needs_notice,
     notice_text,
     request_chars,
+    request_digest,
 )
+from mcplhost.agents.history import RenderedRows, Unit
 from mcplhost.agents.model import Message, ToolCall, ToolSpec
 from mcplhost.agents.rows import (
     Destination,
@@ -66,10 +69,10 @@ def own(item_id: int, row: NewItem) -> StoredItem:
 
 def compile_(rows: list[StoredItem], wake: list[int] | None = None, *, agent: AgentConfig = SCOUT,
              injections: Injections | None = None, now: int = NOW, prompt: str = "You are Scout.",
-             tools: list[ToolSpec] | None = None) -> Compiled:
+             tools: list[ToolSpec] | None = None, rendered: RenderedRows | None = None) -> Compiled:
     return compile_request(agent, system_prompt=prompt, rows=rows,
                            wake_item_ids=wake if wake is not None else [rows[-1].id] if rows else [],
-                           tools=tools or [], injections=injections, now_ms=now, backend=BACKEND)
+                           tools=tools or [], injections=injections, now_ms=now, backend=BACKEND, rendered=rendered)
 
 
 def texts(message: Message) -> list[str]:
@@ -453,3 +456,50 @@ async def test_compiles_what_the_store_gives_back(tmp_path: Path) -> None:
     messages = compile_(rows, wake=[ids[0]]).request.messages
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert texts(messages[3]) == ["Nothing found."]
+
+
+# --------------------------------------------------------------------------- the rendered rows, kept between turns
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), st.integers(3000, 30_000), st.integers(3000, 30_000), st.integers(1, 50), st.data())
+def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: int, other_limit: int, size: int,
+                                                 data: st.DataObject) -> None:
+    """With a RenderedRows, cold or warm, shared by two caps, over a window: the same request and digest as without."""
+    cache = RenderedRows(size)
+    for context_chars in (limit, other_limit, limit):
+        agent = AgentConfig(name="scout", context_chars=context_chars,
+                            tool_result_max_chars=data.draw(st.integers(1, 5000)))
+        window = rows[data.draw(st.integers(0, len(rows))):]  # the newest rows, as a later turn's window
+        for part in (rows, window, rows):
+            wake = data.draw(st.lists(st.sampled_from([r.id for r in part]), max_size=3)) if part else []
+            uncached = compile_(part, wake, agent=agent, prompt="p")
+            assert compile_(part, wake, agent=agent, prompt="p", rendered=cache) == uncached
+            assert uncached.digest == request_digest(uncached.request)
+    assert len(cache) <= size * 2  # two caps
+
+
+def _plain_cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
+    """The cut's rule as a plain scan from the oldest unit (what `_cut` finds by bisection)."""
+    from mcplhost.agents.context import _is_anchor
+
+    suffix = sum(unit.chars for unit in units)
+    if suffix <= high:
+        return 0
+    fallback = len(units)
+    floor = low * 0.5
+    for index, unit in enumerate(units):
+        if floor <= suffix <= high and _is_anchor(unit, spacing):
+            return index
+        if suffix <= low:
+            fallback = min(fallback, index)
+        suffix -= unit.chars
+    return fallback
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**9), st.integers(0, 5000)), max_size=80),
+       st.integers(-2000, 80_000), st.integers(-2000, 80_000), st.floats(1, 50_000))
+def test_the_cut_is_the_plain_scan(units: list[tuple[int, int]], high: int, low: int, spacing: float) -> None:
+    """Whatever the sizes and bounds, the bisecting cut picks the unit a scan from the oldest picks."""
+    built = [Unit([], 1, [row_id], chars=chars) for row_id, chars in units]
+    assert _cut(built, high=high, low=low, spacing=spacing) == _plain_cut(built, high=high, low=low, spacing=spacing)

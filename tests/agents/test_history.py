@@ -5,7 +5,17 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.history import IMAGES_WITH_PIXELS, Draft, clip_text, parts_of, render
+from mcplhost.agents.history import (
+    IMAGES_WITH_PIXELS,
+    RENDERED_CAPS,
+    Draft,
+    RenderedRows,
+    clip_text,
+    parts_of,
+    render,
+    render_row,
+)
+from mcplhost.store import StoredItem
 
 IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
 
@@ -48,3 +58,30 @@ def test_render_joins_text_and_keeps_the_newest_pixels() -> None:
     assert messages[0].content == [{"type": "text", "text": "a\n[image]\nb"}]
     assert messages[1].content == [{"type": "text", "text": "a"}, IMAGE, {"type": "text", "text": "b"}]
     assert oldest == 1
+
+
+def stored(row_id: int, text: str, agent: str | None = None) -> StoredItem:
+    metadata = {"kind": "speech", "turnId": 1} if agent else {}
+    return StoredItem(id=row_id, agent=agent, participant=None, role="assistant" if agent else "user",
+                      content=[{"type": "text", "text": text}], metadata=metadata, created_at=0)
+
+
+@given(st.lists(st.tuples(st.integers(1, 60), st.text(max_size=30), st.booleans()), max_size=40),
+       st.integers(1, 20), st.integers(1, 100))
+def test_rendered_rows_equal_a_fresh_render(spec: list[tuple[int, str, bool]], size: int, cap: int) -> None:
+    """A lookup, cold or warm, gives what `render_row` gives, and the cache never holds more than `size` rows."""
+    rows = [stored(row_id, text, "scout" if own else None) for row_id, text, own in dict(
+        (row_id, (row_id, text, own)) for row_id, text, own in spec).values()]  # one row per id, as in a store
+    cache = RenderedRows(size)
+    for _ in range(2):
+        assert cache.lookup(rows, cap) == [render_row(row, cap) for row in rows]
+        assert len(cache) <= size
+
+
+def test_rendered_rows_keep_a_few_caps() -> None:
+    """Each message cap has its own renderings; past RENDERED_CAPS caps the oldest cap's are dropped."""
+    cache = RenderedRows(10)
+    rows = [stored(1, "a" * 50)]
+    for cap in range(1, RENDERED_CAPS + 2):
+        assert cache.lookup(rows, cap) == [render_row(rows[0], cap)]
+    assert len(cache) == RENDERED_CAPS
