@@ -17,6 +17,12 @@ current end of the store, written at once. When the event stream says events
 were dropped (`missed_before`), the runtime reads the missing items from
 the store (after the highest id it has seen) and feeds them like events.
 
+Echoes (AGENTS.md §2): a wake's items are read once more when it fires and
+those now known as this host's own delivered publishes are left out (an echo
+can be stored before its publish is answered); a wake of echoes only is no
+turn, and the cursor moves past it. The outbox's echo window is seeded before
+the catch-up, so a restart's wakes know the publishes of before it.
+
 The runaway guard survives a restart: at start each scheduler is seeded with
 the start times of its agent's turns of the last hour from the turns ledger
 (wall-clock ms turned into scheduler seconds relative to now), so
@@ -192,6 +198,8 @@ class AgentsRuntime:
         if closed:
             log.info("agent.unfinished_turns_closed", turns=closed)
         await self._seed_turn_guards()
+        # The echo window from the outbox before any wake, so catch-up's wakes also know the recent publishes.
+        await self.store.outbox.load_recent_delivered(self.clock_ms())
         end = await self.store.items.last_id()
         self._start_end = end
         fresh: list[str] = []

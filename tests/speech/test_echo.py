@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.wake import StoredView, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
-from mcplhost.ingest import Ingest, Stored, conversation_id
+from mcplhost.ingest import Ingest, Stored, conversation_id, now_ms
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.speech.echoes import ECHO_TAG, FROM_SELF, echo_of, marked
 from mcplhost.store import NewItem, StoredItem, open_store
-from mcplhost.store.operations import EndPublish, PublishSpeech
+from mcplhost.store.operations import EndPublish, PublishSpeech, SetCursor
 from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.writer import GroupWriter
 
@@ -51,7 +51,7 @@ async def ingest(path: Path) -> AsyncIterator[Ingest]:
         tg.cancel_scope.cancel()
 
 
-async def delivered_publish(intake: Ingest, message_id: str, *, channel: str = ROOM) -> int:
+async def delivered_publish(intake: Ingest, message_id: str, *, channel: str = ROOM, at: int = AT) -> int:
     """Queue a publish the real way (PublishSpeech) and end it delivered as `message_id`; its outbox id."""
     speech = NewItem(role="assistant", content=[{"type": "text", "text": "hi"}],
                      metadata={"kind": "speech"}, created_at=AT, agent="scout")
@@ -59,7 +59,7 @@ async def delivered_publish(intake: Ingest, message_id: str, *, channel: str = R
                         conversation_id=conversation_id("disc", channel, None), text="hi", created_at=AT)
     (published,) = await intake.writer.submit(PublishSpeech(speech, [entry]))
     (outbox_id,) = published.outbox_ids
-    await intake.writer.submit(EndPublish(outbox_id, "delivered", AT, message_id=message_id))
+    await intake.writer.submit(EndPublish(outbox_id, "delivered", at, message_id=message_id))
     return outbox_id
 
 
@@ -212,3 +212,19 @@ class TestRuntime:
             (mention,) = await heard(intake, "scout, a real question")
             (turn,) = await turns_of(store, "scout", 1)
         assert turn.wake_item_ids == [mention] and len(backend.requests) == 1
+
+    async def test_after_a_restart_the_catch_up_knows_an_echo_stored_before_its_answer(self, tmp_path: Path):
+        """Echo stored unmarked, then its publish delivered, then the host stops: the restart's catch-up runs no turn."""
+        async with agent_store(tmp_path) as (store, writer, intake):
+            await writer.submit(SetCursor("scout", 0, AT))
+            (echo,) = await heard(intake, "hi, I am scout")
+            (item,) = await store.items.get_many([echo])
+            await delivered_publish(intake, item.metadata["messageId"], channel=item.metadata["channelId"],
+                                    at=now_ms())
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, [agent_config(catch_up_max_age_s=10**9)], {"scout": backend}):
+            with anyio.fail_after(10):
+                while await store.cursors.get("scout") != echo:
+                    await anyio.sleep(0.01)
+            assert await store.turns.list() == [] and backend.requests == []
