@@ -65,6 +65,23 @@ def streamable_end(text: str, start: int) -> tuple[int, bool]:
         line_start = newline + 1
 
 
+def stream_targets(speech: Any) -> list[Destination]:
+    """Where a turn's next inference may be streamed: where its unpinned prose goes now (agents/speech.TurnSpeech).
+
+    Nothing while routing is undecided, when that channel is not publishable
+    now (routing would draft it), or when `channel_publish` already reached
+    the default destination (the prose will not be published there again).
+    """
+    current = getattr(speech, "current", None)
+    if not isinstance(current, Destination):
+        return []
+    if speech.published_default and current == speech.default:
+        return []
+    publishable = any(v.server_id == current.server_id and v.channel_id == current.channel_id and v.publishable
+                      for v in speech.views())
+    return [current] if publishable else []
+
+
 def streamable(handle: Any) -> bool:
     """Whether a connector may be streamed to now: it serves (ready) and holds channels.streaming."""
     from mcplhost.supervisor.handle import State  # late: speech sits below the supervisor
@@ -163,7 +180,9 @@ class Streamer:
                 log.warning("speech.stream_complete_timeout", inferenceId=self.inference_id,
                             timeout_s=COMPLETE_TIMEOUT_S)
         self._task_group.cancel_scope.cancel()
-        return await self._task_group.__aexit__(exc_type, exc, tb)
+        # The body's own exception is not the sender's: it propagates as it is, never inside a group.
+        await self._task_group.__aexit__(None, None, None)
+        return None
 
     async def _send_loop(self) -> None:
         while True:

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.host import Host
-from mcplhost.speech.routing import PIN_MARK, Destination
-from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer, streamable_end
+from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
+from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer, stream_targets, streamable_end
 
 from ..harness import config_with, record, scripted, wait_for
 
@@ -166,3 +166,43 @@ class TestPinGuard:
         streamed = "".join(m["params"]["delta"] for m in sent if m["method"] != COMPLETE)
         assert streamed == "for the room\n"
         assert sent[-1]["params"]["content"] == [{"type": "text", "text": "for the room\n"}]
+
+
+async def test_a_failed_turn_still_completes_and_its_error_propagates_as_it_is(tmp_path) -> None:
+    """An exception in the turn ends the stream with its complete and reaches the caller unwrapped."""
+    async with streaming_host(tmp_path, connector(tmp_path, "disc")) as host:
+        with pytest.raises(ValueError, match="backend broke"):
+            async with Streamer(host.connectors, "inf-fail") as streamer:
+                streamer.open([Destination(server_id="disc", channel_id="room")])
+                streamer.chunk("partial")
+                raise ValueError("backend broke")
+        await wait_for(lambda: any(m["method"] == COMPLETE for m in outgoing(tmp_path, "disc", "inf-fail")))
+    completes = [m for m in outgoing(tmp_path, "disc", "inf-fail") if m["method"] == COMPLETE]
+    assert [m["params"]["content"] for m in completes] == [[{"type": "text", "text": "partial"}]]
+
+
+class _Speech:
+    """What stream_targets reads of a turn's speech (agents/speech.TurnSpeech)."""
+
+    def __init__(self, current: Any, views: list[ChannelView], *, published_default: bool = False) -> None:
+        self.current = self.default = current
+        self.published_default = published_default
+        self._views = views
+
+    def views(self) -> list[ChannelView]:
+        return self._views
+
+
+def test_stream_targets_only_a_decided_publishable_route_not_yet_published() -> None:
+    """Undecided, not publishable, or already published by channel_publish: nothing is streamed."""
+    room = Destination(server_id="disc", channel_id="room")
+    open_view = ChannelView(server_id="disc", channel_id="room", label="#room", direction="bidirectional",
+                            publishable=True)
+    closed_view = ChannelView(server_id="disc", channel_id="room", label="#room", direction="inbound",
+                              publishable=False, refusal="inbound_only")
+    assert stream_targets(_Speech(room, [open_view])) == [room]
+    assert stream_targets(_Speech(room, [closed_view])) == []
+    assert stream_targets(_Speech(room, [])) == []
+    assert stream_targets(_Speech(room, [open_view], published_default=True)) == []
+    assert stream_targets(_Speech(Undecided(reason="several"), [open_view])) == []
+    assert stream_targets(None) == []
