@@ -46,6 +46,7 @@ from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
 from mcplhost.config import AgentConfig, system_prompt_text
 from mcplhost.inbound.notice import reader_body
+from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
 
@@ -213,7 +214,13 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
                     conversation_id=conversation)
     progress.open_inference = inference_id
     try:
-        response = await services.backend.complete(compiled.request)
+        targets = stream_targets(progress.speech, services.handles)  # routing decided: stream only there
+        if targets:
+            async with Streamer(services.handles, inference_id) as streamer:  # one complete per channel, however it ends
+                streamer.open(targets)
+                response = await services.backend.complete(compiled.request, on_text=streamer.chunk)
+        else:
+            response = await services.backend.complete(compiled.request)
     except anyio.get_cancelled_exc_class():
         raise  # the caller sends `aborted` under its shield
     except BaseException:

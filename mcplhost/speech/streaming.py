@@ -65,15 +65,16 @@ def streamable_end(text: str, start: int) -> tuple[int, bool]:
         line_start = newline + 1
 
 
-def stream_targets(speech: Any) -> list[Destination]:
+def stream_targets(speech: Any, handles: Mapping[str, Any]) -> list[Destination]:
     """Where a turn's next inference may be streamed: where its unpinned prose goes now (agents/speech.TurnSpeech).
 
-    Nothing while routing is undecided, when that channel is not publishable
-    now (routing would draft it), or when `channel_publish` already reached
-    the default destination (the prose will not be published there again).
+    Nothing while routing is undecided, when that connector cannot be
+    streamed to, when the channel is not publishable now (routing would
+    draft it), or when `channel_publish` already reached the default
+    destination (the prose will not be published there again).
     """
     current = getattr(speech, "current", None)
-    if not isinstance(current, Destination):
+    if not isinstance(current, Destination) or not streamable(handles.get(current.server_id)):
         return []
     if speech.published_default and current == speech.default:
         return []

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mcplhost.host import Host
 from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
 from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer, stream_targets, streamable_end
+from mcplhost.supervisor.handle import State
 
 from ..harness import config_with, record, scripted, wait_for
 
@@ -40,11 +41,11 @@ def outgoing(folder, name: str, inference_id: str | None = None) -> list[dict[st
 
 @asynccontextmanager
 async def streaming_host(folder, *specs: Any, offered_streaming: bool = True) -> AsyncIterator[Host]:
-    """A host whose connections may grant channels.streaming (the streamer is tested before turns offer it)."""
+    """A host running `specs`; with `offered_streaming=False` its connections may not grant channels.streaming."""
     host = Host(config_with(folder, *specs))
-    if offered_streaming:
+    if not offered_streaming:
         for handle in host.connectors.values():
-            handle.offered = (handle.offered or frozenset()) | {STREAMING}
+            handle.offered = handle.offered - {STREAMING}
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
@@ -193,6 +194,14 @@ class _Speech:
         return self._views
 
 
+class _Handle:
+    """A ready connector holding `grant` (all stream_targets reads of a handle)."""
+
+    def __init__(self, grant: set[str]) -> None:
+        self.state = State.READY
+        self.grant = frozenset(grant)
+
+
 def test_stream_targets_only_a_decided_publishable_route_not_yet_published() -> None:
     """Undecided, not publishable, or already published by channel_publish: nothing is streamed."""
     room = Destination(server_id="disc", channel_id="room")
@@ -200,9 +209,13 @@ def test_stream_targets_only_a_decided_publishable_route_not_yet_published() -> 
                             publishable=True)
     closed_view = ChannelView(server_id="disc", channel_id="room", label="#room", direction="inbound",
                               publishable=False, refusal="inbound_only")
-    assert stream_targets(_Speech(room, [open_view])) == [room]
-    assert stream_targets(_Speech(room, [closed_view])) == []
-    assert stream_targets(_Speech(room, [])) == []
-    assert stream_targets(_Speech(room, [open_view], published_default=True)) == []
-    assert stream_targets(_Speech(Undecided(reason="several"), [open_view])) == []
-    assert stream_targets(None) == []
+    handles = {"disc": _Handle({STREAMING})}
+    assert stream_targets(_Speech(room, [open_view]), handles) == [room]
+    assert stream_targets(_Speech(room, [open_view]), {"disc": _Handle(set())}) == []
+    assert stream_targets(_Speech(room, [open_view]), {}) == []
+    assert stream_targets(_Speech(room, [closed_view]), handles) == []
+    assert stream_targets(_Speech(room, []), handles) == []
+    assert stream_targets(_Speech(room, [open_view], published_default=True), handles) == []
+    assert stream_targets(_Speech(Undecided(reason="several"), [open_view]), handles) == []
+    assert stream_targets(None, handles) == []
+
