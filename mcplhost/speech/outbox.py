@@ -11,7 +11,8 @@ waits for a retry. Each outcome is committed through the group writer:
   echo suppression: `store.outbox.remember_delivered`);
 - a permanent error ends it failed at once; a retryable one (timeout, dead
   connection, -32603) records the try and waits its backoff (speech/retry.py);
-- a row pending longer than its agent's `publish_max_age_s` fails unsent.
+- a row pending longer than its agent's `publish_max_age_s` fails unsent,
+  also while the connector is down or stopped for good (checked every AGE_CHECK_S).
 
 A failed row stores a `failed-reply` notice for its agent (an agent row:
 it wakes no one). The notice is built here, not with agents/rows.py, since
@@ -46,6 +47,8 @@ PENDING_PAGE = 256
 PUBLISH_METHOD = "channels/publish"
 #: Default `publish_max_age_s` for an agent the sender was not told about (AGENTS.md §7).
 DEFAULT_MAX_AGE_S = 3600.0
+#: While its connector is not ready (or stopped for good), how often the sender fails rows too old to send.
+AGE_CHECK_S = 60.0
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -85,12 +88,14 @@ class OutboxSender:
     """Delivers one connector's outbox; `notify()` after queuing a publish, `run()` for the connector's life."""
 
     def __init__(self, store: Any, writer: Any, handle: Any, *, max_age_s: Mapping[str, float] | None = None,
-                 rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms) -> None:
+                 rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
+                 age_check_s: float = AGE_CHECK_S) -> None:
         self.store = store
         self.writer = writer
         self.handle = handle
         self.server_id: str = handle.name
         self.rules = rules
+        self.age_check_s = age_check_s
         self._max_age_s = dict(max_age_s or {})
         self._clock_ms = clock_ms
         self._wake = anyio.Event()
@@ -101,14 +106,15 @@ class OutboxSender:
         self._wake.set()
 
     async def run(self) -> None:
-        """Deliver until cancelled or until the connector has stopped for good."""
+        """Deliver until cancelled; while the connector is not ready, only fail what is too old to send."""
         log.debug("outbox.sender_started", connector=self.server_id)
         while True:
-            try:
-                await self.handle.wait_ready()
-            except ConnectorStopped:
-                log.info("outbox.sender_stopped", connector=self.server_id)
-                return
+            if not await self._ready_within(self.age_check_s):
+                try:
+                    await self.expire_old()
+                except Exception:  # a store or writer fault must not end delivery for good
+                    log.error("outbox.sender_failed", connector=self.server_id, exc_info=True)
+                continue
             wake = self._wake = anyio.Event()  # a notify from here on is seen by the wait below
             try:
                 next_at = await self.deliver_due()
@@ -121,6 +127,25 @@ class OutboxSender:
                 continue  # sent something: look again at once
             with anyio.move_on_after(None if next_at is None else max(next_at - self._clock_ms(), 0) / 1000):
                 await wake.wait()
+
+    async def _ready_within(self, seconds: float) -> bool:
+        """Whether the connector is ready within `seconds`; a connector stopped for good is not (after the wait)."""
+        try:
+            with anyio.move_on_after(seconds):
+                await self.handle.wait_ready()
+                return True
+        except ConnectorStopped:
+            await anyio.sleep(seconds)
+        return False
+
+    async def expire_old(self) -> int:
+        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many."""
+        now, failed = self._clock_ms(), 0
+        for row in await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE):
+            if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
+                await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
+                failed += 1
+        return failed
 
     async def deliver_due(self) -> int | None:
         """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due)."""

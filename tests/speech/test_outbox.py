@@ -14,6 +14,7 @@ import pytest
 
 from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.ingest import conversation_id
+from mcplhost.speech.outbox import OutboxSender
 from mcplhost.speech.retry import RetryRules
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
@@ -148,6 +149,23 @@ class TestFailure:
             row = await ended(host.writer.store, oid)
         assert (row.state, row.attempts) == ("failed", 0) and publishes(tmp_path) == []
         assert "publish_max_age_s" in (await stored_items(tmp_path))[-1].content[0]["text"]
+
+
+    async def test_a_publish_for_a_connector_that_stopped_for_good_still_fails_when_too_old(self, tmp_path: Path):
+        """A connector that never becomes ready does not keep a stale row pending forever: it fails, with a notice."""
+        dead = scripted("disc", {"manifest": MANIFEST, "initialize": "exit"}, tmp_path, grant=GRANT)
+        async with running_host(config_with(tmp_path, dead)) as host:
+            store, handle = host.writer.store, host.connectors["disc"]
+            await wait_for(lambda: handle.state.value == "stopped")
+            speech, entry = publish_entry("stale", created_at=now_ms() - 3_601_000)
+            (published,) = await host.writer.submit(PublishSpeech(speech, [entry]))
+            sender = OutboxSender(store, host.writer, handle, age_check_s=0.02)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sender.run)
+                row = await ended(store, published.outbox_ids[0])
+                tg.cancel_scope.cancel()
+        assert (row.state, row.attempts) == ("failed", 0) and publishes(tmp_path) == []
+        assert [i.metadata.get("kind") for i in await stored_items(tmp_path)] == ["speech", "failed-reply"]
 
 
 class TestRestarts:
