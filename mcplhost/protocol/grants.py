@@ -52,9 +52,9 @@ _PREFIXES: frozenset[str] = frozenset(
 #: in the same commit (issue 7 #5). Issue 9 added the agents' side: MCP `tools`
 #: (agent tools, also for MCP-only connectors), the four `beforeInference` hook
 #: leaves and `inferenceLifecycle`. Issue 10: inferenceRequest (and .streaming) and
-#: modelInfo, offered only with `[inference]` (`offered_paths`), and channels.streaming (a
-#: turn's streamed text, speech/streaming.py). Not yet: channels.publish, channels.acknowledge,
-#: channels.typing.
+#: modelInfo, offered only with `[inference]` (`offered_paths`), and channels.publish
+#: (the speech router, the outbox and its senders), and channels.streaming (a
+#: turn's streamed text, speech/streaming.py). Not yet: channels.acknowledge, channels.typing.
 IMPLEMENTED: frozenset[str] = frozenset({
     "inferenceRequest",
     "inferenceRequest.streaming",
@@ -65,6 +65,7 @@ IMPLEMENTED: frozenset[str] = frozenset({
     "channels.incoming",
     "channels.lifecycle",
     "channels.streaming",
+    "channels.publish",
     "contextHooks.beforeInference.observe",
     "contextHooks.beforeInference.inject.system",
     "contextHooks.beforeInference.inject.beforeUser",
