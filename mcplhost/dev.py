@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from .config import AgentConfig, BackendConfig, Config, ConnectorConfig, StoreConfig
 from .inbound.notice import reader_body
+from .protocol.grants import IMPLEMENTED
 from .store import NewItem
 
 #: The live view's width when stdout is not a terminal (a pipe, a file, a test).
@@ -31,16 +32,31 @@ ELLIPSIS = "…"
 SHOWN_LEVELS = frozenset({"warning", "error", "critical"})
 #: Host events the live view shows as words, not as log lines.
 HOST_EVENTS = {"host.ready": "ready", "host.stopping": "stopping"}
+#: On a terminal (and without NO_COLOR), each kind of line has its colour (SGR codes); item lines keep the default.
+COLOURS = {"agent.wake": "33", "agent.tool_called": "36", "agent.turn": "32", "outbox.delivered": "1;34",
+           "speech.draft": "35", "warning": "31", "error": "1;31", "critical": "1;31"}
+RESET = "\x1b[0m"
 
-STUB_DEFAULTS = {"STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
+#: The Discord-shaped stub plays its whole scenario once (STUB_MESSAGES 0: every step).
+STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
+#: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
+ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "12", "ZULIP_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
-#: dev's one agent: scripted (no network), waking on what is addressed to it or private (AGENTS.md §9).
+#: channels.publish only once this host implements it, so dev never grants what nothing serves.
+CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish") if path in IMPLEMENTED]
+#: dev's one agent: scripted (no network), waking on what is addressed to it or private (AGENTS.md §9). Its
+#: first turn calls the stub's `echo` tool once, then every reply says the waking text back.
+DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [{"name": "stub__echo",
+                                                                       "arguments": {"text": "ping"}}]},
+                    "You said: {{echo}}"]
 DEV_AGENT = AgentConfig(name="scout", wake_on=["addressed", "dm"], system_prompt="You are Scout, the dev agent.",
-                        backend=BackendConfig(kind="scripted", script=["You said: {{echo}}"]))
-#: What each stub stages, one line each, so nothing it does looks like a fault.
+                        backend=BackendConfig(kind="scripted", script=DEV_SCRIPT))
+#: What each stub stages, a line or two each, so nothing it does looks like a fault.
 EXPLAINED = {
-    "stub": "MCPL 0.5 chat; one message fakes a [source: …] header, stored escaped",
-    "heartbeat": "MCPL 0.4, so legacy rules (COMPAT.md); a push every {HEARTBEAT_INTERVAL_S} s",
+    "stub": ["MCPL 0.5, like Discord: guilds, a thread, a DM, a rename, a fake header",
+             "two mentions in two guilds at once: they share no conversation, so a draft"],
+    "zulip": ["MCPL 0.5, like Zulip: streams, each topic a thread"],
+    "heartbeat": ["MCPL 0.4, so legacy rules (COMPAT.md); a push every {HEARTBEAT_INTERVAL_S} s"],
 }
 
 
@@ -57,7 +73,13 @@ def dev_config(db: Path) -> Config:
                 name="stub",
                 command=[python, "-m", "mcplhost.connectors.stub"],
                 env=_settings(STUB_DEFAULTS),
-                grant=["channels.register", "channels.incoming", "pushEvents"],
+                grant=[*CHAT_GRANT, "pushEvents", "tools"],
+            ),
+            ConnectorConfig(
+                name="zulip",
+                command=[python, "-m", "mcplhost.connectors.zulipish"],
+                env=_settings(ZULIP_DEFAULTS),
+                grant=CHAT_GRANT,
             ),
             ConnectorConfig(
                 name="heartbeat",
@@ -74,9 +96,10 @@ def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
     """The lines dev prints on stderr before it starts: what runs, and what each stub stages."""
     lines = [f"mcplhost dev: database {db}; Ctrl-C stops" + ("" if verbose else "; -v shows the log")]
     for connector in config.connectors:
-        explained = EXPLAINED.get(connector.name)
-        if explained:
-            lines.append(f"  {connector.name}: " + explained.format(**connector.env))
+        first, *more = EXPLAINED.get(connector.name) or [None]
+        if first:
+            lines.append(f"  {connector.name}: " + first.format(**connector.env))
+            lines.extend("    " + line.format(**connector.env) for line in more)
     lines.append("  console: each line you type here is stored as console input")
     return lines
 
@@ -132,21 +155,37 @@ def fit(line: str, width: int) -> str:
     return "".join(out) + ELLIPSIS
 
 
+def place(server: str, label: str, thread: Any) -> str:
+    """`server label` and, in a thread, ` › thread`: where an item came from or a publish went."""
+    return f"{server} {label}".strip() + (f" › {thread}" if isinstance(thread, str) and thread else "")
+
+
 def describe_item(item: NewItem) -> str:
-    """`where  who: body` for one stored item, the body without its source header."""
+    """`where  who: body` for one stored item, the body without its source header; an echo says so."""
     meta = item.metadata
     source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
     server = meta.get("serverId") or source.get("serverId") or "-"
-    place = source.get("label") or meta.get("channelId") or ("push" if source.get("lane") == "push/event" else "")
-    where = f"{server} {place}".strip()
+    label = source.get("label") or meta.get("channelId") or ("push" if source.get("lane") == "push/event" else "")
+    where = place(server, label, meta.get("threadId") or source.get("threadId"))
     texts = [b.get("text", f"<{b.get('type')}>") for b in reader_body(item.content, meta)]
     who = item.participant or item.agent or "-"
-    return f"{where}  {who}: " + " ".join(texts)
+    return f"{where}  {who}{' (echo)' if meta.get('echoOf') else ''}: " + " ".join(texts)
 
 
-def describe_event(event: dict[str, Any], connectors: list[str]) -> str | None:
-    """A host event or a warning as one line of the view; None for what the view leaves out."""
+def describe_event(event: dict[str, Any], connectors: list[str],
+                   labels: dict[tuple[str, str], str] | None = None) -> str | None:
+    """A host event or a warning as one line of the view; None for what the view leaves out.
+
+    `labels` maps (connector, channel id) to the label last seen on an item, so a publish names its channel
+    the way the items from it do.
+    """
     name = event.get("event")
+    if name == "outbox.delivered":
+        server, channel = str(event.get("connector")), str(event.get("channel"))
+        label = (labels or {}).get((server, channel), channel)
+        return f"publish {event.get('agent')} → {place(server, label, event.get('thread'))}"
+    if name == "speech.draft":
+        return f"draft {event.get('agent')}: {event.get('reason')}, nothing published"
     if name == "host.ready":
         return f"ready: {', '.join(connectors)}" if connectors else "ready"
     if name in HOST_EVENTS:
@@ -154,6 +193,8 @@ def describe_event(event: dict[str, Any], connectors: list[str]) -> str | None:
     if name == "agent.wake":
         items = (event.get("items") or 0) + (event.get("overflow") or 0)
         return f"wake {event.get('agent')}: {items} item{'s' if items != 1 else ''}"
+    if name == "agent.tool_called":
+        return f"tool {event.get('agent')}: {event.get('tool')}" + (" (error)" if event.get("error") else "")
     if name == "agent.turn":
         tokens = f", {event['tokens']} tokens" if event.get("tokens") else ""
         return f"turn {event.get('agent')}: {event.get('outcome')} ({event.get('seconds')} s{tokens})"
@@ -168,33 +209,43 @@ def describe_event(event: dict[str, Any], connectors: list[str]) -> str | None:
 class LiveView:
     """Writes the live view's lines to one stream, fitted to its width."""
 
-    def __init__(self, out: TextIO, width: int, now: Callable[[], float] = time.time) -> None:
+    def __init__(self, out: TextIO, width: int, now: Callable[[], float] = time.time, *, colour: bool = False) -> None:
         self.out = out
         self.width = width
+        self.colour = colour
         self.now = now
         self.connectors: list[str] = []
+        self.labels: dict[tuple[str, str], str] = {}
 
     @classmethod
     def for_stream(cls, out: TextIO) -> LiveView:
         width = PLAIN_WIDTH
-        if out.isatty():
+        tty = out.isatty()
+        if tty:
             try:
                 width = os.get_terminal_size(out.fileno()).columns
             except OSError:
                 pass  # a tty without a size (e.g. a serial console): keep the plain width
-        return cls(out, width)
+        return cls(out, width, colour=tty and not os.environ.get("NO_COLOR"))
 
-    def line(self, epoch_s: float, text: str) -> None:
-        self.out.write(fit(f"{clock(epoch_s)}  {printable(text)}", self.width) + "\n")
+    def line(self, epoch_s: float, text: str, kind: str | None = None) -> None:
+        """One timed line, fitted first (escape codes take no cells), then coloured by `kind` on a terminal."""
+        fitted = fit(f"{clock(epoch_s)}  {printable(text)}", self.width)
+        code = COLOURS.get(kind or "") if self.colour else None
+        self.out.write((f"\x1b[{code}m{fitted}{RESET}" if code else fitted) + "\n")
         self.out.flush()
 
     def items(self, items: list[NewItem]) -> None:
         """Host's on_stored hook: one line per item just committed."""
         for item in items:
+            source = item.metadata.get("source")
+            if isinstance(source, dict) and source.get("label") and item.metadata.get("channelId"):
+                self.labels[(str(item.metadata.get("serverId")), str(item.metadata["channelId"]))] = source["label"]
             self.line(item.created_at / 1000, describe_item(item))
 
     def event(self, event: dict[str, Any]) -> None:
         """The log tap (logs.configure): host events and warnings as lines of the view."""
-        text = describe_event(event, self.connectors)
+        text = describe_event(event, self.connectors, self.labels)
         if text is not None:
-            self.line(self.now(), text)
+            name = str(event.get("event"))
+            self.line(self.now(), text, name if name in COLOURS else str(event.get("level")))

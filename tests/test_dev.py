@@ -85,3 +85,39 @@ class TestDevAgent:
         wake = describe_event({"event": "agent.wake", "level": "info", "agent": "assistant", "items": 2,
                                "overflow": 0}, [])
         assert wake == "wake assistant: 2 items"
+
+    def test_a_tool_call_a_draft_and_a_publish_are_one_line_each(self) -> None:
+        """A tool call names the tool; a draft its reason; a publish its destination by label and thread."""
+        tool = describe_event({"event": "agent.tool_called", "level": "info", "agent": "scout", "tool": "stub__echo",
+                               "error": False}, [])
+        assert tool == "tool scout: stub__echo"
+        draft = describe_event({"event": "speech.draft", "level": "info", "agent": "scout",
+                                "reason": "several_conversations", "chars": 12}, [])
+        assert draft == "draft scout: several_conversations, nothing published"
+        delivered = {"event": "outbox.delivered", "level": "info", "agent": "scout", "connector": "zulip",
+                     "channel": "zulip:eng", "thread": "deploys", "message_id": "z-1"}
+        assert describe_event(delivered, [], {("zulip", "zulip:eng"): "#eng"}) == "publish scout → zulip #eng › deploys"
+        assert describe_event({**delivered, "thread": None}, []) == "publish scout → zulip zulip:eng"
+
+    def test_the_view_names_a_publish_s_channel_by_the_label_its_items_carry(self) -> None:
+        """After an item from a channel, a publish to that channel shows its label; an echo is marked."""
+        out = io.StringIO()
+        view = LiveView(out, 200, now=lambda: 0.0)
+        view.items([NewItem(role="user", content=[{"type": "text", "text": "hi"}], created_at=0, participant="Scout",
+                            metadata={"serverId": "stub", "channelId": "stub:g1:random", "threadId": "t1",
+                                      "echoOf": 7, "source": {"label": "#ops"}})])
+        view.event({"event": "outbox.delivered", "level": "info", "agent": "scout", "connector": "stub",
+                    "channel": "stub:g1:random", "thread": "t1"})
+        item, publish = (line[10:] for line in out.getvalue().splitlines())
+        assert item == "stub #ops › t1  Scout (echo): hi" and publish == "publish scout → stub #ops › t1"
+
+
+class TestColour:
+    def test_a_terminal_view_colours_event_lines_and_a_plain_one_never_does(self) -> None:
+        """Colour only when asked (a tty): the wake line is wrapped in its SGR code, fitted before colouring."""
+        wake = {"event": "agent.wake", "level": "info", "agent": "scout", "items": 1}
+        plain, coloured = io.StringIO(), io.StringIO()
+        LiveView(plain, 30, now=lambda: 0.0).event(wake)
+        LiveView(coloured, 30, now=lambda: 0.0, colour=True).event(wake)
+        assert "\x1b" not in plain.getvalue()
+        assert coloured.getvalue() == "\x1b[33m" + plain.getvalue().rstrip("\n") + "\x1b[0m\n"

@@ -17,8 +17,9 @@ from typing import Any
 
 from .mcpl_server import McplServer, log, text
 
-#: How long after answering a publish the platform delivers it back (it arrives after the answer, as on Discord).
-ECHO_DELAY_S = 0.05
+#: How long after answering a publish the platform delivers it back: after the answer, as on Discord, and late
+#: enough that the host has recorded the delivery (so the echo is known as one when it arrives).
+ECHO_DELAY_S = 0.2
 #: conversationId → (channelId, threadId) as the host named them; bounded by the staged messages.
 CONVERSATIONS: dict[str, tuple[str, str | None]] = {}
 _MESSAGE_IDS = itertools.count()

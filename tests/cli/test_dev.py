@@ -13,17 +13,44 @@ from ..harness import PYTHON
 from .support import cli, cli_env
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-#: Few, spaced, deterministic events: five stub items one second apart, no heartbeat within the run.
-DETERMINISTIC = {"STUB_MESSAGES": "5", "STUB_INTERVAL_S": "1", "HEARTBEAT_INTERVAL_S": "3600"}
-#: Long enough for five items a second apart after a slow start on a busy machine.
-SNAPSHOT_SECONDS = "8"
+#: Spaced, deterministic events: the Discord-shaped stub's seven steps a second apart, then the Zulip-shaped
+#: stub's three (from 9 s, so the two never interleave), no heartbeat within the run.
+DETERMINISTIC = {"STUB_INTERVAL_S": "1", "ZULIP_DELAY_S": "9", "ZULIP_INTERVAL_S": "1",
+                 "HEARTBEAT_INTERVAL_S": "3600"}
+#: Long enough for the last Zulip item (about 11 s in) and its turn after a slow start on a busy machine.
+SNAPSHOT_SECONDS = "14"
 CLOCK = re.compile(r"^\d\d:\d\d:\d\d  ")
-#: A turn's duration, the one other figure that moves from run to run.
-TURN_SECONDS = re.compile(r"\(\d+(\.\d+)? s")
+#: A turn's duration and its tokens (its context may or may not hold an echo that is still arriving): the figures
+#: that move from run to run.
+TURN_FIGURES = re.compile(r"\(\d+(\.\d+)? s(, \d+ tokens)?\)")
+#: A line of an item the stubs staged (not an echo of the agent's own words): what starts a block of the feed.
+STAGED = re.compile(r"^HH:MM:SS  (stub|zulip) .*  (?!Scout \(echo\))[^ :]+: ")
 
 
 def normalised(text: str) -> str:
-    return "\n".join(TURN_SECONDS.sub("(S s", CLOCK.sub("HH:MM:SS  ", line)) for line in text.splitlines()) + "\n"
+    lines = (CLOCK.sub("HH:MM:SS  ", line) for line in text.splitlines())
+    return "\n".join(TURN_FIGURES.sub("(S s, N tokens)", line) for line in lines) + "\n"
+
+
+def blocks(text: str, *, ordered: bool = False) -> list[list[str]]:
+    """The feed cut before each staged item, each block's lines sorted.
+
+    What one staged item causes (its wake, the turn's tool call, publishes and their echoes) runs in tasks of
+    their own, so the order inside a block may vary; the blocks, a second apart, may not.
+    """
+    found: list[list[str]] = []
+    for line in text.splitlines():
+        if not found or STAGED.match(line) or line.endswith(("  ready: stub, zulip, heartbeat", "  stopping")):
+            found.append([])
+        found[-1].append(line)
+    return found if ordered else [sorted(block) for block in found]
+
+
+def in_order(block: list[str], *parts: str) -> bool:
+    """Whether the first line holding each part (of those the block has) comes in the order given."""
+    found = [next(i for i, line in enumerate(block) if part in line) for part in parts
+             if any(part in line for line in block)]
+    return found == sorted(found)
 
 
 class TestDev:
@@ -43,14 +70,20 @@ class TestDev:
         assert f"messages --db {db}" in result.stderr.splitlines()[-1]
 
     def test_the_plain_live_view_matches_its_snapshot(self, tmp_path) -> None:
-        """Not a tty: timed lines cut to 80 columns, no log lines, each stub's quirk explained once on stderr."""
+        """Not a tty: items (thread included), wakes, tool calls, turns, drafts and publishes as timed lines cut to
+        80 columns, no log lines, each stub's quirks explained on stderr."""
         result = cli("dev", "--seconds", SNAPSHOT_SECONDS, cwd=tmp_path, env=DETERMINISTIC, timeout=60)
         assert result.returncode == 0, result.stderr[-2000:]
-        assert normalised(result.stdout) == (SNAPSHOTS / "dev.txt").read_text(encoding="utf-8"), result.stdout
+        feed = normalised(result.stdout)
+        assert blocks(feed) == blocks((SNAPSHOTS / "dev.txt").read_text(encoding="utf-8")), result.stdout
+        for block in blocks(feed, ordered=True):  # inside a block, what must come first does
+            assert in_order(block, "wake scout", "tool scout", "turn scout"), feed
+            assert in_order(block, "wake scout", "publish scout", "(echo)"), feed
         assert all(len(line) <= 80 for line in result.stdout.splitlines() + result.stderr.splitlines())
         intro, *explained, last = result.stderr.splitlines()
         assert intro.startswith("mcplhost dev: database mcplhost-dev.db") and "-v shows the log" in intro
-        assert [line.split(":")[0] for line in explained] == ["  stub", "  heartbeat", "  console"]
+        assert [line.split(":")[0] for line in explained if not line.startswith("    ")] == [
+            "  stub", "  zulip", "  heartbeat", "  console"]
         assert last == "mcplhost dev: stopped; read it with: mcplhost messages --db mcplhost-dev.db"
 
     @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])
