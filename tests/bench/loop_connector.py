@@ -1,0 +1,66 @@
+"""A connector for the speech benchmarks: answers every channels/publish, and times the whole loop when asked.
+
+It registers one channel and answers each `channels/publish` Request with
+`{delivered: true, messageId}` at once. With LOOP_ROUNDS set it also runs
+the whole loop that many times, one round at a time: it sends one message
+addressed to the agent, then waits for the publish that answers it, timing
+item sent → publish received on its own clock (so no clocks are compared
+across processes). When done it writes {"latencies_s": [...]} to LOOP_RESULT.
+
+Environment: LOOP_ROUNDS (0: only answer publishes), LOOP_RESULT (a path),
+LOOP_TIMEOUT_S (per round, default 10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mcplhost.connectors.mcpl_server import McplServer  # noqa: E402
+
+CHANNEL = "bench:loop:room"
+MANIFEST = {"version": "0.5", "channels": {"register": True, "incoming": True, "publish": True}}
+
+
+class Publishes:
+    def __init__(self) -> None:
+        self.ids = itertools.count(1)
+        self.arrived: asyncio.Queue[float] = asyncio.Queue()
+
+    async def answer(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.arrived.put_nowait(time.perf_counter())
+        return {"delivered": True, "messageId": f"out-{next(self.ids)}"}
+
+
+async def main(server: McplServer, publishes: Publishes) -> None:
+    rounds = int(os.environ.get("LOOP_ROUNDS", "0"))
+    timeout = float(os.environ.get("LOOP_TIMEOUT_S", "10"))
+    await server.ready.wait()
+    await server.request("channels/register", {"channels": [
+        {"id": CHANNEL, "type": "bench", "label": "#room", "direction": "bidirectional", "address": {}}]})
+    latencies = []
+    for n in range(rounds):
+        sent = time.perf_counter()
+        await server.request("channels/incoming", {"messages": [{
+            "channelId": CHANNEL, "messageId": f"in-{n}", "author": {"id": "u1", "name": "Alice"},
+            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": f"@bot round {n}"}],
+            "tags": ["chat:mention"]}]})
+        arrived = await asyncio.wait_for(publishes.arrived.get(), timeout)
+        latencies.append(arrived - sent)
+    if rounds:
+        Path(os.environ["LOOP_RESULT"]).write_text(json.dumps({"latencies_s": latencies}), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    loop_publishes = Publishes()
+    loop_server = McplServer("loop", MANIFEST)
+    loop_server.handlers["channels/publish"] = loop_publishes.answer
+    loop_server.run(lambda s: main(s, loop_publishes))
