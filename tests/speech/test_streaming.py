@@ -17,12 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.host import Host
 from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
 from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer, stream_targets, streamable_end
 from mcplhost.supervisor.handle import State
 
-from ..harness import config_with, record, scripted, wait_for
+from ..harness import config_with, record, running_host, scripted, wait_for
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -219,3 +220,49 @@ def test_stream_targets_only_a_decided_publishable_route_not_yet_published() -> 
     assert stream_targets(_Speech(Undecided(reason="several"), [open_view]), handles) == []
     assert stream_targets(None, handles) == []
 
+
+ROOM = "disc:g1:room"
+TURN_MANIFEST: dict[str, Any] = {
+    "version": "0.5",
+    "channels": {"register": True, "incoming": True, "publish": True, "streaming": True},
+    "featureSets": {"chat": {"description": "chat", "uses": [
+        "channels.register", "channels.incoming", "channels.publish", "channels.streaming"]}},
+}
+
+
+def turn_connector(folder, name: str, grant: list[str]):
+    register = {"request": "channels/register", "params": {"channels": [
+        {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
+    mention = {"request": "channels/incoming", "params": {"messages": [
+        {"channelId": ROOM, "messageId": "m-1", "author": {"id": "u-1", "name": "Ann"},
+         "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": "scout?"}],
+         "tags": ["chat:addressed"]}]}}
+    script = {"manifest": TURN_MANIFEST, "steps": [register, mention],
+              "handlers": {"channels/publish": {"result": {"delivered": True, "messageId": "out-1"}}}}
+    return scripted(name, script, folder, grant=grant)
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_turn_streams_its_answer_to_the_conversation_it_answers(tmp_path, streaming: bool) -> None:
+    """A turn's text is streamed (chunks, then one complete) where it is published, only under channels.streaming."""
+    grant = ["channels.register", "channels.incoming", "channels.publish"] + (["channels.streaming"] * streaming)
+    config = config_with(tmp_path, turn_connector(tmp_path, "disc", grant))
+    config = Config(store=config.store, connectors=config.connectors, agents=[AgentConfig(
+        name="scout", wake_on=["addressed"], debounce_ms=0, backend=BackendConfig(kind="scripted",
+                                                                                   script=["hello, Ann"]))])
+    async with running_host(config):
+        def published() -> list[dict[str, Any]]:
+            return [m for m in record(tmp_path, "disc").received if m.get("method") == "channels/publish"]
+
+        await wait_for(published, timeout=30)
+    sent = outgoing(tmp_path, "disc")
+    if not streaming:
+        assert sent == []
+        return
+    chunks = [m["params"] for m in sent if m["method"] != COMPLETE]
+    completes = [m["params"] for m in sent if m["method"] == COMPLETE]
+    assert "".join(c["delta"] for c in chunks) == "hello, Ann" and {c["channelId"] for c in chunks} == {ROOM}
+    (complete,) = completes
+    assert complete["content"] == [{"type": "text", "text": "hello, Ann"}]
+    assert complete["conversationId"] == Destination(server_id="disc", channel_id=ROOM).conversation_id()
+    assert published()[0]["params"]["channelId"] == ROOM  # chunks are advisory: the publish still delivers
