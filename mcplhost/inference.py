@@ -183,18 +183,20 @@ class ConnectorInference:
         """Raise InferenceRefused when this connector may not start another request now (checked at receipt)."""
         if self.hook_pending(server_id):
             raise InferenceRefused("hook_pending", "a context/beforeInference call to this connector is outstanding")
+        # Counted when the work starts, not here: an admitted request whose work never starts (the
+        # connection stopped first) must not hold a place for good.
         if self._running.get(server_id, 0) >= MAX_CONCURRENT_PER_CONNECTOR:
             raise InferenceRefused("busy", f"at most {MAX_CONCURRENT_PER_CONNECTOR} requests at once")
-        self._running[server_id] = self._running.get(server_id, 0) + 1
 
     async def complete(self, server_id: str, params: InferenceRequest, request: ModelRequest, *,
                        request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
-        """Run one admitted request (`admit` first); chunks, when streamed, all go out before this returns.
+        """Run one request `admit` let in; chunks, when streamed, all go out before this returns.
 
         Raises BackendError when the backend fails.
         """
         clog = log.bind(connector=server_id, featureSet=params.featureSet, conversationId=params.conversationId,
                         stream=params.stream)
+        self._running[server_id] = self._running.get(server_id, 0) + 1
         try:
             if params.stream and send_chunk is not None:
                 pump = _ChunkPump(request_id, send_chunk)

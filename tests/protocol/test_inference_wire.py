@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import pytest
+
+from mcplhost.agents.backends.scripted import ScriptedBackend
 from mcplhost.config import AgentConfig, BackendConfig, Config, InferenceConfig
+from mcplhost.inference import (
+    MAX_CONCURRENT_PER_CONNECTOR,
+    ConnectorInference,
+    InferenceRefused,
+    InferenceRequest,
+    model_request,
+)
 
 from ..agents.llm_server import LlmServer, Reply
 from ..harness import CHAT_GRANT, config_with, error_of, record, result_of, running_host, scripted, wait_for
@@ -193,3 +204,64 @@ class TestLoopGuard:
         refused = error_of(rec, 3)
         assert refused["code"] == -32600 and refused["data"] == {"reason": "hook_pending"}
         assert result_of(rec, 5)["content"] == "four"
+
+
+class TestPort:
+    """ConnectorInference's own bounds, without a connector."""
+
+    def _port(self, pending: set[str] | None = None) -> ConnectorInference:
+        config = InferenceConfig(backend=SCRIPTED)
+        return ConnectorInference(config, ScriptedBackend(["four"]), hook_pending=lambda s: s in (pending or set()))
+
+    async def test_only_running_requests_hold_a_place(self) -> None:
+        """Admitted requests whose work never started hold no place; running ones do, up to the bound."""
+        port = self._port()
+        for _ in range(MAX_CONCURRENT_PER_CONNECTOR + 2):
+            port.admit("c")  # never run (the connection stopped before the work started): no leak
+        params = InferenceRequest(featureSet="think", messages=MESSAGES)
+        request = model_request(params, port.config)
+        result = await port.complete("c", params, request)
+        assert result["content"] == "four"
+        port.admit("c")  # the finished request gave its place back
+
+    async def test_past_the_bound_a_request_is_refused_busy(self) -> None:
+        """With MAX_CONCURRENT_PER_CONNECTOR requests running, one more of that connector is refused."""
+        release = anyio.Event()
+        started = []
+
+        class Held(ScriptedBackend):
+            async def complete(self, request, *, on_text=None):  # type: ignore[no-untyped-def]
+                started.append(request)
+                await release.wait()
+                return await super().complete(request, on_text=on_text)
+
+        port = ConnectorInference(InferenceConfig(backend=SCRIPTED), Held(["four"]))
+        params = InferenceRequest(featureSet="think", messages=MESSAGES)
+        async with anyio.create_task_group() as tg:
+            for _ in range(MAX_CONCURRENT_PER_CONNECTOR):
+                port.admit("c")
+                tg.start_soon(port.complete, "c", params, model_request(params, port.config))
+            while len(started) < MAX_CONCURRENT_PER_CONNECTOR:
+                await anyio.sleep(0)
+            with pytest.raises(InferenceRefused) as refused:
+                port.admit("c")
+            assert refused.value.reason == "busy"
+            port.admit("other")  # the bound is per connector
+            release.set()
+
+    def test_a_pending_hook_refuses_only_its_own_connector(self) -> None:
+        """The loop guard names the connector whose beforeInference is outstanding, and only it."""
+        port = self._port({"hooked"})
+        with pytest.raises(InferenceRefused) as refused:
+            port.admit("hooked")
+        assert refused.value.reason == "hook_pending"
+        port.admit("other")
+
+    def test_the_hosts_token_bound_caps_the_connectors_preference(self) -> None:
+        """preferences.maxTokens below the backend's bound is used; above it, the bound wins."""
+        config = InferenceConfig(backend=BackendConfig(kind="scripted", max_tokens=100))
+        low = model_request(InferenceRequest(featureSet="t", messages=MESSAGES, preferences={"maxTokens": 10}), config)
+        high = model_request(InferenceRequest(featureSet="t", messages=MESSAGES, preferences={"maxTokens": 10**6}),
+                             config)
+        assert (low.max_tokens, high.max_tokens) == (10, 100)
+        assert low.system == "be brief" and [m.role for m in low.messages] == ["user"]
