@@ -32,19 +32,6 @@ def ping(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
     return {}
 
 
-def not_built(capability: str) -> Any:
-    """A handler for a method this host does not implement: refused as ungranted.
-
-    Its capability is never in `grants.IMPLEMENTED`, so the grant check
-    refuses first; this is the answer should that ever change without a handler.
-    """
-
-    def refuse(conn: McplConnection, params: Raw | UnsetType) -> Any:
-        raise errors.capability_denied(capability)
-
-    return refuse
-
-
 # --- channels ------------------------------------------------------------------
 
 
