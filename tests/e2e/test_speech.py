@@ -2,7 +2,7 @@
 
 Issue 10: a mention is answered into its own conversation (thread
 included); a wake over several conversations becomes a draft and a notice
-and publishes nothing; prose written before a tool call is published while
+and publishes nothing; a `>>>` pin splits a reply; prose written before a tool call is published while
 the call is still running; `channel_publish` refuses an inbound-only channel.
 """
 
@@ -98,6 +98,20 @@ class TestDefaultDestination:
         kinds = [r["metadata"]["kind"] for r in agent_rows(db, "scout")]
         assert kinds[-2:] == ["draft", "drafts"]
         assert publishes(tmp_path) == [] and outbox(db) == []
+
+
+class TestPins:
+    async def test_a_pin_sends_what_follows_to_its_channel_and_the_pin_line_to_no_one(self, tmp_path: Path):
+        """`>>> #other` splits the reply: the first part to the room, the rest to #other, in that order."""
+        db = tmp_path / "host.db"
+        steps = [REGISTER, incoming(message("m-1", "scout, tell both")), {"wait": "channels/publish", "count": 2}]
+        async with daemon(config_for(tmp_path, steps, ["here\n>>> #other\nthere"]), tmp_path) as run:
+            await wait_for(lambda: len(publishes(tmp_path)) >= 2, timeout=30)
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        sent = publishes(tmp_path)
+        assert [(p["channelId"], published_text(p).strip()) for p in sent] == [(ROOM, "here"), (OTHER, "there")]
+        assert all(">>>" not in published_text(p) for p in sent) and len(outbox(db)) == 2
 
 
 class TestToolCalls:
