@@ -7,7 +7,6 @@ tests/e2e); the tests below keep the map honest.
 
 Deferred, because the feature is not built yet (no test pretends otherwise):
 
-- 25: `channels/publish`. There is no speech router or outbox yet.
 - 26: `channels/outgoing/chunk` and `/complete`. Outgoing streaming is not built.
 - 31: hook-triggered `inference/request` loops. `inference/request` is not
   built (no `[inference]` backend is wired); it is always refused -32002.
@@ -40,6 +39,8 @@ ROBUST = "test_robustness_wire::"
 #: Items tested outside tests/protocol are named from the top ("tests.agents.x::Class::test").
 HOOKS = "tests.agents.test_hooks::"
 AGENTS_E2E = "tests.e2e.test_agents::TestHooksAndLifecycle::"
+SPEECH = "tests.agents.test_speech::"
+SPEECH_E2E = "tests.e2e.test_speech::"
 CHECKLIST: dict[int, list[str]] = {
     1: [POLICY + "TestInitialPolicy::"
                  "test_the_policy_is_a_request_sent_right_after_initialized_even_for_an_empty_grant"],
@@ -122,9 +123,11 @@ CHECKLIST.update({
          AGENTS_E2E + "test_a_failing_backend_still_ends_its_inference_once_with_failed",
          AGENTS_E2E + "test_a_shutdown_mid_inference_ends_it_with_aborted"],
     38: [HOOKS + "TestBeforeInference::test_a_timeout_and_an_error_cost_only_that_connector"],
+    25: [SPEECH_E2E + "TestDefaultDestination::test_a_mention_in_a_thread_is_published_into_that_thread_and_delivered",
+         SPEECH_E2E + "TestToolCalls::test_channel_publish_to_an_inbound_only_channel_is_refused",
+         SPEECH + "TestChannelPublish::test_refusals_name_their_reason"],
 })
 DEFERRED: dict[int, str] = {
-    25: "channels/publish is not built",
     26: "outgoing streaming is not built",
     31: "hooks and inference/request are not built",
     41: "moderation, routing and publishing are not built",
