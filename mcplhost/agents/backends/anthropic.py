@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
-
-from mcplhost.agents.backends.common import api_key, missing_key_error, overall_timeout_s, sdk_error
+from mcplhost.agents.backends.common import SdkBackend
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -147,7 +145,7 @@ def response_from_message(message: Any) -> ModelResponse:
 # --- the backend (I/O) -------------------------------------------------------
 
 
-class AnthropicBackend:
+class AnthropicBackend(SdkBackend):
     """Messages through `anthropic.AsyncAnthropic`, one client for the backend's life."""
 
     name = "anthropic"
@@ -155,37 +153,12 @@ class AnthropicBackend:
     def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
         import anthropic  # optional extra; make_backend checked it is importable
 
-        self._sdk = anthropic
-        self._config = config
-        self._key = api_key(config.api_key_env, environ)
-        self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)
-        self._client = None
-        if self._key is not None:
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._key,
-                base_url=config.base_url,
-                timeout=config.timeout_s,
-                max_retries=config.max_retries,
-            )
+        super().__init__(config, environ=environ, sdk=anthropic, client_class=anthropic.AsyncAnthropic)
 
-    async def complete(self, request: ModelRequest, *, on_text: OnText | None = None) -> ModelResponse:
-        if self._client is None:
-            raise missing_key_error(self._config.api_key_env)
-        if not request.model:
-            raise BackendError("bad_request", "no model configured")
-        try:
-            with anyio.fail_after(self._overall_s):
-                if on_text is None:
-                    return response_from_message(await self._client.messages.create(**request_kwargs(request)))
-                async with self._client.messages.stream(**request_kwargs(request)) as stream:
-                    async for delta in stream.text_stream:
-                        on_text(delta)
-                    return response_from_message(await stream.get_final_message())
-        except TimeoutError:
-            raise BackendError("timeout", f"no whole answer within {self._overall_s:g} s") from None
-        except Exception as e:  # every SDK failure is a BackendError (model.py)
-            raise sdk_error(e, self._sdk, "anthropic") from e
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+    async def _call(self, client: Any, request: ModelRequest, on_text: OnText | None) -> ModelResponse:
+        if on_text is None:
+            return response_from_message(await client.messages.create(**request_kwargs(request)))
+        async with client.messages.stream(**request_kwargs(request)) as stream:
+            async for delta in stream.text_stream:
+                on_text(delta)
+            return response_from_message(await stream.get_final_message())

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+import anyio
 import structlog
 
-from mcplhost.agents.model import BackendError
+from mcplhost.agents.model import BackendError, ModelRequest, ModelResponse, OnText
 
 log = structlog.get_logger()
 
@@ -66,6 +67,44 @@ def sdk_error(e: Exception, sdk: ModuleType, backend: str) -> BackendError:
         return BackendError("malformed", f"{type(e).__name__}: {e}")
     log.warning("backend.unexpected_error", backend=backend, exc_info=True)
     return BackendError("malformed", f"{type(e).__name__}: {e}")
+
+
+class SdkBackend:
+    """What both official-SDK backends share: the key, one client for the backend's life, the bounds, the errors.
+
+    A subclass names its SDK and client class and implements `_call` (one
+    request through that client); everything it raises becomes a BackendError.
+    """
+
+    name = ""
+
+    def __init__(self, config: Any, *, environ: Mapping[str, str], sdk: ModuleType, client_class: Any) -> None:
+        self._sdk = sdk
+        self._config = config
+        self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)
+        key = api_key(config.api_key_env, environ)
+        self._client = None if key is None else client_class(
+            api_key=key, base_url=config.base_url, timeout=config.timeout_s, max_retries=config.max_retries)
+
+    async def complete(self, request: ModelRequest, *, on_text: OnText | None = None) -> ModelResponse:
+        if self._client is None:
+            raise missing_key_error(self._config.api_key_env)
+        if not request.model:
+            raise BackendError("bad_request", "no model configured")
+        try:
+            with anyio.fail_after(self._overall_s):
+                return await self._call(self._client, request, on_text)
+        except TimeoutError:
+            raise BackendError("timeout", f"no whole answer within {self._overall_s:g} s") from None
+        except Exception as e:  # every SDK failure is a BackendError (model.py)
+            raise sdk_error(e, self._sdk, self.name) from e
+
+    async def _call(self, client: Any, request: ModelRequest, on_text: OnText | None) -> ModelResponse:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
 
 
 def reason_for_status(status: int) -> str:

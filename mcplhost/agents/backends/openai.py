@@ -19,15 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
-
-from mcplhost.agents.backends.common import (
-    api_key,
-    block_text,
-    missing_key_error,
-    overall_timeout_s,
-    sdk_error,
-)
+from mcplhost.agents.backends.common import SdkBackend, block_text
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -199,7 +191,7 @@ class _StreamedCall:
 # --- the backend (I/O) -------------------------------------------------------
 
 
-class OpenAIBackend:
+class OpenAIBackend(SdkBackend):
     """Chat Completions through `openai.AsyncOpenAI`, one client for the backend's life."""
 
     name = "openai"
@@ -207,40 +199,14 @@ class OpenAIBackend:
     def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
         import openai  # optional extra; make_backend checked it is importable
 
-        self._sdk = openai
-        self._config = config
-        self._key = api_key(config.api_key_env, environ)
-        self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)
-        self._client = None
-        if self._key is not None:
-            self._client = openai.AsyncOpenAI(
-                api_key=self._key,
-                base_url=config.base_url,
-                timeout=config.timeout_s,
-                max_retries=config.max_retries,
-            )
+        super().__init__(config, environ=environ, sdk=openai, client_class=openai.AsyncOpenAI)
 
-    async def complete(self, request: ModelRequest, *, on_text: OnText | None = None) -> ModelResponse:
-        if self._client is None:
-            raise missing_key_error(self._config.api_key_env)
-        if not request.model:
-            raise BackendError("bad_request", "no model configured")
-        try:
-            with anyio.fail_after(self._overall_s):
-                if on_text is None:
-                    completion = await self._client.chat.completions.create(**request_kwargs(request, stream=False))
-                    return response_from_completion(completion)
-                streamed = _StreamedCall(on_text)
-                stream = await self._client.chat.completions.create(**request_kwargs(request, stream=True))
-                async with stream:
-                    async for chunk in stream:
-                        streamed.add(chunk)
-                return streamed.response()
-        except TimeoutError:
-            raise BackendError("timeout", f"no whole answer within {self._overall_s:g} s") from None
-        except Exception as e:  # every SDK failure is a BackendError (model.py)
-            raise sdk_error(e, self._sdk, "openai") from e
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+    async def _call(self, client: Any, request: ModelRequest, on_text: OnText | None) -> ModelResponse:
+        if on_text is None:
+            return response_from_completion(await client.chat.completions.create(**request_kwargs(request, stream=False)))
+        streamed = _StreamedCall(on_text)
+        stream = await client.chat.completions.create(**request_kwargs(request, stream=True))
+        async with stream:
+            async for chunk in stream:
+                streamed.add(chunk)
+        return streamed.response()
