@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -334,16 +334,25 @@ def _console_line(item: StoredItem) -> str:
     return f"{item.id:>6}  {item.role:<9} {who:<16} {body}"
 
 
-def cmd_messages(args: argparse.Namespace) -> int:
+def _print_rows(args: argparse.Namespace, rows: Callable[[Any], AsyncIterator[Any]],
+                json_line: Callable[[Any], bytes], plain_line: Callable[[Any], str]) -> int:
+    """The read-only listings (messages, turns, outbox): each row of `rows(store)` as one JSON or plain line."""
+
     async def main() -> None:
         async with open_reader(existing_database(args.db)) as store:
             out = sys.stdout.buffer
-            async for item in store.items.iterate(limit=args.limit, channel=args.channel, agent=args.agent):
-                out.write(export_line(item) + b"\n" if args.json else (_console_line(item) + "\n").encode())
+            async for row in rows(store):
+                out.write(json_line(row) + b"\n" if args.json else (plain_line(row) + "\n").encode())
             out.flush()
 
     anyio.run(main)
     return EXIT_OK
+
+
+def cmd_messages(args: argparse.Namespace) -> int:
+    return _print_rows(args, lambda store: store.items.iterate(limit=args.limit, channel=args.channel,
+                                                               agent=args.agent),
+                       export_line, _console_line)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -375,30 +384,15 @@ def cmd_turns(args: argparse.Namespace) -> int:
     from .readers import turn_plain_line
     from .store import turn_line
 
-    async def main() -> None:
-        async with open_reader(existing_database(args.db)) as store:
-            out = sys.stdout.buffer
-            async for turn in store.turns.iterate(agent=args.agent, limit=args.limit):
-                out.write(turn_line(turn) + b"\n" if args.json else (turn_plain_line(turn) + "\n").encode())
-            out.flush()
-
-    anyio.run(main)
-    return EXIT_OK
+    return _print_rows(args, lambda store: store.turns.iterate(agent=args.agent, limit=args.limit),
+                       turn_line, turn_plain_line)
 
 
 def cmd_outbox(args: argparse.Namespace) -> int:
     from .readers import outbox_plain_line
     from .store.outbox import outbox_line
 
-    async def main() -> None:
-        async with open_reader(existing_database(args.db)) as store:
-            out = sys.stdout.buffer
-            async for row in store.outbox.iterate(state=args.state):
-                out.write(outbox_line(row) + b"\n" if args.json else (outbox_plain_line(row) + "\n").encode())
-            out.flush()
-
-    anyio.run(main)
-    return EXIT_OK
+    return _print_rows(args, lambda store: store.outbox.iterate(state=args.state), outbox_line, outbox_plain_line)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
