@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import sys
 import time
 from typing import Any
 
-from .mcpl_server import McplServer, RemoteError, log, text
+from .mcpl_server import McplServer, Recorder, RemoteError, log, text
 
 MESSAGING = "discord.messaging"
 FEATURE_SETS = [
@@ -67,16 +66,6 @@ LINES = [
     ("random", "Alice", "@Scout can you summarise yesterday?"),
 ]
 DM_CHANNEL = "d1"
-
-
-class Recorder:
-    def __init__(self, path: str | None) -> None:
-        self._handle = open(path, "a", encoding="utf-8") if path else None
-
-    def __call__(self, kind: str, **fields: Any) -> None:
-        if self._handle is not None:
-            self._handle.write(json.dumps({"kind": kind, **fields}) + "\n")
-            self._handle.flush()
 
 
 class FakeDiscord:

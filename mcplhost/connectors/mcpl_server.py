@@ -248,3 +248,15 @@ NO_ANSWER = object()
 
 def text(body: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": body}]
+
+
+class Recorder:
+    """Appends what a test connector did, one JSON object per line, to `path` (nothing when it is None)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._handle = open(path, "a", encoding="utf-8") if path else None
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        if self._handle is not None:
+            self._handle.write(json.dumps({"kind": kind, **fields}) + "\n")
+            self._handle.flush()

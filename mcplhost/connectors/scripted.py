@@ -47,7 +47,7 @@ import sys
 import time
 from typing import Any
 
-from .mcpl_server import NO_ANSWER, McplServer, RemoteError
+from .mcpl_server import NO_ANSWER, McplServer, Recorder, RemoteError
 
 USAGE = __doc__
 
@@ -58,16 +58,6 @@ def load_script() -> dict[str, Any]:
         with open(raw[1:], encoding="utf-8") as handle:
             raw = handle.read()
     return json.loads(raw)
-
-
-class Recorder:
-    def __init__(self, path: str | None) -> None:
-        self._handle = open(path, "a", encoding="utf-8") if path else None
-
-    def __call__(self, kind: str, **fields: Any) -> None:
-        if self._handle is not None:
-            self._handle.write(json.dumps({"kind": kind, **fields}) + "\n")
-            self._handle.flush()
 
 
 def answer(spec: Any) -> Any:

@@ -246,14 +246,7 @@ class ItemRepository:
 
         With `limit`, the first `limit` of them; page on by passing the last id returned.
         """
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be at least 0, not {limit}")
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
-                f"SELECT {_COLUMNS} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
-                (item_id, since_ms, -1 if limit is None else limit),
-            )
-        return [_stored_item(row) for row in rows]
+        return [_stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
 
     async def after_as_written(self, item_id: int, *, since_ms: int = 0,
                                limit: int | None = None) -> builtins.list[tuple[int, NewItem]]:
@@ -263,14 +256,17 @@ class ItemRepository:
         item has the conversation id the live event had (None for an unscoped
         push or local input), not one recomputed from its metadata.
         """
+        return [_written_item(row) for row in await self._rows_after(_WRITTEN_COLUMNS, item_id, since_ms, limit)]
+
+    async def _rows_after(self, columns: str, item_id: int, since_ms: int, limit: int | None) -> builtins.list[Any]:
+        """`columns` of the items above `item_id` created at or after `since_ms`, oldest first, at most `limit`."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
-                f"SELECT {_WRITTEN_COLUMNS} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
+            return await self._database.conn.execute_fetchall(
+                f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
                 (item_id, since_ms, -1 if limit is None else limit),
             )
-        return [_written_item(row) for row in rows]
 
     async def context_rows(self, agent: str, *, limit: int,
                            conversation_id: str | None = None) -> builtins.list[StoredItem]:
