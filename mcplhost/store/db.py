@@ -1,10 +1,16 @@
-"""The SQLite connection: pragmas, transactions, and opening a store.
+"""The SQLite connections: pragmas, transactions, and opening a store.
 
-The daemon holds exactly one connection (the one writer). aiosqlite runs its
-calls in order on one worker thread; a lock here makes each transaction one
-task's at a time, so two tasks never interleave statements inside one
-BEGIN ... COMMIT. Reads take the same lock, so they never see another task's
-uncommitted rows.
+The daemon holds one writer connection. aiosqlite runs its calls in order on
+one worker thread; a lock here makes each transaction one task's at a time,
+so two tasks never interleave statements inside one BEGIN ... COMMIT.
+
+Beside it, a `StoreReader`: a few read-only connections to the same file.
+The store runs in WAL mode, where a reader sees the last commit and never
+waits for the writer, nor the writer for it; so the reads of items (context,
+catch-up, search, the CLI) take no lock and hold up no commit, however long
+they take (docs/architecture.md "The store"). A read inside the current
+task's own transaction uses the writer's connection, to see what that
+transaction wrote.
 
 Cancellation: aiosqlite finishes a queued call even if the awaiting task is
 cancelled, so BEGIN, COMMIT and ROLLBACK run shielded from anyio cancellation
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -33,6 +39,9 @@ from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.outbox import OutboxRepository
 from mcplhost.store.pushes import PushRepository
 from mcplhost.store.turns import TurnRepository
+
+#: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
+READER_CONNECTIONS = 2
 
 # How long a statement waits for another process's lock (a `mcplhost migrate`
 # or a reader checkpointing) before failing with "database is locked".
@@ -77,11 +86,42 @@ async def apply_pragmas(
     await conn.execute(f"PRAGMA synchronous = {level}")  # checked against the list above
 
 
-class Database:
-    """One aiosqlite connection and the lock that gives its transactions to one task at a time."""
+class StoreReader:
+    """Read-only connections to the store's file, lent one read at a time; they never take the writer's lock.
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    A worker thread's scan (search) opens its own with `connect_read_only`.
+    """
+
+    def __init__(self, path: Path, connections: list[aiosqlite.Connection]) -> None:
+        if not connections:
+            raise ValueError("a StoreReader needs at least one connection")
+        self.path = path
+        self._free = list(connections)
+        self._lent = anyio.Semaphore(len(connections))  # a free connection for each token
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A free read-only connection for one read (a few statements at most: a long hold delays checkpoints)."""
+        async with self._lent:
+            conn = self._free.pop()
+            try:
+                yield conn
+            finally:
+                self._free.append(conn)
+
+
+
+class Database:
+    """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
+
+    `reader`: where `read()` reads outside a transaction; None shares the
+    writer's connection and lock (the read-only CLI store, and the old path
+    kept for benchmarks).
+    """
+
+    def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None) -> None:
         self.conn = conn
+        self.reader = reader
         self._lock = anyio.Lock()
 
     @asynccontextmanager
@@ -127,6 +167,20 @@ class Database:
         async with self._lock:
             yield
 
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A connection to read committed rows from without the writer's lock (the reader's).
+
+        Inside the current task's transaction, the writer's own connection
+        instead, which sees that transaction's rows.
+        """
+        if self.reader is None or _current_transaction.get() is self:
+            async with self.reading():
+                yield self.conn
+            return
+        async with self.reader.connection() as conn:
+            yield conn
+
     def require_transaction(self, operation: str) -> None:
         """Raise HostStateError unless the current task is inside `transaction()`."""
         if _current_transaction.get() is not self:
@@ -141,6 +195,8 @@ class Store:
 
     def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
         self.path = path
+        #: The read-only connections reads go through (None: they share the writer's).
+        self.reader = database.reader
         self.items = ItemRepository(database)
         self.pushes = PushRepository(database)
         self.turns = TurnRepository(database)
@@ -169,13 +225,16 @@ async def open_store(
     synchronous: str = DEFAULT_SYNCHRONOUS,
     migrate: bool = True,
     migrations_folder: Traversable | Path | None = None,
+    reader_connections: int = READER_CONNECTIONS,
 ) -> AsyncIterator[Store]:
-    """Open (creating folders and file if needed) the daemon's read-write store.
+    """Open (creating folders and file if needed) the daemon's read-write store, and its `StoreReader`.
 
     With `migrate` (the default) pending migrations are applied; without it
     the schema is only checked not to be newer than the code. Either way a
     newer database raises SchemaTooNew, and a file holding another
     application's tables raises ForeignDatabase before anything is written.
+    `reader_connections=0`: no reader, every read shares the writer's lock
+    (the path before the reader, kept for tests/bench).
     """
     path = Path(path)
     try:
@@ -193,7 +252,40 @@ async def open_store(
                 refuse_newer(await applied_versions(conn), newest, path=str(path))
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc) from exc
-        yield Store(path, Database(conn), migrations_folder)
+        async with AsyncExitStack() as readers:
+            # Opened after the migrations, so every reader sees the current schema.
+            connections = [await readers.enter_async_context(_read_only_connection(path))
+                           for _ in range(reader_connections)]
+            reader = StoreReader(path, connections) if connections else None
+            yield Store(path, Database(conn, reader), migrations_folder)
+
+
+@asynccontextmanager
+async def _read_only_connection(path: Path) -> AsyncIterator[aiosqlite.Connection]:
+    async with _connection(path, _read_only_uri(path), uri=True) as conn:
+        try:
+            await apply_pragmas(conn, read_only=True)
+        except sqlite3.Error as exc:
+            raise _cannot_open(path, exc) from exc
+        yield conn
+
+
+def _read_only_uri(path: Path) -> str:
+    return path.resolve().as_uri() + "?mode=ro"
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A new read-only sqlite3 connection to the store at `path`, for the calling (worker) thread; the caller closes it.
+
+    Like the reader's, it never takes the writer's lock (WAL).
+    """
+    try:
+        conn = sqlite3.connect(_read_only_uri(path), uri=True, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA query_only = ON")
+    except sqlite3.Error as exc:
+        raise _cannot_open(path, exc) from exc
+    return conn
 
 
 @asynccontextmanager
@@ -211,8 +303,7 @@ async def open_reader(
     path = Path(path)
     if not path.is_file():
         raise StoreMissing(str(path))
-    uri = path.resolve().as_uri() + "?mode=ro"
-    async with _connection(path, uri, uri=True) as conn:
+    async with _connection(path, _read_only_uri(path), uri=True) as conn:
         try:
             await refuse_foreign(conn, path=str(path))
             await apply_pragmas(conn, read_only=True)
@@ -223,7 +314,8 @@ async def open_reader(
                 raise SchemaBehind(max(applied, default=0), newest, path=str(path))
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc) from exc
-        yield Store(path, Database(conn), migrations_folder)
+        # Nothing in this process writes: its one read-only connection is also its reader.
+        yield Store(path, Database(conn, StoreReader(path, [conn])), migrations_folder)
 
 
 @asynccontextmanager

@@ -17,7 +17,8 @@ learns the original's id and conversation (`ItemWritten.duplicate`).
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Sequence
+import sqlite3
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -171,8 +172,8 @@ class ItemRepository:
 
         A correction that names no thread inherits its original's (PROVENANCE §2).
         """
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._database.read() as conn:
+            rows = await conn.execute_fetchall(
                 "SELECT thread_id FROM items"
                 " WHERE channel_id = ? AND message_id = ? AND server_id = ? ORDER BY id DESC LIMIT 1",
                 (channel_id, message_id, server_id),
@@ -208,8 +209,7 @@ class ItemRepository:
         if limit == 0:
             return
         where, params = _filters(channel=channel, agent=agent)
-        async with self._database.reading():
-            conn = self._database.conn
+        async with self._database.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
             after = 0
             if limit is not None:
@@ -220,8 +220,8 @@ class ItemRepository:
                 )
                 after = next((row[0] for row in rows), 0)
         while True:
-            async with self._database.reading():
-                rows = await self._database.conn.execute_fetchall(
+            async with self._database.read() as conn:
+                rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE),
                 )
@@ -237,8 +237,8 @@ class ItemRepository:
 
     async def last_id(self) -> int:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
-        async with self._database.reading():
-            ((last,),) = await self._database.conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+        async with self._database.read() as conn:
+            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
         return last
 
     async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
@@ -262,8 +262,8 @@ class ItemRepository:
         """`columns` of the items above `item_id` created at or after `since_ms`, oldest first, at most `limit`."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
-        async with self._database.reading():
-            return await self._database.conn.execute_fetchall(
+        async with self._database.read() as conn:
+            return await conn.execute_fetchall(
                 f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
                 (item_id, since_ms, -1 if limit is None else limit),
             )
@@ -284,8 +284,8 @@ class ItemRepository:
         if conversation_id is not None:
             where += " AND conversation_id = ?"
             params.append(conversation_id)
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._database.read() as conn:
+            rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [_stored_item(row) for row in reversed(builtins.list(rows))]
 
@@ -293,13 +293,37 @@ class ItemRepository:
         """The stored items among `ids`, by ascending id, each once; ids not stored are left out."""
         wanted = sorted(set(ids))
         found: builtins.list[StoredItem] = []
-        async with self._database.reading():
+        async with self._database.read() as conn:
             for start in range(0, len(wanted), IDS_PER_QUERY):
                 chunk = wanted[start : start + IDS_PER_QUERY]
-                rows = await self._database.conn.execute_fetchall(
+                rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
                 found.extend(_stored_item(row) for row in rows)
         return found
+
+
+def newest_first(conn: sqlite3.Connection, *, page_rows: int = READ_PAGE_SIZE) -> Iterator[StoredItem]:
+    """Every item stored before the scan began, newest first, on a plain sqlite3 connection (a worker thread's).
+
+    A page of `page_rows` per statement, each statement ended before the
+    next begins; rows are decoded one at a time as they are taken, so
+    memory is one row whatever the bodies' sizes. Close the generator to
+    stop early.
+    """
+    ((before,),) = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM items").fetchall()
+    while True:
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM items WHERE id < ? ORDER BY id DESC LIMIT ?",
+                              (before, page_rows))
+        try:
+            taken = 0
+            for row in cursor:
+                taken += 1
+                before = row[0]
+                yield _stored_item(row)
+        finally:
+            cursor.close()
+        if taken < page_rows:
+            return
 
 
 def _filters(*, channel: str | None, agent: str | None) -> tuple[str, tuple[str, ...]]:
