@@ -37,6 +37,9 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 MAX_COUNT = 2**63 - 1
 #: --seconds past a year is a typo, and a timer that far out overflows the event loop's clock.
 MAX_SECONDS = 366 * 24 * 3600.0
+#: How long `mcplhost search` may take by default (--timeout): longer than an agent's search (an operator waits
+#: for a whole table), still bounded; it then prints what it found and says where it stopped.
+CLI_SEARCH_DEADLINE_S = 60.0
 #: `mcplhost dev`'s database when --db is not given, in the current folder.
 DEV_DB = "mcplhost-dev.db"
 
@@ -125,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--regex", action="store_true", help="QUERY is a regular expression")
     search.add_argument("--ignore-case", "-i", action="store_true")
     search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
+    search.add_argument("--timeout", type=seconds, default=CLI_SEARCH_DEADLINE_S, metavar="SECONDS",
+                        help="stop after this long with the hits found so far (default %(default)g)")
     search.add_argument("--json", action="store_true")
 
     turns = sub.add_parser("turns", help="print agent turns, oldest first (why each woke, how it ended)",
@@ -356,12 +361,12 @@ def cmd_messages(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from .readers import SearchError, SearchResult, search_items, timed_out_warning
+    from .readers import SearchError, SearchResult, search_items, stopped_early_warning, timed_out_warning
 
     async def main() -> SearchResult:
         async with open_reader(existing_database(args.db)) as store:
             return await search_items(store, args.query, as_regex=args.regex, ignore_case=args.ignore_case,
-                                      limit=args.limit)
+                                      limit=args.limit, deadline_s=args.timeout)
 
     try:
         found = anyio.run(main)
@@ -374,9 +379,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:
             print(f"{hit['id']:>6}  {hit.get('channelId') or '-':<24} {hit['snippet']}")
     sys.stdout.flush()
-    warning = timed_out_warning(found)
-    if warning is not None:  # items the expression could not be tested on: said, never dropped silently (exit stays 0)
-        print(f"mcplhost: {warning}", file=sys.stderr)
+    # What could not be searched is said, never dropped silently; the exit stays 0.
+    for warning in (timed_out_warning(found), stopped_early_warning(found, args.timeout)):
+        if warning is not None:
+            print(f"mcplhost: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -1,35 +1,54 @@
 """Readers of what was said: they read bodies only, never the source header (PROVENANCE §6).
 Also the plain views of the turns ledger (`mcplhost turns`) and the outbox (`mcplhost outbox`).
 
-`search_items` streams the table a page at a time (`items.iterate`), so its
-memory is one page plus the hits it keeps, whatever the table's size. Hits
-are the newest `limit` matches: the scan runs oldest first (the only order
-the store pages in) and keeps a window of the latest hits. A regular
-expression that runs out of time on an item is not a silent miss: the item
-is counted in `SearchResult.timed_out`, for the caller to report, if it
-could have been among the hits (newer than the oldest hit of a full window).
+`search_items` is untrusted CPU work (the query may be a model's, steered
+by a chat user), so none of it runs on the event loop: compiling, reading,
+decoding and matching all happen in a worker thread with its own read-only
+connection (it takes no lock and holds up no commit). The worker reads the
+table newest first, a page at a time, one row in memory, and stops at
+`limit` hits. One deadline bounds the whole search; each match gets at most
+REGEX_TIMEOUT_S of what is left. When the deadline comes first the search
+returns what it found so far and says so (`SearchResult.stopped_early`); a
+cancelled caller stops the worker at its next row. A regular expression
+that runs out of time on an item is not a silent miss: the item is counted
+in `SearchResult.timed_out`, for the caller to report. docs/operations.md
+"Searching" says the same for users.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import msgspec
 import regex
 
 from .inbound.notice import reader_body
 from .inbound.quoting import header_value
 from .store import Store
+from .store.db import connect_read_only
+from .store.items import StoredItem, newest_first
 from .store.outbox import OutboxRow
 from .store.turns import Turn, spent_tokens
 
-#: A user's regular expression gets this long per item before it is abandoned.
+T = TypeVar("T")
+
+#: One search, every page and every match, gets this long; then it returns what it found so far.
+SEARCH_DEADLINE_S = 10.0
+#: A regular expression gets this long per item (never past the deadline) before the item is left out as timed out.
 REGEX_TIMEOUT_S = 0.5
+#: Longest query taken: compiling it is work the query's author controls.
+QUERY_MAX_CHARS = 1000
+#: Rows per statement of the newest-first scan (each ends before the next, so WAL checkpoints go on).
+SEARCH_PAGE_ROWS = 200
 #: Characters of context on each side of a hit in a snippet.
 SNIPPET_CONTEXT = 40
+#: Characters of the match itself a snippet shows (a match may be the whole body); the rest is cut with "…".
+SNIPPET_MATCH_CHARS = 200
 #: Ids of timed-out items kept for the report (the newest ones); the count is always exact.
 TIMED_OUT_IDS_KEPT = 10
 #: Waking item ids a plain `mcplhost turns` line shows; the rest are counted (a wake holds up to 100).
@@ -45,8 +64,11 @@ class SearchResult(msgspec.Struct, frozen=True):
 
     hits: list[dict[str, Any]]  # newest first
     searched: int  # items whose body was tested
-    timed_out: int  # items whose test ran out of time and that could have been hits: they are not in `hits`
+    timed_out: int  # items whose test ran out of time: they are not in `hits`, and could have been
     timed_out_ids: list[int]  # the newest of those (at most TIMED_OUT_IDS_KEPT), newest first
+    #: The deadline came before `limit` hits or the oldest item: items older than `oldest_searched` were not searched.
+    stopped_early: bool = False
+    oldest_searched: int | None = None  # the oldest item tested (or timed out), None if none was
 
 
 def body_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
@@ -57,12 +79,18 @@ def body_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
 def _snippet(text: str, start: int, end: int) -> str:
     left = max(0, start - SNIPPET_CONTEXT)
     right = min(len(text), end + SNIPPET_CONTEXT)
-    piece = text[left:right].replace("\n", " ")
-    return ("…" if left else "") + piece + ("…" if right < len(text) else "")
+    if end - start > SNIPPET_MATCH_CHARS:  # a long match: its head, then the context after its end
+        middle = text[start : start + SNIPPET_MATCH_CHARS] + "…" + text[end:right]
+        piece = text[left:start] + middle
+    else:
+        piece = text[left:right]
+    return ("…" if left else "") + piece.replace("\n", " ") + ("…" if right < len(text) else "")
 
 
 def compile_query(query: str, *, as_regex: bool, ignore_case: bool) -> regex.Pattern[str]:
-    """The query as a pattern (a literal unless `as_regex`); SearchError if it is not a valid expression."""
+    """The query as a pattern (a literal unless `as_regex`); SearchError if it is too long or not a valid expression."""
+    if len(query) > QUERY_MAX_CHARS:
+        raise SearchError(f"the query is {len(query)} characters long; at most {QUERY_MAX_CHARS} are taken")
     flags = regex.IGNORECASE | regex.FULLCASE if ignore_case else 0
     try:
         return regex.compile(query if as_regex else regex.escape(query), flags)
@@ -71,74 +99,136 @@ def compile_query(query: str, *, as_regex: bool, ignore_case: bool) -> regex.Pat
 
 
 class NewestHits:
-    """The newest `limit` hits of a scan that runs oldest first, and the timeouts that could have been hits.
+    """The hits of a scan that runs newest first and stops at `limit` of them, and the timeouts met on the way.
 
-    Pure bookkeeping, fed in id order: `hit(id, hit)`, `timeout(id)`, then `result()`.
+    Pure bookkeeping, fed newest first: `hit(id, hit)`, `miss(id)`, `timeout(id)` until `full`, then `result()`.
+    Every timeout met before the window filled is newer than some hit it
+    could have displaced, or the window never filled: each is reported.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._hits: deque[dict[str, Any]] = deque(maxlen=limit)
-        # Beside each hit, the timeouts counted before it: once the window is full,
-        # only timeouts after its oldest hit could have changed the results.
-        self._timeouts_before: deque[int] = deque(maxlen=limit)
-        self._timed_out_ids: deque[int] = deque(maxlen=TIMED_OUT_IDS_KEPT)
+        self._hits: list[dict[str, Any]] = []
+        self._timed_out_ids: list[int] = []
         self._timed_out = 0
         self.searched = 0
+        self.oldest: int | None = None
 
-    def miss(self) -> None:
-        self.searched += 1
+    @property
+    def full(self) -> bool:
+        return len(self._hits) >= self.limit
 
-    def hit(self, hit: dict[str, Any]) -> None:
+    def miss(self, item_id: int) -> None:
         self.searched += 1
-        self._timeouts_before.append(self._timed_out)
+        self.oldest = item_id
+
+    def hit(self, item_id: int, hit: dict[str, Any]) -> None:
+        self.miss(item_id)
         self._hits.append(hit)
 
     def timeout(self, item_id: int) -> None:
-        self.searched += 1
+        self.miss(item_id)
         self._timed_out += 1
-        self._timed_out_ids.append(item_id)
+        if len(self._timed_out_ids) < TIMED_OUT_IDS_KEPT:
+            self._timed_out_ids.append(item_id)
 
-    def result(self) -> SearchResult:
-        hits, timed_out = self._hits, self._timed_out
-        if len(hits) < self.limit:  # the window is not full: every timed-out item could have been a hit
-            ids = list(reversed(self._timed_out_ids))
-        elif hits:  # full: only items newer than its oldest hit could have been hits
-            timed_out -= self._timeouts_before[0]
-            ids = [i for i in reversed(self._timed_out_ids) if i > hits[0]["id"]]
-        else:  # limit 0: nothing could have been a hit
-            timed_out, ids = 0, []
-        return SearchResult(hits=list(reversed(hits)), searched=self.searched, timed_out=timed_out,
-                            timed_out_ids=ids)
+    def result(self, *, stopped_early: bool = False) -> SearchResult:
+        return SearchResult(hits=list(self._hits), searched=self.searched, timed_out=self._timed_out,
+                            timed_out_ids=list(self._timed_out_ids), stopped_early=stopped_early,
+                            oldest_searched=self.oldest)
 
 
-async def search_items(store: Store, query: str, *, as_regex: bool = False, ignore_case: bool = False,
-                       limit: int = 50, where: Callable[[Any], bool] | None = None) -> SearchResult:
-    """The newest `limit` items whose body matches, newest first, each with a body snippet.
+def scan(items: Iterable[StoredItem], pattern: regex.Pattern[str], limit: int, *, deadline: float,
+         stop: threading.Event, where: Callable[[StoredItem], bool] | None = None,
+         clock: Callable[[], float] = time.monotonic) -> SearchResult:
+    """Test `items` (newest first) until `limit` hits, their end, the `deadline` (on `clock`), or `stop`.
 
-    `^` anchors at the body's start: the header is not part of what is searched.
-    `where`: only the stored items it accepts are searched (an agent's `history_search`: what it hears).
+    Runs in the worker thread. `stop` set: the caller was cancelled, and
+    what this returns is dropped.
     """
-    pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
     window = NewestHits(limit)
-    async for item in store.items.iterate():
+    for item in items:
+        if window.full or stop.is_set():
+            break
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return window.result(stopped_early=True)
         if where is not None and not where(item):
             continue
         text = body_text(item.content, item.metadata)
         try:
-            match = pattern.search(text, timeout=REGEX_TIMEOUT_S)
+            match = pattern.search(text, timeout=min(REGEX_TIMEOUT_S, remaining))
         except TimeoutError:
+            if clock() >= deadline:  # the search's time ran out, not this item's: it was not tested
+                return window.result(stopped_early=True)
             window.timeout(item.id)
             continue
         if match is None:
-            window.miss()
+            window.miss(item.id)
             continue
-        window.hit({
+        window.hit(item.id, {
             "id": item.id, "serverId": item.metadata.get("serverId"), "channelId": item.metadata.get("channelId"),
             "participant": item.participant, "createdAt": item.created_at,
             "snippet": _snippet(text, match.start(), match.end()),
         })
     return window.result()
+
+
+async def search_items(store: Store, query: str, *, as_regex: bool = False, ignore_case: bool = False,
+                       limit: int = 50, where: Callable[[StoredItem], bool] | None = None,
+                       deadline_s: float = SEARCH_DEADLINE_S) -> SearchResult:
+    """The newest `limit` items whose body matches, newest first, each with a body snippet, within `deadline_s`.
+
+    `^` anchors at the body's start: the header is not part of what is searched.
+    `where`: only the stored items it accepts are searched (an agent's
+    `history_search`: what it hears); it runs in the worker thread.
+    Raises SearchError for an unusable query.
+    """
+    if limit < 0:
+        raise ValueError(f"limit must be at least 0, not {limit}")
+
+    def work(stop: threading.Event) -> SearchResult:
+        deadline = time.monotonic() + deadline_s
+        pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
+        conn = connect_read_only(store.path)
+        items = newest_first(conn, page_rows=SEARCH_PAGE_ROWS)
+        try:
+            return scan(items, pattern, limit, deadline=deadline, stop=stop, where=where)
+        finally:
+            items.close()
+            conn.close()
+
+    return await in_worker(work)
+
+
+async def in_worker(work: Callable[[threading.Event], T]) -> T:
+    """`work(stop)` in a worker thread, off the event loop; its exception is raised here.
+
+    A cancelled caller sets `stop` and waits for `work` to return (it
+    checks `stop` between rows), so no search outlives its caller.
+    """
+    stop = threading.Event()
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    async def stop_when_cancelled() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stop.set()
+
+    async with anyio.create_task_group() as watching:
+        watching.start_soon(stop_when_cancelled)
+        try:
+            # Not abandoned on cancellation: the wait ends when the worker does, which `stop` makes soon.
+            outcome.append(await anyio.to_thread.run_sync(work, stop))
+        except Exception as exc:  # raised below, outside the task group, not as an exception group
+            failure.append(exc)
+        finally:
+            watching.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def timed_out_warning(result: SearchResult) -> str | None:
@@ -148,6 +238,15 @@ def timed_out_warning(result: SearchResult) -> str | None:
     ids = ", ".join(map(str, result.timed_out_ids)) + (", …" if result.timed_out > len(result.timed_out_ids) else "")
     return (f"warning: the regular expression ran out of time ({REGEX_TIMEOUT_S:g} s) on {result.timed_out} of"
             f" {result.searched} items, which are left out of the results (ids {ids})")
+
+
+def stopped_early_warning(result: SearchResult, deadline_s: float) -> str | None:
+    """The one stderr line that says the search ran out of time before it reached the oldest item, if it did."""
+    if not result.stopped_early:
+        return None
+    where = ("no item was searched" if result.oldest_searched is None
+             else f"items older than id {result.oldest_searched} were not searched")
+    return f"warning: the search stopped after {deadline_s:g} s with {len(result.hits)} hits; {where}"
 
 
 # --- the turns ledger ------------------------------------------------------------------

@@ -44,7 +44,7 @@ from mcplhost.inbound import mark_openings
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.protocol.errors import ConnectorProtocolError
-from mcplhost.readers import SearchError, search_items
+from mcplhost.readers import SEARCH_DEADLINE_S, SearchError, search_items
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.store import Store
 from mcplhost.store.items import StoredItem
@@ -375,20 +375,24 @@ class ToolBox:
         return as_text(await speech.publish(channel, text, thread))  # a refusal is an answer, not a failure
 
     async def history_search(self, arguments: dict[str, Any]) -> ToolOutcome:
+        """Search what the agent hears, in a worker thread (mcplhost/readers.py), under one deadline.
+
+        The deadline is the lesser of SEARCH_DEADLINE_S and the agent's
+        tool_timeout_s; a search it cuts short answers with what it found
+        and says so (`stoppedEarly`), so the model knows older items were not searched.
+        """
         query, as_regex, limit = arguments.get("query"), arguments.get("regex", False), arguments.get(
             "limit", SEARCH_LIMIT_DEFAULT)
         if not isinstance(query, str) or not query:
             return failure("history_search needs `query`, a non-empty string")
         if not isinstance(as_regex, bool) or isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             return failure("history_search: `regex` is a boolean and `limit` a positive integer")
+        deadline_s = min(SEARCH_DEADLINE_S, self.agent.tool_timeout_s)
         try:
-            with anyio.fail_after(self.agent.tool_timeout_s):
-                found = await search_items(self.store, query, as_regex=as_regex,
-                                           limit=min(limit, SEARCH_LIMIT_MAX), where=self.heard)
+            found = await search_items(self.store, query, as_regex=as_regex, limit=min(limit, SEARCH_LIMIT_MAX),
+                                       where=self.heard, deadline_s=deadline_s)
         except SearchError as exc:
             return failure(f"history_search: {exc}")
-        except TimeoutError:
-            return failure(f"history_search took longer than {self.agent.tool_timeout_s:g} s")
         # Snippets quote stored bodies, which the inbound pipeline marked already; ids and names are marked here.
         hits = [{"id": hit["id"], "channel": marked(f"{hit['serverId']}/{hit['channelId']}" if hit["channelId"]
                                                     else f"{hit['serverId']} (unscoped)"),
@@ -397,4 +401,8 @@ class ToolBox:
         answer: dict[str, Any] = {"hits": hits}
         if found.timed_out:
             answer["timedOut"] = found.timed_out  # items the expression could not be tested on
+        if found.stopped_early:
+            answer["stoppedEarly"] = (f"the search stopped after {deadline_s:g} s; items older than id"
+                                      f" {found.oldest_searched} were not searched" if found.oldest_searched
+                                      else f"the search stopped after {deadline_s:g} s before testing any item")
         return as_text(answer)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
 import tracemalloc
 from pathlib import Path
 
+import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.readers import TIMED_OUT_IDS_KEPT, NewestHits, search_items
-from mcplhost.store import NewItem, open_reader, open_store
+from mcplhost.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
+from mcplhost.store import NewItem, StoredItem, open_reader, open_store
 from mcplhost.store.items import READ_PAGE_SIZE
 
 from .support import cli
@@ -82,31 +84,88 @@ class TestTimedOutExpressions:
         assert [line.split()[0] for line in result.stdout.splitlines()] == ["3", "2"]
 
 
-#: One scanned item: a hit, a miss or a timeout.
-OUTCOMES = st.lists(st.sampled_from(["hit", "miss", "timeout"]), max_size=60)
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-class TestNewestHits:
-    @given(OUTCOMES, st.integers(min_value=0, max_value=8))
-    def test_the_window_matches_a_model_that_keeps_everything(self, outcomes: list[str], limit: int) -> None:
-        """Hits are the newest `limit`; timeouts counted are exactly those newer than a full window's oldest hit."""
-        window = NewestHits(limit)
-        for item_id, outcome in enumerate(outcomes, start=1):
-            if outcome == "hit":
-                window.hit({"id": item_id})
-            elif outcome == "miss":
-                window.miss()
+class CostedPattern:
+    """A pattern whose search of a body "<cost> hit|miss" takes `cost` seconds on the clock, as `regex` would time out."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def search(self, text: str, timeout: float) -> regex.Match[str] | None:
+        cost, outcome = text.split()
+        if float(cost) > timeout:
+            self.clock.now += timeout
+            raise TimeoutError("regular expression timed out")
+        self.clock.now += float(cost)
+        return regex.search("hit", text) if outcome == "hit" else None
+
+
+def costed_items(outcomes: list[tuple[bool, float, bool]]) -> list[StoredItem]:
+    """Items newest first (ids descending) whose bodies CostedPattern reads; the flag: whether `where` takes it."""
+    return [StoredItem(id=len(outcomes) - n, agent=None, participant="Alice", role="user",
+                       content=[{"type": "text", "text": f"{cost} {'hit' if hit else 'miss'}"}],
+                       metadata={"heard": heard}, created_at=0)
+            for n, (hit, cost, heard) in enumerate(outcomes)]
+
+
+#: One item: whether it matches, what testing it costs (seconds), whether the caller's `where` takes it.
+ITEMS = st.lists(st.tuples(st.booleans(), st.sampled_from([0.0, 0.1, 0.4, 0.6, 3.0]), st.booleans()), max_size=40)
+
+
+class TestScan:
+    @given(ITEMS, st.integers(min_value=0, max_value=6), st.sampled_from([0.5, 1.0, 2.5, 100.0]))
+    def test_scan_matches_a_model_of_newest_first_with_one_deadline(
+            self, outcomes: list[tuple[bool, float, bool]], limit: int, deadline: float) -> None:
+        """Hits newest first, stop at `limit`; every timeout met is reported; the deadline ends it, reported."""
+        clock = FakeClock()
+        result = scan(costed_items(outcomes), CostedPattern(clock), limit, deadline=deadline, stop=threading.Event(),
+                      where=lambda item: item.metadata["heard"], clock=clock)
+        now, hits, timed_out, searched, stopped = 0.0, [], [], 0, False
+        for position, (hit, cost, heard) in enumerate(outcomes):
+            item_id = len(outcomes) - position
+            if len(hits) >= limit:
+                break
+            if now >= deadline:
+                stopped = True
+                break
+            if not heard:
+                continue
+            allowed = min(REGEX_TIMEOUT_S, deadline - now)
+            if cost > allowed:
+                now += allowed
+                if now >= deadline:
+                    stopped = True
+                    break
+                timed_out.append(item_id)
             else:
-                window.timeout(item_id)
-        result = window.result()
-        hit_ids = [i for i, o in enumerate(outcomes, start=1) if o == "hit"]
-        kept = hit_ids[max(0, len(hit_ids) - limit):] if limit else []
-        if limit == 0:
-            could_have_been = []
-        else:
-            oldest = kept[0] if len(kept) == limit else 0
-            could_have_been = [i for i, o in enumerate(outcomes, start=1) if o == "timeout" and i > oldest]
-        assert [hit["id"] for hit in result.hits] == kept[::-1]
-        assert result.searched == len(outcomes)
-        assert result.timed_out == len(could_have_been)
-        assert result.timed_out_ids == could_have_been[::-1][:TIMED_OUT_IDS_KEPT]
+                now += cost
+                if hit:
+                    hits.append(item_id)
+            searched += 1
+        assert [h["id"] for h in result.hits] == hits
+        assert result.hits == sorted(result.hits, key=lambda h: -h["id"]) and len(result.hits) <= limit
+        assert (result.searched, result.timed_out, result.stopped_early) == (searched, len(timed_out), stopped)
+        assert result.timed_out_ids == timed_out[:TIMED_OUT_IDS_KEPT]
+        assert clock.now <= deadline  # no match ever ran past the one deadline
+
+    def test_a_set_stop_flag_ends_the_scan_before_the_next_item(self) -> None:
+        """The flag a cancelled caller sets is checked between rows."""
+        stop = threading.Event()
+        tested: list[int] = []
+
+        def where(item: StoredItem) -> bool:
+            tested.append(item.id)
+            stop.set()
+            return True
+
+        clock = FakeClock()
+        scan(costed_items([(False, 0.0, True)] * 5), CostedPattern(clock), 5, deadline=10, stop=stop, where=where,
+             clock=clock)
+        assert tested == [5]
