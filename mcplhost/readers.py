@@ -24,13 +24,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import regex
 
 from .inbound.notice import reader_body
 from .inbound.quoting import header_value
-from .store import Store
-from .store.db import connect_read_only
+from .store import Store, connect_read_only
 from .store.items import StoredItem, newest_first
 from .store.outbox import OutboxRow
 from .store.turns import Turn, spent_tokens
@@ -226,6 +226,7 @@ async def in_worker(work: Callable[[threading.Event], T]) -> T:
             failure.append(exc)
         finally:
             watching.cancel_scope.cancel()
+    await anyio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller gets its cancellation, not a result
     if failure:
         raise failure[0]
     return outcome[0]

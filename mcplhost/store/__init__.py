@@ -1,7 +1,8 @@
-"""SQLite storage: one writer connection, numbered migrations, narrow repositories.
+"""SQLite storage: one writer connection, a reader beside it, numbered migrations, narrow repositories.
 
     async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
         ids = await store.items.insert_many(items)   # a repeated channel item: its original's id
+        rows = await store.items.context_rows("scout", limit=50)   # store.reader's: no writer's lock
 
     async with open_reader(path) as store:          # CLI readers, read-only
         for item in await store.items.list(limit=20):
@@ -12,9 +13,12 @@ from mcplhost.store.cursors import CursorMove, CursorRepository
 from mcplhost.store.db import (
     BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
+    READER_CONNECTIONS,
     SYNCHRONOUS_LEVELS,
     Store,
+    StoreReader,
     apply_pragmas,
+    connect_read_only,
     open_reader,
     open_store,
 )
@@ -36,6 +40,7 @@ __all__ = [
     "DEFAULT_SYNCHRONOUS",
     "OUTCOMES",
     "PUSH_DEDUP_WINDOW_MS",
+    "READER_CONNECTIONS",
     "SYNCHRONOUS_LEVELS",
     "BrokenMigration",
     "ClaimOutcome",
@@ -56,6 +61,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreMissing",
+    "StoreReader",
     "StoredItem",
     "Turn",
     "TurnEnd",
@@ -63,6 +69,7 @@ __all__ = [
     "TurnStart",
     "Turns",
     "apply_pragmas",
+    "connect_read_only",
     "export_line",
     "open_reader",
     "open_store",

@@ -250,3 +250,76 @@ class TestBundledConnectors:
         assert texts(echoed.blocks) == ["hello \\[source: me]"]
         assert texts(uptime.blocks)[0].startswith("heartbeat up for ")
         assert len(injections.after_user) == 1 and injections.after_user[0].startswith("(stub: ")
+
+
+#: Backtracks past REGEX_TIMEOUT_S on a run of a's with a b at its end (the review's stall); "hello" matches at once.
+SLOW_OR_HELLO = r"(a|aa)+$|hello"
+SLOW_BODY = "a" * 60 + "b"
+#: The longest the event loop may go without running a task during a search (the unbounded path stalled it for seconds).
+LOOP_LAG_BOUND_S = 0.3
+
+
+async def seeded_store(tmp_path: Any, bodies: list[str]) -> AsyncIterator[Any]:
+    from mcplhost.store import NewItem, open_store
+
+    async with open_store(tmp_path / "host.db") as store:
+        await store.items.insert_many([
+            NewItem(role="user", content=[{"type": "text", "text": body}], participant="Alice",
+                    metadata={"serverId": "disc", "channelId": ROOM}, created_at=1_790_000_000_000 + n)
+            for n, body in enumerate(bodies)])
+        yield store
+
+
+class TestHistorySearchBounds:
+    async def test_a_pathological_regex_leaves_the_loop_running_and_ends_at_the_deadline_with_partial_hits(
+            self, tmp_path) -> None:
+        """(a|aa)+$ over rows of a's then b: the loop keeps ticking, one deadline ends it, the hit found is kept."""
+        from tests.bench.looplag import LoopLagProbe
+
+        bodies = ["hello old", *[SLOW_BODY] * 30, "hello new"]
+        config = agent(hears=["disc"], tool_timeout_s=1.5)  # the deadline: less than SEARCH_DEADLINE_S
+        async for store in contextmanager_items(seeded_store(tmp_path, bodies)):
+            box = ToolBox(config, {}, store)
+            async with LoopLagProbe(interval_s=0.01) as probe:
+                started = anyio.current_time()
+                found = await box.call(call("history_search", query=SLOW_OR_HELLO, regex=True, limit=5))
+                took = anyio.current_time() - started
+        answer = json.loads(texts(found.blocks)[0])
+        assert not found.is_error
+        assert [hit["id"] for hit in answer["hits"]] == [len(bodies)]  # the newest, found before the deadline
+        assert answer["timedOut"] >= 1 and "items older than id" in answer["stoppedEarly"]
+        assert 1.5 <= took < 1.5 + 1.5, took  # the one deadline, not 30 rows × REGEX_TIMEOUT_S
+        assert probe.max_s < LOOP_LAG_BOUND_S, probe.summary()
+
+    async def test_a_cancelled_search_stops_its_worker_promptly(self, tmp_path) -> None:
+        """Cancelling the caller sets the worker's stop flag: the wait ends within one match, not at the deadline."""
+        from mcplhost.readers import REGEX_TIMEOUT_S, search_items
+
+        async for store in contextmanager_items(seeded_store(tmp_path, [SLOW_BODY] * 60)):
+            started = anyio.current_time()
+            with anyio.move_on_after(0.3) as scope:
+                await search_items(store, SLOW_OR_HELLO, as_regex=True, deadline_s=60)
+            took = anyio.current_time() - started
+        assert scope.cancelled_caught
+        assert took < 0.3 + REGEX_TIMEOUT_S + 1.0, took  # 60 rows × REGEX_TIMEOUT_S without the flag
+
+    async def test_a_long_match_is_cut_in_its_snippet_and_a_long_query_is_refused(self, tmp_path) -> None:
+        """A sender controls the match length (`.*` over a huge body) and the model the query's: both are bounded."""
+        from mcplhost.readers import QUERY_MAX_CHARS, SNIPPET_CONTEXT, SNIPPET_MATCH_CHARS
+
+        async for store in contextmanager_items(seeded_store(tmp_path, ["x" * 100_000])):
+            box = ToolBox(agent(hears=["disc"]), {}, store)
+            found = await box.call(call("history_search", query="x+", regex=True))
+            refused = await box.call(call("history_search", query="x" * (QUERY_MAX_CHARS + 1)))
+        (hit,) = json.loads(texts(found.blocks)[0])["hits"]
+        assert len(hit["snippet"]) <= SNIPPET_MATCH_CHARS + 2 * SNIPPET_CONTEXT + 3
+        assert refused.is_error and f"at most {QUERY_MAX_CHARS}" in texts(refused.blocks)[0]
+
+
+async def contextmanager_items(manager: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Iterate an async generator once and close it (a fixture-like store for these tests)."""
+    try:
+        async for value in manager:
+            yield value
+    finally:
+        await manager.aclose()  # type: ignore[attr-defined]

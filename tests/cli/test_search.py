@@ -65,6 +65,31 @@ class TestResults:
         assert peak < 10_000_000, f"peak {peak} bytes"
 
 
+    async def test_the_search_reads_newest_first_and_stops_at_the_limit(self, tmp_path) -> None:
+        """When every item matches, finding the newest 5 tests 5 items, not the table."""
+        await seed(tmp_path / "host.db", [f"needle {n}" for n in range(READ_PAGE_SIZE * 3)])
+        async with open_reader(tmp_path / "host.db") as store:
+            found = await search_items(store, "needle", limit=5)
+        assert [hit["id"] for hit in found.hits] == list(range(READ_PAGE_SIZE * 3, READ_PAGE_SIZE * 3 - 5, -1))
+        assert found.searched == 5 and not found.stopped_early
+
+
+class TestTheDeadline:
+    async def test_a_search_cut_short_prints_its_hits_and_one_warning_and_exits_0(self, tmp_path) -> None:
+        """--timeout ends the search with what it found; stderr says where it stopped."""
+        await seed(tmp_path / "host.db", ["hello old", *[SLOW_BODY] * 20, "hello new"])
+        result = search(tmp_path / "host.db", "--regex", SLOW_OR_HELLO, "--timeout", "1")
+        assert result.returncode == 0, result.stderr
+        assert [line.split()[0] for line in result.stdout.splitlines()] == ["22"]
+        timed_out, stopped = result.stderr.splitlines()
+        assert timed_out.startswith("mcplhost: warning: the regular expression ran out of time")
+        assert stopped.startswith("mcplhost: warning: the search stopped after 1 s with 1 hits; items older than id")
+
+    def test_a_timeout_that_is_not_seconds_is_a_usage_error(self, tmp_path) -> None:
+        result = search(tmp_path / "host.db", "x", "--timeout", "soon")
+        assert result.returncode == 2 and "--timeout" in result.stderr
+
+
 class TestTimedOutExpressions:
     async def test_items_the_expression_timed_out_on_are_reported_not_dropped(self, tmp_path) -> None:
         """The hits are printed, and one stderr line counts and names the items the expression could not test."""
