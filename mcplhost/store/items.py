@@ -274,9 +274,8 @@ class ItemRepository:
 
         Other agents' rows are never among them. With `conversation_id`
         (context_scope "conversation"), only rows stored with that
-        conversation id; rows from before migration 0002 have none. That read
-        walks the table from its newest row (no index: one would slow every
-        inbound insert for a setting few agents use).
+        conversation id, read through the index items_by_conversation
+        (migration 0005); rows from before migration 0002 have none.
         """
         if limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")

@@ -21,6 +21,7 @@ from mcplhost.store import (
     open_reader,
     open_store,
 )
+from mcplhost.store.migrate import load_migrations
 
 from .conftest import make_item
 
@@ -149,7 +150,7 @@ class TestOpenStore:
     async def test_without_migrate_applies_nothing_until_asked(self, db_path: Path):
         """migrate=False only checks the version; store.migrate() then applies the steps."""
         async with open_store(db_path, migrate=False) as store:
-            assert await store.migrate() == [1, 2, 3, 4]
+            assert await store.migrate() == [m.version for m in load_migrations()]
 
     async def test_not_a_database_is_a_store_error(self, tmp_path: Path):
         """A file that is not SQLite gives a StoreError naming the path and what to check."""

@@ -116,3 +116,19 @@ async def test_concurrent_reads_share_the_readers_connections(db_path: Path, con
             for _ in range(10):
                 tg.start_soon(read)
         assert results == [50] * 10
+
+
+async def test_a_conversations_context_is_read_through_its_index(db_path: Path) -> None:
+    """context_rows for one conversation searches items_by_conversation instead of walking the table."""
+    async with open_store(db_path, reader_connections=1) as store:  # one connection: the traced one reads
+        await store.items.insert_many([make_item("hello")])
+        assert store.reader is not None
+        statements: list[str] = []
+        async with store.reader.connection() as conn:
+            await conn.set_trace_callback(statements.append)
+        await store.items.context_rows("scout", limit=10, conversation_id="c-1")
+        async with store.reader.connection() as conn:
+            await conn.set_trace_callback(None)
+            (read,) = [s for s in statements if "conversation_id" in s]
+            plan = " ".join(str(row[-1]) for row in await conn.execute_fetchall(f"EXPLAIN QUERY PLAN {read}"))
+    assert "USING INDEX items_by_conversation" in plan, plan

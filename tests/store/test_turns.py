@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mcplhost.store import OUTCOMES, Store, Turn, open_store, turn_line
 from mcplhost.store import turns as turns_module
-from mcplhost.store.migrate import default_folder
+from mcplhost.store.migrate import default_folder, load_migrations
 from mcplhost.store.operations import (
     BeginTurn,
     CloseUnfinishedTurns,
@@ -261,7 +261,7 @@ class TestMigration0003:
         with sqlite3.connect(db) as conn:
             versions = [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version")]
         conn.close()
-        assert versions == [1, 2, 3, 4]
+        assert versions == [m.version for m in load_migrations()]
 
 
 def test_outcomes_are_the_four_of_agents_md():
