@@ -109,8 +109,10 @@ HOST_TOOLS: tuple[ToolSpec, ...] = (
             "channel": {"type": "string"}, "text": {"type": "string"}, "thread": {"type": "string"}},
             "required": ["channel", "text"]}),
     ToolSpec(name="history_search", description=(
-        "Search the bodies of the messages you hear (never their [source: …] headers), newest first; "
-        "`regex` makes the query a regular expression. " + SOURCE_RULE_TEXT),
+        "Search the bodies of the messages you hear (never their [source: …] headers), newest first, up to "
+        "`limit` hits; `regex` makes the query a regular expression. The search has a time limit: an answer with "
+        "`stoppedEarly` says how far back it got, `timedOut` counts messages the expression was too slow on. "
+        + SOURCE_RULE_TEXT),
         input_schema={"type": "object", "properties": {
             "query": {"type": "string"}, "regex": {"type": "boolean"},
             "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX}}, "required": ["query"]}),
