@@ -187,8 +187,9 @@ async def search_items(store: Store, query: str, *, as_regex: bool = False, igno
     if limit < 0:
         raise ValueError(f"limit must be at least 0, not {limit}")
 
+    deadline = time.monotonic() + deadline_s  # waiting for a worker counts against it too
+
     def work(stop: threading.Event) -> SearchResult:
-        deadline = time.monotonic() + deadline_s
         pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
         conn = connect_read_only(store.path)
         items = newest_first(conn, page_rows=SEARCH_PAGE_ROWS)
@@ -198,7 +199,16 @@ async def search_items(store: Store, query: str, *, as_regex: bool = False, igno
             items.close()
             conn.close()
 
-    return await in_worker(work)
+    # One of the store's few scan slots (none to share when reads share the writer's connection, the old path).
+    slots = store.reader.scan_slots if store.reader is not None else anyio.Semaphore(1)
+    with anyio.move_on_after(deadline_s) as waiting:
+        await slots.acquire()
+    if waiting.cancelled_caught:  # no slot came free within the deadline: nothing was searched
+        return SearchResult(hits=[], searched=0, timed_out=0, timed_out_ids=[], stopped_early=True)
+    try:
+        return await in_worker(work)
+    finally:
+        slots.release()
 
 
 async def in_worker(work: Callable[[threading.Event], T]) -> T:

@@ -42,6 +42,8 @@ from mcplhost.store.turns import TurnRepository
 
 #: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
 READER_CONNECTIONS = 2
+#: Worker threads scanning one store at once (searches: CPU work whose cost a query's author controls).
+SCAN_WORKERS = 2
 
 # How long a statement waits for another process's lock (a `mcplhost migrate`
 # or a reader checkpointing) before failing with "database is locked".
@@ -89,7 +91,8 @@ async def apply_pragmas(
 class StoreReader:
     """Read-only connections to the store's file, lent one read at a time; they never take the writer's lock.
 
-    A worker thread's scan (search) opens its own with `connect_read_only`.
+    A worker thread's scan (search) opens its own with `connect_read_only`,
+    at most SCAN_WORKERS at once (`scan_slots`).
     """
 
     def __init__(self, path: Path, connections: list[aiosqlite.Connection]) -> None:
@@ -98,6 +101,8 @@ class StoreReader:
         self.path = path
         self._free = list(connections)
         self._lent = anyio.Semaphore(len(connections))  # a free connection for each token
+        #: Held while a worker thread scans this store.
+        self.scan_slots = anyio.Semaphore(SCAN_WORKERS)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[aiosqlite.Connection]:

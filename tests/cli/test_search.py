@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import tracemalloc
 from pathlib import Path
 
+import anyio
 import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
 from mcplhost.store import NewItem, StoredItem, open_reader, open_store
+from mcplhost.store.db import SCAN_WORKERS
 from mcplhost.store.items import READ_PAGE_SIZE
 
+from ..harness import wait_for
 from .support import cli
 
 #: Matches "hello" at once, and backtracks past REGEX_TIMEOUT_S on a long run of a's with a b at its end.
@@ -84,6 +88,21 @@ class TestTheDeadline:
         timed_out, stopped = result.stderr.splitlines()
         assert timed_out.startswith("mcplhost: warning: the regular expression ran out of time")
         assert stopped.startswith("mcplhost: warning: the search stopped after 1 s with 1 hits; items older than id")
+
+    async def test_a_search_that_finds_no_free_worker_within_its_deadline_says_it_searched_nothing(
+            self, tmp_path) -> None:
+        """SCAN_WORKERS searches at once; one more waits for a slot only until its deadline."""
+        await seed(tmp_path / "host.db", [SLOW_BODY] * 40)
+        async with open_store(tmp_path / "host.db") as store, anyio.create_task_group() as busy:
+            for _ in range(SCAN_WORKERS):
+                busy.start_soon(functools.partial(search_items, store, SLOW_OR_HELLO, as_regex=True, deadline_s=60))
+            await wait_for(lambda: store.reader is not None and store.reader.scan_slots.value == 0)
+            started = anyio.current_time()
+            found = await search_items(store, "hello", deadline_s=0.5)
+            took = anyio.current_time() - started
+            busy.cancel_scope.cancel()
+        assert found.stopped_early and found.searched == 0 and found.oldest_searched is None
+        assert 0.5 <= took < 2.0, took
 
     def test_a_timeout_that_is_not_seconds_is_a_usage_error(self, tmp_path) -> None:
         result = search(tmp_path / "host.db", "x", "--timeout", "soon")
