@@ -115,13 +115,12 @@ class StoreReader:
                 self._free.append(conn)
 
 
-
 class Database:
     """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
 
     `reader`: where `read()` reads outside a transaction; None shares the
-    writer's connection and lock (the read-only CLI store, and the old path
-    kept for benchmarks).
+    writer's connection and lock (`open_store(reader_connections=0)`, the
+    path before the reader, kept for benchmarks).
     """
 
     def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None) -> None:
@@ -165,7 +164,11 @@ class Database:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:
-        """Hold the connection for reads: inside this task's transaction, or between transactions."""
+        """Hold the writer's connection for reads: inside this task's transaction, or between transactions.
+
+        This takes the writer's lock; the turns, outbox, cursor and push repositories still read so.
+        Item reads use `read()`, which does not.
+        """
         if _current_transaction.get() is self:
             yield
             return
