@@ -12,6 +12,10 @@ digest). (channel, message id, server, dedup_digest) is UNIQUE in the schema,
 so an identical redelivery, even one in the same batch or one after a crash
 between commit and answer, is a conflict: nothing is stored and the caller
 learns the original's id and conversation (`ItemWritten.duplicate`).
+
+Reads go through `Database.read()`: the store's reader connections, which
+see the last commit and never take the writer's lock (docs/architecture.md
+"The store"); inside the caller's own transaction, the writer's connection.
 """
 
 from __future__ import annotations
