@@ -102,8 +102,8 @@ class NewestHits:
     """The hits of a scan that runs newest first and stops at `limit` of them, and the timeouts met on the way.
 
     Pure bookkeeping, fed newest first: `hit(id, hit)`, `miss(id)`, `timeout(id)` until `full`, then `result()`.
-    Every timeout met before the window filled is newer than some hit it
-    could have displaced, or the window never filled: each is reported.
+    Each timeout is met before the window is full, so each could have been
+    one of its hits: all are reported.
     """
 
     def __init__(self, limit: int) -> None:

@@ -12,13 +12,24 @@ same schema and pragmas) measured in the same run:
 Goals (issue 4): >= 20,000 items/s and >= 25% of the plain-insert rate in
 batches of 50; >= 5,000 items/s for one message per request.
 
-    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS]
+Then reads beside the writes, over a store already holding SEEDED items:
+the one-message-per-request workload again, alone and with a task reading
+a turn's context for a quiet conversation (context_rows, CONTEXT_ROWS rows,
+context_scope "conversation") over and over. Each with and without the
+conversation index (migration 0005, dropped for "no index"), and with reads
+through the StoreReader or, as before it, through the writer's connection
+and lock (`open_store(reader_connections=0)`), all in the same run.
+
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] [reads]   # reads: only the workloads beside reads
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -26,13 +37,22 @@ from pathlib import Path
 
 import anyio
 
+import mcplhost.host
 from mcplhost import logs
+from mcplhost.agents.turn import CONTEXT_ROWS
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
+from mcplhost.store import open_store
 
 HERE = Path(__file__).resolve().parent
 #: Runs per workload; the best host rate and the best plain rate are compared.
 ROUNDS = 2
+#: Items stored before a run with reads; the quiet conversation's are the oldest QUIET of them.
+SEEDED = 200_000
+QUIET = 1000
+QUIET_CONVERSATION = "conv-quiet"
+#: Rounds of the workloads beside reads, each round running every variant once.
+READ_ROUNDS = 3
 
 
 def connector(name: str, folder: Path, count: int, batch: int, inflight: int) -> ConnectorConfig:
@@ -47,17 +67,36 @@ def connector(name: str, folder: Path, count: int, batch: int, inflight: int) ->
     )
 
 
-async def run_host(folder: Path, connectors: list[ConnectorConfig]) -> tuple[float, int]:
-    """Run the host until every connector reports; return the slowest connector's seconds and items accepted."""
+async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: list[float] | None = None
+                   ) -> tuple[float, int]:
+    """Run the host until every connector reports; return the slowest connector's seconds and items accepted.
+
+    `reads`: also read a quiet conversation's context over and over meanwhile, each read's seconds appended.
+    """
     config = Config(store=StoreConfig(path=str(folder / "host.db")), connectors=connectors)
     host = Host(config)
     stop = anyio.Event()
     results = [folder / f"{c.name}.json" for c in connectors]
+
+    async def read_contexts() -> None:
+        while host.writer is None:
+            await anyio.sleep(0.01)
+        items = host.writer.store.items
+        while True:
+            started = time.perf_counter()
+            await items.context_rows("scout", limit=CONTEXT_ROWS, conversation_id=QUIET_CONVERSATION)
+            assert reads is not None
+            reads.append(time.perf_counter() - started)
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
-        with anyio.fail_after(600):
-            while not all(p.exists() for p in results):
-                await anyio.sleep(0.05)
+        async with anyio.create_task_group() as reading:
+            if reads is not None:
+                reading.start_soon(read_contexts)
+            with anyio.fail_after(600):
+                while not all(p.exists() for p in results):
+                    await anyio.sleep(0.05)
+            reading.cancel_scope.cancel()
         stop.set()
     reports = [json.loads(p.read_text()) for p in results]
     return max(r["seconds"] for r in reports), sum(r["accepted"] for r in reports)
@@ -88,7 +127,6 @@ def plain_insert(rows_db: Path, folder: Path) -> float:
 
 
 async def main(items: int) -> None:
-    logs.configure("json", "warning")  # as `mcplhost run` configures it, quieter
     for label, connectors_count, batch, inflight in (
         ("batches of 50, 1 connector", 1, 50, 8),
         ("1 message per request, 4 connectors", 4, 1, 64),
@@ -107,5 +145,67 @@ async def main(items: int) -> None:
               f" | ratio {rate / plain:.0%}  ({accepted:,} items, best of {ROUNDS})")
 
 
+    await beside_reads(items)
+
+
+async def seeded_store(path: Path, *, index: bool) -> None:
+    """A migrated store holding SEEDED items (the oldest QUIET in the quiet conversation), with or without 0005's index."""
+    async with open_store(path):
+        pass
+    conn = sqlite3.connect(path, isolation_level=None)
+    content = json.dumps([{"type": "text", "text": "an older message of an ordinary length, seeded"}])
+    metadata = json.dumps({"serverId": "seed", "channelId": "seed:g1:room"})
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO items (participant, role, content, metadata, server_id, channel_id, conversation_id, created_at)"
+        " VALUES ('Alice', 'user', ?, ?, 'seed', 'seed:g1:room', ?, ?)",
+        ((content, metadata, QUIET_CONVERSATION if n < QUIET else f"conv-{n % 50}", n) for n in range(SEEDED)))
+    conn.execute("COMMIT")
+    if not index:
+        conn.execute("DROP INDEX items_by_conversation")
+    conn.close()
+
+
+async def beside_reads(items: int) -> None:
+    print(f"1 message per request, 4 connectors, over {SEEDED:,} stored items; reads: context_rows of a quiet"
+          f" conversation, {CONTEXT_ROWS} rows, back to back")
+    original_open_store = mcplhost.host.open_store
+    with tempfile.TemporaryDirectory() as name:
+        templates = Path(name)
+        for index in (True, False):
+            await seeded_store(templates / f"index-{index}.db", index=index)
+        # (index, reads, shared): shared = the path before the StoreReader, every read through the writer's lock.
+        variants = [(True, False, False), (False, False, False), (False, True, True), (False, True, False),
+                    (True, True, True), (True, True, False)]
+        rates: dict[tuple[bool, bool, bool], float] = {variant: 0.0 for variant in variants}
+        latencies: dict[tuple[bool, bool, bool], list[float]] = {variant: [] for variant in variants}
+        for _ in range(READ_ROUNDS):  # interleaved, best of each: the machine is noisy
+            for variant in variants:
+                index, reads, shared = variant
+                mcplhost.host.open_store = (functools.partial(original_open_store, reader_connections=0) if shared
+                                            else original_open_store)
+                try:
+                    with tempfile.TemporaryDirectory() as run:
+                        folder = Path(run)
+                        shutil.copy(templates / f"index-{index}.db", folder / "host.db")
+                        specs = [connector(f"c{i}", folder, items // 4, 1, 64) for i in range(4)]
+                        seen: list[float] | None = [] if reads else None
+                        seconds, accepted = await run_host(folder, specs, reads=seen)
+                finally:
+                    mcplhost.host.open_store = original_open_store
+                assert accepted == items // 4 * 4, f"only {accepted} items were accepted"
+                rates[variant] = max(rates[variant], accepted / seconds)
+                latencies[variant].extend(seen or [])
+        for (index, reads, shared), rate in rates.items():
+            label = (f"{'index' if index else 'no index'}, "
+                     + ("no reads" if not reads else "reads via the writer's lock" if shared else "reads via StoreReader"))
+            seen = latencies[(index, reads, shared)]
+            read_text = (f" | {len(seen) / READ_ROUNDS:,.0f} reads per run, median {statistics.median(seen) * 1000:.1f} ms"
+                         if seen else "")
+            print(f"{label:>38}: {rate:>9,.0f} items/s (best of {READ_ROUNDS}){read_text}")
+
+
 if __name__ == "__main__":
-    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 40_000)
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000
+    logs.configure("json", "warning")  # as `mcplhost run` configures it, quieter
+    anyio.run(beside_reads if sys.argv[2:] == ["reads"] else main, count)
