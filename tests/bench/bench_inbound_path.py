@@ -15,7 +15,7 @@ batches of 50; >= 5,000 items/s for one message per request.
 Then reads beside the writes, over a store already holding SEEDED items:
 the one-message-per-request workload again, alone and with a task reading
 a turn's context for a quiet conversation (context_rows, CONTEXT_ROWS rows,
-context_scope "conversation") over and over. Each with and without the
+context_scope "conversation") every READ_INTERVAL_S. Each with and without the
 conversation index (migration 0005, dropped for "no index"), and with reads
 through the StoreReader or, as before it, through the writer's connection
 and lock (`open_store(reader_connections=0)`), all in the same run.
@@ -51,6 +51,8 @@ ROUNDS = 2
 SEEDED = 200_000
 QUIET = 1000
 QUIET_CONVERSATION = "conv-quiet"
+#: One context read starts this often (a turn every 50 ms), or as soon as the last ended when reads are slower.
+READ_INTERVAL_S = 0.05
 #: Rounds of the workloads beside reads, each round running every variant once.
 READ_ROUNDS = 3
 
@@ -82,11 +84,12 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: li
         while host.writer is None:
             await anyio.sleep(0.01)
         items = host.writer.store.items
-        while True:
+        while True:  # paced, as turns are: both read paths are asked for the same reads
             started = time.perf_counter()
             await items.context_rows("scout", limit=CONTEXT_ROWS, conversation_id=QUIET_CONVERSATION)
             assert reads is not None
             reads.append(time.perf_counter() - started)
+            await anyio.sleep(max(0.0, READ_INTERVAL_S - reads[-1]))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
@@ -168,7 +171,7 @@ async def seeded_store(path: Path, *, index: bool) -> None:
 
 async def beside_reads(items: int) -> None:
     print(f"1 message per request, 4 connectors, over {SEEDED:,} stored items; reads: context_rows of a quiet"
-          f" conversation, {CONTEXT_ROWS} rows, back to back")
+          f" conversation, {CONTEXT_ROWS} rows, one every {READ_INTERVAL_S * 1000:.0f} ms")
     original_open_store = mcplhost.host.open_store
     with tempfile.TemporaryDirectory() as name:
         templates = Path(name)
@@ -179,6 +182,7 @@ async def beside_reads(items: int) -> None:
                     (True, True, True), (True, True, False)]
         rates: dict[tuple[bool, bool, bool], float] = {variant: 0.0 for variant in variants}
         latencies: dict[tuple[bool, bool, bool], list[float]] = {variant: [] for variant in variants}
+        plain: dict[tuple[bool, bool, bool], float] = {}
         for _ in range(READ_ROUNDS):  # interleaved, best of each: the machine is noisy
             for variant in variants:
                 index, reads, shared = variant
@@ -191,6 +195,8 @@ async def beside_reads(items: int) -> None:
                         specs = [connector(f"c{i}", folder, items // 4, 1, 64) for i in range(4)]
                         seen: list[float] | None = [] if reads else None
                         seconds, accepted = await run_host(folder, specs, reads=seen)
+                        if not reads:  # the index's cost to SQLite alone: the same rows, same indexes, plain inserts
+                            plain[variant] = max(plain.get(variant, 0.0), plain_insert(folder / "host.db", folder))
                 finally:
                     mcplhost.host.open_store = original_open_store
                 assert accepted == items // 4 * 4, f"only {accepted} items were accepted"
@@ -202,7 +208,9 @@ async def beside_reads(items: int) -> None:
             seen = latencies[(index, reads, shared)]
             read_text = (f" | {len(seen) / READ_ROUNDS:,.0f} reads per run, median {statistics.median(seen) * 1000:.1f} ms"
                          if seen else "")
-            print(f"{label:>38}: {rate:>9,.0f} items/s (best of {READ_ROUNDS}){read_text}")
+            plain_text = (f" | plain batched insert of its rows {plain[(index, reads, shared)]:,.0f} rows/s"
+                          if (index, reads, shared) in plain else "")
+            print(f"{label:>38}: {rate:>9,.0f} items/s (best of {READ_ROUNDS}){read_text}{plain_text}")
 
 
 if __name__ == "__main__":
