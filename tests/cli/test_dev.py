@@ -50,6 +50,7 @@ class OnPty:
                                         stderr=slave, cwd=tmp_path, start_new_session=True,
                                         env=cli_env({**DETERMINISTIC, "NO_COLOR": "1", **(env or {})}))
         os.close(slave)
+        self.writer = self.master
         self.output = b""
         self.stopped_at: float | None = None
 
@@ -74,7 +75,7 @@ class OnPty:
         return condition(self.text())
 
     def type(self, line: str) -> None:
-        os.write(self.master, line.encode() + b"\n")
+        os.write(self.writer, line.encode() + b"\n")
 
     def wait_for_exit(self, timeout: float) -> int | None:
         """The exit code once the terminal closes, or None when dev is still running after `timeout`."""
@@ -89,6 +90,23 @@ class OnPty:
             self.process.kill()
             self.process.wait()
         os.close(self.master)
+        if self.writer != self.master:
+            os.close(self.writer)
+
+
+class OnPipes(OnPty):
+    """`mcplhost dev ARGS` with stdin a pipe and stdout and stderr one other pipe: not a terminal."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        stdin_read, self.writer = os.pipe()
+        self.master, stdout_write = os.pipe()
+        self.process = subprocess.Popen([PYTHON, "-m", "mcplhost", "dev", *args], stdin=stdin_read,
+                                        stdout=stdout_write, stderr=stdout_write, cwd=tmp_path,
+                                        env=cli_env({**DETERMINISTIC, **(env or {})}))
+        os.close(stdin_read)
+        os.close(stdout_write)
+        self.output = b""
+        self.stopped_at = None
 
 
 def normalised(text: str) -> str:
@@ -180,16 +198,20 @@ class TestDev:
     def test_a_line_typed_to_scout_wakes_it_and_its_reply_says_the_line_back(self, tmp_path) -> None:
         """`@scout ...` on stdin is a mention on the console channel: scout wakes, its reply is published to the
         console (outbox row delivered) and comes back as an echo in the view; a plain line is stored, wakes no one."""
-        typed = "@scout answer the console\nhello, host\n"
-        result = subprocess.run([PYTHON, "-m", "mcplhost", "dev", "--seconds", "4"], input=typed,
-                                capture_output=True, text=True, cwd=tmp_path,
-                                env=cli_env({**DETERMINISTIC, "STUB_MESSAGES": "1"}), timeout=60)
-        assert result.returncode == 0, result.stderr[-2000:]
-        feed = [CLOCK.sub("", line) for line in result.stdout.splitlines()]
-        assert "console console  operator: @scout answer the console" in feed, result.stdout
+        echo = "console console  Scout (echo): You said: @scout answer the console"
+        dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"})
+        try:
+            dev.type("@scout answer the console")
+            dev.type("hello, host")
+            assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
+            dev.process.send_signal(signal.SIGINT)
+            assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
+        finally:
+            dev.close()
+        feed = [CLOCK.sub("", line) for line in dev.text().splitlines()]
+        assert "console console  operator: @scout answer the console" in feed, dev.text()
         assert "console console  operator: hello, host" in feed
         assert "publish scout → console console" in feed
-        assert "console console  Scout (echo): You said: @scout answer the console" in feed, result.stdout
         db = str(tmp_path / "mcplhost-dev.db")
         export = [json.loads(line) for line in cli("messages", "--db", db, "--json").stdout.splitlines()]
         typed_items = [item for item in export if item["metadata"].get("serverId") == "console"

@@ -64,12 +64,15 @@ class TestExampleConfigs:
             rows = [json.loads(line) for line in cli("outbox", "--db", str(db), "--json").stdout.splitlines()]
             return [row for row in rows if row["state"] == "delivered"]
 
+        def echoes(outbox_id: int) -> list[str]:
+            """The platform's copy of that publish, as stored (the stub sends it just after its answer)."""
+            items = [json.loads(line) for line in cli("messages", "--db", str(db), "--json").stdout.splitlines()]
+            return [i["content"][-1]["text"] for i in items if i["metadata"].get("echoOf") == outbox_id]
+
         async with daemon(config, tmp_path) as run:
-            await wait_for(lambda: db.exists() and delivered(), timeout=40)
+            await wait_for(lambda: db.exists() and delivered() and echoes(delivered()[0]["id"]), timeout=40)
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0, run.stderr()[-2000:]
         row = delivered()[0]
         assert (row["serverId"], row["channelId"], row["threadId"]) == ("chat", "stub:g1:random", "t-deploy"), row
-        items = [json.loads(line) for line in cli("messages", "--db", str(db), "--json").stdout.splitlines()]
-        echoes = [i for i in items if i["metadata"].get("echoOf") == row["id"]]  # the platform's copy of the reply
-        assert [e["content"][-1]["text"] for e in echoes] == ["You said: @scout are the deploy notes up?"]
+        assert echoes(row["id"]) == ["You said: @scout are the deploy notes up?"]
