@@ -184,8 +184,10 @@ def fit(line: str, width: int) -> str:
 
 
 def place(server: str, label: str, thread: Any) -> str:
-    """`server label` and, in a thread, ` › thread`: where an item came from or a publish went."""
-    return f"{server} {label}".strip() + (f" › {thread}" if isinstance(thread, str) and thread else "")
+    """`server label` (the label once when it is the server's name, as the console's is) and, in a thread,
+    ` › thread`: where an item came from or a publish went."""
+    where = server if label == server else f"{server} {label}".strip()
+    return where + (f" › {thread}" if isinstance(thread, str) and thread else "")
 
 
 def describe_item(item: NewItem) -> str:

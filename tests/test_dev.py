@@ -116,6 +116,8 @@ class TestDevAgent:
                      "channel": "zulip:eng", "thread": "deploys", "message_id": "z-1"}
         assert describe_event(delivered, [], {("zulip", "zulip:eng"): "#eng"}) == "publish scout → zulip #eng › deploys"
         assert describe_event({**delivered, "thread": None}, []) == "publish scout → zulip zulip:eng"
+        console = {**delivered, "connector": "console", "channel": "console", "thread": None}
+        assert describe_event(console, [], {("console", "console"): "console"}) == "publish scout → console"
 
     def test_the_view_names_a_publish_s_channel_by_the_label_its_items_carry(self) -> None:
         """After an item from a channel, a publish to that channel shows its label; an echo is marked."""

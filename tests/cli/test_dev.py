@@ -198,10 +198,10 @@ class TestDev:
     def test_a_line_typed_to_scout_wakes_it_and_its_reply_says_the_line_back(self, tmp_path) -> None:
         """`@scout ...` on stdin is a mention on the console channel: scout wakes, its reply is published to the
         console (outbox row delivered) and comes back as an echo in the view; a plain line is stored, wakes no one."""
-        echo = "console console  Scout (echo): You said: @scout answer the console"
+        echo = "console  Scout (echo): You said: @scout please answer the console"
         dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"})
         try:
-            dev.type("@scout answer the console")
+            dev.type("@scout please answer the console")
             dev.type("hello, host")
             assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
             dev.process.send_signal(signal.SIGINT)
@@ -209,9 +209,9 @@ class TestDev:
         finally:
             dev.close()
         feed = [CLOCK.sub("", line) for line in dev.text().splitlines()]
-        assert "console console  operator: @scout answer the console" in feed, dev.text()
-        assert "console console  operator: hello, host" in feed
-        assert "publish scout → console console" in feed
+        assert "console  operator: @scout please answer the console" in feed, dev.text()
+        assert "console  operator: hello, host" in feed
+        assert "publish scout → console" in feed
         db = str(tmp_path / "mcplhost-dev.db")
         export = [json.loads(line) for line in cli("messages", "--db", db, "--json").stdout.splitlines()]
         typed_items = [item for item in export if item["metadata"].get("serverId") == "console"
@@ -263,7 +263,7 @@ class TestOnATerminal:
         try:
             assert dev.read_until(lambda text: "  ready: " in text, timeout=30), dev.text()
             dev.type("@scout answer the terminal")
-            echo = "console console  Scout (echo): You said: @scout answer the terminal"
+            echo = "console  Scout (echo): You said: @scout answer the terminal"
             assert dev.read_until(lambda text: echo in text, timeout=30), dev.text()
             dev.process.send_signal(signal.SIGINT)
             assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
