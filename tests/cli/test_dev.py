@@ -95,10 +95,15 @@ class OnPty:
 
 
 class OnPipes(OnPty):
-    """`mcplhost dev ARGS` with stdin a pipe and stdout and stderr one other pipe: not a terminal."""
+    """`mcplhost dev ARGS` with stdin a pipe (or the file `stdin`) and stdout and stderr one pipe: no terminal."""
 
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        stdin_read, self.writer = os.pipe()
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+                 stdin: Path | None = None) -> None:
+        if stdin is None:
+            stdin_read, self.writer = os.pipe()
+        else:
+            stdin_read = os.open(stdin, os.O_RDONLY)
+            self.writer = os.open(os.devnull, os.O_WRONLY)  # nothing more is typed
         self.master, stdout_write = os.pipe()
         self.process = subprocess.Popen([PYTHON, "-m", "mcplhost", "dev", *args], stdin=stdin_read,
                                         stdout=stdout_write, stderr=stdout_write, cwd=tmp_path,
@@ -221,6 +226,20 @@ class TestDev:
         assert [turn["wakeItemIds"] for turn in turns] == [[typed_items[0]["id"]]]
         outbox = [json.loads(line) for line in cli("outbox", "--db", db, "--json").stdout.splitlines()]
         assert outbox and {(row["serverId"], row["state"]) for row in outbox} == {("console", "delivered")}
+
+    def test_lines_from_a_file_on_stdin_are_typed_lines_too(self, tmp_path) -> None:
+        """`mcplhost dev < lines.txt`: a regular file (which the event loop cannot wait on) is read all the same."""
+        lines = tmp_path / "lines.txt"
+        lines.write_text("first, no one addressed\n@Scout: from a file\n", encoding="utf-8")
+        echo = "console  Scout (echo): You said: @Scout: from a file"
+        dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"}, stdin=lines)
+        try:
+            assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
+            dev.process.send_signal(signal.SIGINT)
+            assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
+        finally:
+            dev.close()
+        assert "console  operator: first, no one addressed" in [CLOCK.sub("", line) for line in dev.text().splitlines()]
 
     def test_a_db_in_a_missing_folder_is_refused(self, tmp_path) -> None:
         """dev creates its database file but not a folder someone mistyped."""
