@@ -68,10 +68,17 @@ async def main(server: McplServer) -> None:
     if "channels.register" not in server.grant or "channels.incoming" not in server.grant:
         log("console: not granted channels.register and channels.incoming; nothing typed is delivered")
         return
+    path = os.environ.get("CONSOLE_SOCKET")
+    if not path:
+        log("console: CONSOLE_SOCKET is not set; this connector relays what is typed into `mcplhost dev`")
+        return
     await server.request("channels/register", {"channels": [CHANNEL]})
-    reader, _ = await asyncio.wait_for(asyncio.open_unix_connection(os.environ["CONSOLE_SOCKET"],
-                                                                    limit=LINE_MAX_CHARS * 4 + 2),
-                                       CONNECT_TIMEOUT_S)
+    try:
+        reader, _ = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=LINE_MAX_CHARS * 4 + 2),
+                                           CONNECT_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError) as exc:
+        log(f"console: cannot reach {path}: {exc}")
+        return
     while line := await reader.readline():
         text = line.decode("utf-8", "replace").rstrip("\n")
         if not text.strip():
