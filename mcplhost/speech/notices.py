@@ -16,11 +16,13 @@ from mcplhost.inbound.header import SEPARATOR
 from mcplhost.inbound.quoting import header_value, label_value, quoted
 from mcplhost.speech.routing import ALREADY_PUBLISHED, ChannelView, Destination, Segment
 
-__all__ = ["MAX_LISTED_CHANNELS", "describe", "drafts_notice", "failed_reply_notice", "not_permitted_reason",
-           "suggested_call"]
+__all__ = ["MAX_LISTED_CHANNELS", "SHOWN_LABEL_MAX_CHARS", "describe", "drafts_notice", "failed_reply_notice", "not_permitted_reason",
+           "shown_label", "suggested_call"]
 
 #: Channels a drafts notice lists when it has no better suggestion (an agent may hear thousands).
 MAX_LISTED_CHANNELS = 10
+#: Longest channel label shown to a model (a notice, channel_list); the rest is cut with "…".
+SHOWN_LABEL_MAX_CHARS = 256
 #: Stands for the draft's text in a suggested call: the draft is in the context just above.
 TEXT_PLACEHOLDER = "<the draft's text>"
 
@@ -60,11 +62,16 @@ def _label_of(destination: Destination, views: Sequence[ChannelView]) -> str | N
     return None
 
 
+def shown_label(label: str) -> str:
+    """A connector's channel label as a model is shown it: at most SHOWN_LABEL_MAX_CHARS, then "…"."""
+    return label if len(label) <= SHOWN_LABEL_MAX_CHARS else label[:SHOWN_LABEL_MAX_CHARS] + "…"
+
+
 def describe(destination: Destination, label: str | None = None) -> str:
-    """A conversation as the header names it: `S / C · L · thread T`."""
+    """A conversation as the header names it: `S / C · L · thread T` (the label cut: `shown_label`)."""
     parts = [f"{header_value(destination.server_id)} / {header_value(destination.channel_id)}"]
     if label:
-        parts.append(label_value(label))
+        parts.append(label_value(shown_label(label)))
     if destination.thread_id:
         parts.append(f"thread {header_value(destination.thread_id)}")
     return SEPARATOR.join(parts)
