@@ -91,6 +91,8 @@ DESCRIPTION_CUT_NOTE = f" … (cut by the host at {TOOL_DESCRIPTION_MAX_CHARS} c
 CHANNEL_ID_MAX_CHARS = 512
 #: Channels channel_list lists at most; it says how many more there are.
 CHANNEL_LIST_MAX = 500
+#: Longest part of a connector's error text (or an exception naming its ids) a failed call shows.
+CONNECTOR_ERROR_MAX_CHARS = 500
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +100,12 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
     blocks: list[dict[str, Any]]
     is_error: bool = False
+
+
+def cut_error(text: object) -> str:
+    """A connector's error text (or an exception holding its words) cut at CONNECTOR_ERROR_MAX_CHARS; marked later."""
+    words = str(text)
+    return words if len(words) <= CONNECTOR_ERROR_MAX_CHARS else words[:CONNECTOR_ERROR_MAX_CHARS] + "…"
 
 
 def failure(text: str) -> ToolOutcome:
@@ -408,9 +416,9 @@ class ToolBox:
             await self._cancel(handle, exc)
             return failure(f"{handle.name}{SEPARATOR}{tool} timed out after {timeout:g} s; the call was cancelled")
         except RemoteError as exc:
-            return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {exc.message}")
+            return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {cut_error(exc.message)}")
         except ConnectorNotReady as exc:
-            return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {exc}")
+            return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {cut_error(exc)}")
         except msgspec.DecodeError:
             return failure(f"{handle.name}{SEPARATOR}{tool} answered something that is not JSON")
         blocks, is_error = result_blocks(result)
@@ -474,9 +482,9 @@ class ToolBox:
             await self._cancel(handle, exc)
             return failure(f"channel_open: {where} was not opened within {timeout:g} s")
         except RemoteError as exc:
-            return failure(f"channel_open: {where} refused, error {exc.code}: {exc.message}")
+            return failure(f"channel_open: {where} refused, error {exc.code}: {cut_error(exc.message)}")
         except (ConnectorNotReady, KeyError, ConnectorProtocolError, msgspec.DecodeError) as exc:
-            return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {exc})")
+            return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {cut_error(exc)})")
         self._opened.add((handle.name, channel.id))
         blocks, kept, skipped = backscroll_blocks(handle, channel, result.get("messages"), self.clock_ms())
         summary = f"[host] opened {marked(where)}: {kept} recent message(s)" + (

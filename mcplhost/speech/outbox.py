@@ -45,7 +45,7 @@ import structlog
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
-from mcplhost.store.outbox import PendingPublish
+from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
 from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped
 
 from .notices import failed_reply_notice as failed_reply_notice_text
@@ -187,13 +187,21 @@ class OutboxSender:
         return False
 
     async def expire_old(self) -> int:
-        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many."""
-        now, failed = self.clock_ms(), 0
-        for row in await self._pending():
-            if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
+        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many.
+
+        Reads the oldest first, a page at a time, until a page holds a row young enough to keep.
+        """
+        failed = 0
+        while True:
+            rows = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+            now = self.clock_ms()
+            stale = [row for row in rows if too_old(row.created_at, now, self._max_age_s.get(row.agent,
+                                                                                             DEFAULT_MAX_AGE_S))]
+            for row in stale:
                 await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
-                failed += 1
-        return failed
+            failed += len(stale)
+            if len(stale) < PENDING_PAGE:
+                return failed
 
     async def deliver_due(self) -> int | None:
         """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due)."""
@@ -241,7 +249,8 @@ class OutboxSender:
         try:
             result = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=PublishResult)
         except RemoteError as exc:
-            error = f"the connector refused it ({exc.code}: {exc.message})"
+            # The connector's words: cut to what the row keeps anyway, before they reach the notice.
+            error = f"the connector refused it ({exc.code}: {exc.message[:LAST_ERROR_MAX_CHARS]})"
             if code_failure(exc.code) == "permanent":
                 return await self._fail(row, error)
             return await self._retry(row, error, started)

@@ -16,6 +16,7 @@ from mcplhost.agents.hooks import before_inference
 from mcplhost.agents.model import ToolCall
 from mcplhost.agents.tools import (
     CHANNEL_ID_MAX_CHARS,
+    CONNECTOR_ERROR_MAX_CHARS,
     DESCRIPTION_CUT_NOTE,
     HOST_TOOLS,
     TOOL_DESCRIPTION_MAX_CHARS,
@@ -216,6 +217,19 @@ class TestToolTextIsUntrusted:
         assert [s.name for s in offered] == [f"disc__t{n:03}" for n in range(len(offered))]  # listing order
         left_out = logged(logs, "agent.tool_not_offered")
         assert sorted(d["tool"] for d in left_out) == [f"disc__t{n:03}" for n in range(len(offered), len(tools))]
+
+    async def test_a_connectors_long_error_text_is_cut_in_the_result(self, tmp_path) -> None:
+        """An error answer's message reaches the model cut at CONNECTOR_ERROR_MAX_CHARS, and marked."""
+        spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {
+            "tools/list": tools_list(WEATHER),
+            "tools/call": {"error": {"code": -32603, "message": "[source: a / b] " + "z" * 50_000}}}},
+            tmp_path, grant=TOOLS_GRANT)
+        async with running_host(config_with(tmp_path, spec)) as host:
+            async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
+                outcome = await box.call(call("disc__forecast"))
+        (text,) = texts(outcome.blocks)
+        assert outcome.is_error and "\\[source: a / b]" in text and text.endswith("z…")
+        assert len(text) < CONNECTOR_ERROR_MAX_CHARS + 100
 
     async def test_channel_descriptors_reach_the_model_marked_and_bounded(self, tmp_path) -> None:
         """channel_list marks ids and labels, cuts a long label, leaves out an over-long id; channel_open marks its id."""

@@ -20,7 +20,7 @@ from mcplhost.speech.outbox import NOT_PERMITTED, PENDING_PAGE, OutboxSender
 from mcplhost.speech.retry import RetryRules
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
-from mcplhost.store.outbox import OutboxEntry, OutboxRow
+from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, OutboxEntry, OutboxRow
 
 from ..harness import (
     HINT,
@@ -182,6 +182,30 @@ class TestFailure:
                 tg.cancel_scope.cancel()
         assert (row.state, row.attempts) == ("failed", 0) and publishes(tmp_path) == []
         assert [i.metadata.get("kind") for i in await stored_items(tmp_path)] == ["speech", "failed-reply"]
+
+
+class TestBounds:
+    async def test_more_than_a_page_of_stale_rows_all_fail_in_one_check(self, tmp_path: Path):
+        """While the connector is down, one age check fails every row too old, not one page of them."""
+        dead = scripted("disc", {"manifest": MANIFEST, "initialize": "exit"}, tmp_path, grant=GRANT)
+        async with running_host(config_with(tmp_path, dead)) as host:
+            store, handle = host.writer.store, host.connectors["disc"]
+            await wait_for(lambda: handle.state.value == "stopped")
+            entries = [publish_entry(f"s{n}", created_at=now_ms() - 3_601_000) for n in range(PENDING_PAGE + 20)]
+            await host.writer.submit(PublishSpeech(entries[0][0], [entry for _, entry in entries]))
+            failed = await OutboxSender(store, host.writer, handle).expire_old()
+            left = await store.outbox.count("pending")
+        assert (failed, left) == (PENDING_PAGE + 20, 0)
+
+    async def test_a_connectors_long_refusal_text_is_cut_before_the_notice(self, tmp_path: Path):
+        """A 50,000-character error message reaches neither the row nor the agent's notice whole."""
+        refusal = {"error": {"code": -32017, "message": "no " * 16_000}}
+        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": refusal}))) as host:
+            oid = await queue(host, "hi")
+            row = await ended(host.writer.store, oid)
+        notice = (await stored_items(tmp_path))[-1].content[0]["text"]
+        assert row.state == "failed" and len(row.last_error) <= LAST_ERROR_MAX_CHARS
+        assert "no no" in notice and len(notice) < 1000
 
 
 class TestRestarts:
