@@ -24,8 +24,11 @@ only after its handshake. Each outcome is committed through the group writer:
 
 `run()` is an exception boundary: an unexpected exception (a store fault, a
 bug) is logged once with its traceback and the sender starts over after a
-backoff (SENDER_RESTART), from the rows in the store, so nothing is lost;
-the host and the other senders go on. Cancellation passes through.
+backoff (SENDER_RESTART), from the rows in the store, so nothing is lost
+(a crash between a publish and its commit sends it again: at least once);
+the host and the other senders go on. A row whose try crashed the sender
+CRASHES_PER_ROW times in a row ends failed, with its notice, so one bad row
+cannot hold its connector's queue for good. Cancellation passes through.
 
 A failed row stores a `failed-reply` notice for its agent (an agent row:
 it wakes no one). The notice is built here, not with agents/rows.py, since
@@ -73,6 +76,8 @@ CHANNEL_GRACE_S = 10.0
 CHANNEL_POLL_S = 0.1
 #: The sender's restart backoff after an unexpected exception: 1 s doubling to 60 s.
 SENDER_RESTART = RetryRules(first_s=1.0, max_s=60.0)
+#: A row whose try ends in an unexpected exception this many times in a row fails, so it cannot stop the queue.
+CRASHES_PER_ROW = 3
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -128,6 +133,8 @@ class OutboxSender:
         self.clock_ms = clock_ms
         self._wake = anyio.Event()
         self._crashes = 0  # unexpected exceptions in a row, for the restart backoff
+        self._trying: PendingPublish | None = None  # the row being tried, if the crash came with one
+        self._row_crashes: tuple[int, int] = (0, 0)  # (row id, crashes in a row while trying it)
         self._life: int | None = None  # the process id of the connector life last seen ready
         self._life_ready_at = 0  # when this sender first saw that life ready (epoch ms)
         self.stats = {"delivered": 0, "failed": 0, "retried": 0, "crashed": 0}
@@ -148,9 +155,24 @@ class OutboxSender:
                 self._crashes += 1
                 delay = backoff_s(self._crashes, self.restart_rules)
                 self.stats["crashed"] += 1
+                row, self._trying = self._trying, None
                 log.error("outbox.sender_crashed", connector=self.server_id, crashes=self._crashes,
-                          restart_in_s=delay, exc_info=True)
+                          outbox_id=row.id if row is not None else None, restart_in_s=delay, exc_info=True)
+                if row is not None:
+                    await self._after_crash_on(row)
                 await anyio.sleep(delay)
+
+    async def _after_crash_on(self, row: PendingPublish) -> None:
+        """Count a crash against the row being tried; fail it at CRASHES_PER_ROW (best effort: it may crash too)."""
+        last, count = self._row_crashes
+        count = count + 1 if last == row.id else 1
+        self._row_crashes = (row.id, count)
+        if count < CRASHES_PER_ROW:
+            return
+        try:
+            await self._fail(row, f"the host failed {count} times trying to send it (see its log)")
+        except Exception:  # the store itself may be what fails: the next restart tries again
+            log.error("outbox.sender_crashed", connector=self.server_id, outbox_id=row.id, exc_info=True)
 
     async def _serve(self) -> None:
         """Deliver while the connector is ready; while it is not, only fail what is too old to send."""
@@ -205,6 +227,7 @@ class OutboxSender:
 
     async def deliver_due(self) -> int | None:
         """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due)."""
+        self._trying = None  # a pass left by ConnectorNotReady may have left its row here
         rows = await self._pending()
         blocked: set[str] = set()
         earliest: int | None = None
@@ -220,9 +243,11 @@ class OutboxSender:
                 blocked.add(row.channel_id)
                 earliest = row.next_attempt_at if earliest is None else min(earliest, row.next_attempt_at)
                 continue
+            self._trying = row
             if self.test_fault is not None:
                 self.test_fault(row)
             retry_at = await self._checked_send(row, now)
+            self._trying = None
             if retry_at is not None:
                 blocked.add(row.channel_id)
                 earliest = retry_at if earliest is None else min(earliest, retry_at)
@@ -258,7 +283,7 @@ class OutboxSender:
             return await self._retry(row, f"no answer ({exc})", started)
         except ConnectorGone as exc:
             return await self._retry(row, f"the connection ended before the answer ({exc})", started)
-        except msgspec.ValidationError as exc:
+        except msgspec.DecodeError as exc:  # ValidationError included
             return await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc})")
         if not result.delivered:
             return await self._retry(row, "the connector answered delivered: false", started)

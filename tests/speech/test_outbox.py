@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.ingest import conversation_id
 from mcplhost.rpc import RemoteError
-from mcplhost.speech.outbox import NOT_PERMITTED, PENDING_PAGE, OutboxSender
+from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, OutboxSender
 from mcplhost.speech.retry import RetryRules
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
@@ -327,29 +327,43 @@ class TestBoundary:
         config = config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}),
                              connector(tmp_path, {"channels/publish": DELIVERED}, name="zul"))
         faults: list[int] = []
-        healed = anyio.Event()
 
         def fault(row: Any) -> None:
-            if not healed.is_set():
+            if len(faults) < CRASHES_PER_ROW - 1:  # one crash short of failing the row
                 faults.append(row.id)
                 raise RuntimeError("injected sender fault")
 
         with capture_logs() as logs:
             async with running_host(config) as host:
                 disc = host.outbox_senders["disc"]
-                disc.restart_rules = RetryRules(first_s=0.05, max_s=0.2)
+                disc.restart_rules = RetryRules(first_s=0.3, max_s=1)
                 disc.test_fault = fault
                 first, second = await queue(host, "one"), await queue(host, "two")
-                await wait_for(lambda: len(faults) >= 2)  # crashed, restarted, crashed again
+                await wait_for(lambda: faults)
                 zul = await ended(host.writer.store, await queue(host, "elsewhere", server="zul"))
-                assert (await host.writer.store.outbox.get(first)).state == "pending"
-                healed.set()
                 rows = [await ended(host.writer.store, oid) for oid in (first, second)]
         assert zul.state == "delivered" and [(r.state, r.attempts) for r in rows] == [("delivered", 1)] * 2
         assert [m["params"]["content"][0]["text"] for m in publishes(tmp_path)] == ["one", "two"]
         crashes = logged(logs, "outbox.sender_crashed")
-        assert len(crashes) == len(faults) and all(c["exc_info"] is True for c in crashes)
-        assert all(c["connector"] == "disc" for c in crashes)
+        assert len(crashes) == len(faults) == CRASHES_PER_ROW - 1
+        assert all(c["exc_info"] is True and c["connector"] == "disc" and c["outbox_id"] == first for c in crashes)
+
+    async def test_a_row_that_keeps_crashing_the_sender_fails_and_the_queue_goes_on(self, tmp_path: Path):
+        """After CRASHES_PER_ROW crashes on the same row, it ends failed with a notice; the row behind it is sent."""
+        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+            disc = host.outbox_senders["disc"]
+            disc.restart_rules = RetryRules(first_s=0.01, max_s=0.05)
+
+            def fault(row: Any) -> None:
+                if row.text == "poison":
+                    raise RuntimeError("injected: this row always crashes the sender")
+
+            disc.test_fault = fault
+            bad, good = await queue(host, "poison"), await queue(host, "fine")
+            rows = [await ended(host.writer.store, oid) for oid in (bad, good)]
+        assert [r.state for r in rows] == ["failed", "delivered"] and disc.stats["crashed"] == CRASHES_PER_ROW
+        assert [m["params"]["content"][0]["text"] for m in publishes(tmp_path)] == ["fine"]
+        assert [i.metadata.get("kind") for i in await stored_items(tmp_path)].count("failed-reply") == 1
 
     async def test_cancellation_passes_through_the_boundary(self, tmp_path: Path):
         """A sender cancelled while it restarts after a fault ends at once: the boundary catches no cancellation."""
