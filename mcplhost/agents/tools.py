@@ -91,6 +91,8 @@ DESCRIPTION_CUT_NOTE = f" … (cut by the host at {TOOL_DESCRIPTION_MAX_CHARS} c
 CHANNEL_ID_MAX_CHARS = 512
 #: Channels channel_list lists at most; it says how many more there are.
 CHANNEL_LIST_MAX = 500
+#: Tools left out whose warning is remembered, so it is logged once per tool.
+NOT_OFFERED_REMEMBERED = 4096
 #: Longest part of a connector's error text (or an exception naming its ids) a failed call shows.
 CONNECTOR_ERROR_MAX_CHARS = 500
 
@@ -311,8 +313,8 @@ class ToolBox:
         self._log = log.bind(agent=agent.name)
         self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
         self._not_offered: set[tuple[str, str]] = set()  # (tool, why) of tools left out, warned once each
-        # offered name → (the MCP tool as listed, what it is offered as): a tool is judged once per listing
-        self._judged: dict[str, tuple[dict[str, Any], ToolSpec | str]] = {}
+        # offered name → (the MCP tool as listed, what it is offered as, its chars): judged once per listing
+        self._judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
         self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
 
     def _hears(self, item: StoredItem) -> bool:
@@ -339,32 +341,40 @@ class ToolBox:
         return tools
 
     def offered_connector_tools(self) -> dict[str, tuple[ConnectorHandle, dict[str, Any], ToolSpec]]:
-        """Offered name → (handle, MCP tool, spec) of the connector tools offered now: marked, bounded, in budget."""
+        """Offered name → (handle, MCP tool, spec) of the connector tools offered now: marked, bounded, in budget.
+
+        In listing order, each tool that still fits the budget is offered (a long one left out leaves room).
+        """
         budget = self.agent.context_chars // TOOLS_MAX_DIVISOR
         offered_now: dict[str, tuple[ConnectorHandle, dict[str, Any], ToolSpec]] = {}
-        judged: dict[str, tuple[dict[str, Any], ToolSpec | str]] = {}
+        judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
         for name, (handle, tool) in self.connector_tools().items():
             earlier = self._judged.get(name)
-            verdict = earlier[1] if earlier is not None and earlier[0] is tool else connector_tool_spec(
-                handle.name, name, tool)
-            judged[name] = (tool, verdict)
+            if earlier is not None and earlier[0] is tool:
+                verdict, chars = earlier[1], earlier[2]
+            else:
+                verdict = connector_tool_spec(handle.name, name, tool)
+                chars = 0 if isinstance(verdict, str) else tool_chars(verdict)
+            judged[name] = (tool, verdict, chars)
             if isinstance(verdict, str):
-                self._left_out(handle, tool, name, verdict)
-                continue
-            chars = tool_chars(verdict)
-            if chars > budget:
-                self._left_out(handle, tool, name, f"the connector tools would take more than 1/{TOOLS_MAX_DIVISOR}"
-                               f" of context_chars ({self.agent.context_chars})")
-                continue
-            budget -= chars
-            offered_now[name] = (handle, tool, verdict)
+                self._left_out(handle, name, verdict)
+            elif chars > budget:
+                self._left_out(handle, name, f"the connector tools would take more than 1/{TOOLS_MAX_DIVISOR}"
+                                             f" of context_chars ({self.agent.context_chars})")
+            else:
+                budget -= chars
+                offered_now[name] = (handle, tool, verdict)
         self._judged = judged  # only the tools listed now: bounded by the listings
         return offered_now
 
-    def _left_out(self, handle: ConnectorHandle, tool: dict[str, Any], name: str, why: str) -> None:
-        if (name, why) not in self._not_offered:
-            self._not_offered.add((name, why))
-            self._log.warning("agent.tool_not_offered", connector=handle.name, tool=name, reason=why)
+    def _left_out(self, handle: ConnectorHandle, name: str, why: str) -> None:
+        """Log a tool left out, once per tool and reason (remembered up to NOT_OFFERED_REMEMBERED)."""
+        if (name, why) in self._not_offered:
+            return
+        if len(self._not_offered) >= NOT_OFFERED_REMEMBERED:
+            self._not_offered.clear()  # a connector renaming its tools endlessly: warn again rather than grow
+        self._not_offered.add((name, why))
+        self._log.warning("agent.tool_not_offered", connector=handle.name, tool=name, reason=why)
 
     def specs(self) -> list[ToolSpec]:
         """Host tools first, then each heard connector's MCP tools, as the agent's `tools` globs allow."""
