@@ -5,9 +5,9 @@ memory alone), so a connector restart or a host restart resumes where it
 stopped; delivery is at least once (a publish whose answer was lost is sent
 again). It sends only while the connector is ready, one publish at a time,
 and in order per channel: a channel's later rows wait while its oldest row
-waits for a retry, and never hold back another channel's (the store reads at
-most PENDING_PER_CHANNEL rows of each channel per pass, every channel's oldest
-first). Before every try the sender asks whether the connector may publish
+waits for a retry, and never hold back another channel's (behind a full
+page of waiting rows, the sender reads at most PENDING_PER_CHANNEL rows of
+each channel, every channel's oldest first). Before every try the sender asks whether the connector may publish
 there now (speech/routing.py `publish_refusal`: it holds `channels.publish`,
 the channel is registered and inside the operator's patterns, and not
 inbound only); a row that may not ends failed with reason `not_permitted`.
@@ -226,22 +226,36 @@ class OutboxSender:
                 return failed
 
     async def deliver_due(self) -> int | None:
-        """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due)."""
+        """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due).
+
+        The oldest PENDING_PAGE rows first (one cheap indexed read); when every
+        one of a full page waits behind a channel in backoff, a second read
+        takes a few rows of every channel (PENDING_PER_CHANNEL), so the ready
+        rows of the other channels are found however long that queue is.
+        """
         self._trying = None  # a pass left by ConnectorNotReady may have left its row here
-        rows = await self._pending()
-        blocked: set[str] = set()
-        earliest: int | None = None
-        sent = False
+        blocked: dict[str, int] = {}  # channel → when its oldest row may be tried again (epoch ms)
+        page = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+        ended = await self._deliver(page, blocked)
+        if not ended and len(page) == PENDING_PAGE:
+            fair = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE,
+                                                   per_channel=PENDING_PER_CHANNEL)
+            ended = await self._deliver(fair, blocked)
+        return 0 if ended else min(blocked.values(), default=None)
+
+    async def _deliver(self, rows: list[PendingPublish], blocked: dict[str, int]) -> bool:
+        """Try each row not behind a waiting one of its channel (added to `blocked`); whether any row ended."""
+        ended = False
         for row in rows:
             if row.channel_id in blocked:
                 continue  # in order per channel: behind a row that waits
             now = self.clock_ms()
             if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
                 await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
+                ended = True
                 continue
             if row.next_attempt_at > now:
-                blocked.add(row.channel_id)
-                earliest = row.next_attempt_at if earliest is None else min(earliest, row.next_attempt_at)
+                blocked[row.channel_id] = row.next_attempt_at
                 continue
             self._trying = row
             if self.test_fault is not None:
@@ -249,14 +263,10 @@ class OutboxSender:
             retry_at = await self._checked_send(row, now)
             self._trying = None
             if retry_at is not None:
-                blocked.add(row.channel_id)
-                earliest = retry_at if earliest is None else min(earliest, retry_at)
-                continue
-            sent = True
-        return 0 if sent else earliest
-
-    async def _pending(self) -> list[PendingPublish]:
-        return await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE, per_channel=PENDING_PER_CHANNEL)
+                blocked[row.channel_id] = retry_at
+            else:
+                ended = True
+        return ended
 
     async def _checked_send(self, row: PendingPublish, now: int) -> int | None:
         """Try the row if its connector may publish there now (every try); else fail it, or wait for its channel."""
