@@ -55,6 +55,7 @@ from mcplhost.agents.model import ToolCall, ToolSpec
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
+from mcplhost.inbound.patterns import fast_opening_re
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.readers import SearchError, search_items
@@ -144,10 +145,12 @@ def schema_problem(schema: Any) -> str | None:
         if isinstance(value, dict | list):
             if depth > TOOL_SCHEMA_MAX_DEPTH:
                 return f"its inputSchema nests deeper than {TOOL_SCHEMA_MAX_DEPTH} levels"
-            room -= 2 + len(value)  # brackets, and a separator or colon per member (a lower bound)
+            room -= 2  # its brackets
             members = value.items() if isinstance(value, dict) else enumerate(value)
             for key, member in members:
-                room -= len(key) + 2 if isinstance(key, str) else 0
+                room -= len(key) + 3 if isinstance(key, str) else 1  # a key, its quotes and colon; or a comma
+                if room < 0:
+                    return too_long  # before a million members are even looked at
                 stack.append((member, depth + 1))
         else:
             room -= len(value) + 2 if isinstance(value, str) else 1
@@ -163,7 +166,7 @@ def schema_problem(schema: Any) -> str | None:
 def marked_json(value: Any) -> Any:
     """`value` with every string in it (object keys too) marked like a body; called on bounded schemas only."""
     if isinstance(value, str):
-        return marked(value) if "[" in value else value
+        return marked(value) if "[" in value and fast_opening_re().search(value) is not None else value
     if isinstance(value, dict):
         return {marked_json(key): marked_json(member) for key, member in value.items()}
     if isinstance(value, list):
