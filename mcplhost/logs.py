@@ -21,6 +21,7 @@ connector's life ends. The exact counts live in the components'
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import queue
@@ -48,6 +49,11 @@ QUEUE_LINES = 10_000
 WRITE_BATCH_LINES = 512
 #: On exit, how long the queued lines may take to reach the sink (a stuck sink cannot hold the exit).
 FLUSH_ON_EXIT_S = 5.0
+#: A logged string value is cut at this many characters (values often carry what a connector sent).
+MAX_VALUE_CHARS = 2000
+#: A logged list or mapping keeps this many members, nested at most MAX_VALUE_DEPTH deep.
+MAX_VALUE_ITEMS = 64
+MAX_VALUE_DEPTH = 4
 
 _STOP = object()  # the writer thread's end-of-queue marker
 
@@ -76,8 +82,11 @@ class LineQueue:
         self._thread.start()
 
     def put(self, line: str) -> None:
-        if self._closed:
-            self._write_now([line])
+        if self._closed:  # after `close`: written here, unless the thread is still stuck in a write
+            if self._thread.is_alive():
+                self._count_dropped(1)
+            else:
+                self._write_now([line])
             return
         try:
             self._queue.put_nowait(line)
@@ -192,7 +201,7 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
     if not show:
         processors.append(_drop)
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    processors += [stamp, structlog.processors.format_exc_info, renderer]
+    processors += [_bound_values, stamp, structlog.processors.format_exc_info, renderer]
 
     def dropped_line(count: int) -> str:
         event = {"event": "log.dropped", "level": "warning", "lines": count,
@@ -223,6 +232,35 @@ def _tapping(tap: Tap) -> structlog.typing.Processor:
         return event
 
     return processor
+
+
+def _bound_values(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Every value cut to a bounded size, so no line carries a connector's megabyte."""
+    return {key: bounded(value) for key, value in event.items()}
+
+
+def bounded(value: Any, depth: int = 0) -> Any:
+    """`value` with strings cut at MAX_VALUE_CHARS (marked "…") and containers at MAX_VALUE_ITEMS members."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_VALUE_CHARS else value[:MAX_VALUE_CHARS] + "…"
+    if isinstance(value, (bytes, bytearray)):
+        return bounded(bytes(value[:MAX_VALUE_CHARS + 1]).decode("utf-8", "replace"), depth)
+    if isinstance(value, dict):
+        if depth >= MAX_VALUE_DEPTH:
+            return "{…}"
+        items = list(itertools.islice(value.items(), MAX_VALUE_ITEMS))
+        cut = {bounded(str(k)): bounded(v, depth + 1) for k, v in items}
+        if len(value) > MAX_VALUE_ITEMS:
+            cut["…"] = f"{len(value) - MAX_VALUE_ITEMS} more"
+        return cut
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if depth >= MAX_VALUE_DEPTH:
+            return "[…]"
+        members = [bounded(v, depth + 1) for v in itertools.islice(value, MAX_VALUE_ITEMS)]
+        if len(value) > MAX_VALUE_ITEMS:
+            members.append(f"… {len(value) - MAX_VALUE_ITEMS} more")
+        return members
+    return value
 
 
 def _drop(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:

@@ -12,6 +12,7 @@ from msgspec import Raw
 from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.protocol import connection as connection_module
 from mcplhost.protocol.channels import CHANNEL_LIMIT, ChannelRegistry
 from mcplhost.protocol.connection import MAX_WARNED_KEYS, McplConnection, Mode
@@ -51,12 +52,18 @@ class TestWarnOnce:
         assert [e["which"] for e in logged(logs, "test.warning")] == ["a", "b"]
 
     def test_the_remembered_keys_are_capped_and_the_cap_is_logged_once(self, ready) -> None:
-        """Past MAX_WARNED_KEYS distinct keys nothing more is remembered or logged, except one line saying so."""
+        """Past MAX_WARNED_KEYS distinct keys nothing more is remembered or logged, except one line saying so.
+
+        Below the cap each key still passes the per-event limiter: its allowance is logged, the rest counted.
+        """
         conn = ready(set())
         with capture_logs() as logs:
             for n in range(MAX_WARNED_KEYS + 50):
                 conn.warn_once(f"notification:junk/{n}", "connector.unknown_notification", method=f"junk/{n}")
-        assert len(logged(logs, "connector.unknown_notification")) == MAX_WARNED_KEYS
+            conn.limited.close()
+        assert len(logged(logs, "connector.unknown_notification")) == LINES_PER_WINDOW
+        assert [e["count"] for e in logged(logs, "log.suppressed", suppressed_event="connector.unknown_notification")
+                ] == [MAX_WARNED_KEYS - LINES_PER_WINDOW]
         assert len(logged(logs, "connector.warnings_capped", limit=MAX_WARNED_KEYS)) == 1
         assert len(conn._warned) == MAX_WARNED_KEYS
 

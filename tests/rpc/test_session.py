@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.rpc import (
     ConnectionClosed,
     Deferred,
@@ -104,8 +105,8 @@ class TestAnswering:
 
 
 class TestLeniency:
-    async def test_junk_lines_are_skipped_with_one_rate_limited_warning(self) -> None:
-        """Non-JSON lines never end the connection and are not logged one by one."""
+    async def test_junk_lines_are_skipped_with_rate_limited_warnings(self) -> None:
+        """Non-JSON lines never end the connection; past the allowance they are counted, not logged one by one."""
         peer = Peer()
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
@@ -117,7 +118,9 @@ class TestLeniency:
                 assert (await peer.read())["result"] == [1]
                 peer.close()
         junk = [entry for entry in logs if entry["event"] == "rpc.junk_line"]
-        assert len(junk) == 1 and session.stats["junk"] == 100
+        assert len(junk) == LINES_PER_WINDOW and session.stats["junk"] == 100
+        (summary,) = [entry for entry in logs if entry["event"] == "log.suppressed"]  # when the session ended
+        assert summary["suppressed_event"] == "rpc.junk_line" and summary["count"] == 100 - LINES_PER_WINDOW
 
     async def test_an_oversized_line_is_refused_and_the_connection_goes_on(self) -> None:
         """The line is dropped with a log line saying why; the next request is served."""
