@@ -14,8 +14,9 @@ from structlog.testing import capture_logs
 from mcplhost.config import ConnectorConfig
 from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.protocol import connection as connection_module
+from mcplhost.protocol import errors
 from mcplhost.protocol.channels import CHANNEL_LIMIT, ChannelRegistry
-from mcplhost.protocol.connection import MAX_WARNED_KEYS, McplConnection, Mode
+from mcplhost.protocol.connection import MAX_WARNED_KEYS, UNKNOWN_METHOD, McplConnection, Mode
 
 from ..harness import descriptor, logged
 
@@ -74,6 +75,30 @@ class TestWarnOnce:
             for n in range(MAX_WARNED_KEYS * 2):
                 await conn.on_notification(f"junk/{n}", params({}))
         assert len(conn._warned) == MAX_WARNED_KEYS
+
+
+class TestRefusalCounts:
+    async def test_refusals_are_counted_per_method_and_code_beyond_what_is_logged(self, ready) -> None:
+        """statistics() has every refusal, keyed by method and code; an unknown method's name is not a key."""
+        conn = ready(set())
+        with capture_logs() as logs:
+            for n in range(3 * LINES_PER_WINDOW):
+                with pytest.raises(errors.ConnectorProtocolError):
+                    await conn.on_request("channels/register", params({"channels": []}))
+                with pytest.raises(errors.ConnectorProtocolError):
+                    await conn.on_request(f"made/up/{n}", params({}))
+                await conn.on_notification("channels/incoming", params({"messages": []}))
+                await conn.on_notification(f"made/up/{n}", params({}))
+            conn.limited.close()
+        stats = conn.statistics()
+        assert stats["refused"] == {f"channels/register {errors.CAPABILITY_DENIED}": 3 * LINES_PER_WINDOW,
+                                    f"{UNKNOWN_METHOD} {errors.METHOD_NOT_FOUND}": 3 * LINES_PER_WINDOW}
+        assert stats["notifications_refused"] == {f"channels/incoming {errors.CAPABILITY_DENIED}": 3 * LINES_PER_WINDOW}
+        assert stats["notifications_unknown"] == 3 * LINES_PER_WINDOW
+        assert len(logged(logs, "mcpl.refused")) == LINES_PER_WINDOW  # both methods share the event's allowance
+        assert stats["log_suppressed"]["mcpl.refused"] == 6 * LINES_PER_WINDOW - LINES_PER_WINDOW
+        summaries = {e["suppressed_event"]: e["count"] for e in logged(logs, "log.suppressed")}
+        assert summaries == stats["log_suppressed"]
 
 
 class TestChannelLimit:

@@ -203,6 +203,24 @@ class TestOurRequests:
                 peer.close()
         dropped = [(e["id"], e["why"]) for e in logs if e["event"] == "rpc.response_dropped"]
         assert dropped == [(sent["id"], "late"), (999, "unknown")]
+        stats = session.statistics()
+        assert (stats["responses_late"], stats["responses_unknown"], stats["responses"]) == (1, 1, 2)
+
+    async def test_stray_responses_past_the_allowance_are_counted_not_logged(self) -> None:
+        """A flood of unknown ids leaves the allowance of lines, one summary, and the exact count in statistics()."""
+        peer = Peer()
+        session = make(peer)
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(session.run)
+                for n in range(500):
+                    await peer.write({"jsonrpc": "2.0", "id": 10_000 + n, "result": 1})
+                await peer.write({"jsonrpc": "2.0", "id": 5, "method": "echo", "params": [5]})
+                await peer.read()
+                peer.close()
+        assert len([e for e in logs if e["event"] == "rpc.response_dropped"]) == LINES_PER_WINDOW
+        (summary,) = [e for e in logs if e["event"] == "log.suppressed"]
+        assert summary["count"] == 500 - LINES_PER_WINDOW and session.statistics()["responses_unknown"] == 500
 
     async def test_end_of_output_fails_waiting_callers(self) -> None:
         """When the peer's output ends, every outstanding request raises ConnectionClosed."""
