@@ -291,6 +291,7 @@ class LimitedLog:
         self._limiter = WindowLimiter(allowance, window_s)
         self._clock = clock
         self._due: anyio.Event | None = None  # set when a window starts holding lines back (made in `run`)
+        self._holding: set[str] = set()  # keys whose current window holds lines back
         self._suppressed: dict[str, int] = {}
 
     def debug(self, event: str, **fields: Any) -> None:
@@ -316,8 +317,10 @@ class LimitedLog:
             getattr(self._log, level)(event, **fields)
             return
         self._suppressed[key] = self._suppressed.get(key, 0) + 1
-        if self._due is not None:
-            self._due.set()
+        if key not in self._holding:  # a new deadline, maybe earlier than the one `run` sleeps to
+            self._holding.add(key)
+            if self._due is not None:
+                self._due.set()
 
     def statistics(self) -> dict[str, int]:
         """Lines suppressed so far, per event (or key): for the metrics, since the lines are not there."""
@@ -326,12 +329,13 @@ class LimitedLog:
     async def run(self) -> None:
         """Log each window's suppressed count when it closes, without waiting for another line; until cancelled."""
         while True:
+            self._due = anyio.Event()
             deadline = self._limiter.next_deadline()
             if deadline is None:
-                self._due = anyio.Event()
                 await self._due.wait()
                 continue
-            await anyio.sleep(max(0.0, deadline - self._clock()))
+            with anyio.move_on_after(max(0.0, deadline - self._clock())):
+                await self._due.wait()
             self._summarize(self._limiter.roll(self._clock()))
 
     def close(self) -> None:
@@ -340,5 +344,6 @@ class LimitedLog:
 
     def _summarize(self, summaries: list[Suppressed]) -> None:
         for summary in summaries:
+            self._holding.discard(summary.key)
             self._log.warning("log.suppressed", suppressed_event=summary.key, count=summary.count,
                               window_s=self._limiter.window_s)

@@ -177,6 +177,25 @@ class TestLimitedLog:
         assert summary["count"] == 3 and len(logged(logs, "flood")) == 1
 
 
+    async def test_a_later_window_that_closes_first_is_summed_up_first(self) -> None:
+        """run wakes for each new deadline: a window opened earlier but held back later is not kept waiting."""
+        with capture_logs() as logs:
+            limited = LimitedLog(structlog.get_logger(), allowance=1, window_s=0.6)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(limited.run)
+                limited.info("early")  # its window opens now and closes first
+                await anyio.sleep(0.3)  # the scenario's timing, not a wait for a condition
+                limited.info("late")
+                limited.info("late")  # held back: run sleeps until the late window closes...
+                limited.info("early")  # ...unless this earlier deadline wakes it
+                await wait_for(lambda: logged(logs, "log.suppressed", suppressed_event="early"), timeout=5,
+                               interval=0.005)
+                assert not logged(logs, "log.suppressed", suppressed_event="late")
+                await wait_for(lambda: logged(logs, "log.suppressed", suppressed_event="late"), timeout=5,
+                               interval=0.005)
+                tg.cancel_scope.cancel()
+
+
 def pipe_writer(fd: int) -> Any:
     """What fd_writer gives for a real stream, on a descriptor the test owns (and closes)."""
     def write(data: bytes) -> None:
