@@ -184,12 +184,12 @@ _lines: LineQueue | None = None
 
 
 def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap | None = None,
-              show: bool = True, stream: IO[str] | None = None) -> None:
+              show: bool = True) -> None:
+    """Log to stderr through the writer thread (a previous configuration's queue is flushed first)."""
     global _lines
     renderer: structlog.typing.Processor
-    stream = stream if stream is not None else sys.stderr
     if log_format == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     else:
         renderer = structlog.processors.JSONRenderer()
     processors: list[structlog.typing.Processor] = [
@@ -209,7 +209,7 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
         return str(renderer(None, "warning", stamp(None, "warning", event)))
 
     shutdown()
-    _lines = LineQueue(fd_writer(stream), dropped_line)
+    _lines = LineQueue(fd_writer(sys.stderr), dropped_line)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
