@@ -21,7 +21,6 @@ connector's life ends. The exact counts live in the components'
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import os
 import queue
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from typing import IO, Any, Literal
 
 import anyio
+import msgspec
 import structlog
 
 from .ratelimit import Suppressed, WindowLimiter
@@ -49,11 +49,9 @@ QUEUE_LINES = 10_000
 WRITE_BATCH_LINES = 512
 #: On exit, how long the queued lines may take to reach the sink (a stuck sink cannot hold the exit).
 FLUSH_ON_EXIT_S = 5.0
-#: A logged string value is cut at this many characters (values often carry what a connector sent).
+#: A logged value (a string, or a list or mapping as JSON) is cut at this many characters: values often
+#: carry what a connector sent.
 MAX_VALUE_CHARS = 2000
-#: A logged list or mapping keeps this many members, nested at most MAX_VALUE_DEPTH deep.
-MAX_VALUE_ITEMS = 64
-MAX_VALUE_DEPTH = 4
 
 _STOP = object()  # the writer thread's end-of-queue marker
 
@@ -239,28 +237,27 @@ def _bound_values(logger: Any, method: str, event: structlog.typing.EventDict) -
     return {key: bounded(value) for key, value in event.items()}
 
 
-def bounded(value: Any, depth: int = 0) -> Any:
-    """`value` with strings cut at MAX_VALUE_CHARS (marked "…") and containers at MAX_VALUE_ITEMS members."""
+def bounded(value: Any) -> Any:
+    """`value`, or when its text is longer than MAX_VALUE_CHARS, that text cut there and marked "…".
+
+    A container is measured as the JSON it renders to, so its whole size is
+    bounded however deep it nests.
+    """
     if isinstance(value, str):
         return value if len(value) <= MAX_VALUE_CHARS else value[:MAX_VALUE_CHARS] + "…"
     if isinstance(value, (bytes, bytearray)):
-        return bounded(bytes(value[:MAX_VALUE_CHARS + 1]).decode("utf-8", "replace"), depth)
-    if isinstance(value, dict):
-        if depth >= MAX_VALUE_DEPTH:
-            return "{…}"
-        items = list(itertools.islice(value.items(), MAX_VALUE_ITEMS))
-        cut = {bounded(str(k)): bounded(v, depth + 1) for k, v in items}
-        if len(value) > MAX_VALUE_ITEMS:
-            cut["…"] = f"{len(value) - MAX_VALUE_ITEMS} more"
-        return cut
-    if isinstance(value, (list, tuple, set, frozenset)):
-        if depth >= MAX_VALUE_DEPTH:
-            return "[…]"
-        members = [bounded(v, depth + 1) for v in itertools.islice(value, MAX_VALUE_ITEMS)]
-        if len(value) > MAX_VALUE_ITEMS:
-            members.append(f"… {len(value) - MAX_VALUE_ITEMS} more")
-        return members
+        return bounded(bytes(value[:MAX_VALUE_CHARS + 1]).decode("utf-8", "replace"))
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        text = _as_text(value)
+        return value if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "…"
     return value
+
+
+def _as_text(value: Any) -> str:
+    try:
+        return msgspec.json.encode(value, enc_hook=repr).decode("utf-8", "replace")
+    except (TypeError, ValueError):  # e.g. keys that are not strings
+        return repr(value)
 
 
 def _drop(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:

@@ -16,10 +16,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from structlog.testing import LogCapture, capture_logs
 
+from mcplhost import logs
 from mcplhost.logs import (
     LINES_PER_WINDOW,
     MAX_VALUE_CHARS,
-    MAX_VALUE_ITEMS,
     LimitedLog,
     LineQueue,
     bounded,
@@ -279,27 +279,29 @@ class TestLineQueue:
 
 class TestBounded:
     @given(st.recursive(st.text() | st.integers() | st.none(),
-                        lambda inner: st.lists(inner, max_size=80) | st.dictionaries(st.text(), inner, max_size=80),
+                        lambda inner: st.lists(inner, max_size=40) | st.dictionaries(st.text(), inner, max_size=40),
                         max_leaves=400))
-    def test_no_value_outgrows_its_bounds(self, value) -> None:
-        """Strings are cut, containers keep a bounded number of members, nesting is bounded."""
-        def check(v: Any, depth: int = 0) -> None:
-            assert depth <= 5
-            if isinstance(v, str):
-                assert len(v) <= MAX_VALUE_CHARS + 1
-            elif isinstance(v, dict):
-                assert len(v) <= MAX_VALUE_ITEMS + 1
-                for k, member in v.items():
-                    check(k, depth + 1)
-                    check(member, depth + 1)
-            elif isinstance(v, list):
-                assert len(v) <= MAX_VALUE_ITEMS + 1
-                for member in v:
-                    check(member, depth + 1)
-
-        check(bounded(value))
+    @example(["x" * 100] * 100)
+    @example({"k": {"k": {"k": "y" * 3000}}})
+    def test_no_value_outgrows_its_bound(self, value) -> None:
+        """A value that renders within the bound is kept as it is; any other becomes its text, cut and marked."""
+        result = bounded(value)
+        rendered = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        if isinstance(value, str):
+            assert result == (value if len(value) <= MAX_VALUE_CHARS else value[:MAX_VALUE_CHARS] + "…")
+        elif len(rendered) <= MAX_VALUE_CHARS:
+            assert result == value
+        else:
+            assert isinstance(result, str) and len(result) == MAX_VALUE_CHARS + 1 and result.endswith("…")
 
     def test_a_short_value_is_left_alone_and_a_long_one_is_marked(self) -> None:
-        """What fits is unchanged; what is cut says so."""
+        """What fits is unchanged; what is cut says so; a member JSON has no form for is measured by its repr."""
         assert bounded({"method": "ping", "n": [1, 2]}) == {"method": "ping", "n": [1, 2]}
         assert bounded("x" * (MAX_VALUE_CHARS + 5)) == "x" * MAX_VALUE_CHARS + "…"
+        cut = bounded([object()] * 500)
+        assert cut.startswith('["<object object at') and len(cut) == MAX_VALUE_CHARS + 1
+
+    def test_every_field_of_a_configured_line_is_bounded(self) -> None:
+        """The processor configure puts before rendering bounds each value of the event."""
+        event = logs._bound_values(None, "info", {"event": "connector.initialized", "server": {"name": "n" * 9000}})
+        assert event["event"] == "connector.initialized" and len(event["server"]) == MAX_VALUE_CHARS + 1
