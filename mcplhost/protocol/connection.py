@@ -360,10 +360,10 @@ class McplConnection:
         feature_set = data.get("featureSet", claimed.get("featureSet"))
         self.count_refusal(method, exc.code)
         self.limited.info("mcpl.refused", method=method, code=exc.code, featureSet=feature_set,
-                      eventId=claimed.get("eventId"), capability=data.get("capability"), reason=data.get("reason"))
+                          eventId=claimed.get("eventId"), capability=data.get("capability"), reason=data.get("reason"))
         if data.get("reason") == errors.DECLARATION_MISMATCH:
             self.limited.warning("connector.declaration_mismatch", featureSet=feature_set,
-                             capability=data.get("capability"), method=method)
+                                 capability=data.get("capability"), method=method)
 
     async def on_notification(self, method: str, params: Raw | UnsetType) -> None:
         if method.startswith(MCP_NOTIFICATIONS_PREFIX):
@@ -387,7 +387,7 @@ class McplConnection:
             key = (method, exc.code)  # a known method: the table has it
             self.notifications_refused[key] = self.notifications_refused.get(key, 0) + 1
             self.limited.warning("connector.notification_refused", method=method, code=exc.code,
-                             data=None if exc.data is msgspec.UNSET else exc.data)
+                                 data=None if exc.data is msgspec.UNSET else exc.data)
 
     def warn_once(self, key: str, event: str, **fields: Any) -> None:
         """Log `event` the first time `key` is seen on this connection; the memory of keys is bounded."""
@@ -398,7 +398,7 @@ class McplConnection:
             if not self._warned_capped:
                 self._warned_capped = True
                 self.limited.warning("connector.warnings_capped", limit=MAX_WARNED_KEYS, suppressed=event,
-                                 detail="more distinct once-only warnings than remembered; further ones suppressed")
+                                     detail="more distinct once-only warnings than remembered; further ones suppressed")
             return
         self._warned.add(key)
         self.limited.warning(event, **fields)  # once per key, and per event at most the limiter's allowance

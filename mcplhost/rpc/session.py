@@ -320,7 +320,7 @@ class Session:
         if isinstance(item, Oversized):
             self.stats["oversized"] += 1
             self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
-                             action="dropped; the connection goes on")
+                                 action="dropped; the connection goes on")
             return
         stats = self.stats
         stats["lines"] += 1
