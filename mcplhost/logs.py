@@ -285,6 +285,8 @@ class LimitedLog:
     def __init__(self, log: Any, *, allowance: int = LINES_PER_WINDOW, window_s: float = WINDOW_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._log = log
+        # structlog's filtering loggers say which levels they write; any other logger writes them all.
+        self._enabled: Callable[[int], bool] = getattr(log, "is_enabled_for", lambda level: True)
         self._limiter = WindowLimiter(allowance, window_s)
         self._clock = clock
         self._due: anyio.Event | None = None  # set when a window starts holding lines back (made in `run`)
@@ -304,7 +306,7 @@ class LimitedLog:
         self._emit("error", event, key, fields)
 
     def _emit(self, level: str, event: str, key: str | None, fields: dict[str, Any]) -> None:
-        if not self._log.is_enabled_for(_LEVELS[level]):
+        if not self._enabled(_LEVELS[level]):
             return
         key = key or event
         passed, summary = self._limiter.admit(key, self._clock())
