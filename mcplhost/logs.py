@@ -344,5 +344,7 @@ class LimitedLog:
     def _summarize(self, summaries: list[Suppressed]) -> None:
         for summary in summaries:
             self._holding.discard(summary.key)
-            self._log.warning("log.suppressed", suppressed_event=summary.key, count=summary.count,
-                              window_s=self._limiter.window_s)
+            window_s = self._limiter.window_s
+            self._log.warning("log.suppressed", suppressed_event=summary.key, count=summary.count, window_s=window_s,
+                              detail=f"{summary.count} more {summary.key} lines in a {window_s:g} s window"
+                                     " were counted, not written")
