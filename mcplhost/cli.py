@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -204,18 +204,8 @@ def existing_database(path: Path) -> Path:
 # --- run / dev -----------------------------------------------------------------
 
 
-async def _console(host: Host) -> None:
-    """`mcplhost dev`: each line typed on the terminal is stored as local console input."""
-    await host.ready.wait()
-    while True:
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if not line:
-            return
-        if line.strip() and host.ingest is not None:
-            await host.ingest.store_surface("console", "operator", line.rstrip("\n"))
-
-
-async def _serve(host: Host, *, seconds: float | None = None, console: bool = False) -> None:
+async def _serve(host: Host, *, seconds: float | None = None,
+                 console: Callable[[], Awaitable[None]] | None = None) -> None:
     """Run the host until SIGTERM/SIGINT (or `seconds`), then stop it gracefully."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
@@ -241,13 +231,14 @@ async def _serve(host: Host, *, seconds: float | None = None, console: bool = Fa
         tg.start_soon(watch_signals)
         if seconds is not None:
             tg.start_soon(stop_after, seconds)
-        if console:
-            tg.start_soon(_console, host)
+        if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
+            tg.start_soon(console)
         await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 
 
-def _run_host(host: Host, *, seconds: float | None = None, console: bool = False) -> None:
+def _run_host(host: Host, *, seconds: float | None = None,
+              console: Callable[[], Awaitable[None]] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
     Task groups wrap what their tasks raise in an ExceptionGroup; a store that
@@ -295,19 +286,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from .dev import LiveView, dev_config, fit, introduction
+    from .dev import ConsoleRelay, LiveView, dev_config, fit, introduction
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
     logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
     db = usable_database(args.db)
-    config = dev_config(db.resolve())
-    view.connectors = [c.name for c in config.connectors]
-    with hold_database(db.resolve()):
+    with hold_database(db.resolve()), ConsoleRelay() as relay:
+        config = dev_config(db.resolve(), console_socket=relay.path)
+        view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
-        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=True)
+        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=relay.run)
     logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK

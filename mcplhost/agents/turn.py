@@ -179,7 +179,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
     tools = services.toolbox.specs()
     for turn_index in range(agent.max_tool_rounds + 1):
         response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
-                                        tools=tools, turn_index=turn_index,
+                                        tools=tools, turn_index=turn_index, waking_text=user_message,
                                         user_message=user_message if turn_index == 0 else None)
         if not response.tool_calls:
             return response.text
@@ -196,7 +196,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
 
 async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress, *,
                          rows: list[StoredItem], system_prompt: str, tools: list[Any], turn_index: int,
-                         user_message: str | None) -> ModelResponse:
+                         user_message: str | None, waking_text: str) -> ModelResponse:
     """One backend call with its hooks and its lifecycle pair (AGENTS.md §3.2–3.3)."""
     await _check_budget(agent, services)
     inference_id = f"inf_{uuid.uuid4().hex[:16]}"
@@ -207,6 +207,7 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
                                backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered)
+    request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
         progress.injections = msgspec.to_builtins(injections)
@@ -218,9 +219,9 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
         if targets:
             async with Streamer(services.handles, inference_id) as streamer:  # one complete per channel, however it ends
                 streamer.open(targets)
-                response = await services.backend.complete(compiled.request, on_text=streamer.chunk)
+                response = await services.backend.complete(request, on_text=streamer.chunk)
         else:
-            response = await services.backend.complete(compiled.request)
+            response = await services.backend.complete(request)
     except anyio.get_cancelled_exc_class():
         raise  # the caller sends `aborted` under its shield
     except BaseException:
