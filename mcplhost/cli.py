@@ -43,7 +43,7 @@ DEV_DB = "mcplhost-dev.db"
 EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
           "Problems and warnings go to stderr, results to stdout.")
 LOCK_EPILOG = (EPILOG + " One daemon per database: run, dev and migrate hold a lock on DATABASE.lock beside it; "
-               "a second one exits 1 with one line naming the holder's pid (messages, search and turns need no lock).")
+               "a second one exits 1 with one line naming the holder's pid (messages, search, turns and outbox need no lock).")
 
 
 class Parser(argparse.ArgumentParser):
