@@ -19,6 +19,14 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
+from mcplhost.config import ConnectorConfig
+from mcplhost.envfile import EnvFileError, read_env_file
+
+#: What a child gets of the host's environment without asking (docs/connectors.md §10): the
+#: basics a program needs to run and to speak the user's language, nothing that could be a secret.
+INHERITED_ENV = frozenset({"PATH", "HOME", "LANG", "TZ", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR"})
+#: Locale variables (LC_ALL, LC_CTYPE, ...) are inherited too.
+INHERITED_ENV_PREFIX = "LC_"
 #: Variables that belong to the host's own supervisor (systemd), never to a child:
 #: a child that inherited NOTIFY_SOCKET could report READY or WATCHDOG for us.
 HOST_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
@@ -32,11 +40,28 @@ STDERR_LINE_CHARS = 2000
 STDERR_LINES_PER_S = 50
 
 
-def child_environment(extra: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    for key in HOST_ONLY_ENV:
+def child_environment(spec: ConnectorConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a connector starts with: an allowlist of the host's, plus what is its own.
+
+    In order, later winning: the inherited basics, the host variables named in
+    `env_pass`, the `env_file` (read now, so an edit counts at the next
+    start), the `env` table. The host's systemd variables and every variable
+    named by an `api_key_env` (`spec.withheld_env`) never get through, whatever
+    names them. Raises EnvFileError when the env file cannot be used.
+    """
+    host = os.environ if base is None else base
+    env = {k: v for k, v in host.items() if k in INHERITED_ENV or k.startswith(INHERITED_ENV_PREFIX)}
+    env.update({name: host[name] for name in spec.env_pass if name in host})
+    if spec.env_file is not None:
+        own = read_env_file(spec.env_file)
+        withheld = sorted(own.keys() & spec.withheld_env)
+        if withheld:
+            raise EnvFileError(f"{spec.env_file}: sets {', '.join(withheld)}, a variable holding an api key "
+                               "of this host (api_key_env); connectors never get those")
+        env.update(own)
+    env.update(spec.env)
+    for key in (*HOST_ONLY_ENV, *spec.withheld_env):
         env.pop(key, None)
-    env.update(extra)
     return env
 
 
