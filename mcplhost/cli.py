@@ -271,7 +271,7 @@ def _run_config(given: Path | None) -> Config:
     """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
     path = given or default_config_path()
     try:
-        return read_config(path)[0]
+        return read_config(path, start_problems=False)[0]
     except ConfigMissing as exc:
         if given is not None:
             raise
