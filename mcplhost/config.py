@@ -22,6 +22,7 @@ from msgspec import Meta
 
 from .envfile import EnvFileError, read_env_file
 from .errors import ConfigError
+from .protocol.grants import unknown_grant_problem
 from .rpc.framing import MAX_LINE_BYTES
 from .rpc.session import DEFAULT_TIMEOUT_S
 from .store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
@@ -405,7 +406,7 @@ WAKE_ON_KEYWORDS = ("all", "addressed", "dm", "push")
 
 
 def grant_pattern_problems(pattern: str) -> list[str]:
-    """What is wrong with a grant pattern: each dot-separated segment is `*` or a capability name."""
+    """What is wrong with a grant pattern: each segment is `*` or a name, and it names a capability the host knows."""
     segments = pattern.split(".")
     if "" in segments:
         return [f"{pattern!r} has an empty segment"]
@@ -413,7 +414,8 @@ def grant_pattern_problems(pattern: str) -> list[str]:
     if bad:
         return [f"{pattern!r}: segment {bad[0]!r} is neither * nor a capability name "
                 "(* stands for exactly one segment; there is no ** or partial wildcard)"]
-    return []
+    unknown = unknown_grant_problem(pattern)
+    return [unknown] if unknown is not None else []
 
 
 def wake_on_problems(entry: str, connector_names: set[str]) -> list[str]:

@@ -294,6 +294,18 @@ class TestPatternsAndWakes:
         """Whole-segment `*` and names pass."""
         assert problems_of(one_connector(grant=json.dumps([pattern]))) == []
 
+    @pytest.mark.parametrize(("pattern", "says"), [
+        ("channels.incomming", "'incomming' is no capability under 'channels' (did you mean 'incoming'?)"),
+        ("pushEvent", "'pushEvent' is no capability at the top level (did you mean 'pushEvents'?)"),
+        ("channels", "is a branch, not a capability"),
+        ("*.*.*.*.*", "no capability lies beneath '*.*.*.*'"),
+        ("pushEvents.x", "no capability lies beneath 'pushEvents'; grant 'pushEvents' itself"),
+    ])
+    def test_a_pattern_that_names_no_capability_is_a_problem(self, pattern: str, says: str) -> None:
+        """A well-formed pattern matching no path of the vocabulary would grant nothing: a problem, not silence."""
+        (problem,) = problems_of(one_connector(grant=json.dumps([pattern])))
+        assert problem.startswith("connectors[0].grant[0]: ") and says in problem, problem
+
     @pytest.mark.parametrize("entry", ["all", "addressed", "dm", "push", "a", "a/stub:g1:*"])
     def test_wake_on_entries_from_agents_md_pass(self, entry: str) -> None:
         """The keywords, a configured connector's name, and NAME/GLOB are the wake_on vocabulary."""
