@@ -9,10 +9,13 @@ the pipes open must not make a dead child look alive.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,13 +68,67 @@ def child_environment(spec: ConnectorConfig, base: Mapping[str, str] | None = No
     return env
 
 
-async def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | None) -> Process:
-    """Start the child in its own session (process group), all three pipes open.
+#: prctl(2)'s option that has the kernel signal a process when the thread that forked it ends (Linux).
+PR_SET_PDEATHSIG = 1
+#: What a connector gets when the host dies without stopping it (kill -9, a crash): it cannot be told
+#: anything any more and nobody reads what it says, so it goes at once (docs/operations.md, "When the host dies").
+PARENT_DEATH_SIGNAL = signal.SIGKILL
+#: The child's first instructions, run by this interpreter between fork and the connector's exec:
+#: ask for the parent-death signal, make sure the host did not die before it took, then become the
+#: connector (same pid and process group, so the shutdown ladder is unchanged). A launcher rather than
+#: `preexec_fn`: Python code between fork and exec is unsafe in a process with threads, and anyio's
+#: open_process offers no preexec_fn anyway. -I -S keeps it to a few milliseconds.
+DIE_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(PARENT_DEATH_SIGNAL)}, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    "    print(f'mcplhost: cannot run {sys.argv[2]}: {exc.strerror}', file=sys.stderr)\n"
+    "    os._exit(127)\n"
+)
+#: Whether children are started through DIE_WITH_PARENT: prctl is Linux's.
+DIES_WITH_PARENT = sys.platform.startswith("linux")
 
+
+def launch_command(command: Sequence[str], *, host_pid: int) -> list[str]:
+    """The argv that starts `command` so that it dies with the host (Linux); `command` itself elsewhere."""
+    if not DIES_WITH_PARENT:
+        return list(command)
+    return [sys.executable, "-I", "-S", "-c", DIE_WITH_PARENT, str(host_pid), *command]
+
+
+def find_program(program: str, *, env: Mapping[str, str], cwd: str | None) -> None:
+    """Raise the OSError exec would raise for `program`, before spawning, so a missing command fails the spawn.
+
+    The lookup is subprocess's: a name with a slash is relative to `cwd`, any
+    other is searched on the child's PATH.
+    """
+    if "/" in program:
+        target = os.path.join(cwd, program) if cwd is not None else program
+        if not os.path.exists(target):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        if os.path.isdir(target) or not os.access(target, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+async def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | None) -> Process:
+    """Start the child in its own session (process group), all three pipes open, dying with the host.
+
+    The parent-death signal fires when the *thread* that forked the child
+    ends, not the process: asyncio forks on the event loop's thread, which
+    lives as long as the host, so that is the host's death.
     Raises OSError (e.g. FileNotFoundError) when the command cannot start.
     """
+    if cwd is not None and not os.path.isdir(cwd):
+        raise FileNotFoundError(errno.ENOENT, f"{os.strerror(errno.ENOENT)} (the cwd)", cwd)
+    find_program(command[0], env=env, cwd=cwd)
     return await anyio.open_process(
-        list(command),
+        launch_command(command, host_pid=os.getpid()),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

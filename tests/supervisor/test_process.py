@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from mcplhost.config import ConnectorConfig
 from mcplhost.envfile import EnvFileError
 from mcplhost.supervisor.process import (
+    DIES_WITH_PARENT,
     HOST_ONLY_ENV,
     INHERITED_ENV,
     STDERR_LINE_CHARS,
@@ -26,6 +27,7 @@ from mcplhost.supervisor.process import (
     child_environment,
     drain_stderr,
     exit_description,
+    launch_command,
     spawn,
     stop,
 )
@@ -159,6 +161,39 @@ class TestSpawn:
         """A command that does not exist fails at spawn with an OSError the supervisor can log."""
         with pytest.raises(FileNotFoundError):
             await spawn([str(tmp_path / "no-such-connector")], env=child_environment(connector()), cwd=None)
+
+    @pytest.mark.parametrize(("program", "error"), [("no-such-connector-h4", FileNotFoundError),
+                                                    ("./not-executable", PermissionError),
+                                                    ("./absent", FileNotFoundError)])
+    async def test_a_command_exec_could_not_run_fails_the_spawn_itself(self, tmp_path, program: str,
+                                                                       error: type[OSError]) -> None:
+        """Looked up as exec would (PATH of the child, or relative to cwd) before the launcher starts."""
+        (tmp_path / "not-executable").write_text("#!/bin/sh\n", encoding="utf-8")
+        with pytest.raises(error):
+            await spawn([program], env=child_environment(connector()), cwd=str(tmp_path))
+
+    async def test_a_missing_cwd_fails_the_spawn(self, tmp_path) -> None:
+        """A cwd that is not there is an OSError at spawn, naming it."""
+        with pytest.raises(FileNotFoundError, match="the cwd"):
+            await spawn(POLITE, env=child_environment(connector()), cwd=str(tmp_path / "gone"))
+
+    async def test_the_launcher_becomes_the_connector(self) -> None:
+        """The die-with-parent launcher execs the command: same pid, the connector's own argv."""
+        command = child("""
+            import os
+            print(os.getpid(), open(f"/proc/{os.getpid()}/cmdline").read().split(chr(0))[1], flush=True)
+        """)
+        process = await spawn(command, env=child_environment(connector()), cwd=None)
+        try:
+            assert process.stdout is not None
+            output = b""
+            with anyio.fail_after(10):
+                while not output.endswith(b"\n"):
+                    output += await process.stdout.receive()
+            assert output.decode().split() == [str(process.pid), "-c"]
+        finally:
+            await stop(process, stdin_grace=0, term_grace=0, log=structlog.get_logger())
+        assert launch_command(["x"], host_pid=1)[-2:] == ["1", "x"] or not DIES_WITH_PARENT
 
     async def test_the_child_leads_its_own_session(self) -> None:
         """A child starts in its own session, so its whole process group can be signalled."""
