@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -75,67 +74,76 @@ PR_SET_PDEATHSIG = 1
 PARENT_DEATH_SIGNAL = signal.SIGKILL
 #: The child's first instructions, run by this interpreter between fork and the connector's exec:
 #: ask for the parent-death signal, make sure the host did not die before it took, then become the
-#: connector (same pid and process group, so the shutdown ladder is unchanged). A launcher rather than
-#: `preexec_fn`: Python code between fork and exec is unsafe in a process with threads, and anyio's
-#: open_process offers no preexec_fn anyway. -I -S keeps it to a few milliseconds.
+#: connector (same pid and process group, so the shutdown ladder is unchanged). An exec that fails
+#: writes its errno to the report pipe; one that succeeds closes it (close-on-exec), as subprocess
+#: itself reports. A launcher rather than `preexec_fn`: Python code between fork and exec is unsafe
+#: in a process with threads, and anyio's open_process offers no preexec_fn anyway. -I -S keeps it
+#: to a few milliseconds.
 DIE_WITH_PARENT = (
     "import ctypes, os, sys\n"
     f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, {int(PARENT_DEATH_SIGNAL)}, 0, 0, 0)\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    os._exit(1)\n"
+    "report = int(sys.argv[2])\n"
+    "os.set_inheritable(report, False)\n"
     "try:\n"
-    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
     "except OSError as exc:\n"
-    "    print(f'mcplhost: cannot run {sys.argv[2]}: {exc.strerror}', file=sys.stderr)\n"
+    "    os.write(report, str(exc.errno or 0).encode())\n"
     "    os._exit(127)\n"
 )
 #: Whether children are started through DIE_WITH_PARENT: prctl is Linux's.
 DIES_WITH_PARENT = sys.platform.startswith("linux")
+#: An errno is a few digits; more from the report pipe is not the launcher's.
+REPORT_MAX_BYTES = 16
 
 
-def launch_command(command: Sequence[str], *, host_pid: int) -> list[str]:
-    """The argv that starts `command` so that it dies with the host (Linux); `command` itself elsewhere."""
-    if not DIES_WITH_PARENT:
-        return list(command)
-    return [sys.executable, "-I", "-S", "-c", DIE_WITH_PARENT, str(host_pid), *command]
-
-
-def find_program(program: str, *, env: Mapping[str, str], cwd: str | None) -> None:
-    """Raise the OSError exec would raise for `program`, before spawning, so a missing command fails the spawn.
-
-    The lookup is subprocess's: a name with a slash is relative to `cwd`, any
-    other is searched on the child's PATH.
-    """
-    if "/" in program:
-        target = os.path.join(cwd, program) if cwd is not None else program
-        if not os.path.exists(target):
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-        if os.path.isdir(target) or not os.access(target, os.X_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+def launch_command(command: Sequence[str], *, host_pid: int, report_fd: int) -> list[str]:
+    """The argv that starts `command` so that it dies with the host, reporting a failed exec on `report_fd`."""
+    return [sys.executable, "-I", "-S", "-c", DIE_WITH_PARENT, str(host_pid), str(report_fd), *command]
 
 
 async def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | None) -> Process:
-    """Start the child in its own session (process group), all three pipes open, dying with the host.
+    """Start the child in its own session (process group), all three pipes open, dying with the host (Linux).
 
     The parent-death signal fires when the *thread* that forked the child
     ends, not the process: asyncio forks on the event loop's thread, which
     lives as long as the host, so that is the host's death.
     Raises OSError (e.g. FileNotFoundError) when the command cannot start.
     """
-    if cwd is not None and not os.path.isdir(cwd):
-        raise FileNotFoundError(errno.ENOENT, f"{os.strerror(errno.ENOENT)} (the cwd)", cwd)
-    find_program(command[0], env=env, cwd=cwd)
-    return await anyio.open_process(
-        launch_command(command, host_pid=os.getpid()),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-    )
+    if not DIES_WITH_PARENT:
+        return await _open(list(command), env=env, cwd=cwd)
+    report, report_w = os.pipe()
+    try:
+        process = await _open(launch_command(command, host_pid=os.getpid(), report_fd=report_w), env=env, cwd=cwd,
+                              pass_fds=(report_w,))
+    except BaseException:
+        os.close(report)
+        raise
+    finally:
+        os.close(report_w)
+    try:
+        await anyio.wait_readable(report)  # end of file once the exec happened, or the launcher's errno
+        failed = os.read(report, REPORT_MAX_BYTES)
+    except BaseException:  # cancelled while it started: nobody else knows of this child
+        _signal_group(process, signal.SIGKILL)
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+        raise
+    finally:
+        os.close(report)
+    if failed:
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+        code = int(failed) if failed.isdigit() else errno.ENOEXEC
+        raise OSError(code, os.strerror(code), command[0])
+    return process
+
+
+async def _open(argv: list[str], *, env: Mapping[str, str], cwd: str | None,
+                pass_fds: Sequence[int] = ()) -> Process:
+    return await anyio.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=dict(env), cwd=cwd, start_new_session=True, pass_fds=pass_fds)
 
 
 def exit_description(returncode: int | None) -> str:

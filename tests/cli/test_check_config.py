@@ -81,6 +81,9 @@ class TestCheckConfig:
         text = (REPO / "deploy" / "mcplhost.example.toml").read_text(encoding="utf-8")
         assert "/opt/mcplhost/bin/mcplhost" in text and "/var/lib/mcplhost/" in text
         text = text.replace("/opt/mcplhost/bin/mcplhost", mcplhost).replace("/var/lib/mcplhost/", f"{tmp_path}/")
+        assert 'env_file = "/etc/mcplhost/env/heartbeat.env"' in text  # install.sh makes it, 0600
+        (tmp_path / "heartbeat.env").touch(mode=0o600)
+        text = text.replace("/etc/mcplhost/env/", f"{tmp_path}/")
         (tmp_path / "mcplhost.toml").write_text(text, encoding="utf-8")
         result = cli("check-config", str(tmp_path / "mcplhost.toml"))
         assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator
@@ -164,17 +165,20 @@ class TestSpawn:
 
     @pytest.mark.parametrize(("program", "error"), [("no-such-connector-h4", FileNotFoundError),
                                                     ("./not-executable", PermissionError),
-                                                    ("./absent", FileNotFoundError)])
+                                                    ("./absent", FileNotFoundError),
+                                                    ("./bad-interpreter", FileNotFoundError)])
     async def test_a_command_exec_could_not_run_fails_the_spawn_itself(self, tmp_path, program: str,
                                                                        error: type[OSError]) -> None:
-        """Looked up as exec would (PATH of the child, or relative to cwd) before the launcher starts."""
+        """Exec's own error (the launcher reports it back), so the supervisor logs spawn_failed, not a crash."""
         (tmp_path / "not-executable").write_text("#!/bin/sh\n", encoding="utf-8")
+        (tmp_path / "bad-interpreter").write_text("#!/nonexistent/interpreter\n", encoding="utf-8")
+        (tmp_path / "bad-interpreter").chmod(0o755)
         with pytest.raises(error):
             await spawn([program], env=child_environment(connector()), cwd=str(tmp_path))
 
     async def test_a_missing_cwd_fails_the_spawn(self, tmp_path) -> None:
         """A cwd that is not there is an OSError at spawn, naming it."""
-        with pytest.raises(FileNotFoundError, match="the cwd"):
+        with pytest.raises(FileNotFoundError, match="gone"):
             await spawn(POLITE, env=child_environment(connector()), cwd=str(tmp_path / "gone"))
 
     async def test_the_launcher_becomes_the_connector(self) -> None:
@@ -193,7 +197,8 @@ class TestSpawn:
             assert output.decode().split() == [str(process.pid), "-c"]
         finally:
             await stop(process, stdin_grace=0, term_grace=0, log=structlog.get_logger())
-        assert launch_command(["x"], host_pid=1)[-2:] == ["1", "x"] or not DIES_WITH_PARENT
+        assert launch_command(["x"], host_pid=1, report_fd=5)[-3:] == ["1", "5", "x"]
+        assert DIES_WITH_PARENT == sys.platform.startswith("linux")
 
     async def test_the_child_leads_its_own_session(self) -> None:
         """A child starts in its own session, so its whole process group can be signalled."""
