@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import msgspec
 from msgspec import Meta
 
+from .envfile import NAME as ENV_NAME
 from .envfile import EnvFileError, read_env_file
 from .errors import ConfigError
 from .protocol.grants import unknown_grant_problem
@@ -54,8 +55,8 @@ class FeatureSetSelection(Base):
     disabled: list[NonEmpty] = []
 
 
-#: A variable name in `env_pass` (the shell's rule; envfile.NAME is the same one for env files).
-EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+#: A variable name in `env_pass`: the rule env files follow too.
+EnvName = Annotated[str, Meta(pattern=f"^{ENV_NAME.pattern}$")]
 
 
 class ConnectorConfig(Base):
@@ -221,7 +222,7 @@ def read_config(path: str | os.PathLike[str], *, start_problems: bool = True) ->
     found = problems(raw) + fatal + (per_connector if start_problems else [])
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
-    config = resolve(msgspec.convert(raw, Config), base)
+    config = resolve(msgspec.convert(raw, Config), base, withheld=frozenset(api_key_variables(raw)))
     return config, warnings(raw) + environment_warnings(config)
 
 
@@ -233,13 +234,13 @@ class ConfigMissing(ConfigError):
         self.path = path
 
 
-def resolve(config: Config, base: Path) -> Config:
+def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
     """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
 
     Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`.
+    `withheld`: the host's api key variables (`api_key_variables`).
     """
     store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
-    withheld = frozenset(api_key_variables(config))
     connectors = [
         msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base),
                                 env_file=str(base / c.env_file) if c.env_file is not None else None,
@@ -254,20 +255,16 @@ def resolve(config: Config, base: Path) -> Config:
     return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents)
 
 
-def api_key_variables(config: Config) -> list[str]:
-    """The variables holding the host's own api keys: every `api_key_env` of agents and `[inference]`."""
-    backends = [a.backend for a in config.agents] + ([config.inference.backend] if config.inference else [])
-    return sorted({b.api_key_env for b in backends if b.api_key_env is not None})
+def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
+    """The variables holding the host's own api keys, each with where it is named, read defensively.
 
-
-def _raw_api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
-    """`api_key_variables` read defensively from the TOML: each variable and where it is named."""
+    Every `api_key_env` of an agent's backend and of `[inference]`'s: the one
+    list of where the host keeps keys, which connectors never get.
+    """
     places: list[tuple[str, Any]] = [(f"agents[{i}].backend", a.get("backend")) for i, a in _entries(raw, "agents")]
     inference = raw.get("inference")
     if isinstance(inference, dict):
         places.append(("inference.backend", inference.get("backend")))
-    # `[moderation]` keeps its key beside its kind, as the backends do.
-    places.append(("moderation", raw.get("moderation")))
     found: dict[str, str] = {}
     for where, table in places:
         name = table.get("api_key_env") if isinstance(table, dict) else None
@@ -303,7 +300,7 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
             if name in seen:
                 found.append(f"{kind}[{i}].name: {name!r} is already used by {kind}[{seen[name]}]")
             seen.setdefault(name, i)
-    api_keys = _raw_api_key_variables(raw)
+    api_keys = api_key_variables(raw)
     for i, connector in _entries(raw, "connectors"):
         grant = connector.get("grant")
         for j, pattern in enumerate(grant if isinstance(grant, list) else []):
@@ -512,7 +509,7 @@ def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
     db = store.get("path", StoreConfig().path) if isinstance(store, dict) else None
     if isinstance(db, str) and db:
         fatal += [f"store.path: {why}" for why in database_path_problems(base / db)]
-    api_keys = _raw_api_key_variables(raw)
+    api_keys = api_key_variables(raw)
     starts: list[str] = []
     for i, connector in _entries(raw, "connectors"):
         starts += [f"connectors[{i}].{why}" for why in connector_start_problems(connector, base, api_keys)]
