@@ -29,6 +29,7 @@ from .host import Host
 from .lock import hold_database
 from .store import open_reader, open_store
 from .store.items import StoredItem, export_line
+from .supervisor.children import recording_children
 from .systemd import Notifier, watchdog_interval_s
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -282,7 +283,7 @@ def _run_config(given: Path | None) -> Config:
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
-    with hold_database(Path(config.store.path)):
+    with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
             _run_host(Host(config, notifier=notifier))
@@ -300,7 +301,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     db = usable_database(args.db)
     config = dev_config(db.resolve())
     view.connectors = [c.name for c in config.connectors]
-    with hold_database(db.resolve()):
+    with hold_database(db.resolve()) as lock, recording_children(lock):
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)

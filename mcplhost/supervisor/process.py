@@ -24,6 +24,8 @@ from anyio.abc import Process
 from mcplhost.config import ConnectorConfig
 from mcplhost.envfile import EnvFileError, read_env_file
 
+from .children import CHILD_RECORD
+
 #: What a child gets of the host's environment without asking (docs/connectors.md §10): the
 #: basics a program needs to run and to speak the user's language, nothing that could be a secret.
 INHERITED_ENV = frozenset({"PATH", "HOME", "LANG", "TZ", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR"})
@@ -137,7 +139,18 @@ async def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | No
             await process.aclose()
         code = int(failed) if failed.isdigit() else errno.ENOEXEC
         raise OSError(code, os.strerror(code), command[0])
+    _record(process, running=True)
     return process
+
+
+def _record(process: Process, *, running: bool) -> None:
+    """Keep the daemon's runtime file of connector groups (children.py) in step, when there is one."""
+    record = CHILD_RECORD.get()
+    if record is not None:
+        if running:
+            record.add(process.pid)
+        else:
+            record.remove(process.pid)
 
 
 async def _open(argv: list[str], *, env: Mapping[str, str], cwd: str | None,
@@ -200,8 +213,9 @@ async def stop(process: Process, *, stdin_grace: float, term_grace: float, log: 
                     log.error("connector.unkillable", pid=process.pid)
                     return "unkillable"
                 how = "killed"
-        # Whatever the child left behind in its group goes too.
+        # Whatever the child left behind in its group goes too; then the next start need not.
         _signal_group(process, signal.SIGKILL)
+        _record(process, running=False)
         await _close_pipes(process)
         return how
 

@@ -23,7 +23,7 @@ class TestHelpAndHints:
         assert "--db names an mcplhost database" in result.stderr and "store.path" not in result.stderr
 
     def test_the_dev_database_and_its_lock_are_ignored_by_git(self) -> None:
-        """`mcplhost dev` leaves mcplhost-dev.db and mcplhost-dev.db.lock: git ignores both."""
-        for name in ("mcplhost-dev.db", "mcplhost-dev.db.lock", "state/mcplhost.db.lock"):
+        """`mcplhost dev` leaves mcplhost-dev.db, its lock and its runtime file of children: git ignores them."""
+        for name in ("mcplhost-dev.db", "mcplhost-dev.db.lock", "state/mcplhost.db.lock", "mcplhost-dev.db.children"):
             result = subprocess.run(["git", "check-ignore", "-q", name], cwd=REPO, timeout=30)
             assert result.returncode == 0, f"{name} is not ignored"
