@@ -160,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         # Offline commands print their output on stdout; their few log lines go to stderr.
         logs.configure("console")
     try:
-        return COMMANDS[args.command](args)
+        try:
+            return COMMANDS[args.command](args)
+        finally:
+            logs.shutdown()  # the queued log lines (the last being "stopped") go out before any line below
     except ConfigError as exc:
         detail = "; ".join(exc.problems) if exc.problems else exc.explanation
         print(f"mcplhost: {exc.message}" + (f": {detail}" if detail else ""), file=sys.stderr)
@@ -306,6 +309,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
         _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=True)
+    logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK
 

@@ -58,8 +58,8 @@ async def changed_notification(conn: McplConnection, params: Raw | UnsetType) ->
     for entry in changed(conn, params)["results"]:
         if not entry["accepted"]:
             # A refused item in a Notification cannot be answered: never filter silently.
-            conn.log.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
-                             detail="refused in a channels/changed notification")
+            conn.limited.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
+                                 detail="refused in a channels/changed notification")
 
 
 def list_channels(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def list_channels(conn: McplConnection, params: Raw | UnsetType) -> dict[str, An
 
 def _audit_channels(conn: McplConnection, method: str, results: list[dict[str, Any]]) -> None:
     accepted = sum(1 for r in results if r["accepted"])
-    conn.log.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
+    conn.limited.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
 
 
 def _after_accept(conn: McplConnection, channels: list[Channel], results: list[dict[str, Any]]) -> None:
@@ -114,8 +114,8 @@ def _log_invalid(conn: McplConnection, invalid: list[dict[str, Any]]) -> None:
     """One warning per request with malformed messages: the first one's field and problem, and how many."""
     if invalid:
         first = invalid[0]
-        conn.log.warning("mcpl.message_invalid", messageId=first.get("messageId"), field=first["field"],
-                         problem=first["problem"], refused=len(invalid))
+        conn.limited.warning("mcpl.message_invalid", messageId=first.get("messageId"), field=first["field"],
+                             problem=first["problem"], refused=len(invalid))
 
 
 async def incoming_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
@@ -140,16 +140,17 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
         try:
             stored = await conn.intake.store_push(conn.name, admitted)
         except errors.ConnectorProtocolError as exc:
-            conn.log.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
-                          eventId=admitted.event_id, capability=None,
-                          reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
+            conn.count_refusal("push/event", exc.code)
+            conn.limited.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
+                              eventId=admitted.event_id, capability=None,
+                              reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
             raise
         if stored.duplicate:
-            conn.log.info("mcpl.push_duplicate", featureSet=admitted.feature_set, eventId=admitted.event_id,
-                          channel=admitted.channel_id, original=stored.item_id, outcome=stored.answer)
+            conn.limited.info("mcpl.push_duplicate", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                              channel=admitted.channel_id, original=stored.item_id, outcome=stored.answer)
         else:
-            conn.log.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
-                          channel=admitted.channel_id, item=stored.item_id, outcome=stored.answer)
+            conn.limited.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                              channel=admitted.channel_id, item=stored.item_id, outcome=stored.answer)
         return stored.answer
 
     return Deferred(store)
@@ -182,8 +183,8 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
         raise errors.ConnectorProtocolError(code, exc.detail, {"reason": exc.reason}) from None
     request_id = CURRENT_REQUEST_ID.get()
     session = conn.session
-    conn.log.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
-                  messages=len(request.messages))
+    conn.limited.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
+                      messages=len(request.messages))
 
     async def send_chunk(chunk: dict[str, Any]) -> None:
         assert session is not None
@@ -211,7 +212,7 @@ def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
 
 async def tools_list_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
     """notifications/tools/list_changed: the handle lists the tools again (if `tools` is granted)."""
-    conn.log.info("connector.tools_changed")
+    conn.limited.info("connector.tools_changed")
     conn.list_tools_soon()
 
 
@@ -230,5 +231,5 @@ async def manifest_changed(conn: McplConnection, params: Raw | UnsetType) -> Non
     if conn.tracker.should_fetch():
         conn.schedule("manifest", None)
     elif conn.tracker.dropped > dropped:  # over the cap (a hint merged into a pending fetch is not dropped)
-        conn.log.warning("connector.manifest_fetch_dropped", reason="rate limit", dropped=conn.tracker.dropped)
+        conn.limited.warning("connector.manifest_fetch_dropped", reason="rate limit", dropped=conn.tracker.dropped)
 

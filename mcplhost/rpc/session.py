@@ -25,7 +25,6 @@ could be given has been written, and the caller may close the pipe.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
@@ -34,6 +33,8 @@ import anyio
 import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskStatus
 from msgspec import UNSET, Raw, UnsetType
+
+from mcplhost.logs import LimitedLog
 
 from .errors import ConnectionClosed, RemoteError, ReplyError, RequestTimeout, error_for
 from .framing import MAX_LINE_BYTES, LineBuffer, Oversized
@@ -96,29 +97,10 @@ ANSWER_ON_STOP_S = 5.0
 #: After the last answer is queued, how long the writer may take to send what is
 #: queued: milliseconds to a peer that reads; one that does not cannot hold the stop.
 FLUSH_ON_STOP_S = 2.0
-#: A peer that writes junk gets one warning per this many seconds, with a count.
-JUNK_WARNING_INTERVAL_S = 5.0
 #: Read size from the pipe.
 READ_CHUNK = 65536
 #: Outgoing lines waiting for the writer before senders wait too.
 MAX_QUEUED_LINES = 4096
-
-
-class _RateLimitedWarning:
-    """Log the first event, then at most one per interval with a suppressed count."""
-
-    def __init__(self, log: Any, event: str, interval: float) -> None:
-        self._log, self._event, self._interval = log, event, interval
-        self._last = -float("inf")
-        self._suppressed = 0
-
-    def __call__(self, **fields: Any) -> None:
-        now = time.monotonic()
-        if now - self._last < self._interval:
-            self._suppressed += 1
-            return
-        self._log.warning(self._event, suppressed=self._suppressed, **fields)
-        self._last, self._suppressed = now, 0
 
 
 async def _no_requests(method: str, params: Raw | UnsetType) -> Any:
@@ -138,6 +120,7 @@ class Session:
         on_request: RequestHandler = _no_requests,
         on_notification: NotificationHandler = _no_notifications,
         log: Any = None,
+        limited: LimitedLog | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
         timeout: float = DEFAULT_TIMEOUT_S,
@@ -147,6 +130,10 @@ class Session:
         self.on_request = on_request
         self.on_notification = on_notification
         self.log = log if log is not None else structlog.get_logger()
+        #: Lines the peer causes per message go through this limiter (mcplhost.logs). Whoever passes it in
+        #: runs and closes it; one made here is closed when `run` ends (no window roll-over lines before).
+        self.limited = limited if limited is not None else LimitedLog(self.log)
+        self._owns_limited = limited is None
         self._buffer = LineBuffer(max_line_bytes)
         # Deferred work runs on a pool of worker tasks that grows on demand up
         # to `max_concurrent`: starting a task per request costs more (in
@@ -168,8 +155,14 @@ class Session:
         self._in_flight: set[anyio.CancelScope] = set()
         self._stop_deadline = float("inf")
         self._writer_scope = anyio.CancelScope(shield=True)
-        self._junk_warning = _RateLimitedWarning(self.log, "rpc.junk_line", JUNK_WARNING_INTERVAL_S)
-        self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0}
+        #: Exact counts of what the peer sent (the log shows only the first lines of each kind).
+        self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0,
+                      "invalid_requests": 0, "responses_unknown": 0, "responses_late": 0,
+                      "notifications_failed": 0, "handler_failures": 0, "replies_undeliverable": 0}
+
+    def statistics(self) -> dict[str, int]:
+        """A snapshot of the exact counts (`stats`), for the status and metrics."""
+        return dict(self.stats)
 
     # --- our side ------------------------------------------------------------
 
@@ -295,6 +288,8 @@ class Session:
             self._deferred_send.close()
             self._deferred_receive.close()  # the workers' clones are closed by the workers
             self._close_waiters("the peer's output ended")
+            if self._owns_limited:
+                self.limited.close()
 
     def _bound_in_flight(self, seconds: float) -> None:
         """Work running now (and any started later) must end within `seconds` from now."""
@@ -324,8 +319,8 @@ class Session:
     async def _dispatch(self, item: bytes | Oversized, handlers: anyio.abc.TaskGroup) -> None:
         if isinstance(item, Oversized):
             self.stats["oversized"] += 1
-            self.log.warning("rpc.line_too_long", size=item.size, limit=item.limit,
-                             action="dropped; the connection goes on")
+            self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
+                                 action="dropped; the connection goes on")
             return
         stats = self.stats
         stats["lines"] += 1
@@ -339,7 +334,8 @@ class Session:
             try:
                 await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
             except Exception as exc:  # a notification never gets an answer
-                self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
+                stats["notifications_failed"] += 1
+                self.limited.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
         elif kind is Response or kind is ErrorResponse:
             stats["responses"] += 1
             self._settle(message)  # type: ignore[arg-type]
@@ -347,14 +343,17 @@ class Session:
             assert isinstance(message, Invalid)
             stats["junk"] += 1
             if message.owes_reply:
+                stats["invalid_requests"] += 1
                 await self._reply_error(message.reply_id, INVALID_REQUEST, message.reason)
             else:
-                self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
+                self.limited.warning("rpc.junk_line", reason=message.reason[:200],
+                                     sample=item[:120].decode("utf-8", "replace"))
 
     def _settle(self, message: Response | ErrorResponse) -> None:
         settled, method = self._table.settle(message.id)
         if settled is not Settled.MATCHED:
-            self.log.warning("rpc.response_dropped", id=message.id, why=settled.value, method=method)
+            self.stats["responses_late" if settled is Settled.LATE else "responses_unknown"] += 1
+            self.limited.warning("rpc.response_dropped", id=message.id, why=settled.value, method=method)
             return
         waiter = self._waiters.get(message.id)  # type: ignore[arg-type]
         if waiter is None:
@@ -421,14 +420,16 @@ class Session:
     async def _reply_failure(self, request: Request, exc: Exception) -> None:
         error = error_for(exc)
         if error.code == INTERNAL_ERROR:
-            self.log.error("rpc.handler_failed", method=request.method, error=repr(exc))
+            self.stats["handler_failures"] += 1
+            self.limited.error("rpc.handler_failed", method=request.method, error=repr(exc))
         await self._reply_error(request.id, error.code, error.message, error.data)
 
     async def _reply_result(self, request: Request, result: Any) -> None:
         try:
             data = encode_result(request.id, result)
         except (TypeError, ValueError) as exc:  # a handler returned something unencodable
-            self.log.error("rpc.result_unencodable", method=request.method, error=repr(exc))
+            self.stats["handler_failures"] += 1
+            self.limited.error("rpc.result_unencodable", method=request.method, error=repr(exc))
             await self._reply_error(request.id, INTERNAL_ERROR, "internal error")
             return
         await self._send_reply(data, request.method)
@@ -440,4 +441,5 @@ class Session:
         try:
             await self._write(data)
         except ConnectionClosed:
-            self.log.info("rpc.reply_undeliverable", method=method)
+            self.stats["replies_undeliverable"] += 1
+            self.limited.info("rpc.reply_undeliverable", method=method)

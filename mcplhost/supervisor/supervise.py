@@ -25,6 +25,7 @@ from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
 from mcplhost.envfile import EnvFileError
+from mcplhost.logs import LimitedLog
 from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
 from mcplhost.rpc import ConnectionClosed, Session
@@ -135,9 +136,10 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
+    limited = LimitedLog(plog)  # the lines this life causes per message: a few per event and window, then counts
     offered = {} if handle.offered is None else {"offered": handle.offered}
     connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered, inference=handle.inference,
-                                **offered)
+                                limited=limited, **offered)
     handle.spawned(process.pid, connection, command=spec.command)
     session = Session(
         process.stdin,  # type: ignore[arg-type]
@@ -145,6 +147,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         on_request=connection.on_request,
         on_notification=connection.on_notification,
         log=plog,
+        limited=limited,
         max_line_bytes=spec.max_line_bytes,
         timeout=spec.request_timeout_s,
     )
@@ -156,6 +159,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
             tg.start_soon(_drain, process, plog, drained)
             tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle, tg.cancel_scope)
             tg.start_soon(connection.run_background)
+            tg.start_soon(limited.run)
             try:
                 await connection.handshake()
             except HandshakeFailed as exc:
@@ -187,6 +191,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         connection.close_jobs()
         how = await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=plog)
         handle.exited()
+        limited.close()  # what the life's last windows held back, before its last line
         plog.info("connector.exited", returncode=process.returncode, how=how, ended=ended)
     return ended
 
