@@ -29,6 +29,7 @@ from .host import Host
 from .lock import hold_database
 from .store import open_reader, open_store
 from .store.items import StoredItem, export_line
+from .supervisor.children import recording_children
 from .systemd import Notifier, watchdog_interval_s
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -43,7 +44,7 @@ DEV_DB = "mcplhost-dev.db"
 EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
           "Problems and warnings go to stderr, results to stdout.")
 LOCK_EPILOG = (EPILOG + " One daemon per database: run, dev and migrate hold a lock on DATABASE.lock beside it; "
-               "a second one exits 1 with one line naming the holder's pid (messages, search and turns need no lock).")
+               "a second one exits 1 with one line naming the holder's pid (messages, search, turns and outbox need no lock).")
 
 
 class Parser(argparse.ArgumentParser):
@@ -265,7 +266,7 @@ def _run_config(given: Path | None) -> Config:
     """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
     path = given or default_config_path()
     try:
-        return read_config(path)[0]
+        return read_config(path, start_problems=False)[0]
     except ConfigMissing as exc:
         if given is not None:
             raise
@@ -276,7 +277,7 @@ def _run_config(given: Path | None) -> Config:
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
-    with hold_database(Path(config.store.path)):
+    with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
             _run_host(Host(config, notifier=notifier))
@@ -292,7 +293,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     shown = args.verbose or args.log_format is not None or args.log_level is not None
     logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
     db = usable_database(args.db)
-    with hold_database(db.resolve()), ConsoleRelay() as relay:
+    with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
         config = dev_config(db.resolve(), console_socket=relay.path)
         view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width

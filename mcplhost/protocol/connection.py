@@ -36,7 +36,15 @@ from mcplhost.rpc import (
 from . import errors, jobs
 from .channels import Channel, ChannelRegistry
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
-from .grants import IMPLEMENTED, advertised_paths, effective_grant, host_capabilities, mcp_only_grant, offered_paths
+from .grants import (
+    IMPLEMENTED,
+    advertised_paths,
+    effective_grant,
+    host_capabilities,
+    mcp_only_grant,
+    missing_grant_hint,
+    offered_paths,
+)
 from .intake import Intake
 from .manifest import ManifestChange, ManifestTracker
 from .methods import INBOUND, MCP_NOTIFICATIONS, MCP_NOTIFICATIONS_PREFIX, REMOVED, method_for
@@ -361,6 +369,12 @@ class McplConnection:
         self.count_refusal(method, exc.code)
         self.limited.info("mcpl.refused", method=method, code=exc.code, featureSet=feature_set,
                           eventId=claimed.get("eventId"), capability=data.get("capability"), reason=data.get("reason"))
+        capability = data.get("capability")
+        if exc.code == errors.CAPABILITY_DENIED and "reason" not in data and isinstance(capability, str):
+            # A missing grant is a config mistake that refuses every such call: say it loudly, once per life.
+            self.warn_once(f"grant-missing:{capability}", "connector.grant_missing", capability=capability,
+                           method=method, hint=missing_grant_hint(capability, offered=self.offered,
+                                                                  advertised=advertised_paths(self.capabilities)))
         if data.get("reason") == errors.DECLARATION_MISMATCH:
             self.limited.warning("connector.declaration_mismatch", featureSet=feature_set,
                                  capability=data.get("capability"), method=method)

@@ -24,6 +24,7 @@ import structlog
 from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.envfile import EnvFileError
 from mcplhost.logs import LimitedLog
 from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
@@ -128,8 +129,8 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     ladder; not when the host cancels it.
     """
     try:
-        process = await spawn(spec.command, env=child_environment(spec.env), cwd=spec.cwd)
-    except OSError as exc:
+        process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
+    except (OSError, EnvFileError) as exc:  # a missing command, cwd or env file fails this connector alone
         clog.error("connector.spawn_failed", command=spec.command, error=str(exc))
         handle.failed(f"spawn failed: {exc}")
         on_end(Life.SPAWN_FAILED)
