@@ -1,12 +1,14 @@
 """The example configs in deploy/: each passes check-config once installed, and the chat one really replies.
 
 "Installed" means this venv's mcplhost stands in for /opt/mcplhost/bin/mcplhost
-and a temporary folder for /var/lib/mcplhost, as deploy/install.sh rewrites them.
+and a temporary folder for /var/lib/mcplhost and /etc/mcplhost/env (with the
+env files the config names, 0600), as deploy/install.sh makes them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -29,6 +31,11 @@ def installed(example: Path, folder: Path) -> Path:
     text = example.read_text(encoding="utf-8")
     assert "/opt/mcplhost/bin/mcplhost" in text and "/var/lib/mcplhost/" in text
     text = text.replace("/opt/mcplhost/bin/mcplhost", mcplhost).replace("/var/lib/mcplhost/", f"{folder}/")
+    envs = folder / "env"
+    text = text.replace("/etc/mcplhost/env/", f"{envs}/")
+    envs.mkdir(mode=0o700)
+    for name in re.findall(r'^env_file = "[^"]*/env/([^"/]+)"', text, flags=re.M):
+        (envs / name).touch(mode=0o600)  # install.sh creates each connector's env file, 0600
     path = folder / "mcplhost.toml"
     path.write_text(text, encoding="utf-8")
     return path
