@@ -23,7 +23,12 @@ when a wake of echoes only is let go), it is the scheduler's
 The runtime vouches for what was offered (`seen_through`): every id up to
 the start's end (or as far as a bounded catch-up read) and every event since,
 but never past a gap of dropped events not read back yet; a gap whose read
-failed holds every cursor below it until the next start's catch-up.
+failed holds every cursor below it until the next start's catch-up. Events
+of one commit can come out of id order, so the dispatcher takes everything
+the stream holds as one batch and offers it in id order without a yield:
+the writer wakes every caller of a commit at once, and each emits its events
+before the dispatcher runs again, so the highest id offered never has an
+unoffered waking item below it.
 
 Exception boundary: an unexpected error while handling one wake (outside
 the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
@@ -315,15 +320,26 @@ class AgentsRuntime:
             log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
     async def _dispatch(self) -> None:
+        """Offer each event; everything the stream holds at once is one batch, offered in id order."""
         async with self.stored:
-            async for event in self.stored:
-                if event.missed_before:
-                    try:
-                        await self._fill_gap(event)
-                    except Exception:  # the items stay after the cursors; the next start's catch-up has them
-                        log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
-                        self._unoffered = min(self._unoffered, max(self._max_offered, self._start_end) + 1)
-                self._offer(event)
+            async for first in self.stored:
+                for event in sorted([first, *self._buffered()], key=lambda e: e.id):
+                    if event.missed_before:
+                        try:
+                            await self._fill_gap(event)
+                        except Exception:  # the items stay after the cursors; the next start's catch-up has them
+                            log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
+                            self._unoffered = min(self._unoffered, max(self._max_offered, self._start_end) + 1)
+                    self._offer(event)
+
+    def _buffered(self) -> list[Stored]:
+        """The events already waiting in the stream (at most its buffer), taken without a yield."""
+        events: list[Stored] = []
+        while True:
+            try:
+                events.append(self.stored.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return events
 
     async def _fill_gap(self, event: Stored) -> None:
         """Events were dropped just before `event`: read those items from the store, page by page, and offer them.

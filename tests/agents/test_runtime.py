@@ -343,3 +343,23 @@ class TestExceptionBoundary:
         assert later.outcome == "completed" and later.wake_item_ids == [second] and cursor == second
         (line,) = [e for e in logs if e["event"] == "agent.turn_failed"]
         assert isinstance(line["exc_info"], KeyError)  # logged once, with its traceback
+
+
+class TestOutOfOrderEvents:
+    async def test_events_of_one_commit_out_of_id_order_are_offered_in_order_as_one_batch(self, tmp_path: Path):
+        """12's event comes before 11's: both are offered together, one wake for both, the cursor at 12."""
+        backend = RecordingBackend()
+        send, receive = anyio.create_memory_object_stream[Stored](8)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {}, receive,
+                                    backends={"scout": backend})
+            async with send, anyio.create_task_group() as tg:
+                await tg.start(runtime.run)
+                ids = await heard(ingest, "eleven", "twelve")  # this ingest has no stream: sent by hand below
+                events = {i: Stored(i, item) for i, item in await store.items.after_as_written(ids[0] - 1)}
+                send.send_nowait(events[ids[1]])  # as two callers of one commit may emit them
+                send.send_nowait(events[ids[0]])
+                (turn,) = await turns_of(store, "scout", 1)
+                assert await store.cursors.get("scout") == ids[1]
+                tg.cancel_scope.cancel()
+        assert turn.wake_item_ids == ids
