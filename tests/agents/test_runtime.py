@@ -363,3 +363,23 @@ class TestOutOfOrderEvents:
                 assert await store.cursors.get("scout") == ids[1]
                 tg.cancel_scope.cancel()
         assert turn.wake_item_ids == ids
+
+
+class TestBoundedCatchUp:
+    async def test_items_a_bounded_catch_up_did_not_read_hold_the_cursor_until_the_next_start(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """The catch-up stops after two of four items: its turn and later ones never move the cursor past them."""
+        monkeypatch.setattr(runtime_module, "CATCH_UP_PAGE", 1)
+        monkeypatch.setattr(runtime_module, "CATCH_UP_MAX_ITEMS", 2)
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (seen,) = await heard(ingest, "handled")
+            await writer.submit(SetCursor("scout", seen, 0))
+            missed = await heard(ingest, "one", "two", "three", "four")
+            async with running(store, writer, [agent_config()], {"scout": backend}) as (_, live):
+                (caught,) = await turns_of(store, "scout", 1)
+                assert await store.cursors.get("scout") == missed[1]
+                (later,) = await heard(live, "five")
+                assert (await turns_of(store, "scout", 2))[1].wake_item_ids == [later]
+                assert await store.cursors.get("scout") == missed[1]  # three and four were never offered
+        assert caught.wake_item_ids == missed[:2]
