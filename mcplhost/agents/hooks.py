@@ -1,4 +1,4 @@
-"""The MCPL side of one inference: `context/beforeInference` hooks and `inference/lifecycle` (AGENTS.md §3.2–3.3).
+"""The MCPL side of one inference: `context/beforeInference` hooks and `inference/lifecycle` (MCPL context hooks and inference lifecycle).
 
 Both go only to connectors the agent hears (its `hears`, by connector name)
 and only under the grant:
@@ -43,7 +43,7 @@ from mcplhost.supervisor.handle import ConnectorHandle, ConnectorNotReady, State
 
 log = structlog.get_logger()
 
-#: Each connector's `context/beforeInference` answer is awaited this long (HOST-DIGEST §4 item 38).
+#: Each connector's `context/beforeInference` answer is awaited this long (docs/mcpl-checklist.md item 38).
 HOOK_TIMEOUT_S = 5.0
 #: A lifecycle notification that cannot be queued within this long is given up (logged).
 LIFECYCLE_SEND_TIMEOUT_S = 1.0
@@ -79,9 +79,9 @@ def conversation_of(agent: AgentConfig, conversation_id: str | None) -> str:
 
 
 def model_info(agent: AgentConfig) -> dict[str, Any]:
-    """ModelInfo for the agent's backend (HOST-DIGEST §2.2), from the config alone.
+    """ModelInfo for the agent's backend, from the config alone.
 
-    Sent in every beforeInference (AMB-11: the spec's table does not gate it)
+    Sent in every beforeInference (the spec's table does not gate it)
     and in lifecycle only under `modelInfo`.
     """
     backend = agent.backend
@@ -93,7 +93,7 @@ def model_info(agent: AgentConfig) -> dict[str, Any]:
 
 
 def hook_targets(handles: Mapping[str, ConnectorHandle], agent: AgentConfig) -> list[ConnectorHandle]:
-    """Ready connectors the agent hears that hold at least one hook leaf now (HOST-DIGEST §3.3)."""
+    """Ready connectors the agent hears that hold at least one hook leaf now."""
     return [h for h in heard_connectors(handles, agent) if h.state is State.READY and h.grant & HOOK_PATHS]
 
 
@@ -124,7 +124,7 @@ def injection_text(content: Any) -> str | None:
                 blocks.append({"type": "text", "text": block["text"]})
     else:
         return None
-    # A connector's words could imitate a host header: marked like any sender's text (PROVENANCE.md §4).
+    # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4).
     text = "\n".join(b["text"] for b in mark_openings(blocks))
     return text if text.strip() else None
 
@@ -258,7 +258,7 @@ class _Open:
 class InferenceLedger:
     """Per inference id: its turn index (from the hooks) and who heard `started`, until its terminal phase.
 
-    The pairing guard of HOST-DIGEST §3.4, bounded: at most `limit` entries
+    The pairing guard of docs/mcpl-checklist.md item 13, bounded: at most `limit` entries
     of each kind, the oldest forgotten first.
     """
 
@@ -322,7 +322,7 @@ class HookState:
 
 def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int, phase: str,
                      grant: frozenset[str], model: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
-    """Metadata only (HOST-DIGEST §4 item 12): model under modelInfo, usage only with completed."""
+    """Metadata only (docs/mcpl-checklist.md item 12): model under modelInfo, usage only with completed."""
     params: dict[str, Any] = {"inferenceId": inference_id, "conversationId": conversation_id,
                               "turnIndex": turn_index, "phase": phase}
     if MODEL_INFO in grant:

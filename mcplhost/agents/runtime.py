@@ -35,7 +35,7 @@ the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
 with its `turn-failed` notice); the agent goes on serving later wakes.
 Cancellation always goes through.
 
-Echoes (AGENTS.md §2): a wake's items are read once more when it fires and
+Echoes (docs/architecture.md, "Agents"): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
 can be stored before its publish is answered); a wake of echoes only is no
 turn, and the cursor moves past it. The outbox's echo window is seeded before

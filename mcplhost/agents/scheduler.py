@@ -1,4 +1,4 @@
-"""One agent's wake scheduler: a state object with time as a parameter (AGENTS.md §2, STYLE.md §13).
+"""One agent's wake scheduler: a state object with time as a parameter (docs/architecture.md, "Agents").
 
     scheduler.on_item(stored, now)   # record a waking item (True) or not (False)
     wake = scheduler.due(now)        # the wake to run now, or None; the agent is then in its turn
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 
-#: AGENTS.md §2: most waking item ids kept per agent; past it only a count.
+#: Most waking item ids kept per agent; past it only a count.
 MAX_PENDING_IDS = 100
 #: The window of max_turns_per_hour and max_wakes_per_sender_per_hour, in seconds.
 HOUR_S = 3600.0

@@ -1,4 +1,4 @@
-"""One agent turn, as AGENTS.md §3 orders it: compile, hooks, backend, tools, record.
+"""One agent turn, in order: compile, hooks, backend, tools, record.
 
     outcome = await run_turn(agent, wake, services)
 
@@ -138,7 +138,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
         (progress.turn_id,) = await services.writer.submit(
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
         text = await _converse(agent, wake, services, progress)
-        # The final prose is routed and queued in the same commit as the turn's end (AGENTS.md §6–7).
+        # The final prose is routed and queued in the same commit as the turn's end.
         final = progress.speech.operations(text) if progress.speech is not None else []
         results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
         if progress.speech is not None:
@@ -192,7 +192,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
                         rounds=agent.max_tool_rounds, ignored_calls=len(response.tool_calls))
             return response.text
         if response.text.strip():
-            await speech.say(response.text)  # queued before this round's calls run (AGENTS.md §3.4)
+            await speech.say(response.text)  # queued before this round's calls run
         await _tool_round(agent, services, progress, response)
         rows = await _rows(agent, wake, services)
     return ""  # not reached: the last round returns above
@@ -201,7 +201,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
 async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress, *,
                          rows: list[StoredItem], system_prompt: str, tools: list[Any], turn_index: int,
                          user_message: str | None) -> ModelResponse:
-    """One backend call with its hooks and its lifecycle pair (AGENTS.md §3.2–3.3)."""
+    """One backend call with its hooks and its lifecycle pair."""
     await _check_budget(agent, services)
     inference_id = f"inf_{uuid.uuid4().hex[:16]}"
     conversation = wake_conversation(wake)
