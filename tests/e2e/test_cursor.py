@@ -54,7 +54,8 @@ class TestLowWaterMarkAcrossKill:
     async def test_kill_9_after_another_conversation_s_turn_still_wakes_the_first_item(self, tmp_path: Path):
         """First run: B's turn ends, A's is held (max_turns_per_hour = 1); kill -9. The next run wakes A for 10."""
         db = tmp_path / "host.db"
-        # Pauses keep the three in separate commits, so the scheduler sees them in id order.
+        # Pauses keep the three in separate commits, so the scheduler sees them in id order; the long debounce
+        # (each group is due 2 s after its latest item) makes B's group due first, however slow the machine.
         steps = [REGISTER, incoming(ROOM_A, "m-10", "a first"), {"sleep": 0.05},
                  incoming(ROOM_B, "m-11", "b only"), {"sleep": 0.05}, incoming(ROOM_A, "m-12", "a again")]
         connector = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path,
@@ -62,7 +63,7 @@ class TestLowWaterMarkAcrossKill:
         agent = {"name": "scout", "wake_on": ["addressed"], "context_scope": "conversation"}
         backend = {"kind": "scripted", "script": ["seen"]}
         held = with_agents(write_config(tmp_path, [connector], name="held.toml"),
-                           ({**agent, "debounce_ms": 200, "max_turns_per_hour": 1}, backend))
+                           ({**agent, "debounce_ms": 2000, "max_wait_ms": 10_000, "max_turns_per_hour": 1}, backend))
         async with daemon(held, tmp_path) as first:
             await wait_for(lambda: len(item_ids(db)) == 3 and finished_turns(db) >= 1, timeout=30)
             ten, eleven, twelve = item_ids(db)
