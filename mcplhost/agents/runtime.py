@@ -155,16 +155,14 @@ class AgentRunner:
                  conversations=len(kept.conversations), several_conversations=kept.several_conversations)
         await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn)
 
-    def _cursor_after_turn(self) -> int | None:
-        """The cursor to write with the running turn's end (its low-water mark); None when it would not move.
+    def _cursor_after_turn(self) -> int:
+        """The cursor to write with the running turn's end: its low-water mark, asked just before that write.
 
-        Asked just before that write; `self.cursor` follows at once, since
-        the write that carries it is the turn's own last commit.
+        Always given, even when it has not moved: the store keeps the larger
+        (store/cursors.py), and a write that failed is made good by the next.
         """
         mark = self.scheduler.handled_through(self._seen_through(), turn_done=True)
-        if self.cursor is not None and mark <= self.cursor:
-            return None
-        self.cursor = mark
+        self.cursor = max(self.cursor or 0, mark)
         return mark
 
     async def _without_late_echoes(self, wake: Wake) -> Wake | None:
@@ -176,9 +174,8 @@ class AgentRunner:
         log.info("agent.echoes_skipped", agent=self.agent.name,
                  echoes=len(wake.item_ids) - (len(kept.item_ids) if kept else 0), turn=kept is not None)
         if kept is None:
-            cursor = self._cursor_after_turn()
-            if cursor is not None:
-                await self.services.writer.submit(SetCursor(self.agent.name, cursor, self.services.clock_ms()))
+            await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                        self.services.clock_ms()))
         return kept
 
 
