@@ -29,6 +29,9 @@ the stream holds as one batch and offers it in id order without a yield:
 the writer wakes every caller of a commit at once, and each emits its events
 before the dispatcher runs again, so the highest id offered never has an
 unoffered waking item below it.
+An item handled while an older one pended is above the cursor, so the
+start's catch-up leaves out the items the ledger's newest finished turns
+handled (`_handled_above`) rather than waking for them twice.
 
 Exception boundary: an unexpected error while handling one wake (outside
 the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
@@ -65,7 +68,15 @@ from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats, Wake
 from mcplhost.agents.tools import ToolBox
-from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, record_failed_turn, run_turn
+from mcplhost.agents.turn import (
+    CONTEXT_ROWS,
+    OUTCOME_COMPLETED,
+    OUTCOME_FAILED,
+    OUTCOME_HELD,
+    TurnServices,
+    record_failed_turn,
+    run_turn,
+)
 from mcplhost.agents.wake import without_late_echoes
 from mcplhost.config import AgentConfig, Config, system_prompt_text
 from mcplhost.errors import ConfigError
@@ -84,6 +95,10 @@ RECENT_IDS = 8192
 RECOVER_S = 1.0
 #: How long closing the backends may take on shutdown.
 BACKEND_CLOSE_S = 5.0
+#: An agent's newest turns read at start for items already handled above its cursor (older ones may wake again).
+HANDLED_TURNS_READ = 1000
+#: Turn outcomes that handled their wake (the cursor moves past it); an aborted turn's wake runs again.
+HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
 
 #: Test seam, None in production: called with the agent's name and the wake just before the wake is
 #: handled (its echo check and turn); a test sets it to raise there, standing in for a bug in that code.
@@ -264,7 +279,7 @@ class AgentsRuntime:
                 fresh.append(name)
             else:
                 runner.cursor = behind[name] = cursor
-        await self._catch_up(behind, end)
+        await self._catch_up(behind, end, await self._handled_above(behind))
         if fresh:
             started = await self.writer.submit(*[StartCursor(name, self.clock_ms()) for name in fresh])
             for name, cursor in zip(fresh, started, strict=True):
@@ -284,11 +299,25 @@ class AgentsRuntime:
             log.info("agent.turn_guard_seeded", agent=name, turns_last_hour=len(started_ms),
                      max_turns_per_hour=runner.agent.max_turns_per_hour)
 
-    async def _catch_up(self, cursors: dict[str, int], end: int) -> None:
+    async def _handled_above(self, cursors: dict[str, int]) -> dict[str, set[int]]:
+        """Per agent, the item ids above its cursor that a finished turn already handled (from the ledger).
+
+        The cursor is a low-water mark, so an item handled while an older one
+        still pended is above it; catch-up leaves these out instead of waking
+        for them twice. Bounded: the newest HANDLED_TURNS_READ turns of each.
+        """
+        handled: dict[str, set[int]] = {}
+        for name, cursor in cursors.items():
+            handled[name] = {item_id async for turn in self.store.turns.iterate(agent=name, limit=HANDLED_TURNS_READ)
+                             if turn.outcome in HANDLED_OUTCOMES for item_id in turn.wake_item_ids if item_id > cursor}
+        return handled
+
+    async def _catch_up(self, cursors: dict[str, int], end: int, handled: dict[str, set[int]]) -> None:
         """Wake each agent once for the matching items after its cursor, younger than its catch_up_max_age_s.
 
         One pass over the store for every agent, page by page (each page goes
         to every agent and is then let go), bounded by CATCH_UP_MAX_ITEMS.
+        Items in `handled` (a finished turn's) are left out.
         """
         at = self.clock_ms()
         since = {name: at - int(self.runners[name].agent.catch_up_max_age_s * 1000) for name in cursors
@@ -304,7 +333,7 @@ class AgentsRuntime:
                 now = anyio.current_time()
                 for name, oldest in since.items():
                     mine = [Stored(item_id, item) for item_id, item in page
-                            if item_id > cursors[name] and item.created_at >= oldest]
+                            if item_id > cursors[name] and item.created_at >= oldest and item_id not in handled[name]]
                     counts[name] += len(mine)
                     self.runners[name].catch_up(mine, now)
                 if len(page) < CATCH_UP_PAGE:

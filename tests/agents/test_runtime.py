@@ -383,3 +383,19 @@ class TestBoundedCatchUp:
                 assert (await turns_of(store, "scout", 2))[1].wake_item_ids == [later]
                 assert await store.cursors.get("scout") == missed[1]  # three and four were never offered
         assert caught.wake_item_ids == missed[:2]
+
+
+class TestCatchUpSkipsHandled:
+    async def test_items_above_the_cursor_a_finished_turn_handled_do_not_wake_again(self, tmp_path: Path):
+        """Cursor below 'pending', 'answered' handled by a completed turn, 'aborted' by an aborted one: two wake."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (seen,) = await heard(ingest, "handled")
+            await writer.submit(SetCursor("scout", seen, 0))
+            pending, answered, aborted = await heard(ingest, "pending", "answered", "aborted")
+            await writer.submit(RecordTurn("scout", (answered,), 1, 2, "completed"),
+                                RecordTurn("scout", (aborted,), 3, 4, "aborted"))
+            async with running(store, writer, [agent_config()], {"scout": backend}):
+                caught = (await turns_of(store, "scout", 3))[2]
+                assert await store.cursors.get("scout") >= aborted
+        assert caught.wake_item_ids == [pending, aborted] and len(backend.requests) == 1
