@@ -49,6 +49,7 @@ from mcplhost.inbound.notice import reader_body
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
+from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
 
@@ -349,10 +350,10 @@ async def record_failed_turn(agent: AgentConfig, wake: Wake, services: TurnServi
 
 async def _fail(agent: AgentConfig, services: TurnServices, progress: _Progress, exc: Exception,
                 cursor: Callable[[], int | None], *, wake_ids: tuple[int, ...] = ()) -> None:
-    """Log why the turn failed (a traceback for anything but a BackendError) and record it."""
+    """Log why the turn failed (a bounded traceback for anything but a BackendError) and record it."""
     reason = exc.reason if isinstance(exc, BackendError) else type(exc).__name__
-    log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason,
-                exc_info=exc if not isinstance(exc, BackendError) else False)
+    detail = {} if isinstance(exc, BackendError) else {"traceback": bounded_traceback(exc)}
+    log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason, **detail)
     await _record_failure(services, agent, progress, reason, cursor, wake_ids)
 
 

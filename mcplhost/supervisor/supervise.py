@@ -36,6 +36,7 @@ from mcplhost.config import ConnectorConfig
 from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
 from mcplhost.rpc import ConnectionClosed, Session
+from mcplhost.tracebacks import bounded_traceback
 
 from .handle import ConnectorHandle, State
 from .policy import GiveUp, Restart, RestartPolicy
@@ -161,7 +162,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         except Exception as exc:  # the boundary: only Exception, so a cancellation (or a group holding one) goes on
             ended = Life.CRASHED
             error = crash_error(exc)
-            plog.error("connector.crashed", error=error, exc_info=exc)
+            plog.error("connector.crashed", error=error, traceback=bounded_traceback(exc))
             handle.failed(f"internal error: {error}")
         # Reached only when the life ended on its own: a host stop cancels past this line.
         handle.life_ending()

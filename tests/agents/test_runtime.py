@@ -342,7 +342,7 @@ class TestExceptionBoundary:
         assert len(notices) == 1 and notices[0].metadata["reason"] == "KeyError"
         assert later.outcome == "completed" and later.wake_item_ids == [second] and cursor == second
         (line,) = [e for e in logs if e["event"] == "agent.turn_failed"]
-        assert isinstance(line["exc_info"], KeyError)  # logged once, with its traceback
+        assert "KeyError: \"a bug in the agent's code\"" in line["traceback"]  # logged once, with its traceback
 
 
 class TestOutOfOrderEvents:

@@ -17,6 +17,7 @@ from mcplhost.config import RestartConfig
 from mcplhost.supervisor import supervise as supervise_module
 from mcplhost.supervisor.handle import State
 from mcplhost.supervisor.supervise import CRASH_ERROR_CHARS, crash_error
+from mcplhost.tracebacks import TRACEBACK_MAX_CHARS, bounded_traceback
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, wait_for
 from .support import accepted, chat_steps, events, starts
@@ -58,7 +59,8 @@ class TestConnectorBoundary:
             good_state = host.connectors["good"].state
         assert crashed == ["bad"]
         (crash,) = events(logs, "connector.crashed", "bad")
-        assert crash["log_level"] == "error" and isinstance(crash["exc_info"], BaseException)
+        assert crash["log_level"] == "error" and "Traceback (most recent call last)" in crash["traceback"]
+        assert "ProtocolBug: a bug set off by what bad sent" in crash["traceback"]
         assert "ProtocolBug: a bug set off by what bad sent" in crash["error"]
         assert [e["failures"] for e in events(logs, "connector.restart_scheduled", "bad")] == [1]
         assert stats.restarts == 1 and stats.last_error is not None and "ProtocolBug" in stats.last_error
@@ -100,6 +102,17 @@ def test_a_crash_s_error_names_the_first_leaf_of_a_group_and_is_bounded() -> Non
     assert crash_error(group) == "ValueError: bad line"
     long = crash_error(RuntimeError("x" * 10_000))
     assert len(long) == CRASH_ERROR_CHARS + 1 and long.startswith("RuntimeError: xxx")
+
+
+def test_a_logged_traceback_is_bounded_whatever_the_message() -> None:
+    """A message holding a megabyte a connector sent: the middle is cut, the raise site and the type kept."""
+    try:
+        raise ProtocolBug("x" * 1_000_000)
+    except ProtocolBug as exc:
+        text = bounded_traceback(exc)
+    assert len(text) < TRACEBACK_MAX_CHARS + 100
+    assert text.startswith("Traceback (most recent call last)") and "characters cut" in text
+    assert "raise ProtocolBug" in text
 
 
 def _answers(folder: Path, name: str) -> list[dict[str, Any]]:
