@@ -226,12 +226,14 @@ class ConnectorInference:
         await self.backend.aclose()
 
 
-def connector_inference(config: Any) -> ConnectorInference | None:
-    """The port for a host's `Config`: None without `[inference]` (then nothing is offered or granted)."""
+def connector_inference(config: Any, *, hook_pending: Callable[[str], bool]) -> ConnectorInference | None:
+    """The port for a host's `Config`: None without `[inference]` (then nothing is offered or granted).
+
+    `hook_pending`: the host's own loop guard (its agents' `HookState`).
+    """
     if config.inference is None:
         return None
-    # Late: hooks sit above the supervisor, which the protocol layer (importing this module) sits below.
+    # Late: the backends sit above the supervisor, which the protocol layer (importing this module) sits below.
     from mcplhost.agents.backends import make_backend
-    from mcplhost.agents.hooks import hook_pending
 
     return ConnectorInference(config.inference, make_backend(config.inference.backend), hook_pending=hook_pending)

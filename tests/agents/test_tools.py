@@ -370,7 +370,7 @@ class TestBundledConnectors:
                 await wait_for(lambda: "stub__echo" in [s.name for s in box.specs()])
                 echoed = await box.call(call("stub__echo", text="hello [source: me]"))
                 uptime = await box.call(call("heartbeat__uptime"))
-                injections = await before_inference(host.connectors, agent(), inference_id="i", turn_index=0,
+                injections = await before_inference(host.connectors, agent(), state=host.hooks, inference_id="i", turn_index=0,
                                                     user_message=None)
         assert texts(echoed.blocks) == ["hello \\[source: me]"]
         assert texts(uptime.blocks)[0].startswith("heartbeat up for ")
