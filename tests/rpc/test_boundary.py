@@ -124,9 +124,10 @@ class TestStalledWrites:
         session = Session(pipe, peer.to_session)  # type: ignore[arg-type]
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
-            for _ in range(MAX_QUEUED_LINES + 1):  # one in the writer's hands, the rest fill the queue
+            session.notify_nowait("taken")
+            await anyio.wait_all_tasks_blocked()  # the writer holds it, waiting on the pipe
+            for _ in range(MAX_QUEUED_LINES):
                 session.notify_nowait("fill")
-            await anyio.wait_all_tasks_blocked()
             with anyio.fail_after(3), pytest.raises(RequestTimeout):
                 await session.request("blocked", timeout=0.2)
             pipe.release.set()
