@@ -22,6 +22,9 @@ MAX_CONCURRENT_REQUESTS = 256
 MAX_PENDING_BYTES = 4 * MAX_LINE_BYTES
 #: Outgoing lines waiting for the writer before senders wait too.
 MAX_QUEUED_LINES = 4096
+#: Bytes of outgoing lines waiting for the writer before senders wait too
+#: (answers to a peer that does not read them must not pile up).
+MAX_OUTGOING_BYTES = 4 * MAX_LINE_BYTES
 #: One write to the peer that does not complete within this breaks the
 #: connection: a peer that stops reading its stdin must not hold answers,
 #: requests and a stop forever, and a line cut in the middle cannot be resumed.

@@ -22,6 +22,10 @@ inference) ends without an answer when the peer cancels its request
 (`cancel_peer_request`, MCP's notifications/cancelled); `discard` runs for
 deferred work that never starts, so what its handler reserved is given back.
 
+Outgoing lines wait in one queue for the writer, bounded in lines and in
+bytes (`max_outgoing_bytes`); past either, senders wait (the read loop too, for
+its answers), so a peer that does not read its answers stops being read.
+
 Our requests: `request(timeout)` bounds queueing, writing and the answer
 together. A line still queued when its request times out is never written.
 A write the peer does not take within `write_stall_s` breaks the connection
@@ -55,6 +59,7 @@ from .framing import LineBuffer, Oversized
 from .limits import (
     MAX_CONCURRENT_REQUESTS,
     MAX_LINE_BYTES,
+    MAX_OUTGOING_BYTES,
     MAX_PENDING_BYTES,
     MAX_QUEUED_LINES,
     READ_CHUNK,
@@ -191,6 +196,7 @@ class Session:
         max_line_bytes: int = MAX_LINE_BYTES,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
         max_pending_bytes: int = MAX_PENDING_BYTES,
+        max_outgoing_bytes: int = MAX_OUTGOING_BYTES,
         timeout: float = DEFAULT_TIMEOUT_S,
         write_stall_s: float = WRITE_STALL_S,
     ) -> None:
@@ -222,6 +228,9 @@ class Session:
         # Outgoing lines go through one writer task: no lock per line, and the
         # lines queued while the read loop works leave in one write.
         self._out_send, self._out_receive = anyio.create_memory_object_stream[bytes | _RequestLine](MAX_QUEUED_LINES)
+        self._max_outgoing_bytes = max_outgoing_bytes
+        self._outgoing_bytes = 0
+        self._outgoing_room = anyio.Event()
         self._closed = False
         # The shielded scopes of work running now, and the time they must end by
         # (infinite until the session stops): see `_bound_in_flight`.
@@ -235,7 +244,7 @@ class Session:
     def statistics(self) -> dict[str, Any]:
         """The counters, and the budget as it stands: bytes held, and whether reading waits for it."""
         return {**self.stats, "pending_bytes": self._pending_bytes, "reading_paused": self._reading_paused,
-                "workers": self._workers}
+                "outgoing_bytes": self._outgoing_bytes, "workers": self._workers}
 
     # --- our side ------------------------------------------------------------
 
@@ -292,12 +301,20 @@ class Session:
         """
         if self._closed:
             raise ConnectionClosed("connection closed")
+        data = encode_notification(method, params)
         try:
-            self._out_send.send_nowait(encode_notification(method, params))
+            self._out_send.send_nowait(data)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed(f"cannot queue {method}") from None
+        self._outgoing_bytes += len(data)  # not held back by the byte bound: these are small and must go first
 
     async def _write(self, data: bytes | _RequestLine) -> None:
+        """Queue one line; wait while the queue is full, in lines or in bytes (one line always fits)."""
+        size = len(data.data if type(data) is _RequestLine else data)  # type: ignore[union-attr]
+        while self._outgoing_bytes and self._outgoing_bytes + size > self._max_outgoing_bytes and not self._closed:
+            if self._outgoing_room.is_set():
+                self._outgoing_room = anyio.Event()
+            await self._outgoing_room.wait()
         if self._closed:
             raise ConnectionClosed("connection closed")
         try:
@@ -307,6 +324,11 @@ class Session:
                 await self._out_send.send(data)  # may also find the stream closed meanwhile
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed("connection closed") from None
+        self._outgoing_bytes += size
+
+    def _written(self, size: int) -> None:
+        self._outgoing_bytes -= size
+        self._outgoing_room.set()
 
     async def _writer(self) -> None:
         """Send queued lines, joining whatever is queued into one write, until the queue closes.
@@ -318,17 +340,21 @@ class Session:
         with self._writer_scope:
             async for item in self._out_receive:
                 pending: list[bytes] = []
+                taken = 0
                 while True:
                     if type(item) is _RequestLine:
+                        taken += len(item.data)
                         if not item.abandoned:
                             pending.append(item.data)
                     else:
+                        taken += len(item)  # type: ignore[arg-type]
                         pending.append(item)  # type: ignore[arg-type]
                     try:
                         item = self._out_receive.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
                 if not pending:
+                    self._written(taken)
                     continue
                 try:
                     with anyio.move_on_after(self.write_stall_s) as stall:
@@ -341,6 +367,7 @@ class Session:
                 if stall.cancelled_caught:
                     self._break(f"the peer took no write for {self.write_stall_s:g} s", lines=len(pending))
                     return
+                self._written(taken)
         if self._writer_scope.cancelled_caught:
             self.log.warning("rpc.flush_abandoned", queued=self._out_receive.statistics().current_buffer_used,
                              reason="the peer did not take our last lines within the stop's bound")
@@ -404,6 +431,7 @@ class Session:
 
     def _close_waiters(self, why: str) -> None:
         self._closed = True
+        self._outgoing_room.set()  # a sender waiting for room learns the connection is closed
         for request_id in self._table.close():
             waiter = self._waiters.get(request_id)
             if waiter is not None:

@@ -53,7 +53,7 @@ HUGE_STRING = 256 * 1024
 def hostile_line(rng: random.Random, n: int) -> bytes:
     kind = rng.random()
     if kind < 0.15:
-        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).replace(b"\n", b" ")
+        return b"#" + bytes(rng.randrange(256) for _ in range(rng.randrange(200))).replace(b"\n", b" ")
     if kind < 0.25:
         deep = "[" * 2000 + "]" * 2000
         head = f'{{"jsonrpc":"2.0","id":{n},' if rng.random() < 0.5 else '{"jsonrpc":"2.0",'

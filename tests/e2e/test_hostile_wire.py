@@ -61,6 +61,8 @@ class TestDeepLinesThroughTheDaemon:
         refused = parse_errors("hostile", tmp_path)
         assert all(m["id"] is None and str(MAX_NESTING_DEPTH) in m["error"]["message"] for m in refused)
         hostile_rec, neighbour_rec = record(tmp_path, "hostile"), record(tmp_path, "neighbour")
+        kinds = [(e["kind"], e.get("step"), e.get("message", {}).get("id")) for e in hostile_rec.events]
+        assert kinds.index(("step", 1, None)) < kinds.index(("out", None, 1))  # both sent before initialize's answer
         assert hostile_rec.answer(5) == {"kind": "answer", "step": 5, "result": {}}  # the connection went on
         assert neighbour_rec.answer(1)["result"]["results"][0]["accepted"] is True
         assert len(run.events("rpc.line_refused")) == 4

@@ -194,6 +194,32 @@ class TestBudget:
         assert session.statistics()["pending_bytes"] == 0
 
 
+class TestOutgoingBytes:
+    async def test_answers_a_peer_does_not_read_stop_the_reader_at_the_byte_bound(self) -> None:
+        """Big answers to a peer that stops reading queue up to the bound; then nothing more is read, until it reads."""
+        pipe = Stuck()
+        peer = Peer()
+        big = "y" * 3000
+
+        async def handler(method: str, params: Any) -> Any:
+            return big
+
+        bound = 10_000
+        session = Session(pipe, peer.to_session, on_request=handler, max_outgoing_bytes=bound)  # type: ignore[arg-type]
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            await peer.write(b"".join(line({"jsonrpc": "2.0", "id": i, "method": "big"}) for i in range(20)))
+            await anyio.wait_all_tasks_blocked()
+            stats = session.statistics()
+            assert stats["outgoing_bytes"] <= bound and stats["requests"] < 20
+            pipe.release.set()
+            with anyio.fail_after(5):
+                while sum(chunk.count(b"\n") for chunk in pipe.written) < 20:
+                    await anyio.sleep(0.01)
+            peer.close()
+        assert session.statistics()["outgoing_bytes"] == 0
+
+
 class TestCancellation:
     async def test_cancelled_work_ends_with_no_answer_and_gives_back_its_reservation(self) -> None:
         """A cancellable request is cut off with no answer; one that may not be cut off still answers."""
