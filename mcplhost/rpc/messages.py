@@ -174,7 +174,8 @@ _TOO_DEEP = f"parse error: arrays and objects nested deeper than {MAX_NESTING_DE
 def decode_line(line: bytes) -> Message:
     """Decode one line; never raises. Non-JSON gives `Invalid` with reason "parse error"."""
     try:
-        if nesting_exceeds(line):
+        # The gate of `nesting_exceeds`, inlined: this runs for every line.
+        if line.count(b"[") + line.count(b"{") > MAX_NESTING_DEPTH and nesting_exceeds(line):
             return Invalid(_TOO_DEEP, None, owes_reply=True, code=PARSE_ERROR, stat="too_deep")
         env = _envelope_decoder.decode(line)
     except msgspec.DecodeError as exc:

@@ -460,35 +460,34 @@ class Session:
         size = len(item)
         if self._pending_bytes + size > self._max_pending_bytes:
             await self._wait_for_budget(size)
+        # The line's bytes count while it is handled here, and past that while its deferred
+        # work runs. Given back here with no event: only this task ever waits for the budget.
         self._pending_bytes += size
-        handed_off = False
-        try:
-            message = decode_line(item)
-            kind = type(message)  # exact-type dispatch: this runs once per line
-            if kind is Request:
-                stats["requests"] += 1
-                handed_off = await self._answer(message, handlers, size)  # type: ignore[arg-type]
-            elif kind is Notification:
-                stats["notifications"] += 1
-                try:
-                    await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
-                except Exception as exc:  # a notification never gets an answer
-                    self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
-            elif kind is Response or kind is ErrorResponse:
-                stats["responses"] += 1
-                self._settle(message)  # type: ignore[arg-type]
+        message = decode_line(item)
+        kind = type(message)  # exact-type dispatch: this runs once per line
+        if kind is Request:
+            stats["requests"] += 1
+            if await self._answer(message, handlers, size):  # type: ignore[arg-type]
+                return  # handed to a worker, which gives the bytes back
+        elif kind is Notification:
+            stats["notifications"] += 1
+            try:
+                await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
+            except Exception as exc:  # a notification never gets an answer
+                self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
+        elif kind is Response or kind is ErrorResponse:
+            stats["responses"] += 1
+            self._settle(message)  # type: ignore[arg-type]
+        else:
+            assert isinstance(message, Invalid)
+            stats[message.stat] += 1
+            if message.stat != "junk":  # hostile rather than a banner: said each time
+                self.log.warning("rpc.line_refused", reason=message.reason[:200], size=size)
+            if message.owes_reply:
+                await self._reply_error(message.reply_id, message.code, message.reason)
             else:
-                assert isinstance(message, Invalid)
-                stats[message.stat] += 1
-                if message.stat != "junk":  # hostile rather than a banner: say so each time
-                    self.log.warning("rpc.line_refused", reason=message.reason[:200], size=size)
-                if message.owes_reply:
-                    await self._reply_error(message.reply_id, message.code, message.reason)
-                else:
-                    self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
-        finally:
-            if not handed_off:
-                self._release(size)
+                self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
+        self._pending_bytes -= size
 
     async def _wait_for_budget(self, size: int) -> None:
         """Stop reading until `size` more bytes fit (a line alone always fits: the budget is at least one line)."""
@@ -501,12 +500,11 @@ class Session:
         finally:
             self._reading_paused = False
 
-    def _release(self, size: int) -> None:
-        self._pending_bytes -= size
-        self._budget_freed.set()
-
     def _done_with(self, queued: _Queued) -> None:
-        self._release(queued.size)
+        """A worker is done with `queued` (or it never ran): its bytes go back, waking a waiting reader."""
+        self._pending_bytes -= queued.size
+        if self._reading_paused:
+            self._budget_freed.set()
         if self._cancellable.get(queued.request.id) is queued:
             del self._cancellable[queued.request.id]
 
