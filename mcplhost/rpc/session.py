@@ -3,8 +3,11 @@
 `Session.run` reads the peer's output until it ends. Each request the peer
 sends gets exactly one answer: the handler's result, the error object it
 raised (`ReplyError`), -32603 for any other failure, or -32600 when the
-request itself was malformed. Notifications are handed to their handler and
-never answered. Responses are matched against our own outstanding ids only.
+request itself was malformed; the one exception is cancellable work the peer
+cancelled (below). A line nested too deep, or one the decoder fails on, gets
+-32700 to id null (`messages.decode_line`). Notifications are handed to their
+handler and never answered. Responses are matched against our own
+outstanding ids only.
 
 Request handlers run in the read loop, so each sees the connection exactly as
 the messages before it left it (checks "at receipt" mean just that); they must

@@ -7,6 +7,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from mcplhost.rpc import Deferred, RequestTimeout, Session
@@ -218,6 +220,46 @@ class TestOutgoingBytes:
                     await anyio.sleep(0.01)
             peer.close()
         assert session.statistics()["outgoing_bytes"] == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=3000), st.booleans()), min_size=1, max_size=40),
+       st.integers(min_value=4000, max_value=20_000))
+def test_the_budget_is_never_exceeded_and_always_given_back(requests: list[tuple[int, bool]], budget: int) -> None:
+    """Any mix of sizes, deferred or answered at once, in one write: every request answered, the bytes held
+    never over the budget (a line alone always fits: it is smaller than any budget here), all given back."""
+    peak = 0
+    session: Session
+
+    async def handler(method: str, params: Any) -> Any:
+        nonlocal peak
+        peak = max(peak, session.statistics()["pending_bytes"])
+        if method == "now":
+            return "now"
+
+        async def work() -> Any:
+            nonlocal peak
+            peak = max(peak, session.statistics()["pending_bytes"])
+            await anyio.sleep(0)
+            return "later"
+        return Deferred(work)
+
+    async def main() -> None:
+        nonlocal session
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=handler, max_pending_bytes=budget,
+                          max_concurrent=4)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            await peer.write(b"".join(line({"jsonrpc": "2.0", "id": i, "method": "later" if deferred else "now",
+                                            "params": ["x" * size]}) for i, (size, deferred) in enumerate(requests)))
+            answers = [await peer.read() for _ in requests]
+            peer.close()
+        assert sorted(a["id"] for a in answers) == list(range(len(requests)))
+        assert all(a["result"] == ("later" if requests[a["id"]][1] else "now") for a in answers)
+        assert peak <= budget and session.statistics()["pending_bytes"] == 0
+
+    anyio.run(main)
 
 
 class TestCancellation:
