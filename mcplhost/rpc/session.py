@@ -313,11 +313,13 @@ class Session:
 
     async def _write(self, data: bytes | _RequestLine) -> None:
         """Queue one line; wait while the queue is full, in lines or in bytes (one line always fits)."""
-        size = len(data.data if type(data) is _RequestLine else data)  # type: ignore[union-attr]
-        while self._outgoing_bytes and self._outgoing_bytes + size > self._max_outgoing_bytes and not self._closed:
-            if self._outgoing_room.is_set():
-                self._outgoing_room = anyio.Event()
-            await self._outgoing_room.wait()
+        size = len(data) if type(data) is bytes else len(data.data)  # type: ignore[union-attr]
+        if self._outgoing_bytes + size > self._max_outgoing_bytes:
+            while self._outgoing_bytes and self._outgoing_bytes + size > self._max_outgoing_bytes \
+                    and not self._closed:
+                if self._outgoing_room.is_set():
+                    self._outgoing_room = anyio.Event()
+                await self._outgoing_room.wait()
         if self._closed:
             raise ConnectionClosed("connection closed")
         try:
