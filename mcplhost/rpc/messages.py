@@ -154,13 +154,13 @@ def nesting_exceeds(line: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
     if b"[" * (limit + 1) in brackets:  # a chain, the usual attack
         return True
     peeled = 0
-    while peeled <= limit:
+    while brackets and peeled <= limit:
         inner = brackets.replace(b"[]", b"")
         if len(inner) * 8 > len(brackets) * 7:
             break
         brackets, peeled = inner, peeled + 1
-        if not brackets:
-            return peeled > limit
+    if not brackets:
+        return peeled > limit  # balanced, and emptied by exactly as many peels as it was deep
     if peeled > limit:
         return True
     opens = map(len, _CLOSERS.split(brackets))

@@ -30,7 +30,7 @@ def depth(value: Any) -> int:
 
 
 class TestNestingExceeds:
-    @settings(max_examples=500)
+    @settings(max_examples=2000)
     @given(json_values, st.integers(min_value=0, max_value=8), st.booleans())
     def test_exact_on_valid_json(self, value: Any, limit: int, ascii_only: bool) -> None:
         """For any JSON text, whatever its strings hold, the answer is depth > limit."""
@@ -53,6 +53,11 @@ class TestNestingExceeds:
         assert not nesting_exceeds(b"[" * MAX_NESTING_DEPTH + b"]" * MAX_NESTING_DEPTH)
         assert nesting_exceeds(b"[" * (MAX_NESTING_DEPTH + 1) + b"]" * (MAX_NESTING_DEPTH + 1))
         assert nesting_exceeds(b'{"a":' * (MAX_NESTING_DEPTH + 1) + b"1" + b"}" * (MAX_NESTING_DEPTH + 1))
+
+    def test_lines_with_only_strings_or_scalars_never_exceed(self) -> None:
+        """Found by hypothesis: a line whose brackets are all inside strings is depth 0, even for limit 0."""
+        for line in (b'"["', b'"{[{"', b"1", b'{"a":"[[["}'):
+            assert nesting_exceeds(line, 0) == (line.startswith(b"{"))
 
     def test_brackets_inside_strings_do_not_count(self) -> None:
         deep_text = json.dumps(["[" * 500 + '\\"[' * 100]).encode()
