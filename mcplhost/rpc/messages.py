@@ -8,8 +8,10 @@ layer above decodes `params` with a typed decoder chosen by method.
 
 Reading is tolerant (unknown members are ignored); writing only ever produces
 compact, well-formed single-line JSON. Decoding never raises: a line nested
-deeper than `MAX_NESTING_DEPTH`, or one the decoder fails on in any way
-(RecursionError, MemoryError ...), is an `Invalid` that owes -32700 to id null.
+deeper than `MAX_NESTING_DEPTH`, one that is not UTF-8, or one the decoder
+fails on in any way (RecursionError, MemoryError ...), is an `Invalid` that
+owes -32700 to id null. So a `Raw` member of a message always decodes as
+JSON; decoding it into a type can only raise `msgspec.ValidationError`.
 """
 
 from __future__ import annotations
@@ -178,9 +180,16 @@ def decode_line(line: bytes) -> Message:
         if line.count(b"[") + line.count(b"{") > MAX_NESTING_DEPTH and nesting_exceeds(line):
             return Invalid(_TOO_DEEP, None, owes_reply=True, code=PARSE_ERROR, stat="too_deep")
         env = _envelope_decoder.decode(line)
+        if not line.isascii():
+            # The decoder skips `params` and `result` unread (Raw): bad UTF-8 in them would
+            # only surface when a handler decodes them. JSON is UTF-8, so the line is refused.
+            line.decode("utf-8")
     except msgspec.DecodeError as exc:
         # Valid JSON that is not an object (an array, a number) also lands here.
         return Invalid(f"parse error: {exc}")
+    except UnicodeDecodeError as exc:
+        return Invalid(f"parse error: not UTF-8 at byte {exc.start}", None, owes_reply=True, code=PARSE_ERROR,
+                       stat="undecodable")
     except Exception as exc:  # RecursionError, MemoryError ...: the peer's bytes never raise past this line
         return Invalid(f"parse error: {type(exc).__name__}", None, owes_reply=True, code=PARSE_ERROR,
                        stat="undecodable")

@@ -101,3 +101,25 @@ class TestDecodeLineNeverRaises:
         for line in (b'{"jsonrpc":"2.0","method":"\xff\xfe"}', b'{"jsonrpc":"2.0","method":"\\ud800"}',
                      b'{"jsonrpc":"2.0","method":"m","params":"\\udfff"}'):
             assert isinstance(decode_line(line), (Invalid, Notification))
+
+    def test_bad_utf8_inside_params_is_a_parse_error_not_a_later_handler_failure(self) -> None:
+        """The decoder skips params unread, so without the check a handler's decode raised DecodeError."""
+        for params in (b'{"s":"\xff"}', b'{"s":"\xed\xa0\x80"}', b'["\xc3"]'):
+            message = decode_line(b'{"jsonrpc":"2.0","id":1,"method":"m","params":' + params + b"}")
+            assert isinstance(message, Invalid) and (message.code, message.reply_id) == (PARSE_ERROR, None)
+
+    @settings(max_examples=300)
+    @given(st.binary(max_size=60))
+    def test_every_raw_member_of_a_decoded_message_decodes(self, junk: bytes) -> None:
+        """Whatever a params holds, once the line decodes, decoding its Raw raises at most a ValidationError."""
+        message = decode_line(b'{"jsonrpc":"2.0","id":1,"method":"m","params":["' + junk.replace(b'"', b"")
+                              .replace(b"\\", b"") + b'"]}')
+        if isinstance(message, Request):
+            try:
+                msgspec.json.decode(bytes(message.params))
+            except msgspec.ValidationError:
+                pass
+
+    def test_good_utf8_passes(self) -> None:
+        line = '{"jsonrpc":"2.0","id":1,"method":"m","params":["héllo 😀 日本"]}'.encode()
+        assert isinstance(decode_line(line), Request)
