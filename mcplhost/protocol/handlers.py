@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from msgspec import Raw, UnsetType
 
 from mcplhost.agents.model import BackendError
@@ -177,7 +178,7 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
     except ValueError as exc:
         raise errors.invalid_params(str(exc), {"field": "messages"}) from None
     try:
-        port.admit(conn.name)
+        release = port.admit(conn.name)  # the place is taken now, at receipt: a burst cannot overrun it
     except InferenceRefused as exc:
         code = errors.INVALID_REQUEST if exc.reason == "hook_pending" else errors.INTERNAL_ERROR
         raise errors.ConnectorProtocolError(code, exc.detail, {"reason": exc.reason}) from None
@@ -196,8 +197,11 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
         except BackendError as exc:
             raise errors.ConnectorProtocolError(errors.INTERNAL_ERROR, "Inference failed",
                                                 {"reason": exc.reason}) from None
+        finally:
+            release()
 
-    return Deferred(infer)
+    # Cancellable: no commit in it, so the connector's notifications/cancelled may cut it off.
+    return Deferred(infer, discard=release, cancellable=True)
 
 
 def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
@@ -208,6 +212,33 @@ def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
 
 
 # --- MCP notifications ------------------------------------------------------------
+
+
+class Cancelled(msgspec.Struct, frozen=True):
+    """notifications/cancelled params (MCP); unknown members are tolerated."""
+
+    requestId: int | str
+    reason: str | None = None
+
+
+async def cancelled(conn: McplConnection, params: Raw | UnsetType) -> None:
+    """notifications/cancelled: the connector gives up on one of its own requests.
+
+    Only its own session is asked, so the id can name nothing of another
+    connector's. Work that may be cut off (inference) ends without an answer,
+    as MCP asks of a cancelled request; anything else (a commit) is answered
+    as usual, which MCP allows.
+    """
+    try:
+        notice = msgspec.json.decode(bytes(params), type=Cancelled) if isinstance(params, Raw) else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        notice = None
+    if notice is None:
+        conn.warn_once("cancelled-malformed", "connector.notification_refused", method="notifications/cancelled",
+                       reason="params need a requestId string or integer")
+        return
+    if conn.session is not None and conn.session.cancel_peer_request(notice.requestId):
+        conn.log.info("mcpl.request_cancelled", id=notice.requestId, reason=(notice.reason or "")[:200])
 
 
 async def tools_list_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
