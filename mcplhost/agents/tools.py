@@ -20,8 +20,8 @@ connector tools together take at most 1/TOOLS_MAX_DIVISOR of the agent's
 offered cannot be called. Names need no marking: `TOOL_NAME` admits no `[`.
 Channel descriptors reach the model through `channel_list` and
 `channel_open`: ids and labels marked, a label cut (speech/notices.py `shown_label`),
-a channel whose id is longer than CHANNEL_ID_MAX_CHARS not listed, at most
-CHANNEL_LIST_MAX channels listed.
+at most CHANNEL_LIST_MAX channels listed. Ids need no cut: a registered
+descriptor is bounded whole (protocol/channels.py MAX_CHANNEL_TEXT_CHARS).
 
 A tool that fails (an error answer, a timeout, a connector not serving, bad
 arguments) is a result the model reads (`ToolOutcome.is_error`), never an
@@ -88,8 +88,6 @@ TOOL_SCHEMA_MAX_BYTES = 16 * 1024
 TOOL_SCHEMA_MAX_DEPTH = 32
 #: What follows a description cut at TOOL_DESCRIPTION_MAX_CHARS.
 DESCRIPTION_CUT_NOTE = f" … (cut by the host at {TOOL_DESCRIPTION_MAX_CHARS} characters)"
-#: A channel whose id is longer than this is not listed (an id is an address: it cannot be cut).
-CHANNEL_ID_MAX_CHARS = 512
 #: Channels channel_list lists at most; it says how many more there are.
 CHANNEL_LIST_MAX = 500
 #: Tools left out whose warning is remembered, so it is logged once per tool.
@@ -302,6 +300,12 @@ def backscroll_blocks(handle: ConnectorHandle, opened: Any, entries: Any,
     return blocks, kept, skipped
 
 
+def _judge(connector: str, name: str, tool: dict[str, Any]) -> tuple[ToolSpec | str, int]:
+    """One listed tool as offered (its spec and its chars), or why it is not (pure: safe in a worker thread)."""
+    verdict = connector_tool_spec(connector, name, tool)
+    return verdict, 0 if isinstance(verdict, str) else tool_chars(verdict)
+
+
 class ToolBox:
     """One agent's tools: `specs()` offers them, `call()` runs one and never raises for a tool's failure."""
 
@@ -354,11 +358,10 @@ class ToolBox:
         for name, (handle, tool) in self.connector_tools().items():
             earlier = self._judged.get(name)
             if earlier is not None and earlier[0] is tool:
-                verdict, chars = earlier[1], earlier[2]
+                judged[name] = earlier
             else:
-                verdict = connector_tool_spec(handle.name, name, tool)
-                chars = 0 if isinstance(verdict, str) else tool_chars(verdict)
-            judged[name] = (tool, verdict, chars)
+                judged[name] = (tool, *_judge(handle.name, name, tool))
+            _tool, verdict, chars = judged[name]
             if isinstance(verdict, str):
                 self._left_out(handle, name, verdict)
             elif chars > budget:
@@ -378,6 +381,20 @@ class ToolBox:
             self._not_offered.clear()  # a connector renaming its tools endlessly: warn again rather than grow
         self._not_offered.add((name, why))
         self._log.warning("agent.tool_not_offered", connector=handle.name, tool=name, reason=why)
+
+    async def judge_new_tools(self) -> None:
+        """Judge the tools listed since the last turn in a worker thread, so a hostile listing never holds the loop.
+
+        Marking and bounding 256 tools of hostile text costs up to a few hundred
+        milliseconds (tests/bench/bench_tool_text.py); `specs()` then finds each
+        judgement ready, keyed by the listed tool object.
+        """
+        new = [(handle.name, name, tool) for name, (handle, tool) in self.connector_tools().items()
+               if (earlier := self._judged.get(name)) is None or earlier[0] is not tool]
+        if not new:
+            return
+        verdicts = await anyio.to_thread.run_sync(lambda: [_judge(*entry) for entry in new], abandon_on_cancel=True)
+        self._judged.update({name: (tool, *verdict) for (_connector, name, tool), verdict in zip(new, verdicts)})
 
     def specs(self) -> list[ToolSpec]:
         """Host tools first, then each heard connector's MCP tools, as the agent's `tools` globs allow."""
@@ -455,8 +472,7 @@ class ToolBox:
 
     def channel_list(self) -> ToolOutcome:
         """The heard channels (at most CHANNEL_LIST_MAX), every connector-written string marked and bounded."""
-        listable = [(handle, channel) for handle, channel in self._heard_channels()
-                    if len(channel.id) <= CHANNEL_ID_MAX_CHARS]
+        listable = self._heard_channels()
         channels = [{"channel": marked(f"{handle.name}/{channel.id}"), "label": listed_label(channel.label),
                      "direction": channel.direction,
                      "open": (handle.name, channel.id) in self._opened or bool(channel.initiallyOpen)}

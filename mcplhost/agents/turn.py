@@ -181,6 +181,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
+    await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()
     for turn_index in range(agent.max_tool_rounds + 1):
         response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
