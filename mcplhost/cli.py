@@ -25,6 +25,7 @@ import structlog
 from . import __version__, logs
 from .config import Config, ConfigMissing, database_path_problems, default_config_path, read_config
 from .errors import ConfigError, OperatorError
+from .hardening import refuse_inspection_by_same_user
 from .host import Host
 from .lock import hold_database
 from .store import open_reader, open_store
@@ -277,6 +278,9 @@ def _run_config(given: Path | None) -> Config:
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
+    if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
+        structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "
+                                       "connector running as the same user can read /proc/<pid>/environ")
     with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
