@@ -4,6 +4,7 @@
 #
 #   sudo deploy/install.sh                          # from this clone
 #   sudo deploy/install.sh --wheel mcplhost-0.1.0-py3-none-any.whl
+#   deploy/install.sh --print-unit                  # the unit it would install (no root needed)
 #
 # What it does, in order:
 #   1. a system user and group (mcplhost) whose home is the state directory;
@@ -13,8 +14,12 @@
 #   3. /etc/mcplhost owned by root with the service's group (0750), the config
 #      in it readable by that group (0640); an existing config is kept;
 #   4. /var/lib/mcplhost for the database (systemd's StateDirectory= makes it
-#      too; it is made here so a first check works before systemd runs);
-#   5. the unit in /etc/systemd/system, then `systemctl daemon-reload`;
+#      too; it is made here so a first check works before systemd runs), and
+#      /etc/mcplhost/env, one env file per connector (the service user's, 0700;
+#      each file 0600), with an empty one for the example's heartbeat;
+#   5. the unit in /etc/systemd/system, then `systemctl daemon-reload`; its
+#      StateDirectory=, WorkingDirectory= and ReadWritePaths= follow
+#      MCPLHOST_STATE_DIR, as the config's store.path does;
 #   6. check-config run AS the service user, so a config the service could
 #      not read fails here and not at the first start.
 # It does not start the service: edit the config first, then
@@ -42,17 +47,37 @@ python=${MCPLHOST_PYTHON:-/usr/bin/python3}
 systemctl_mode=${MCPLHOST_SYSTEMCTL:-auto}
 source=$(dirname "$here")
 
+print_unit=no
+
 say() { printf 'install.sh: %s\n' "$*"; }
+
+# The unit with this install's locations written in. The state directory is named once
+# (MCPLHOST_STATE_DIR) and every line that needs it follows: StateDirectory= can only name
+# a folder under /var/lib, so elsewhere it is left out and step 4's folder is the one used.
+render_unit() {
+    case $state_dir in
+        /var/lib/?*) state_name=${state_dir#/var/lib/}; no_state_directory='' ;;
+        *) state_name=mcplhost; no_state_directory='/^StateDirectory/d' ;;
+    esac
+    sed -e "$no_state_directory" -e "s|^StateDirectory=mcplhost\$|StateDirectory=$state_name|" \
+        -e "s|/opt/mcplhost/|$prefix/|g" -e "s|/etc/mcplhost/|$config_dir/|g" \
+        -e "s|/var/lib/mcplhost|$state_dir|g" \
+        -e "s|^User=mcplhost\$|User=$user|" -e "s|^Group=mcplhost\$|Group=${group:-$user}|" \
+        "$here/mcplhost.service"
+}
 die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
 
 while [ $# -gt 0 ]; do
     case $1 in
         --wheel) [ $# -ge 2 ] || die "--wheel needs a file"; source=$2; shift 2 ;;
         --source) [ $# -ge 2 ] || die "--source needs a folder"; source=$2; shift 2 ;;
-        -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --print-unit) print_unit=yes; shift ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
+
+if [ "$print_unit" = yes ]; then render_unit; exit 0; fi   # what step 5 would install, for review and tests
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it creates a user and writes under /opt and /etc)"
 [ -e "$source" ] || die "$source: no such wheel or folder"
@@ -83,21 +108,28 @@ if [ -e "$config_dir/mcplhost.toml" ]; then
     say "keeping the existing $config_dir/mcplhost.toml"
 else
     sed -e "s#/opt/mcplhost/#$prefix/#g" -e "s#/var/lib/mcplhost/#$state_dir/#g" \
+        -e "s#/etc/mcplhost/#$config_dir/#g" \
         "$here/mcplhost.example.toml" > "$config_dir/mcplhost.toml.new"
     chown root:"$group" "$config_dir/mcplhost.toml.new"
     chmod 0640 "$config_dir/mcplhost.toml.new"
     mv "$config_dir/mcplhost.toml.new" "$config_dir/mcplhost.toml"
-    say "wrote $config_dir/mcplhost.toml (edit it; secrets go in $config_dir/secrets.env, mode 0640)"
+    say "wrote $config_dir/mcplhost.toml (edit it; each connector's tokens go in $config_dir/env/NAME.env, mode 0600)"
 fi
 
-# 4. The state directory (StateDirectory=mcplhost in the unit makes and owns it under systemd).
+# 4. The state directory (StateDirectory= in the unit makes and owns it under systemd, when under /var/lib),
+#    and the connectors' env files: readable by the service user alone, which mcplhost insists on.
 install -d -m 0750 -o "$user" -g "$group" "$state_dir"
+install -d -m 0700 -o "$user" -g "$group" "$config_dir/env"
+if [ ! -e "$config_dir/env/heartbeat.env" ]; then
+    printf '# NAME=VALUE lines for the heartbeat connector alone (docs/operations.md, "Connector environments").\n' \
+        > "$config_dir/env/heartbeat.env"
+    chown "$user:$group" "$config_dir/env/heartbeat.env"
+    chmod 0600 "$config_dir/env/heartbeat.env"
+fi
 
 # 5. The unit, with this install's locations written in.
 install -d -m 0755 "$unit_dir"
-sed -e "s#/opt/mcplhost/#$prefix/#g" -e "s#/etc/mcplhost/#$config_dir/#g" \
-    -e "s#^User=mcplhost\$#User=$user#" -e "s#^Group=mcplhost\$#Group=$group#" \
-    "$here/mcplhost.service" > "$unit_dir/mcplhost.service"
+render_unit > "$unit_dir/mcplhost.service"
 chmod 0644 "$unit_dir/mcplhost.service"
 if [ "$systemctl_mode" != no ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload

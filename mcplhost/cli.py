@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,10 +25,12 @@ import structlog
 from . import __version__, logs
 from .config import Config, ConfigMissing, database_path_problems, default_config_path, read_config
 from .errors import ConfigError, OperatorError
+from .hardening import refuse_inspection_by_same_user
 from .host import Host
 from .lock import hold_database
 from .store import open_reader, open_store
 from .store.items import StoredItem, export_line
+from .supervisor.children import recording_children
 from .systemd import Notifier, watchdog_interval_s
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -46,7 +48,7 @@ DEV_DB = "mcplhost-dev.db"
 EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
           "Problems and warnings go to stderr, results to stdout.")
 LOCK_EPILOG = (EPILOG + " One daemon per database: run, dev and migrate hold a lock on DATABASE.lock beside it; "
-               "a second one exits 1 with one line naming the holder's pid (messages, search and turns need no lock).")
+               "a second one exits 1 with one line naming the holder's pid (messages, search, turns and outbox need no lock).")
 
 
 class Parser(argparse.ArgumentParser):
@@ -164,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         # Offline commands print their output on stdout; their few log lines go to stderr.
         logs.configure("console")
     try:
-        return COMMANDS[args.command](args)
+        try:
+            return COMMANDS[args.command](args)
+        finally:
+            logs.shutdown()  # the queued log lines (the last being "stopped") go out before any line below
     except ConfigError as exc:
         detail = "; ".join(exc.problems) if exc.problems else exc.explanation
         print(f"mcplhost: {exc.message}" + (f": {detail}" if detail else ""), file=sys.stderr)
@@ -206,18 +211,8 @@ def existing_database(path: Path) -> Path:
 # --- run / dev -----------------------------------------------------------------
 
 
-async def _console(host: Host) -> None:
-    """`mcplhost dev`: each line typed on the terminal is stored as local console input."""
-    await host.ready.wait()
-    while True:
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if not line:
-            return
-        if line.strip() and host.ingest is not None:
-            await host.ingest.store_surface("console", "operator", line.rstrip("\n"))
-
-
-async def _serve(host: Host, *, seconds: float | None = None, console: bool = False) -> None:
+async def _serve(host: Host, *, seconds: float | None = None,
+                 console: Callable[[], Awaitable[None]] | None = None) -> None:
     """Run the host until SIGTERM/SIGINT (or `seconds`), then stop it gracefully."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
@@ -243,13 +238,14 @@ async def _serve(host: Host, *, seconds: float | None = None, console: bool = Fa
         tg.start_soon(watch_signals)
         if seconds is not None:
             tg.start_soon(stop_after, seconds)
-        if console:
-            tg.start_soon(_console, host)
+        if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
+            tg.start_soon(console)
         await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 
 
-def _run_host(host: Host, *, seconds: float | None = None, console: bool = False) -> None:
+def _run_host(host: Host, *, seconds: float | None = None,
+              console: Callable[[], Awaitable[None]] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
     Task groups wrap what their tasks raise in an ExceptionGroup; a store that
@@ -276,7 +272,7 @@ def _run_config(given: Path | None) -> Config:
     """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
     path = given or default_config_path()
     try:
-        return read_config(path)[0]
+        return read_config(path, start_problems=False)[0]
     except ConfigMissing as exc:
         if given is not None:
             raise
@@ -287,7 +283,10 @@ def _run_config(given: Path | None) -> Config:
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
-    with hold_database(Path(config.store.path)):
+    if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
+        structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "
+                                       "connector running as the same user can read /proc/<pid>/environ")
+    with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
             _run_host(Host(config, notifier=notifier))
@@ -297,19 +296,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from .dev import LiveView, dev_config, fit, introduction
+    from .dev import ConsoleRelay, LiveView, dev_config, fit, introduction
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
     logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
     db = usable_database(args.db)
-    config = dev_config(db.resolve())
-    view.connectors = [c.name for c in config.connectors]
-    with hold_database(db.resolve()):
+    with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
+        config = dev_config(db.resolve(), console_socket=relay.path)
+        view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
-        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=True)
+        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=relay.run)
+    logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK
 

@@ -20,7 +20,10 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import msgspec
 from msgspec import Meta
 
+from .envfile import NAME as ENV_NAME
+from .envfile import EnvFileError, read_env_file
 from .errors import ConfigError
+from .protocol.grants import unknown_grant_problem
 from .rpc.framing import MAX_LINE_BYTES
 from .rpc.session import DEFAULT_TIMEOUT_S
 from .store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
@@ -52,10 +55,16 @@ class FeatureSetSelection(Base):
     disabled: list[NonEmpty] = []
 
 
+#: A variable name in `env_pass`: the rule env files follow too.
+EnvName = Annotated[str, Meta(pattern=f"^{ENV_NAME.pattern}$")]
+
+
 class ConnectorConfig(Base):
     name: NonEmpty
     command: Annotated[list[NonEmpty], Meta(min_length=1)]
-    env: dict[str, str] = {}
+    env: dict[str, str] = {}  # added to the child's environment (docs/connectors.md §10)
+    env_pass: list[EnvName] = []  # host variables passed through by name
+    env_file: NonEmpty | None = None  # KEY=VALUE lines read at each spawn (mcplhost/envfile.py); relative to the config
     cwd: str | None = None
     grant: list[NonEmpty] = []
     request_timeout_s: Seconds = DEFAULT_TIMEOUT_S
@@ -70,6 +79,13 @@ class ConnectorConfig(Base):
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
     term_grace_s: Annotated[float, Meta(ge=0)] = 3.0  # after SIGTERM, before SIGKILL
     max_line_bytes: Annotated[int, Meta(ge=1024)] = MAX_LINE_BYTES
+    #: Derived when the file is loaded, never written in it: every `api_key_env` of the config, which no
+    #: connector's environment may hold (`DERIVED_FIELDS`).
+    withheld_env: frozenset[str] = frozenset()
+
+
+#: Fields filled in by `resolve`, not read from TOML: a file that sets one has an unknown key.
+DERIVED_FIELDS = frozenset({"withheld_env"})
 
 
 class ScriptToolCall(Base):
@@ -180,8 +196,16 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return read_config(path)[0]
 
 
-def read_config(path: str | os.PathLike[str]) -> tuple[Config, list[str]]:
-    """Like `load_config`, and also the warnings: things that are allowed but surely not meant."""
+def read_config(path: str | os.PathLike[str], *, start_problems: bool = True) -> tuple[Config, list[str]]:
+    """Like `load_config`, and also the warnings: things that are allowed but surely not meant.
+
+    Every check runs in one pass (types, cross-field rules, the files and
+    commands it names), so one run lists every problem; a check that needs a
+    value another check found wrong is skipped, not the rest. With
+    `start_problems=False` (`run`), what stops one connector from starting (a
+    missing command, cwd or env file) is left to that connector: it fails its
+    spawn and is retried by its restart policy, while the others run.
+    """
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory, not a config file")
@@ -193,12 +217,12 @@ def read_config(path: str | os.PathLike[str]) -> tuple[Config, list[str]]:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    found = problems(raw)
-    if not found:
-        config = resolve_paths(msgspec.convert(raw, Config), path.resolve().parent)
-        found = environment_problems(config)
+    base = path.resolve().parent
+    fatal, per_connector = machine_problems(raw, base)
+    found = problems(raw) + fatal + (per_connector if start_problems else [])
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
+    config = resolve(msgspec.convert(raw, Config), base, withheld=frozenset(api_key_variables(raw)))
     return config, warnings(raw) + environment_warnings(config)
 
 
@@ -210,11 +234,17 @@ class ConfigMissing(ConfigError):
         self.path = path
 
 
-def resolve_paths(config: Config, base: Path) -> Config:
-    """Make `store.path`, every `cwd` and every `system_prompt_file` absolute, relative to `base`."""
+def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
+    """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
+
+    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`.
+    `withheld`: the host's api key variables (`api_key_variables`).
+    """
     store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
     connectors = [
-        msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base))
+        msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base),
+                                env_file=str(base / c.env_file) if c.env_file is not None else None,
+                                withheld_env=withheld)
         for c in config.connectors
     ]
     agents = [
@@ -223,6 +253,24 @@ def resolve_paths(config: Config, base: Path) -> Config:
         for a in config.agents
     ]
     return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents)
+
+
+def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
+    """The variables holding the host's own api keys, each with where it is named, read defensively.
+
+    Every `api_key_env` of an agent's backend and of `[inference]`'s: the one
+    list of where the host keeps keys, which connectors never get.
+    """
+    places: list[tuple[str, Any]] = [(f"agents[{i}].backend", a.get("backend")) for i, a in _entries(raw, "agents")]
+    inference = raw.get("inference")
+    if isinstance(inference, dict):
+        places.append(("inference.backend", inference.get("backend")))
+    found: dict[str, str] = {}
+    for where, table in places:
+        name = table.get("api_key_env") if isinstance(table, dict) else None
+        if isinstance(name, str) and name:
+            found.setdefault(name, f"{where}.api_key_env")
+    return found
 
 
 def problems(raw: Any) -> list[str]:
@@ -252,11 +300,13 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
             if name in seen:
                 found.append(f"{kind}[{i}].name: {name!r} is already used by {kind}[{seen[name]}]")
             seen.setdefault(name, i)
+    api_keys = api_key_variables(raw)
     for i, connector in _entries(raw, "connectors"):
         grant = connector.get("grant")
         for j, pattern in enumerate(grant if isinstance(grant, list) else []):
             if isinstance(pattern, str) and pattern:
                 found += [f"connectors[{i}].grant[{j}]: {why}" for why in grant_pattern_problems(pattern)]
+        found += [f"connectors[{i}].{why}" for why in withheld_name_problems(connector, api_keys)]
     connector_names = {c.get("name") for _, c in _entries(raw, "connectors") if isinstance(c.get("name"), str)}
     for i, agent in _entries(raw, "agents"):
         found += [f"agents[{i}].{why}" for why in agent_problems(agent, connector_names)]
@@ -264,6 +314,24 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
     inference = raw.get("inference")
     if isinstance(inference, dict) and isinstance(inference.get("backend"), dict):
         found += [f"inference.backend.{why}" for why in backend_problems(inference["backend"])]
+    return found
+
+
+def withheld_name_problems(connector: dict[str, Any], api_keys: Mapping[str, str]) -> list[str]:
+    """A connector's `env_pass` or `env` naming a variable that holds one of the host's api keys."""
+    found: list[str] = []
+
+    def named(field: str, name: str) -> None:
+        found.append(f"{field}: {name} holds an api key of this host (named by {api_keys[name]}); "
+                     "connectors never get it: give the connector its own variable")
+
+    for j, name in _strings(connector.get("env_pass")):
+        if name in api_keys:
+            named(f"env_pass[{j}]", name)
+    env = connector.get("env")
+    for name in env if isinstance(env, dict) else {}:
+        if name in api_keys:
+            named(f"env.{name}", name)
     return found
 
 
@@ -335,7 +403,7 @@ WAKE_ON_KEYWORDS = ("all", "addressed", "dm", "push")
 
 
 def grant_pattern_problems(pattern: str) -> list[str]:
-    """What is wrong with a grant pattern: each dot-separated segment is `*` or a capability name."""
+    """What is wrong with a grant pattern: each segment is `*` or a name, and it names a capability the host knows."""
     segments = pattern.split(".")
     if "" in segments:
         return [f"{pattern!r} has an empty segment"]
@@ -343,7 +411,8 @@ def grant_pattern_problems(pattern: str) -> list[str]:
     if bad:
         return [f"{pattern!r}: segment {bad[0]!r} is neither * nor a capability name "
                 "(* stands for exactly one segment; there is no ** or partial wildcard)"]
-    return []
+    unknown = unknown_grant_problem(pattern)
+    return [unknown] if unknown is not None else []
 
 
 def wake_on_problems(entry: str, connector_names: set[str]) -> list[str]:
@@ -415,30 +484,72 @@ def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ
         if backend.api_key_env is not None and not environ.get(backend.api_key_env):
             found.append(f"{where}.api_key_env: the variable {backend.api_key_env} is not set here: "
                          "calls will fail with missing_key")
+    for i, connector in enumerate(config.connectors):
+        for j, name in enumerate(connector.env_pass):
+            if name not in environ:
+                found.append(f"connectors[{i}].env_pass[{j}]: the variable {name} is not set here: "
+                             "the connector starts without it")
     return found
 
 
 # --- the machine the config names ----------------------------------------------
 
 
-def environment_problems(config: Config) -> list[str]:
-    """What the resolved config names that is not there: the database's folder, commands, cwds."""
-    found = [f"store.path: {why}" for why in database_path_problems(Path(config.store.path))]
-    for i, connector in enumerate(config.connectors):
-        cwd = Path(connector.cwd) if connector.cwd is not None else None
-        if cwd is not None and not cwd.is_dir():
-            found.append(f"connectors[{i}].cwd: {cwd} " + ("is not a folder" if cwd.exists() else "does not exist"))
-            continue
-        why = command_problem(connector.command[0], cwd, connector.env)
-        if why:
-            found.append(f"connectors[{i}].command: {why}")
-    for i, agent in enumerate(config.agents):
-        if agent.system_prompt_file is not None:
+def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
+    """What the config names that is not there, read defensively beside the type checks.
+
+    Two lists: what stops the host (the database's folder, an agent's prompt
+    file) and what stops only one connector from starting (its cwd, command
+    or env file). A value of the wrong type is the type checks' to report:
+    the checks that need it are skipped.
+    """
+    raw = raw if isinstance(raw, dict) else {}
+    fatal: list[str] = []
+    store = raw.get("store", {})
+    db = store.get("path", StoreConfig().path) if isinstance(store, dict) else None
+    if isinstance(db, str) and db:
+        fatal += [f"store.path: {why}" for why in database_path_problems(base / db)]
+    api_keys = api_key_variables(raw)
+    starts: list[str] = []
+    for i, connector in _entries(raw, "connectors"):
+        starts += [f"connectors[{i}].{why}" for why in connector_start_problems(connector, base, api_keys)]
+    for i, agent in _entries(raw, "agents"):
+        prompt = agent.get("system_prompt_file")
+        if isinstance(prompt, str) and prompt:
             try:
-                system_prompt_text(agent)
+                (base / prompt).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
-                found.append(f"agents[{i}].system_prompt_file: cannot read {agent.system_prompt_file}: "
+                fatal.append(f"agents[{i}].system_prompt_file: cannot read {base / prompt}: "
                              f"{exc.strerror if isinstance(exc, OSError) else exc}")
+    return fatal, starts
+
+
+def connector_start_problems(connector: dict[str, Any], base: Path, api_keys: Mapping[str, str]) -> list[str]:
+    """Why one connector would not start: its env file, its cwd, its command (as ``field: why``)."""
+    found: list[str] = []
+    own: dict[str, str] = {}
+    env_file = connector.get("env_file")
+    if isinstance(env_file, str) and env_file:
+        try:
+            own = read_env_file(base / env_file)
+        except EnvFileError as exc:
+            found.append(f"env_file: {exc}")
+        for name in sorted(own.keys() & api_keys.keys()):
+            found.append(f"env_file: {base / env_file} sets {name}, which holds an api key of this host "
+                         f"(named by {api_keys[name]}); connectors never get it")
+    cwd_value = connector.get("cwd")
+    if cwd_value is not None and not isinstance(cwd_value, str):
+        return found
+    cwd = base / cwd_value if cwd_value is not None else base
+    if not cwd.is_dir():
+        return found + [f"cwd: {cwd} " + ("is not a folder" if cwd.exists() else "does not exist")]
+    command, env = connector.get("command"), connector.get("env", {})
+    if isinstance(command, list) and command and isinstance(command[0], str) and command[0] and isinstance(env, dict):
+        # The child's PATH decides (subprocess searches the environment it is given): `env`, then the file, then ours.
+        search = env.get("PATH") or own.get("PATH") or os.environ.get("PATH", os.defpath)
+        why = command_problem(command[0], cwd, search if isinstance(search, str) else os.defpath)
+        if why:
+            found.append(f"command: {why}")
     return found
 
 
@@ -456,17 +567,15 @@ def database_path_problems(path: Path) -> list[str]:
     return []
 
 
-def command_problem(program: str, cwd: Path | None, env: dict[str, str]) -> str | None:
-    """Why `program` would not start: a path (relative to cwd) or a name looked up on PATH."""
+def command_problem(program: str, cwd: Path, search: str) -> str | None:
+    """Why `program` would not start: a path (relative to cwd) or a name looked up on the PATH `search`."""
     if "/" in program:
-        target = Path(program) if cwd is None else cwd / program
+        target = cwd / program
         if not target.exists():
             return f"{program!r} does not exist" + (f" (relative to {cwd})" if not Path(program).is_absolute() else "")
         if target.is_dir() or not os.access(target, os.X_OK):
             return f"{program!r} is not an executable file"
         return None
-    # The child's PATH decides (subprocess searches the environment it is given).
-    search = env.get("PATH", os.environ.get("PATH", os.defpath))
     if shutil.which(program, path=search) is None:
         return f"{program!r} is not found on PATH ({search}); give its full path"
     return None
@@ -504,9 +613,11 @@ def _check_struct(value: dict[str, Any], struct: type[msgspec.Struct], path: str
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
     prefix = f"{path}." if path else ""
     for key in value:
-        if key not in fields:
+        if key not in fields or key in DERIVED_FIELDS:
             found.append(f"{prefix}{key}: unknown key")
     for name, field in fields.items():
+        if name in DERIVED_FIELDS:
+            continue
         if name not in value:
             if field.required:
                 found.append(f"{prefix}{name}: required")

@@ -2,30 +2,44 @@
 
 The live view (stdout) is one line per stored item and per host event, each
 with a time (HH:MM:SS), cut with an ellipsis to the terminal's width (80
-columns when stdout is not a terminal) so nothing wraps. Log lines are hidden
+columns when stdout is not a terminal, or a terminal that reports no width)
+so nothing wraps. Log lines are hidden
 unless asked for (`-v`); warnings and errors still appear in the view as one
 line each. The stubs' settings (`STUB_*`, `HEARTBEAT_*`) come from dev's own
 environment when set there, else from the defaults below: tests set them for
 a short, deterministic run.
+
+What is typed on dev's stdin goes to the `console` connector
+(mcplhost/connectors/console.py) through a Unix socket in a private
+folder: each line is a chat message on the `console` channel, `@scout …` a
+mention of scout (README "Start here"). stdin is read on the event loop
+(no thread), so nothing keeps the process alive once the host has stopped.
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import os
+import shutil
 import sys
+import tempfile
 import time
 import unicodedata
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+import anyio.abc
+
 from .config import AgentConfig, BackendConfig, Config, ConnectorConfig, StoreConfig
+from .connectors.console import LINE_MAX_CHARS
 from .inbound.notice import reader_body
 from .protocol.grants import IMPLEMENTED
 from .store import NewItem
 
-#: The live view's width when stdout is not a terminal (a pipe, a file, a test).
+#: The live view's width when stdout is not a terminal (a pipe, a file, a test) or one with no width (0 columns).
 PLAIN_WIDTH = 80
 ELLIPSIS = "…"
 #: Log levels that reach the live view even while log lines are hidden.
@@ -44,8 +58,8 @@ ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "12", "ZULIP_INTERVAL_
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
 #: channels.publish only once this host implements it, so dev never grants what nothing serves.
 CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish") if path in IMPLEMENTED]
-#: dev's one agent: scripted (no network), waking on what is addressed to it or private (AGENTS.md §9). Its
-#: first turn calls the stub's `echo` tool once, then every reply says the waking text back.
+#: dev's one agent: scripted (no network), waking on what is addressed to it or private (README "Start here").
+#: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
 DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [{"name": "stub__echo",
                                                                        "arguments": {"text": "ping"}}]},
                     "You said: {{echo}}"]
@@ -56,16 +70,29 @@ EXPLAINED = {
     "stub": ["MCPL 0.5, like Discord: guilds, a thread, a DM, a rename, a fake header",
              "two mentions in two guilds at once: they share no conversation, so a draft"],
     "zulip": ["MCPL 0.5, like Zulip: streams, each topic a thread"],
-    "heartbeat": ["MCPL 0.4, so legacy rules (COMPAT.md); a push every {HEARTBEAT_INTERVAL_S} s"],
+    "heartbeat": ["MCPL 0.4, so legacy rules (docs/mcpl-compat.md); a push every {HEARTBEAT_INTERVAL_S} s"],
+    "console": ["each line you type is a message; \"@scout ...\" mentions scout,",
+                "who replies here; other lines are stored and wake no one"],
 }
+#: Lines typed before the console connector connects (or while it restarts) wait here, the oldest dropped first.
+CONSOLE_BACKLOG = 100
+#: Bytes read from stdin at a time (a terminal hands over at most one line per read).
+READ_CHUNK = 4096
 
 
 def _settings(defaults: dict[str, str]) -> dict[str, str]:
     return {key: os.environ.get(key, value) for key, value in defaults.items()}
 
 
-def dev_config(db: Path) -> Config:
+def dev_config(db: Path, console_socket: Path | None = None) -> Config:
+    """The embedded config; with `console_socket`, also the console connector that relays what is typed."""
     python = sys.executable
+    console = [ConnectorConfig(
+        name="console",
+        command=[python, "-m", "mcplhost.connectors.console"],
+        env={"CONSOLE_SOCKET": str(console_socket), "CONSOLE_AGENTS": DEV_AGENT.name},
+        grant=CHAT_GRANT,
+    )] if console_socket is not None else []
     return Config(
         store=StoreConfig(path=str(db)),
         connectors=[
@@ -87,6 +114,7 @@ def dev_config(db: Path) -> Config:
                 env=_settings(HEARTBEAT_DEFAULTS),
                 grant=["pushEvents"],
             ),
+            *console,
         ],
         agents=[DEV_AGENT],
     )
@@ -100,7 +128,7 @@ def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
         if first:
             lines.append(f"  {connector.name}: " + first.format(**connector.env))
             lines.extend("    " + line.format(**connector.env) for line in more)
-    lines.append("  console: each line you type here is stored as console input")
+    lines.append("  docs: README.md, docs/connectors.md (how a connector talks to this host)")
     return lines
 
 
@@ -156,8 +184,10 @@ def fit(line: str, width: int) -> str:
 
 
 def place(server: str, label: str, thread: Any) -> str:
-    """`server label` and, in a thread, ` › thread`: where an item came from or a publish went."""
-    return f"{server} {label}".strip() + (f" › {thread}" if isinstance(thread, str) and thread else "")
+    """`server label` (the label once when it is the server's name, as the console's is) and, in a thread,
+    ` › thread`: where an item came from or a publish went."""
+    where = server if label == server else f"{server} {label}".strip()
+    return where + (f" › {thread}" if isinstance(thread, str) and thread else "")
 
 
 def describe_item(item: NewItem) -> str:
@@ -223,9 +253,10 @@ class LiveView:
         tty = out.isatty()
         if tty:
             try:
-                width = os.get_terminal_size(out.fileno()).columns
+                # A fresh pty or a serial console reports 0 columns: that is no size, not a width of 0.
+                width = os.get_terminal_size(out.fileno()).columns or PLAIN_WIDTH
             except OSError:
-                pass  # a tty without a size (e.g. a serial console): keep the plain width
+                pass  # a tty without a size: keep the plain width
         return cls(out, width, colour=tty and not os.environ.get("NO_COLOR"))
 
     def line(self, epoch_s: float, text: str, kind: str | None = None) -> None:
@@ -249,3 +280,132 @@ class LiveView:
         if text is not None:
             name = str(event.get("event"))
             self.line(self.now(), text, name if name in COLOURS else str(event.get("level")))
+
+
+# --- the console -------------------------------------------------------------------
+
+
+class LineSplitter:
+    """Bytes read from the terminal in, whole typed lines out, each at most LINE_MAX_CHARS characters.
+
+    What is held back waiting for its newline is bounded too: past the bound
+    the line is cut there and the rest of it, up to its newline, dropped.
+    """
+
+    def __init__(self, max_chars: int = LINE_MAX_CHARS) -> None:
+        self.max_bytes = max_chars * 4  # UTF-8 takes at most 4 bytes a character
+        self.max_chars = max_chars
+        self.pending = bytearray()
+        self.skipping = False  # inside a line already cut: drop up to its newline
+
+    def feed(self, data: bytes) -> list[str]:
+        lines = []
+        *ended, rest = data.split(b"\n")
+        for part in ended:
+            self._hold(part)
+            if not self.skipping:
+                lines.append(self._take())
+            self.skipping = False
+        self._hold(rest)
+        if len(self.pending) > self.max_bytes:
+            lines.append(self._take())
+            self.skipping = True
+        return lines
+
+    def _hold(self, part: bytes) -> None:
+        if not self.skipping:
+            self.pending += part[: self.max_bytes + 1 - len(self.pending)]
+
+    def end(self) -> list[str]:
+        """At the end of input: the last line, when it had no newline."""
+        return [self._take()] if self.pending and not self.skipping else []
+
+    def _take(self) -> str:
+        text = self.pending.decode("utf-8", "replace")[: self.max_chars].rstrip("\r")
+        self.pending.clear()
+        return text
+
+
+async def typed_lines(fd: int) -> AsyncIterator[str]:
+    """The lines typed on `fd`, read on the event loop: no thread is left blocked in a read at exit.
+
+    A file the loop cannot wait on (a regular file, /dev/null) is always
+    ready, so it is read straight away; a closed or unusable fd yields nothing.
+    """
+    splitter = LineSplitter()
+    pollable = True
+    while True:
+        if pollable:
+            try:
+                await anyio.wait_readable(fd)
+            except PermissionError:
+                pollable = False  # epoll refuses files that never block
+            except OSError:
+                return
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not data:
+            for line in splitter.end():
+                yield line
+            return
+        for line in splitter.feed(data):
+            yield line
+        if not pollable:
+            await anyio.sleep(0)  # a long file must not hold the loop
+
+
+class ConsoleRelay:
+    """Relays the lines typed on dev's stdin to the console connector over a Unix socket.
+
+    The socket lives in a folder of its own (mode 0700), removed on exit.
+    Lines typed while no connector is connected wait in a bounded backlog.
+    """
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="mcplhost-dev-"))
+        self.path = self.folder / "console.sock"
+        self.clients: list[anyio.abc.SocketStream] = []
+        self.backlog: deque[bytes] = deque(maxlen=CONSOLE_BACKLOG)
+        self.listener: anyio.abc.SocketListener | None = None
+
+    def __enter__(self) -> ConsoleRelay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    async def run(self) -> None:
+        """Relay stdin (when there is one) until cancelled."""
+        async with await anyio.create_unix_listener(self.path) as listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, self._connected)
+            if sys.stdin is not None:  # None when dev was started with stdin closed
+                async for line in typed_lines(sys.stdin.fileno()):
+                    if line.strip():
+                        await self._send((line + "\n").encode())
+            await anyio.sleep_forever()  # stdin ended; the connector stays up until the host stops
+
+    async def _connected(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            while self.backlog:
+                await client.send(self.backlog.popleft())
+            self.clients.append(client)
+            try:
+                while True:
+                    await client.receive()  # the connector sends nothing: this waits for it to go away
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            finally:
+                self.clients.remove(client)
+
+    async def _send(self, data: bytes) -> None:
+        if not self.clients:
+            self.backlog.append(data)
+        for client in list(self.clients):
+            try:
+                await client.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.backlog.append(data)  # a connector that restarts gets it on its next connection

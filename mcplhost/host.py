@@ -29,6 +29,7 @@ import anyio
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from .agents.hooks import HookState
 from .config import Config, ConnectorConfig
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
@@ -58,8 +59,11 @@ class Host:
         self.writer: GroupWriter | None = None
         self.ingest: Ingest | None = None  # set while running
         self._stored_send: ObjectSendStream[Stored] | None = None  # see stored_events()
+        #: This host's hook and lifecycle bookkeeping: its agents write it, its connectors' inference/request
+        #: reads it (the loop guard). Per host, never per process.
+        self.hooks = HookState()
         #: The `[inference]` backend connectors reach through inference/request and model/info (None: not configured).
-        self.inference = connector_inference(config)
+        self.inference = connector_inference(config, hook_pending=self.hooks.hook_pending)
         offered = offered_paths(IMPLEMENTED, inference_configured=self.inference is not None)
         self._handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=self.inference)
                          for spec in config.connectors}
@@ -123,7 +127,8 @@ class Host:
                           task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         from .agents.runtime import AgentsRuntime  # only a host with agents loads them (and their SDKs)
 
-        self.agents = AgentsRuntime(self.config, store, writer, self.connectors, events, outbox=self.outbox_senders)
+        self.agents = AgentsRuntime(self.config, store, writer, self.connectors, events, outbox=self.outbox_senders,
+                                    hooks=self.hooks)
         await self.agents.run(task_status=task_status)
 
     def _build_senders(self, store: Any, writer: GroupWriter) -> None:

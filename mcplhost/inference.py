@@ -11,7 +11,10 @@ host system prompt, no history, no hooks (HOST-DIGEST §3.3: hooks are not run
 for inferences a server started). The connector's own `system` messages, if
 any, become the request's system text. The host's bounds still apply: the
 backend's `max_tokens` caps `preferences.maxTokens`, and at most
-`MAX_CONCURRENT_PER_CONNECTOR` requests of one connector run at once.
+`MAX_CONCURRENT_PER_CONNECTOR` requests of one connector are admitted at once:
+the place is taken at receipt (`admit`), so a burst read in one chunk cannot
+reach the model all together, and given back when the request ends, is
+cancelled by the connector, or never starts.
 """
 
 from __future__ import annotations
@@ -179,24 +182,35 @@ class ConnectorInference:
     def model_info(self) -> dict[str, Any]:
         return model_info(self.config)
 
-    def admit(self, server_id: str) -> None:
-        """Raise InferenceRefused when this connector may not start another request now (checked at receipt)."""
+    def admit(self, server_id: str) -> Callable[[], None]:
+        """Take one of the connector's places (checked at receipt); return what gives it back (idempotent).
+
+        Raises InferenceRefused when the connector may not start another request now.
+        """
         if self.hook_pending(server_id):
             raise InferenceRefused("hook_pending", "a context/beforeInference call to this connector is outstanding")
-        # Counted when the work starts, not here: an admitted request whose work never starts (the
-        # connection stopped first) must not hold a place for good.
         if self._running.get(server_id, 0) >= MAX_CONCURRENT_PER_CONNECTOR:
             raise InferenceRefused("busy", f"at most {MAX_CONCURRENT_PER_CONNECTOR} requests at once")
+        self._running[server_id] = self._running.get(server_id, 0) + 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._running[server_id] -= 1
+                if not self._running[server_id]:
+                    del self._running[server_id]
+        return release
 
     async def complete(self, server_id: str, params: InferenceRequest, request: ModelRequest, *,
                        request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
-        """Run one request `admit` let in; chunks, when streamed, all go out before this returns.
+        """Run one request `admit` let in (its caller gives the place back); streamed chunks all go out first.
 
         Raises BackendError when the backend fails.
         """
         clog = log.bind(connector=server_id, featureSet=params.featureSet, conversationId=params.conversationId,
                         stream=params.stream)
-        self._running[server_id] = self._running.get(server_id, 0) + 1
         try:
             if params.stream and send_chunk is not None:
                 pump = _ChunkPump(request_id, send_chunk)
@@ -213,10 +227,6 @@ class ConnectorInference:
         except BackendError as exc:
             clog.warning("inference.failed", reason=exc.reason, detail=exc.detail)
             raise
-        finally:
-            self._running[server_id] -= 1
-            if not self._running[server_id]:
-                del self._running[server_id]
         result = inference_result(response, request.model)
         clog.info("inference.completed", model=result["model"], finishReason=result["finishReason"], chunks=chunks,
                   inputTokens=response.usage.input_tokens, outputTokens=response.usage.output_tokens)
@@ -226,12 +236,14 @@ class ConnectorInference:
         await self.backend.aclose()
 
 
-def connector_inference(config: Any) -> ConnectorInference | None:
-    """The port for a host's `Config`: None without `[inference]` (then nothing is offered or granted)."""
+def connector_inference(config: Any, *, hook_pending: Callable[[str], bool]) -> ConnectorInference | None:
+    """The port for a host's `Config`: None without `[inference]` (then nothing is offered or granted).
+
+    `hook_pending`: the host's own loop guard (its agents' `HookState`).
+    """
     if config.inference is None:
         return None
-    # Late: hooks sit above the supervisor, which the protocol layer (importing this module) sits below.
+    # Late: the backends sit above the supervisor, which the protocol layer (importing this module) sits below.
     from mcplhost.agents.backends import make_backend
-    from mcplhost.agents.hooks import hook_pending
 
     return ConnectorInference(config.inference, make_backend(config.inference.backend), hook_pending=hook_pending)

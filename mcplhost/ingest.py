@@ -49,6 +49,7 @@ from mcplhost.inbound.pipeline import (
     admit,
     run_pipeline,
 )
+from mcplhost.logs import LimitedLog
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
 from mcplhost.speech.echoes import marked
@@ -108,7 +109,10 @@ class Ingest:
         self.on_stored = on_stored  # e.g. `mcplhost dev`'s live view; called after each commit
         self.events = events  # bounded (STORED_EVENTS_BUFFER); see the module docstring
         self._missed = 0  # events dropped since the last one delivered
-        self._stats = {"stored_events": 0, "stored_events_dropped": 0}
+        self._stats = {"stored_events": 0, "stored_events_dropped": 0, "redelivered": 0}
+        # Per connector (configured names only): the lines a connector's redeliveries cause. No driver runs
+        # them, so a window's count comes with that connector's next such line (`statistics` has it at once).
+        self._limited: dict[str, LimitedLog] = {}
         self._stripped: set[tuple[str, str]] = set()
         self._threads: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
 
@@ -147,7 +151,9 @@ class Ingest:
         self._emit(rows, written)
         repeats = [w.id for w in written if w.duplicate]
         if repeats:  # one line per request, however many it repeated (a replay after a restart can be long)
-            self.log.info("ingest.redelivered", connector=server_id, duplicates=len(repeats), first_original=repeats[0])
+            self._stats["redelivered"] += len(repeats)
+            self._limited_for(server_id).info("ingest.redelivered", duplicates=len(repeats),
+                                              first_original=repeats[0])
         results = []
         stored = iter(zip(rows, written))
         for message, outcome in zip(messages, outcomes):
@@ -252,8 +258,14 @@ class Ingest:
                        conversation_id=conversation, dedup_digest=dedup_digest)
 
     def statistics(self) -> dict[str, int]:
-        """Stored events offered and dropped so far (dropped: the consumer was behind)."""
+        """Stored events offered and dropped so far (dropped: the consumer was behind); redelivered items."""
         return dict(self._stats)
+
+    def _limited_for(self, server_id: str) -> LimitedLog:
+        limited = self._limited.get(server_id)
+        if limited is None:
+            limited = self._limited[server_id] = LimitedLog(self.log.bind(connector=server_id))
+        return limited
 
     def _emit(self, items: list[NewItem], written: list[ItemWritten]) -> None:
         """After a commit: tell `on_stored` and the events stream about the items new in it."""

@@ -1,25 +1,190 @@
-"""structlog configuration: JSON lines on stderr, or a console rendering for people.
+"""structlog configuration, the log writer thread, and the limiter for lines a connector causes.
 
-Only the CLI calls `configure`; modules take `structlog.get_logger()` at import.
-`mcplhost dev` passes a `tap` (its live view sees every event) and may hide
-the log lines themselves (`show=False`).
+Only the CLI calls `configure` (and `shutdown` on its way out); modules take
+`structlog.get_logger()` at import. `mcplhost dev` passes a `tap` (its live
+view sees every event) and may hide the log lines themselves (`show=False`).
+
+Rendered lines never touch the sink from the event loop: they go into a
+bounded queue that one writer thread empties (`LineQueue`), so a sink that
+blocks (stderr into a full pipe, a slow journald) stalls only that thread.
+When the queue is full a line is dropped and counted, and the next write
+carries a `log.dropped` line with the count (docs/operations.md, "Logs").
+
+Per-message events a connector can cause at will (a refusal, a stray
+response, a junk line) go through a `LimitedLog`: per connector and event,
+the first `LINES_PER_WINDOW` lines of each `WINDOW_S` window, then one
+`log.suppressed` line with the count when the window closes or the
+connector's life ends. The exact counts live in the components'
+`statistics()`, never only here.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import queue
 import sys
+import threading
+import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
+import anyio
+import msgspec
 import structlog
+
+from .ratelimit import Suppressed, WindowLimiter
 
 LogFormat = Literal["json", "console"]
 Tap = Callable[[dict[str, Any]], None]
 
+#: Lines of one event per connector written in each window before the rest are only counted.
+LINES_PER_WINDOW = 10
+#: The window of `LINES_PER_WINDOW`, in seconds; its suppressed count is logged when it closes.
+WINDOW_S = 60.0
+#: Rendered lines waiting for the writer thread; past this they are dropped and counted.
+QUEUE_LINES = 10_000
+#: Lines the writer thread joins into one write.
+WRITE_BATCH_LINES = 512
+#: On exit, how long the queued lines may take to reach the sink (a stuck sink cannot hold the exit).
+FLUSH_ON_EXIT_S = 5.0
+#: A logged value (a string, or a list or mapping as JSON) is cut at this many characters: values often
+#: carry what a connector sent.
+MAX_VALUE_CHARS = 2000
+
+_STOP = object()  # the writer thread's end-of-queue marker
+
+
+class LineQueue:
+    """Rendered log lines, written to `write` by one thread; never blocks the caller.
+
+    `put` drops a line when `max_lines` are waiting (counted in `dropped`;
+    the next write adds `dropped_line(count)`). A write that fails (the
+    reader of stderr went away) ends writing for good; later lines are
+    counted as dropped. After `close`, lines are written by the caller.
+    """
+
+    def __init__(self, write: Callable[[bytes], None], dropped_line: Callable[[int], str], *,
+                 max_lines: int = QUEUE_LINES) -> None:
+        self._write = write
+        self._dropped_line = dropped_line
+        self._queue: queue.Queue[Any] = queue.Queue(max_lines)
+        self._lock = threading.Lock()
+        self._unreported = 0
+        #: Lines dropped so far, in total (queue full or sink broken).
+        self.dropped = 0
+        self._broken = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="mcplhost-log-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        if self._closed:  # after `close`: written here, unless the thread is still stuck in a write
+            if self._thread.is_alive():
+                self._count_dropped(1)
+            else:
+                self._write_now([line])
+            return
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            self._count_dropped(1)
+
+    def close(self, timeout: float = FLUSH_ON_EXIT_S) -> bool:
+        """Write what is queued and end the thread, within `timeout`; whether everything went out."""
+        if self._closed:
+            return not self._thread.is_alive()
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            return False
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        return not self._thread.is_alive()
+
+    def _count_dropped(self, lines: int) -> None:
+        with self._lock:
+            self._unreported += lines
+            self.dropped += lines
+
+    def _take_unreported(self) -> int:
+        with self._lock:
+            count, self._unreported = self._unreported, 0
+        return count
+
+    def _serve(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < WRITE_BATCH_LINES:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = _STOP in batch
+            self._write_now([line for line in batch if line is not _STOP])
+            if stop:
+                return
+
+    def _write_now(self, lines: list[str]) -> None:
+        if self._broken:
+            self._count_dropped(len(lines))
+            return
+        dropped = self._take_unreported()
+        if dropped:
+            lines.append(self._dropped_line(dropped))
+        if not lines:
+            return
+        try:
+            self._write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
+        except (OSError, ValueError):  # the sink is gone (EPIPE, a closed file): nothing more can be written
+            self._broken = True
+            self._count_dropped(len(lines) - (1 if dropped else 0))
+
+
+def fd_writer(stream: IO[str]) -> Callable[[bytes], None]:
+    """Write bytes to `stream`'s file descriptor (a duplicate of it), else through the stream.
+
+    A duplicate descriptor keeps the writer thread off `sys.stderr`'s own
+    buffer and lock, which the interpreter takes at exit.
+    """
+    try:
+        fd = os.dup(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        def through_stream(data: bytes) -> None:
+            stream.write(data.decode("utf-8", "replace"))
+            stream.flush()
+
+        return through_stream
+
+    def to_fd(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    return to_fd
+
+
+class _QueueLogger:
+    """structlog's logger: hands each rendered line to the queue (whatever the method name)."""
+
+    def __init__(self, lines: LineQueue) -> None:
+        self._lines = lines
+
+    def msg(self, message: str) -> None:
+        self._lines.put(message)
+
+    log = debug = info = warn = warning = err = error = critical = exception = fatal = failure = msg
+
+
+_lines: LineQueue | None = None
+
 
 def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap | None = None,
               show: bool = True) -> None:
+    """Log to stderr through the writer thread (a previous configuration's queue is flushed first)."""
+    global _lines
     renderer: structlog.typing.Processor
     if log_format == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
@@ -33,17 +198,30 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
         processors.append(_tapping(tap))
     if not show:
         processors.append(_drop)
-    processors += [
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.format_exc_info,
-        renderer,
-    ]
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    processors += [_bound_values, stamp, structlog.processors.format_exc_info, renderer]
+
+    def dropped_line(count: int) -> str:
+        event = {"event": "log.dropped", "level": "warning", "lines": count,
+                 "detail": "the log sink did not keep up; these lines were not written"}
+        return str(renderer(None, "warning", stamp(None, "warning", event)))
+
+    shutdown()
+    _lines = LineQueue(fd_writer(sys.stderr), dropped_line)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
+        logger_factory=lambda *args: _QueueLogger(_lines),
         cache_logger_on_first_use=True,
     )
+
+
+def shutdown(timeout: float = FLUSH_ON_EXIT_S) -> bool:
+    """Write every queued line (within `timeout`) and stop the writer thread; later lines are written directly."""
+    return _lines.close(timeout) if _lines is not None else True
+
+
+atexit.register(shutdown)  # a safety net: the CLI calls shutdown itself, before its last words
 
 
 def _tapping(tap: Tap) -> structlog.typing.Processor:
@@ -54,5 +232,119 @@ def _tapping(tap: Tap) -> structlog.typing.Processor:
     return processor
 
 
+def _bound_values(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Every value cut to a bounded size, so no line carries a connector's megabyte."""
+    return {key: bounded(value) for key, value in event.items()}
+
+
+def bounded(value: Any) -> Any:
+    """`value`, or when its text is longer than MAX_VALUE_CHARS, that text cut there and marked "…".
+
+    A container is measured as the JSON it renders to, so its whole size is
+    bounded however deep it nests.
+    """
+    if isinstance(value, str):
+        return value if len(value) <= MAX_VALUE_CHARS else value[:MAX_VALUE_CHARS] + "…"
+    if isinstance(value, (bytes, bytearray)):
+        return bounded(bytes(value[:MAX_VALUE_CHARS + 1]).decode("utf-8", "replace"))
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        text = _as_text(value)
+        return value if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "…"
+    return value
+
+
+def _as_text(value: Any) -> str:
+    try:
+        return msgspec.json.encode(value, enc_hook=repr).decode("utf-8", "replace")
+    except (TypeError, ValueError):  # e.g. keys that are not strings
+        return repr(value)
+
+
 def _drop(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
     raise structlog.DropEvent
+
+
+# --- lines a connector causes ------------------------------------------------------
+
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+class LimitedLog:
+    """A connector's per-message events: the first lines of each event per window, then a count.
+
+    `info/warning/error(event, **fields)` write through `log` (bound to the
+    connector) while the event's allowance lasts; the rest are counted and
+    come out as one `log.suppressed` line (suppressed_event, count,
+    window_s) when the window closes (`run`, the driver, sleeps until then)
+    or at `close()` (the end of the connector's life). `key` groups lines
+    under another name than the event; it must be one of the host's own
+    names, never a string the connector chose. Lines filtered out by the
+    log level are not counted. Debug lines are not limited.
+    """
+
+    def __init__(self, log: Any, *, allowance: int = LINES_PER_WINDOW, window_s: float = WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = log
+        # structlog's filtering loggers say which levels they write; any other logger writes them all.
+        self._enabled: Callable[[int], bool] = getattr(log, "is_enabled_for", lambda level: True)
+        self._limiter = WindowLimiter(allowance, window_s)
+        self._clock = clock
+        self._due: anyio.Event | None = None  # set when a window starts holding lines back (made in `run`)
+        self._holding: set[str] = set()  # keys whose current window holds lines back
+        self._suppressed: dict[str, int] = {}
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._log.debug(event, **fields)
+
+    def info(self, event: str, *, key: str | None = None, **fields: Any) -> None:
+        self._emit("info", event, key, fields)
+
+    def warning(self, event: str, *, key: str | None = None, **fields: Any) -> None:
+        self._emit("warning", event, key, fields)
+
+    def error(self, event: str, *, key: str | None = None, **fields: Any) -> None:
+        self._emit("error", event, key, fields)
+
+    def _emit(self, level: str, event: str, key: str | None, fields: dict[str, Any]) -> None:
+        if not self._enabled(_LEVELS[level]):
+            return
+        key = key or event
+        passed, summary = self._limiter.admit(key, self._clock())
+        if summary is not None:
+            self._summarize([summary])
+        if passed:
+            getattr(self._log, level)(event, **fields)
+            return
+        self._suppressed[key] = self._suppressed.get(key, 0) + 1
+        if key not in self._holding:  # a new deadline, maybe earlier than the one `run` sleeps to
+            self._holding.add(key)
+            if self._due is not None:
+                self._due.set()
+
+    def statistics(self) -> dict[str, int]:
+        """Lines suppressed so far, per event (or key): for the metrics, since the lines are not there."""
+        return dict(self._suppressed)
+
+    async def run(self) -> None:
+        """Log each window's suppressed count when it closes, without waiting for another line; until cancelled."""
+        while True:
+            self._due = anyio.Event()
+            deadline = self._limiter.next_deadline()
+            if deadline is None:
+                await self._due.wait()
+                continue
+            with anyio.move_on_after(max(0.0, deadline - self._clock())):
+                await self._due.wait()
+            self._summarize(self._limiter.roll(self._clock()))
+
+    def close(self) -> None:
+        """The connector's life is over: log what every open window held back."""
+        self._summarize(self._limiter.drain())
+
+    def _summarize(self, summaries: list[Suppressed]) -> None:
+        for summary in summaries:
+            self._holding.discard(summary.key)
+            window_s = self._limiter.window_s
+            self._log.warning("log.suppressed", suppressed_event=summary.key, count=summary.count, window_s=window_s,
+                              detail=f"{summary.count} more {summary.key} lines in a {window_s:g} s window"
+                                     " were counted, not written")

@@ -190,7 +190,7 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        process = await spawn(spec.command, env=child_environment(spec.env), cwd=spec.cwd)
+        process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
         connection = McplConnection(spec, intake if intake is not None else Ingest(store, writer, clog), clog)
         session = Session(process.stdin, process.stdout, on_request=connection.on_request,  # type: ignore[arg-type]
                           on_notification=connection.on_notification, log=clog,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import msgspec
@@ -293,6 +294,18 @@ class TestPatternsAndWakes:
         """Whole-segment `*` and names pass."""
         assert problems_of(one_connector(grant=json.dumps([pattern]))) == []
 
+    @pytest.mark.parametrize(("pattern", "says"), [
+        ("channels.incomming", "'incomming' is no capability under 'channels' (did you mean 'incoming'?)"),
+        ("pushEvent", "'pushEvent' is no capability at the top level (did you mean 'pushEvents'?)"),
+        ("channels", "is a branch, not a capability"),
+        ("*.*.*.*.*", "no capability lies beneath '*.*.*.*'"),
+        ("pushEvents.x", "no capability lies beneath 'pushEvents'; grant 'pushEvents' itself"),
+    ])
+    def test_a_pattern_that_names_no_capability_is_a_problem(self, pattern: str, says: str) -> None:
+        """A well-formed pattern matching no path of the vocabulary would grant nothing: a problem, not silence."""
+        (problem,) = problems_of(one_connector(grant=json.dumps([pattern])))
+        assert problem.startswith("connectors[0].grant[0]: ") and says in problem, problem
+
     @pytest.mark.parametrize("entry", ["all", "addressed", "dm", "push", "a", "a/stub:g1:*"])
     def test_wake_on_entries_from_agents_md_pass(self, entry: str) -> None:
         """The keywords, a configured connector's name, and NAME/GLOB are the wake_on vocabulary."""
@@ -559,3 +572,75 @@ class TestAgentEnvironment:
         assert warnings(raw)[1:] == [
             "agents[0].wake_on[1]: 'b/x:*' names a connector the agent does not hear: it never wakes it",
             "agents[0].backend.script: ignored by kind 'openai' (scripted only)"]
+
+
+class TestConnectorEnvironment:
+    """`env`, `env_pass` and `env_file` (docs/connectors.md §10): what check-config and run refuse."""
+
+    KEYED = ('[[agents]]\nname = "scout"\n[agents.backend]\nkind = "openai"\nmodel = "m"\n'
+             'api_key_env = "SCOUT_KEY"\n[inference]\n[inference.backend]\nkind = "anthropic"\nmodel = "m"\n'
+             'api_key_env = "INFER_KEY"\n')
+
+    def connector(self, **fields: str) -> str:
+        return ('[[connectors]]\nname = "c"\ncommand = ["sh"]\ngrant = ["pushEvents"]\n'
+                + "".join(f"{key} = {value}\n" for key, value in fields.items()))
+
+    def test_env_pass_and_env_naming_an_api_key_variable_are_problems(self) -> None:
+        """An agent's or [inference]'s api_key_env named in env_pass or as an env key: a problem naming both."""
+        raw = tomllib.loads(self.connector(env_pass='["PROXY", "SCOUT_KEY"]', env='{ INFER_KEY = "x" }')
+                            + self.KEYED)
+        found = problems(raw)
+        assert [p.partition(":")[0] for p in found] == ["connectors[0].env_pass[1]", "connectors[0].env.INFER_KEY"]
+        assert "named by agents[0].backend.api_key_env" in found[0]
+        assert "named by inference.backend.api_key_env" in found[1]
+
+    def test_env_pass_entries_are_variable_names(self) -> None:
+        """`env_pass = ["NOT A NAME"]` is a type problem at its index."""
+        found = problems(tomllib.loads(self.connector(env_pass='["GOOD", "not a name"]')))
+        assert [p.partition(":")[0] for p in found] == ["connectors[0].env_pass[1]"]
+
+    def test_the_derived_field_cannot_be_written(self) -> None:
+        """`withheld_env` is filled in by the loader; a file that sets it has an unknown key."""
+        found = problems(tomllib.loads(self.connector(withheld_env='["X"]')))
+        assert found == ["connectors[0].withheld_env: unknown key"]
+
+    def test_the_env_file_is_resolved_and_every_connector_withholds_every_key(self, tmp_path) -> None:
+        """env_file is relative to the config; each connector carries the api key variables it never gets."""
+        secrets = tmp_path / "c.env"
+        secrets.write_text("TOKEN=t\n", encoding="utf-8")
+        secrets.chmod(0o600)
+        config = load_config(write(tmp_path, self.connector(env_file='"c.env"') + self.KEYED))
+        (spec,) = config.connectors
+        assert spec.env_file == str(secrets) and spec.withheld_env == {"SCOUT_KEY", "INFER_KEY"}
+
+    @pytest.mark.parametrize(("content", "mode", "says"), [
+        ("TOKEN=t\n", 0o640, "mode 0640 lets the group or others read or write it"),
+        ("TOKEN=t\nbroken line\n", 0o600, "line 2: not NAME=VALUE"),
+        ("SCOUT_KEY=sk\n", 0o600, "sets SCOUT_KEY, which holds an api key of this host"),
+        (None, 0o600, "cannot open: No such file or directory"),
+    ])
+    def test_an_unusable_env_file_is_a_problem(self, tmp_path, content: str | None, mode: int, says: str) -> None:
+        """check-config refuses an env file others may read, one that does not parse, or names an api key."""
+        if content is not None:
+            (tmp_path / "c.env").write_text(content, encoding="utf-8")
+            (tmp_path / "c.env").chmod(mode)
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(tmp_path, self.connector(env_file='"c.env"') + self.KEYED))
+        (problem,) = caught.value.problems
+        assert problem.startswith("connectors[0].env_file: ") and says in problem, problem
+
+    def test_a_start_problem_does_not_stop_run(self, tmp_path) -> None:
+        """What stops one connector (command, cwd, env file) is left to its spawn when run reads the config."""
+        text = self.connector(env_file='"absent.env"', command='["no-such-program-h4"]').replace(
+            'command = ["sh"]\n', "")
+        with pytest.raises(ConfigError):
+            read_config(write(tmp_path, text))
+        config, _ = read_config(write(tmp_path, text), start_problems=False)
+        assert config.connectors[0].command == ["no-such-program-h4"]
+
+    def test_an_env_pass_variable_not_set_here_is_a_warning(self, tmp_path, monkeypatch) -> None:
+        """An env_pass name absent from check-config's environment is said (it may be set under systemd)."""
+        monkeypatch.delenv("MCPLHOST_UNSET_H4", raising=False)
+        _, found = read_config(write(tmp_path, self.connector(env_pass='["MCPLHOST_UNSET_H4"]')))
+        assert found == ["connectors[0].env_pass[0]: the variable MCPLHOST_UNSET_H4 is not set here: "
+                         "the connector starts without it"]

@@ -1,13 +1,31 @@
-"""mcplhost/dev.py's pure parts: fitting a line to the terminal, printable text, item and event lines."""
+"""mcplhost/dev.py's pure parts: fitting a line to the terminal, printable text, item and event lines, typed lines;
+the console connector's mentions."""
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
+import struct
+import termios
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.dev import ELLIPSIS, LiveView, bundled_connectors, describe_event, describe_item, fit, printable
+from mcplhost.connectors.console import mentioned, typed
+from mcplhost.dev import (
+    ELLIPSIS,
+    PLAIN_WIDTH,
+    LineSplitter,
+    LiveView,
+    bundled_connectors,
+    describe_event,
+    describe_item,
+    fit,
+    printable,
+)
 from mcplhost.store import NewItem
 
 
@@ -98,6 +116,8 @@ class TestDevAgent:
                      "channel": "zulip:eng", "thread": "deploys", "message_id": "z-1"}
         assert describe_event(delivered, [], {("zulip", "zulip:eng"): "#eng"}) == "publish scout → zulip #eng › deploys"
         assert describe_event({**delivered, "thread": None}, []) == "publish scout → zulip zulip:eng"
+        console = {**delivered, "connector": "console", "channel": "console", "thread": None}
+        assert describe_event(console, [], {("console", "console"): "console"}) == "publish scout → console"
 
     def test_the_view_names_a_publish_s_channel_by_the_label_its_items_carry(self) -> None:
         """After an item from a channel, a publish to that channel shows its label; an echo is marked."""
@@ -121,3 +141,78 @@ class TestColour:
         LiveView(coloured, 30, now=lambda: 0.0, colour=True).event(wake)
         assert "\x1b" not in plain.getvalue()
         assert coloured.getvalue() == "\x1b[33m" + plain.getvalue().rstrip("\n") + "\x1b[0m\n"
+
+
+class TestTerminalWidth:
+    @pytest.mark.parametrize(("columns", "width"), [(0, PLAIN_WIDTH), (40, 40), (132, 132)])
+    def test_a_terminal_of_no_size_gets_the_plain_width(self, columns: int, width: int) -> None:
+        """A pty reporting 0 columns is a terminal of unknown size: 80 columns, not 0 (every line an ellipsis)."""
+        master, slave = pty.openpty()
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, columns, 0, 0))
+            with open(slave, "w", closefd=False) as out:
+                assert LiveView.for_stream(out).width == width
+        finally:
+            os.close(master)
+            os.close(slave)
+
+
+#: Terminal input: any bytes, newlines often.
+TYPED = st.lists(st.one_of(st.binary(max_size=50), st.just(b"\n"), st.text(max_size=30).map(str.encode)),
+                 max_size=30)
+
+
+class TestLineSplitter:
+    @given(TYPED, st.integers(min_value=1, max_value=20))
+    def test_lines_come_out_whole_however_the_reads_split_them(self, chunks: list[bytes], bound: int) -> None:
+        """Each line (cut to the bound) comes out once, the same whatever the read boundaries; nothing held grows
+        past the bound."""
+        data = b"".join(chunks)
+        splitter = LineSplitter(max_chars=bound)
+        out: list[str] = []
+        for chunk in chunks:
+            out += splitter.feed(chunk)
+            assert len(splitter.pending) <= splitter.max_bytes + 1
+        out += splitter.end()
+        whole = LineSplitter(max_chars=bound)
+        assert out == whole.feed(data) + whole.end()
+        assert all(len(line) <= bound for line in out)
+
+    @given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=["Cs"]),
+                            max_size=10), max_size=10))
+    def test_short_lines_come_out_as_typed(self, lines: list[str]) -> None:
+        splitter = LineSplitter(max_chars=10)
+        assert splitter.feed("".join(line + "\n" for line in lines).encode()) == lines
+
+    def test_an_endless_line_is_cut_and_its_rest_dropped_up_to_its_newline(self) -> None:
+        """A paste without newlines holds at most the bound; what follows its newline is a line again."""
+        splitter = LineSplitter(max_chars=5)
+        assert splitter.feed(b"abcd") == [] and splitter.feed(b"efgh" * 5) == ["abcde"]  # past 4 bytes a character
+        assert splitter.feed(b"ijklmnop" * 1000) == [] and not splitter.pending
+        assert splitter.feed(b"q\nnext\n") == ["next"]
+
+
+class TestConsoleMentions:
+    @given(st.sampled_from(["scout", "Scout", "SCOUT"]), st.sampled_from(["", " ", ", ", ": ", "! "]),
+           st.text(max_size=20))
+    def test_a_leading_at_name_of_an_agent_is_a_mention_of_it(self, name: str, after: str, rest: str) -> None:
+        """`@scout`, any case, then a space, punctuation or the end, mentions scout as configured."""
+        line = f"@{name}{after}{rest}" if after or not rest else f"@{name}"
+        assert mentioned(line, ["lead", "scout"]) == "scout"
+
+    @given(st.text(max_size=40))
+    def test_no_other_line_is_a_mention(self, line: str) -> None:
+        """Whatever the text, a mention names a configured agent and only at the start."""
+        found = mentioned(line, ["scout"])
+        assert found is None or line.lstrip().casefold().startswith("@scout")
+
+    def test_a_mention_elsewhere_or_of_someone_else_is_none(self) -> None:
+        assert mentioned("hi @scout", ["scout"]) is None
+        assert mentioned("@scoutish hi", ["scout"]) is None and mentioned("@lead hi", ["scout"]) is None
+        assert mentioned("scout hi", ["scout"]) is None
+
+    def test_a_mention_is_tagged_so_the_wake_rules_see_it(self) -> None:
+        """The message of a mention carries chat:mention (chat:addressed by the closure); others no tag."""
+        said = typed("@scout hello", ["scout"])
+        assert said.tags == ["chat:mention"] and said.metadata == {"mentions": ["@scout"]}
+        assert typed("hello", ["scout"]).tags == []

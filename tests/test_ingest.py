@@ -13,6 +13,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored, conversation_id
+from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.store import export_line, open_store
 from mcplhost.store.writer import GroupWriter
@@ -81,6 +82,18 @@ class TestRedelivery:
             assert len(drain(events)) == 1
             assert [(e["event"], e["duplicates"], e["first_original"]) for e in logs] == [
                 ("ingest.redelivered", 1, item.id)]
+            assert intake.statistics()["redelivered"] == 1
+
+    async def test_a_connector_replaying_in_a_loop_is_counted_exactly_and_logged_a_few_times(self, tmp_path: Path):
+        """Each replayed request counts; only the limiter's allowance of them is logged."""
+        async with ingest(tmp_path) as (intake, _):
+            await intake.store_messages("disc", "channels/incoming", [message()])
+            with capture_logs() as logs:
+                for _ in range(3 * LINES_PER_WINDOW):
+                    await intake.store_messages("disc", "channels/incoming", [message()])
+            assert intake.statistics()["redelivered"] == 3 * LINES_PER_WINDOW
+            assert len([e for e in logs if e["event"] == "ingest.redelivered"]) == LINES_PER_WINDOW
+            assert all(e["connector"] == "disc" for e in logs)
 
     async def test_an_edit_is_its_own_item(self, tmp_path: Path):
         """chat:edited with a new body is stored beside the original, in the original's thread."""
@@ -116,7 +129,7 @@ class TestStoredEvents:
                 await intake.store_messages("disc", "channels/incoming", [message("later")])
             (flagged,) = drain(events)
             assert (flagged.id, flagged.missed_before) == (5, 3)
-            assert intake.statistics() == {"stored_events": 2, "stored_events_dropped": 3}
+            assert intake.statistics() == {"stored_events": 2, "stored_events_dropped": 3, "redelivered": 0}
             assert [e["event"] for e in logs if e["event"].startswith("ingest.stored_events")] == [
                 "ingest.stored_events_dropped", "ingest.stored_events_resumed"]
 

@@ -1,4 +1,4 @@
-"""The MCPL side of one inference: `context/beforeInference` hooks and `inference/lifecycle` (AGENTS.md §3.2–3.3).
+"""The MCPL side of one inference: `context/beforeInference` hooks and `inference/lifecycle` (MCPL context hooks and inference lifecycle).
 
 Both go only to connectors the agent hears (its `hears`, by connector name)
 and only under the grant:
@@ -43,7 +43,7 @@ from mcplhost.supervisor.handle import ConnectorHandle, ConnectorNotReady, State
 
 log = structlog.get_logger()
 
-#: Each connector's `context/beforeInference` answer is awaited this long (HOST-DIGEST §4 item 38).
+#: Each connector's `context/beforeInference` answer is awaited this long (docs/mcpl-checklist.md item 38).
 HOOK_TIMEOUT_S = 5.0
 #: A lifecycle notification that cannot be queued within this long is given up (logged).
 LIFECYCLE_SEND_TIMEOUT_S = 1.0
@@ -65,16 +65,6 @@ TERMINAL_PHASES = frozenset({"completed", "aborted", "failed"})
 PHASES = TERMINAL_PHASES | {"started"}
 
 
-#: Connectors with a `context/beforeInference` call outstanding, by name and count: while one is, that
-#: connector's `inference/request` is refused -32600 (HOST-DIGEST §3.3, the loop guard). Zero counts are removed.
-_HOOKS_PENDING: Counter[str] = Counter()
-
-
-def hook_pending(server_id: str) -> bool:
-    """Whether a `context/beforeInference` call to this connector is outstanding now."""
-    return _HOOKS_PENDING.get(server_id, 0) > 0
-
-
 def heard_connectors(handles: Mapping[str, ConnectorHandle], agent: AgentConfig) -> list[ConnectorHandle]:
     """The handles of the connectors the agent hears, in config order (no `hears`: every connector)."""
     if not agent.hears:
@@ -89,9 +79,9 @@ def conversation_of(agent: AgentConfig, conversation_id: str | None) -> str:
 
 
 def model_info(agent: AgentConfig) -> dict[str, Any]:
-    """ModelInfo for the agent's backend (HOST-DIGEST §2.2), from the config alone.
+    """ModelInfo for the agent's backend, from the config alone.
 
-    Sent in every beforeInference (AMB-11: the spec's table does not gate it)
+    Sent in every beforeInference (the spec's table does not gate it)
     and in lifecycle only under `modelInfo`.
     """
     backend = agent.backend
@@ -103,7 +93,7 @@ def model_info(agent: AgentConfig) -> dict[str, Any]:
 
 
 def hook_targets(handles: Mapping[str, ConnectorHandle], agent: AgentConfig) -> list[ConnectorHandle]:
-    """Ready connectors the agent hears that hold at least one hook leaf now (HOST-DIGEST §3.3)."""
+    """Ready connectors the agent hears that hold at least one hook leaf now."""
     return [h for h in heard_connectors(handles, agent) if h.state is State.READY and h.grant & HOOK_PATHS]
 
 
@@ -134,7 +124,7 @@ def injection_text(content: Any) -> str | None:
                 blocks.append({"type": "text", "text": block["text"]})
     else:
         return None
-    # A connector's words could imitate a host header: marked like any sender's text (PROVENANCE.md §4).
+    # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4).
     text = "\n".join(b["text"] for b in mark_openings(blocks))
     return text if text.strip() else None
 
@@ -191,12 +181,12 @@ def merged(contributions: Iterable[list[tuple[str, str]]]) -> Injections:
                       after_user=by_position["afterUser"])
 
 
-async def _ask(handle: ConnectorHandle, agent: AgentConfig, params: dict[str, Any],
+async def _ask(state: HookState, handle: ConnectorHandle, agent: AgentConfig, params: dict[str, Any],
                inference_id: str) -> list[tuple[str, str]]:
     """One connector's authorized injections; nothing (logged) on a timeout, an error or a refusal."""
     clog = log.bind(agent=agent.name, connector=handle.name, inferenceId=inference_id)
     try:
-        answer, grant = await _request_hook(handle, params)
+        answer, grant = await state.request_hook(handle, params)
     except RequestTimeout as exc:
         clog.warning("agent.hook_timeout", timeout_s=HOOK_TIMEOUT_S)
         await _cancel(handle, exc, "beforeInference timed out")
@@ -219,17 +209,6 @@ async def _ask(handle: ConnectorHandle, agent: AgentConfig, params: dict[str, An
     return kept
 
 
-async def _request_hook(handle: ConnectorHandle, params: dict[str, Any]) -> tuple[Any, frozenset[str]]:
-    """The `context/beforeInference` call, counted in `_HOOKS_PENDING` while it is outstanding."""
-    _HOOKS_PENDING[handle.name] += 1
-    try:
-        return await handle.request_with_grant("context/beforeInference", params, timeout=HOOK_TIMEOUT_S)
-    finally:
-        _HOOKS_PENDING[handle.name] -= 1
-        if _HOOKS_PENDING[handle.name] <= 0:
-            del _HOOKS_PENDING[handle.name]
-
-
 async def _cancel(handle: ConnectorHandle, exc: RequestTimeout, reason: str) -> None:
     """MCP notifications/cancelled for a request we stopped waiting for (best effort)."""
     if exc.request_id is None:
@@ -241,11 +220,11 @@ async def _cancel(handle: ConnectorHandle, exc: RequestTimeout, reason: str) -> 
         pass  # gone meanwhile: nothing left to cancel
 
 
-async def before_inference(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, *, inference_id: str,
-                           turn_index: int, user_message: str | None,
+async def before_inference(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, *, state: HookState,
+                           inference_id: str, turn_index: int, user_message: str | None,
                            conversation_id: str | None = None) -> Injections:
     """Ask every hook holder the agent hears, in parallel; the injections their grants permitted at receipt."""
-    _LEDGER.note_turn_index(inference_id, turn_index)
+    state.ledger.note_turn_index(inference_id, turn_index)
     targets = hook_targets(handles, agent)
     if not targets:
         return Injections()
@@ -256,7 +235,7 @@ async def before_inference(handles: Mapping[str, ConnectorHandle], agent: AgentC
     async def ask(index: int, handle: ConnectorHandle) -> None:
         params = hook_params(inference_id=inference_id, conversation_id=conversation, turn_index=turn_index,
                              user_message=user_message, grant=handle.grant, model=model)
-        answers[index] = await _ask(handle, agent, params, inference_id)
+        answers[index] = await _ask(state, handle, agent, params, inference_id)
 
     async with anyio.create_task_group() as tg:
         for index, handle in enumerate(targets):
@@ -279,7 +258,7 @@ class _Open:
 class InferenceLedger:
     """Per inference id: its turn index (from the hooks) and who heard `started`, until its terminal phase.
 
-    The pairing guard of HOST-DIGEST §3.4, bounded: at most `limit` entries
+    The pairing guard of docs/mcpl-checklist.md item 13, bounded: at most `limit` entries
     of each kind, the oldest forgotten first.
     """
 
@@ -312,12 +291,38 @@ class InferenceLedger:
             table.popitem(last=False)
 
 
-_LEDGER = InferenceLedger()
+class HookState:
+    """One host's hook and lifecycle bookkeeping (no module globals: two hosts in one process share nothing).
+
+    The host builds one and hands it to its agents and to its connectors'
+    `inference/request` port, which asks `hook_pending`.
+    """
+
+    def __init__(self, ledger_limit: int = MAX_OPEN_INFERENCES) -> None:
+        #: Connectors with a `context/beforeInference` call outstanding, by name and count: while one is, that
+        #: connector's `inference/request` is refused -32600 (the loop guard, docs/mcpl-checklist.md item 31).
+        #: Zero counts are removed.
+        self._pending: Counter[str] = Counter()
+        self.ledger = InferenceLedger(ledger_limit)
+
+    def hook_pending(self, server_id: str) -> bool:
+        """Whether a `context/beforeInference` call to this connector is outstanding now."""
+        return self._pending.get(server_id, 0) > 0
+
+    async def request_hook(self, handle: ConnectorHandle, params: dict[str, Any]) -> tuple[Any, frozenset[str]]:
+        """The `context/beforeInference` call, counted as pending while it is outstanding."""
+        self._pending[handle.name] += 1
+        try:
+            return await handle.request_with_grant("context/beforeInference", params, timeout=HOOK_TIMEOUT_S)
+        finally:
+            self._pending[handle.name] -= 1
+            if self._pending[handle.name] <= 0:
+                del self._pending[handle.name]
 
 
 def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int, phase: str,
                      grant: frozenset[str], model: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
-    """Metadata only (HOST-DIGEST §4 item 12): model under modelInfo, usage only with completed."""
+    """Metadata only (docs/mcpl-checklist.md item 12): model under modelInfo, usage only with completed."""
     params: dict[str, Any] = {"inferenceId": inference_id, "conversationId": conversation_id,
                               "turnIndex": turn_index, "phase": phase}
     if MODEL_INFO in grant:
@@ -327,9 +332,9 @@ def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int
     return params
 
 
-async def lifecycle(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, *, inference_id: str, phase: str,
-                    usage: Usage | None = None, turn_index: int | None = None,
-                    conversation_id: str | None = None, ledger: InferenceLedger | None = None) -> None:
+async def lifecycle(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, *, state: HookState,
+                    inference_id: str, phase: str, usage: Usage | None = None, turn_index: int | None = None,
+                    conversation_id: str | None = None) -> None:
     """Send one lifecycle phase to the lifecycle holders the agent hears; never raises for a connector.
 
     `started` goes to every ready holder now; a terminal phase to those of
@@ -339,7 +344,7 @@ async def lifecycle(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, 
     """
     if phase not in PHASES:
         raise ValueError(f"unknown lifecycle phase {phase!r}")
-    ledger = ledger if ledger is not None else _LEDGER
+    ledger = state.ledger
     if phase == "started":
         recipients = tuple(h.name for h in heard_connectors(handles, agent)
                            if h.state is State.READY and LIFECYCLE in h.grant)

@@ -58,6 +58,9 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: How many leading messages form the stable prefix (unchanged across the turns that follow),
     #: which the Anthropic backend marks with cache_control.
     stable_prefix: int = 0
+    #: The waking items' text without source headers (hooks' userMessage); None outside a turn. Never sent
+    #: to a model (the messages hold it) and not in the request digest: the scripted backend's `{{echo}}`.
+    waking_text: str | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):

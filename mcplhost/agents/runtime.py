@@ -10,14 +10,35 @@ has its own task that sleeps until its scheduler's next deadline (or a nudge
 from the dispatcher), takes the due `Wake` and runs the turn (turn.py). A
 slow backend or a hung connector delays only that agent.
 
-Catch-up (AGENTS.md §2, "Durable cursor"): at start each agent wakes once
+Catch-up (docs/operations.md, "When an agent misbehaves"): at start each agent wakes once
 for matching items after its durable cursor younger than
 `catch_up_max_age_s`; an agent seen for the first time gets a cursor at the
 current end of the store, written at once. When the event stream says events
 were dropped (`missed_before`), the runtime reads the missing items from
 the store (after the highest id it has seen) and feeds them like events.
 
-Echoes (AGENTS.md §2): a wake's items are read once more when it fires and
+The durable cursor is a low-water mark: written with each turn's end (or
+when a wake of echoes only is let go), it is the scheduler's
+`handled_through`, so it never passes an item still pending for that agent.
+The runtime vouches for what was offered (`seen_through`): every id up to
+the start's end (or as far as a bounded catch-up read) and every event since,
+but never past a gap of dropped events not read back yet; a gap whose read
+failed holds every cursor below it until the next start's catch-up. Events
+of one commit can come out of id order, so the dispatcher takes everything
+the stream holds as one batch and offers it in id order without a yield:
+the writer wakes every caller of a commit at once, and each emits its events
+before the dispatcher runs again, so the highest id offered never has an
+unoffered waking item below it.
+An item handled while an older one pended is above the cursor, so the
+start's catch-up leaves out the items the ledger's newest finished turns
+handled (`_handled_above`) rather than waking for them twice.
+
+Exception boundary: an unexpected error while handling one wake (outside
+the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
+with its `turn-failed` notice); the agent goes on serving later wakes.
+Cancellation always goes through.
+
+Echoes (docs/architecture.md, "Agents"): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
 can be stored before its publish is answered); a wake of echoes only is no
 turn, and the cursor moves past it. The outbox's echo window is seeded before
@@ -42,13 +63,23 @@ import structlog
 from anyio.abc import ObjectReceiveStream, TaskStatus
 
 from mcplhost.agents.backends import make_backend
+from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats, Wake
 from mcplhost.agents.tools import ToolBox
-from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.agents.turn import (
+    CONTEXT_ROWS,
+    OUTCOME_COMPLETED,
+    OUTCOME_FAILED,
+    OUTCOME_HELD,
+    TurnServices,
+    record_failed_turn,
+    run_turn,
+)
 from mcplhost.agents.wake import without_late_echoes
-from mcplhost.config import AgentConfig, Config
+from mcplhost.config import AgentConfig, Config, system_prompt_text
+from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.store.operations import CloseUnfinishedTurns, SetCursor, StartCursor
 
@@ -64,16 +95,25 @@ RECENT_IDS = 8192
 RECOVER_S = 1.0
 #: How long closing the backends may take on shutdown.
 BACKEND_CLOSE_S = 5.0
+#: An agent's newest turns read at start for items already handled above its cursor (older ones may wake again).
+HANDLED_TURNS_READ = 1000
+#: Turn outcomes that handled their wake (the cursor moves past it); an aborted turn's wake runs again.
+HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
+
+#: Test seam, None in production: called with the agent's name and the wake just before the wake is
+#: handled (its echo check and turn); a test sets it to raise there, standing in for a bug in that code.
+test_fault_before_wake: Callable[[str, Wake], None] | None = None
 
 
 class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
-    def __init__(self, agent: AgentConfig, services: TurnServices) -> None:
+    def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int]) -> None:
         self.agent = agent
         self.services = services
         self.scheduler = AgentScheduler(agent)
         self.cursor: int | None = None  # the durable cursor as last written
+        self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
         self._nudge = anyio.Event()
 
     def offer(self, stored: Stored, now: float) -> None:
@@ -105,15 +145,7 @@ class AgentRunner:
         wake = self.scheduler.due(now)
         if wake is not None:
             try:
-                handled = max([*wake.item_ids, self.cursor or 0])  # echoes dropped below are handled too
-                kept = await self._without_late_echoes(wake, handled)
-                if kept is None:
-                    return
-                wake = kept
-                log.info("agent.wake", agent=self.agent.name, items=len(wake.item_ids), overflow=wake.overflow,
-                         conversations=len(wake.conversations), several_conversations=wake.several_conversations)
-                await run_turn(self.agent, wake, self.services, cursor=handled)
-                self.cursor = handled
+                await self._handle(wake)
             finally:
                 self.scheduler.turn_ended(anyio.current_time())
             return
@@ -123,7 +155,32 @@ class AgentRunner:
             await self._nudge.wait()
         self._nudge = anyio.Event()
 
-    async def _without_late_echoes(self, wake: Wake, handled: int) -> Wake | None:
+    async def _handle(self, wake: Wake) -> None:
+        """The wake's echo check and turn, one exception boundary: a bug here fails this wake, not the agent."""
+        try:
+            if test_fault_before_wake is not None:
+                test_fault_before_wake(self.agent.name, wake)
+            kept = await self._without_late_echoes(wake)
+        except Exception as exc:  # only Exception: a cancellation (or a group holding one) goes through
+            await record_failed_turn(self.agent, wake, self.services, exc, cursor=self._cursor_after_turn)
+            return
+        if kept is None:
+            return
+        log.info("agent.wake", agent=self.agent.name, items=len(kept.item_ids), overflow=kept.overflow,
+                 conversations=len(kept.conversations), several_conversations=kept.several_conversations)
+        await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn)
+
+    def _cursor_after_turn(self) -> int:
+        """The cursor to write with the running turn's end: its low-water mark, asked just before that write.
+
+        Always given, even when it has not moved: the store keeps the larger
+        (store/cursors.py), and a write that failed is made good by the next.
+        """
+        mark = self.scheduler.handled_through(self._seen_through(), turn_done=True)
+        self.cursor = max(self.cursor or 0, mark)
+        return mark
+
+    async def _without_late_echoes(self, wake: Wake) -> Wake | None:
         """The wake without items now known as echoes (wake.py); None, cursor moved past them, if none is left."""
         store = self.services.store
         kept = without_late_echoes(wake, await store.items.get_many(wake.item_ids), store.outbox.recent_delivered)
@@ -132,8 +189,8 @@ class AgentRunner:
         log.info("agent.echoes_skipped", agent=self.agent.name,
                  echoes=len(wake.item_ids) - (len(kept.item_ids) if kept else 0), turn=kept is not None)
         if kept is None:
-            await self.services.writer.submit(SetCursor(self.agent.name, handled, self.services.clock_ms()))
-            self.cursor = handled
+            await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                        self.services.clock_ms()))
         return kept
 
 
@@ -142,25 +199,37 @@ class AgentsRuntime:
 
     def __init__(self, config: Config, store: Any, writer: Any, handles: Mapping[str, Any],
                  stored: ObjectReceiveStream[Stored], *, backends: Mapping[str, Backend] | None = None,
-                 clock_ms: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None) -> None:
+                 clock_ms: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None,
+                 hooks: HookState | None = None) -> None:
         self.config = config
         self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
         self.store = store
         self.writer = writer
         self.handles = handles
         self.stored = stored
+        #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
+        self.hooks = hooks if hooks is not None else HookState()
         self.runners: dict[str, AgentRunner] = {}
         rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
         for agent in config.agents:
             backend = (backends or {}).get(agent.name) or make_backend(agent.backend)
             toolbox = ToolBox(agent, handles, store)
             services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms,
-                                    outbox=outbox if outbox is not None else {})
-            self.runners[agent.name] = AgentRunner(agent, services)
+                                    outbox=outbox if outbox is not None else {},
+                                    system_prompt=start_prompt(agent), hooks=self.hooks)
+            self.runners[agent.name] = AgentRunner(agent, services, self.seen_through)
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
         self._recent: OrderedDict[int, None] = OrderedDict()
         self._max_offered = 0
+        #: The lowest id known not offered this run (a bounded catch-up's rest, a gap whose read failed):
+        #: no cursor passes it before the next start's catch-up.
+        self._unoffered: float = math.inf
+
+    def seen_through(self) -> int:
+        """Every item up to this id has been offered to every scheduler (or decided for at start)."""
+        offered = max(self._start_end, self._max_offered)
+        return offered if self._unoffered > offered else int(self._unoffered) - 1
 
     def statistics(self) -> dict[str, SchedulerStats]:
         """Each agent's scheduler state, for the status socket."""
@@ -210,7 +279,7 @@ class AgentsRuntime:
                 fresh.append(name)
             else:
                 runner.cursor = behind[name] = cursor
-        await self._catch_up(behind, end)
+        await self._catch_up(behind, end, await self._handled_above(behind))
         if fresh:
             started = await self.writer.submit(*[StartCursor(name, self.clock_ms()) for name in fresh])
             for name, cursor in zip(fresh, started, strict=True):
@@ -230,11 +299,25 @@ class AgentsRuntime:
             log.info("agent.turn_guard_seeded", agent=name, turns_last_hour=len(started_ms),
                      max_turns_per_hour=runner.agent.max_turns_per_hour)
 
-    async def _catch_up(self, cursors: dict[str, int], end: int) -> None:
+    async def _handled_above(self, cursors: dict[str, int]) -> dict[str, set[int]]:
+        """Per agent, the item ids above its cursor that a finished turn already handled (from the ledger).
+
+        The cursor is a low-water mark, so an item handled while an older one
+        still pended is above it; catch-up leaves these out instead of waking
+        for them twice. Bounded: the newest HANDLED_TURNS_READ turns of each.
+        """
+        handled: dict[str, set[int]] = {}
+        for name, cursor in cursors.items():
+            handled[name] = {item_id async for turn in self.store.turns.iterate(agent=name, limit=HANDLED_TURNS_READ)
+                             if turn.outcome in HANDLED_OUTCOMES for item_id in turn.wake_item_ids if item_id > cursor}
+        return handled
+
+    async def _catch_up(self, cursors: dict[str, int], end: int, handled: dict[str, set[int]]) -> None:
         """Wake each agent once for the matching items after its cursor, younger than its catch_up_max_age_s.
 
         One pass over the store for every agent, page by page (each page goes
         to every agent and is then let go), bounded by CATCH_UP_MAX_ITEMS.
+        Items in `handled` (a finished turn's) are left out.
         """
         at = self.clock_ms()
         since = {name: at - int(self.runners[name].agent.catch_up_max_age_s * 1000) for name in cursors
@@ -250,7 +333,7 @@ class AgentsRuntime:
                 now = anyio.current_time()
                 for name, oldest in since.items():
                     mine = [Stored(item_id, item) for item_id, item in page
-                            if item_id > cursors[name] and item.created_at >= oldest]
+                            if item_id > cursors[name] and item.created_at >= oldest and item_id not in handled[name]]
                     counts[name] += len(mine)
                     self.runners[name].catch_up(mine, now)
                 if len(page) < CATCH_UP_PAGE:
@@ -258,18 +341,31 @@ class AgentsRuntime:
                 after = page[-1][0]
             if read >= CATCH_UP_MAX_ITEMS:
                 log.warning("agent.catch_up_bounded", items=read, max_items=CATCH_UP_MAX_ITEMS, after=after)
+                self._unoffered = min(self._unoffered, after + 1)  # the rest waits for the next start
         for name, cursor in cursors.items():
             log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
     async def _dispatch(self) -> None:
+        """Offer each event; everything the stream holds at once is one batch, offered in id order."""
         async with self.stored:
-            async for event in self.stored:
-                if event.missed_before:
-                    try:
-                        await self._fill_gap(event)
-                    except Exception:  # the items stay after the cursors; the next start's catch-up has them
-                        log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
-                self._offer(event)
+            async for first in self.stored:
+                for event in sorted([first, *self._buffered()], key=lambda e: e.id):
+                    if event.missed_before:
+                        try:
+                            await self._fill_gap(event)
+                        except Exception:  # the items stay after the cursors; the next start's catch-up has them
+                            log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
+                            self._unoffered = min(self._unoffered, max(self._max_offered, self._start_end) + 1)
+                    self._offer(event)
+
+    def _buffered(self) -> list[Stored]:
+        """The events already waiting in the stream (at most its buffer), taken without a yield."""
+        events: list[Stored] = []
+        while True:
+            try:
+                events.append(self.stored.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return events
 
     async def _fill_gap(self, event: Stored) -> None:
         """Events were dropped just before `event`: read those items from the store, page by page, and offer them.
@@ -300,3 +396,12 @@ class AgentsRuntime:
         now = anyio.current_time()
         for runner in self.runners.values():
             runner.offer(event, now)
+
+
+def start_prompt(agent: AgentConfig) -> str:
+    """The agent's own prompt, read once as the agents are built: an edit of the file counts after a restart."""
+    try:
+        return system_prompt_text(agent)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"agent {agent.name}: cannot read system_prompt_file {agent.system_prompt_file}",
+                          str(exc)) from None

@@ -1,4 +1,4 @@
-"""One agent's wake scheduler: a state object with time as a parameter (AGENTS.md §2, STYLE.md §13).
+"""One agent's wake scheduler: a state object with time as a parameter (docs/architecture.md, "Agents").
 
     scheduler.on_item(stored, now)   # record a waking item (True) or not (False)
     wake = scheduler.due(now)        # the wake to run now, or None; the agent is then in its turn
@@ -33,6 +33,15 @@ Theory of operation:
 - Per-sender cap: past `max_wakes_per_sender_per_hour` waking items from one
   sender in a sliding hour, that sender's items are heard but do not wake,
   with one log line per sender and hour.
+- Low-water mark (`handled_through`): the highest id such that every
+  waking item at or below it is handled (its turn ended, whatever the
+  outcome); an item that wakes nobody is handled when it is offered. It
+  never passes an item still pending (debouncing, held, a follow-up, in
+  another conversation's group, counted only) or in the running turn, nor
+  `seen_through`, the caller's word that every item up to it was offered
+  (so an item not yet offered, such as a dropped event still to be read
+  back, holds it too). That is the durable cursor (docs/architecture.md,
+  "Agents").
 - Catch-up (`catch_up`) takes the items a restart found after the durable
   cursor (the caller has applied `catch_up_max_age_s`) and makes them one
   wake (one per conversation under `"conversation"`), due at once. It
@@ -57,7 +66,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 
-#: AGENTS.md §2: most waking item ids kept per agent; past it only a count.
+#: Most waking item ids kept per agent; past it only a count.
 MAX_PENDING_IDS = 100
 #: The window of max_turns_per_hour and max_wakes_per_sender_per_hour, in seconds.
 HOUR_S = 3600.0
@@ -99,11 +108,13 @@ class SchedulerStats(msgspec.Struct, frozen=True, rename="camel"):
 class _Pending:
     """The waking items of one group not yet handed out (mutable; owned by one scheduler)."""
 
-    __slots__ = ("ids", "overflow", "conversations", "first_place", "several", "first_at", "last_at", "due_now")
+    __slots__ = ("ids", "overflow", "floor", "conversations", "first_place", "several", "first_at", "last_at",
+                 "due_now")
 
     def __init__(self, now: float) -> None:
         self.ids: list[int] = []
         self.overflow = 0
+        self.floor: int | None = None  # the lowest id among its items, counted-only ones included
         self.conversations: dict[str, None] = {}  # at most MAX_PENDING_IDS + 1 entries
         self.first_place: object = _UNSET  # the first item's conversation id (None: it has none)
         self.several = False
@@ -116,6 +127,7 @@ class _Pending:
             self.ids.append(item_id)
         else:
             self.overflow += 1
+        self.floor = item_id if self.floor is None else min(self.floor, item_id)
         # An item of no conversation (an unscoped push, console input) is a place of its own: mixed
         # with a channel's items, the wake has no one conversation to answer in.
         if self.first_place is _UNSET:
@@ -137,6 +149,16 @@ class _Pending:
                     first_at=self.first_at)
 
 
+def low_water_mark(seen_through: int, outstanding_floors: Iterable[int | None]) -> int:
+    """The highest id at or below which nothing is outstanding: below the lowest outstanding id, at most `seen_through`.
+
+    `outstanding_floors`: the lowest id of each group of waking items not yet
+    handled (None: an empty group, ignored).
+    """
+    lowest = min((floor for floor in outstanding_floors if floor is not None), default=None)
+    return seen_through if lowest is None else min(seen_through, lowest - 1)
+
+
 class AgentScheduler:
     """The wake state of one agent; every method takes the time it decides at."""
 
@@ -148,6 +170,7 @@ class AgentScheduler:
         self._groups: OrderedDict[str | None, _Pending] = OrderedDict()
         self._pending_ids: set[int] = set()
         self._in_turn = False
+        self._in_flight_floor: int | None = None  # the lowest id of the wake in its turn
         self._turn_starts: deque[float] = deque()  # within the last hour, oldest first
         self._held = False
         self._senders: OrderedDict[str, deque[float]] = OrderedDict()
@@ -249,6 +272,7 @@ class AgentScheduler:
         while len(self._recent) > RECENT_WAKE_IDS:
             self._recent.popitem(last=False)
         self._in_turn = True
+        self._in_flight_floor = group.floor
         self._turn_starts.append(now)
         return group.wake()
 
@@ -256,6 +280,19 @@ class AgentScheduler:
         """The turn handed out by `due` is over (whatever its outcome)."""
         self._tick(now)
         self._in_turn = False
+        self._in_flight_floor = None
+
+    def handled_through(self, seen_through: int, *, turn_done: bool = False) -> int:
+        """The low-water mark: every waking item at or below it is handled (see the module's docstring).
+
+        `seen_through`: every item up to this id has been offered (`on_item`
+        or `catch_up`). `turn_done`: count the running turn as handled (its
+        end is being written now, with this cursor).
+        """
+        floors = [group.floor for group in self._groups.values()]
+        if self._in_turn and not turn_done:
+            floors.append(self._in_flight_floor)
+        return low_water_mark(seen_through, floors)
 
     def next_deadline(self) -> float | None:
         """When `due` next returns a wake; None while in a turn or with nothing pending."""

@@ -1,4 +1,4 @@
-"""The tools one agent is offered, and calling them (AGENTS.md §5).
+"""The tools one agent is offered, and calling them (docs/architecture.md, Agents).
 
 Host tools: `channel_list`, `channel_open`, `channel_publish` (queued
 through the turn's `TurnSpeech`, mcplhost/agents/speech.py) and
@@ -6,9 +6,22 @@ through the turn's `TurnSpeech`, mcplhost/agents/speech.py) and
 MCP tool of a connector the agent hears that holds `tools` now (an MCP-only
 connector too), offered as `<connector>__<tool>`. The agent's `tools` globs
 narrow both. What a tool returns is marked like an item body
-(PROVENANCE.md §4) before the model sees it; `channel_open`'s backscroll
+(docs/provenance.md §4) before the model sees it; `channel_open`'s backscroll
 items go through the inbound pipeline, each under its own channel's source
 header.
+
+A connector's tool listing is untrusted text too (docs/connectors.md §13):
+every string of a tool's description and `inputSchema` (keys included) is
+marked like a body; a description is cut at TOOL_DESCRIPTION_MAX_CHARS; a
+tool whose schema encodes longer than TOOL_SCHEMA_MAX_BYTES, or nests deeper
+than TOOL_SCHEMA_MAX_DEPTH, is not offered (one log line per tool); and the
+connector tools together take at most 1/TOOLS_MAX_DIVISOR of the agent's
+`context_chars` (the rest are not offered, logged once each). A tool not
+offered cannot be called. Names need no marking: `TOOL_NAME` admits no `[`.
+Channel descriptors reach the model through `channel_list` and
+`channel_open`: ids and labels marked, a label cut (speech/notices.py `shown_label`),
+at most CHANNEL_LIST_MAX channels listed. Ids need no cut: a registered
+descriptor is bounded whole (protocol/channels.py MAX_CHANNEL_TEXT_CHARS).
 
 A tool that fails (an error answer, a timeout, a connector not serving, bad
 arguments) is a result the model reads (`ToolOutcome.is_error`), never an
@@ -19,7 +32,7 @@ Decided here, since MCPL defines no backscroll: it is the `messages` member
 of the `channels/open` result, entries shaped like `channels/incoming`
 messages (`content` may also be a string), at most `MAX_BACKSCROLL`; an
 entry naming another `channelId` is headed by that channel. Connector tools
-are called under the agent's `tool_timeout_s` (AGENTS.md §5), not the
+are called under the agent's `tool_timeout_s`, not the
 connector's `request_timeout_s`.
 """
 
@@ -36,16 +49,18 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.agents.context import heard_by
+from mcplhost.agents.context import TOOLS_MAX_DIVISOR, heard_by, tool_chars
 from mcplhost.agents.hooks import heard_connectors
 from mcplhost.agents.model import ToolCall, ToolSpec
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
+from mcplhost.inbound.patterns import fast_opening_re
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.readers import SEARCH_DEADLINE_S, SearchError, search_items
 from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.speech.notices import shown_label
 from mcplhost.store import Store
 from mcplhost.store.items import StoredItem
 from mcplhost.supervisor.handle import ConnectorHandle, ConnectorNotReady
@@ -65,6 +80,20 @@ EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 MAX_BACKSCROLL = 100
 #: Longest `thread` argument `channel_publish` takes (an id, not prose).
 MAX_THREAD_CHARS = 512
+#: Longest connector tool description the model reads; the rest is cut, and the cut said.
+TOOL_DESCRIPTION_MAX_CHARS = 4096
+#: A connector tool whose `inputSchema` is longer than this as JSON (bytes) is not offered.
+TOOL_SCHEMA_MAX_BYTES = 16 * 1024
+#: ... nor one whose `inputSchema` nests deeper than this (objects and arrays).
+TOOL_SCHEMA_MAX_DEPTH = 32
+#: What follows a description cut at TOOL_DESCRIPTION_MAX_CHARS.
+DESCRIPTION_CUT_NOTE = f" … (cut by the host at {TOOL_DESCRIPTION_MAX_CHARS} characters)"
+#: Channels channel_list lists at most; it says how many more there are.
+CHANNEL_LIST_MAX = 500
+#: Tools left out whose warning is remembered, so it is logged once per tool.
+NOT_OFFERED_REMEMBERED = 4096
+#: Longest part of a connector's error text (or an exception naming its ids) a failed call shows.
+CONNECTOR_ERROR_MAX_CHARS = 500
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,13 +103,19 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
     is_error: bool = False
 
 
+def cut_error(text: object) -> str:
+    """A connector's error text (or an exception holding its words) cut at CONNECTOR_ERROR_MAX_CHARS; marked later."""
+    words = str(text)
+    return words if len(words) <= CONNECTOR_ERROR_MAX_CHARS else words[:CONNECTOR_ERROR_MAX_CHARS] + "…"
+
+
 def failure(text: str) -> ToolOutcome:
     """A failed call, said in one marked line the model reads."""
     return ToolOutcome(blocks=mark_openings([{"type": "text", "text": f"[host] {text}"}]), is_error=True)
 
 
 def marked(text: str) -> str:
-    """`text` with every opening marked (a connector's or sender's words, PROVENANCE.md §4)."""
+    """`text` with every opening marked (a connector's or sender's words, docs/provenance.md §4)."""
     return str(mark_openings([{"type": "text", "text": text}])[0]["text"])
 
 
@@ -91,6 +126,72 @@ def as_text(value: Any) -> ToolOutcome:
     which is no JSON escape: the model would read broken JSON.
     """
     return ToolOutcome(blocks=[{"type": "text", "text": json.dumps(value, ensure_ascii=False, sort_keys=True)}])
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why a connector's `inputSchema` is not offered (too long as JSON, or nested too deep), or None.
+
+    Bounded whatever the schema's size: the walk counts at least one byte
+    per value it visits and stops once over TOOL_SCHEMA_MAX_BYTES, so only
+    a schema already known to be small is encoded.
+    """
+    too_long = f"its inputSchema is longer than {TOOL_SCHEMA_MAX_BYTES} bytes as JSON"
+    room = TOOL_SCHEMA_MAX_BYTES
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > TOOL_SCHEMA_MAX_DEPTH:
+                return f"its inputSchema nests deeper than {TOOL_SCHEMA_MAX_DEPTH} levels"
+            room -= 2  # its brackets
+            members = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, member in members:
+                room -= len(key) + 3 if isinstance(key, str) else 1  # a key, its quotes and colon; or a comma
+                if room < 0:
+                    return too_long  # before a million members are even looked at
+                stack.append((member, depth + 1))
+        else:
+            room -= len(value) + 2 if isinstance(value, str) else 1
+        if room < 0:
+            return too_long
+    try:
+        encoded = msgspec.json.encode(schema)
+    except (TypeError, ValueError, OverflowError):
+        return "its inputSchema is not JSON"
+    return too_long if len(encoded) > TOOL_SCHEMA_MAX_BYTES else None
+
+
+def marked_json(value: Any) -> Any:
+    """`value` with every string in it (object keys too) marked like a body; called on bounded schemas only."""
+    if isinstance(value, str):
+        return marked(value) if "[" in value and fast_opening_re().search(value) is not None else value
+    if isinstance(value, dict):
+        return {marked_json(key): marked_json(member) for key, member in value.items()}
+    if isinstance(value, list):
+        return [marked_json(member) for member in value]
+    return value
+
+
+def connector_tool_spec(connector: str, name: str, tool: dict[str, Any]) -> ToolSpec | str:
+    """How a connector's MCP tool is offered as `name`: marked and bounded; or why it is not offered."""
+    schema = tool.get("inputSchema")
+    if isinstance(schema, dict):
+        problem = schema_problem(schema)
+        if problem is not None:
+            return problem
+        schema = marked_json(schema)
+    else:
+        schema = EMPTY_SCHEMA
+    description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+    shown = marked(description[:TOOL_DESCRIPTION_MAX_CHARS])
+    if len(description) > TOOL_DESCRIPTION_MAX_CHARS:
+        shown += DESCRIPTION_CUT_NOTE
+    return ToolSpec(name=name, description=f"({connector}) {shown}".strip(), input_schema=schema)
+
+
+def listed_label(label: str | None) -> str | None:
+    """A channel label as channel_list shows it: cut (speech/notices.py `shown_label`), marked."""
+    return None if label is None else marked(shown_label(label))
 
 
 HOST_TOOLS: tuple[ToolSpec, ...] = (
@@ -201,6 +302,12 @@ def backscroll_blocks(handle: ConnectorHandle, opened: Any, entries: Any,
     return blocks, kept, skipped
 
 
+def _judge(connector: str, name: str, tool: dict[str, Any]) -> tuple[ToolSpec | str, int]:
+    """One listed tool as offered (its spec and its chars), or why it is not (pure: safe in a worker thread)."""
+    verdict = connector_tool_spec(connector, name, tool)
+    return verdict, 0 if isinstance(verdict, str) else tool_chars(verdict)
+
+
 class ToolBox:
     """One agent's tools: `specs()` offers them, `call()` runs one and never raises for a tool's failure."""
 
@@ -214,6 +321,9 @@ class ToolBox:
         self.clock_ms = clock_ms
         self._log = log.bind(agent=agent.name)
         self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
+        self._not_offered: set[tuple[str, str]] = set()  # (tool, why) of tools left out, warned once each
+        # offered name → (the MCP tool as listed, what it is offered as, its chars): judged once per listing
+        self._judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
         self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
 
     def _hears(self, item: StoredItem) -> bool:
@@ -239,14 +349,59 @@ class ToolBox:
                     tools[name] = (handle, tool)
         return tools
 
+    def offered_connector_tools(self) -> dict[str, tuple[ConnectorHandle, dict[str, Any], ToolSpec]]:
+        """Offered name → (handle, MCP tool, spec) of the connector tools offered now: marked, bounded, in budget.
+
+        In listing order, each tool that still fits the budget is offered (a long one left out leaves room).
+        """
+        budget = self.agent.context_chars // TOOLS_MAX_DIVISOR
+        offered_now: dict[str, tuple[ConnectorHandle, dict[str, Any], ToolSpec]] = {}
+        judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
+        for name, (handle, tool) in self.connector_tools().items():
+            earlier = self._judged.get(name)
+            if earlier is not None and earlier[0] is tool:
+                judged[name] = earlier
+            else:
+                judged[name] = (tool, *_judge(handle.name, name, tool))
+            _tool, verdict, chars = judged[name]
+            if isinstance(verdict, str):
+                self._left_out(handle, name, verdict)
+            elif chars > budget:
+                self._left_out(handle, name, f"the connector tools would take more than 1/{TOOLS_MAX_DIVISOR}"
+                                             f" of context_chars ({self.agent.context_chars})")
+            else:
+                budget -= chars
+                offered_now[name] = (handle, tool, verdict)
+        self._judged = judged  # only the tools listed now: bounded by the listings
+        return offered_now
+
+    def _left_out(self, handle: ConnectorHandle, name: str, why: str) -> None:
+        """Log a tool left out, once per tool and reason (remembered up to NOT_OFFERED_REMEMBERED)."""
+        if (name, why) in self._not_offered:
+            return
+        if len(self._not_offered) >= NOT_OFFERED_REMEMBERED:
+            self._not_offered.clear()  # a connector renaming its tools endlessly: warn again rather than grow
+        self._not_offered.add((name, why))
+        self._log.warning("agent.tool_not_offered", connector=handle.name, tool=name, reason=why)
+
+    async def judge_new_tools(self) -> None:
+        """Judge the tools listed since the last turn in a worker thread, so a hostile listing never holds the loop.
+
+        Marking and bounding 256 tools of hostile text costs up to a few hundred
+        milliseconds (tests/bench/bench_tool_text.py); `specs()` then finds each
+        judgement ready, keyed by the listed tool object.
+        """
+        new = [(handle.name, name, tool) for name, (handle, tool) in self.connector_tools().items()
+               if (earlier := self._judged.get(name)) is None or earlier[0] is not tool]
+        if not new:
+            return
+        verdicts = await anyio.to_thread.run_sync(lambda: [_judge(*entry) for entry in new], abandon_on_cancel=True)
+        self._judged.update({name: (tool, *verdict) for (_connector, name, tool), verdict in zip(new, verdicts)})
+
     def specs(self) -> list[ToolSpec]:
         """Host tools first, then each heard connector's MCP tools, as the agent's `tools` globs allow."""
         specs = [spec for spec in HOST_TOOLS if offered(self.agent, spec.name)]
-        for name, (handle, tool) in self.connector_tools().items():
-            description = tool.get("description") if isinstance(tool.get("description"), str) else ""
-            schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else EMPTY_SCHEMA
-            specs.append(ToolSpec(name=name, description=f"({handle.name}) {description}".strip(),
-                                  input_schema=schema))
+        specs.extend(spec for _handle, _tool, spec in self.offered_connector_tools().values())
         return specs
 
     # --- calling -----------------------------------------------------------------------
@@ -279,10 +434,10 @@ class ToolBox:
             if call.name == "channel_publish":
                 return await self.channel_publish(call.arguments, speech)
             return await self.history_search(call.arguments)
-        tool = self.connector_tools().get(call.name)
+        tool = self.offered_connector_tools().get(call.name)
         if tool is None:
             return failure(f"{call.name} is not one of your tools now (unknown, or its connector is not serving)")
-        handle, mcp_tool = tool
+        handle, mcp_tool, _spec = tool
         return await self._connector_call(handle, mcp_tool["name"], call.arguments)
 
     async def _connector_call(self, handle: ConnectorHandle, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
@@ -293,9 +448,9 @@ class ToolBox:
             await self._cancel(handle, exc)
             return failure(f"{handle.name}{SEPARATOR}{tool} timed out after {timeout:g} s; the call was cancelled")
         except RemoteError as exc:
-            return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {exc.message}")
+            return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {cut_error(exc.message)}")
         except ConnectorNotReady as exc:
-            return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {exc}")
+            return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {cut_error(exc)}")
         except msgspec.DecodeError:
             return failure(f"{handle.name}{SEPARATOR}{tool} answered something that is not JSON")
         blocks, is_error = result_blocks(result)
@@ -318,12 +473,16 @@ class ToolBox:
                 for channel in handle.channels() if heard_by(self.agent.hears, handle.name, channel.id)]
 
     def channel_list(self) -> ToolOutcome:
-        channels = [{"channel": marked(f"{handle.name}/{channel.id}"),
-                     "label": marked(channel.label) if channel.label is not None else None,
+        """The heard channels (at most CHANNEL_LIST_MAX), every connector-written string marked and bounded."""
+        listable = self._heard_channels()
+        channels = [{"channel": marked(f"{handle.name}/{channel.id}"), "label": listed_label(channel.label),
                      "direction": channel.direction,
                      "open": (handle.name, channel.id) in self._opened or bool(channel.initiallyOpen)}
-                    for handle, channel in self._heard_channels()]
-        return as_text({"channels": channels})
+                    for handle, channel in listable[:CHANNEL_LIST_MAX]]
+        answer: dict[str, Any] = {"channels": channels}
+        if len(listable) > CHANNEL_LIST_MAX:
+            answer["notListed"] = len(listable) - CHANNEL_LIST_MAX
+        return as_text(answer)
 
     def resolve(self, name: str) -> tuple[ConnectorHandle, Any] | str:
         """The one heard channel `name` means (`connector/id`, or a bare id or label), or why there is none."""
@@ -354,17 +513,17 @@ class ToolBox:
             await self._cancel(handle, exc)
             return failure(f"channel_open: {where} was not opened within {timeout:g} s")
         except RemoteError as exc:
-            return failure(f"channel_open: {where} refused, error {exc.code}: {exc.message}")
+            return failure(f"channel_open: {where} refused, error {exc.code}: {cut_error(exc.message)}")
         except (ConnectorNotReady, KeyError, ConnectorProtocolError, msgspec.DecodeError) as exc:
-            return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {exc})")
+            return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {cut_error(exc)})")
         self._opened.add((handle.name, channel.id))
         blocks, kept, skipped = backscroll_blocks(handle, channel, result.get("messages"), self.clock_ms())
-        summary = f"[host] opened {where}: {kept} recent message(s)" + (
+        summary = f"[host] opened {marked(where)}: {kept} recent message(s)" + (
             f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "")
         return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])
 
     async def channel_publish(self, arguments: dict[str, Any], speech: Any) -> ToolOutcome:
-        """Queue a publish through the turn's speech (AGENTS.md §6): `queued` with its outbox id, or a refusal."""
+        """Queue a publish through the turn's speech (docs/architecture.md, Agents): `queued` or a refusal."""
         channel, text, thread = arguments.get("channel"), arguments.get("text"), arguments.get("thread")
         if not isinstance(channel, str) or not channel or not isinstance(text, str):
             return failure("channel_publish needs `channel` and `text`, strings")

@@ -1,4 +1,4 @@
-"""One agent turn, as AGENTS.md §3 orders it: compile, hooks, backend, tools, record.
+"""One agent turn, in order: compile, hooks, backend, tools, record.
 
     outcome = await run_turn(agent, wake, services)
 
@@ -38,17 +38,18 @@ import msgspec
 import structlog
 
 from mcplhost.agents.context import Injections, compile_request, needs_notice
-from mcplhost.agents.hooks import before_inference, lifecycle
+from mcplhost.agents.hooks import HookState, before_inference, lifecycle
 from mcplhost.agents.model import Backend, BackendError, ModelResponse, Usage
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
 from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
-from mcplhost.config import AgentConfig, system_prompt_text
+from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_body
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
+from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
 
@@ -79,6 +80,10 @@ class TurnServices:
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     #: connector name → its outbox sender (speech/outbox.py); `notify()` it after queuing a publish.
     outbox: Mapping[str, Any] = field(default_factory=dict)
+    #: The agent's own prompt, read once when the agents are built (a file edit counts after a restart).
+    system_prompt: str = ""
+    #: The host's hook and lifecycle bookkeeping (hooks.py), shared by its agents and no other host.
+    hooks: HookState = field(default_factory=HookState)
 
 
 @dataclass
@@ -117,21 +122,24 @@ class TokenBudgetSpent(Exception):
     """`max_tokens_per_day` is reached: the turn is held before its next backend call."""
 
 
-async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *, cursor: int | None = None) -> str:
+async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
+                   cursor: Callable[[], int | None] | None = None) -> str:
     """Run one turn for `wake`; return its outcome. Never raises except the cancellation of a shutdown.
 
-    `cursor`: the agent's handled-item high-water mark before the turn; the
-    new cursor is the larger of it and the wake's item ids.
+    `cursor`: asked when the turn's end is written, the agent's cursor to
+    write with it (the scheduler's low-water mark, counting this turn as
+    handled), or None to leave it. Without it (a turn run on its own), the
+    cursor moves to the wake's highest id. An aborted turn never moves it.
     """
     started = anyio.current_time()
     progress = _Progress(conversation=wake_conversation(wake))
-    new_cursor = max([*wake.item_ids, cursor or 0])
+    new_cursor = cursor if cursor is not None else (lambda: max(wake.item_ids, default=None))
     outcome = OUTCOME_COMPLETED
     try:
         (progress.turn_id,) = await services.writer.submit(
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
         text = await _converse(agent, wake, services, progress)
-        # The final prose is routed and queued in the same commit as the turn's end (AGENTS.md §6–7).
+        # The final prose is routed and queued in the same commit as the turn's end.
         final = progress.speech.operations(text) if progress.speech is not None else []
         results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
         if progress.speech is not None:
@@ -150,12 +158,9 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *, cu
                 # The cursor stays: the wake was not handled, so a restart's catch-up wakes for it again.
                 await _finish(services, agent, progress, outcome, [], None)
         raise
-    except Exception as exc:
+    except Exception as exc:  # only Exception: a cancellation (or a group holding one) is the branch above
         outcome = OUTCOME_FAILED
-        reason = exc.reason if isinstance(exc, BackendError) else type(exc).__name__
-        log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason,
-                    exc_info=not isinstance(exc, BackendError))
-        await _record_failure(services, agent, progress, reason, new_cursor)
+        await _fail(agent, services, progress, exc, new_cursor)
     finally:
         log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome,
                  seconds=round(anyio.current_time() - started, 3), model=progress.model, tokens=progress.tokens,
@@ -169,17 +174,18 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
     if needs_notice(rows, agent):
         await services.writer.submit(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
         rows = await _rows(agent, wake, services)
-    system_prompt = system_prompt_text(agent)
+    system_prompt = services.system_prompt
     user_message = await _waking_text(services, wake, rows)
     sources = waking_sources(rows, wake.item_ids)
     if sources is None:
         sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
+    await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()
     for turn_index in range(agent.max_tool_rounds + 1):
         response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
-                                        tools=tools, turn_index=turn_index,
+                                        tools=tools, turn_index=turn_index, waking_text=user_message,
                                         user_message=user_message if turn_index == 0 else None)
         if not response.tool_calls:
             return response.text
@@ -188,7 +194,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
                         rounds=agent.max_tool_rounds, ignored_calls=len(response.tool_calls))
             return response.text
         if response.text.strip():
-            await speech.say(response.text)  # queued before this round's calls run (AGENTS.md §3.4)
+            await speech.say(response.text)  # queued before this round's calls run
         await _tool_round(agent, services, progress, response)
         rows = await _rows(agent, wake, services)
     return ""  # not reached: the last round returns above
@@ -196,31 +202,33 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
 
 async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress, *,
                          rows: list[StoredItem], system_prompt: str, tools: list[Any], turn_index: int,
-                         user_message: str | None) -> ModelResponse:
-    """One backend call with its hooks and its lifecycle pair (AGENTS.md §3.2–3.3)."""
+                         user_message: str | None, waking_text: str) -> ModelResponse:
+    """One backend call with its hooks and its lifecycle pair."""
     await _check_budget(agent, services)
     inference_id = f"inf_{uuid.uuid4().hex[:16]}"
     conversation = wake_conversation(wake)
-    injections: Injections = await before_inference(services.handles, agent, inference_id=inference_id,
+    injections: Injections = await before_inference(services.handles, agent, state=services.hooks,
+                                                    inference_id=inference_id,
                                                     turn_index=turn_index, user_message=user_message,
                                                     conversation_id=conversation)
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
                                backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered)
+    request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
         progress.injections = msgspec.to_builtins(injections)
-    await lifecycle(services.handles, agent, inference_id=inference_id, phase="started", turn_index=turn_index,
-                    conversation_id=conversation)
+    await lifecycle(services.handles, agent, state=services.hooks, inference_id=inference_id, phase="started",
+                    turn_index=turn_index, conversation_id=conversation)
     progress.open_inference = inference_id
     try:
         targets = stream_targets(progress.speech, services.handles)  # routing decided: stream only there
         if targets:
             async with Streamer(services.handles, inference_id) as streamer:  # one complete per channel, however it ends
                 streamer.open(targets)
-                response = await services.backend.complete(compiled.request, on_text=streamer.chunk)
+                response = await services.backend.complete(request, on_text=streamer.chunk)
         else:
-            response = await services.backend.complete(compiled.request)
+            response = await services.backend.complete(request)
     except anyio.get_cancelled_exc_class():
         raise  # the caller sends `aborted` under its shield
     except BaseException:
@@ -240,7 +248,8 @@ async def _close_inference(services: TurnServices, agent: AgentConfig, progress:
     if inference_id is None:
         return
     try:
-        await lifecycle(services.handles, agent, inference_id=inference_id, phase=phase, usage=usage)
+        await lifecycle(services.handles, agent, state=services.hooks, inference_id=inference_id, phase=phase,
+                        usage=usage)
     except Exception:
         log.warning("agent.lifecycle_failed", agent=agent.name, phase=phase, exc_info=True)
 
@@ -306,10 +315,13 @@ async def _waking_text(services: TurnServices, wake: Wake, rows: list[StoredItem
 
 
 async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
-                  rows: list[NewItem], cursor: int | None, *, first: list[Any] | None = None) -> list[Any]:
+                  rows: list[NewItem], cursor: Callable[[], int | None] | None, *,
+                  first: list[Any] | None = None) -> list[Any]:
     """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
 
-    `first`: operations that lead the write (the final prose's publishes), so their results lead too.
+    `cursor` is asked here, just before the write: the cursor it gives
+    counts what was handled up to now. `first`: operations that lead the
+    write (the final prose's publishes), so their results lead too.
     """
     operations: list[Any] = list(first or ())
     if rows:
@@ -317,18 +329,42 @@ async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progres
     ended = services.clock_ms()
     operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
                                  progress.digest, injections=progress.injections))
-    if cursor is not None:
-        operations.append(SetCursor(agent.name, cursor, ended))
+    position = cursor() if cursor is not None else None
+    if position is not None:
+        operations.append(SetCursor(agent.name, position, ended))
     results: list[Any] = await services.writer.submit(*operations)
     return results
 
 
+async def record_failed_turn(agent: AgentConfig, wake: Wake, services: TurnServices, exc: Exception, *,
+                             cursor: Callable[[], int | None]) -> str:
+    """A wake whose handling failed before its turn began (a bug in the caller): recorded as a failed turn.
+
+    Like a turn that fails: logged with its cause, a `turn-failed` notice and
+    the record, the cursor moved as `cursor` says; never raises.
+    """
+    progress = _Progress(conversation=wake_conversation(wake))
+    await _fail(agent, services, progress, exc, cursor, wake_ids=wake.item_ids)
+    log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=OUTCOME_FAILED, seconds=0.0,
+             model=None, tokens=0, calls=0, wake=len(wake.item_ids) + wake.overflow)
+    return OUTCOME_FAILED
+
+
+async def _fail(agent: AgentConfig, services: TurnServices, progress: _Progress, exc: Exception,
+                cursor: Callable[[], int | None], *, wake_ids: tuple[int, ...] = ()) -> None:
+    """Log why the turn failed (a bounded traceback for anything but a BackendError) and record it."""
+    reason = exc.reason if isinstance(exc, BackendError) else type(exc).__name__
+    detail = {} if isinstance(exc, BackendError) else {"traceback": bounded_traceback(exc)}
+    log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason, **detail)
+    await _record_failure(services, agent, progress, reason, cursor, wake_ids)
+
+
 async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
-                          cursor: int) -> None:
+                          cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = ()) -> None:
     """A failed turn: a `turn-failed` notice for the agent and the record; a failing store is only logged."""
     try:
         if not progress.turn_id:
-            (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, (), services.clock_ms()))
+            (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, wake_ids, services.clock_ms()))
         notice = notice_row(agent.name, "turn-failed", f"Your last turn failed ({reason}); nothing of it was sent.",
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
         await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor)

@@ -1,11 +1,11 @@
-"""Who an item wakes: the static half of AGENTS.md §2, as pure functions over a small view of it.
+"""Who an item wakes: the static half of the wake rules, as pure functions over a small view of it.
 
 The scheduler (scheduler.py) adds what needs state: the per-sender hourly
 cap, debounce, single flight and the runaway guard. Everything here reads
 host-written fields only (tags after the §16 closure, the frozen source,
 `metadata.authorId`, `metadata.echoOf`), never `metadata.adapter`.
 
-Decisions beyond the letter of AGENTS.md, kept here so they have one home:
+Decisions beyond the letter of the spec, kept here so they have one home:
 
 - A `surface` item (local console input) is heard only by the agent it is
   typed to (`agent` set to that agent) and always wakes it: typing to an
@@ -14,7 +14,7 @@ Decisions beyond the letter of AGENTS.md, kept here so they have one home:
   per-sender cap do not either (the operator is at the console).
 - Any other row that belongs to an agent (`agent` set) is never a wake: the
   agent's own rows are in its context but do not wake it, and another
-  agent's rows are not even heard. (Peer messages arrive with PEERS.md.)
+  agent's rows are not even heard. (Peer messages are not built yet.)
 - `wake_from` names senders, so it governs items that have one: channel
   messages. Such a message wakes only when `connector/authorId` matches an
   entry, so one without an author id never does (fail closed). Pushes have
@@ -103,7 +103,7 @@ def _place_matches(entry: str, view: StoredView) -> bool:
 
 
 def hears(agent: AgentConfig, view: StoredView) -> bool:
-    """Whether the item is in the agent's context at all (AGENTS.md §1)."""
+    """Whether the item is in the agent's context at all."""
     if view.source_kind == SURFACE_KIND or view.agent is not None:
         return view.agent == agent.name
     if agent.hears is None:
@@ -117,7 +117,7 @@ def is_echo(view: StoredView) -> bool:
 
 
 def wake_on_matches(agent: AgentConfig, view: StoredView) -> bool:
-    """Whether one `wake_on` entry matches the item (AGENTS.md §2's table)."""
+    """Whether one `wake_on` entry matches the item."""
     for entry in agent.wake_on:
         if entry == "all":
             return True
@@ -133,7 +133,7 @@ def wake_on_matches(agent: AgentConfig, view: StoredView) -> bool:
 
 
 def sender_may_wake(agent: AgentConfig, view: StoredView) -> bool:
-    """`wake_from` (channel messages, by author id) and `wake_from_bots` (AGENTS.md §2, "Who may wake it")."""
+    """`wake_from` (channel messages, by author id) and `wake_from_bots`."""
     if FROM_BOT in view.tags and not agent.wake_from_bots:
         return False
     if agent.wake_from is None or view.lane == PUSH_LANE:
@@ -168,7 +168,7 @@ def _place(metadata: dict[str, Any]) -> str | None:
 
 
 def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Lookup) -> Wake | None:
-    """The wake without its items now known as echoes (AGENTS.md §2: checked again when the wake fires).
+    """The wake without its items now known as echoes (checked again when the wake fires).
 
     An echo can be stored before its publish is answered, so ingest could not
     mark it; `delivered` (the outbox's window) knows it by now. None: no waking

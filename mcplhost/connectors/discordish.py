@@ -1,4 +1,4 @@
-"""A connector that behaves like discord-mcpl on the wire (MCPL 0.4, see COMPAT.md), over a fake Discord.
+"""A connector that behaves like discord-mcpl on the wire (MCPL 0.4, see docs/mcpl-compat.md), over a fake Discord.
 
 Deployed habits it reproduces:
 

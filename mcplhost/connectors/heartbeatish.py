@@ -1,4 +1,4 @@
-"""A connector that behaves like heartbeat-mcpl on the wire (MCPL 0.4, see COMPAT.md).
+"""A connector that behaves like heartbeat-mcpl on the wire (MCPL 0.4, see docs/mcpl-compat.md).
 
 It announces version "0.4", declares its feature set in the 0.4 array form
 (with `uses: ["tools"]` although it pushes), answers `featureSets/update`

@@ -35,6 +35,7 @@ class Said:
     thread: str | None = None
     reply_to: str | None = None
     tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None  # the platform's own fields (e.g. its mention list)
 
 
 def now() -> str:
@@ -51,6 +52,8 @@ def wire(said: Said, message_id: str) -> dict[str, Any]:
         message["replyTo"] = said.reply_to
     if said.tags:
         message["tags"] = list(said.tags)
+    if said.metadata:
+        message["metadata"] = dict(said.metadata)
     return message
 
 

@@ -18,7 +18,11 @@ again); the label at receipt is always the latest registered one.
 The registry is keyed by connector-chosen ids, so it is bounded: once it
 holds `MAX_CHANNELS` channels, a descriptor for a new id is refused
 (`channel_limit`) until some are removed; replacing a registered id still
-works.
+works. Each descriptor is bounded too: its id, type and label at
+`MAX_CHANNEL_TEXT_CHARS` characters, its address and metadata (as compact
+JSON) at `MAX_CHANNEL_ADDRESS_BYTES` and `MAX_CHANNEL_METADATA_BYTES`; a larger
+one is refused whole (`too_large`), never cut, so what is registered is
+exactly what the connector sent (docs/connectors.md §15).
 """
 
 from __future__ import annotations
@@ -34,6 +38,14 @@ DIRECTIONS = ("inbound", "outbound", "bidirectional")
 MAX_CHANNELS = 10_000
 #: The itemized reason for a descriptor refused because the registry is full.
 CHANNEL_LIMIT = "channel_limit"
+#: A channel's id, type and label: characters each (they reach logs and prompts).
+MAX_CHANNEL_TEXT_CHARS = 256
+#: A channel's `address` as compact JSON, in bytes.
+MAX_CHANNEL_ADDRESS_BYTES = 1024
+#: A channel's `metadata` as compact JSON, in bytes. With the channel count, this bounds a registry's memory.
+MAX_CHANNEL_METADATA_BYTES = 4096
+#: The itemized reason for a descriptor over one of these bounds.
+TOO_LARGE = "too_large"
 
 
 class Channel(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +79,26 @@ def parse_descriptor(raw: Any) -> Channel | str:
         return "invalid_descriptor"
     if channel.direction not in DIRECTIONS:
         return "invalid_descriptor"
+    if too_large(channel):
+        return TOO_LARGE
     return channel
+
+
+def too_large(channel: Channel) -> bool:
+    """Whether a descriptor is over one of the per-channel bounds."""
+    if any(text is not None and len(text) > MAX_CHANNEL_TEXT_CHARS for text in (channel.id, channel.type, channel.label)):
+        return True
+    return (_encoded_size(channel.address) > MAX_CHANNEL_ADDRESS_BYTES
+            or _encoded_size(channel.metadata) > MAX_CHANNEL_METADATA_BYTES)
+
+
+def _encoded_size(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return len(msgspec.json.encode(value))
+    except (TypeError, ValueError, OverflowError):
+        return MAX_CHANNEL_METADATA_BYTES + MAX_CHANNEL_ADDRESS_BYTES + 1  # cannot be stored as JSON: too large
 
 
 def permitted(channel_id: str, patterns: Sequence[str] | None) -> bool:

@@ -25,6 +25,7 @@ from msgspec import Raw, UnsetType
 
 from mcplhost import __version__
 from mcplhost.config import ConnectorConfig
+from mcplhost.logs import LimitedLog
 from mcplhost.rpc import (
     ConnectionClosed,
     RemoteError,
@@ -35,10 +36,18 @@ from mcplhost.rpc import (
 from . import errors, jobs
 from .channels import Channel, ChannelRegistry
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
-from .grants import IMPLEMENTED, advertised_paths, effective_grant, host_capabilities, mcp_only_grant, offered_paths
+from .grants import (
+    IMPLEMENTED,
+    advertised_paths,
+    effective_grant,
+    host_capabilities,
+    mcp_only_grant,
+    missing_grant_hint,
+    offered_paths,
+)
 from .intake import Intake
 from .manifest import ManifestChange, ManifestTracker
-from .methods import MCP_NOTIFICATIONS, MCP_NOTIFICATIONS_PREFIX, method_for
+from .methods import INBOUND, MCP_NOTIFICATIONS, MCP_NOTIFICATIONS_PREFIX, REMOVED, method_for
 from .params import InitializeResult
 from .policy import interim, judge_receipt, policy_params
 from .states import HandshakeFailed, Mode, PolicyClosed
@@ -58,12 +67,15 @@ HOST_MCPL_CAPABILITIES: dict[str, Any] = host_capabilities(OFFERED, MCPL_VERSION
 MAX_PENDING_JOBS = 64
 #: Distinct once-only warnings remembered per connection (the keys are connector-chosen strings).
 MAX_WARNED_KEYS = 1024
+#: The method label counts use for a method this host does not know (the name is the connector's, unbounded).
+UNKNOWN_METHOD = "(unknown)"
 
 
 class McplConnection:
     def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic,
                  offered: frozenset[str] = OFFERED, inference: Any = None,
-                 on_mode: Callable[[McplConnection, Mode], None] | None = None) -> None:
+                 on_mode: Callable[[McplConnection, Mode], None] | None = None,
+                 limited: LimitedLog | None = None) -> None:
         self._on_mode = on_mode
         #: The `[inference]` port (mcplhost.inference.ConnectorInference), None when none is configured.
         self.inference = inference
@@ -72,6 +84,12 @@ class McplConnection:
         self.name = spec.name
         self.intake = intake
         self.log = log
+        #: Lines the connector causes per message (refusals...): limited per event (mcplhost.logs).
+        self.limited = limited if limited is not None else LimitedLog(log)
+        #: Exact counts behind those lines, e.g. refused[(method, code)] (unknown methods as UNKNOWN_METHOD).
+        self.refused: dict[tuple[str, int], int] = {}
+        self.notifications_refused: dict[tuple[str, int], int] = {}
+        self.notifications_unknown = 0
         self.offered = offered
         self.session: Session | None = None
         self.legacy = spec.protocol == "0.4"
@@ -334,15 +352,32 @@ class McplConnection:
             self._audit_refusal(method, params, exc)
             raise
 
+    def statistics(self) -> dict[str, Any]:
+        """Exact counts of what this connection refused or ignored, and of the lines its limiter held back."""
+        return {"refused": _labelled(self.refused), "notifications_refused": _labelled(self.notifications_refused),
+                "notifications_unknown": self.notifications_unknown, "log_suppressed": self.limited.statistics()}
+
+    def count_refusal(self, method: str, code: int) -> None:
+        """Count a refused request by method (a known one, else UNKNOWN_METHOD) and code."""
+        key = (_method_label(method), code)
+        self.refused[key] = self.refused.get(key, 0) + 1
+
     def _audit_refusal(self, method: str, params: Raw | UnsetType, exc: errors.ConnectorProtocolError) -> None:
         data = exc.data if isinstance(exc.data, dict) else {}
         claimed = _claims(params) if method in ("push/event", "inference/request") else {}
         feature_set = data.get("featureSet", claimed.get("featureSet"))
-        self.log.info("mcpl.refused", method=method, code=exc.code, featureSet=feature_set,
-                      eventId=claimed.get("eventId"), capability=data.get("capability"), reason=data.get("reason"))
+        self.count_refusal(method, exc.code)
+        self.limited.info("mcpl.refused", method=method, code=exc.code, featureSet=feature_set,
+                          eventId=claimed.get("eventId"), capability=data.get("capability"), reason=data.get("reason"))
+        capability = data.get("capability")
+        if exc.code == errors.CAPABILITY_DENIED and "reason" not in data and isinstance(capability, str):
+            # A missing grant is a config mistake that refuses every such call: say it loudly, once per life.
+            self.warn_once(f"grant-missing:{capability}", "connector.grant_missing", capability=capability,
+                           method=method, hint=missing_grant_hint(capability, offered=self.offered,
+                                                                  advertised=advertised_paths(self.capabilities)))
         if data.get("reason") == errors.DECLARATION_MISMATCH:
-            self.log.warning("connector.declaration_mismatch", featureSet=feature_set,
-                             capability=data.get("capability"), method=method)
+            self.limited.warning("connector.declaration_mismatch", featureSet=feature_set,
+                                 capability=data.get("capability"), method=method)
 
     async def on_notification(self, method: str, params: Raw | UnsetType) -> None:
         if method.startswith(MCP_NOTIFICATIONS_PREFIX):
@@ -352,6 +387,7 @@ class McplConnection:
             return
         entry = method_for(method)
         if entry is None:
+            self.notifications_unknown += 1
             self.warn_once(f"notification:{method}", "connector.unknown_notification", method=method)
             return
         try:
@@ -362,8 +398,10 @@ class McplConnection:
                 return
             await entry.notification(self, params)
         except errors.ConnectorProtocolError as exc:
-            self.log.warning("connector.notification_refused", method=method, code=exc.code,
-                             data=None if exc.data is msgspec.UNSET else exc.data)
+            key = (method, exc.code)  # a known method: the table has it
+            self.notifications_refused[key] = self.notifications_refused.get(key, 0) + 1
+            self.limited.warning("connector.notification_refused", method=method, code=exc.code,
+                                 data=None if exc.data is msgspec.UNSET else exc.data)
 
     def warn_once(self, key: str, event: str, **fields: Any) -> None:
         """Log `event` the first time `key` is seen on this connection; the memory of keys is bounded."""
@@ -373,11 +411,11 @@ class McplConnection:
             # Past the cap, once-only warnings are suppressed; that itself is said once.
             if not self._warned_capped:
                 self._warned_capped = True
-                self.log.warning("connector.warnings_capped", limit=MAX_WARNED_KEYS, suppressed=event,
-                                 detail="more distinct once-only warnings than remembered; further ones suppressed")
+                self.limited.warning("connector.warnings_capped", limit=MAX_WARNED_KEYS, suppressed=event,
+                                     detail="more distinct once-only warnings than remembered; further ones suppressed")
             return
         self._warned.add(key)
-        self.log.warning(event, **fields)
+        self.limited.warning(event, **fields)  # once per key, and per event at most the limiter's allowance
 
     # --- host-initiated work -----------------------------------------------------
 
@@ -386,7 +424,7 @@ class McplConnection:
         try:
             self._jobs_in.send_nowait((job, arg))
         except anyio.WouldBlock:
-            self.log.warning("connector.job_dropped", job=job, reason="queue full")
+            self.limited.warning("connector.job_dropped", job=job, reason="queue full")
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.log.info("connector.job_dropped", job=job, reason="connection ending")
 
@@ -404,6 +442,15 @@ class McplConnection:
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
         await jobs.refresh_manifest(self)
+
+
+def _method_label(method: str) -> str:
+    return method if method in INBOUND or method in REMOVED else UNKNOWN_METHOD
+
+
+def _labelled(counts: dict[tuple[str, int], int]) -> dict[str, int]:
+    """Counts keyed "method code" (e.g. "push/event -32002"), as a plain mapping for JSON."""
+    return {f"{method} {code}": n for (method, code), n in sorted(counts.items())}
 
 
 def _claims(params: Raw | UnsetType) -> dict[str, Any]:

@@ -18,6 +18,7 @@ told it may use what nothing here serves.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -235,3 +236,54 @@ def denied_paths(capabilities: Any, granted: Iterable[str]) -> list[str]:
     authorization decision, and it never shares a path with `granted`.
     """
     return sorted(advertised_paths(capabilities) - set(granted))
+
+
+# --- the operator's side: grant patterns in the config, refusals in the log ------------
+
+
+def unknown_grant_problem(pattern: str) -> str | None:
+    """Why a well-formed grant pattern can never grant anything, or None when it names a capability.
+
+    Walks the vocabulary segment by segment, so a misspelling is reported
+    where it happens with the names that fit there (`channels.incomming`:
+    'incomming' under 'channels', did you mean 'incoming'). A pattern that
+    stops at a branch (`contextHooks`) or whose only match is the literal-only
+    system-prompt path (`contextHooks.*.inject.system`) grants nothing either.
+    """
+    segments = pattern.split(SEPARATOR)
+    candidates = [path.split(SEPARATOR) for path in SORTED_CAPABILITY_PATHS]
+    for depth, want in enumerate(segments):
+        below = [c for c in candidates if len(c) > depth and want in (WILDCARD, c[depth])]
+        if not below:
+            where = SEPARATOR.join(segments[:depth])
+            known = sorted({c[depth] for c in candidates if len(c) > depth})
+            if not known:
+                itself = "" if WILDCARD in segments[:depth] else f"; grant {where!r} itself"
+                return f"{pattern!r}: no capability lies beneath {where!r}{itself}"
+            close = difflib.get_close_matches(want, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            place = f"under {where!r}" if depth else "at the top level"
+            return f"{pattern!r}: {want!r} is no capability {place}{hint}; there: {', '.join(known)}"
+        candidates = below
+    matched = {SEPARATOR.join(c) for c in candidates if len(c) == len(segments)}
+    if not matched:
+        leaves = ", ".join(sorted(SEPARATOR.join(c) for c in candidates))
+        return f"{pattern!r} is a branch, not a capability, and grants nothing by itself; grant what is beneath: {leaves}"
+    if matched <= LITERAL_ONLY_PATHS and pattern not in LITERAL_ONLY_PATHS:
+        (only,) = matched
+        return f"{pattern!r} matches only {only}, which is granted by its literal name alone, never through *"
+    return None
+
+
+def missing_grant_hint(capability: str, *, advertised: frozenset[str], offered: frozenset[str]) -> str:
+    """What an operator can do about a refusal because `capability` is not in a connector's grant.
+
+    Adding it to the connector's `grant` helps only when the connector
+    advertised it and this host offers it; otherwise say which side lacks it.
+    """
+    if capability not in offered:
+        extra = " (configure [inference] to offer it)" if capability in INFERENCE_PATHS else ""
+        return f"this host does not offer {capability}{extra}"
+    if capability not in advertised:
+        return f"the connector did not advertise {capability} in initialize, so no grant can include it"
+    return f'add "{capability}" to this connector\'s grant in the config'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from msgspec import Raw, UnsetType
 
 from mcplhost.agents.model import BackendError
@@ -58,8 +59,8 @@ async def changed_notification(conn: McplConnection, params: Raw | UnsetType) ->
     for entry in changed(conn, params)["results"]:
         if not entry["accepted"]:
             # A refused item in a Notification cannot be answered: never filter silently.
-            conn.log.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
-                             detail="refused in a channels/changed notification")
+            conn.limited.warning("channels.descriptor_refused", channel=entry["id"], reason=entry.get("reason"),
+                                 detail="refused in a channels/changed notification")
 
 
 def list_channels(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def list_channels(conn: McplConnection, params: Raw | UnsetType) -> dict[str, An
 
 def _audit_channels(conn: McplConnection, method: str, results: list[dict[str, Any]]) -> None:
     accepted = sum(1 for r in results if r["accepted"])
-    conn.log.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
+    conn.limited.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
 
 
 def _after_accept(conn: McplConnection, channels: list[Channel], results: list[dict[str, Any]]) -> None:
@@ -114,8 +115,8 @@ def _log_invalid(conn: McplConnection, invalid: list[dict[str, Any]]) -> None:
     """One warning per request with malformed messages: the first one's field and problem, and how many."""
     if invalid:
         first = invalid[0]
-        conn.log.warning("mcpl.message_invalid", messageId=first.get("messageId"), field=first["field"],
-                         problem=first["problem"], refused=len(invalid))
+        conn.limited.warning("mcpl.message_invalid", messageId=first.get("messageId"), field=first["field"],
+                             problem=first["problem"], refused=len(invalid))
 
 
 async def incoming_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
@@ -140,16 +141,17 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
         try:
             stored = await conn.intake.store_push(conn.name, admitted)
         except errors.ConnectorProtocolError as exc:
-            conn.log.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
-                          eventId=admitted.event_id, capability=None,
-                          reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
+            conn.count_refusal("push/event", exc.code)
+            conn.limited.info("mcpl.refused", method="push/event", code=exc.code, featureSet=admitted.feature_set,
+                              eventId=admitted.event_id, capability=None,
+                              reason=exc.data.get("reason") if isinstance(exc.data, dict) else None)
             raise
         if stored.duplicate:
-            conn.log.info("mcpl.push_duplicate", featureSet=admitted.feature_set, eventId=admitted.event_id,
-                          channel=admitted.channel_id, original=stored.item_id, outcome=stored.answer)
+            conn.limited.info("mcpl.push_duplicate", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                              channel=admitted.channel_id, original=stored.item_id, outcome=stored.answer)
         else:
-            conn.log.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
-                          channel=admitted.channel_id, item=stored.item_id, outcome=stored.answer)
+            conn.limited.info("mcpl.push", featureSet=admitted.feature_set, eventId=admitted.event_id,
+                              channel=admitted.channel_id, item=stored.item_id, outcome=stored.answer)
         return stored.answer
 
     return Deferred(store)
@@ -176,14 +178,14 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
     except ValueError as exc:
         raise errors.invalid_params(str(exc), {"field": "messages"}) from None
     try:
-        port.admit(conn.name)
+        release = port.admit(conn.name)  # the place is taken now, at receipt: a burst cannot overrun it
     except InferenceRefused as exc:
         code = errors.INVALID_REQUEST if exc.reason == "hook_pending" else errors.INTERNAL_ERROR
         raise errors.ConnectorProtocolError(code, exc.detail, {"reason": exc.reason}) from None
     request_id = CURRENT_REQUEST_ID.get()
     session = conn.session
-    conn.log.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
-                  messages=len(request.messages))
+    conn.limited.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
+                      messages=len(request.messages))
 
     async def send_chunk(chunk: dict[str, Any]) -> None:
         assert session is not None
@@ -195,8 +197,11 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
         except BackendError as exc:
             raise errors.ConnectorProtocolError(errors.INTERNAL_ERROR, "Inference failed",
                                                 {"reason": exc.reason}) from None
+        finally:
+            release()
 
-    return Deferred(infer)
+    # Cancellable: no commit in it, so the connector's notifications/cancelled may cut it off.
+    return Deferred(infer, discard=release, cancellable=True)
 
 
 def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
@@ -209,9 +214,36 @@ def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
 # --- MCP notifications ------------------------------------------------------------
 
 
+class Cancelled(msgspec.Struct, frozen=True):
+    """notifications/cancelled params (MCP); unknown members are tolerated."""
+
+    requestId: int | str
+    reason: str | None = None
+
+
+async def cancelled(conn: McplConnection, params: Raw | UnsetType) -> None:
+    """notifications/cancelled: the connector gives up on one of its own requests.
+
+    Only its own session is asked, so the id can name nothing of another
+    connector's. Work that may be cut off (inference) ends without an answer,
+    as MCP asks of a cancelled request; anything else (a commit) is answered
+    as usual, which MCP allows.
+    """
+    try:
+        notice = msgspec.json.decode(bytes(params), type=Cancelled) if isinstance(params, Raw) else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        notice = None
+    if notice is None:
+        conn.warn_once("cancelled-malformed", "connector.notification_refused", method="notifications/cancelled",
+                       reason="params need a requestId string or integer")
+        return
+    if conn.session is not None and conn.session.cancel_peer_request(notice.requestId):
+        conn.log.info("mcpl.request_cancelled", id=notice.requestId, reason=(notice.reason or "")[:200])
+
+
 async def tools_list_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
     """notifications/tools/list_changed: the handle lists the tools again (if `tools` is granted)."""
-    conn.log.info("connector.tools_changed")
+    conn.limited.info("connector.tools_changed")
     conn.list_tools_soon()
 
 
@@ -230,5 +262,5 @@ async def manifest_changed(conn: McplConnection, params: Raw | UnsetType) -> Non
     if conn.tracker.should_fetch():
         conn.schedule("manifest", None)
     elif conn.tracker.dropped > dropped:  # over the cap (a hint merged into a pending fetch is not dropped)
-        conn.log.warning("connector.manifest_fetch_dropped", reason="rate limit", dropped=conn.tracker.dropped)
+        conn.limited.warning("connector.manifest_fetch_dropped", reason="rate limit", dropped=conn.tracker.dropped)
 

@@ -59,6 +59,7 @@ MCP_NOTIFICATIONS_PREFIX = "notifications/"
 #: every other `notifications/...` is accepted and ignored.
 MCP_NOTIFICATIONS: dict[str, NotificationHandler] = {
     "notifications/tools/list_changed": handlers.tools_list_changed,
+    "notifications/cancelled": handlers.cancelled,
 }
 
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: 16 MiB. Content blocks carry base64 images and audio, so a line of several
-#: MiB is normal (asyncio's 64 KiB default is the classic trap); the cap only
-#: exists so a connector that never sends a newline cannot exhaust memory.
-MAX_LINE_BYTES = 16 * 1024 * 1024
+from .limits import MAX_LINE_BYTES
 
 _WHITESPACE = b" \t\r\n\f\v"
 

@@ -7,15 +7,24 @@ optional and whose `params`/`result` stay undecoded (`msgspec.Raw`). Step two,
 layer above decodes `params` with a typed decoder chosen by method.
 
 Reading is tolerant (unknown members are ignored); writing only ever produces
-compact, well-formed single-line JSON.
+compact, well-formed single-line JSON. Decoding never raises: a line nested
+deeper than `MAX_NESTING_DEPTH`, one that is not UTF-8, or one the decoder
+fails on in any way (RecursionError, MemoryError ...), is an `Invalid` that
+owes -32700 to id null. So a `Raw` member of a message always decodes as
+JSON; decoding it into a type can only raise `msgspec.ValidationError`.
 """
 
 from __future__ import annotations
 
+import re
+from itertools import accumulate, chain
+from operator import neg
 from typing import Any, Union
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
+
+from .limits import MAX_NESTING_DEPTH
 
 RequestId = Union[int, str]
 
@@ -65,11 +74,16 @@ class ErrorResponse(msgspec.Struct, frozen=True):
 
 
 class Invalid(msgspec.Struct, frozen=True):
-    """Not a usable message. `reply_id` is set when a -32600 reply is owed."""
+    """Not a usable message; when `owes_reply`, the answer is `code` to `reply_id`.
+
+    `stat` names the session statistic the line counts under.
+    """
 
     reason: str
     reply_id: RequestId | None = None
     owes_reply: bool = False
+    code: int = INVALID_REQUEST
+    stat: str = "junk"
 
 
 Message = Union[Request, Notification, Response, ErrorResponse, Invalid]
@@ -117,14 +131,72 @@ def classify(env: Envelope) -> Message:
     return Response(env.id, env.result)  # type: ignore[arg-type]
 
 
+# A JSON string, escapes included; outside strings valid JSON has no quote, so
+# the leftmost quote always opens one and this match ends where it ends.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_CLOSERS = re.compile(rb"\]+")
+
+
+def nesting_exceeds(line: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """Whether the arrays and objects of `line` (outside strings) nest deeper than `limit`.
+
+    Exact for valid JSON; for anything else the answer does not matter (the
+    decoder refuses it) and only has to come back fast. Linear, and all in C
+    but for one pass over runs of brackets: a line with no more openers than
+    `limit` costs two `count`s. Otherwise strings are cut out and the brackets
+    kept; each `replace` of the innermost pairs lowers the depth by one, done
+    while it shrinks the string by an eighth or more; the depth of what is
+    left is the highest running sum of its runs of openers and closers.
+    """
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", line).translate(_AS_BRACKETS, _NOT_BRACKETS)
+    if b"[" * (limit + 1) in brackets:  # a chain, the usual attack
+        return True
+    peeled = 0
+    while brackets and peeled <= limit:
+        inner = brackets.replace(b"[]", b"")
+        if len(inner) * 8 > len(brackets) * 7:
+            break
+        brackets, peeled = inner, peeled + 1
+    if not brackets:
+        return peeled > limit  # balanced, and emptied by exactly as many peels as it was deep
+    if peeled > limit:
+        return True
+    opens = map(len, _CLOSERS.split(brackets))
+    closes = chain(map(neg, map(len, _CLOSERS.findall(brackets))), (0,))
+    return peeled + max(accumulate(chain.from_iterable(zip(opens, closes)))) > limit
+
+
+_TOO_DEEP = f"parse error: arrays and objects nested deeper than {MAX_NESTING_DEPTH} levels"
+
+
 def decode_line(line: bytes) -> Message:
-    """Decode one line. Non-JSON gives `Invalid` with reason "parse error"."""
+    """Decode one line; never raises. Non-JSON gives `Invalid` with reason "parse error"."""
     try:
+        # The gate of `nesting_exceeds`, inlined: this runs for every line.
+        if line.count(b"[") + line.count(b"{") > MAX_NESTING_DEPTH and nesting_exceeds(line):
+            return Invalid(_TOO_DEEP, None, owes_reply=True, code=PARSE_ERROR, stat="too_deep")
         env = _envelope_decoder.decode(line)
+        if not line.isascii():
+            # The decoder skips `params` and `result` unread (Raw): bad UTF-8 in them would
+            # only surface when a handler decodes them. JSON is UTF-8, so the line is refused.
+            line.decode("utf-8")
     except msgspec.DecodeError as exc:
         # Valid JSON that is not an object (an array, a number) also lands here.
         return Invalid(f"parse error: {exc}")
-    return classify(env)
+    except UnicodeDecodeError as exc:
+        return Invalid(f"parse error: not UTF-8 at byte {exc.start}", None, owes_reply=True, code=PARSE_ERROR,
+                       stat="undecodable")
+    except Exception as exc:  # RecursionError, MemoryError ...: the peer's bytes never raise past this line
+        return Invalid(f"parse error: {type(exc).__name__}", None, owes_reply=True, code=PARSE_ERROR,
+                       stat="undecodable")
+    try:
+        return classify(env)
+    except Exception as exc:
+        return Invalid(f"invalid message: {type(exc).__name__}", stat="undecodable")
 
 
 # --- writing -----------------------------------------------------------------

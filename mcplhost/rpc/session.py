@@ -3,15 +3,37 @@
 `Session.run` reads the peer's output until it ends. Each request the peer
 sends gets exactly one answer: the handler's result, the error object it
 raised (`ReplyError`), -32603 for any other failure, or -32600 when the
-request itself was malformed. Notifications are handed to their handler and
-never answered. Responses are matched against our own outstanding ids only.
+request itself was malformed; the one exception is cancellable work the peer
+cancelled (below). A line nested too deep, or one the decoder fails on, gets
+-32700 to id null (`messages.decode_line`). Notifications are handed to their
+handler and never answered. Responses are matched against our own
+outstanding ids only.
 
 Request handlers run in the read loop, so each sees the connection exactly as
 the messages before it left it (checks "at receipt" mean just that); they must
 never wait on the network. A handler with slow work (a database commit)
-returns `Deferred(work)`: the work then runs in its own task, at most
-`max_concurrent` at once, and its result becomes the answer. Past that bound
-the read loop waits, which pushes back on the peer through the pipe.
+returns `Deferred(work)`: the work then runs on a worker, at most
+`max_concurrent` at once (requests read together start together), and its
+result becomes the answer. Past that bound the read loop waits, which pushes
+back on the peer through the pipe; so does the byte budget (`max_pending_bytes`):
+the lines of requests queued or running, and of the line being handled, count
+until their answer is queued, and a line that would overflow it is not
+handled (nor more read) until enough is answered.
+
+A `Deferred(..., cancellable=True)` (work with no commit in it, e.g. an
+inference) ends without an answer when the peer cancels its request
+(`cancel_peer_request`, MCP's notifications/cancelled); `discard` runs for
+deferred work that never starts, so what its handler reserved is given back.
+
+Outgoing lines wait in one queue for the writer, bounded in lines and in
+bytes (`max_outgoing_bytes`); past either, senders wait (the read loop too, for
+its answers), so a peer that does not read its answers stops being read.
+
+Our requests: `request(timeout)` bounds queueing, writing and the answer
+together. A line still queued when its request times out is never written.
+A write the peer does not take within `write_stall_s` breaks the connection
+(the line may be cut in the middle, so nothing more can follow it): `run`
+returns as if the peer's output had ended.
 
 Stopping (the session's task cancelled, or the peer's output ended): work
 already started is not cut off, because it may have reached a commit that
@@ -25,7 +47,6 @@ could be given has been written, and the caller may close the pipe.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
@@ -35,11 +56,21 @@ import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskStatus
 from msgspec import UNSET, Raw, UnsetType
 
+from mcplhost.logs import LimitedLog
+
 from .errors import ConnectionClosed, RemoteError, ReplyError, RequestTimeout, error_for
-from .framing import MAX_LINE_BYTES, LineBuffer, Oversized
+from .framing import LineBuffer, Oversized
+from .limits import (
+    MAX_CONCURRENT_REQUESTS,
+    MAX_LINE_BYTES,
+    MAX_OUTGOING_BYTES,
+    MAX_PENDING_BYTES,
+    MAX_QUEUED_LINES,
+    READ_CHUNK,
+    WRITE_STALL_S,
+)
 from .messages import (
     INTERNAL_ERROR,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     ErrorResponse,
     Invalid,
@@ -52,6 +83,7 @@ from .messages import (
     encode_notification,
     encode_request,
     encode_result,
+    valid_id,
 )
 from .table import RequestTable, Settled
 
@@ -69,19 +101,50 @@ class _Raised:
 
 
 class Deferred:
-    """A handler's answer that needs slow work: `work()` runs in its own task."""
+    """A handler's answer that needs slow work: `work()` runs on a worker.
 
-    __slots__ = ("work",)
+    `discard` is called instead when the work will never start (the session
+    stopped first, or the peer cancelled it); `cancellable` work may be cut
+    off by the peer's cancellation, so it must not hold a commit.
+    """
 
-    def __init__(self, work: Callable[[], Awaitable[Any]]) -> None:
+    __slots__ = ("work", "discard", "cancellable")
+
+    def __init__(self, work: Callable[[], Awaitable[Any]], *, discard: Callable[[], None] | None = None,
+                 cancellable: bool = False) -> None:
         self.work = work
+        self.discard = discard
+        self.cancellable = cancellable
+
+    def dropped(self) -> None:
+        if self.discard is not None:
+            self.discard()
+
+
+class _Queued:
+    """One peer request handed to the workers: its deferred work and the budget its line holds."""
+
+    __slots__ = ("request", "deferred", "size", "cancelled", "scope")
+
+    def __init__(self, request: Request, deferred: Deferred, size: int) -> None:
+        self.request, self.deferred, self.size = request, deferred, size
+        self.cancelled = False
+        self.scope: anyio.CancelScope | None = None
+
+
+class _RequestLine:
+    """One of our request lines in the outgoing queue; a timed-out one is skipped, never written."""
+
+    __slots__ = ("data", "abandoned")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.abandoned = False
 
 
 RequestHandler = Callable[[str, Raw | UnsetType], Awaitable[Any]]
 NotificationHandler = Callable[[str, Raw | UnsetType], Awaitable[None]]
 
-#: Requests from one peer handled at once before the read loop waits.
-MAX_CONCURRENT_REQUESTS = 256
 #: Default wait for an answer to one of our requests.
 DEFAULT_TIMEOUT_S = 10.0
 #: After the peer's output ends, how long in-flight handlers may take to finish.
@@ -96,29 +159,6 @@ ANSWER_ON_STOP_S = 5.0
 #: After the last answer is queued, how long the writer may take to send what is
 #: queued: milliseconds to a peer that reads; one that does not cannot hold the stop.
 FLUSH_ON_STOP_S = 2.0
-#: A peer that writes junk gets one warning per this many seconds, with a count.
-JUNK_WARNING_INTERVAL_S = 5.0
-#: Read size from the pipe.
-READ_CHUNK = 65536
-#: Outgoing lines waiting for the writer before senders wait too.
-MAX_QUEUED_LINES = 4096
-
-
-class _RateLimitedWarning:
-    """Log the first event, then at most one per interval with a suppressed count."""
-
-    def __init__(self, log: Any, event: str, interval: float) -> None:
-        self._log, self._event, self._interval = log, event, interval
-        self._last = -float("inf")
-        self._suppressed = 0
-
-    def __call__(self, **fields: Any) -> None:
-        now = time.monotonic()
-        if now - self._last < self._interval:
-            self._suppressed += 1
-            return
-        self._log.warning(self._event, suppressed=self._suppressed, **fields)
-        self._last, self._suppressed = now, 0
 
 
 async def _no_requests(method: str, params: Raw | UnsetType) -> Any:
@@ -138,15 +178,23 @@ class Session:
         on_request: RequestHandler = _no_requests,
         on_notification: NotificationHandler = _no_notifications,
         log: Any = None,
+        limited: LimitedLog | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+        max_outgoing_bytes: int = MAX_OUTGOING_BYTES,
         timeout: float = DEFAULT_TIMEOUT_S,
+        write_stall_s: float = WRITE_STALL_S,
     ) -> None:
         self._send = send
         self._receive = receive
         self.on_request = on_request
         self.on_notification = on_notification
         self.log = log if log is not None else structlog.get_logger()
+        #: Lines the peer causes per message go through this limiter (mcplhost.logs). Whoever passes it in
+        #: runs and closes it; one made here is closed when `run` ends (no window roll-over lines before).
+        self.limited = limited if limited is not None else LimitedLog(self.log)
+        self._owns_limited = limited is None
         self._buffer = LineBuffer(max_line_bytes)
         # Deferred work runs on a pool of worker tasks that grows on demand up
         # to `max_concurrent`: starting a task per request costs more (in
@@ -154,22 +202,41 @@ class Session:
         self._max_workers = max_concurrent
         self._workers = 0
         self._idle_workers = 0
-        self._deferred_send, self._deferred_receive = anyio.create_memory_object_stream[
-            tuple[Request, Deferred]](max_concurrent)
+        self._deferred_send, self._deferred_receive = anyio.create_memory_object_stream[_Queued](max_concurrent)
+        # Cancellable work by the peer's request id, queued or running (`cancel_peer_request`).
+        self._cancellable: dict[RequestId, _Queued] = {}
+        self._max_pending_bytes = max_pending_bytes
+        self._pending_bytes = 0
+        self._budget_freed = anyio.Event()
+        self._reading_paused = False
         self.timeout = timeout
+        self.write_stall_s = write_stall_s
+        self._broken = False
+        self._read_scope = anyio.CancelScope()
         self._table = RequestTable()
         self._waiters: dict[int, Any] = {}
         # Outgoing lines go through one writer task: no lock per line, and the
         # lines queued while the read loop works leave in one write.
-        self._out_send, self._out_receive = anyio.create_memory_object_stream[bytes](MAX_QUEUED_LINES)
+        self._out_send, self._out_receive = anyio.create_memory_object_stream[bytes | _RequestLine](MAX_QUEUED_LINES)
+        self._max_outgoing_bytes = max_outgoing_bytes
+        self._outgoing_bytes = 0
+        self._outgoing_room = anyio.Event()
         self._closed = False
         # The shielded scopes of work running now, and the time they must end by
         # (infinite until the session stops): see `_bound_in_flight`.
         self._in_flight: set[anyio.CancelScope] = set()
         self._stop_deadline = float("inf")
         self._writer_scope = anyio.CancelScope(shield=True)
-        self._junk_warning = _RateLimitedWarning(self.log, "rpc.junk_line", JUNK_WARNING_INTERVAL_S)
-        self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0}
+        #: Exact counts of what the peer sent (the log shows only the first lines of each kind).
+        self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0,
+                      "too_deep": 0, "undecodable": 0, "cancelled": 0, "budget_pauses": 0, "write_stalls": 0,
+                      "invalid_requests": 0, "responses_unknown": 0, "responses_late": 0,
+                      "notifications_failed": 0, "handler_failures": 0, "replies_undeliverable": 0}
+
+    def statistics(self) -> dict[str, Any]:
+        """The exact counts (`stats`), and the budget as it stands: bytes held, and whether reading waits for it."""
+        return {**self.stats, "pending_bytes": self._pending_bytes, "reading_paused": self._reading_paused,
+                "outgoing_bytes": self._outgoing_bytes, "workers": self._workers}
 
     # --- our side ------------------------------------------------------------
 
@@ -196,12 +263,14 @@ class Session:
         request_id = self._table.open(method)
         send, receive = anyio.create_memory_object_stream[Any](1)
         self._waiters[request_id] = (send, at_receipt)
+        line = _RequestLine(encode_request(request_id, method, params))
         try:
-            await self._write(encode_request(request_id, method, params))
             try:
-                with anyio.fail_after(wait):
+                with anyio.fail_after(wait):  # the whole request: queueing, writing, the answer
+                    await self._write(line)
                     outcome = await receive.receive()
             except TimeoutError:
+                line.abandoned = True  # still queued: never written
                 self._table.abandon(request_id)
                 raise RequestTimeout(method, wait, request_id) from None
         finally:
@@ -224,12 +293,22 @@ class Session:
         """
         if self._closed:
             raise ConnectionClosed("connection closed")
+        data = encode_notification(method, params)
         try:
-            self._out_send.send_nowait(encode_notification(method, params))
+            self._out_send.send_nowait(data)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed(f"cannot queue {method}") from None
+        self._outgoing_bytes += len(data)  # not held back by the byte bound: these are small and must go first
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes | _RequestLine) -> None:
+        """Queue one line; wait while the queue is full, in lines or in bytes (one line always fits)."""
+        size = len(data) if type(data) is bytes else len(data.data)  # type: ignore[union-attr]
+        if self._outgoing_bytes + size > self._max_outgoing_bytes:
+            while self._outgoing_bytes and self._outgoing_bytes + size > self._max_outgoing_bytes \
+                    and not self._closed:
+                if self._outgoing_room.is_set():
+                    self._outgoing_room = anyio.Event()
+                await self._outgoing_room.wait()
         if self._closed:
             raise ConnectionClosed("connection closed")
         try:
@@ -239,6 +318,11 @@ class Session:
                 await self._out_send.send(data)  # may also find the stream closed meanwhile
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed("connection closed") from None
+        self._outgoing_bytes += size
+
+    def _written(self, size: int) -> None:
+        self._outgoing_bytes -= size
+        self._outgoing_room.set()
 
     async def _writer(self) -> None:
         """Send queued lines, joining whatever is queued into one write, until the queue closes.
@@ -248,23 +332,48 @@ class Session:
         and bounds this scope when no more answers can come.
         """
         with self._writer_scope:
-            async for data in self._out_receive:
-                pending = [data]
+            async for item in self._out_receive:
+                pending: list[bytes] = []
+                taken = 0
                 while True:
+                    if type(item) is _RequestLine:
+                        taken += len(item.data)
+                        if not item.abandoned:
+                            pending.append(item.data)
+                    else:
+                        taken += len(item)  # type: ignore[arg-type]
+                        pending.append(item)  # type: ignore[arg-type]
                     try:
-                        pending.append(self._out_receive.receive_nowait())
+                        item = self._out_receive.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
+                if not pending:
+                    self._written(taken)
+                    continue
                 try:
-                    await self._send.send(b"".join(pending))
+                    with anyio.move_on_after(self.write_stall_s) as stall:
+                        await self._send.send(b"".join(pending))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     self.log.info("rpc.write_failed", error=repr(exc), lines=len(pending))
                     self._out_receive.close()  # a sender waiting for room learns the connection is closed
                     self._close_waiters(f"write failed: {exc!r}")
                     return
+                if stall.cancelled_caught:
+                    self._break(f"the peer took no write for {self.write_stall_s:g} s", lines=len(pending))
+                    return
+                self._written(taken)
         if self._writer_scope.cancelled_caught:
             self.log.warning("rpc.flush_abandoned", queued=self._out_receive.statistics().current_buffer_used,
                              reason="the peer did not take our last lines within the stop's bound")
+
+    def _break(self, why: str, **fields: Any) -> None:
+        """The connection cannot go on (a write cut in the middle): fail every caller, stop reading."""
+        self.stats["write_stalls"] += 1
+        self.log.warning("rpc.connection_broken", reason=why, **fields)
+        self._broken = True
+        self._out_receive.close()
+        self._close_waiters(why)
+        self._read_scope.cancel()
 
     # --- the peer's side -------------------------------------------------------
 
@@ -277,7 +386,8 @@ class Session:
                     async with anyio.create_task_group() as handlers:
                         task_status.started()
                         try:
-                            await self._read_loop(handlers)
+                            with self._read_scope:
+                                await self._read_loop(handlers)
                         except anyio.get_cancelled_exc_class():
                             self._bound_in_flight(ANSWER_ON_STOP_S)  # a stop: started work still answers
                             raise
@@ -293,8 +403,21 @@ class Session:
             self._out_send.close()
             self._out_receive.close()
             self._deferred_send.close()
+            self._discard_queued()
             self._deferred_receive.close()  # the workers' clones are closed by the workers
-            self._close_waiters("the peer's output ended")
+            self._close_waiters("the connection is broken" if self._broken else "the peer's output ended")
+            if self._owns_limited:
+                self.limited.close()
+
+    def _discard_queued(self) -> None:
+        """Work that never started gives back what its handler reserved."""
+        while True:
+            try:
+                queued = self._deferred_receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            self._done_with(queued)
+            queued.deferred.dropped()
 
     def _bound_in_flight(self, seconds: float) -> None:
         """Work running now (and any started later) must end within `seconds` from now."""
@@ -304,6 +427,7 @@ class Session:
 
     def _close_waiters(self, why: str) -> None:
         self._closed = True
+        self._outgoing_room.set()  # a sender waiting for room learns the connection is closed
         for request_id in self._table.close():
             waiter = self._waiters.get(request_id)
             if waiter is not None:
@@ -324,37 +448,87 @@ class Session:
     async def _dispatch(self, item: bytes | Oversized, handlers: anyio.abc.TaskGroup) -> None:
         if isinstance(item, Oversized):
             self.stats["oversized"] += 1
-            self.log.warning("rpc.line_too_long", size=item.size, limit=item.limit,
-                             action="dropped; the connection goes on")
+            self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
+                                 action="dropped; the connection goes on")
             return
         stats = self.stats
         stats["lines"] += 1
+        size = len(item)
+        if self._pending_bytes + size > self._max_pending_bytes:
+            await self._wait_for_budget(size)
+        # The line's bytes count while it is handled here, and past that while its deferred
+        # work runs. Given back here with no event: only this task ever waits for the budget.
+        self._pending_bytes += size
         message = decode_line(item)
         kind = type(message)  # exact-type dispatch: this runs once per line
         if kind is Request:
             stats["requests"] += 1
-            await self._answer(message, handlers)  # type: ignore[arg-type]
+            if await self._answer(message, handlers, size):  # type: ignore[arg-type]
+                return  # handed to a worker, which gives the bytes back
         elif kind is Notification:
             stats["notifications"] += 1
             try:
                 await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
             except Exception as exc:  # a notification never gets an answer
-                self.log.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
+                stats["notifications_failed"] += 1
+                self.limited.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
         elif kind is Response or kind is ErrorResponse:
             stats["responses"] += 1
             self._settle(message)  # type: ignore[arg-type]
         else:
             assert isinstance(message, Invalid)
-            stats["junk"] += 1
+            stats[message.stat] += 1
+            if message.stat != "junk":  # hostile rather than a banner: said, within the limiter
+                self.limited.warning("rpc.line_refused", reason=message.reason[:200], size=size)
             if message.owes_reply:
-                await self._reply_error(message.reply_id, INVALID_REQUEST, message.reason)
+                stats["invalid_requests"] += 1
+                await self._reply_error(message.reply_id, message.code, message.reason)
             else:
-                self._junk_warning(reason=message.reason[:200], sample=item[:120].decode("utf-8", "replace"))
+                self.limited.warning("rpc.junk_line", reason=message.reason[:200],
+                                     sample=item[:120].decode("utf-8", "replace"))
+        self._pending_bytes -= size
+
+    async def _wait_for_budget(self, size: int) -> None:
+        """Stop reading until `size` more bytes fit (a line alone always fits: the budget is at least one line)."""
+        self.stats["budget_pauses"] += 1
+        self._reading_paused = True
+        try:
+            while self._pending_bytes and self._pending_bytes + size > self._max_pending_bytes:
+                self._budget_freed = anyio.Event()
+                await self._budget_freed.wait()
+        finally:
+            self._reading_paused = False
+
+    def _done_with(self, queued: _Queued) -> None:
+        """A worker is done with `queued` (or it never ran): its bytes go back, waking a waiting reader."""
+        self._pending_bytes -= queued.size
+        if self._reading_paused:
+            self._budget_freed.set()
+        if self._cancellable.get(queued.request.id) is queued:
+            del self._cancellable[queued.request.id]
+
+    def cancel_peer_request(self, request_id: Any) -> bool:
+        """The peer cancelled its request `request_id`: end its cancellable work, with no answer.
+
+        False when no such work is queued or running (unknown, finished, or
+        work that may not be cut off): the request is answered as usual.
+        """
+        if not valid_id(request_id):
+            return False
+        queued = self._cancellable.get(request_id)
+        if queued is None or queued.cancelled:
+            return False
+        queued.cancelled = True
+        self.stats["cancelled"] += 1
+        if queued.scope is not None:
+            queued.scope.cancel()
+        return True
 
     def _settle(self, message: Response | ErrorResponse) -> None:
         settled, method = self._table.settle(message.id)
         if settled is not Settled.MATCHED:
-            self.log.warning("rpc.response_dropped", id=message.id, why=settled.value, method=method)
+            self.stats["responses_late" if settled is Settled.LATE else "responses_unknown"] += 1
+            self.limited.warning("rpc.response_dropped", id=message.id, why=settled.value, method=method)
             return
         waiter = self._waiters.get(message.id)  # type: ignore[arg-type]
         if waiter is None:
@@ -368,42 +542,60 @@ class Session:
                 outcome = exc
         send.send_nowait(_Raised(outcome) if isinstance(outcome, BaseException) else outcome)
 
-    async def _answer(self, request: Request, handlers: anyio.abc.TaskGroup) -> None:
+    async def _answer(self, request: Request, handlers: anyio.abc.TaskGroup, size: int) -> bool:
+        """Answer `request`, or hand it to the workers (True: its `size` is then theirs to release)."""
         token = CURRENT_REQUEST_ID.set(request.id)
         try:
             result = await self.on_request(request.method, request.params)
         except Exception as exc:
             await self._reply_failure(request, exc)
-            return
+            return False
         finally:
             CURRENT_REQUEST_ID.reset(token)
-        if isinstance(result, Deferred):
-            if self._idle_workers == 0 and self._workers < self._max_workers:
-                self._workers += 1
-                self._idle_workers += 1  # counted idle from now, so one request starts one worker
-                handlers.start_soon(self._deferred_worker)
-            try:
-                self._deferred_send.send_nowait((request, result))  # no yield while there is room
-            except anyio.WouldBlock:
-                await self._deferred_send.send((request, result))  # back-pressure on the read loop
-            return
-        await self._reply_result(request, result)
+        if not isinstance(result, Deferred):
+            await self._reply_result(request, result)
+            return False
+        queued = _Queued(request, result, size)
+        if result.cancellable:
+            self._cancellable.setdefault(request.id, queued)
+        try:
+            self._deferred_send.send_nowait(queued)  # no yield while there is room
+        except anyio.WouldBlock:
+            await self._deferred_send.send(queued)  # back-pressure on the read loop
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._done_with(queued)
+            result.dropped()
+            return True
+        # One worker per queued item not yet taken: requests read in one chunk start together.
+        # A fresh worker counts as idle until it takes an item.
+        if self._deferred_send.statistics().current_buffer_used > self._idle_workers \
+                and self._workers < self._max_workers:
+            self._workers += 1
+            self._idle_workers += 1
+            handlers.start_soon(self._deferred_worker)
+        return True
 
     async def _deferred_worker(self) -> None:
         async with self._deferred_receive.clone() as receive:
-            async for request, deferred in receive:
+            async for queued in receive:
                 self._idle_workers -= 1
                 try:
-                    await self._finish_deferred(request, deferred)
+                    if queued.cancelled:
+                        queued.deferred.dropped()
+                    else:
+                        await self._finish_deferred(queued)
                 finally:
+                    self._done_with(queued)
                     self._idle_workers += 1
 
-    async def _finish_deferred(self, request: Request, deferred: Deferred) -> None:
+    async def _finish_deferred(self, queued: _Queued) -> None:
+        request, deferred = queued.request, queued.deferred
         # Commit, then answer, shielded (STYLE §15): the work may have handed rows
         # to a commit that happens even if we are cancelled, so the answer must be
         # queued too. Bounded only once the session stops (`_bound_in_flight`):
         # until then a commit may wait as long as the writer needs.
         with anyio.CancelScope(shield=True, deadline=self._stop_deadline) as scope:
+            queued.scope = scope  # the peer's cancellation cancels this scope itself, shield or not
             self._in_flight.add(scope)
             try:
                 try:
@@ -414,21 +606,25 @@ class Session:
                 await self._reply_result(request, result)
             finally:
                 self._in_flight.discard(scope)
-        if scope.cancelled_caught:
+        if queued.cancelled:
+            self.limited.info("rpc.request_cancelled", method=request.method, id=request.id)
+        elif scope.cancelled_caught:
             self.log.warning("rpc.answer_abandoned", method=request.method,
                              reason="the work did not finish within the stop's bound")
 
     async def _reply_failure(self, request: Request, exc: Exception) -> None:
         error = error_for(exc)
         if error.code == INTERNAL_ERROR:
-            self.log.error("rpc.handler_failed", method=request.method, error=repr(exc))
+            self.stats["handler_failures"] += 1
+            self.limited.error("rpc.handler_failed", method=request.method, error=repr(exc))
         await self._reply_error(request.id, error.code, error.message, error.data)
 
     async def _reply_result(self, request: Request, result: Any) -> None:
         try:
             data = encode_result(request.id, result)
         except (TypeError, ValueError) as exc:  # a handler returned something unencodable
-            self.log.error("rpc.result_unencodable", method=request.method, error=repr(exc))
+            self.stats["handler_failures"] += 1
+            self.limited.error("rpc.result_unencodable", method=request.method, error=repr(exc))
             await self._reply_error(request.id, INTERNAL_ERROR, "internal error")
             return
         await self._send_reply(data, request.method)
@@ -440,4 +636,5 @@ class Session:
         try:
             await self._write(data)
         except ConnectionClosed:
-            self.log.info("rpc.reply_undeliverable", method=method)
+            self.stats["replies_undeliverable"] += 1
+            self.limited.info("rpc.reply_undeliverable", method=method)

@@ -1,6 +1,6 @@
 """Speech: where what an agent says goes (routing, notices), and how it gets there (the outbox).
 
-AGENTS.md §6–7. Importing this package imports none of its modules, so a
+docs/architecture.md, Agents. Importing this package imports none of its modules, so a
 layer below (ingest, the store) may import one of them without a cycle;
 `mcplhost.speech` must never import `mcplhost.agents` (agents import speech).
 """

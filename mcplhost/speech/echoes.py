@@ -1,4 +1,4 @@
-"""Echo suppression (AGENTS.md §2 "Never a wake", §7): knowing this host's own words when they come back.
+"""Echo suppression (docs/architecture.md, Agents): knowing this host's own words when they come back.
 
 A platform shows the bot its own message: Discord sends it back on the
 gateway, many bridges tag it `chat:from-self`. Such an item is still stored
@@ -18,7 +18,7 @@ waking items again when the wake fires, against the durable table
 Only host-written fields are read (`metadata.serverId`, `channelId`,
 `messageId`, `tags`); the connector's `metadata.adapter` is never consulted,
 and a `host:echo` tag a connector sends itself is dropped, so the tag always
-means the host decided it (PROVENANCE.md §1: nothing that decides what an item
+means the host decided it (docs/provenance.md §1: nothing that decides what an item
 is comes from the connector's claims).
 """
 

@@ -1,8 +1,8 @@
-"""The texts of the `drafts` and `failed-reply` notices (AGENTS.md §6–7).
+"""The texts of the `drafts` and `failed-reply` notices (docs/architecture.md, Agents; docs/connectors.md §13).
 
 Every connector-chosen value (connector name, channel id, label, thread id,
 a connector's refusal text) is written by the header's quoting rules
-(PROVENANCE.md §3: `header_value`, `label_value`), so an id holding a quote,
+(docs/provenance.md §3: `header_value`, `label_value`), so an id holding a quote,
 a newline or a fake `[source: …]` reads as data. The suggested
 `channel_publish` calls give every argument as a JSON string literal
 (`quoted`), which decodes back to the exact id.
@@ -16,10 +16,13 @@ from mcplhost.inbound.header import SEPARATOR
 from mcplhost.inbound.quoting import header_value, label_value, quoted
 from mcplhost.speech.routing import ALREADY_PUBLISHED, ChannelView, Destination, Segment
 
-__all__ = ["MAX_LISTED_CHANNELS", "describe", "drafts_notice", "failed_reply_notice", "suggested_call"]
+__all__ = ["MAX_LISTED_CHANNELS", "SHOWN_LABEL_MAX_CHARS", "describe", "drafts_notice", "failed_reply_notice", "not_permitted_reason",
+           "shown_label", "suggested_call"]
 
 #: Channels a drafts notice lists when it has no better suggestion (an agent may hear thousands).
 MAX_LISTED_CHANNELS = 10
+#: Longest channel label shown to a model (a notice, channel_list); the rest is cut with "…".
+SHOWN_LABEL_MAX_CHARS = 256
 #: Stands for the draft's text in a suggested call: the draft is in the context just above.
 TEXT_PLACEHOLDER = "<the draft's text>"
 
@@ -37,6 +40,15 @@ _REASONS = {
 }
 
 
+#: At send time a channel no longer registered is gone, not a name the agent got wrong.
+_SEND_TIME_REASONS = {**_REASONS, "unknown": "its connector has no such channel registered now"}
+
+
+def not_permitted_reason(refusal: str) -> str:
+    """Why a queued publish was not sent: the send-time check found `refusal` (one of routing.REFUSALS)."""
+    return f"it is not permitted now ({_SEND_TIME_REASONS.get(refusal, 'refused')})"
+
+
 def _reason_text(reason: str | None) -> str:
     if reason is None:
         return "not sent"
@@ -50,11 +62,16 @@ def _label_of(destination: Destination, views: Sequence[ChannelView]) -> str | N
     return None
 
 
+def shown_label(label: str) -> str:
+    """A connector's channel label as a model is shown it: at most SHOWN_LABEL_MAX_CHARS, then "…"."""
+    return label if len(label) <= SHOWN_LABEL_MAX_CHARS else label[:SHOWN_LABEL_MAX_CHARS] + "…"
+
+
 def describe(destination: Destination, label: str | None = None) -> str:
-    """A conversation as the header names it: `S / C · L · thread T`."""
+    """A conversation as the header names it: `S / C · L · thread T` (the label cut: `shown_label`)."""
     parts = [f"{header_value(destination.server_id)} / {header_value(destination.channel_id)}"]
     if label:
-        parts.append(label_value(label))
+        parts.append(label_value(shown_label(label)))
     if destination.thread_id:
         parts.append(f"thread {header_value(destination.thread_id)}")
     return SEPARATOR.join(parts)
@@ -103,6 +120,6 @@ def drafts_notice(segments: Sequence[Segment], views: Sequence[ChannelView]) -> 
 
 
 def failed_reply_notice(destination: Destination, label: str | None, reason: str) -> str:
-    """The notice for a publish that failed for good (AGENTS.md §7): which conversation, and why."""
+    """The notice for a publish that failed for good (docs/connectors.md §13): which conversation, and why."""
     return (f"Your reply to {describe(destination, label)} was not delivered and will not be retried: "
             f"{_reason_text(reason)}.")

@@ -1,11 +1,19 @@
-"""One sender per connector: delivers its pending outbox rows with `channels/publish` (AGENTS.md §7).
+"""One sender per connector: delivers its pending outbox rows with `channels/publish` (docs/connectors.md §13).
 
 The sender reads its connector's pending rows from the store (never from
 memory alone), so a connector restart or a host restart resumes where it
 stopped; delivery is at least once (a publish whose answer was lost is sent
 again). It sends only while the connector is ready, one publish at a time,
 and in order per channel: a channel's later rows wait while its oldest row
-waits for a retry. Each outcome is committed through the group writer:
+waits for a retry, and never hold back another channel's (behind a full
+page of waiting rows, the sender reads at most PENDING_PER_CHANNEL rows of
+each channel, every channel's oldest first). Before every try the sender asks whether the connector may publish
+there now (speech/routing.py `publish_refusal`: it holds `channels.publish`,
+the channel is registered and inside the operator's patterns, and not
+inbound only); a row that may not ends failed with reason `not_permitted`.
+A channel not registered yet is waited for CHANNEL_GRACE_S after a life
+becomes ready, since a restarted connector registers its channels again
+only after its handshake. Each outcome is committed through the group writer:
 
 - `{delivered: true, messageId}` ends the row delivered (the messageId feeds
   echo suppression: `store.outbox.remember_delivered`);
@@ -13,6 +21,14 @@ waits for a retry. Each outcome is committed through the group writer:
   connection, -32603) records the try and waits its backoff (speech/retry.py);
 - a row pending longer than its agent's `publish_max_age_s` fails unsent,
   also while the connector is down or stopped for good (checked every AGE_CHECK_S).
+
+`run()` is an exception boundary: an unexpected exception (a store fault, a
+bug) is logged once with its traceback and the sender starts over after a
+backoff (SENDER_RESTART), from the rows in the store, so nothing is lost
+(a crash between a publish and its commit sends it again: at least once);
+the host and the other senders go on. A row whose try crashed the sender
+CRASHES_PER_ROW times in a row ends failed, with its notice, so one bad row
+cannot hold its connector's queue for good. Cancellation passes through.
 
 A failed row stores a `failed-reply` notice for its agent (an agent row:
 it wakes no one). The notice is built here, not with agents/rows.py, since
@@ -32,23 +48,36 @@ import structlog
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
-from mcplhost.store.outbox import PendingPublish
+from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
 from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped
 
 from .notices import failed_reply_notice as failed_reply_notice_text
-from .retry import GiveUp, RetryRules, after_failed_try, code_failure, too_old
-from .routing import Destination
+from .notices import not_permitted_reason
+from .retry import GiveUp, RetryRules, after_failed_try, backoff_s, code_failure, too_old
+from .routing import Destination, publish_refusal
 
 log = structlog.get_logger()
 
 #: Pending rows read per pass over the queue.
 PENDING_PAGE = 256
-#: The method and its params' shape (HOST-DIGEST §3).
+#: Of those, at most this many of one channel: a channel in backoff leaves room for the others.
+PENDING_PER_CHANNEL = 16
+#: The method and its params' shape (MCPL spec, channels/publish).
 PUBLISH_METHOD = "channels/publish"
-#: Default `publish_max_age_s` for an agent the sender was not told about (AGENTS.md §7).
+#: Default `publish_max_age_s` for an agent the sender was not told about (docs/operations.md).
 DEFAULT_MAX_AGE_S = 3600.0
 #: While its connector is not ready (or stopped for good), how often the sender fails rows too old to send.
 AGE_CHECK_S = 60.0
+#: The reason, in the row and its notice's metadata, of a row the send-time check refused.
+NOT_PERMITTED = "not_permitted"
+#: How long after its life became ready a connector may take to register a row's channel (again).
+CHANNEL_GRACE_S = 10.0
+#: While a row waits for its channel to be registered, how often the sender looks again.
+CHANNEL_POLL_S = 0.1
+#: The sender's restart backoff after an unexpected exception: 1 s doubling to 60 s.
+SENDER_RESTART = RetryRules(first_s=1.0, max_s=60.0)
+#: A row whose try ends in an unexpected exception this many times in a row fails, so it cannot stop the queue.
+CRASHES_PER_ROW = 3
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -74,9 +103,10 @@ def failed_reply_text(row: PendingPublish, label: str | None, reason: str) -> st
     return f"{failed_reply_notice_text(destination, label, reason)} (outbox id {row.id})"
 
 
-def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, at: int) -> NewItem:
-    """The `failed-reply` notice row for the row's agent (rows.notice_row's shape)."""
-    metadata = {"outboxId": row.id, "turnId": row.turn_id, "reason": reason,
+def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, at: int,
+                        code: str | None = None) -> NewItem:
+    """The `failed-reply` notice row for the row's agent (rows.notice_row's shape); `code` names the reason."""
+    metadata = {"outboxId": row.id, "turnId": row.turn_id, "reason": code or reason,
                 "destination": {"serverId": row.server_id, "channelId": row.channel_id, "threadId": row.thread_id},
                 "kind": "failed-reply", "system": True, "conversationId": row.conversation_id}
     return NewItem(role="user", content=[{"type": "text", "text": failed_reply_text(row, label, reason)}],
@@ -89,44 +119,84 @@ class OutboxSender:
 
     def __init__(self, store: Any, writer: Any, handle: Any, *, max_age_s: Mapping[str, float] | None = None,
                  rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
-                 age_check_s: float = AGE_CHECK_S) -> None:
+                 age_check_s: float = AGE_CHECK_S, restart_rules: RetryRules = SENDER_RESTART,
+                 channel_grace_s: float = CHANNEL_GRACE_S) -> None:
         self.store = store
         self.writer = writer
         self.handle = handle
         self.server_id: str = handle.name
         self.rules = rules
         self.age_check_s = age_check_s
+        self.restart_rules = restart_rules
+        self.channel_grace_s = channel_grace_s
         self._max_age_s = dict(max_age_s or {})
-        self._clock_ms = clock_ms
+        self.clock_ms = clock_ms
         self._wake = anyio.Event()
-        self.stats = {"delivered": 0, "failed": 0, "retried": 0}
+        self._crashes = 0  # unexpected exceptions in a row, for the restart backoff
+        self._trying: PendingPublish | None = None  # the row being tried, if the crash came with one
+        self._row_crashes: tuple[int, int] = (0, 0)  # (row id, crashes in a row while trying it)
+        self._life: int | None = None  # the process id of the connector life last seen ready
+        self._life_ready_at = 0  # when this sender first saw that life ready (epoch ms)
+        self.stats = {"delivered": 0, "failed": 0, "retried": 0, "crashed": 0}
+        #: Test-only seam: called with each row just before its try; a test raises from it to exercise the boundary.
+        self.test_fault: Callable[[PendingPublish], None] | None = None
 
     def notify(self) -> None:
         """Something was queued for this connector: look at the queue now."""
         self._wake.set()
 
     async def run(self) -> None:
-        """Deliver until cancelled; while the connector is not ready, only fail what is too old to send."""
+        """Deliver until cancelled, restarting after an unexpected exception (the sender's boundary)."""
         log.debug("outbox.sender_started", connector=self.server_id)
         while True:
+            try:
+                await self._serve()
+            except Exception:  # the boundary: a bug or a store fault must not end delivery, nor the host
+                self._crashes += 1
+                delay = backoff_s(self._crashes, self.restart_rules)
+                self.stats["crashed"] += 1
+                row, self._trying = self._trying, None
+                log.error("outbox.sender_crashed", connector=self.server_id, crashes=self._crashes,
+                          outbox_id=row.id if row is not None else None, restart_in_s=delay, exc_info=True)
+                if row is not None:
+                    await self._after_crash_on(row)
+                await anyio.sleep(delay)
+
+    async def _after_crash_on(self, row: PendingPublish) -> None:
+        """Count a crash against the row being tried; fail it at CRASHES_PER_ROW (best effort: it may crash too)."""
+        last, count = self._row_crashes
+        count = count + 1 if last == row.id else 1
+        self._row_crashes = (row.id, count)
+        if count < CRASHES_PER_ROW:
+            return
+        try:
+            await self._fail(row, f"the host failed {count} times trying to send it (see its log)")
+        except Exception:  # the store itself may be what fails: the next restart tries again
+            log.error("outbox.sender_crashed", connector=self.server_id, outbox_id=row.id, exc_info=True)
+
+    async def _serve(self) -> None:
+        """Deliver while the connector is ready; while it is not, only fail what is too old to send."""
+        while True:
             if not await self._ready_within(self.age_check_s):
-                try:
-                    await self.expire_old()
-                except Exception:  # a store or writer fault must not end delivery for good
-                    log.error("outbox.sender_failed", connector=self.server_id, exc_info=True)
+                await self.expire_old()
                 continue
+            self._note_life()
             wake = self._wake = anyio.Event()  # a notify from here on is seen by the wait below
             try:
                 next_at = await self.deliver_due()
             except ConnectorNotReady:
                 continue  # not ready any more: wait for the next life
-            except Exception:  # a store or writer fault must not end delivery for good
-                log.error("outbox.sender_failed", connector=self.server_id, exc_info=True)
-                next_at = self._clock_ms() + round(self.rules.first_s * 1000)
+            self._crashes = 0  # a whole pass went through: the next crash starts the backoff over
             if next_at == 0:
                 continue  # sent something: look again at once
-            with anyio.move_on_after(None if next_at is None else max(next_at - self._clock_ms(), 0) / 1000):
+            with anyio.move_on_after(None if next_at is None else max(next_at - self.clock_ms(), 0) / 1000):
                 await wake.wait()
+
+    def _note_life(self) -> None:
+        """Remember when this sender first saw the connector's current life ready (its process id tells lives apart)."""
+        life = self.handle.statistics().pid
+        if life != self._life:
+            self._life, self._life_ready_at = life, self.clock_ms()
 
     async def _ready_within(self, seconds: float) -> bool:
         """Whether the connector is ready within `seconds`; a connector stopped for good is not (after the wait)."""
@@ -139,46 +209,83 @@ class OutboxSender:
         return False
 
     async def expire_old(self) -> int:
-        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many."""
-        now, failed = self._clock_ms(), 0
-        for row in await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE):
-            if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
+        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many.
+
+        Reads the oldest first, a page at a time, until a page holds a row young enough to keep.
+        """
+        failed = 0
+        while True:
+            rows = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+            now = self.clock_ms()
+            stale = [row for row in rows if too_old(row.created_at, now, self._max_age_s.get(row.agent,
+                                                                                             DEFAULT_MAX_AGE_S))]
+            for row in stale:
                 await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
-                failed += 1
-        return failed
+            failed += len(stale)
+            if len(stale) < PENDING_PAGE:
+                return failed
 
     async def deliver_due(self) -> int | None:
-        """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due)."""
-        rows = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
-        blocked: set[str] = set()
-        earliest: int | None = None
-        sent = False
+        """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due).
+
+        The oldest PENDING_PAGE rows first (one cheap indexed read); when every
+        one of a full page waits behind a channel in backoff, a second read
+        takes a few rows of every channel (PENDING_PER_CHANNEL), so the ready
+        rows of the other channels are found however long that queue is.
+        """
+        self._trying = None  # a pass left by ConnectorNotReady may have left its row here
+        blocked: dict[str, int] = {}  # channel → when its oldest row may be tried again (epoch ms)
+        page = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+        ended = await self._deliver(page, blocked)
+        if not ended and len(page) == PENDING_PAGE:
+            fair = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE,
+                                                   per_channel=PENDING_PER_CHANNEL)
+            ended = await self._deliver(fair, blocked)
+        return 0 if ended else min(blocked.values(), default=None)
+
+    async def _deliver(self, rows: list[PendingPublish], blocked: dict[str, int]) -> bool:
+        """Try each row not behind a waiting one of its channel (added to `blocked`); whether any row ended."""
+        ended = False
         for row in rows:
             if row.channel_id in blocked:
                 continue  # in order per channel: behind a row that waits
-            now = self._clock_ms()
+            now = self.clock_ms()
             if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
                 await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
+                ended = True
                 continue
             if row.next_attempt_at > now:
-                blocked.add(row.channel_id)
-                earliest = row.next_attempt_at if earliest is None else min(earliest, row.next_attempt_at)
+                blocked[row.channel_id] = row.next_attempt_at
                 continue
-            retry_at = await self._send(row)
+            self._trying = row
+            if self.test_fault is not None:
+                self.test_fault(row)
+            retry_at = await self._checked_send(row, now)
+            self._trying = None
             if retry_at is not None:
-                blocked.add(row.channel_id)
-                earliest = retry_at if earliest is None else min(earliest, retry_at)
-                continue
-            sent = True
-        return 0 if sent else earliest
+                blocked[row.channel_id] = retry_at
+            else:
+                ended = True
+        return ended
+
+    async def _checked_send(self, row: PendingPublish, now: int) -> int | None:
+        """Try the row if its connector may publish there now (every try); else fail it, or wait for its channel."""
+        refusal = publish_refusal(self.handle, row.channel_id)
+        if refusal is None:
+            return await self._send(row)
+        grace_ends = self._life_ready_at + round(self.channel_grace_s * 1000)
+        if refusal == "unknown" and now < grace_ends:
+            return min(grace_ends, now + round(CHANNEL_POLL_S * 1000))  # not registered yet: look again soon
+        return await self._fail(row, not_permitted_reason(refusal), attempted=False, code=NOT_PERMITTED)
 
     async def _send(self, row: PendingPublish) -> int | None:
         """Try the row once; None when it ended (delivered or failed), else when to try it again (epoch ms)."""
-        started = self._clock_ms()
+        started = self.clock_ms()
         try:
             result = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=PublishResult)
         except RemoteError as exc:
-            error = f"the connector refused it ({exc.code}: {exc.message})"
+            # The connector's words: cut to what the row keeps anyway, before they reach the notice.
+            error = f"the connector refused it ({exc.code}: {exc.message[:LAST_ERROR_MAX_CHARS]})"
             if code_failure(exc.code) == "permanent":
                 return await self._fail(row, error)
             return await self._retry(row, error, started)
@@ -186,11 +293,11 @@ class OutboxSender:
             return await self._retry(row, f"no answer ({exc})", started)
         except ConnectorGone as exc:
             return await self._retry(row, f"the connection ended before the answer ({exc})", started)
-        except msgspec.ValidationError as exc:
+        except msgspec.DecodeError as exc:  # ValidationError included
             return await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc})")
         if not result.delivered:
             return await self._retry(row, "the connector answered delivered: false", started)
-        at = self._clock_ms()
+        at = self.clock_ms()
         (ended,) = await self.writer.submit(EndPublish(row.id, "delivered", at, message_id=result.messageId))
         if ended and result.messageId is not None:
             self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id)
@@ -201,7 +308,7 @@ class OutboxSender:
 
     async def _retry(self, row: PendingPublish, error: str, started: int) -> int | None:
         attempts = row.attempts + 1
-        now = self._clock_ms()
+        now = self.clock_ms()
         step = after_failed_try(attempts, row.first_attempt_at or started, now, error, self.rules)
         if isinstance(step, GiveUp):
             return await self._fail(row, step.reason)
@@ -211,12 +318,14 @@ class OutboxSender:
                     attempts=attempts, retry_in_ms=step.at - now, error=error)
         return step.at
 
-    async def _fail(self, row: PendingPublish, reason: str, *, attempted: bool = True) -> None:
-        """End the row failed, with its agent's notice; None (nothing to retry)."""
-        at = self._clock_ms()
+    async def _fail(self, row: PendingPublish, reason: str, *, attempted: bool = True,
+                    code: str | None = None) -> None:
+        """End the row failed, with its agent's notice; None (nothing to retry). `code` names `reason` (not_permitted)."""
+        at = self.clock_ms()
         channel = self.handle.channel(row.channel_id)
-        notice = failed_reply_notice(row, channel.label if channel is not None else None, reason, at=at)
-        await self.writer.submit(EndPublish(row.id, "failed", at, error=reason, attempted=attempted, notice=notice))
+        notice = failed_reply_notice(row, channel.label if channel is not None else None, reason, at=at, code=code)
+        error = reason if code is None else f"{code}: {reason}"
+        await self.writer.submit(EndPublish(row.id, "failed", at, error=error, attempted=attempted, notice=notice))
         self.stats["failed"] += 1
         log.warning("outbox.failed", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
-                    agent=row.agent, reason=reason)
+                    agent=row.agent, reason=error)

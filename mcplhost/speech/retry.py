@@ -1,4 +1,4 @@
-"""When a publish is tried again, and when it fails for good (AGENTS.md §7): pure rules, no I/O.
+"""When a publish is tried again, and when it fails for good (docs/connectors.md §13): pure rules, no I/O.
 
 - `-32017` (channel not permitted), `-32023`, `-32602` (invalid params) and
   `-32002` (capability not granted) end a publish as failed at once: asking

@@ -1,10 +1,10 @@
-"""Fail-closed speech routing (AGENTS.md §6), as pure functions over the wake's frozen sources.
+"""Fail-closed speech routing (docs/architecture.md, Agents), as pure functions over the wake's frozen sources.
 
 Nothing here guesses: prose goes to the one conversation the wake shares,
 or to a channel a `>>> DEST` pin names, and only when that channel is
 permitted now; everything else becomes a draft segment with its reason.
 
-Decisions beyond the letter of AGENTS.md, kept here so they have one home:
+Decisions of our own, kept here so they have one home:
 
 - The channels an agent may name are the ones it hears (`hears`, matched as
   wake.py matches it); a channel it does not hear is `unknown` to it, so
@@ -50,6 +50,7 @@ __all__ = [
     "channel_views",
     "default_destination",
     "permit",
+    "publish_refusal",
     "resolve",
     "route_after",
     "route_prose",
@@ -159,16 +160,34 @@ def _refusal(direction: str, channel_allowed: bool, grant: frozenset[str]) -> st
     return None
 
 
+def _channel_refusal(handle: Any, channel: Any, grant: frozenset[str]) -> str | None:
+    """Why `handle`'s connector cannot publish to its registered `channel` now, or None: it can."""
+    patterns = getattr(getattr(handle, "spec", None), "channels", None)
+    return _refusal(channel.direction, permitted(channel.id, patterns), grant)
+
+
+def publish_refusal(handle: Any, channel_id: str) -> str | None:
+    """Why the connector cannot publish to `channel_id` now (`unknown`: not registered), or None.
+
+    The rule `channel_views` applies, for one channel and whoever hears it:
+    the outbox sender asks it before every try (a grant can narrow, a
+    channel go away, between the queueing and the send).
+    """
+    channel = handle.channel(channel_id)
+    if channel is None:
+        return "unknown"
+    return _channel_refusal(handle, channel, frozenset(handle.grant))
+
+
 def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[str] | None) -> list[ChannelView]:
     """The channels the agent hears, from each handle's registered channels and grant, as they are now."""
     views: list[ChannelView] = []
     for handle in handles.values() if isinstance(handles, Mapping) else handles:
         grant = frozenset(handle.grant)
-        patterns = getattr(getattr(handle, "spec", None), "channels", None)
         for channel in handle.channels():
             if not _hears_channel(hears, handle.name, channel.id):
                 continue
-            refusal = _refusal(channel.direction, permitted(channel.id, patterns), grant)
+            refusal = _channel_refusal(handle, channel, grant)
             views.append(ChannelView(server_id=handle.name, channel_id=channel.id, label=channel.label,
                                      direction=channel.direction, publishable=refusal is None, refusal=refusal))
     return views
@@ -298,7 +317,7 @@ def _routes(prose: str, default: Route, views: Sequence[ChannelView]) -> list[tu
 
 def route_prose(prose: str, default: Route, views: Sequence[ChannelView], *,
                 published_default: bool) -> list[Segment]:
-    """Split a turn's prose into segments at its pins and route each (AGENTS.md §6); empty prose: none.
+    """Split a turn's prose into segments at its pins and route each (docs/architecture.md, Agents); empty prose: none.
 
     `default` is the wake's default destination (or Undecided), or the
     route a pin in the turn's earlier prose left in force (`route_after`).

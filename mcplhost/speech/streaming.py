@@ -1,4 +1,4 @@
-"""Streaming a turn's text: `channels/outgoing/chunk` and `/complete` (HOST-DIGEST §3.2, AGENTS.md §7).
+"""Streaming a turn's text: `channels/outgoing/chunk` and `/complete` (MCPL spec, channels/outgoing).
 
 A `Streamer` serves one inference. It sends nothing until `open(destinations)`
 says routing is decided; text the backend streamed before that is held and

@@ -1,9 +1,12 @@
-"""Each agent's durable cursor: the last item id it fully handled (AGENTS.md §2).
+"""Each agent's durable cursor: a low-water mark of the items it handled (docs/architecture.md, "Agents").
 
+The cursor is the highest item id such that every item at or below it that
+wakes the agent was handled (its turn ended) or wakes nobody; the scheduler
+decides it (`AgentScheduler.handled_through`), this module only stores it.
 On start the host wakes an agent once for the matching items after its
-cursor, so a host killed between an item's commit and the turn it caused
-loses no wake. A cursor only moves forward: a late or repeated write of an
-older position never makes an agent handle items again.
+cursor, so a host killed at any moment loses no wake. A cursor only moves
+forward: a late or repeated write of an older position never makes an agent
+handle items again.
 
 An agent seen for the first time starts at the current end of the store,
 written at once (`start_many_nocommit`), in the same transaction that reads

@@ -59,6 +59,8 @@ _OPEN_EXPLANATION = (
     "check that store.path names an SQLite file (or a place to create one) "
     "that the mcplhost user can read and write"
 )
+#: The readers (messages, search, turns, outbox) are given their database with --db, not through the config.
+_READ_EXPLANATION = "check that --db names an mcplhost database that this user can read"
 
 # The database whose transaction the current task is inside, if any.
 _current_transaction: ContextVar[Database | None] = ContextVar("store_transaction", default=None)
@@ -321,7 +323,7 @@ async def open_reader(
             if max(applied, default=0) < newest:
                 raise SchemaBehind(max(applied, default=0), newest, path=str(path))
         except sqlite3.Error as exc:
-            raise _cannot_open(path, exc) from exc
+            raise _cannot_open(path, exc, _READ_EXPLANATION) from exc
         # Nothing in this process writes: its one read-only connection is also its reader.
         yield Store(path, Database(conn, StoreReader(path, [conn])), migrations_folder)
 
@@ -341,5 +343,5 @@ async def _connection(path: Path, target: str, *, uri: bool) -> AsyncIterator[ai
             await conn.close()
 
 
-def _cannot_open(path: Path, exc: sqlite3.Error) -> StoreError:
-    return StoreError(f"{path}: cannot use the database: {exc}", explanation=_OPEN_EXPLANATION)
+def _cannot_open(path: Path, exc: sqlite3.Error, explanation: str = _OPEN_EXPLANATION) -> StoreError:
+    return StoreError(f"{path}: cannot use the database: {exc}", explanation=explanation)

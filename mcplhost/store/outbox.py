@@ -1,4 +1,4 @@
-"""The publish outbox: one row per publish, and what became of it (AGENTS.md §7).
+"""The publish outbox: one row per publish, and what became of it (docs/connectors.md §13).
 
 A row is written pending, in the same transaction as the speech row that
 caused it (operations.PublishSpeech), before anything is sent. The sender of
@@ -8,9 +8,9 @@ the reason. Between tries a row records its attempts and when it may be
 tried again, so a restarted host resumes where the last one stopped.
 
 `OutboxRow` encodes (msgspec JSON) to exactly the line of `mcplhost outbox
---json` (INTERFACES.md); the fields a row lacks are null.
+--json` (docs/operations.md); the fields a row lacks are null.
 
-Echo suppression (issue 10 item 4) asks `delivered_message(server, channel,
+Echo suppression asks `delivered_message(server, channel,
 messageId)`: a bounded in-memory window of recent deliveries (fed by the
 sender after each commit) answers first, then the table's index, for
 deliveries of the last ECHO_WINDOW_MS (also after a restart).
@@ -149,12 +149,26 @@ class OutboxRepository:
             results.append(cursor.rowcount == 1)
         return results
 
-    async def pending(self, server_id: str, *, limit: int) -> builtins.list[PendingPublish]:
-        """The connector's pending rows, oldest first (at most `limit`)."""
+    async def pending(self, server_id: str, *, limit: int, per_channel: int | None = None,
+                      ) -> builtins.list[PendingPublish]:
+        """The connector's pending rows, each channel's in id order (at most `limit`).
+
+        Without `per_channel`: the oldest first. With it: at most that many of
+        each channel, every channel's oldest row first, then every channel's
+        second, and so on, so one channel's long queue (a channel in backoff)
+        cannot crowd the others out of the page.
+        """
+        if per_channel is None:
+            query = (f"SELECT {_PENDING_COLUMNS} FROM outbox WHERE server_id = ? AND state = 'pending'"
+                     " ORDER BY id LIMIT ?")
+            arguments: tuple[object, ...] = (server_id, limit)
+        else:
+            query = (f"SELECT {_PENDING_COLUMNS} FROM (SELECT {_PENDING_COLUMNS}, row_number() OVER"
+                     " (PARTITION BY channel_id ORDER BY id) AS place FROM outbox"
+                     " WHERE server_id = ? AND state = 'pending') WHERE place <= ? ORDER BY place, id LIMIT ?")
+            arguments = (server_id, per_channel, limit)
         async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
-                f"SELECT {_PENDING_COLUMNS} FROM outbox WHERE server_id = ? AND state = 'pending'"
-                " ORDER BY id LIMIT ?", (server_id, limit))
+            rows = await self._database.conn.execute_fetchall(query, arguments)
         return [PendingPublish(*row) for row in rows]
 
     async def get(self, outbox_id: int) -> OutboxRow | None:

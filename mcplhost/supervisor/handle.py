@@ -15,7 +15,7 @@ as long as the host:
 - `wait_ready()` / `wait_state()`: awaitable conditions, so senders never poll;
 - `statistics()`: the frozen snapshot the status socket reports.
 
-The connector states are INTERFACES.md's. Which may follow which is data
+The connector states are the ones the status socket shows (docs/operations.md). Which may follow which is data
 (`TRANSITIONS`); each change is logged once, as the state's canonical line
 (`STATE_EVENTS`). The live states (handshaking, policy_pending, ready,
 mcp_only) follow the connection's own `Mode`, which `McplConnection(on_mode=...)`
@@ -119,7 +119,7 @@ class ConnectorStopped(ConnectorNotReady):
 
 
 class ConnectorStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """One connector as the status socket reports it (INTERFACES.md, "Status, health and metrics").
+    """One connector as the status socket reports it (docs/operations.md).
 
     Encoded, it has the status JSON's names (lastError, lastInboundAt); encode
     with order="deterministic" for a sorted grant.
@@ -219,7 +219,7 @@ class ConnectorHandle:
         """`request`, and the grant in force the moment the answer arrived (read in the read loop).
 
         For answers whose parts are authorized at receipt (each
-        `beforeInference` injection, HOST-DIGEST §1.7): a policy change the
+        `beforeInference` injection, docs/mcpl-checklist.md item 9): a policy change the
         connector's next message brings cannot slip in between.
         """
         session = self._serving_session(method)

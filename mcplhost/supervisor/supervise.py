@@ -8,10 +8,19 @@ is what READY=1 waits for. It is the handle's only writer: every state
 change goes through it and is logged there, once.
 A crashing, hanging or chatty connector only ever affects its own task.
 
-What counts as a failure (INTERFACES.md): every exit the host did not ask
-for, whether or not the handshake had finished, plus a failed spawn or
+What counts as a failure (docs/operations.md): every exit the host did not
+ask for, whether or not the handshake had finished, plus a failed spawn or
 handshake. A connection the host closed because the connector refused its
 policy with fallback "close" is restarted only under `policy = "always"`.
+
+Exception boundary: each connector's life is one. An unexpected exception
+in the host's own code for that connector (the session, the protocol, often
+set off by what the connector sent) ends that life as a crash (`crashed`):
+logged once with its traceback, the child stopped by the shutdown ladder,
+and the restart policy applied as for any failure. It never reaches the
+host's task group, so every other connector goes on. Only `Exception` is
+caught: a cancellation (the host stopping), alone or in an exception group,
+always goes through.
 """
 
 from __future__ import annotations
@@ -21,12 +30,15 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import Process, TaskStatus
+from anyio.abc import ByteReceiveStream, Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.envfile import EnvFileError
+from mcplhost.logs import LimitedLog
 from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
 from mcplhost.rpc import ConnectionClosed, Session
+from mcplhost.tracebacks import bounded_traceback
 
 from .handle import ConnectorHandle, State
 from .policy import GiveUp, Restart, RestartPolicy
@@ -42,11 +54,18 @@ class Life:
     HANDSHAKE_FAILED = "handshake_failed"
     EXITED = "exited"
     POLICY_CLOSED = "policy_closed"
+    CRASHED = "crashed"  # an unexpected exception in the host's code for this connector (a bug of ours)
 
 
 #: After the connection dies mid-handshake, how long to wait for the child's exit code:
 #: "exited with code 3" explains the failure, a broken pipe only describes it.
 EXIT_CODE_WAIT_S = 1.0
+#: Characters of a crash's exception text kept in `last_error` (the log line has the whole traceback).
+CRASH_ERROR_CHARS = 300
+
+#: Test seam, None in production: called with the connector's name and each chunk of its stdout before the
+#: session reads it; a test sets it to raise, standing in for a bug that hostile output sets off there.
+test_fault_on_output: Callable[[str, bytes], None] | None = None
 
 
 async def supervise(
@@ -127,55 +146,27 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     ladder; not when the host cancels it.
     """
     try:
-        process = await spawn(spec.command, env=child_environment(spec.env), cwd=spec.cwd)
-    except OSError as exc:
+        process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
+    except (OSError, EnvFileError) as exc:  # a missing command, cwd or env file fails this connector alone
         clog.error("connector.spawn_failed", command=spec.command, error=str(exc))
         handle.failed(f"spawn failed: {exc}")
         on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
-    offered = {} if handle.offered is None else {"offered": handle.offered}
-    connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered, inference=handle.inference,
-                                **offered)
-    handle.spawned(process.pid, connection, command=spec.command)
-    session = Session(
-        process.stdin,  # type: ignore[arg-type]
-        process.stdout,  # type: ignore[arg-type]
-        on_request=connection.on_request,
-        on_notification=connection.on_notification,
-        log=plog,
-        max_line_bytes=spec.max_line_bytes,
-        timeout=spec.request_timeout_s,
-    )
-    connection.attach(session)
+    limited = LimitedLog(plog)  # the lines this life causes per message: a few per event and window, then counts
+    connection: McplConnection | None = None
     ended = Life.EXITED
     try:
-        async with anyio.create_task_group() as tg:
-            drained = anyio.Event()
-            tg.start_soon(_drain, process, plog, drained)
-            tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle, tg.cancel_scope)
-            tg.start_soon(connection.run_background)
-            try:
-                await connection.handshake()
-            except HandshakeFailed as exc:
-                error = await _handshake_failure(exc, connection.mode, process)
-                plog.error("connector.handshake_failed", error=error)
-                handle.failed(error)
-                ended = Life.HANDSHAKE_FAILED
-                tg.cancel_scope.cancel()
-            except PolicyClosed as exc:
-                plog.warning("connector.policy_closed", reason=str(exc))
-                handle.failed(f"closed after the connector refused the policy: {exc}")
-                ended = Life.POLICY_CLOSED
-                tg.cancel_scope.cancel()
-            else:
-                on_ready()
-                # Serve until the child's output ends (which cancels this scope), or
-                # until the connector refuses a later policy with fallback "close".
-                await connection.closed_by_policy.wait()
-                handle.failed("closed after the connector refused a later policy")
-                ended = Life.POLICY_CLOSED
-                tg.cancel_scope.cancel()
+        try:
+            connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered, inference=handle.inference,
+                                        limited=limited, **({} if handle.offered is None else {"offered": handle.offered}))
+            handle.spawned(process.pid, connection, command=spec.command)
+            ended = await _serve_life(spec, process, connection, plog, limited, handle, on_ready)
+        except Exception as exc:  # the boundary: only Exception, so a cancellation (or a group holding one) goes on
+            ended = Life.CRASHED
+            error = crash_error(exc)
+            plog.error("connector.crashed", error=error, traceback=bounded_traceback(exc))
+            handle.failed(f"internal error: {error}")
         # Reached only when the life ended on its own: a host stop cancels past this line.
         handle.life_ending()
         if ended == Life.EXITED:
@@ -183,11 +174,87 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         on_end(ended)
     finally:
         handle.life_ending()
-        connection.close_jobs()
+        if connection is not None:
+            connection.close_jobs()
         how = await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=plog)
         handle.exited()
+        limited.close()  # what the life's last windows held back, before its last line
         plog.info("connector.exited", returncode=process.returncode, how=how, ended=ended)
     return ended
+
+
+async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplConnection, plog: Any,
+                      limited: LimitedLog, handle: ConnectorHandle, on_ready: Callable[[], None]) -> str:
+    """The session, the handshake and serving, until the life ends on its own; how it ended."""
+    output: ByteReceiveStream = process.stdout  # type: ignore[assignment]
+    if test_fault_on_output is not None:
+        output = _SeamedOutput(output, spec.name)
+    session = Session(
+        process.stdin,  # type: ignore[arg-type]
+        output,
+        on_request=connection.on_request,
+        on_notification=connection.on_notification,
+        log=plog,
+        limited=limited,
+        max_line_bytes=spec.max_line_bytes,
+        timeout=spec.request_timeout_s,
+    )
+    connection.attach(session)
+    ended = Life.EXITED
+    async with anyio.create_task_group() as tg:
+        drained = anyio.Event()
+        tg.start_soon(_drain, process, plog, drained)
+        tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle, tg.cancel_scope)
+        tg.start_soon(connection.run_background)
+        tg.start_soon(limited.run)
+        try:
+            await connection.handshake()
+        except HandshakeFailed as exc:
+            error = await _handshake_failure(exc, connection.mode, process)
+            plog.error("connector.handshake_failed", error=error)
+            handle.failed(error)
+            ended = Life.HANDSHAKE_FAILED
+            tg.cancel_scope.cancel()
+        except PolicyClosed as exc:
+            plog.warning("connector.policy_closed", reason=str(exc))
+            handle.failed(f"closed after the connector refused the policy: {exc}")
+            ended = Life.POLICY_CLOSED
+            tg.cancel_scope.cancel()
+        else:
+            on_ready()
+            # Serve until the child's output ends (which cancels this scope), or
+            # until the connector refuses a later policy with fallback "close".
+            await connection.closed_by_policy.wait()
+            handle.failed("closed after the connector refused a later policy")
+            ended = Life.POLICY_CLOSED
+            tg.cancel_scope.cancel()
+    return ended
+
+
+def crash_error(exc: BaseException) -> str:
+    """`Type: message` of the exception that crashed a life (the first of a group), bounded for `last_error`."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= CRASH_ERROR_CHARS else text[:CRASH_ERROR_CHARS] + "…"
+
+
+class _SeamedOutput(ByteReceiveStream):
+    """The child's stdout with `test_fault_on_output` called on each chunk (only while a test sets the seam)."""
+
+    def __init__(self, stream: ByteReceiveStream, name: str) -> None:
+        self._stream = stream
+        self._name = name
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        chunk = await self._stream.receive(max_bytes)
+        seam = test_fault_on_output
+        if seam is not None:
+            seam(self._name, chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 def _exit_error(returncode: int | None) -> str:

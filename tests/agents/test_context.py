@@ -23,6 +23,7 @@ from mcplhost.agents.context import (
     notice_text,
     request_chars,
     request_digest,
+    tool_chars,
 )
 from mcplhost.agents.history import RenderedRows, Unit
 from mcplhost.agents.model import Message, ToolCall, ToolSpec
@@ -294,6 +295,20 @@ class TestLimit:
             assert window.request == whole.request
             assert window.digest == whole.digest
 
+    def test_tools_count_against_context_chars(self) -> None:
+        """Many tools leave room for fewer rows: names, descriptions and schemas count like the system prompt."""
+        agent = AgentConfig(name="scout", context_chars=20_000)
+        rows = self.rows(80)
+        tools = [ToolSpec(name=f"disc__t{n}", description="d" * 300,
+                          input_schema={"type": "object", "properties": {"q": {"type": "string"}}})
+                 for n in range(25)]
+        bare, tooled = compile_(rows, agent=agent), compile_(rows, agent=agent, tools=tools)
+        assert sum(map(tool_chars, tools)) > 25 * 300
+        assert bare.dropped == 0 < tooled.dropped
+        assert request_chars(tooled.request) <= agent.context_chars
+        assert request_chars(tooled.request) - request_chars(msgspec.structs.replace(tooled.request, tools=[])) == sum(
+            map(tool_chars, tools))
+
     def test_a_giant_message_is_clipped_to_a_quarter(self) -> None:
         """One message never takes more than a quarter of context_chars (head and tail kept)."""
         agent = AgentConfig(name="scout", context_chars=4000)
@@ -425,8 +440,10 @@ def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> 
     hooks = st.lists(st.text(max_size=200), max_size=2)
     injections = Injections(system=data.draw(hooks), before_user=data.draw(hooks), after_user=data.draw(hooks))
     now = NOW + data.draw(st.sampled_from([0, 3_600_000]))
-    first = compile_(rows, wake, agent=agent, prompt="p", injections=injections, now=now)
-    again = compile_(shuffled, wake, agent=agent, prompt="p", injections=injections, now=now)
+    tools = [ToolSpec(name=f"t{n}", description=text, input_schema={"type": "object", "title": text})
+             for n, text in enumerate(data.draw(st.lists(st.text(max_size=limit // 16), max_size=2)))]
+    first = compile_(rows, wake, agent=agent, prompt="p", injections=injections, now=now, tools=tools)
+    again = compile_(shuffled, wake, agent=agent, prompt="p", injections=injections, now=now, tools=tools)
     assert first == again
     canonical = canonical_json(msgspec.to_builtins(first.request)).encode()
     assert first.digest == hashlib.sha256(canonical).hexdigest()

@@ -62,7 +62,7 @@ async def ask(host: Any, agent: AgentConfig = SCOUT, **fields: Any) -> Injection
     fields.setdefault("inference_id", "inf-1")
     fields.setdefault("turn_index", 0)
     fields.setdefault("user_message", "what is new?")
-    return await before_inference(host.connectors, agent, **fields)
+    return await before_inference(host.connectors, agent, state=host.hooks, **fields)
 
 
 class TestBeforeInference:
@@ -163,11 +163,11 @@ class TestLifecycle:
         with capture_logs() as logs:
             async with running_host(config_with(tmp_path, listener, deaf)) as host:
                 await ask(host, inference_id="inf-7", turn_index=2)
-                await lifecycle(host.connectors, SCOUT, inference_id="inf-7", phase="started")
-                await lifecycle(host.connectors, SCOUT, inference_id="inf-7", phase="completed",
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-7", phase="started")
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-7", phase="completed",
                                 usage=Usage(input_tokens=11, output_tokens=3))
-                await lifecycle(host.connectors, SCOUT, inference_id="inf-7", phase="failed")
-                await lifecycle(host.connectors, SCOUT, inference_id="inf-never", phase="aborted")
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-7", phase="failed")
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-never", phase="aborted")
                 await wait_for(lambda: len(lifecycles(tmp_path, "obs")) >= 2)
                 await anyio.sleep(0.2)  # a wrongly sent third one would have arrived by now
         sent = lifecycles(tmp_path, "obs")
@@ -183,8 +183,8 @@ class TestLifecycle:
         spec = hook_connector("obs", tmp_path, [LIFECYCLE], answering())
         async with running_host(config_with(tmp_path, spec)) as host:
             for inference, phase in (("inf-a", "failed"), ("inf-b", "aborted")):
-                await lifecycle(host.connectors, SCOUT, inference_id=inference, phase="started")
-                await lifecycle(host.connectors, SCOUT, inference_id=inference, phase=phase,
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id=inference, phase="started")
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id=inference, phase=phase,
                                 usage=Usage(input_tokens=1))
             await wait_for(lambda: len(lifecycles(tmp_path, "obs")) == 4)
         assert [(p["inferenceId"], p["phase"]) for p in lifecycles(tmp_path, "obs")] == [
@@ -200,3 +200,30 @@ class TestLifecycle:
         for name in "bcd":
             ledger.start(name, "c", 0, ())
         assert ledger.finish("b") is None and ledger.finish("d") is not None
+
+
+class TestPerHostState:
+    async def test_two_hosts_in_one_process_share_no_hook_or_lifecycle_state(self, tmp_path) -> None:
+        """Host one's outstanding hook and open inference are its own: host two's same-named connector sees neither."""
+        one, two = tmp_path / "one", tmp_path / "two"
+        one.mkdir()
+        two.mkdir()
+        slow = hook_connector("mem", one, [OBSERVE, LIFECYCLE], answering(delay=30))
+        quick = hook_connector("mem", two, [OBSERVE, LIFECYCLE], answering())
+        with capture_logs() as logs:
+            async with running_host(config_with(one, slow)) as first, running_host(config_with(two, quick)) as second:
+                assert first.hooks is not second.hooks
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: ask(first, inference_id="inf-1"))
+                    await wait_for(lambda: first.hooks.hook_pending("mem"), timeout=10)
+                    assert not second.hooks.hook_pending("mem")  # the loop guard of host one only
+                    tg.cancel_scope.cancel()
+                await lifecycle(first.connectors, SCOUT, state=first.hooks, inference_id="inf-2", phase="started")
+                # Host two never started inf-2: its terminal is unpaired there, and host one's stays open.
+                await lifecycle(second.connectors, SCOUT, state=second.hooks, inference_id="inf-2", phase="completed")
+                await lifecycle(first.connectors, SCOUT, state=first.hooks, inference_id="inf-2", phase="completed")
+                await wait_for(lambda: len(lifecycles(one, "mem")) == 2)
+        assert [p["phase"] for p in lifecycles(one, "mem")] == ["started", "completed"]
+        assert lifecycles(two, "mem") == []
+        assert logged(logs, "agent.lifecycle_unpaired", inferenceId="inf-2", phase="completed")
+        assert not first.hooks.hook_pending("mem")  # the cancelled call is no longer counted

@@ -8,11 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 import structlog
+from structlog.testing import capture_logs
 
+from mcplhost.agents import runtime as runtime_module
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.scheduler import HOUR_S
 from mcplhost.config import AgentConfig, Config
+from mcplhost.errors import ConfigError
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.store.operations import RecordTurn, SetCursor
 
@@ -212,3 +216,186 @@ class TestIsolation:
             await wait_for(lambda: len(quick.requests) == 2, timeout=5)
         assert took < 1.0, took
         assert len(hung.requests) == 1  # a is still in its first turn: single flight
+
+
+class GatedBackend(RecordingBackend):
+    """A backend whose n-th call answers only once the test opens gate n."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.gates = [anyio.Event() for _ in range(calls)]
+        self.entered = [anyio.Event() for _ in range(calls)]
+
+    async def complete(self, request, *, on_text=None):  # type: ignore[no-untyped-def]
+        call = len(self.requests)
+        response = await super().complete(request)
+        self.entered[call].set()
+        await self.gates[call].wait()
+        return response
+
+
+ROOM_A, ROOM_B, ROOM_C = "disc:g1:a", "disc:g1:b", "disc:g1:c"
+
+
+class TestCursorLowWaterMark:
+    async def test_another_conversation_s_turn_never_moves_the_cursor_past_a_pending_item(self, tmp_path: Path):
+        """Items 10 (A), 11 (B), 12 (A) pend while a turn runs; B's turn ends first: the cursor stays below 10."""
+        backend = GatedBackend(3)
+        agent = agent_config(context_scope="conversation", max_wait_ms=60_000)
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, [agent], {"scout": backend}) as (runtime, ingest):
+            (first,) = await heard(ingest, "c", channel=ROOM_C)
+            await backend.entered[0].wait()  # its turn is running: what follows pends
+            (ten,) = await heard(ingest, "a1", channel=ROOM_A)
+            (eleven,) = await heard(ingest, "b", channel=ROOM_B)
+            (twelve,) = await heard(ingest, "a2", channel=ROOM_A)
+            await wait_for(lambda: runtime.statistics()["scout"].pending_wakes == 3)
+            backend.gates[0].set()
+            await backend.entered[1].wait()  # the second turn: B's, whose item came first to its group's end
+            assert first < await store.cursors.get("scout") == ten - 1  # past C's turn, not into what pends
+            backend.gates[1].set()
+            await backend.entered[2].wait()  # B's turn has ended and A's is running
+            b_turn = (await turns_of(store, "scout", 2))[1]
+            assert b_turn.wake_item_ids == [eleven]
+            assert await store.cursors.get("scout") == ten - 1  # not 11: 10 is still A's
+            backend.gates[2].set()
+            a_turn = (await turns_of(store, "scout", 3))[2]
+            assert a_turn.wake_item_ids == [ten, twelve]
+            assert await store.cursors.get("scout") == twelve
+
+    async def test_a_gap_of_dropped_events_holds_the_cursor_until_it_is_read_back(self, tmp_path: Path):
+        """A gap read that fails leaves every cursor below the gap: the next start's catch-up still has it."""
+        backend = RecordingBackend()
+        send, receive = anyio.create_memory_object_stream[Stored](8)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {}, receive,
+                                    backends={"scout": backend})
+            async with send, anyio.create_task_group() as tg:
+                await tg.start(runtime.run)
+                (start,) = await heard(ingest, "before")  # this ingest has no stream: sent by hand below
+                ((_, before),) = await store.items.after_as_written(start - 1)
+                await send.send(Stored(start, before))
+                await turns_of(store, "scout", 1)
+                ids = await heard(ingest, "one", "two", "three")
+                broken_read = store.items.after_as_written
+
+                async def failing(*args: Any, **kwargs: Any) -> Any:
+                    raise OSError("disk gone")
+
+                store.items.after_as_written = failing  # the gap's read back fails
+                ((last_id, last),) = [(i, item) for i, item in await broken_read(ids[-2])]
+                await send.send(Stored(last_id, last, missed_before=2))
+                await turns_of(store, "scout", 2)
+                assert await store.cursors.get("scout") == start  # not past one and two, never read
+                tg.cancel_scope.cancel()
+
+
+class TestBuildTime:
+    async def test_the_prompt_file_is_read_once_at_build_an_edit_counts_after_a_restart(self, tmp_path: Path):
+        """The file is edited after the runtime was built: the turn still uses the text read at start."""
+        prompt = tmp_path / "scout.md"
+        prompt.write_text("You are Scout, at start.", encoding="utf-8")
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, _), \
+                running(store, writer, [agent_config(system_prompt_file=str(prompt))], {"scout": backend}) as (
+                    _, ingest):
+            prompt.write_text("You are Scout, edited.", encoding="utf-8")
+            await heard(ingest, "hello")
+            await turns_of(store, "scout", 1)
+        assert "You are Scout, at start." in backend.requests[0].system
+        assert "edited" not in backend.requests[0].system
+
+    async def test_an_unreadable_prompt_file_at_build_is_a_config_error(self, tmp_path: Path):
+        async with agent_store(tmp_path) as (store, writer, _):
+            send, receive = anyio.create_memory_object_stream[Stored](1)
+            agent = agent_config(system_prompt_file=str(tmp_path / "gone.md"))
+            with pytest.raises(ConfigError, match="system_prompt_file"):
+                AgentsRuntime(Config(agents=[agent]), store, writer, {}, receive, backends={"scout": RecordingBackend()})
+            send.close()
+            receive.close()
+
+
+class TestExceptionBoundary:
+    async def test_a_bug_while_handling_a_wake_fails_that_turn_and_the_agent_answers_the_next(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """The test seam raises for the first wake: a failed turn with its notice; the second wake is answered."""
+        faults: list[int] = []
+
+        def fault(agent: str, wake: Any) -> None:
+            if not faults:
+                faults.append(wake.item_ids[0])
+                raise KeyError("a bug in the agent's code")
+
+        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
+        backend = RecordingBackend()
+        with capture_logs() as logs:
+            async with agent_store(tmp_path) as (store, writer, _), \
+                    running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
+                (first,) = await heard(ingest, "one")
+                (failed,) = await turns_of(store, "scout", 1)
+                (second,) = await heard(ingest, "two")
+                later = (await turns_of(store, "scout", 2))[1]
+                notices = [row for row in await store.items.list()
+                           if row.agent == "scout" and row.metadata.get("kind") == "turn-failed"]
+                cursor = await store.cursors.get("scout")
+        assert failed.outcome == "failed" and failed.wake_item_ids == [first]
+        assert len(notices) == 1 and notices[0].metadata["reason"] == "KeyError"
+        assert later.outcome == "completed" and later.wake_item_ids == [second] and cursor == second
+        (line,) = [e for e in logs if e["event"] == "agent.turn_failed"]
+        assert "KeyError: \"a bug in the agent's code\"" in line["traceback"]  # logged once, with its traceback
+
+
+class TestOutOfOrderEvents:
+    async def test_events_of_one_commit_out_of_id_order_are_offered_in_order_as_one_batch(self, tmp_path: Path):
+        """12's event comes before 11's: both are offered together, one wake for both, the cursor at 12."""
+        backend = RecordingBackend()
+        send, receive = anyio.create_memory_object_stream[Stored](8)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {}, receive,
+                                    backends={"scout": backend})
+            async with send, anyio.create_task_group() as tg:
+                await tg.start(runtime.run)
+                ids = await heard(ingest, "eleven", "twelve")  # this ingest has no stream: sent by hand below
+                events = {i: Stored(i, item) for i, item in await store.items.after_as_written(ids[0] - 1)}
+                send.send_nowait(events[ids[1]])  # as two callers of one commit may emit them
+                send.send_nowait(events[ids[0]])
+                (turn,) = await turns_of(store, "scout", 1)
+                assert await store.cursors.get("scout") == ids[1]
+                tg.cancel_scope.cancel()
+        assert turn.wake_item_ids == ids
+
+
+class TestBoundedCatchUp:
+    async def test_items_a_bounded_catch_up_did_not_read_hold_the_cursor_until_the_next_start(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """The catch-up stops after two of four items: its turn and later ones never move the cursor past them."""
+        monkeypatch.setattr(runtime_module, "CATCH_UP_PAGE", 1)
+        monkeypatch.setattr(runtime_module, "CATCH_UP_MAX_ITEMS", 2)
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (seen,) = await heard(ingest, "handled")
+            await writer.submit(SetCursor("scout", seen, 0))
+            missed = await heard(ingest, "one", "two", "three", "four")
+            async with running(store, writer, [agent_config()], {"scout": backend}) as (_, live):
+                (caught,) = await turns_of(store, "scout", 1)
+                assert await store.cursors.get("scout") == missed[1]
+                (later,) = await heard(live, "five")
+                assert (await turns_of(store, "scout", 2))[1].wake_item_ids == [later]
+                assert await store.cursors.get("scout") == missed[1]  # three and four were never offered
+        assert caught.wake_item_ids == missed[:2]
+
+
+class TestCatchUpSkipsHandled:
+    async def test_items_above_the_cursor_a_finished_turn_handled_do_not_wake_again(self, tmp_path: Path):
+        """Cursor below 'pending', 'answered' handled by a completed turn, 'aborted' by an aborted one: two wake."""
+        backend = RecordingBackend()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            (seen,) = await heard(ingest, "handled")
+            await writer.submit(SetCursor("scout", seen, 0))
+            pending, answered, aborted = await heard(ingest, "pending", "answered", "aborted")
+            await writer.submit(RecordTurn("scout", (answered,), 1, 2, "completed"),
+                                RecordTurn("scout", (aborted,), 3, 4, "aborted"))
+            async with running(store, writer, [agent_config()], {"scout": backend}):
+                caught = (await turns_of(store, "scout", 3))[2]
+                assert await store.cursors.get("scout") >= aborted
+        assert caught.wake_item_ids == [pending, aborted] and len(backend.requests) == 1

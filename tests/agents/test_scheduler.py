@@ -290,6 +290,74 @@ class TestConversationScope:
             (MAX_PENDING_IDS, 0, False), (0, 1000, True)]
 
 
+class TestLowWaterMark:
+    """`handled_through`: the durable cursor never passes a waking item that is not handled yet."""
+
+    def test_a_turn_for_one_conversation_stops_below_another_s_pending_item(self) -> None:
+        """Items 10 (A), 11 (B), 12 (A): B's turn ends first, and the cursor stays below 10 until A's has."""
+        s = scheduler(context_scope="conversation")
+        s.on_item(addressed(10), 0.0)
+        s.on_item(addressed(11, channel="disc:g1:other"), 0.1)
+        s.on_item(addressed(12), 0.2)
+        first = s.due(0.45)
+        assert first is not None and first.item_ids == (11,)
+        assert s.handled_through(12) == 9  # 11 is in its turn, 10 and 12 pend
+        assert s.handled_through(12, turn_done=True) == 9  # the cursor B's turn writes: not past 10
+        s.turn_ended(1.0)
+        second = s.due(1.0)
+        assert second is not None and second.item_ids == (10, 12)
+        assert s.handled_through(12, turn_done=True) == 12
+        s.turn_ended(2.0)
+        assert s.handled_through(12) == 12
+
+    def test_items_offered_out_of_id_order_hold_the_mark_at_the_lowest(self) -> None:
+        """12 arrives before 11: once 12's wake is running, 11 (pending, a follow-up) still holds the mark."""
+        s = scheduler(debounce_ms=0)
+        s.on_item(addressed(12), 0.0)
+        wake = s.due(0.0)
+        assert wake is not None and wake.item_ids == (12,)
+        s.on_item(addressed(11, author_id="u2"), 0.1)
+        assert s.handled_through(12, turn_done=True) == 10
+        s.turn_ended(0.2)
+        follow_up = s.due(0.2)
+        assert follow_up is not None and follow_up.item_ids == (11,)
+        assert s.handled_through(12, turn_done=True) == 12
+
+    def test_an_item_not_offered_yet_holds_the_mark(self) -> None:
+        """Nothing pending, but the caller vouches only for ids up to 6 (7 is a dropped event not read back)."""
+        s = scheduler(debounce_ms=0)
+        s.on_item(addressed(5), 0.0)
+        assert s.due(0.0) is not None
+        assert s.handled_through(6, turn_done=True) == 6
+        s.turn_ended(0.0)
+        assert s.handled_through(6) == 6
+
+    def test_items_that_wake_nobody_are_handled_when_offered(self) -> None:
+        s = scheduler()
+        assert not s.on_item(event(3), 0.0)  # not addressed
+        assert s.handled_through(3) == 3
+
+    def test_a_counted_only_item_holds_the_mark_too(self) -> None:
+        """Past MAX_PENDING_IDS an item keeps no id, yet its group remembers the lowest id it holds."""
+        s = scheduler(context_scope="conversation", debounce_ms=0)
+        for i in range(MAX_PENDING_IDS):
+            s.on_item(addressed(1000 + i, author_id=f"u{i}"), 0.0)
+        s.on_item(addressed(50, channel="disc:g1:c9", author_id="v"), 0.0)  # a new conversation: counted only
+        first = s.due(0.0)
+        assert first is not None and first.overflow == 0 and len(first.item_ids) == MAX_PENDING_IDS
+        assert s.handled_through(2000, turn_done=True) == 49
+
+    def test_held_wakes_hold_the_mark(self) -> None:
+        """Past max_turns_per_hour the pending items wait, and so does the cursor."""
+        s = scheduler(debounce_ms=0, max_turns_per_hour=1)
+        s.on_item(addressed(1), 0.0)
+        assert s.due(0.0) is not None
+        s.turn_ended(0.0)
+        s.on_item(addressed(2, author_id="u2"), 1.0)
+        assert s.due(1.0) is None and s.statistics().held
+        assert s.handled_through(2) == 1
+
+
 class TestStatistics:
     def test_the_status_shape(self) -> None:
         """Statistics encode with the status socket's camelCase names."""
@@ -328,6 +396,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.handed: list[int] = []
         self.handed_overflow = 0
         self.in_turn = False
+        self.in_flight_overflow = 0
+        self.in_flight: set[int] = set()  # the explicit ids of the wake in its turn
+        self.ended: set[int] = set()  # the explicit ids of wakes whose turn ended
+        self.ended_overflow = 0  # counted-only items of wakes whose turn ended
+        self.dropped: list[Stored] = []  # events not offered yet (dropped, to be read back from the store)
 
     def _group(self, conversation: str | None) -> str | None:
         return conversation if self.agent.context_scope == "conversation" else None
@@ -340,12 +413,33 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(waking=st.booleans(), channel=st.integers(0, 2), sender=st.integers(0, 2))
     def arrive(self, waking: bool, channel: int, sender: int) -> None:
-        stored = self._event(waking, channel, sender)
+        self._offer(self._event(waking, channel, sender))
+
+    @rule(items=st.lists(st.tuples(st.booleans(), st.integers(0, 2)), min_size=2, max_size=5), data=st.data())
+    def arrive_out_of_order(self, items: list[tuple[bool, int]], data: st.DataObject) -> None:
+        """Events of one commit, offered in any order."""
+        events = [self._event(waking, channel, i) for i, (waking, channel) in enumerate(items)]
+        for stored in data.draw(st.permutations(events)):
+            self._offer(stored)
+
+    @rule(items=st.lists(st.tuples(st.booleans(), st.integers(0, 2)), min_size=1, max_size=3))
+    def drop(self, items: list[tuple[bool, int]]) -> None:
+        """Events dropped by a full stream: stored, but not offered until the gap is read back."""
+        self.dropped.extend(self._event(waking, channel, 3) for waking, channel in items)
+
+    @precondition(lambda self: self.dropped)
+    @rule()
+    def fill_the_gap(self) -> None:
+        for stored in self.dropped:
+            self._offer(stored)
+        self.dropped.clear()
+
+    def _offer(self, stored: Stored) -> None:
         if self.s.statistics().pending_wakes >= MAX_PENDING_IDS:
             # It may be counted only, perhaps in the shared overflow group: its group's times are unknown.
             self.unchecked.add(self._group(stored.item.conversation_id))
         if self.s.on_item(stored, self.now):
-            assert waking
+            assert ADDRESSED[0] in stored.item.metadata["tags"]
             self.woke.add(stored.id)
             self.woke_count += 1
             self.arrivals.setdefault(self._group(stored.item.conversation_id), []).append(self.now)
@@ -395,6 +489,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.unchecked.discard(group)
         self.handed.extend(wake.item_ids)
         self.handed_overflow += wake.overflow
+        self.in_flight = set(wake.item_ids)
+        self.in_flight_overflow = wake.overflow
         self.in_turn = True
 
     @rule()
@@ -409,6 +505,34 @@ class SchedulerMachine(RuleBasedStateMachine):
     def end_turn(self) -> None:
         self.s.turn_ended(self.now)
         self.in_turn = False
+        self.ended |= self.in_flight
+        self.ended_overflow += self.in_flight_overflow
+        self.in_flight = set()
+
+    @property
+    def seen_through(self) -> int:
+        """Every id up to this one was offered (ids past a dropped event's are not vouched for)."""
+        return min([self.next_id - 1, *(stored.id - 1 for stored in self.dropped)])
+
+    def _check_low_water(self, cursor: int, ended: set[int], ended_overflow: int, in_flight: set[int]) -> None:
+        assert cursor <= self.seen_through
+        assert not {i for i in in_flight if i <= cursor}, "never past the running turn's items"
+        # Each waking item at or below the cursor is handled: one of the ended wakes' ids, or one of their counted
+        # ones (whose ids a wake does not carry).
+        unexplained = {i for i in self.woke if i <= cursor} - ended
+        assert len(unexplained) <= ended_overflow, (cursor, sorted(unexplained))
+        if not self.handed_overflow and self.s.statistics().pending_wakes == len(self.woke) - len(self.handed):
+            # Nothing counted only: the mark is exact, the highest such id.
+            outstanding = self.woke - ended
+            assert cursor == min([self.seen_through, *(i - 1 for i in outstanding)])
+
+    @invariant()
+    def the_cursor_is_the_low_water_mark(self) -> None:
+        self._check_low_water(self.s.handled_through(self.seen_through), self.ended, self.ended_overflow,
+                              self.in_flight)
+        if self.in_turn:  # the cursor written with the turn's end counts that turn as handled
+            self._check_low_water(self.s.handled_through(self.seen_through, turn_done=True),
+                                  self.ended | self.in_flight, self.ended_overflow + self.in_flight_overflow, set())
 
     @invariant()
     def no_waking_item_is_lost(self) -> None:

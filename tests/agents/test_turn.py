@@ -47,8 +47,7 @@ class TestCompletedTurn:
             backend = RecordingBackend("hi Alice")
             assert await run_turn(agent, wake_of(first), services(agent, store, writer, backend)) == "completed"
             (second,) = await heard(ingest, "and again")
-            assert await run_turn(agent, wake_of(second), services(agent, store, writer, backend),
-                                  cursor=first) == "completed"
+            assert await run_turn(agent, wake_of(second), services(agent, store, writer, backend)) == "completed"
             rows = await own_rows(store, "scout")
             turns = await store.turns.list()
             cursor = await store.cursors.get("scout")
@@ -167,13 +166,17 @@ class TestCancelledTurn:
         assert outcomes == [] and turn_row.outcome == "aborted" and turn_row.ended_at is not None
         assert cursor is None
 
-    async def test_an_unreadable_prompt_file_fails_the_turn_not_the_host(self, tmp_path: Path):
-        """system_prompt_file removed after check-config: the turn fails with its notice."""
+    async def test_the_turn_never_reads_the_prompt_file_itself(self, tmp_path: Path):
+        """system_prompt_file gone since the start: the turn uses the prompt read at start, and completes."""
         agent = agent_config(system_prompt_file=str(tmp_path / "gone.md"))
+        backend = RecordingBackend()
         async with agent_store(tmp_path) as (store, writer, ingest):
+            turn_services = services(agent, store, writer, backend)
+            turn_services.system_prompt = "You are Scout, as read at start."
             (item,) = await heard(ingest, "hello")
-            outcome = await run_turn(agent, wake_of(item), services(agent, store, writer, RecordingBackend()))
-        assert outcome == "failed"
+            outcome = await run_turn(agent, wake_of(item), turn_services)
+        assert outcome == "completed"
+        assert "You are Scout, as read at start." in str(backend.requests[0].system)
 
 
 class BuggyBackend(RecordingBackend):

@@ -3,10 +3,10 @@
 Environment: FLOOD_COUNT (messages), FLOOD_BATCH (messages per request),
 FLOOD_INFLIGHT (requests in flight at once), FLOOD_NAME (channel prefix),
 FLOOD_RESULT (a file to write {"seconds", "accepted"} to when done), and
-optionally FLOOD_ANSWERS (a file to append one JSON line to per answer the
-moment it arrives: {"accepted": [messageId, ...], "refused": count}, so a
-test can compare what was answered with what was committed even when the
-host stops mid-flood).
+optionally FLOOD_ANSWERS (a file holding every answer so far the moment it
+arrives, as a JSON list of {"accepted": [messageId, ...], "refused": count},
+so a test can compare what was answered with what was committed even when
+the host stops mid-flood).
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mcplhost.connectors.mcpl_server import McplServer  # noqa: E402
 
 MANIFEST = {"version": "0.5", "channels": {"register": True, "incoming": True}}
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """`path` holds `text` or what it held before, never a part: written beside it, then renamed over it."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 async def main(server: McplServer) -> None:
@@ -50,16 +57,17 @@ async def main(server: McplServer) -> None:
     answers_path = os.environ.get("FLOOD_ANSWERS")
     if answers_path:
         # Recorded in the read loop, the moment the answer's line is read (a
-        # worker resumed later could be cancelled by stdin's end first), with
-        # O_APPEND and one write per answer so each line lands whole.
-        answers_fd = os.open(answers_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        # worker resumed later could be cancelled by stdin's end first). The
+        # whole record is rewritten each time, to a temporary file then
+        # os.replace, so a reader never sees a half-written file.
+        recorded: list[dict] = []
 
         def record_answer(message: dict) -> None:
             results = (message.get("result") or {}).get("results") if "method" not in message else None
             if isinstance(results, list):
-                line = {"accepted": [r.get("messageId") for r in results if r.get("accepted")],
-                        "refused": sum(1 for r in results if not r.get("accepted"))}
-                os.write(answers_fd, (json.dumps(line) + "\n").encode())
+                recorded.append({"accepted": [r.get("messageId") for r in results if r.get("accepted")],
+                                 "refused": sum(1 for r in results if not r.get("accepted"))})
+                replace_atomically(Path(answers_path), json.dumps(recorded))
 
         server.on_message = record_answer
     start = time.perf_counter()

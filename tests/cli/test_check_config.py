@@ -81,6 +81,9 @@ class TestCheckConfig:
         text = (REPO / "deploy" / "mcplhost.example.toml").read_text(encoding="utf-8")
         assert "/opt/mcplhost/bin/mcplhost" in text and "/var/lib/mcplhost/" in text
         text = text.replace("/opt/mcplhost/bin/mcplhost", mcplhost).replace("/var/lib/mcplhost/", f"{tmp_path}/")
+        assert 'env_file = "/etc/mcplhost/env/heartbeat.env"' in text  # install.sh makes it, 0600
+        (tmp_path / "heartbeat.env").touch(mode=0o600)
+        text = text.replace("/etc/mcplhost/env/", f"{tmp_path}/")
         (tmp_path / "mcplhost.toml").write_text(text, encoding="utf-8")
         result = cli("check-config", str(tmp_path / "mcplhost.toml"))
         assert result.returncode == 0 and result.stderr == "", result.stderr
@@ -118,16 +121,26 @@ class TestCheckConfig:
         assert "broken.toml: not valid TOML" in line and "line 1" in line
 
     def test_check_config_and_run_report_a_problem_the_same_way_on_stderr(self, tmp_path) -> None:
-        """A command that is not found is a problem for both; both print it on stderr and exit 2."""
-        (tmp_path / "bad.toml").write_text('[[connectors]]\nname = "a"\ncommand = ["no-such-program-h4"]\n'
-                                           'grant = ["pushEvents"]\n', encoding="utf-8")
+        """A misspelled grant is a problem for both; both print it on stderr and exit 2."""
+        (tmp_path / "bad.toml").write_text('[[connectors]]\nname = "a"\ncommand = ["sh"]\n'
+                                           'grant = ["channels.incomming"]\n', encoding="utf-8")
         checked = cli("check-config", str(tmp_path / "bad.toml"))
         ran = cli("run", "--config", str(tmp_path / "bad.toml"))
         assert (checked.returncode, ran.returncode) == (2, 2) and checked.stdout == ran.stdout == ""
         (problem,) = checked.stderr.splitlines()
-        assert problem.startswith("connectors[0].command: 'no-such-program-h4' is not found on PATH")
+        assert problem.startswith("connectors[0].grant[0]: 'channels.incomming': 'incomming' is no capability "
+                                  "under 'channels' (did you mean 'incoming'?)")
         (line,) = ran.stderr.splitlines()
         assert line.startswith("mcplhost: ") and problem in line
+
+    def test_a_command_not_found_is_a_problem_for_check_config_only(self, tmp_path) -> None:
+        """check-config exits 2 on a command not on PATH; run starts anyway (tests/e2e/test_connector_start.py)."""
+        (tmp_path / "bad.toml").write_text('[[connectors]]\nname = "a"\ncommand = ["no-such-program-h4"]\n'
+                                           'grant = ["pushEvents"]\n', encoding="utf-8")
+        checked = cli("check-config", str(tmp_path / "bad.toml"))
+        assert checked.returncode == 2
+        (problem,) = checked.stderr.splitlines()
+        assert problem.startswith("connectors[0].command: 'no-such-program-h4' is not found on PATH")
 
     def test_run_without_a_config_says_where_it_looked(self, tmp_path) -> None:
         """`run` with no --config and no MCPLHOST_CONFIG names ./mcplhost.toml and how to point elsewhere."""
@@ -135,3 +148,51 @@ class TestCheckConfig:
         assert result.returncode == 2
         (line,) = result.stderr.splitlines()
         assert "mcplhost.toml: no such file" in line and "pass --config PATH or set MCPLHOST_CONFIG" in line
+
+
+#: Five mistakes, each found by a different kind of check: types, cross-field rules, the filesystem, the grant
+#: vocabulary, and the files a connector names.
+FIVE_MISTAKES = """
+[store]
+path = "host.db"
+colour = "blue"
+
+[[connectors]]
+name = "a"
+command = ["no-such-program-h4"]
+grant = ["channels.incomming"]
+
+[[connectors]]
+name = "b"
+command = ["sh"]
+grant = ["pushEvents"]
+env_file = "loose.env"
+
+[[agents]]
+name = "scout"
+parent = "lead"
+"""
+
+
+class TestOnePass:
+    def test_five_planted_mistakes_of_different_phases_are_five_problems(self, tmp_path) -> None:
+        """Schema, cross-field, command, grant and env-file problems all come out of one check-config run."""
+        (tmp_path / "loose.env").write_text("TOKEN=t\n", encoding="utf-8")
+        (tmp_path / "loose.env").chmod(0o644)
+        (tmp_path / "five.toml").write_text(FIVE_MISTAKES, encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "five.toml"))
+        assert result.returncode == 2
+        found = result.stderr.splitlines()
+        assert sorted(p.partition(":")[0] for p in found) == [
+            "agents[0].parent", "connectors[0].command", "connectors[0].grant[0]", "connectors[1].env_file",
+            "store.colour"], result.stderr
+        assert all(PROBLEM.match(p) for p in found)
+
+    def test_a_check_that_needs_a_bad_value_is_skipped_alone(self, tmp_path) -> None:
+        """A cwd of the wrong type skips that connector's command check, not the other connector's or the grant's."""
+        text = ('[[connectors]]\nname = "a"\ncommand = ["no-such-program-h4"]\ncwd = 3\ngrant = ["pushEvent"]\n'
+                '[[connectors]]\nname = "b"\ncommand = ["no-such-program-h5"]\ngrant = ["pushEvents"]\n')
+        (tmp_path / "skip.toml").write_text(text, encoding="utf-8")
+        result = cli("check-config", str(tmp_path / "skip.toml"))
+        assert [p.partition(":")[0] for p in result.stderr.splitlines()] == [
+            "connectors[0].cwd", "connectors[0].grant[0]", "connectors[1].command"], result.stderr

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import re
+import select
+import signal
+import struct
 import subprocess
+import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +35,85 @@ TURN_FIGURES = re.compile(r"\(\d+(\.\d+)? s(, \d+ tokens)?\)")
 STAGED = re.compile(r"^HH:MM:SS  (stub|zulip) .*  (?!Scout \(echo\))[^ :]+: ")
 
 
+#: How long dev may take to exit once it has printed "stopped": its connectors and store are closed by then.
+EXIT_AFTER_STOPPED_S = 5.0
+STOPPED = "mcplhost dev: stopped"
+
+
+class OnPty:
+    """`mcplhost dev ARGS` with stdin, stdout and stderr on a pseudo-terminal of `columns` columns (0: no size)."""
+
+    def __init__(self, tmp_path: Path, *args: str, columns: int, env: dict[str, str] | None = None) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24 if columns else 0, columns, 0, 0))
+        self.process = subprocess.Popen([PYTHON, "-m", "mcplhost", "dev", *args], stdin=slave, stdout=slave,
+                                        stderr=slave, cwd=tmp_path, start_new_session=True,
+                                        env=cli_env({**DETERMINISTIC, "NO_COLOR": "1", **(env or {})}))
+        os.close(slave)
+        self.writer = self.master
+        self.output = b""
+        self.stopped_at: float | None = None
+
+    def text(self) -> str:
+        return self.output.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def read_until(self, condition, timeout: float) -> bool:
+        """Read the terminal until `condition(text)` holds or it closes (the process exited) or `timeout` ends."""
+        deadline = time.monotonic() + timeout
+        while not condition(self.text()) and (left := deadline - time.monotonic()) > 0:
+            if not select.select([self.master], [], [], left)[0]:
+                continue
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: every slave end is closed
+                return condition(self.text())
+            if not chunk:
+                break
+            self.output += chunk
+            if self.stopped_at is None and STOPPED in self.text():
+                self.stopped_at = time.monotonic()
+        return condition(self.text())
+
+    def type(self, line: str) -> None:
+        os.write(self.writer, line.encode() + b"\n")
+
+    def wait_for_exit(self, timeout: float) -> int | None:
+        """The exit code once the terminal closes, or None when dev is still running after `timeout`."""
+        self.read_until(lambda _: False, timeout)
+        try:
+            return self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.master)
+        if self.writer != self.master:
+            os.close(self.writer)
+
+
+class OnPipes(OnPty):
+    """`mcplhost dev ARGS` with stdin a pipe (or the file `stdin`) and stdout and stderr one pipe: no terminal."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+                 stdin: Path | None = None) -> None:
+        if stdin is None:
+            stdin_read, self.writer = os.pipe()
+        else:
+            stdin_read = os.open(stdin, os.O_RDONLY)
+            self.writer = os.open(os.devnull, os.O_WRONLY)  # nothing more is typed
+        self.master, stdout_write = os.pipe()
+        self.process = subprocess.Popen([PYTHON, "-m", "mcplhost", "dev", *args], stdin=stdin_read,
+                                        stdout=stdout_write, stderr=stdout_write, cwd=tmp_path,
+                                        env=cli_env({**DETERMINISTIC, **(env or {})}))
+        os.close(stdin_read)
+        os.close(stdout_write)
+        self.output = b""
+        self.stopped_at = None
+
+
 def normalised(text: str) -> str:
     lines = (CLOCK.sub("HH:MM:SS  ", line) for line in text.splitlines())
     return "\n".join(TURN_FIGURES.sub("(S s, N tokens)", line) for line in lines) + "\n"
@@ -40,7 +127,7 @@ def blocks(text: str, *, ordered: bool = False) -> list[list[str]]:
     """
     found: list[list[str]] = []
     for line in text.splitlines():
-        if not found or STAGED.match(line) or line.endswith(("  ready: stub, zulip, heartbeat", "  stopping")):
+        if not found or STAGED.match(line) or line.endswith(("  ready: stub, zulip, heartbeat, console", "  stopping")):
             found.append([])
         found[-1].append(line)
     return found if ordered else [sorted(block) for block in found]
@@ -83,7 +170,7 @@ class TestDev:
         intro, *explained, last = result.stderr.splitlines()
         assert intro.startswith("mcplhost dev: database mcplhost-dev.db") and "-v shows the log" in intro
         assert [line.split(":")[0] for line in explained if not line.startswith("    ")] == [
-            "  stub", "  zulip", "  heartbeat", "  console"]
+            "  stub", "  zulip", "  heartbeat", "  console", "  docs"]
         assert last == "mcplhost dev: stopped; read it with: mcplhost messages --db mcplhost-dev.db"
 
     @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])
@@ -113,16 +200,46 @@ class TestDev:
         assert line.startswith("mcplhost dev: argument --seconds: ") and "Traceback" not in line
         assert not (tmp_path / "mcplhost-dev.db").exists()
 
-    def test_lines_typed_into_dev_are_stored_as_console_input(self, tmp_path) -> None:
-        """A line on dev's stdin is stored as a surface item from "console" and shown in the live view."""
-        result = subprocess.run([PYTHON, "-m", "mcplhost", "dev", "--seconds", "3"], input="hello, host\n",
-                                capture_output=True, text=True, cwd=tmp_path, env=cli_env(DETERMINISTIC), timeout=60)
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert any(line.endswith("console  operator: hello, host") for line in result.stdout.splitlines())
-        export = cli("messages", "--db", str(tmp_path / "mcplhost-dev.db"), "--json")
-        (item,) = [json.loads(line) for line in export.stdout.splitlines()
-                   if json.loads(line)["metadata"].get("serverId") == "console"]
-        assert item["content"][-1]["text"].endswith("hello, host")
+    def test_a_line_typed_to_scout_wakes_it_and_its_reply_says_the_line_back(self, tmp_path) -> None:
+        """`@scout ...` on stdin is a mention on the console channel: scout wakes, its reply is published to the
+        console (outbox row delivered) and comes back as an echo in the view; a plain line is stored, wakes no one."""
+        echo = "console  Scout (echo): You said: @scout please answer the console"
+        dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"})
+        try:
+            dev.type("@scout please answer the console")
+            dev.type("hello, host")
+            assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
+            dev.process.send_signal(signal.SIGINT)
+            assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
+        finally:
+            dev.close()
+        feed = [CLOCK.sub("", line) for line in dev.text().splitlines()]
+        assert "console  operator: @scout please answer the console" in feed, dev.text()
+        assert "console  operator: hello, host" in feed
+        assert "publish scout → console" in feed
+        db = str(tmp_path / "mcplhost-dev.db")
+        export = [json.loads(line) for line in cli("messages", "--db", db, "--json").stdout.splitlines()]
+        typed_items = [item for item in export if item["metadata"].get("serverId") == "console"
+                       and item["participant"] == "operator"]
+        assert [item["metadata"]["tags"] for item in typed_items] == [["chat:addressed", "chat:mention"], []]
+        turns = [json.loads(line) for line in cli("turns", "--db", db, "--json").stdout.splitlines()]
+        assert [turn["wakeItemIds"] for turn in turns] == [[typed_items[0]["id"]]]
+        outbox = [json.loads(line) for line in cli("outbox", "--db", db, "--json").stdout.splitlines()]
+        assert outbox and {(row["serverId"], row["state"]) for row in outbox} == {("console", "delivered")}
+
+    def test_lines_from_a_file_on_stdin_are_typed_lines_too(self, tmp_path) -> None:
+        """`mcplhost dev < lines.txt`: a regular file (which the event loop cannot wait on) is read all the same."""
+        lines = tmp_path / "lines.txt"
+        lines.write_text("first, no one addressed\n@Scout: from a file\n", encoding="utf-8")
+        echo = "console  Scout (echo): You said: @Scout: from a file"
+        dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"}, stdin=lines)
+        try:
+            assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
+            dev.process.send_signal(signal.SIGINT)
+            assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
+        finally:
+            dev.close()
+        assert "console  operator: first, no one addressed" in [CLOCK.sub("", line) for line in dev.text().splitlines()]
 
     def test_a_db_in_a_missing_folder_is_refused(self, tmp_path) -> None:
         """dev creates its database file but not a folder someone mistyped."""
@@ -130,3 +247,45 @@ class TestDev:
         assert result.returncode == 1
         (line,) = result.stderr.splitlines()
         assert f"the folder {tmp_path / 'nowhere'} does not exist" in line
+
+
+class TestOnATerminal:
+    def test_seconds_ends_dev_on_a_terminal_of_no_size_and_every_line_has_its_text(self, tmp_path) -> None:
+        """On a pty reporting 0 columns, --seconds 3 exits 0 by itself, promptly after "stopped" (no Enter
+        needed), and the feed is 80 columns wide: lines keep their text instead of collapsing to "…"."""
+        dev = OnPty(tmp_path, "--seconds", "3", columns=0)
+        try:
+            code = dev.wait_for_exit(timeout=45)
+            assert code == 0, dev.text()[-2000:]
+            assert dev.stopped_at is not None and time.monotonic() - dev.stopped_at < EXIT_AFTER_STOPPED_S
+            feed = [line for line in dev.text().splitlines() if CLOCK.match(line)]
+            assert any(line.endswith("stub #general  Alice: Good morning, everyone.") for line in feed), dev.text()
+            assert all(len(line) <= 80 for line in dev.text().splitlines() if not line.startswith(STOPPED))
+            assert not [line for line in feed if line.endswith("…") and len(line) < 80]
+        finally:
+            dev.close()
+
+    def test_a_narrow_terminal_cuts_lines_to_its_width(self, tmp_path) -> None:
+        """A pty of 40 columns: no line is wider, and a cut line ends in an ellipsis."""
+        dev = OnPty(tmp_path, "--seconds", "2", columns=40)
+        try:
+            assert dev.wait_for_exit(timeout=45) == 0, dev.text()[-2000:]
+            lines = [line for line in dev.text().splitlines() if not line.startswith(STOPPED)]  # copied whole
+            assert all(len(line) <= 40 for line in lines) and any(line.endswith("…") for line in lines), lines
+        finally:
+            dev.close()
+
+    def test_a_line_typed_on_the_terminal_wakes_scout_and_sigint_ends_dev(self, tmp_path) -> None:
+        """Typed on the tty (canonical mode), `@scout ...` is answered in the view; then SIGINT (Ctrl-C) stops
+        dev with exit 0 and it returns to the shell at once."""
+        dev = OnPty(tmp_path, columns=200, env={"STUB_MESSAGES": "1"})
+        try:
+            assert dev.read_until(lambda text: "  ready: " in text, timeout=30), dev.text()
+            dev.type("@scout answer the terminal")
+            echo = "console  Scout (echo): You said: @scout answer the terminal"
+            assert dev.read_until(lambda text: echo in text, timeout=30), dev.text()
+            dev.process.send_signal(signal.SIGINT)
+            assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
+            assert dev.stopped_at is not None and time.monotonic() - dev.stopped_at < EXIT_AFTER_STOPPED_S
+        finally:
+            dev.close()

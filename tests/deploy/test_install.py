@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,37 @@ def test_the_install_script_is_valid_shell_with_help() -> None:
     assert subprocess.run(["sh", "-n", str(DEPLOY / "install.sh")], timeout=30).returncode == 0
     result = subprocess.run(["sh", str(DEPLOY / "install.sh"), "--help"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "MCPLHOST_PREFIX" in result.stdout and "systemctl enable" in result.stdout
+
+
+def unit_lines(text: str) -> dict[str, list[str]]:
+    """The unit's settings: each key's values, in order, comments left out."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, equals, value = line.partition("=")
+        if equals and not line.startswith(("#", "[")):
+            found.setdefault(key, []).append(value)
+    return found
+
+
+def print_unit(**places: str) -> dict[str, list[str]]:
+    result = subprocess.run(["sh", str(DEPLOY / "install.sh"), "--print-unit"], capture_output=True, text=True,
+                            env={**os.environ, **places}, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return unit_lines(result.stdout)
+
+
+@pytest.mark.parametrize(("state_dir", "state_directory"), [
+    ("/var/lib/mcplhost", ["mcplhost"]), ("/var/lib/bots/mcplhost", ["bots/mcplhost"]), ("/srv/mcplhost", None),
+])
+def test_the_unit_follows_the_state_dir_everywhere_it_names_it(state_dir: str, state_directory: list[str] | None) -> None:
+    """MCPLHOST_STATE_DIR sets WorkingDirectory=, ReadWritePaths= and (under /var/lib) StateDirectory= alike."""
+    lines = print_unit(MCPLHOST_STATE_DIR=state_dir, MCPLHOST_CONFIG_DIR="/etc/bots", MCPLHOST_PREFIX="/opt/bots")
+    assert lines["WorkingDirectory"] == lines["ReadWritePaths"] == [state_dir]
+    assert lines.get("StateDirectory") == state_directory
+    assert ("StateDirectoryMode" in lines) == (state_directory is not None)
+    assert lines["ExecStart"] == ["/opt/bots/bin/mcplhost run --config /etc/bots/mcplhost.toml"]
+    assert lines["EnvironmentFile"] == ["-/etc/bots/secrets.env"]
+    assert not [v for values in lines.values() for v in values if "/var/lib/mcplhost" in v and state_dir != "/var/lib/mcplhost"]
 
 
 @pytest.fixture
@@ -113,12 +145,25 @@ async def test_the_recipe_installs_a_service_that_runs_as_its_user(tmp_path, thr
     unit = base / "units" / "mcplhost.service"
     assert f"ExecStart={mcplhost} run --config {config}" in unit.read_text(encoding="utf-8")
     assert f"User={throwaway_user}" in unit.read_text(encoding="utf-8")
+    # The unit's state folder is the config's: where store.path is, writable under ProtectSystem=strict.
+    store_folder = str(Path(tomllib.loads(config.read_text(encoding="utf-8"))["store"]["path"]).parent)
+    assert store_folder == str(state)
+    lines = unit_lines(unit.read_text(encoding="utf-8"))
+    assert lines["WorkingDirectory"] == lines["ReadWritePaths"] == [store_folder]
+    assert "StateDirectory" not in lines  # not under /var/lib: install.sh made the folder itself
+    # One env file per connector, the service user's alone; the heartbeat's is the one its config names.
+    envs, heartbeat_env = base / "etc" / "env", base / "etc" / "env" / "heartbeat.env"
+    assert envs.owner() == heartbeat_env.owner() == throwaway_user
+    assert mode(envs) == 0o700 and mode(heartbeat_env) == 0o600
+    assert f'env_file = "{heartbeat_env}"' in config.read_text(encoding="utf-8")
+    with heartbeat_env.open("a", encoding="utf-8") as file:  # its settings reach it only through its env file
+        file.write("HEARTBEAT_INTERVAL_S=0.2\n")
     if shutil.which("systemd-analyze"):
         verified = verify(unit)
         assert verified.returncode == 0 and verified.stderr == "", verified.stderr
 
     # What systemd would do: start `run` as the user, notify socket set, a short heartbeat so items arrive soon.
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(state), "HEARTBEAT_INTERVAL_S": "0.2", "LANG": "C.UTF-8"}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(state), "LANG": "C.UTF-8"}
     argv = ["setpriv", f"--reuid={throwaway_user}", f"--regid={group}", "--init-groups", "--",
             str(mcplhost), "run", "--config", str(config)]
     with NotifySocket.abstract() as sock, open(tmp_path / "run.log", "wb") as log:

@@ -18,6 +18,7 @@ from ..harness import REPO, config_with, items_when, running_host, texts
 
 GUIDE = REPO / "docs" / "connectors.md"
 EXAMPLE = REPO / "docs" / "examples" / "minimal_connector.py"
+REPLY_EXAMPLE = REPO / "docs" / "examples" / "reply_connector.py"
 #: The issue's bound: a complete connector in under this many lines.
 MAX_EXAMPLE_LINES = 60
 #: How many chat messages the test asks the example for (MESSAGES in its environment).
@@ -34,13 +35,28 @@ def example_spec(**env: str) -> ConnectorConfig:
                            restart=RestartConfig(policy="never"), request_timeout_s=5.0)
 
 
+def standard_library_only(source: str) -> None:
+    """Every module `source` imports is a standard-library module."""
+    tree = ast.parse(source)
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
+
+
+def old_grammar(source: str) -> None:
+    """No syntax newer than Python 3.4 (no f-strings, walrus or match), so any Python 3 runs it."""
+    ast.parse(source, feature_version=(3, 4))
+    assert 'f"' not in source and "f'" not in source
+
+
 class TestTheGuideShowsTheExample:
-    def test_the_guide_holds_the_example_file_verbatim(self) -> None:
-        """Exactly one python block of the guide is the example connector, byte for byte."""
-        source = EXAMPLE.read_text(encoding="utf-8")
+    def test_the_guide_holds_the_example_files_verbatim(self) -> None:
+        """The guide's python blocks that are whole programs are the two example connectors, byte for byte."""
         blocks = FENCED_PYTHON.findall(GUIDE.read_text(encoding="utf-8"))
         shown = [b for b in blocks if b.startswith("#!/usr/bin/env python3")]
-        assert shown == [source]
+        assert shown == [EXAMPLE.read_text(encoding="utf-8"), REPLY_EXAMPLE.read_text(encoding="utf-8")]
 
     def test_the_example_is_under_60_lines(self) -> None:
         """The minimal connector stays under the issue's 60-line bound."""
@@ -48,23 +64,16 @@ class TestTheGuideShowsTheExample:
 
     def test_the_example_imports_only_the_standard_library(self) -> None:
         """Every module the example imports is a standard-library module."""
-        tree = ast.parse(EXAMPLE.read_text(encoding="utf-8"))
-        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                    for alias in node.names}
-        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.ImportFrom) and node.module}
-        assert imported and imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
+        standard_library_only(EXAMPLE.read_text(encoding="utf-8"))
 
     def test_the_example_parses_with_an_old_python_3_grammar(self) -> None:
         """No syntax newer than Python 3.4 (no f-strings, walrus or match), so any Python 3 runs it."""
-        source = EXAMPLE.read_text(encoding="utf-8")
-        ast.parse(source, feature_version=(3, 4))
-        assert 'f"' not in source and "f'" not in source
+        old_grammar(EXAMPLE.read_text(encoding="utf-8"))
 
 
     def test_the_guide_s_config_is_valid_and_runs_the_example(self) -> None:
         """The guide's TOML passes the config checks and its command names the example file."""
-        (block,) = FENCED_TOML.findall(GUIDE.read_text(encoding="utf-8"))
+        (block,) = [b for b in FENCED_TOML.findall(GUIDE.read_text(encoding="utf-8")) if "minimal_connector" in b]
         raw = tomllib.loads(block)
         assert problems(raw) == []
         (connector,) = raw["connectors"]

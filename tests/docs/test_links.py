@@ -1,9 +1,20 @@
-"""The README and docs/ link only to files a clone has: every relative link resolves inside the repository."""
+"""The README and docs/ link only to files a clone has: every relative link resolves inside the repository.
+
+And nothing a user reads names a document a clone does not have: the
+design notes the project was built from are not in the repository, so the
+README, docs/, the example configs and connectors, the dev banner and the
+bundled connectors' `--help` must point to the repository's docs/ instead.
+"""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
+
+import pytest
+
+from mcplhost.dev import bundled_connectors, dev_config, introduction
 
 from ..harness import REPO
 
@@ -13,6 +24,12 @@ LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 #: Targets that are not files of this repository.
 EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|#)", re.I)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+#: Documents that are not in the repository (the design notes): named anywhere a user reads, they are a dead end.
+NOT_IN_REPOSITORY = re.compile(
+    r"\b(?:INTERFACES|AGENTS|COMPAT|HOST-DIGEST|ARCHITECTURE|STYLE|PROVENANCE|PEERS)\.md\b"
+    r"|\bHOST-DIGEST\b|/work/shared|\.\./shared")
+#: What a user reads besides the Markdown documents: the example configs and example connectors.
+EXAMPLES = [*sorted((REPO / "deploy").glob("*.toml")), *sorted((REPO / "docs" / "examples").glob("*"))]
 HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.M)
 
 
@@ -80,3 +97,41 @@ class TestLinks:
             encoding="utf-8",
         )
         assert relative_links(sample) == ["docs/a.md", "img/x.png", "b.md#part"]
+
+
+def non_repository_references(text: str) -> list[str]:
+    return [m.group(0) for m in NOT_IN_REPOSITORY.finditer(text)]
+
+
+def connector_help(name: str) -> str:
+    """What `mcplhost connector NAME --help` prints: the module's docstring."""
+    source = (REPO / "mcplhost" / "connectors" / f"{name}.py").read_text(encoding="utf-8")
+    return ast.get_docstring(ast.parse(source)) or ""
+
+
+class TestNoDocumentOutsideTheRepository:
+    @pytest.mark.parametrize("path", [*DOCUMENTS, *EXAMPLES], ids=lambda p: str(p.relative_to(REPO)))
+    def test_documents_and_examples_cite_only_the_repository(self, path: Path) -> None:
+        """README, docs/, the example configs and connectors never name a design note a clone lacks."""
+        assert non_repository_references(path.read_text(encoding="utf-8")) == []
+
+    def test_the_dev_banner_cites_only_the_repository(self, tmp_path) -> None:
+        """What `mcplhost dev` prints before it starts points to README/docs, never to a design note."""
+        lines = introduction(dev_config(tmp_path / "dev.db", console_socket=tmp_path / "s"), tmp_path / "dev.db",
+                             verbose=False)
+        assert non_repository_references("\n".join(lines)) == []
+        assert any("docs/" in line for line in lines)
+
+    @pytest.mark.parametrize("name", bundled_connectors())
+    def test_each_bundled_connector_s_help_cites_only_the_repository(self, name: str) -> None:
+        assert non_repository_references(connector_help(name)) == []
+
+    @pytest.mark.parametrize("text", ["see INTERFACES.md", "(COMPAT.md)", "AGENTS.md §9", "HOST-DIGEST §3",
+                                      "per PEERS.md", "../shared/design"])
+    def test_the_checker_finds_each_kind_of_reference(self, text: str) -> None:
+        assert non_repository_references(text)
+
+    @pytest.mark.parametrize("text", ["docs/architecture.md", "provenance.md", "README.md", "agents = []",
+                                      "[[agents]]", "the STYLE of it", "compat"])
+    def test_the_checker_leaves_the_repository_s_own_names_alone(self, text: str) -> None:
+        assert non_repository_references(text) == []

@@ -1,8 +1,8 @@
 """SIGTERM under a flood: every committed message was answered, and every accepted answer was committed.
 
 Each cycle starts a real `mcplhost run` on the same database with a flood
-connector (tests/bench/flood_connector.py) that appends every answer it reads
-to a file, stops the daemon with SIGTERM mid-flood, and waits for exit 0.
+connector (tests/bench/flood_connector.py) that records every answer it reads
+in a file of its own (replaced atomically, so it is never read half-written), stops the daemon with SIGTERM mid-flood, and waits for exit 0.
 An answer can only arrive over the connector's stdin, so an answer on record
 was delivered before stdin closed.
 """
@@ -38,16 +38,14 @@ def flood_connector(name: str, folder: Path) -> dict[str, Any]:
     return {"name": name, "command": [PYTHON, str(FLOOD)], "cwd": str(REPO),
             "env": {"FLOOD_COUNT": str(MESSAGES), "FLOOD_BATCH": str(BATCH), "FLOOD_INFLIGHT": str(INFLIGHT),
                     "FLOOD_NAME": name, "FLOOD_RESULT": str(folder / f"{name}.result.json"),
-                    "FLOOD_ANSWERS": str(folder / "answers.jsonl"), "PYTHONPATH": str(REPO)},
+                    "FLOOD_ANSWERS": str(folder / f"{name}.answers.json"), "PYTHONPATH": str(REPO)},
             "grant": ["channels.register", "channels.incoming"], "restart": {"policy": "never"},
             "request_timeout_s": 30, "stop_grace_s": 5, "term_grace_s": 1}
 
 
 def answers(folder: Path) -> list[dict[str, Any]]:
-    path = folder / "answers.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """Every answer the cycles' connectors recorded so far (each file is whole: it is replaced, never appended)."""
+    return [answer for path in sorted(folder.glob("*.answers.json")) for answer in json.loads(path.read_text())]
 
 
 def committed_message_ids(db: Path) -> list[str]:

@@ -153,3 +153,27 @@ class TestLimit:
     def test_the_default_limit_is_generous(self) -> None:
         """A real connector's few hundred channels are far below the default cap."""
         assert ChannelRegistry().limit == MAX_CHANNELS >= 10_000
+
+
+class TestDescriptorBounds:
+    def test_each_bound_refuses_the_descriptor_whole_and_the_bound_itself_passes(self) -> None:
+        from mcplhost.protocol.channels import (
+            MAX_CHANNEL_ADDRESS_BYTES,
+            MAX_CHANNEL_METADATA_BYTES,
+            MAX_CHANNEL_TEXT_CHARS,
+            TOO_LARGE,
+        )
+
+        def sized(limit: int, extra: int) -> dict[str, str]:
+            return {"k": "x" * (limit - len('{"k":""}') + extra)}  # exactly `limit` bytes of JSON, plus extra
+
+        assert isinstance(parse_descriptor(desc("a" * MAX_CHANNEL_TEXT_CHARS, label="l", address=sized(MAX_CHANNEL_ADDRESS_BYTES, 0),
+                                                metadata=sized(MAX_CHANNEL_METADATA_BYTES, 0))), Channel)
+        for over in (desc("a" * (MAX_CHANNEL_TEXT_CHARS + 1)), desc("a:1", label="l" * (MAX_CHANNEL_TEXT_CHARS + 1)),
+                     desc("a:1", type="t" * (MAX_CHANNEL_TEXT_CHARS + 1)),
+                     desc("a:1", address=sized(MAX_CHANNEL_ADDRESS_BYTES, 1)),
+                     desc("a:1", metadata=sized(MAX_CHANNEL_METADATA_BYTES, 1))):
+            assert parse_descriptor(over) == TOO_LARGE
+        results, accepted = ChannelRegistry().add([desc("a:1", metadata=sized(MAX_CHANNEL_METADATA_BYTES, 1)),
+                                                    desc("a:2")])
+        assert [r.get("reason") for r in results] == [TOO_LARGE, None] and [c.id for c in accepted] == ["a:2"]

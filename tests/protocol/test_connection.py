@@ -12,9 +12,11 @@ from msgspec import Raw
 from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.protocol import connection as connection_module
+from mcplhost.protocol import errors
 from mcplhost.protocol.channels import CHANNEL_LIMIT, ChannelRegistry
-from mcplhost.protocol.connection import MAX_WARNED_KEYS, McplConnection, Mode
+from mcplhost.protocol.connection import MAX_WARNED_KEYS, UNKNOWN_METHOD, McplConnection, Mode
 
 from ..harness import descriptor, logged
 
@@ -51,12 +53,18 @@ class TestWarnOnce:
         assert [e["which"] for e in logged(logs, "test.warning")] == ["a", "b"]
 
     def test_the_remembered_keys_are_capped_and_the_cap_is_logged_once(self, ready) -> None:
-        """Past MAX_WARNED_KEYS distinct keys nothing more is remembered or logged, except one line saying so."""
+        """Past MAX_WARNED_KEYS distinct keys nothing more is remembered or logged, except one line saying so.
+
+        Below the cap each key still passes the per-event limiter: its allowance is logged, the rest counted.
+        """
         conn = ready(set())
         with capture_logs() as logs:
             for n in range(MAX_WARNED_KEYS + 50):
                 conn.warn_once(f"notification:junk/{n}", "connector.unknown_notification", method=f"junk/{n}")
-        assert len(logged(logs, "connector.unknown_notification")) == MAX_WARNED_KEYS
+            conn.limited.close()
+        assert len(logged(logs, "connector.unknown_notification")) == LINES_PER_WINDOW
+        assert [e["count"] for e in logged(logs, "log.suppressed", suppressed_event="connector.unknown_notification")
+                ] == [MAX_WARNED_KEYS - LINES_PER_WINDOW]
         assert len(logged(logs, "connector.warnings_capped", limit=MAX_WARNED_KEYS)) == 1
         assert len(conn._warned) == MAX_WARNED_KEYS
 
@@ -67,6 +75,30 @@ class TestWarnOnce:
             for n in range(MAX_WARNED_KEYS * 2):
                 await conn.on_notification(f"junk/{n}", params({}))
         assert len(conn._warned) == MAX_WARNED_KEYS
+
+
+class TestRefusalCounts:
+    async def test_refusals_are_counted_per_method_and_code_beyond_what_is_logged(self, ready) -> None:
+        """statistics() has every refusal, keyed by method and code; an unknown method's name is not a key."""
+        conn = ready(set())
+        with capture_logs() as logs:
+            for n in range(3 * LINES_PER_WINDOW):
+                with pytest.raises(errors.ConnectorProtocolError):
+                    await conn.on_request("channels/register", params({"channels": []}))
+                with pytest.raises(errors.ConnectorProtocolError):
+                    await conn.on_request(f"made/up/{n}", params({}))
+                await conn.on_notification("channels/incoming", params({"messages": []}))
+                await conn.on_notification(f"made/up/{n}", params({}))
+            conn.limited.close()
+        stats = conn.statistics()
+        assert stats["refused"] == {f"channels/register {errors.CAPABILITY_DENIED}": 3 * LINES_PER_WINDOW,
+                                    f"{UNKNOWN_METHOD} {errors.METHOD_NOT_FOUND}": 3 * LINES_PER_WINDOW}
+        assert stats["notifications_refused"] == {f"channels/incoming {errors.CAPABILITY_DENIED}": 3 * LINES_PER_WINDOW}
+        assert stats["notifications_unknown"] == 3 * LINES_PER_WINDOW
+        assert len(logged(logs, "mcpl.refused")) == LINES_PER_WINDOW  # both methods share the event's allowance
+        assert stats["log_suppressed"]["mcpl.refused"] == 6 * LINES_PER_WINDOW - LINES_PER_WINDOW
+        summaries = {e["suppressed_event"]: e["count"] for e in logged(logs, "log.suppressed")}
+        assert summaries == stats["log_suppressed"]
 
 
 class TestChannelLimit:

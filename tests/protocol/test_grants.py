@@ -17,8 +17,11 @@ from mcplhost.protocol.grants import (
     effective_grant,
     host_capabilities,
     mcp_only_grant,
+    missing_grant_hint,
     offered_paths,
     pattern_matches,
+    policy_allows,
+    unknown_grant_problem,
 )
 from mcplhost.protocol.vocabulary import (
     CAPABILITY_PATHS,
@@ -411,3 +414,42 @@ class TestImplemented:
         block = host_capabilities(frozenset(offered), "0.5")
         parents = {p for p in CAPABILITY_PATHS if any(o.startswith(p + ".") for o in offered)}
         assert advertised_paths(caps(block)) == (frozenset(offered) | parents) - {"tools"}
+
+
+#: Segments a grant pattern may be made of: the vocabulary's own, the wildcard, and near misses.
+_SEGMENTS = sorted({s for path in CAPABILITY_PATHS for s in path.split(".")} | {"*", "incomming", "chanels", "foo"})
+
+
+class TestUnknownGrantProblem:
+    @given(st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=5))
+    def test_a_pattern_passes_exactly_when_it_grants_some_capability(self, segments: list[str]) -> None:
+        """No problem ⇔ the pattern, alone as the policy, allows at least one vocabulary path."""
+        pattern = ".".join(segments)
+        grants_something = any(policy_allows([pattern], path) for path in CAPABILITY_PATHS)
+        assert (unknown_grant_problem(pattern) is None) == grants_something, pattern
+
+    def test_every_vocabulary_path_names_a_capability(self) -> None:
+        """Each of the 17 paths, written out, is a good grant."""
+        assert [p for p in CAPABILITY_PATHS if unknown_grant_problem(p) is not None] == []
+
+    def test_a_misspelling_names_the_segment_and_the_likely_one(self) -> None:
+        """`channels.incomming`: the bad segment, its parent, the close match and the names that fit there."""
+        problem = unknown_grant_problem("channels.incomming")
+        assert problem is not None
+        assert "'incomming' is no capability under 'channels' (did you mean 'incoming'?)" in problem
+        assert "publish" in problem
+
+    def test_a_branch_and_a_wildcarded_system_prompt_grant_nothing(self) -> None:
+        """`channels` alone and `contextHooks.*.inject.system` are problems saying why."""
+        assert "is a branch, not a capability" in str(unknown_grant_problem("channels"))
+        assert "literal name alone" in str(unknown_grant_problem("contextHooks.*.inject.system"))
+
+
+class TestMissingGrantHint:
+    def test_the_hint_names_the_side_that_lacks_the_capability(self) -> None:
+        """Not offered by the host, not advertised by the connector, or simply not granted: three hints."""
+        everything = frozenset(CAPABILITY_PATHS)
+        assert "configure [inference]" in missing_grant_hint("modelInfo", advertised=everything, offered=frozenset())
+        assert "did not advertise" in missing_grant_hint("pushEvents", advertised=frozenset(), offered=everything)
+        assert missing_grant_hint("pushEvents", advertised=everything, offered=everything) == (
+            "add \"pushEvents\" to this connector's grant in the config")

@@ -213,16 +213,19 @@ class TestPort:
         config = InferenceConfig(backend=SCRIPTED)
         return ConnectorInference(config, ScriptedBackend(["four"]), hook_pending=lambda s: s in (pending or set()))
 
-    async def test_only_running_requests_hold_a_place(self) -> None:
-        """Admitted requests whose work never started hold no place; running ones do, up to the bound."""
+    async def test_a_place_is_taken_at_admission_and_given_back_once(self) -> None:
+        """admit takes the place (so a burst cannot overrun the bound); its release is idempotent."""
         port = self._port()
-        for _ in range(MAX_CONCURRENT_PER_CONNECTOR + 2):
-            port.admit("c")  # never run (the connection stopped before the work started): no leak
+        releases = [port.admit("c") for _ in range(MAX_CONCURRENT_PER_CONNECTOR)]
+        with pytest.raises(InferenceRefused):
+            port.admit("c")
+        releases[0]()
+        releases[0]()  # twice gives back one place, not two
+        port.admit("c")
+        with pytest.raises(InferenceRefused):
+            port.admit("c")
         params = InferenceRequest(featureSet="think", messages=MESSAGES)
-        request = model_request(params, port.config)
-        result = await port.complete("c", params, request)
-        assert result["content"] == "four"
-        port.admit("c")  # the finished request gave its place back
+        assert (await port.complete("c", params, model_request(params, port.config)))["content"] == "four"
 
     async def test_past_the_bound_a_request_is_refused_busy(self) -> None:
         """With MAX_CONCURRENT_PER_CONNECTOR requests running, one more of that connector is refused."""
@@ -239,7 +242,7 @@ class TestPort:
         params = InferenceRequest(featureSet="think", messages=MESSAGES)
         async with anyio.create_task_group() as tg:
             for _ in range(MAX_CONCURRENT_PER_CONNECTOR):
-                port.admit("c")
+                port.admit("c")  # held: the port's caller gives it back
                 tg.start_soon(port.complete, "c", params, model_request(params, port.config))
             while len(started) < MAX_CONCURRENT_PER_CONNECTOR:
                 await anyio.sleep(0)
@@ -265,3 +268,84 @@ class TestPort:
                              config)
         assert (low.max_tokens, high.max_tokens) == (10, 100)
         assert low.system == "be brief" and [m.role for m in low.messages] == ["user"]
+
+
+def raw_requests(ids: list[Any], **params: Any) -> dict[str, Any]:
+    """One `raw` step: every request in a single write, so the host reads them in one chunk."""
+    import json
+
+    body = {"featureSet": "think", "stream": False, "messages": MESSAGES, **params}
+    return {"raw": "\n".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "inference/request", "params": body})
+                             for i in ids)}
+
+
+def answers_to(rec: Any, ids: list[Any]) -> dict[Any, dict[str, Any]]:
+    return {m["id"]: m for m in rec.received if "method" not in m and m.get("id") in ids}
+
+
+def cancel(request_id: Any) -> dict[str, Any]:
+    return {"notify": "notifications/cancelled", "params": {"requestId": request_id, "reason": "user left"}}
+
+
+class TestBurstsAndCancellation:
+    async def test_a_burst_in_one_write_reaches_the_model_only_up_to_the_bound(self, tmp_path) -> None:
+        """8 requests in one write: exactly MAX_CONCURRENT_PER_CONNECTOR reach the backend; the rest are busy."""
+        ids = [f"r{i}" for i in range(2 * MAX_CONCURRENT_PER_CONNECTOR)]
+        llm = LlmServer(default=Reply(hang=True)).start()
+        try:
+            spec = connector(tmp_path, "burst", [raw_requests(ids)])
+            backend = BackendConfig(kind="openai", model="m", base_url=llm.openai_base_url, timeout_s=30)
+            async with running_host(with_inference(config_with(tmp_path, spec), backend)):
+                busy = await wait_for(lambda: [a for a in answers_to(record(tmp_path, "burst"), ids).values()
+                                               if a.get("error", {}).get("data", {}).get("reason") == "busy"]
+                                      if len(answers_to(record(tmp_path, "burst"), ids)) >= 4 else None)
+                await wait_for(lambda: len(llm.requests) >= MAX_CONCURRENT_PER_CONNECTOR)
+                assert len(busy) == MAX_CONCURRENT_PER_CONNECTOR
+                assert all(a["error"]["code"] == -32603 for a in busy)
+                reached = len(llm.requests)
+                llm.close()  # the held requests fail now, so the stop need not wait for them
+                llm = None
+        finally:
+            if llm is not None:
+                llm.close()
+        assert reached == MAX_CONCURRENT_PER_CONNECTOR
+
+    async def test_a_connector_cancels_its_own_request_and_not_another_connectors(self, tmp_path) -> None:
+        """notifications/cancelled ends the named request's work with no answer, for its own connector only.
+
+        Both connectors use the same request id, and both requests are at
+        the model. After A cancels it, B's request still runs (its place is
+        held), and B's own cancel still finds it.
+        """
+        from structlog.testing import capture_logs
+
+        llm = LlmServer(default=Reply(hang=True)).start()
+        try:
+            steps = [raw_requests(["x"]), {"wait": "test/go"}, cancel("x")]  # test/go: sent by this test
+            first, second = connector(tmp_path, "a", steps), connector(tmp_path, "b", steps)
+            backend = BackendConfig(kind="openai", model="m", base_url=llm.openai_base_url, timeout_s=30)
+            with capture_logs() as logs:
+                async with running_host(with_inference(config_with(tmp_path, first, second), backend)) as host:
+                    def cancelled_in(name: str) -> list[Any]:
+                        return [e for e in logs if e["event"] == "mcpl.request_cancelled"
+                                and e.get("connector") == name]
+
+                    def session_of(name: str) -> Any:
+                        return host._handles[name]._connection.session
+
+                    await wait_for(lambda: len(llm.requests) == 2)
+                    session_of("a").notify_nowait("test/go")
+                    await wait_for(lambda: cancelled_in("a"))
+                    await wait_for(lambda: host.inference._running == {"b": 1})  # A's place is back, B's held
+                    assert session_of("b").statistics()["cancelled"] == 0
+                    session_of("b").notify_nowait("test/go")
+                    await wait_for(lambda: cancelled_in("b"))
+                    await wait_for(lambda: host.inference._running == {})
+                    assert len(llm.requests) == 2
+                    llm.close()
+                    llm = None
+        finally:
+            if llm is not None:
+                llm.close()
+        for name in ("a", "b"):
+            assert "x" not in answers_to(record(tmp_path, name), ["x"]), name  # a cancelled request is not answered

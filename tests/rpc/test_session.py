@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.rpc import (
     ConnectionClosed,
     Deferred,
@@ -104,8 +105,8 @@ class TestAnswering:
 
 
 class TestLeniency:
-    async def test_junk_lines_are_skipped_with_one_rate_limited_warning(self) -> None:
-        """Non-JSON lines never end the connection and are not logged one by one."""
+    async def test_junk_lines_are_skipped_with_rate_limited_warnings(self) -> None:
+        """Non-JSON lines never end the connection; past the allowance they are counted, not logged one by one."""
         peer = Peer()
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
@@ -117,7 +118,9 @@ class TestLeniency:
                 assert (await peer.read())["result"] == [1]
                 peer.close()
         junk = [entry for entry in logs if entry["event"] == "rpc.junk_line"]
-        assert len(junk) == 1 and session.stats["junk"] == 100
+        assert len(junk) == LINES_PER_WINDOW and session.stats["junk"] == 100
+        (summary,) = [entry for entry in logs if entry["event"] == "log.suppressed"]  # when the session ended
+        assert summary["suppressed_event"] == "rpc.junk_line" and summary["count"] == 100 - LINES_PER_WINDOW
 
     async def test_an_oversized_line_is_refused_and_the_connection_goes_on(self) -> None:
         """The line is dropped with a log line saying why; the next request is served."""
@@ -200,6 +203,24 @@ class TestOurRequests:
                 peer.close()
         dropped = [(e["id"], e["why"]) for e in logs if e["event"] == "rpc.response_dropped"]
         assert dropped == [(sent["id"], "late"), (999, "unknown")]
+        stats = session.statistics()
+        assert (stats["responses_late"], stats["responses_unknown"], stats["responses"]) == (1, 1, 2)
+
+    async def test_stray_responses_past_the_allowance_are_counted_not_logged(self) -> None:
+        """A flood of unknown ids leaves the allowance of lines, one summary, and the exact count in statistics()."""
+        peer = Peer()
+        session = make(peer)
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(session.run)
+                for n in range(500):
+                    await peer.write({"jsonrpc": "2.0", "id": 10_000 + n, "result": 1})
+                await peer.write({"jsonrpc": "2.0", "id": 5, "method": "echo", "params": [5]})
+                await peer.read()
+                peer.close()
+        assert len([e for e in logs if e["event"] == "rpc.response_dropped"]) == LINES_PER_WINDOW
+        (summary,) = [e for e in logs if e["event"] == "log.suppressed"]
+        assert summary["count"] == 500 - LINES_PER_WINDOW and session.statistics()["responses_unknown"] == 500
 
     async def test_end_of_output_fails_waiting_callers(self) -> None:
         """When the peer's output ends, every outstanding request raises ConnectionClosed."""

@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.inbound.quoting import header_value
-from mcplhost.speech.notices import drafts_notice, failed_reply_notice, suggested_call
+from mcplhost.speech.notices import (
+    SHOWN_LABEL_MAX_CHARS,
+    drafts_notice,
+    failed_reply_notice,
+    not_permitted_reason,
+    suggested_call,
+)
 from mcplhost.speech.routing import (
     ChannelView,
     Destination,
@@ -104,3 +110,16 @@ def test_suggested_calls_round_trip_any_id(channel: str, thread: str | None) -> 
     assert arguments["channel"] == f"srv/{channel}"
     assert arguments.get("thread") == thread
     assert "\n" not in suggested_call(dest)
+
+
+def test_a_connector_label_is_cut_before_it_reaches_a_notice() -> None:
+    """A 100,000-character label reads as its first SHOWN_LABEL_MAX_CHARS characters and an ellipsis."""
+    text = failed_reply_notice(Destination(server_id="d", channel_id="c"), "L" * 100_000, "refused")
+    assert "L" * SHOWN_LABEL_MAX_CHARS + "…" in text and "L" * (SHOWN_LABEL_MAX_CHARS + 1) not in text
+
+
+def test_a_send_time_refusal_says_what_changed() -> None:
+    """not_permitted names the send-time refusal: the grant, the channel gone, inbound only."""
+    assert "channels.publish" in not_permitted_reason("no_publish")
+    assert "no such channel registered now" in not_permitted_reason("unknown")
+    assert "inbound only" in not_permitted_reason("inbound_only")

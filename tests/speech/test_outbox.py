@@ -11,16 +11,29 @@ from typing import Any
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.ingest import conversation_id
-from mcplhost.speech.outbox import OutboxSender
+from mcplhost.rpc import RemoteError
+from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, OutboxSender
 from mcplhost.speech.retry import RetryRules
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
-from mcplhost.store.outbox import OutboxEntry, OutboxRow
+from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, OutboxEntry, OutboxRow
 
-from ..harness import config_with, record, running_host, scripted, stored_items, wait_for
+from ..harness import (
+    HINT,
+    config_with,
+    descriptor,
+    logged,
+    record,
+    register,
+    running_host,
+    scripted,
+    stored_items,
+    wait_for,
+)
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -28,6 +41,8 @@ MANIFEST: dict[str, Any] = {
     "featureSets": {"chat": {"description": "chat", "uses": ["channels.register", "channels.publish"]}},
 }
 GRANT = ["channels.register", "channels.publish"]
+#: The channels the tests publish to, registered once the connector is ready (the sender checks, every try).
+REGISTER = register("room", "other")
 DELIVERED = {"result": {"delivered": True, "messageId": "m-1"}}
 #: Retries in tens of milliseconds instead of seconds.
 QUICK = RetryRules(first_s=0.02, max_s=0.05, max_attempts=3, window_s=60)
@@ -74,8 +89,9 @@ def publishes(folder: Path, name: str = "disc") -> list[dict[str, Any]]:
     return [m for m in record(folder, name).received if m.get("method") == "channels/publish"]
 
 
-def connector(tmp_path: Path, handlers: dict[str, Any], **fields: Any) -> ConnectorConfig:
-    return scripted("disc", {"manifest": MANIFEST, "handlers": handlers}, tmp_path, grant=GRANT, **fields)
+def connector(tmp_path: Path, handlers: dict[str, Any], name: str = "disc", **fields: Any) -> ConnectorConfig:
+    script = {"manifest": MANIFEST, "handlers": handlers, "steps": [REGISTER]}
+    return scripted(name, script, tmp_path, grant=GRANT, **fields)
 
 
 class TestDelivery:
@@ -168,11 +184,35 @@ class TestFailure:
         assert [i.metadata.get("kind") for i in await stored_items(tmp_path)] == ["speech", "failed-reply"]
 
 
+class TestBounds:
+    async def test_more_than_a_page_of_stale_rows_all_fail_in_one_check(self, tmp_path: Path):
+        """While the connector is down, one age check fails every row too old, not one page of them."""
+        dead = scripted("disc", {"manifest": MANIFEST, "initialize": "exit"}, tmp_path, grant=GRANT)
+        async with running_host(config_with(tmp_path, dead)) as host:
+            store, handle = host.writer.store, host.connectors["disc"]
+            await wait_for(lambda: handle.state.value == "stopped")
+            entries = [publish_entry(f"s{n}", created_at=now_ms() - 3_601_000) for n in range(PENDING_PAGE + 20)]
+            await host.writer.submit(PublishSpeech(entries[0][0], [entry for _, entry in entries]))
+            failed = await OutboxSender(store, host.writer, handle).expire_old()
+            left = await store.outbox.count("pending")
+        assert (failed, left) == (PENDING_PAGE + 20, 0)
+
+    async def test_a_connectors_long_refusal_text_is_cut_before_the_notice(self, tmp_path: Path):
+        """A 50,000-character error message reaches neither the row nor the agent's notice whole."""
+        refusal = {"error": {"code": -32017, "message": "no " * 16_000}}
+        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": refusal}))) as host:
+            oid = await queue(host, "hi")
+            row = await ended(host.writer.store, oid)
+        notice = (await stored_items(tmp_path))[-1].content[0]["text"]
+        assert row.state == "failed" and len(row.last_error) <= LAST_ERROR_MAX_CHARS
+        assert "no no" in notice and len(notice) < 1000
+
+
 class TestRestarts:
     async def test_a_connector_killed_before_answering_gets_the_publish_again_answered_once(self, tmp_path: Path):
         """The first life never answers and is killed; after the restart the publish is sent again and delivered."""
         script = tmp_path / "disc.script.json"
-        base = {"manifest": MANIFEST, "record": str(tmp_path / "disc.jsonl")}
+        base = {"manifest": MANIFEST, "record": str(tmp_path / "disc.jsonl"), "steps": [REGISTER]}
         script.write_text(json.dumps({**base, "handlers": {"channels/publish": "ignore"}}))
         spec = ConnectorConfig(name="disc", command=list(connector(tmp_path, {}).command), grant=GRANT,
                                env={**connector(tmp_path, {}).env, "MCPL_SCRIPT": f"@{script}"},
@@ -191,3 +231,159 @@ class TestRestarts:
         answered = [m for m in record(tmp_path, "disc").sent if m.get("result", {}).get("messageId") == "m-1"]
         assert len(answered) == 1
 
+
+
+def without_publish(manifest: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` no longer advertising channels.publish, nor a feature set using it."""
+    return {**manifest, "channels": {"register": True, "incoming": True},
+            "featureSets": {"chat": {"description": "chat", "uses": ["channels.register"]}}}
+
+
+def policies(folder: Path, name: str = "disc") -> list[dict[str, Any]]:
+    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
+
+
+class TestSendTimeCheck:
+    async def test_a_grant_revoked_between_tries_fails_the_retry_unsent(self, tmp_path: Path):
+        """-32603, then the connector drops channels.publish: the retry is never sent; the row fails not_permitted."""
+        script = {"manifest": MANIFEST,
+                  "handlers": {"channels/publish": [error(-32603), DELIVERED],
+                               "mcpl/manifest": {"result": without_publish(MANIFEST)}},
+                  "steps": [REGISTER, {"wait": "channels/publish"}, HINT, {"wait": "featureSets/update", "count": 2}]}
+        spec = scripted("disc", script, tmp_path, grant=GRANT)
+        async with running_host(config_with(tmp_path, spec)) as host:
+            sender, handle = host.outbox_senders["disc"], host.connectors["disc"]
+            skew = [0]  # the test moves the sender's clock to the retry, once the grant has narrowed
+            sender.clock_ms = lambda: now_ms() + skew[0]
+            sender.rules = RetryRules(first_s=60, max_s=60, max_attempts=8, window_s=3600)
+            oid = await queue(host, "hi")
+            await wait_for(lambda: record(tmp_path, "disc").done and "channels.publish" not in handle.grant)
+            assert (await host.writer.store.outbox.get(oid)).state == "pending"
+            skew[0] = 61_000
+            sender.notify()
+            row = await ended(host.writer.store, oid)
+        assert "channels.publish" not in policies(tmp_path)[1]["params"]["effectiveCapabilities"]
+        assert (row.state, row.attempts) == ("failed", 1) and row.last_error.startswith(NOT_PERMITTED)
+        assert len(publishes(tmp_path)) == 1
+        notice = (await stored_items(tmp_path))[-1]
+        assert (notice.metadata["kind"], notice.metadata["reason"]) == ("failed-reply", NOT_PERMITTED)
+        assert "channels.publish" in notice.content[0]["text"]
+
+    async def test_a_channel_never_registered_fails_not_permitted_after_the_grace(self, tmp_path: Path):
+        """A row for a channel the connector does not register is waited for, then failed unsent."""
+        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+            host.outbox_senders["disc"].channel_grace_s = 0.2
+            oid = await queue(host, "hi", channel="nowhere")
+            row = await ended(host.writer.store, oid)
+        assert (row.state, row.attempts) == ("failed", 0) and row.last_error.startswith(NOT_PERMITTED)
+        assert publishes(tmp_path) == []
+        assert (await stored_items(tmp_path))[-1].metadata["reason"] == NOT_PERMITTED
+
+    async def test_a_row_queued_before_its_channel_is_registered_waits_for_it(self, tmp_path: Path):
+        """Right after the connector is ready its channels may not be registered yet: the row waits, then goes."""
+        script = {"manifest": MANIFEST, "handlers": {"channels/publish": DELIVERED},
+                  "steps": [{"wait": "test/register"}, REGISTER]}
+        async with running_host(config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))) as host:
+            oid = await queue(host, "early")
+            await wait_for(lambda: record(tmp_path, "disc").received)
+            assert (await host.writer.store.outbox.get(oid)).state == "pending"
+            with pytest.raises(RemoteError):  # the script goes on once it sees the request (unknown to it)
+                await host.connectors["disc"].request("test/register", {})
+            row = await ended(host.writer.store, oid)
+        assert (row.state, row.attempts) == ("delivered", 1)
+
+    async def test_an_inbound_only_channel_fails_not_permitted(self, tmp_path: Path):
+        """The send-time check is routing's: an inbound-only channel cannot be published to."""
+        steps = [{"request": "channels/register", "params": {"channels": [descriptor("room", direction="inbound")]}}]
+        script = {"manifest": MANIFEST, "handlers": {"channels/publish": DELIVERED}, "steps": steps}
+        async with running_host(config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))) as host:
+            await wait_for(lambda: host.connectors["disc"].channel("room"))
+            oid = await queue(host, "hi")
+            row = await ended(host.writer.store, oid)
+        assert (row.state, row.attempts) == ("failed", 0) and "inbound only" in row.last_error
+        assert publishes(tmp_path) == []
+
+
+class TestFairness:
+    async def test_a_channel_in_backoff_does_not_hold_back_another_channel(self, tmp_path: Path):
+        """More than a page of rows wait behind a channel's head in backoff; another channel's row still goes."""
+        handlers = {"channels/publish": [error(-32603), DELIVERED]}
+        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+            sender = host.outbox_senders["disc"]
+            sender.rules = RetryRules(first_s=3600, max_s=3600, max_attempts=8, window_s=7200)
+            entries = [publish_entry(f"r{n}") for n in range(PENDING_PAGE + 44)] + [publish_entry("o", channel="other")]
+            speech, _ = entries[0]
+            (published,) = await host.writer.submit(PublishSpeech(speech, [entry for _, entry in entries]))
+            sender.notify()
+            other = await ended(host.writer.store, published.outbox_ids[-1])
+            head = await host.writer.store.outbox.get(published.outbox_ids[0])
+        assert (other.state, head.state, head.attempts) == ("delivered", "pending", 1)
+        assert [m["params"]["channelId"] for m in publishes(tmp_path)] == ["room", "other"]
+
+
+class TestBoundary:
+    async def test_an_unexpected_exception_restarts_the_sender_and_loses_nothing(self, tmp_path: Path):
+        """A fault in one sender is logged once per crash with its traceback; it restarts; the other goes on."""
+        config = config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}),
+                             connector(tmp_path, {"channels/publish": DELIVERED}, name="zul"))
+        faults: list[int] = []
+
+        def fault(row: Any) -> None:
+            if len(faults) < CRASHES_PER_ROW - 1:  # one crash short of failing the row
+                faults.append(row.id)
+                raise RuntimeError("injected sender fault")
+
+        with capture_logs() as logs:
+            async with running_host(config) as host:
+                disc = host.outbox_senders["disc"]
+                disc.restart_rules = RetryRules(first_s=0.3, max_s=1)
+                disc.test_fault = fault
+                first, second = await queue(host, "one"), await queue(host, "two")
+                await wait_for(lambda: faults)
+                zul = await ended(host.writer.store, await queue(host, "elsewhere", server="zul"))
+                rows = [await ended(host.writer.store, oid) for oid in (first, second)]
+        assert zul.state == "delivered" and [(r.state, r.attempts) for r in rows] == [("delivered", 1)] * 2
+        assert [m["params"]["content"][0]["text"] for m in publishes(tmp_path)] == ["one", "two"]
+        crashes = logged(logs, "outbox.sender_crashed")
+        assert len(crashes) == len(faults) == CRASHES_PER_ROW - 1
+        assert all(c["exc_info"] is True and c["connector"] == "disc" and c["outbox_id"] == first for c in crashes)
+
+    async def test_a_row_that_keeps_crashing_the_sender_fails_and_the_queue_goes_on(self, tmp_path: Path):
+        """After CRASHES_PER_ROW crashes on the same row, it ends failed with a notice; the row behind it is sent."""
+        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+            disc = host.outbox_senders["disc"]
+            disc.restart_rules = RetryRules(first_s=0.01, max_s=0.05)
+
+            def fault(row: Any) -> None:
+                if row.text == "poison":
+                    raise RuntimeError("injected: this row always crashes the sender")
+
+            disc.test_fault = fault
+            bad, good = await queue(host, "poison"), await queue(host, "fine")
+            rows = [await ended(host.writer.store, oid) for oid in (bad, good)]
+        assert [r.state for r in rows] == ["failed", "delivered"] and disc.stats["crashed"] == CRASHES_PER_ROW
+        assert [m["params"]["content"][0]["text"] for m in publishes(tmp_path)] == ["fine"]
+        assert [i.metadata.get("kind") for i in await stored_items(tmp_path)].count("failed-reply") == 1
+
+    async def test_cancellation_passes_through_the_boundary(self, tmp_path: Path):
+        """A sender cancelled while it restarts after a fault ends at once: the boundary catches no cancellation."""
+        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+            await queue(host, "one")
+            sender = OutboxSender(host.writer.store, host.writer, host.connectors["disc"],
+                                  restart_rules=RetryRules(first_s=3600, max_s=3600))
+            crashed = anyio.Event()
+
+            def hold(row: Any) -> None:
+                raise RuntimeError("injected")  # the host's own sender must not send the row meanwhile
+
+            def fault(row: Any) -> None:
+                crashed.set()
+                raise RuntimeError("injected")
+
+            host.outbox_senders["disc"].test_fault, sender.test_fault = hold, fault
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(sender.run)
+                    await crashed.wait()
+                    tg.cancel_scope.cancel()
+        assert sender.stats["crashed"] == 1

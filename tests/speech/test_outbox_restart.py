@@ -15,7 +15,7 @@ from mcplhost.store.writer import GroupWriter
 
 from ..cli.support import daemon, scripted_connector, write_config
 from ..harness import alive, record, wait_for
-from .test_outbox import DELIVERED, GRANT, MANIFEST, publish_entry, publishes
+from .test_outbox import DELIVERED, GRANT, MANIFEST, REGISTER, publish_entry, publishes
 
 
 async def queue_offline(db: Path, text: str) -> int:
@@ -40,7 +40,7 @@ async def test_kill_9_with_a_publish_pending_delivers_it_after_the_restart(tmp_p
     """First run: the connector never answers and the host is killed; the second run sends it again, delivered."""
     db = tmp_path / "host.db"
     oid = await queue_offline(db, "still here")
-    table = scripted_connector("disc", {"manifest": MANIFEST, "handlers": {"channels/publish": "ignore"}}, tmp_path,
+    table = scripted_connector("disc", {"manifest": MANIFEST, "handlers": {"channels/publish": "ignore"}, "steps": [REGISTER]}, tmp_path,
                                grant=GRANT, restart={"policy": "never"})
     config = write_config(tmp_path, [table])
     async with daemon(config, tmp_path) as first:

@@ -119,6 +119,18 @@ class TestReading:
         assert [r.id for r in await store.outbox.list(state="delivered")] == [first]
         assert await store.outbox.count("pending") == 2
 
+    async def test_pending_per_channel_takes_every_channels_oldest_first_and_keeps_channel_order(self, store):
+        """With per_channel, a long channel gives up its place: each channel's heads come first, in id order."""
+        channels = ["a"] * 6 + ["b", "a", "c", "b"]
+        (published,) = await with_writer(store, PublishSpeech(speech(), [entry(c, channel=c) for c in channels]))
+        ids = dict(zip(published.outbox_ids, channels))
+        page = await store.outbox.pending("discord", limit=5, per_channel=2)
+        assert [(ids[p.id], p.text) for p in page] == [("a", "a"), ("b", "b"), ("c", "c"), ("a", "a"), ("b", "b")]
+        assert [p.id for p in page if p.channel_id == "a"] == published.outbox_ids[:2]
+        assert [p.id for p in page if p.channel_id == "b"] == [published.outbox_ids[6], published.outbox_ids[9]]
+        everything = await store.outbox.pending("discord", limit=100)
+        assert [p.id for p in everything] == published.outbox_ids  # without per_channel: oldest first
+
     async def test_the_export_line_has_every_key_in_order(self, store):
         """outbox_line is INTERFACES.md's object: every key, nulls included, in its order."""
         (published,) = await with_writer(store, PublishSpeech(speech(), [entry(thread="t1")]))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
@@ -15,13 +17,18 @@ import structlog
 from anyio.abc import Process
 from structlog.testing import capture_logs
 
+from mcplhost.config import ConnectorConfig
+from mcplhost.envfile import EnvFileError
 from mcplhost.supervisor.process import (
+    DIES_WITH_PARENT,
     HOST_ONLY_ENV,
+    INHERITED_ENV,
     STDERR_LINE_CHARS,
     STDERR_LINES_PER_S,
     child_environment,
     drain_stderr,
     exit_description,
+    launch_command,
     spawn,
     stop,
 )
@@ -64,7 +71,7 @@ POLITE = child("""
 @asynccontextmanager
 async def started(command: list[str]) -> AsyncIterator[Process]:
     """A spawned child that has printed "ready"; stopped hard afterwards whatever the test did."""
-    process = await spawn(command, env=child_environment({}), cwd=None)
+    process = await spawn(command, env=child_environment(connector()), cwd=None)
     try:
         assert process.stdout is not None
         with anyio.fail_after(10):
@@ -84,31 +91,114 @@ class TestExitDescription:
         assert exit_description(None) == "is still running"
 
 
+def connector(**fields: object) -> ConnectorConfig:
+    return ConnectorConfig(name="c", command=["true"], **fields)  # type: ignore[arg-type]
+
+
+def env_file(folder: Path, text: str, mode: int = 0o600) -> str:
+    path = folder / "c.env"
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+    return str(path)
+
+
+#: A host environment with a bit of everything: basics, locale, systemd's, secrets, the host's api key.
+HOST = {"PATH": "/bin", "HOME": "/home/h", "LANG": "C.UTF-8", "LC_TIME": "de_DE", "TZ": "UTC", "USER": "h",
+        "LOGNAME": "h", "SHELL": "/bin/sh", "TERM": "xterm", "TMPDIR": "/tmp/h",
+        "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "1",
+        "OPENAI_API_KEY": "sk-host", "ZULIP_TOKEN": "other-connector", "PYTHONPATH": "/src", "PROXY": "http://p"}
+
+
 class TestChildEnvironment:
-    def test_systemd_variables_are_not_passed_on(self) -> None:
-        """NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID belong to the host, never to a child."""
-        base = {"PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "1"}
-        env = child_environment({"GUILDS": "acme"}, base)
-        assert env == {"PATH": "/bin", "GUILDS": "acme"}
-        assert not set(HOST_ONLY_ENV) & set(env)
+    def test_only_the_allowlist_is_inherited(self) -> None:
+        """PATH, HOME, LANG, LC_*, TZ, USER, LOGNAME, SHELL, TERM, TMPDIR pass; secrets and systemd's do not."""
+        env = child_environment(connector(), HOST)
+        assert set(env) == {"PATH", "HOME", "LANG", "LC_TIME", "TZ", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR"}
+        assert set(env) <= INHERITED_ENV | {"LC_TIME"} and not set(HOST_ONLY_ENV) & set(env)
+
+    def test_env_pass_names_host_variables_and_env_adds_its_own(self) -> None:
+        """`env_pass` copies the named host variables (an unset one is skipped); `env` adds the connector's."""
+        env = child_environment(connector(env_pass=["PROXY", "UNSET_HERE"], env={"GUILDS": "acme"}), HOST)
+        assert env["PROXY"] == "http://p" and env["GUILDS"] == "acme" and "UNSET_HERE" not in env
+
+    def test_the_env_file_is_read_at_each_call_and_env_wins(self, tmp_path) -> None:
+        """The file is read when the child starts (an edit counts next time); precedence: env > file > pass."""
+        spec = connector(env_file=env_file(tmp_path, "TOKEN=one\nPROXY=file\n"), env_pass=["PROXY"],
+                         env={"LANG": "C"})
+        first = child_environment(spec, HOST)
+        assert (first["TOKEN"], first["PROXY"], first["LANG"]) == ("one", "file", "C")
+        env_file(tmp_path, "TOKEN=two\n")
+        assert child_environment(spec, HOST)["TOKEN"] == "two"
+
+    def test_withheld_api_key_variables_never_get_through(self, tmp_path) -> None:
+        """A variable named by an api_key_env is dropped even when env or env_pass names it (check-config refuses)."""
+        spec = connector(env_pass=["OPENAI_API_KEY"], env={"OPENAI_API_KEY": "x"},
+                         withheld_env=frozenset({"OPENAI_API_KEY"}))
+        assert "OPENAI_API_KEY" not in child_environment(spec, HOST)
+
+    def test_an_env_file_setting_a_withheld_variable_is_refused(self, tmp_path) -> None:
+        """The file is the operator's, read at each start: naming an api key variable there fails the spawn."""
+        spec = connector(env_file=env_file(tmp_path, "OPENAI_API_KEY=sk\n"), withheld_env=frozenset({"OPENAI_API_KEY"}))
+        with pytest.raises(EnvFileError, match="OPENAI_API_KEY"):
+            child_environment(spec, HOST)
+
+    @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o666])
+    def test_an_env_file_others_may_read_or_write_is_refused(self, tmp_path, mode: int) -> None:
+        """Group or other read/write permission on the env file: refused, naming the mode and the fix."""
+        spec = connector(env_file=env_file(tmp_path, "TOKEN=x\n", mode))
+        with pytest.raises(EnvFileError, match=f"mode {mode:04o}.*chmod 600"):
+            child_environment(spec, HOST)
 
     def test_the_base_defaults_to_the_host_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Without a base the host's own environment is inherited, less the systemd variables."""
+        """Without a base the host's own environment is read, through the same allowlist."""
         monkeypatch.setenv("MCPLHOST_TEST_MARK", "1")
-        monkeypatch.setenv("NOTIFY_SOCKET", "@x")
-        env = child_environment({})
-        assert env["MCPLHOST_TEST_MARK"] == "1" and "NOTIFY_SOCKET" not in env
-
-    def test_the_connector_env_overrides_inherited_values(self) -> None:
-        """A connector's configured env wins over the host's value of the same name."""
-        assert child_environment({"LANG": "C"}, {"LANG": "de_DE"})["LANG"] == "C"
+        monkeypatch.setenv("TZ", "Europe/Berlin")
+        env = child_environment(connector())
+        assert env["TZ"] == "Europe/Berlin" and "MCPLHOST_TEST_MARK" not in env
 
 
 class TestSpawn:
     async def test_a_missing_command_raises_oserror(self, tmp_path) -> None:
         """A command that does not exist fails at spawn with an OSError the supervisor can log."""
         with pytest.raises(FileNotFoundError):
-            await spawn([str(tmp_path / "no-such-connector")], env=child_environment({}), cwd=None)
+            await spawn([str(tmp_path / "no-such-connector")], env=child_environment(connector()), cwd=None)
+
+    @pytest.mark.parametrize(("program", "error"), [("no-such-connector-h4", FileNotFoundError),
+                                                    ("./not-executable", PermissionError),
+                                                    ("./absent", FileNotFoundError),
+                                                    ("./bad-interpreter", FileNotFoundError)])
+    async def test_a_command_exec_could_not_run_fails_the_spawn_itself(self, tmp_path, program: str,
+                                                                       error: type[OSError]) -> None:
+        """Exec's own error (the launcher reports it back), so the supervisor logs spawn_failed, not a crash."""
+        (tmp_path / "not-executable").write_text("#!/bin/sh\n", encoding="utf-8")
+        (tmp_path / "bad-interpreter").write_text("#!/nonexistent/interpreter\n", encoding="utf-8")
+        (tmp_path / "bad-interpreter").chmod(0o755)
+        with pytest.raises(error):
+            await spawn([program], env=child_environment(connector()), cwd=str(tmp_path))
+
+    async def test_a_missing_cwd_fails_the_spawn(self, tmp_path) -> None:
+        """A cwd that is not there is an OSError at spawn, naming it."""
+        with pytest.raises(FileNotFoundError, match="gone"):
+            await spawn(POLITE, env=child_environment(connector()), cwd=str(tmp_path / "gone"))
+
+    async def test_the_launcher_becomes_the_connector(self) -> None:
+        """The die-with-parent launcher execs the command: same pid, the connector's own argv."""
+        command = child("""
+            import os
+            print(os.getpid(), open(f"/proc/{os.getpid()}/cmdline").read().split(chr(0))[1], flush=True)
+        """)
+        process = await spawn(command, env=child_environment(connector()), cwd=None)
+        try:
+            assert process.stdout is not None
+            output = b""
+            with anyio.fail_after(10):
+                while not output.endswith(b"\n"):
+                    output += await process.stdout.receive()
+            assert output.decode().split() == [str(process.pid), "-c"]
+        finally:
+            await stop(process, stdin_grace=0, term_grace=0, log=structlog.get_logger())
+        assert launch_command(["x"], host_pid=1, report_fd=5)[-3:] == ["1", "5", "x"]
+        assert DIES_WITH_PARENT == sys.platform.startswith("linux")
 
     async def test_the_child_leads_its_own_session(self) -> None:
         """A child starts in its own session, so its whole process group can be signalled."""
@@ -185,7 +275,7 @@ class TestDrainStderr:
             sys.stderr.flush()
             print("done", flush=True)
         """)
-        process = await spawn(chatty, env=child_environment({}), cwd=None)
+        process = await spawn(chatty, env=child_environment(connector()), cwd=None)
         began = time.monotonic()
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
@@ -207,7 +297,7 @@ class TestDrainStderr:
             import sys
             sys.stderr.write("y" * {STDERR_LINE_CHARS * 3} + "\\nshort\\n")
         """)
-        process = await spawn(noisy, env=child_environment({}), cwd=None)
+        process = await spawn(noisy, env=child_environment(connector()), cwd=None)
         with capture_logs() as logs:
             with anyio.fail_after(10):
                 await drain_stderr(process, structlog.get_logger())
@@ -226,7 +316,7 @@ class TestDrainStderr:
             print("done", flush=True)
             time.sleep(60)
         """)
-        process = await spawn(burst, env=child_environment({}), cwd=None)
+        process = await spawn(burst, env=child_environment(connector()), cwd=None)
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drain_stderr, process, structlog.get_logger())
@@ -248,7 +338,7 @@ class TestDrainStderr:
             sys.stderr.flush()
             time.sleep(60)
         """)
-        process = await spawn(burst, env=child_environment({}), cwd=None)
+        process = await spawn(burst, env=child_environment(connector()), cwd=None)
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drain_stderr, process, structlog.get_logger())

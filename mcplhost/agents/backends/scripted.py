@@ -1,11 +1,14 @@
-"""The scripted backend: deterministic replies, no network (AGENTS.md §4).
+"""The scripted backend: deterministic replies, no network (README "Agents", Backends).
 
 `script` lists the replies, used one per call in turn; once they run out the
 last one repeats. An empty script answers `{{echo}}` every time (the echo
 agent `mcplhost dev` shows). A reply is either
 
-- text, where `{{echo}}` stands for the waking body: the text of the last
-  user message that is not a `[host]` notice, after its source header line; or
+- text, where `{{echo}}` stands for the waking body: the text of the items
+  that woke the turn, without their source headers (several are joined by a
+  blank line), whatever newer item the context holds beside them. A request
+  built outside a turn (no `waking_text`) falls back to the last user
+  message that is not a `[host]` notice, after its source header line; or
 - a JSON object `{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}]}`,
   written as a JSON string or, in TOML, as a table (config.ScriptReply). `{{echo}}` works in
   its text too. Tool call ids are `scripted-<call>-<index>`, unique per backend.
@@ -85,8 +88,11 @@ def script_problems(script: list[Any]) -> list[str]:
     return problems
 
 
-def echo_text(messages: list[Message]) -> str:
-    """The waking body: the last user message that is not a `[host]` notice, without its source header line."""
+def echo_text(messages: list[Message], waking_text: str | None = None) -> str:
+    """The waking body: the turn's waking text; without one, the last user message that is not a `[host]`
+    notice, without its source header line."""
+    if waking_text is not None:
+        return waking_text
     for message in reversed(messages):
         if message.role != "user":
             continue
@@ -122,7 +128,7 @@ class ScriptedBackend:
         call = self._calls
         self._calls += 1
         reply = self._replies[min(call, len(self._replies) - 1)]
-        text = reply.text.replace(ECHO, echo_text(request.messages)) if ECHO in reply.text else reply.text
+        text = reply.text.replace(ECHO, echo_text(request.messages, request.waking_text)) if ECHO in reply.text else reply.text
         if on_text is not None and text:
             on_text(text)
         tool_calls = [

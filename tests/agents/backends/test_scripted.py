@@ -42,6 +42,17 @@ async def test_echo_is_the_waking_body_without_its_header() -> None:
     assert response.text == "you said: the body\nsecond line"
 
 
+async def test_echo_is_the_turn_s_waking_text_not_the_newest_user_message() -> None:
+    """A turn's request names its waking text: {{echo}} is that, whatever newer item the context holds."""
+    request = msgspec.structs.replace(simple_request(
+        user("[source: s / c]\nthe waking question"),
+        user("[source: s / c]\na newer line that woke no one"),
+    ), waking_text="the waking question")
+    response = await ScriptedBackend(["you said: {{echo}}"]).complete(request)
+    assert response.text == "you said: the waking question"
+    assert echo_text(request.messages, "") == ""  # waking items without text echo nothing, not a neighbour
+
+
 def test_echo_of_a_surface_item_keeps_its_whole_text() -> None:
     """An item without a source header (a surface item) echoes whole; no user message echoes nothing."""
     assert echo_text([user("no header here")]) == "no header here"

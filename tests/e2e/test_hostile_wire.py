@@ -1,0 +1,165 @@
+"""Hostile wire input through real processes: deep lines through `mcplhost run`, a peer that stops reading,
+a peer over its byte budget. Each keeps a neighbour served.
+
+The deep-line test runs the real daemon with scripted connectors
+(tests/cli/support.py). The others drive `Session` over real child pipes
+(`anyio.open_process`), so the pipe's own back-pressure is what is measured.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import pytest
+
+from mcplhost.rpc import Deferred, RequestTimeout, Session
+from mcplhost.rpc.limits import MAX_NESTING_DEPTH
+
+from ..cli.support import daemon, scripted_connector, write_config
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, incoming, message, record, register, wait_for
+
+DEEP_PARAMS = "[" * 2000 + "]" * 2000
+
+
+def deep_notification() -> dict[str, Any]:
+    return {"raw": '{"jsonrpc":"2.0","method":"channels/incoming","params":{"messages":' + DEEP_PARAMS + "}}"}
+
+
+def deep_request(request_id: int) -> dict[str, Any]:
+    return {"raw": '{"jsonrpc":"2.0","id":%d,"method":"ping","params":' % request_id + DEEP_PARAMS + "}"}
+
+
+def parse_errors(name: str, folder: Any) -> list[dict[str, Any]]:
+    return [m for m in record(folder, name).received if m.get("error", {}).get("code") == -32700]
+
+
+class TestDeepLinesThroughTheDaemon:
+    async def test_deep_lines_before_and_after_the_handshake_leave_the_daemon_and_a_neighbour_running(
+            self, tmp_path) -> None:
+        """Nested 2,000 deep, before initialize is answered and after the policy: -32700 each; nothing stops."""
+        hostile = scripted_connector("hostile", {
+            "manifest": {"version": "0.5"}, "after": "start",
+            "steps": [deep_notification(), deep_request(900), {"wait": "featureSets/update"},
+                      deep_notification(), deep_request(901), {"request": "ping", "params": {}}],
+        }, tmp_path, grant=[])
+        neighbour = scripted_connector("neighbour", {
+            "manifest": CHAT_MANIFEST,
+            "steps": [register("room:1"), incoming(message("room:1", "m-1"))],
+        }, tmp_path, grant=CHAT_GRANT)
+        config = write_config(tmp_path, [hostile, neighbour])
+        async with daemon(config, tmp_path) as run:
+            await run.wait_event("host.ready")
+            await wait_for(lambda: record(tmp_path, "hostile").done and record(tmp_path, "neighbour").done)
+            await wait_for(lambda: len(parse_errors("hostile", tmp_path)) == 4)
+            assert run.process.returncode is None  # still running
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        refused = parse_errors("hostile", tmp_path)
+        assert all(m["id"] is None and str(MAX_NESTING_DEPTH) in m["error"]["message"] for m in refused)
+        hostile_rec, neighbour_rec = record(tmp_path, "hostile"), record(tmp_path, "neighbour")
+        kinds = [(e["kind"], e.get("step"), e.get("message", {}).get("id")) for e in hostile_rec.events]
+        assert kinds.index(("step", 1, None)) < kinds.index(("out", None, 1))  # both sent before initialize's answer
+        assert hostile_rec.answer(5) == {"kind": "answer", "step": 5, "result": {}}  # the connection went on
+        assert neighbour_rec.answer(1)["result"]["results"][0]["accepted"] is True
+        assert len(run.events("rpc.line_refused")) == 4
+        assert len([e for e in hostile_rec.events if e["kind"] == "start"]) == 1  # one life: never restarted
+
+
+# A child that answers nothing and reads nothing: its stdin fills and stays full.
+DEAF = "import time; time.sleep(60)"
+# A child that echoes every request it reads with a result {} (a neighbour that keeps working).
+ECHO = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" in message and "method" in message:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}) + "\\n")
+        sys.stdout.flush()
+"""
+# A child that writes COUNT requests of SIZE bytes each as fast as the pipe takes them, then waits.
+FLOOD = """
+import json, sys
+count, size = int(sys.argv[1]), int(sys.argv[2])
+for n in range(count):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": "hold", "params": ["x" * size]}) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+async def child(code: str, *args: str) -> Any:
+    return await anyio.open_process([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE)
+
+
+class TestAPeerThatStopsReading:
+    async def test_requests_fail_at_their_timeouts_and_the_stalled_write_breaks_the_connection(self) -> None:
+        """Lines of 256 KiB overfill the pipe: each request fails at 0.5 s, and the session ends on its own."""
+        async with await child(DEAF) as deaf, await child(ECHO) as echo:
+            session = Session(deaf.stdin, deaf.stdout, write_stall_s=1.5)  # type: ignore[arg-type]
+            neighbour = Session(echo.stdin, echo.stdout)  # type: ignore[arg-type]
+            outcomes: list[float] = []
+
+            async def call() -> None:
+                start = anyio.current_time()
+                with pytest.raises(RequestTimeout):
+                    await session.request("big", ["x" * (256 * 1024)], timeout=0.5)
+                outcomes.append(anyio.current_time() - start)
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(neighbour.run)
+                    await tg.start(session.run)
+                    async with anyio.create_task_group() as calls:
+                        for _ in range(8):
+                            calls.start_soon(call)
+                    await neighbour.request("ping", timeout=2)  # the neighbour is served meanwhile
+                    await wait_for(lambda: session.statistics()["write_stalls"] == 1)
+                    with anyio.fail_after(3):
+                        while not session._closed:
+                            await anyio.sleep(0.01)
+                    assert await neighbour.request("ping", timeout=2) is not None
+                    tg.cancel_scope.cancel()
+            assert len(outcomes) == 8 and max(outcomes) < 1.5
+            deaf.kill()
+
+
+class TestAPeerOverItsBudget:
+    async def test_the_reader_pauses_the_neighbour_is_served_and_the_rest_is_processed_after(self) -> None:
+        """40 held requests of 256 KiB against a 2 MiB budget: reading pauses under the budget, then all answer."""
+        count, size, budget = 40, 256 * 1024, 2 * 1024 * 1024
+        release = anyio.Event()
+        held = 0
+
+        async def on_request(method: str, params: Any) -> Any:
+            async def work() -> Any:
+                nonlocal held
+                held += 1
+                await release.wait()
+                return {"ok": True}
+            return Deferred(work)
+
+        async with await child(FLOOD, str(count), str(size)) as flood, await child(ECHO) as echo:
+            session = Session(flood.stdin, flood.stdout, on_request=on_request,  # type: ignore[arg-type]
+                              max_pending_bytes=budget)
+            neighbour = Session(echo.stdin, echo.stdout)  # type: ignore[arg-type]
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(neighbour.run)
+                    tg.start_soon(session.run)
+                    await wait_for(lambda: session.statistics()["reading_paused"])
+                    await anyio.wait_all_tasks_blocked()
+                    paused = session.statistics()
+                    assert paused["pending_bytes"] <= budget
+                    assert paused["requests"] == held < count  # the rest is still in the pipe, not in memory
+                    for _ in range(5):
+                        await neighbour.request("ping", timeout=2)  # served while the flood waits
+                    release.set()
+                    await wait_for(lambda: session.statistics()["requests"] == count and held == count)
+                    await wait_for(lambda: session.statistics()["pending_bytes"] == 0)
+                    tg.cancel_scope.cancel()
+            assert session.statistics()["budget_pauses"] >= 1
