@@ -63,8 +63,10 @@ async def main(server: McplServer) -> None:
         pings += 1
         await asyncio.sleep(round_s)
     seconds = time.perf_counter() - start
-    Path(os.environ["HOSTILE_RESULT"]).write_text(json.dumps({"seconds": seconds, "hostile": len(lines),
-                                                              "pings": pings}))
+    result = Path(os.environ["HOSTILE_RESULT"])
+    partial = result.with_name(result.name + ".tmp")
+    partial.write_text(json.dumps({"seconds": seconds, "hostile": len(lines), "pings": pings}))
+    os.replace(partial, result)  # whole or absent: the test polls for this file while it is written
 
 
 if __name__ == "__main__":
