@@ -1,4 +1,4 @@
-"""The `mcplhost` command (INTERFACES.md). The only place operator errors become one stderr line.
+"""The `mcplhost` command (docs/architecture.md). The only place operator errors become one stderr line.
 
 Exit status: 0 done (also when the reader of stdout went away, as with
 `| head`); 1 an operator error, one line on stderr saying what is wrong

@@ -73,7 +73,7 @@ class ConnectorConfig(Base):
     feature_sets: FeatureSetSelection = FeatureSetSelection()
     accept_tag_implications: bool = False
     restart: RestartConfig = RestartConfig()
-    # Extensions beyond INTERFACES.md (documented in the README):
+    # Extensions beyond docs/architecture.md (documented in the README):
     policy_timeout_s: Seconds = 15.0  # wait for the initial featureSets/update receipt
     policy_fallback: Literal["mcp-only", "close"] = "mcp-only"  # when that receipt never comes
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
@@ -96,14 +96,14 @@ class ScriptToolCall(Base):
 
 
 class ScriptReply(Base):
-    """A scripted reply written as a TOML table: prose and the tool calls after it (AGENTS.md §4)."""
+    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#turns)."""
 
     text: str = ""
     tool_calls: list[ScriptToolCall] = []
 
 
 class BackendConfig(Base):
-    """One model backend ([agents.backend], [inference.backend]); AGENTS.md §4."""
+    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#turns."""
 
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     model: NonEmpty | None = None  # required for openai and anthropic (problems() says so)
@@ -118,14 +118,14 @@ class BackendConfig(Base):
     script: list[str | ScriptReply] = []
 
 
-#: AGENTS.md §2: `max_wait_ms` when absent is the larger of this and DEBOUNCE_WAIT_FACTOR × debounce_ms.
+#: docs/agents.md#scheduling: `max_wait_ms` when absent is the larger of this and DEBOUNCE_WAIT_FACTOR × debounce_ms.
 DEFAULT_MAX_WAIT_MS = 3000
 DEBOUNCE_WAIT_FACTOR = 4
 DEFAULT_DEBOUNCE_MS = 300
 
 
 class AgentConfig(Base):
-    """One `[[agents]]` table; AGENTS.md §1–5 is the rule for every key."""
+    """One `[[agents]]` table; docs/agents.md#wakes–5 is the rule for every key."""
 
     name: NonEmpty
     parent: NonEmpty | None = None
@@ -153,7 +153,7 @@ class AgentConfig(Base):
 
 
 def effective_max_wait_ms(agent: AgentConfig) -> int:
-    """How long after the first pending waking item a turn starts at the latest (AGENTS.md §2)."""
+    """How long after the first pending waking item a turn starts at the latest (docs/agents.md#scheduling)."""
     if agent.max_wait_ms is not None:
         return agent.max_wait_ms
     return max(DEFAULT_MAX_WAIT_MS, DEBOUNCE_WAIT_FACTOR * agent.debounce_ms)
@@ -171,7 +171,7 @@ def system_prompt_text(agent: AgentConfig) -> str:
 
 
 class InferenceConfig(Base):
-    """`[inference]`: the backend serving connectors' inference/request and model/info (AGENTS.md §8)."""
+    """`[inference]`: the backend serving connectors' inference/request and model/info (docs/agents.md#inference)."""
 
     backend: BackendConfig
     context_window: Annotated[int, Meta(ge=1)] = 128_000
@@ -394,11 +394,11 @@ def _parent_problems(agents: list[tuple[int, dict[str, Any]]]) -> list[str]:
     return found
 
 
-#: Names of connectors and agents (AGENTS.md §1): they appear in headers, tool names and log fields.
+#: Names of connectors and agents (docs/agents.md#wakes): they appear in headers, tool names and log fields.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 #: One segment of a grant pattern that is not `*`: a capability name (grants.py matches them literally).
 _GRANT_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-#: The `wake_on` keywords of AGENTS.md §2; any other entry names a connector (NAME or NAME/GLOB).
+#: The `wake_on` keywords of docs/agents.md#scheduling; any other entry names a connector (NAME or NAME/GLOB).
 WAKE_ON_KEYWORDS = ("all", "addressed", "dm", "push")
 
 

@@ -1,4 +1,4 @@
-"""Server-initiated inference: `inference/request` and `model/info` through the `[inference]` backend (AGENTS.md §8).
+"""Server-initiated inference: `inference/request` and `model/info` through the `[inference]` backend (docs/agents.md#inference).
 
 The protocol layer authorizes each request at receipt (the grant, the
 feature set, `inferenceRequest.streaming` for `stream: true`, the loop guard)
@@ -7,7 +7,7 @@ and hands what passed to `ConnectorInference`, the port host.py builds when
 neither capability is offered, advertised or granted.
 
 The request's messages are the connector's, passed through unchanged: no
-host system prompt, no history, no hooks (HOST-DIGEST §3.3: hooks are not run
+host system prompt, no history, no hooks (SPEC §10: hooks are not run
 for inferences a server started). The connector's own `system` messages, if
 any, become the request's system text. The host's bounds still apply: the
 backend's `max_tokens` caps `preferences.maxTokens`, and at most
@@ -47,7 +47,7 @@ SendChunk = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class InferenceRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """`inference/request` params (HOST-DIGEST §2.2); unknown fields are tolerated."""
+    """`inference/request` params (docs/connectors.md); unknown fields are tolerated."""
 
     featureSet: str
     messages: list[Any]
@@ -123,7 +123,7 @@ def inference_result(response: ModelResponse, fallback_model: str) -> dict[str, 
 
 
 def model_info(config: InferenceConfig) -> dict[str, Any]:
-    """ModelInfo for the `[inference]` backend, from the config alone (HOST-DIGEST §2.2)."""
+    """ModelInfo for the `[inference]` backend, from the config alone (docs/connectors.md)."""
     backend = config.backend
     return {"id": backend.model or backend.kind, "vendor": backend.kind, "contextWindow": config.context_window,
             "capabilities": ["streaming"]}

@@ -1,5 +1,5 @@
 -- Idempotent channel items, conversation and thread as columns, and the item
--- each push event stored (issue 7 items 2, 7, 9).
+-- each push event stored.
 -- The runner wraps this file in one transaction; do not put BEGIN/COMMIT here.
 
 -- metadata.threadId, copied out so a correction finds its original's thread

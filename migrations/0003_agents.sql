@@ -1,7 +1,7 @@
--- Agents' ledger: one row per turn, and each agent's durable cursor (issue 9 items 3, 4, 7).
+-- Agents' ledger: one row per turn, and each agent's durable cursor.
 -- The runner wraps this file in one transaction; do not put BEGIN/COMMIT here.
 
--- One row per agent turn (AGENTS.md §3.5), exported by `mcplhost turns`.
+-- One row per agent turn (docs/agents.md#turns), exported by `mcplhost turns`.
 -- A turn is written when it begins, so a host killed mid-turn leaves a row
 -- with ended_at and outcome NULL (the host closes such rows as aborted).
 CREATE TABLE turns (

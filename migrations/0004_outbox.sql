@@ -1,4 +1,4 @@
--- The publish outbox (issue 10, AGENTS.md §7): one row per publish, written in the
+-- The publish outbox (docs/agents.md#outbox): one row per publish, written in the
 -- same transaction as the speech row that caused it, before anything is sent.
 -- The runner wraps this file in one transaction; do not put BEGIN/COMMIT here.
 CREATE TABLE outbox (

@@ -34,7 +34,7 @@ from mcplhost.rpc.framing import MAX_LINE_BYTES
 from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
 from mcplhost.store.db import DEFAULT_SYNCHRONOUS
 
-#: The configuration example of INTERFACES.md, verbatim.
+#: The configuration example of docs/architecture.md, verbatim.
 INTERFACES_EXAMPLE = """
 [store]
 path = "mcplhost.db"                 # SQLite file; created and migrated on start
@@ -61,7 +61,7 @@ window_s = 60                         # ... within this window: the slow lane (o
 name = "zulip"
 command = ["python", "-m", "connectors.zulipish"]
 
-[[agents]]                            # AGENTS.md is the rule for every key below
+[[agents]]                            # docs/agents.md is the rule for every key below
 name = "scout"                        # [A-Za-z0-9][A-Za-z0-9_-]{0,31}, like connector names
 parent = "lead"                       # optional: tree for peer messages
 title = "Scout"                       # optional: shown to peers
@@ -92,7 +92,7 @@ max_tokens = 1024
 timeout_s = 60
 max_retries = 2
 temperature = 0.7                     # optional
-script = []                           # scripted only: replies in turn (AGENTS.md §4)
+script = []                           # scripted only: replies in turn (docs/agents.md#turns)
 
 [[agents]]
 name = "lead"
@@ -120,7 +120,7 @@ def problems_of(text: str) -> list[str]:
 
 class TestLoadConfig:
     def test_the_interfaces_example_loads(self, tmp_path) -> None:
-        """INTERFACES.md's example decodes with every field where the document puts it."""
+        """docs/architecture.md's example decodes with every field where the document puts it."""
         # "python" need not be on PATH (Debian has none): the interpreter running the tests stands in.
         config = load_config(write(tmp_path, INTERFACES_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
         discord, _ = config.connectors
@@ -388,7 +388,7 @@ def agent(**fields: str) -> str:
 
 class TestAgentConfig:
     def test_defaults_are_agents_md_s(self) -> None:
-        """An agent with only a name gets the defaults AGENTS.md and INTERFACES.md give."""
+        """An agent with only a name gets the defaults docs/agents.md and docs/architecture.md give."""
         scout = AgentConfig(name="scout")
         assert (scout.hears, scout.wake_on, scout.wake_from, scout.wake_from_bots) == (None, ["addressed", "dm"],
                                                                                     None, False)

@@ -1,6 +1,6 @@
 """An agent's own rows: built as `NewItem`s, and read back for its context.
 
-INTERFACES.md's export table is the rule: a row says what it is only in
+The rule (docs/agents.md#compilation, Rows): a row says what it is only in
 host-written metadata (`kind`, `system`, `turnId`, `tool`, `toolCallId`, ...),
 never in its text, and `agent` is the agent the row belongs to. Builders and
 readers live side by side so the two cannot drift apart.
@@ -39,7 +39,7 @@ __all__ = [
     "turn_of",
 ]
 
-#: Notice kinds the host writes (INTERFACES.md); `notice_row` refuses any other.
+#: Notice kinds the host writes (docs/architecture.md); `notice_row` refuses any other.
 NOTICE_KINDS = frozenset({SOURCE_HEADER_NOTICE_KIND, "drafts", "failed-reply", "turn-failed"})
 
 RowKind = Literal["speech", "draft", "tool-call", "tool-result", "notice", "peer", "other"]
@@ -74,7 +74,7 @@ def speech_row(agent: str, turn_id: int | None, text: str, destination: Destinat
 
 def draft_row(agent: str, turn_id: int | None, text: str, reason: str, *, created_at: int,
               conversation_id: str | None = None) -> NewItem:
-    """Prose that was not sent (AGENTS.md §6): `assistant`, `kind: "draft"`, with the reason."""
+    """Prose that was not sent (docs/agents.md#routing): `assistant`, `kind: "draft"`, with the reason."""
     metadata = {"kind": "draft", "turnId": turn_id, "reason": reason}
     return _row(agent, "assistant", _text(text), metadata, created_at, conversation_id)
 
@@ -95,7 +95,7 @@ def tool_call_row(agent: str, turn_id: int | None, call: ToolCall, text_before: 
 
 def tool_result_row(agent: str, turn_id: int | None, call_id: str, tool: str, blocks: list[dict[str, Any]],
                     is_error: bool, *, created_at: int, conversation_id: str | None = None) -> NewItem:
-    """What a tool answered: `tool`, `kind: "tool-result"`; `blocks` must already be marked (PROVENANCE.md §4)."""
+    """What a tool answered: `tool`, `kind: "tool-result"`; `blocks` must already be marked (docs/provenance.md §4)."""
     metadata = {"kind": "tool-result", "turnId": turn_id, "tool": tool, "toolCallId": call_id,
                 "isError": is_error}
     return _row(agent, "tool", [dict(block) for block in blocks], metadata, created_at, conversation_id)
@@ -114,7 +114,7 @@ def notice_row(agent: str, kind: str, text: str, *, created_at: int, conversatio
 
 
 def source_notice_row(agent: str, *, created_at: int, conversation_id: str | None = None) -> NewItem:
-    """The one-time source-header notice (PROVENANCE.md §7).
+    """The one-time source-header notice (docs/provenance.md §8).
 
     Under `context_scope = "conversation"` give the turn's conversation: the
     store reads that scope's context by conversation id, so each

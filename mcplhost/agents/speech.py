@@ -1,4 +1,4 @@
-"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (AGENTS.md §6–7).
+"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (docs/agents.md#routing–7).
 
     speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
     await speech.say(prose)              # prose before a round's tool calls: queued before they run
@@ -145,7 +145,7 @@ class TurnSpeech:
         operation = self._publish_op(destination, text, self.services.clock_ms())
         results = await self.services.writer.submit(operation)
         if destination == self.default:
-            self.published_default = True  # the closing prose is not sent there again (AGENTS.md §6)
+            self.published_default = True  # the closing prose is not sent there again (docs/agents.md#routing)
         self.notify([operation], results)
         outbox_ids = list(results[0].outbox_ids)
         return {"status": "queued", "outboxId": outbox_ids[0]}

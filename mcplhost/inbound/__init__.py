@@ -1,4 +1,4 @@
-"""Inbound provenance: pure functions over plain data (PROVENANCE.md).
+"""Inbound provenance: pure functions over plain data (docs/provenance.md).
 
 Every item a connector delivers passes strip → freeze-source → header →
 mark before it is stored, with digests of the body as delivered and as

@@ -1,4 +1,4 @@
-"""Canonical JSON and the body digests of PROVENANCE.md §5.
+"""Canonical JSON and the body digests of docs/provenance.md §5.
 
 `canonical_json` writes what an ECMAScript host would: object keys sorted by
 UTF-16 code units, no whitespace, strings as `JSON.stringify` writes them,

@@ -1,6 +1,6 @@
 """The stored source header: one line naming where an item came from.
 
-PROVENANCE.md §3. The header is rendered once, at acceptance, from the frozen
+docs/provenance.md §3. The header is rendered once, at acceptance, from the frozen
 source envelope (`metadata.source`), and stored as the item's own first text
 block. Grammar::
 
@@ -24,7 +24,7 @@ def render_source_header(source: dict[str, Any]) -> str | None:
     """The header line for a frozen source envelope; None for a `surface` item.
 
     The label, thread and reply parts appear only when the envelope has them.
-    An empty string counts as none for all three (PROVENANCE.md says so of the
+    An empty string counts as none for all three (docs/provenance.md says so of the
     label; a part reading `thread ` with nothing after it would name nothing).
     An `unscoped` header is `[source: S · unscoped]` whatever else the
     envelope holds: the grammar gives it no other part.

@@ -1,6 +1,6 @@
 """Marking header-shaped text in a sender's own words.
 
-PROVENANCE.md §4. Anyone who can post could type a line that looks like the
+docs/provenance.md §4. Anyone who can post could type a line that looks like the
 host's `[source: …]` header. So every *opening* in an item's text blocks gets
 one backslash directly before its `[`, wherever it stands and whether or not
 a backslash is already there. The host's own header block is added after

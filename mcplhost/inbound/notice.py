@@ -1,6 +1,6 @@
 """The source rule, told to the model, and readers that skip the header.
 
-PROVENANCE.md §4 (the rule text), §6 (readers read the body only) and §7
+docs/provenance.md §4 (the rule text), §7 (readers read the body only) and §8
 (the one-time notice). Deciding *when* an agent is told, and recording that
 it was, belongs to the agents package; this module only says what the
 notice is and how a stored item's body is found.

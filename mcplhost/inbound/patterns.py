@@ -1,10 +1,10 @@
-"""The character classes and patterns of PROVENANCE.md, in one place.
+"""The character classes and patterns of docs/provenance.md, in one place.
 
 Every pattern here is built from small named pieces, each under the words of
-the PROVENANCE.md rule it implements, and compiled once (the way h11/_abnf.py
+the docs/provenance.md rule it implements, and compiled once (the way h11/_abnf.py
 writes RFC 7230): at import, except the fast opening pattern, on first use. Unicode data always comes from the `regex`
 package's property tables (``\\p{Cf}``, ``\\p{Default_Ignorable_Code_Point}``
-and so on); the only lists written out by hand are the ones PROVENANCE.md
+and so on); the only lists written out by hand are the ones docs/provenance.md
 itself spells out as definitions (the ECMAScript whitespace set, the control
 ranges of "structural").
 

@@ -1,6 +1,6 @@
 """The inbound pipeline: what the host stores for one delivered item.
 
-PROVENANCE.md, all of it, in order::
+docs/provenance.md, all of it, in order::
 
     admit → strip → freeze-source → header → mark → (digests, metadata)
 
@@ -11,7 +11,7 @@ Nothing here reads a clock, a config or a logger: the caller passes the
 acceptance time and the configured names in the `Delivered` item, and logs
 `Processed.stripped_keys` once per (server, key) itself.
 
-`admit` comes first because PROVENANCE.md §5 takes the delivered body's
+`admit` comes first because docs/provenance.md §5 takes the delivered body's
 digest "after conversion to content blocks", and §3 refuses an empty push
 "at admission":
 
@@ -205,7 +205,7 @@ STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 
 def _metadata(item: InFlight) -> dict[str, Any]:
-    """The item's metadata, in the shape of INTERFACES.md "An exported item"."""
+    """The item's metadata, in the shape of docs/architecture.md "An exported item"."""
     assert item.source is not None and item.content is not None and item.stored is not None
     source = item.source
     metadata: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """How a connector's value is written into a header: as it is, or quoted.
 
-PROVENANCE.md §3 "Value quoting". A value is left as it is only when a
+docs/provenance.md §3 "Value quoting". A value is left as it is only when a
 reader cannot mistake any part of it for the header's own grammar and cannot
 be shown something other than what it holds; otherwise it becomes a JSON
 string literal whose risky characters are visible escapes.

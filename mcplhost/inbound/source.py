@@ -1,6 +1,6 @@
 """freeze-source: the envelope recording, once, where an item came from.
 
-PROVENANCE.md §2. The envelope is built at acceptance from what the host
+docs/provenance.md §2. The envelope is built at acceptance from what the host
 knows (its own name for the connector, the registered channel, its clock)
 and stored as `metadata.source`; nothing re-derives it later, so a rename,
 reconnect, restart or replay never rewrites it. Optional fields the item

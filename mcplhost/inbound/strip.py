@@ -1,4 +1,4 @@
-"""strip: drop host-only keys from a connector's metadata (PROVENANCE.md §1).
+"""strip: drop host-only keys from a connector's metadata (docs/provenance.md §1).
 
 A connector's `metadata` (channels/incoming) or `origin` (push/event) is
 stored as `metadata.adapter`, its own keys as sent, apart from the host's

@@ -1,4 +1,4 @@
-"""Whether a payload shows anything at all (PROVENANCE.md §3, admission).
+"""Whether a payload shows anything at all (docs/provenance.md §3, admission).
 
 A push whose payload has no visible content (no blocks, or text that is
 empty once whitespace and invisible characters are set aside, and no media)

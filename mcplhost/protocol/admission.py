@@ -18,7 +18,7 @@ from .intake import AdmittedMessage, AdmittedPush
 from .params import IncomingMessage, PushEvent, convert
 from .tags import expand_tags
 
-#: Members of `origin` a legacy push uses to name its place (COMPAT.md).
+#: Members of `origin` a legacy push uses to name its place (docs/mcpl-compat.md).
 ORIGIN_CHANNEL = "mcplChannelId"
 
 

@@ -5,7 +5,7 @@ authorized on its own: well formed, unique in its batch, and inside the
 operator's narrowing patterns for this connector. One allowed descriptor never
 carries a forbidden one in with it; the answer is itemized.
 
-Narrowing patterns (AMB-14, our choice): shell-style globs matched against the
+Narrowing patterns (our choice): shell-style globs matched against the
 whole channel id with `fnmatch.fnmatchcase`: `*` matches any run of
 characters (`:` and `/` included), `?` one character, `[...]` a set. So
 `discord:g1:*` admits every channel id starting with `discord:g1:`. No
@@ -156,7 +156,7 @@ class ChannelRegistry:
         return results, accepted
 
     def remove(self, ids: Iterable[Any]) -> list[dict[str, Any]]:
-        """Removals only narrow, so they always succeed (AMB-13); echo each."""
+        """Removals only narrow, so they always succeed; echo each."""
         results = []
         for ident in ids:
             if isinstance(ident, str):

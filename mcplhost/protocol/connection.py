@@ -143,7 +143,7 @@ class McplConnection:
 
         def initialized_at_receipt(outcome: Raw | RemoteError) -> InitializeResult:
             # Some connectors swallow whatever follows the initialize result unless
-            # it is this notification (COMPAT.md): queue it in the read loop, before
+            # it is this notification (docs/mcpl-compat.md): queue it in the read loop, before
             # the answer to anything the connector sent behind its result.
             if isinstance(outcome, RemoteError):
                 raise outcome
@@ -272,7 +272,7 @@ class McplConnection:
         """Put a grant and the feature-set states derived from it in force.
 
         A channel registered under a grant that has since lost
-        channels.register keeps no authority (HOST-DIGEST §3.2): the registry goes with it.
+        channels.register keeps no authority (SPEC §14): the registry goes with it.
         """
         self.grant, self.feature_sets = grant, states
         if "channels.register" not in grant:
@@ -287,7 +287,7 @@ class McplConnection:
         return self.mode
 
     def _mcp_only(self, why: str) -> Mode:
-        # Plain MCP keeps MCP's own `tools` when advertised and granted (AMB-4); nothing of MCPL.
+        # Plain MCP keeps MCP's own `tools` when advertised and granted; nothing of MCPL.
         self.grant = mcp_only_grant(self.capabilities, list(self.spec.grant), self.offered)
         self.mode = Mode.MCP_ONLY
         self.registry.clear()

@@ -15,7 +15,7 @@ a ValueError) only for a non-object, a bad identifier, a non-finite number,
 or input JSON cannot carry. The vector file
 tests/protocol/data/manifest-digest-vectors.json is the acceptance test.
 
-Where sources disagree on identifier positions (AMB-16), this follows the
+Where sources disagree on identifier positions, this follows the
 reference generator: `tags.<t>.facet` is checked, `suggestedTreatment`
 matchers are not.
 """
@@ -67,7 +67,7 @@ IDENTIFIER_KEYED_OBJECTS: tuple[tuple[str, ...], ...] = (
     ("featureSets", _ANY, "tagOntology", "tags"),
     ("featureSets", _ANY, "tagOntology", "keyed"),
 )
-# String values that are identifiers (AMB-16: the vector file's extra position).
+# String values that are identifiers (the vector file's extra position).
 IDENTIFIER_VALUES: tuple[tuple[str, ...], ...] = (
     ("featureSets", _ANY, "tagOntology", "tags", _ANY, "facet"),
 )

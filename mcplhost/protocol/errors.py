@@ -2,7 +2,7 @@
 
 SPEC §6.6 requires every refusal to be a JSON-RPC error object with the
 documented code, never a result carrying a failure flag. The codes and their
-`data` shapes live here as data (HOST-DIGEST §2.3); the helper constructors are
+`data` shapes live here as data (SPEC Appendix A); the helper constructors are
 the only places that build them, so a code and its `data` never drift apart.
 """
 
@@ -34,7 +34,7 @@ UNKNOWN_CHANNEL = -32023
 CHANNEL_OPEN_FAILED = -32024
 
 # The `reason` a -32001 carries when the set is enabled but did not declare the
-# capability it tried to use (AMB-8).
+# capability it tried to use.
 DECLARATION_MISMATCH = "declaration_mismatch"
 
 
@@ -57,7 +57,7 @@ class ConnectorProtocolError(ReplyError):
 
 
 def capability_denied(capability: str, reason: str | None = None) -> ConnectorProtocolError:
-    """-32002: the capability is not in the effective grant (e.g. reason "policy_pending", AMB-5)."""
+    """-32002: the capability is not in the effective grant (e.g. reason "policy_pending")."""
     data: dict[str, Any] = {"capability": capability}
     if reason is not None:
         data["reason"] = reason
@@ -79,7 +79,7 @@ def feature_set_not_declared(feature_set: str) -> ConnectorProtocolError:
 
 
 def declaration_mismatch(feature_set: str, capability: str) -> ConnectorProtocolError:
-    """-32001: an enabled feature set used a capability its `uses` does not list (AMB-8)."""
+    """-32001: an enabled feature set used a capability its `uses` does not list."""
     return ConnectorProtocolError(
         FEATURE_SET_NOT_ENABLED,
         "Feature set did not declare this capability",

@@ -8,7 +8,7 @@ only ever narrow it. The rules here:
 - derive each set's state from the declaration, the grant and the operator's
   selection, failing closed (§6.4);
 - decide admission of a server-initiated message that names a feature set
-  (HOST-DIGEST §3.1 steps 4-6), returning the refusal rather than raising.
+  (SPEC §9 steps 4-6), returning the refusal rather than raising.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def normalize_feature_sets(raw: Any) -> dict[str, dict[str, Any]]:
     """Declarations keyed by name, from either wire shape.
 
     0.5 sends an object keyed by name; deployed 0.4 connectors send an array
-    of `{name, description, uses, ...}` (COMPAT.md). Entries without a usable
+    of `{name, description, uses, ...}` (docs/mcpl-compat.md). Entries without a usable
     (non-empty string) name are skipped. A declaration that is not an object,
     or a name the array form declares twice, becomes an empty declaration:
     it stays declared but derives to `invalid_uses` instead of silently
@@ -77,7 +77,7 @@ def uses_valid(declaration: Any) -> bool:
     """Whether `uses` is a non-empty list naming only the 17 vocabulary paths.
 
     A parent such as `contextHooks.beforeInference` is not a path, so it is
-    invalid (AMB-7: §6.1's own example is stale).
+    invalid (§6.1's own example is stale).
     """
     uses = declaration.get("uses") if isinstance(declaration, dict) else None
     return (
@@ -185,7 +185,7 @@ def check_feature_set(
     *,
     legacy: bool,
 ) -> ConnectorProtocolError | None:
-    """Admission of a server-initiated message naming `feature_set` (HOST-DIGEST §3.1 steps 4-6).
+    """Admission of a server-initiated message naming `feature_set` (SPEC §9 steps 4-6).
 
     Returns the refusal to answer with, or None to admit. The caller has
     already checked readiness, the grant for `capability` (-32002) and the
@@ -195,11 +195,11 @@ def check_feature_set(
     - not enabled → -32001 `{featureSet}` (nothing else: never a hint of what
       could be enabled);
     - `uses` does not contain `capability` → -32001
-      `{featureSet, capability, reason: "declaration_mismatch"}` (AMB-8).
+      `{featureSet, capability, reason: "declaration_mismatch"}`.
 
     Legacy (0.4) connectors declare `uses` in the old flat vocabulary and
     send events their `uses` never listed (heartbeat declares `["tools"]` and
-    pushes). COMPAT.md: in legacy mode `uses` does not gate, while the
+    pushes). docs/mcpl-compat.md: in legacy mode `uses` does not gate, while the
     connection grant still does. So with `legacy=True` a set disabled only
     for a reason derived from `uses` (`invalid_uses`, `capability_denied`)
     is admitted and the mismatch check is skipped; the operator's selection

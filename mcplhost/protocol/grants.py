@@ -35,7 +35,7 @@ SEPARATOR = "."
 
 # Grantable only by its literal name, never through a wildcard: a policy such
 # as `contextHooks.beforeInference.inject.*` must not hand out the system
-# prompt by accident (SPEC §13.4, HOST-DIGEST §1.7 and §4 item 7).
+# prompt by accident (SPEC §13.4, SPEC §5.4 and §4 item 7).
 LITERAL_ONLY_PATHS: frozenset[str] = frozenset({INJECT_SYSTEM})
 
 # Every proper prefix of a vocabulary path. The walk descends only into nodes
@@ -50,9 +50,9 @@ _PREFIXES: frozenset[str] = frozenset(
 
 #: The capability paths this host implements, advertised in `initialize` and the
 #: most any grant holds. Each change that implements a capability adds it here,
-#: in the same commit (issue 7 #5). Issue 9 added the agents' side: MCP `tools`
-#: (agent tools, also for MCP-only connectors), the four `beforeInference` hook
-#: leaves and `inferenceLifecycle`. Issue 10: inferenceRequest (and .streaming) and
+#: in the same commit, so the host never offers what it cannot do. The agents' side:
+#: MCP `tools` (agent tools, also for MCP-only connectors), the four `beforeInference`
+#: hook leaves and `inferenceLifecycle`; inferenceRequest (and .streaming) and
 #: modelInfo, offered only with `[inference]` (`offered_paths`), and channels.publish
 #: (the speech router, the outbox and its senders), and channels.streaming (a
 #: turn's streamed text, speech/streaming.py). Not yet: channels.acknowledge, channels.typing.
@@ -80,7 +80,7 @@ INFERENCE_PATHS: frozenset[str] = frozenset(
     {"inferenceRequest", "inferenceRequest.streaming", "modelInfo"}
 )
 
-#: The hook leaves: a connector holding any of them is asked `context/beforeInference` (HOST-DIGEST §3.3).
+#: The hook leaves: a connector holding any of them is asked `context/beforeInference` (SPEC §10).
 HOOK_PATHS: frozenset[str] = frozenset({
     "contextHooks.beforeInference.observe",
     "contextHooks.beforeInference.inject.system",
@@ -100,8 +100,8 @@ def host_capabilities(offered: frozenset[str], version: str) -> dict[str, object
 
     `tools` is MCP's own capability (advertised by servers, not hosts), so it
     never appears here. A path beneath another vocabulary path advertises
-    that one too (`inferenceRequest.streaming` implies `inferenceRequest`,
-    AMB-3), so offer the parent with it.
+    that one too (`inferenceRequest.streaming` implies
+    `inferenceRequest`), so offer the parent with it.
     """
     block: dict[str, object] = {"version": version}
     for path in sorted(offered - MCP_ADVERTISED_PATHS):
@@ -110,11 +110,11 @@ def host_capabilities(offered: frozenset[str], version: str) -> dict[str, object
         for name in parents:
             child = node.get(name)
             if not isinstance(child, dict):
-                # A present object node advertises its own path too (AMB-3), so
+                # A present object node advertises its own path too, so
                 # `inferenceRequest: true` may become `inferenceRequest: {streaming: true}`.
                 child = node[name] = {}
             node = child
-        # `true` would advertise every path beneath too; an empty object advertises just this one (AMB-3).
+        # `true` would advertise every path beneath too; an empty object advertises just this one.
         node.setdefault(leaf, {} if path in _PREFIXES else True)
     block["featureSets"] = True
     return block
@@ -130,7 +130,7 @@ def _paths_at_or_below(prefix: str) -> frozenset[str]:
 def _walk(node: dict[Any, Any], prefix: str, found: set[str]) -> None:
     for name, value in node.items():
         # A member name holding the separator would alias another tree
-        # ({"a.b": {"c": true}} and {"a": {"b.c": true}}), so it never grants (AMB-17).
+        # ({"a.b": {"c": true}} and {"a": {"b.c": true}}), so it never grants.
         if not isinstance(name, str) or not name or SEPARATOR in name:
             continue
         path = f"{prefix}{SEPARATOR}{name}" if prefix else name
@@ -138,7 +138,7 @@ def _walk(node: dict[Any, Any], prefix: str, found: set[str]) -> None:
             # Shorthand: `true` means every leaf beneath this node.
             found.update(_paths_at_or_below(path))
         elif isinstance(value, dict):
-            # A present, non-false object node counts at its own path too (AMB-3):
+            # A present, non-false object node counts at its own path too:
             # {"inferenceRequest": {"streaming": false}} advertises `inferenceRequest`.
             if path in CAPABILITY_PATHS:
                 found.add(path)
@@ -224,7 +224,7 @@ def mcp_only_grant(capabilities: Any, policy: list[str], offered: frozenset[str]
 
     An MCP-only connector has no MCPL grant, but an operator's `grant` naming
     `tools` still governs its MCP tools, and leaving `tools` out denies them
-    in MCP-only mode too (AMB-4).
+    in MCP-only mode too.
     """
     return frozenset(effective_grant(capabilities, policy)) & MCP_ADVERTISED_PATHS & offered
 

@@ -121,7 +121,7 @@ def _log_invalid(conn: McplConnection, invalid: list[dict[str, Any]]) -> None:
 
 async def incoming_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
     conn.warn_once("incoming-notification", "connector.defect",
-                   defect="channels/incoming sent as a notification (AMB-19)")
+                   defect="channels/incoming sent as a notification")
     await incoming(conn, params).work()
 
 
@@ -157,7 +157,7 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
     return Deferred(store)
 
 
-# --- server-initiated inference (HOST-DIGEST §3.5) ---------------------------------------
+# --- server-initiated inference (SPEC §11) ---------------------------------------
 
 STREAMING = "inferenceRequest.streaming"
 
@@ -205,7 +205,7 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
 
 
 def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
-    """model/info: the `[inference]` backend's ModelInfo (MUST answer, HOST-DIGEST §2.1)."""
+    """model/info: the `[inference]` backend's ModelInfo (MUST answer, docs/connectors.md)."""
     if conn.inference is None:
         raise errors.capability_denied("modelInfo")
     return conn.inference.model_info()

@@ -23,7 +23,7 @@ from .grants import advertised_paths, effective_grant
 #: At most one manifest fetch per this many seconds per connection; more hints are dropped.
 MIN_FETCH_INTERVAL_S = 5.0
 
-# The change receipt's closed vocabulary (HOST-DIGEST §3.9).
+# The change receipt's closed vocabulary (SPEC §17).
 REVOKED = "capability-revoked"
 EXPANSION_PENDING = "capability-expansion-pending"
 DEGRADED = "feature-degraded"

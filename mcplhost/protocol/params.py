@@ -71,7 +71,7 @@ class Changed(Tolerant):
 
 
 class ManifestChanged(Tolerant, forbid_unknown_fields=True):
-    # The schema forbids any other member (HOST-DIGEST §2.2).
+    # The schema forbids any other member (docs/connectors.md).
     revision: str
     domains: list[str]
 

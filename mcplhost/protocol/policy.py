@@ -28,7 +28,7 @@ def policy_params(capabilities: dict[str, Any], grant: frozenset[str], states: M
 
     In 0.5 mode `disabled` names every set that is off, derived reasons
     included (fail closed, §6.4). In legacy (0.4) mode it names only the sets
-    the operator deselected: legacy `uses` does not gate (COMPAT.md), and a
+    the operator deselected: legacy `uses` does not gate (docs/mcpl-compat.md), and a
     connector that honours `disabled` (discord-mcpl) would otherwise go
     silent for a set whose `uses` merely lists a path outside the grant. The
     host still enforces the grant on everything the connector sends.
@@ -88,7 +88,7 @@ def judge_receipt(outcome: Raw | RemoteError, *, legacy: bool, initial: bool, st
     """Judge the answer to a policy request. The receipt never widens anything.
 
     - -32601 from a legacy server (or to the initial policy unless the
-      connector is configured strictly 0.5) means acknowledged (COMPAT.md);
+      connector is configured strictly 0.5) means acknowledged (docs/mcpl-compat.md);
     - any other error, an unusable receipt, or a refusal without a valid
       fallback: the operator's fallback;
     - `accepted: false` with fallback "mcp-only" or "close": that fallback.

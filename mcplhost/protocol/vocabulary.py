@@ -38,11 +38,11 @@ CAPABILITY_PATHS: frozenset[str] = frozenset(SORTED_CAPABILITY_PATHS)
 INJECT_SYSTEM = "contextHooks.beforeInference.inject.system"
 
 # Members of the `experimental.mcpl` object that are not capabilities. Every
-# other root member is part of the advertisement (HOST-DIGEST §1.6, §3.9).
+# other root member is part of the advertisement (SPEC §6.2, §3.9).
 NON_CAPABILITY_MEMBERS: frozenset[str] = frozenset({"version", "revision", "featureSets"})
 
 # `tools` is advertised by MCP's own `capabilities.tools`, not inside the MCPL
-# block (AMB-4), so the MCPL walk never yields it.
+# block, so the MCPL walk never yields it.
 MCP_ADVERTISED_PATHS: frozenset[str] = frozenset({"tools"})
 
 assert len(CAPABILITY_PATHS) == 17

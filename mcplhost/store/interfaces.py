@@ -2,7 +2,7 @@
 
 Everything above store/ (the group writer's operations, Ingest, the CLI's
 readers) needs only these shapes, so a PostgreSQL store would be new classes
-behind the same Protocols, not a rewrite (ARCHITECTURE.md, "Scale beyond one
+behind the same Protocols, not a rewrite (docs/architecture.md, "Scale beyond one
 machine"). The rules they promise, whatever the engine:
 
 - ids come from the database (`RETURNING`), never computed by a caller;
@@ -107,7 +107,7 @@ class Cursors(Protocol):
 
 
 class Outbox(Protocol):
-    """The publish outbox: rows queued with their speech, tried, and ended once (AGENTS.md §7)."""
+    """The publish outbox: rows queued with their speech, tried, and ended once (docs/agents.md#outbox)."""
 
     async def insert_many_nocommit(self, entries: Sequence[OutboxEntry]) -> builtins.list[int]: ...
 

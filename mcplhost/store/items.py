@@ -1,7 +1,7 @@
 """Stored items: the attributed rows every agent's context is built from.
 
 `StoredItem` encodes (msgspec JSON) to exactly the export line of
-INTERFACES.md: id, agent, participant, role, content, metadata, createdAt.
+docs/architecture.md: id, agent, participant, role, content, metadata, createdAt.
 Content and metadata are kept as JSON text; `server_id`, `channel_id` and
 `message_id` are copied out of metadata into their own columns so reads by
 channel use an index, and the thread, conversation and redelivery key are

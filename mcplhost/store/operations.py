@@ -212,7 +212,7 @@ class StartCursor(msgspec.Struct, frozen=True):
         return await repos.cursors.start_many_nocommit([(op.agent, op.at) for op in ops])
 
 
-# --- speech: the publish outbox (store/outbox.py, AGENTS.md §7) ----------------------------------
+# --- speech: the publish outbox (store/outbox.py, docs/agents.md#outbox) ----------------------------------
 
 
 class PublishedSpeech(msgspec.Struct, frozen=True):

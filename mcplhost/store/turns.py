@@ -1,14 +1,14 @@
 """The turns ledger: one row per agent turn, what woke it, how it ended, what it cost.
 
 `Turn` encodes (msgspec JSON) to exactly the line of `mcplhost turns --json`
-(INTERFACES.md): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
+(docs/architecture.md): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
 usage, requestDigest; fields a turn lacks are null, never left out.
 
 A turn is written when it begins (`begin_many_nocommit`) and finished once
 (`finish_many_nocommit`), so a host killed mid-turn leaves an open row that
 `close_unfinished_nocommit` ends as aborted on the next start. A finished
 turn keeps the hook injections its first request was compiled with
-(AGENTS.md §3.2), so its request digest can be reproduced. The ledger is
+(docs/agents.md#turns), so its request digest can be reproduced. The ledger is
 also the spend guard's memory: `usage_since`, `count_since` and
 `started_since` read it, so a restart resets neither `max_tokens_per_day`
 nor `max_turns_per_hour` (the runtime seeds each scheduler from
@@ -31,7 +31,7 @@ import msgspec
 if TYPE_CHECKING:
     from mcplhost.store.db import Database
 
-#: How a finished turn ended (AGENTS.md §3.5); NULL in the table while it runs.
+#: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
 #: Outcomes of turns that ran (a held wake ran no turn, so it does not count against max_turns_per_hour).
 RAN_OUTCOMES = ("completed", "failed", "aborted")

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/context.py: the compiled request, to the letter of AGENTS.md §3.1."""
+"""Tests for mcplhost/agents/context.py: the compiled request, to the letter of docs/agents.md#turns."""
 
 from __future__ import annotations
 

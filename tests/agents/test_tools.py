@@ -112,7 +112,7 @@ class TestOffered:
         assert "tools/list" not in record(tmp_path, "irc").methods_received()
 
     async def test_an_mcp_only_connector_serves_tools_when_its_grant_names_tools(self, tmp_path) -> None:
-        """A plain MCP server (no manifest) holds `tools` if granted, so its tools are offered and callable (AMB-4)."""
+        """A plain MCP server (no manifest) holds `tools` if granted, so its tools are offered and callable."""
         plain = scripted("plain", {"manifest": None, "tools": True, "after": "initialized",
                                    "handlers": {"tools/list": tools_list(WEATHER),
                                                 "tools/call": {"result": {"content": [{"type": "text",

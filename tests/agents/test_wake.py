@@ -1,4 +1,4 @@
-"""mcplhost/agents/wake.py: who an item wakes (AGENTS.md §2), read from host-written fields only."""
+"""mcplhost/agents/wake.py: who an item wakes (docs/agents.md#scheduling), read from host-written fields only."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class TestWakeOn:
         ([], {"tags": PRIVATE}, False),
     ])
     def test_each_entry_of_the_table(self, wake_on: list[str], fields: dict[str, Any], expected: bool) -> None:
-        """all, addressed, dm, push, NAME and NAME/GLOB match as AGENTS.md §2's table says."""
+        """all, addressed, dm, push, NAME and NAME/GLOB match as docs/agents.md#scheduling's table says."""
         assert wakes(scout(wake_on=wake_on), **fields) is expected
 
     def test_channel_globs_are_case_sensitive(self) -> None:

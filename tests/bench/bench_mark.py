@@ -1,4 +1,4 @@
-"""Benchmark mark_openings: the budget cases of PROVENANCE.md §4, and linear growth.
+"""Benchmark mark_openings: the budget cases of docs/provenance.md §4, and linear growth.
 
 Run: .venv/bin/python tests/bench/bench_mark.py
 Exits 1 when a budget case takes 100 ms or more (best of several runs).
@@ -53,7 +53,7 @@ def split_across_blocks(scale: int = 1) -> list[dict]:
 
 Case = tuple[str, Callable[[int], list[dict]]]
 
-# The bodies PROVENANCE.md §4 and the issue name, each with a 100 ms budget.
+# The bodies docs/provenance.md §4 and the issue name, each with a 100 ms budget.
 BUDGET_CASES: list[Case] = [
     ("1 MiB body, 100,000 openings", dense_openings),
     ("200,000 '[' then one opening", many_brackets),

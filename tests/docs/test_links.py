@@ -135,3 +135,33 @@ class TestNoDocumentOutsideTheRepository:
                                       "[[agents]]", "the STYLE of it", "compat"])
     def test_the_checker_leaves_the_repository_s_own_names_alone(self, text: str) -> None:
         assert non_repository_references(text) == []
+
+
+#: In source text, also the design notes' decision tags and the project's issue numbers: a reader has neither.
+NOT_IN_SOURCE = re.compile(rf"{NOT_IN_REPOSITORY.pattern}|\bAMB-[0-9]+\b|\b[Ii]ssue [0-9]+\b")
+SOURCE = sorted(path for folder in ("mcplhost", "connectors", "migrations") if (REPO / folder).is_dir()
+                for path in (REPO / folder).rglob("*") if path.suffix in {".py", ".sql"})
+
+
+def source_references(text: str) -> list[str]:
+    return [m.group(0) for m in NOT_IN_SOURCE.finditer(text)]
+
+
+class TestNoDesignNoteInTheSource:
+    def test_there_is_source_to_check(self) -> None:
+        assert any(path.suffix == ".sql" for path in SOURCE) and any(path.suffix == ".py" for path in SOURCE)
+
+    @pytest.mark.parametrize("path", SOURCE, ids=lambda p: str(p.relative_to(REPO)))
+    def test_comments_cite_only_the_repository_or_the_spec(self, path: Path) -> None:
+        """Code, connectors and migrations point to docs/ or the public MCPL spec, never to a design note."""
+        assert source_references(path.read_text(encoding="utf-8")) == []
+
+    @pytest.mark.parametrize("text", ["(AGENTS.md §6)", "HOST-DIGEST §3.2", "(AMB-19)", "issue 7 items 2",
+                                      "Issue 10: inferenceRequest"])
+    def test_the_source_checker_finds_each_kind_of_reference(self, text: str) -> None:
+        assert source_references(text)
+
+    @pytest.mark.parametrize("text", ["docs/agents.md#outbox", "SPEC §13.4", "docs/provenance.md §4",
+                                      "issued", "AMBIENT-3"])
+    def test_the_source_checker_leaves_repository_citations_alone(self, text: str) -> None:
+        assert source_references(text) == []

@@ -92,7 +92,7 @@ class TestScriptedAgent:
         assert turn["agent"] == "scout" and turn["outcome"] == "completed" and turn["wakeItemIds"] == [woke]
         assert len(turn["requestDigest"]) == 64 and turn["usage"] is not None
         rows = agent_rows(db, "scout")
-        # CHAT_GRANT has no channels.publish: the reply is kept as a draft with its notice (AGENTS.md §6).
+        # CHAT_GRANT has no channels.publish: the reply is kept as a draft with its notice (docs/agents.md#routing).
         assert [r["metadata"]["kind"] for r in rows] == ["source-header-notice", "draft", "drafts"]
         assert rows[-2]["content"][0]["text"] == "you said: scout, say hi"
         assert line["agent"] == "scout" and line["outcome"] == "completed" and "seconds" in line

@@ -1,7 +1,7 @@
 """The inbound pipeline end to end: real connector subprocesses, a real SQLite file.
 
 Each test drives a scripted connector against an in-process host and reads
-the stored items back, checking them against PROVENANCE.md to the letter.
+the stored items back, checking them against docs/provenance.md to the letter.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Hypothesis strategies for inbound text: the characters that break headers.
 
-Generated text leans on what PROVENANCE.md cares about: the header's own
+Generated text leans on what docs/provenance.md cares about: the header's own
 grammar characters, controls, line separators, bidi and zero-width
 characters, non-ASCII spaces, emoji sequences (ZWJ sequences, keycaps, tag
 flags), astral characters, and header-shaped text, mixed with arbitrary text.

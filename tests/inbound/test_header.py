@@ -66,7 +66,7 @@ class TestProvenanceExamples:
         ],
     )
     def test_example(self, source: dict[str, Any], header: str) -> None:
-        """Each header example of PROVENANCE.md §3 renders exactly."""
+        """Each header example of docs/provenance.md §3 renders exactly."""
         assert render_source_header(source) == header
 
 

@@ -93,7 +93,7 @@ class TestFastOpening:
         assert re.findall(letters[letter], ALL_CODE_POINTS) == expected
 
     def test_long_s_is_a_letter_s(self) -> None:
-        """Case folding makes `ſ` an `s`, as PROVENANCE.md says."""
+        """Case folding makes `ſ` an `s`, as docs/provenance.md says."""
         _, letters = patterns.derived_re_classes()
         assert re.fullmatch(letters["s"], "\u017f")
 

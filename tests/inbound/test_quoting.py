@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mcplhost.inbound import header_value, label_value, quoted
 from tests.inbound.strategies import EMOJI_SEQUENCES, INVISIBLES, SPACES, any_text
 
-# An oracle for "would need quotes", written from PROVENANCE.md §3's words
+# An oracle for "would need quotes", written from docs/provenance.md §3's words
 # with the simplest tools: a set of characters, and a per-character check
 # after emoji sequences are removed.
 _STRUCTURAL_CHARS = set('[]\u00b7"\\\u2028\u2029') | {chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]}

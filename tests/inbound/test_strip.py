@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mcplhost.inbound import HOST_METADATA_KEYS, strip_host_keys
 
-# PROVENANCE.md §1, written out again so a change to the constant is seen.
+# docs/provenance.md §1, written out again so a change to the constant is seen.
 PROVENANCE_KEYS = {
     "system", "kind", "draftOwner", "draftIds", "tuneOut", "coalescingSubject", "firstView",
     "deferredWriteId", "external", "openaiResponsesItems", "sourceHeader", "sourceBodyDigest",
@@ -27,7 +27,7 @@ metadata_objects = st.dictionaries(
 
 class TestHostMetadataKeys:
     def test_exactly_the_fourteen_keys(self) -> None:
-        """The constant holds exactly the keys PROVENANCE.md §1 lists."""
+        """The constant holds exactly the keys docs/provenance.md §1 lists."""
         assert HOST_METADATA_KEYS == PROVENANCE_KEYS
         assert len(HOST_METADATA_KEYS) == 14
 

@@ -144,7 +144,7 @@ class TestAdmitPush:
         assert refused(caught.value) == (code, data)
 
     def test_legacy_connectors_are_not_gated_by_uses_but_by_the_operators_selection(self) -> None:
-        """In 0.4 mode an invalid or mismatched `uses` admits; disabled or unselected still refuses (COMPAT.md)."""
+        """In 0.4 mode an invalid or mismatched `uses` admits; disabled or unselected still refuses (docs/mcpl-compat.md)."""
         for name in ("broken", "chat"):
             assert admit_push(a_push(name), registry(), STATES, legacy=True, accepted_implies=None).feature_set == name
         for name in ("off", "unselected"):

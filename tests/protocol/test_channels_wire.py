@@ -1,9 +1,9 @@
 """Channels on the wire: per-descriptor registration, changes, incoming at receipt, open and list (§14).
 
-HOST-DIGEST §3.2 and §4 items 22-24, with the channel error codes -32017,
+SPEC §14, with the channel error codes -32017,
 -32023 (per message, in `results`) and -32024 (the connector's answer to
 channels/open, logged by the host). Narrowing patterns are the connector's
-`channels` globs (AMB-14).
+`channels` globs.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class TestIncoming:
                                                                                  -32023)]
 
     async def test_incoming_as_a_notification_is_validated_the_same_and_flagged(self, tmp_path) -> None:
-        """A channels/incoming Notification stores only admissible messages and logs a conformance defect (AMB-19)."""
+        """A channels/incoming Notification stores only admissible messages and logs a conformance defect."""
         steps = [register("d:1"), {"notify": "channels/incoming",
                                    "params": {"messages": [message("d:1", "m-1", "kept"), message("d:2", "m-2")]}},
                  {"request": "ping"}]

@@ -152,14 +152,14 @@ def _feature_set(**members: Any) -> dict[str, Any]:
 
 class TestIdentifierPositions:
     def test_facet_is_checked(self) -> None:
-        """`tags.<t>.facet` is an identifier, as in the reference generator (AMB-16)."""
+        """`tags.<t>.facet` is an identifier, as in the reference generator."""
         manifest = _feature_set(tagOntology={"tags": {"demo:x": {"facet": "bad facet"}}})
         with pytest.raises(ManifestDigestError) as caught:
             manifest_digest(manifest)
         assert caught.value.code == "identifier_charset"
 
     def test_suggested_treatment_matchers_are_not_checked(self) -> None:
-        """Rule matchers are free strings to the digest, as in the reference generator (AMB-16)."""
+        """Rule matchers are free strings to the digest, as in the reference generator."""
         rules = [{"tagsAny": ["not an identifier"], "behavior": "mute"}]
         assert REVISION_SHAPE.fullmatch(manifest_digest(_feature_set(tagOntology={"suggestedTreatment": rules})))
 

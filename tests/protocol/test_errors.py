@@ -97,7 +97,7 @@ class TestHelpers:
         assert (refusal.code, refusal.data) == (-32003, {"featureSet": "nope"})
 
     def test_declaration_mismatch(self) -> None:
-        """A mismatch is -32001 with featureSet, capability and the mismatch reason (AMB-8)."""
+        """A mismatch is -32001 with featureSet, capability and the mismatch reason."""
         refusal = errors.declaration_mismatch("fs", "pushEvents")
         assert (refusal.code, refusal.data) == (
             -32001,

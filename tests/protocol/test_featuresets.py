@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/featuresets.py (SPEC §6; HOST-DIGEST §1.9, §3.1; COMPAT.md)."""
+"""Tests for mcplhost/protocol/featuresets.py (SPEC §6, §9; docs/mcpl-compat.md)."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ class TestDeriveFeatureSets:
         assert not states["memory.retrieval"].enabled
 
     def test_invalid_uses(self) -> None:
-        """A parent path in `uses` disables the set with invalid_uses, whatever the grant (AMB-7)."""
+        """A parent path in `uses` disables the set with invalid_uses, whatever the grant."""
         states = derive_feature_sets(DECLARED, set(PATHS), None, [])
         assert (states["stale"].enabled, states["stale"].reason) == (False, "invalid_uses")
 
@@ -228,7 +228,7 @@ class TestCheckFeatureSet:
         assert (refused["code"], refused["data"]) == (-32001, {"featureSet": name})
 
     def test_declaration_mismatch(self) -> None:
-        """An enabled set that did not list the capability is -32001 declaration_mismatch (AMB-8)."""
+        """An enabled set that did not list the capability is -32001 declaration_mismatch."""
         refused = refusal("memory.tools")
         assert refused is not None
         assert (refused["code"], refused["data"]) == (
@@ -245,7 +245,7 @@ class TestCheckFeatureSet:
 
 class TestCheckFeatureSetLegacy:
     def test_uses_does_not_gate(self) -> None:
-        """In 0.4 mode heartbeat's `uses: ["tools"]` set may still push (COMPAT.md)."""
+        """In 0.4 mode heartbeat's `uses: ["tools"]` set may still push (docs/mcpl-compat.md)."""
         assert refusal("memory.tools", legacy=True) is None
 
     @pytest.mark.parametrize("name", ["denied", "invalid"])

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/grants.py (SPEC §5.1, §5.4; HOST-DIGEST §1.6, §1.7, §4 items 4-7)."""
+"""Tests for mcplhost/protocol/grants.py (SPEC §5.1, §5.4, §6.2)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ class TestAdvertisedPaths:
         assert advertised_paths(caps(manifest)) == {"contextHooks.beforeInference.inject.beforeUser"}
 
     def test_object_node_counts_at_its_own_path(self) -> None:
-        """`inferenceRequest: {streaming: false}` advertises `inferenceRequest` alone (AMB-3)."""
+        """`inferenceRequest: {streaming: false}` advertises `inferenceRequest` alone."""
         assert advertised_paths(caps({"inferenceRequest": {"streaming": False}})) == {
             "inferenceRequest"
         }
@@ -149,7 +149,7 @@ class TestAdvertisedPaths:
         assert advertised_paths(caps(manifest)) == {"channels.register"}
 
     def test_dotted_member_names_never_advertise(self) -> None:
-        """Member names holding '.' alias other trees and are ignored (AMB-17)."""
+        """Member names holding '.' alias other trees and are ignored."""
         manifest = {
             "channels.publish": True,
             "contextHooks": {"beforeInference.observe": True},
@@ -167,7 +167,7 @@ class TestAdvertisedPaths:
         assert advertised_paths(caps(manifest)) == frozenset()
 
     def test_tools_come_from_mcp_capabilities(self) -> None:
-        """`tools` is advertised by MCP's `capabilities.tools`, not by the MCPL block (AMB-4)."""
+        """`tools` is advertised by MCP's `capabilities.tools`, not by the MCPL block."""
         assert advertised_paths({"tools": {}}) == {"tools"}
         assert advertised_paths({"tools": {"listChanged": True}}) == {"tools"}
         assert advertised_paths({"tools": False}) == frozenset()
@@ -382,7 +382,7 @@ class TestImplemented:
         assert HOOK_PATHS == {p for p in CAPABILITY_PATHS if p.startswith("contextHooks.")}
 
     def test_mcp_only_keeps_only_mcp_tools_and_only_when_granted(self) -> None:
-        """A plain MCP connector holds `tools` when advertised and granted, nothing else; a denial holds too (AMB-4)."""
+        """A plain MCP connector holds `tools` when advertised and granted, nothing else; a denial holds too."""
         plain = {"tools": {}}
         assert mcp_only_grant(plain, ["tools", "pushEvents"], offered_paths()) == {"tools"}
         assert mcp_only_grant(plain, ["pushEvents"], offered_paths()) == frozenset()
@@ -408,7 +408,7 @@ class TestImplemented:
     def test_host_capabilities_round_trips_through_the_advertisement_walk(self, offered: set[str]) -> None:
         """Any offered set, written as a host block, reads back as itself (less MCP's own `tools`).
 
-        A path beneath another path brings that one along (AMB-3: an object
+        A path beneath another path brings that one along (an object
         node counts at its own path), as `inferenceRequest.streaming` does.
         """
         block = host_capabilities(frozenset(offered), "0.5")

@@ -1,4 +1,4 @@
-"""The bundled connectors against one host: a deployed-style 0.4 heartbeat and a 0.5 stub (COMPAT.md).
+"""The bundled connectors against one host: a deployed-style 0.4 heartbeat and a 0.5 stub (docs/mcpl-compat.md).
 
 connectors.heartbeatish behaves like heartbeat-mcpl on the wire (version
 "0.4", feature sets as an array, `uses: ["tools"]` yet it pushes, -32601 to

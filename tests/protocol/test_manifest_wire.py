@@ -1,6 +1,6 @@
 """Manifest changes on the wire: re-fetch, removals first, additions pending, rate limit, digest (§17).
 
-HOST-DIGEST §3.9 and §4 items 29 (a changed ontology cancels acceptance),
+SPEC §17 (a changed ontology cancels acceptance),
 32-37. The hint path (`mcpl/manifestChanged` → `mcpl/manifest` → policy) runs
 under the supervisor; where a test needs to act between a fetch and the
 state it leaves, it drives `refresh_manifest` on a directly built connection

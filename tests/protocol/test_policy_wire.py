@@ -1,6 +1,6 @@
 """The initial policy, the effective grant and every way the receipt can go, on the wire.
 
-HOST-DIGEST §1.7, §1.8 and §4 items 1-7, 17 and 18, end to end through real
+SPEC §5.3, §5.4 and §6.7, end to end through real
 connector subprocesses (connectors.scripted) and a real store. Grant changes
 after the handshake are driven through `McplConnection.update_policy` on a
 connection built directly against a scripted child (`harness.connected`).
@@ -242,7 +242,7 @@ class TestReceiptOutcomes:
         assert not logged(logs, "connector.ready")
 
     async def test_a_refusal_without_fallback_applies_the_operators_fallback_and_logs_a_defect(self, tmp_path) -> None:
-        """accepted:false with no valid fallback is a defect; the configured policy_fallback decides (AMB-6)."""
+        """accepted:false with no valid fallback is a defect; the configured policy_fallback decides."""
         spec = scripted("nofall", {"manifest": CHAT_MANIFEST, "policy": {"result": {"accepted": False}}},
                         tmp_path, grant=["pushEvents"], policy_fallback="close")
         with capture_logs() as logs:

@@ -1,6 +1,6 @@
 """push/event on the wire: admission order, feature sets, origin, dedup and the audit log.
 
-HOST-DIGEST §3.1, §1.9 and §4 items 10, 19-21, 30, 39 and 40. Every
+SPEC §9 and §6. Every
 connector here is a real connectors.scripted child; answers are read from
 its record and stored items from the real SQLite file.
 """

@@ -1,4 +1,4 @@
-"""The outbox's retry and failure rules (AGENTS.md §7), pure."""
+"""The outbox's retry and failure rules (docs/agents.md#outbox), pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/speech/routing.py: fail-closed default destinations, resolution, and pins (AGENTS.md §6)."""
+"""Tests for mcplhost/speech/routing.py: fail-closed default destinations, resolution, and pins (docs/agents.md#routing)."""
 
 from __future__ import annotations
 

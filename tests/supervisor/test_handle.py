@@ -153,7 +153,7 @@ class TestFollowingTheConnection:
 
 class TestStatistics:
     def test_statistics_encode_with_the_status_socket_names(self) -> None:
-        """Encoded, statistics() has INTERFACES.md's connector fields and values."""
+        """Encoded, statistics() has docs/architecture.md's connector fields and values."""
         handle = ConnectorHandle(SPEC)
         handle.failed("spawn failed: no such file")
         encoded = msgspec.json.decode(msgspec.json.encode(handle.statistics(), order="deterministic"))

@@ -1,4 +1,4 @@
-"""`supervise` restarting real connector processes by INTERFACES.md's restart arithmetic."""
+"""`supervise` restarting real connector processes by docs/architecture.md's restart arithmetic."""
 
 from __future__ import annotations
 
