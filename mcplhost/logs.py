@@ -35,6 +35,7 @@ import msgspec
 import structlog
 
 from .ratelimit import Suppressed, WindowLimiter
+from .tracebacks import cut_middle
 
 LogFormat = Literal["json", "console"]
 Tap = Callable[[dict[str, Any]], None]
@@ -199,7 +200,7 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
     if not show:
         processors.append(_drop)
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    processors += [_bound_values, stamp, structlog.processors.format_exc_info, renderer]
+    processors += [_bound_values, stamp, structlog.processors.format_exc_info, _bound_tracebacks, renderer]
 
     def dropped_line(count: int) -> str:
         event = {"event": "log.dropped", "level": "warning", "lines": count,
@@ -232,9 +233,21 @@ def _tapping(tap: Tap) -> structlog.typing.Processor:
     return processor
 
 
+#: Fields holding a traceback: bounded by `_bound_tracebacks` instead, keeping the end, where it was raised.
+TRACEBACK_FIELDS = frozenset({"traceback", "exception"})
+
+
 def _bound_values(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
     """Every value cut to a bounded size, so no line carries a connector's megabyte."""
-    return {key: bounded(value) for key, value in event.items()}
+    return {key: value if key in TRACEBACK_FIELDS else bounded(value) for key, value in event.items()}
+
+
+def _bound_tracebacks(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """A traceback (`exc_info` as formatted, or one passed as a field) cut in the middle: its message may hold
+    what a connector or a model sent."""
+    for key in TRACEBACK_FIELDS & event.keys():
+        event[key] = cut_middle(event[key]) if isinstance(event[key], str) else bounded(event[key])
+    return event
 
 
 def bounded(value: Any) -> Any:

@@ -15,7 +15,11 @@ TRACEBACK_MAX_CHARS = 20_000
 
 def bounded_traceback(exc: BaseException) -> str:
     """The exception's formatted traceback (chained causes and groups included), at most about TRACEBACK_MAX_CHARS."""
-    text = "".join(traceback.format_exception(exc))
+    return cut_middle("".join(traceback.format_exception(exc)))
+
+
+def cut_middle(text: str) -> str:
+    """`text`, or past TRACEBACK_MAX_CHARS its beginning and its end (where it was raised) with the middle cut."""
     if len(text) <= TRACEBACK_MAX_CHARS:
         return text
     half = TRACEBACK_MAX_CHARS // 2

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 from typing import Any
@@ -25,8 +27,9 @@ from mcplhost.logs import (
     bounded,
 )
 from mcplhost.ratelimit import Suppressed, WindowLimiter
+from mcplhost.tracebacks import TRACEBACK_MAX_CHARS
 
-from .harness import logged, wait_for
+from .harness import REPO, logged, wait_for
 
 KEYS = ("a", "b", "c")
 #: One step of a run: an event of a key after `dt` seconds, or a roll-over check after `dt` seconds.
@@ -305,3 +308,28 @@ class TestBounded:
         """The processor configure puts before rendering bounds each value of the event."""
         event = logs._bound_values(None, "info", {"event": "connector.initialized", "server": {"name": "n" * 9000}})
         assert event["event"] == "connector.initialized" and len(event["server"]) == MAX_VALUE_CHARS + 1
+
+
+class TestTracebacksInTheLog:
+    def test_a_huge_exception_message_is_cut_in_the_middle_and_a_bounded_traceback_field_is_whole(self) -> None:
+        """Through the configured pipeline (a real process's stderr): `exc_info` with a hostile 100,000-character
+        message is cut to about TRACEBACK_MAX_CHARS, keeping where it was raised; a `traceback` field already
+        within that bound is not cut to MAX_VALUE_CHARS, which would lose its end."""
+        script = """
+import structlog
+from mcplhost import logs
+logs.configure("json")
+log = structlog.get_logger()
+try:
+    raise ValueError("x" * 100_000 + " THE END")
+except ValueError:
+    log.error("crashed", exc_info=True)
+log.error("field", traceback="t" * 15_000 + " RAISED HERE")
+logs.shutdown()
+"""
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        crashed, field = (json.loads(line) for line in done.stderr.splitlines())
+        assert len(crashed["exception"]) <= TRACEBACK_MAX_CHARS + 100 and "characters cut" in crashed["exception"]
+        assert crashed["exception"].startswith("Traceback") and crashed["exception"].rstrip().endswith("THE END")
+        assert field["traceback"] == "t" * 15_000 + " RAISED HERE"
