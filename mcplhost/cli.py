@@ -361,7 +361,7 @@ def cmd_messages(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from .readers import SearchError, SearchResult, search_items, stopped_early_warning, timed_out_warning
+    from .store.readers import SearchError, SearchResult, search_items, stopped_early_warning, timed_out_warning
 
     async def main() -> SearchResult:
         async with open_reader(existing_database(args.db)) as store:
@@ -387,16 +387,16 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_turns(args: argparse.Namespace) -> int:
-    from .readers import turn_plain_line
     from .store import turn_line
+    from .store.readers import turn_plain_line
 
     return _print_rows(args, lambda store: store.turns.iterate(agent=args.agent, limit=args.limit),
                        turn_line, turn_plain_line)
 
 
 def cmd_outbox(args: argparse.Namespace) -> int:
-    from .readers import outbox_plain_line
     from .store.outbox import outbox_line
+    from .store.readers import outbox_plain_line
 
     return _print_rows(args, lambda store: store.outbox.iterate(state=args.state), outbox_line, outbox_plain_line)
 

@@ -30,10 +30,10 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from .agents.hooks import HookState
+from .agents.inference import connector_inference
 from .config import Config, ConnectorConfig
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
-from .inference import connector_inference
 from .ingest import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .store import open_store
@@ -80,7 +80,7 @@ class Host:
         """The stream of `Stored(id, item)` events, one per newly committed item; call before `run`.
 
         Bounded (STORED_EVENTS_BUFFER); a consumer that falls behind loses
-        events, flagged by `missed_before` (ingest.py). Without a call there is
+        events, flagged by `missed_before` (mcplhost/ingest/service.py). Without a call there is
         no stream and no events.
         """
         if self._stored_send is not None:

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/ingest.py: idempotent answers, Stored events and their drop policy, push featureSet."""
+"""Tests for mcplhost/ingest/service.py: idempotent answers, Stored events and their drop policy, push featureSet."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import anyio
 import structlog
 from structlog.testing import capture_logs
 
-from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored, conversation_id
+from mcplhost.inbound.conversation import conversation_id
+from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored
 from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.store import export_line, open_store

@@ -38,8 +38,8 @@ from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.protocol.grants import HOOK_PATHS
+from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
 from mcplhost.rpc import RemoteError, RequestTimeout
-from mcplhost.supervisor.handle import ConnectorHandle, ConnectorNotReady, State
 
 log = structlog.get_logger()
 
@@ -65,7 +65,7 @@ TERMINAL_PHASES = frozenset({"completed", "aborted", "failed"})
 PHASES = TERMINAL_PHASES | {"started"}
 
 
-def heard_connectors(handles: Mapping[str, ConnectorHandle], agent: AgentConfig) -> list[ConnectorHandle]:
+def heard_connectors(handles: Mapping[str, ConnectorPort], agent: AgentConfig) -> list[ConnectorPort]:
     """The handles of the connectors the agent hears, in config order (no `hears`: every connector)."""
     if not agent.hears:
         return list(handles.values())
@@ -92,7 +92,7 @@ def model_info(agent: AgentConfig) -> dict[str, Any]:
 # --- context/beforeInference -----------------------------------------------------
 
 
-def hook_targets(handles: Mapping[str, ConnectorHandle], agent: AgentConfig) -> list[ConnectorHandle]:
+def hook_targets(handles: Mapping[str, ConnectorPort], agent: AgentConfig) -> list[ConnectorPort]:
     """Ready connectors the agent hears that hold at least one hook leaf now."""
     return [h for h in heard_connectors(handles, agent) if h.state is State.READY and h.grant & HOOK_PATHS]
 
@@ -181,7 +181,7 @@ def merged(contributions: Iterable[list[tuple[str, str]]]) -> Injections:
                       after_user=by_position["afterUser"])
 
 
-async def _ask(state: HookState, handle: ConnectorHandle, agent: AgentConfig, params: dict[str, Any],
+async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, params: dict[str, Any],
                inference_id: str) -> list[tuple[str, str]]:
     """One connector's authorized injections; nothing (logged) on a timeout, an error or a refusal."""
     clog = log.bind(agent=agent.name, connector=handle.name, inferenceId=inference_id)
@@ -209,7 +209,7 @@ async def _ask(state: HookState, handle: ConnectorHandle, agent: AgentConfig, pa
     return kept
 
 
-async def _cancel(handle: ConnectorHandle, exc: RequestTimeout, reason: str) -> None:
+async def _cancel(handle: ConnectorPort, exc: RequestTimeout, reason: str) -> None:
     """MCP notifications/cancelled for a request we stopped waiting for (best effort)."""
     if exc.request_id is None:
         return
@@ -220,7 +220,7 @@ async def _cancel(handle: ConnectorHandle, exc: RequestTimeout, reason: str) -> 
         pass  # gone meanwhile: nothing left to cancel
 
 
-async def before_inference(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, *, state: HookState,
+async def before_inference(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *, state: HookState,
                            inference_id: str, turn_index: int, user_message: str | None,
                            conversation_id: str | None = None) -> Injections:
     """Ask every hook holder the agent hears, in parallel; the injections their grants permitted at receipt."""
@@ -232,7 +232,7 @@ async def before_inference(handles: Mapping[str, ConnectorHandle], agent: AgentC
     model = model_info(agent)
     answers: list[list[tuple[str, str]]] = [[] for _ in targets]
 
-    async def ask(index: int, handle: ConnectorHandle) -> None:
+    async def ask(index: int, handle: ConnectorPort) -> None:
         params = hook_params(inference_id=inference_id, conversation_id=conversation, turn_index=turn_index,
                              user_message=user_message, grant=handle.grant, model=model)
         answers[index] = await _ask(state, handle, agent, params, inference_id)
@@ -309,7 +309,7 @@ class HookState:
         """Whether a `context/beforeInference` call to this connector is outstanding now."""
         return self._pending.get(server_id, 0) > 0
 
-    async def request_hook(self, handle: ConnectorHandle, params: dict[str, Any]) -> tuple[Any, frozenset[str]]:
+    async def request_hook(self, handle: ConnectorPort, params: dict[str, Any]) -> tuple[Any, frozenset[str]]:
         """The `context/beforeInference` call, counted as pending while it is outstanding."""
         self._pending[handle.name] += 1
         try:
@@ -332,7 +332,7 @@ def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int
     return params
 
 
-async def lifecycle(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, *, state: HookState,
+async def lifecycle(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *, state: HookState,
                     inference_id: str, phase: str, usage: Usage | None = None, turn_index: int | None = None,
                     conversation_id: str | None = None) -> None:
     """Send one lifecycle phase to the lifecycle holders the agent hears; never raises for a connector.
@@ -361,7 +361,7 @@ async def lifecycle(handles: Mapping[str, ConnectorHandle], agent: AgentConfig, 
                if name in handles and handles[name].state is State.READY and LIFECYCLE in handles[name].grant]
     model = model_info(agent)
 
-    async def send(handle: ConnectorHandle) -> None:
+    async def send(handle: ConnectorPort) -> None:
         params = lifecycle_params(inference_id=inference_id, conversation_id=entry.conversation_id,
                                   turn_index=entry.turn_index, phase=phase, grant=handle.grant, model=model,
                                   usage=usage)

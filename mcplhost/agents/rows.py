@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from mcplhost.agents.model import ToolCall
+from mcplhost.inbound.conversation import conversation_id as conversation_of_channel
 from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, build_source_notice
-from mcplhost.ingest import conversation_id as conversation_of_channel
 from mcplhost.speech.routing import Destination  # re-exported: speech owns it, agents import speech
 from mcplhost.store.items import NewItem, StoredItem
 

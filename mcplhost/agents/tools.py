@@ -58,12 +58,12 @@ from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.patterns import fast_opening_re
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.protocol.errors import ConnectorProtocolError
-from mcplhost.readers import SEARCH_DEADLINE_S, SearchError, search_items
+from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.speech.notices import shown_label
 from mcplhost.store import Store
 from mcplhost.store.items import StoredItem
-from mcplhost.supervisor.handle import ConnectorHandle, ConnectorNotReady
+from mcplhost.store.readers import SEARCH_DEADLINE_S, SearchError, search_items
 
 log = structlog.get_logger()
 
@@ -256,7 +256,7 @@ def _string(entry: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def backscroll_item(entry: Any, handle: ConnectorHandle, opened: Any, accepted_at: int) -> list[dict[str, Any]] | None:
+def backscroll_item(entry: Any, handle: ConnectorPort, opened: Any, accepted_at: int) -> list[dict[str, Any]] | None:
     """One backscroll entry as the blocks an item would be stored with, or None when it is malformed.
 
     An entry is shaped like a `channels/incoming` message (`content` may also
@@ -287,7 +287,7 @@ def backscroll_item(entry: Any, handle: ConnectorHandle, opened: Any, accepted_a
     return processed.content if isinstance(processed, Processed) else None
 
 
-def backscroll_blocks(handle: ConnectorHandle, opened: Any, entries: Any,
+def backscroll_blocks(handle: ConnectorPort, opened: Any, entries: Any,
                       accepted_at: int) -> tuple[list[dict[str, Any]], int, int]:
     """The blocks of every well-formed entry (at most MAX_BACKSCROLL), how many were kept and how many skipped."""
     blocks: list[dict[str, Any]] = []
@@ -311,7 +311,7 @@ def _judge(connector: str, name: str, tool: dict[str, Any]) -> tuple[ToolSpec | 
 class ToolBox:
     """One agent's tools: `specs()` offers them, `call()` runs one and never raises for a tool's failure."""
 
-    def __init__(self, agent: AgentConfig, handles: Mapping[str, ConnectorHandle], store: Store, *,
+    def __init__(self, agent: AgentConfig, handles: Mapping[str, ConnectorPort], store: Store, *,
                  heard: Callable[[StoredItem], bool] | None = None,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.agent = agent
@@ -333,9 +333,9 @@ class ToolBox:
 
     # --- what is offered -------------------------------------------------------------
 
-    def connector_tools(self) -> dict[str, tuple[ConnectorHandle, dict[str, Any]]]:
+    def connector_tools(self) -> dict[str, tuple[ConnectorPort, dict[str, Any]]]:
         """Offered name → (handle, MCP tool), connector order then listing order."""
-        tools: dict[str, tuple[ConnectorHandle, dict[str, Any]]] = {}
+        tools: dict[str, tuple[ConnectorPort, dict[str, Any]]] = {}
         for handle in heard_connectors(self.handles, self.agent):
             for tool in handle.tools():
                 name = f"{handle.name}{SEPARATOR}{tool['name']}"
@@ -349,13 +349,13 @@ class ToolBox:
                     tools[name] = (handle, tool)
         return tools
 
-    def offered_connector_tools(self) -> dict[str, tuple[ConnectorHandle, dict[str, Any], ToolSpec]]:
+    def offered_connector_tools(self) -> dict[str, tuple[ConnectorPort, dict[str, Any], ToolSpec]]:
         """Offered name → (handle, MCP tool, spec) of the connector tools offered now: marked, bounded, in budget.
 
         In listing order, each tool that still fits the budget is offered (a long one left out leaves room).
         """
         budget = self.agent.context_chars // TOOLS_MAX_DIVISOR
-        offered_now: dict[str, tuple[ConnectorHandle, dict[str, Any], ToolSpec]] = {}
+        offered_now: dict[str, tuple[ConnectorPort, dict[str, Any], ToolSpec]] = {}
         judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
         for name, (handle, tool) in self.connector_tools().items():
             earlier = self._judged.get(name)
@@ -375,7 +375,7 @@ class ToolBox:
         self._judged = judged  # only the tools listed now: bounded by the listings
         return offered_now
 
-    def _left_out(self, handle: ConnectorHandle, name: str, why: str) -> None:
+    def _left_out(self, handle: ConnectorPort, name: str, why: str) -> None:
         """Log a tool left out, once per tool and reason (remembered up to NOT_OFFERED_REMEMBERED)."""
         if (name, why) in self._not_offered:
             return
@@ -440,7 +440,7 @@ class ToolBox:
         handle, mcp_tool, _spec = tool
         return await self._connector_call(handle, mcp_tool["name"], call.arguments)
 
-    async def _connector_call(self, handle: ConnectorHandle, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+    async def _connector_call(self, handle: ConnectorPort, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
         timeout = self.agent.tool_timeout_s
         try:
             result = await handle.request("tools/call", {"name": tool, "arguments": arguments}, timeout=timeout)
@@ -456,7 +456,7 @@ class ToolBox:
         blocks, is_error = result_blocks(result)
         return ToolOutcome(blocks=blocks, is_error=is_error)
 
-    async def _cancel(self, handle: ConnectorHandle, exc: RequestTimeout) -> None:
+    async def _cancel(self, handle: ConnectorPort, exc: RequestTimeout) -> None:
         """MCP notifications/cancelled for the request we stopped waiting for (best effort)."""
         if exc.request_id is None:
             return
@@ -468,7 +468,7 @@ class ToolBox:
 
     # --- host tools --------------------------------------------------------------------
 
-    def _heard_channels(self) -> list[tuple[ConnectorHandle, Any]]:
+    def _heard_channels(self) -> list[tuple[ConnectorPort, Any]]:
         return [(handle, channel) for handle in heard_connectors(self.handles, self.agent)
                 for channel in handle.channels() if heard_by(self.agent.hears, handle.name, channel.id)]
 
@@ -484,7 +484,7 @@ class ToolBox:
             answer["notListed"] = len(listable) - CHANNEL_LIST_MAX
         return as_text(answer)
 
-    def resolve(self, name: str) -> tuple[ConnectorHandle, Any] | str:
+    def resolve(self, name: str) -> tuple[ConnectorPort, Any] | str:
         """The one heard channel `name` means (`connector/id`, or a bare id or label), or why there is none."""
         channels = self._heard_channels()
         exact = [(h, c) for h, c in channels if f"{h.name}/{c.id}" == name]
@@ -536,7 +536,7 @@ class ToolBox:
         return as_text(await speech.publish(channel, text, thread))  # a refusal is an answer, not a failure
 
     async def history_search(self, arguments: dict[str, Any]) -> ToolOutcome:
-        """Search what the agent hears, in a worker thread (mcplhost/readers.py), under one deadline.
+        """Search what the agent hears, in a worker thread (mcplhost/store/readers.py), under one deadline.
 
         The deadline is the lesser of SEARCH_DEADLINE_S and the agent's
         tool_timeout_s; a search it cuts short answers with what it found

@@ -46,6 +46,7 @@ from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_body
+from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
@@ -72,7 +73,7 @@ class TurnServices:
 
     store: Any  # mcplhost.store.Store (items, turns, cursors)
     writer: Any  # mcplhost.store.writer.GroupWriter
-    handles: Mapping[str, Any]  # connector name → ConnectorHandle
+    handles: Mapping[str, ConnectorPort]  # connector name → its port (the supervisor's handle)
     backend: Backend
     toolbox: Any  # mcplhost.agents.tools.ToolBox
     rows: RowCache | None = None  # the host's shared row cache; None: read the store each time

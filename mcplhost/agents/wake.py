@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig
-from mcplhost.ingest import conversation_id
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.speech.echoes import Lookup, echo_of
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import Raw, UnsetType
 
+from mcplhost.agents.inference import InferenceRefused, InferenceRequest, model_request
 from mcplhost.agents.model import BackendError
-from mcplhost.inference import InferenceRefused, InferenceRequest, model_request
 from mcplhost.rpc import Deferred
 from mcplhost.rpc.session import CURRENT_REQUEST_ID
 

@@ -45,11 +45,11 @@ import anyio
 import msgspec
 import structlog
 
+from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorStopped
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
-from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped
 
 from .notices import failed_reply_notice as failed_reply_notice_text
 from .notices import not_permitted_reason

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.channels import permitted
 
 __all__ = [
@@ -84,8 +85,6 @@ class Destination(msgspec.Struct, frozen=True, kw_only=True):
         return {"serverId": self.server_id, "channelId": self.channel_id, "threadId": self.thread_id}
 
     def conversation_id(self) -> str:
-        from mcplhost.ingest import conversation_id  # late: ingest may import speech modules
-
         return conversation_id(self.server_id, self.channel_id, self.thread_id)
 
 

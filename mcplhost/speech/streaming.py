@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 import structlog
 
+from mcplhost.protocol.ports import ConnectorPort, State
 from mcplhost.speech.routing import PIN_MARK, Destination
 
 log = structlog.get_logger()
@@ -83,10 +84,8 @@ def stream_targets(speech: Any, handles: Mapping[str, Any]) -> list[Destination]
     return [current] if publishable else []
 
 
-def streamable(handle: Any) -> bool:
+def streamable(handle: ConnectorPort | None) -> bool:
     """Whether a connector may be streamed to now: it serves (ready) and holds channels.streaming."""
-    from mcplhost.supervisor.handle import State  # late: speech sits below the supervisor
-
     return handle is not None and handle.state is State.READY and STREAMING in handle.grant
 
 

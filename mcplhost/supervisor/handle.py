@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
@@ -39,24 +38,12 @@ from mcplhost.config import ConnectorConfig
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
+from mcplhost.protocol.ports import SERVING, ConnectorGone, ConnectorNotReady, ConnectorStopped, State
 from mcplhost.rpc import ConnectionClosed, RemoteError, Session
 
 log = structlog.get_logger()
 
 
-class State(Enum):
-    STARTING = "starting"  # about to spawn the process
-    HANDSHAKING = "handshaking"  # spawned; initialize not answered yet
-    POLICY_PENDING = "policy_pending"  # initialized; the first featureSets/update awaits its receipt
-    READY = "ready"  # MCPL in force under the grant
-    MCP_ONLY = "mcp_only"  # serving plain MCP only: no manifest, or the policy fell back
-    BACKOFF = "backoff"  # the life ended; the next start waits its delay
-    SLOW_LANE = "slow_lane"  # crash loop: one start every backoff_max_s until it stays up
-    STOPPED = "stopped"  # no more starts in this run of the host
-
-
-#: The states in which host-initiated calls go through (while the life's connection lasts).
-SERVING = frozenset({State.READY, State.MCP_ONLY})
 #: The states of a running process life, which hold only while its connection does.
 LIVE = frozenset({State.HANDSHAKING, State.POLICY_PENDING, State.READY, State.MCP_ONLY})
 #: Where a life can end: whatever it was doing, the supervisor then waits, or stops for good.
@@ -99,23 +86,6 @@ MODE_STATES: Mapping[Mode, State] = MappingProxyType({
 def allowed(current: State, new: State) -> bool:
     """Whether `new` may follow `current` (staying put is always allowed: it is no change)."""
     return new is current or new in TRANSITIONS[current]
-
-
-class ConnectorNotReady(Exception):
-    """The connector is not serving (starting, in backoff, stopped...); nothing was sent."""
-
-    def __init__(self, name: str, state: State, why: str) -> None:
-        super().__init__(f"connector {name}: {why}")
-        self.name = name
-        self.state = state  # when it was raised
-
-
-class ConnectorGone(ConnectorNotReady):
-    """The process life ended while the call waited: it may or may not have been handled."""
-
-
-class ConnectorStopped(ConnectorNotReady):
-    """The connector stopped for good; it will not be ready again in this run of the host."""
 
 
 class ConnectorStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

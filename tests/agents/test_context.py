@@ -36,10 +36,10 @@ from mcplhost.agents.rows import (
     tool_result_row,
 )
 from mcplhost.config import AgentConfig, BackendConfig
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.digest import canonical_json
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
-from mcplhost.ingest import conversation_id
 from mcplhost.store import NewItem, StoredItem, open_store
 
 NOW = 1_790_000_000_000

@@ -23,8 +23,8 @@ from mcplhost.agents.rows import (
     tool_result_row,
     turn_of,
 )
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT, build_source_notice
-from mcplhost.ingest import conversation_id
 from mcplhost.store import NewItem, StoredItem, open_store
 
 AT = 1_790_000_000_000

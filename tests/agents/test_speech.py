@@ -12,7 +12,9 @@ from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import TurnServices, run_turn
 from mcplhost.config import AgentConfig
-from mcplhost.ingest import EDITED_TAG, Ingest, conversation_id
+from mcplhost.inbound.conversation import conversation_id
+from mcplhost.ingest import Ingest
+from mcplhost.ingest.service import EDITED_TAG
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.intake import AdmittedMessage
 from mcplhost.supervisor.handle import State

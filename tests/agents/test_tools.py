@@ -421,7 +421,7 @@ class TestHistorySearchBounds:
 
     async def test_a_cancelled_search_stops_its_worker_promptly(self, tmp_path) -> None:
         """Cancelling the caller sets the worker's stop flag: the wait ends within one match, not at the deadline."""
-        from mcplhost.readers import REGEX_TIMEOUT_S, search_items
+        from mcplhost.store.readers import REGEX_TIMEOUT_S, search_items
 
         async for store in contextmanager_items(seeded_store(tmp_path, [SLOW_BODY] * 60)):
             started = anyio.current_time()
@@ -433,7 +433,7 @@ class TestHistorySearchBounds:
 
     async def test_a_long_match_is_cut_in_its_snippet_and_a_long_query_is_refused(self, tmp_path) -> None:
         """A sender controls the match length (`.*` over a huge body) and the model the query's: both are bounded."""
-        from mcplhost.readers import QUERY_MAX_CHARS, SNIPPET_CONTEXT, SNIPPET_MATCH_CHARS
+        from mcplhost.store.readers import QUERY_MAX_CHARS, SNIPPET_CONTEXT, SNIPPET_MATCH_CHARS
 
         async for store in contextmanager_items(seeded_store(tmp_path, ["x" * 100_000])):
             box = ToolBox(agent(hears=["disc"]), {}, store)

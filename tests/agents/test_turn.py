@@ -200,7 +200,7 @@ class TestUnexpectedFailure:
 class TestConversationScope:
     async def test_a_conversation_scoped_turn_sees_only_its_conversation_and_its_rows_belong_to_it(self, tmp_path):
         """context_scope "conversation": the other room's items stay out, and the speech carries the conversation."""
-        from mcplhost.ingest import conversation_id
+        from mcplhost.inbound.conversation import conversation_id
 
         agent = agent_config(context_scope="conversation")
         room_a, room_b = "disc:g1:a", "disc:g1:b"

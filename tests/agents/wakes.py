@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
-from mcplhost.ingest import Stored, conversation_id
+from mcplhost.ingest import Stored
 from mcplhost.store import NewItem
 
 ROOM = "disc:g1:room"

@@ -2,7 +2,7 @@
 
 "Before" is the scan this replaced, kept below as `search_on_the_loop`: on
 the event loop, oldest first through the whole table, REGEX_TIMEOUT_S per
-item and no overall deadline. "After" is `mcplhost.readers.search_items`: a
+item and no overall deadline. "After" is `mcplhost.store.readers.search_items`: a
 worker thread, newest first, stopping at the limit, one deadline. Both run
 in the same process over the same files, with tests/bench/looplag.py
 sampling the loop every 5 ms.
@@ -35,8 +35,8 @@ from mcplhost import logs
 from mcplhost.agents.model import ToolCall
 from mcplhost.agents.tools import ToolBox
 from mcplhost.config import AgentConfig
-from mcplhost.readers import REGEX_TIMEOUT_S, body_text, compile_query, search_items
 from mcplhost.store import Store, open_store
+from mcplhost.store.readers import REGEX_TIMEOUT_S, body_text, compile_query, search_items
 
 PATHOLOGICAL = r"(a|aa)+$"
 PATHOLOGICAL_BODY = "a" * 60 + "b"

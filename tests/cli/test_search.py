@@ -13,10 +13,10 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
 from mcplhost.store import NewItem, StoredItem, open_reader, open_store
 from mcplhost.store.db import SCAN_WORKERS
 from mcplhost.store.items import READ_PAGE_SIZE
+from mcplhost.store.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
 
 from ..harness import wait_for
 from .support import cli

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mcplhost.config import ConnectorConfig, RestartConfig
-from mcplhost.ingest import conversation_id
+from mcplhost.inbound.conversation import conversation_id
 
 from ..harness import PYTHON, REPO, config_with, items_when, running_host, texts
 

@@ -12,8 +12,8 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from mcplhost.inbound import HOST_METADATA_KEYS, body_digest
-from mcplhost.readers import search_items
 from mcplhost.store import open_reader
+from mcplhost.store.readers import search_items
 
 from ..harness import (
     CHAT_GRANT,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mcplhost.config import ConnectorConfig, RestartConfig
-from mcplhost.ingest import conversation_id
+from mcplhost.inbound.conversation import conversation_id
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, alive, config_with, record, running_host, wait_for

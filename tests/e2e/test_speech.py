@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from mcplhost.ingest import conversation_id
+from mcplhost.inbound.conversation import conversation_id
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
 from ..harness import CHAT_MANIFEST, record, wait_for

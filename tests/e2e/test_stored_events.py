@@ -7,7 +7,8 @@ from pathlib import Path
 import anyio
 
 from mcplhost.host import Host
-from mcplhost.ingest import Stored, conversation_id
+from mcplhost.inbound.conversation import conversation_id
+from mcplhost.ingest import Stored
 
 from ..harness import (
     CHAT_GRANT,

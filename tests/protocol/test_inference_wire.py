@@ -15,14 +15,14 @@ import anyio
 import pytest
 
 from mcplhost.agents.backends.scripted import ScriptedBackend
-from mcplhost.config import AgentConfig, BackendConfig, Config, InferenceConfig
-from mcplhost.inference import (
+from mcplhost.agents.inference import (
     MAX_CONCURRENT_PER_CONNECTOR,
     ConnectorInference,
     InferenceRefused,
     InferenceRequest,
     model_request,
 )
+from mcplhost.config import AgentConfig, BackendConfig, Config, InferenceConfig
 
 from ..agents.llm_server import LlmServer, Reply
 from ..harness import CHAT_GRANT, config_with, error_of, record, result_of, running_host, scripted, wait_for

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.wake import StoredView, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
-from mcplhost.ingest import Ingest, Stored, conversation_id, now_ms
+from mcplhost.inbound.conversation import conversation_id
+from mcplhost.ingest import Ingest, Stored, now_ms
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.speech.echoes import ECHO_TAG, FROM_SELF, echo_of, marked
 from mcplhost.store import NewItem, StoredItem, open_store

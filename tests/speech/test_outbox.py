@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig, RestartConfig
-from mcplhost.ingest import conversation_id
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.rpc import RemoteError
 from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, OutboxSender
 from mcplhost.speech.retry import RetryRules

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.agents.rows import Destination as RowsDestination
-from mcplhost.ingest import conversation_id
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.channels import Channel
 from mcplhost.speech.routing import (
     ALREADY_PUBLISHED,

@@ -28,12 +28,13 @@ import anyio.lowlevel
 import msgspec
 import regex
 
-from .inbound.notice import reader_body
-from .inbound.quoting import header_value
-from .store import Store, connect_read_only
-from .store.items import StoredItem, newest_first
-from .store.outbox import OutboxRow
-from .store.turns import Turn, spent_tokens
+from mcplhost.inbound.notice import reader_body
+from mcplhost.inbound.quoting import header_value
+
+from . import Store, connect_read_only
+from .items import StoredItem, newest_first
+from .outbox import OutboxRow
+from .turns import Turn, spent_tokens
 
 T = TypeVar("T")
 

@@ -30,7 +30,6 @@ in-memory window) or tagged `chat:from-self` is stored like any other, with
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -40,7 +39,7 @@ import anyio
 import msgspec
 from anyio.abc import ObjectSendStream
 
-from mcplhost.inbound import canonical_json
+from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.pipeline import (
     Delivered,
     InFlight,
@@ -84,16 +83,6 @@ class Stored(msgspec.Struct, frozen=True):
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def conversation_id(server_id: str, channel_id: str | None, thread_id: str | None) -> str:
-    """An opaque, stable id for one conversation: a channel, or a thread in it."""
-    key = [server_id, channel_id, thread_id]
-    try:
-        data = msgspec.json.encode(key)
-    except UnicodeEncodeError:  # a lone surrogate in an id
-        data = canonical_json(key).encode()
-    return "conv_" + hashlib.sha256(data).hexdigest()[:24]
 
 
 class Ingest:
