@@ -1,4 +1,4 @@
-"""`mcplhost turns` as a subprocess: the export shape, the plain line, --agent, --limit, and its errors."""
+"""`mcplhost turns` (in-process; a closed pipe as a subprocess): the export shape, the plain line, --agent, --limit, and its errors."""
 
 from __future__ import annotations
 
