@@ -72,22 +72,37 @@ def cli_process(*args: str, cwd: Path | None = None, env: Mapping[str, str] | No
 
 
 class Captured(io.TextIOWrapper):
-    """A stdout or stderr that keeps what is written (text, or bytes through `.buffer`) and has no descriptor."""
+    """A stdout or stderr that keeps what is written (text, or bytes through `.buffer`) and has no descriptor.
+
+    `on_write` is called after each text write (the stepped clock watches dev's live view through it).
+    """
 
     def __init__(self) -> None:
         super().__init__(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+        self.on_write: Callable[[], None] = lambda: None
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.on_write()
+        return written
 
     def text(self) -> str:
         self.flush()
+        return self.peek()
+
+    def peek(self) -> str:
+        """What was written so far, from any thread (text writes go straight through to the bytes)."""
         raw = self.buffer
         assert isinstance(raw, io.BytesIO)
         return raw.getvalue().decode("utf-8", "replace")
 
 
 @contextmanager
-def in_process(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Iterator[tuple[Captured, Captured]]:
+def in_process(cwd: Path | None = None, env: Mapping[str, str] | None = None,
+               stdout: Captured | None = None) -> Iterator[tuple[Captured, Captured]]:
     """This process as `mcplhost` would find it: the scrubbed environment plus `env`, `cwd`, stdin at
-    /dev/null, stdout and stderr captured; everything (logging included) put back afterwards."""
+    /dev/null, stdout (into `stdout` when given) and stderr captured; everything (logging included) put back
+    afterwards."""
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     saved_logging = structlog.get_config()
@@ -95,7 +110,7 @@ def in_process(cwd: Path | None = None, env: Mapping[str, str] | None = None) ->
         os.environ.pop(name, None)
     os.environ.update(env or {})
     os.chdir(cwd or REPO)
-    out, err = Captured(), Captured()
+    out, err = stdout or Captured(), Captured()
     with open(os.devnull, encoding="utf-8") as stdin:
         sys.stdin, sys.stdout, sys.stderr = stdin, out, err
         try:
@@ -121,8 +136,8 @@ def exit_code(call: Callable[[], int]) -> int:
 
 
 def cli(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-        call: Callable[[list[str]], int] = mcplhost_cli.main) -> subprocess.CompletedProcess[str]:
-    """`mcplhost ARGS` called in-process (`call`, by default `mcplhost.cli.main`) to its end, like `cli_process`.
+        stdout: Captured | None = None) -> subprocess.CompletedProcess[str]:
+    """`mcplhost ARGS` called in-process (`mcplhost.cli.main`) to its end, like `cli_process`.
 
     From inside a running event loop (an async test that prepared a database)
     the call runs in a thread of its own, since `main` starts its own loop;
@@ -131,14 +146,14 @@ def cli(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = Non
     assert not (args[:1] == ("connector",) and set(args[1:2]) & set(bundled_connectors())), (
         "`connector NAME` replaces the process: use cli_process")
     argv = list(args)
-    with in_process(cwd, env) as (out, err):
+    with in_process(cwd, env, stdout) as (out, err):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            code = exit_code(lambda: call(argv))
+            code = exit_code(lambda: mcplhost_cli.main(argv))
         else:
             codes: list[int] = []
-            worker = threading.Thread(target=lambda: codes.append(exit_code(lambda: call(argv))),
+            worker = threading.Thread(target=lambda: codes.append(exit_code(lambda: mcplhost_cli.main(argv))),
                                       name="mcplhost-cli-in-process")
             worker.start()
             worker.join(IN_PROCESS_TIMEOUT_S)
