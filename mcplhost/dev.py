@@ -66,7 +66,7 @@ STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVA
 #: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
 ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "12", "ZULIP_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
-#: Passed to the timed stubs only when set in dev's environment (each stub has its own default).
+#: Passed to dev's connectors only when set in dev's environment (each connector has its own default).
 PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 #: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
 DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
@@ -95,8 +95,11 @@ READ_CHUNK = 4096
 
 
 def _settings(defaults: dict[str, str]) -> dict[str, str]:
-    passed = {key: os.environ[key] for key in PASSED_THROUGH if os.environ.get(key)}
-    return {**{key: os.environ.get(key, value) for key, value in defaults.items()}, **passed}
+    return {**{key: os.environ.get(key, value) for key, value in defaults.items()}, **_passed()}
+
+
+def _passed() -> dict[str, str]:
+    return {key: os.environ[key] for key in PASSED_THROUGH if os.environ.get(key)}
 
 
 def dev_agent() -> AgentConfig:
@@ -118,7 +121,7 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
     console = [ConnectorConfig(
         name="console",
         command=[python, "-m", "mcplhost.connectors.console"],
-        env={"CONSOLE_SOCKET": str(console_socket), "CONSOLE_AGENTS": DEV_AGENT.name},
+        env={"CONSOLE_SOCKET": str(console_socket), "CONSOLE_AGENTS": DEV_AGENT.name, **_passed()},
         grant=CHAT_GRANT,
     )] if console_socket is not None else []
     return Config(

@@ -227,12 +227,10 @@ class TestConsoleMentions:
 class TestDevSettings:
     """What dev takes from its environment: the stubs' pace, the echo delay, scout's debounce, the test clock."""
 
-    TIMED = ("stub", "zulip", "heartbeat")
-
-    def test_the_test_clock_and_the_echo_delay_reach_the_timed_stubs_only_when_set(self, tmp_path,
-                                                                                 monkeypatch) -> None:
-        """Unset, no stub sees MCPL_TEST_CLOCK or STAGE_ECHO_DELAY_S (each keeps its default); set, the three
-        timed stubs get them and the console connector, which waits for nothing, does not."""
+    def test_the_test_clock_and_the_echo_delay_reach_the_connectors_only_when_set(self, tmp_path,
+                                                                                monkeypatch) -> None:
+        """Unset, no connector sees MCPL_TEST_CLOCK or STAGE_ECHO_DELAY_S (each keeps its default); set, every
+        connector dev runs gets them (the console echoes what scout publishes too)."""
         monkeypatch.delenv(TEST_CLOCK_ENV, raising=False)
         monkeypatch.delenv(ECHO_DELAY_ENV, raising=False)
         plain = {c.name: c.env for c in dev_config(tmp_path / "dev.db", console_socket=tmp_path / "c.sock").connectors}
@@ -240,10 +238,9 @@ class TestDevSettings:
         monkeypatch.setenv(TEST_CLOCK_ENV, str(tmp_path / "clock.sock"))
         monkeypatch.setenv(ECHO_DELAY_ENV, "0.05")
         stepped = {c.name: c.env for c in dev_config(tmp_path / "dev.db", console_socket=tmp_path / "c.sock").connectors}
-        for name in self.TIMED:
-            assert stepped[name][TEST_CLOCK_ENV] == str(tmp_path / "clock.sock")
-            assert stepped[name][ECHO_DELAY_ENV] == "0.05"
-        assert TEST_CLOCK_ENV not in stepped["console"]
+        assert set(stepped) == {"stub", "zulip", "heartbeat", "console"}
+        for env in stepped.values():
+            assert env[TEST_CLOCK_ENV] == str(tmp_path / "clock.sock") and env[ECHO_DELAY_ENV] == "0.05"
 
     @pytest.mark.parametrize(("value", "debounce_ms"), [(None, DEFAULT_DEBOUNCE_MS), ("20", 20), ("0", 0),
                                                           ("-5", DEFAULT_DEBOUNCE_MS), ("soon", DEFAULT_DEBOUNCE_MS)])

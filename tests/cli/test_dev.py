@@ -30,13 +30,14 @@ from .support import Captured, cli, cli_env
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 #: Spaced, deterministic events on wall time: the Discord-shaped stub's seven steps a second apart, then the
-#: Zulip-shaped stub's three (from 9 s, so the two never interleave), no heartbeat within the run.
+#: Zulip-shaped stub's three (from 9 s, so the two never interleave), no heartbeat within the run; scout's
+#: debounce and a platform's echo short, since what follows a typed line waits for both.
 DETERMINISTIC = {"STUB_INTERVAL_S": "1", "ZULIP_DELAY_S": "9", "ZULIP_INTERVAL_S": "1",
-                 "HEARTBEAT_INTERVAL_S": "3600"}
+                 "HEARTBEAT_INTERVAL_S": "3600", "STAGE_ECHO_DELAY_S": "0.02", "DEV_DEBOUNCE_MS": "20"}
 #: The same order on the stepped clock, where a step's seconds cost no wall time: the Zulip-shaped stub long
 #: after the other's last step, the deadline later still. Only the debounce and a platform's echo take wall
-#: time there (the clock waits for what each step causes), so they are short.
-STEPPED = {**DETERMINISTIC, "ZULIP_DELAY_S": "100", "STAGE_ECHO_DELAY_S": "0.02", "DEV_DEBOUNCE_MS": "20"}
+#: time there (the clock waits for what each step causes).
+STEPPED = {**DETERMINISTIC, "ZULIP_DELAY_S": "100"}
 STEPPED_SECONDS = "1000"
 #: The timed scenarios of a dev run, each one party of the clock: the three timed stubs and dev's deadline.
 STEPPED_PARTIES = 4
@@ -301,14 +302,16 @@ class TestOnATerminal:
             dev.close()
 
     def test_a_narrow_terminal_cuts_lines_to_its_width(self, tmp_path) -> None:
-        """A pty of 40 columns: no line is wider, and a cut line ends in an ellipsis."""
-        dev = OnPty(tmp_path, "--seconds", "2", columns=40)
-        try:
-            assert dev.wait_for_exit(timeout=45) == 0, dev.text()[-2000:]
-            lines = [line for line in dev.text().splitlines() if not line.startswith(STOPPED)]  # copied whole
-            assert all(len(line) <= 40 for line in lines) and any(line.endswith("…") for line in lines), lines
-        finally:
-            dev.close()
+        """A pty of 40 columns: no line is wider, and a cut line ends in an ellipsis (the stubs and the deadline
+        on a stepped clock: the first stub message comes a step before the end, at once)."""
+        with SteppedClock(tmp_path / "clock.sock", parties=STEPPED_PARTIES) as clock:
+            dev = OnPty(tmp_path, "--seconds", "2", columns=40, env={TEST_CLOCK_ENV: str(clock.path)})
+            try:
+                assert dev.wait_for_exit(timeout=45) == 0, dev.text()[-2000:]
+                lines = [line for line in dev.text().splitlines() if not line.startswith(STOPPED)]  # copied whole
+                assert all(len(line) <= 40 for line in lines) and any(line.endswith("…") for line in lines), lines
+            finally:
+                dev.close()
 
     def test_a_line_typed_on_the_terminal_wakes_scout_and_sigint_ends_dev(self, tmp_path) -> None:
         """Typed on the tty (canonical mode), `@scout ...` is answered in the view; then SIGINT (Ctrl-C) stops
