@@ -6,11 +6,13 @@
 
 Each timed scenario (a stub's steps, dev's `--seconds` deadline) holds one
 connection and sends the seconds its next step waits. The clock's time moves
-only to the earliest waiting step, and only when every party has connected,
-no released step is still running (its scenario has not asked for its next
-one), and `settled()` holds: for the dev snapshot, when everything the steps
-so far caused is in the live view. So the steps come in the order their
-timings give, each after the work of the one before, without wall time.
+only to the earliest waiting step, and only when every party has come with
+its first step (a connection alone is not enough: its first step may still
+be on its way), no released step is still running (its scenario has not
+asked for its next one), and `settled()` holds: for the dev snapshot, when
+everything the steps so far caused is in the live view. So the steps come in
+the order their timings give, each after the work of the one before, without
+wall time.
 
 When `settled()` does not hold within PATIENCE_S (what the steps caused is
 not what the test expects), the clock stops waiting for it, from then on,
@@ -50,10 +52,11 @@ class SteppedClock:
         #: (the step's time, the seconds it asked for), in the order the clock released them.
         self.released: list[tuple[float, float]] = []
         self.impatient = False  # `settled()` did not hold in time once: no longer asked
-        self._connected = 0
+        self._come = 0  # parties that sent their first step (or ended without one)
         self._running = 0  # released steps whose scenario has not asked for its next one yet
         self._waiting: list[Waiting] = []
         self._parties: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._seq = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._changed: asyncio.Event | None = None
@@ -95,8 +98,11 @@ class SteppedClock:
             await self._stop.wait()
         finally:
             server.close()
-            for task in (pacer, *self._parties):  # a party may wait for a turn that never comes
-                task.cancel()
+            pacer.cancel()
+            for step in self._waiting:  # its turn never comes: let it see the connection end instead
+                step.go.set()
+            for writer in self._writers:
+                writer.close()
             await asyncio.gather(pacer, *self._parties, return_exceptions=True)
             await server.wait_closed()
 
@@ -105,11 +111,15 @@ class SteppedClock:
         task = asyncio.current_task()
         assert task is not None
         self._parties.add(task)
-        self._connected += 1
+        self._writers.add(writer)
         released = False
         waiting: Waiting | None = None
+        come = False
         try:
             while line := await reader.readline():
+                if not come:  # a party has come with its first step, not with its connection
+                    come = True
+                    self._come += 1
                 if released:
                     self._running -= 1
                     released = False
@@ -124,11 +134,14 @@ class SteppedClock:
         except (ConnectionError, ValueError):
             pass
         finally:
+            if not come:  # a scenario with no step at all
+                self._come += 1
             if released or (waiting is not None and waiting.go.is_set()):
                 self._running -= 1
             if waiting is not None and waiting in self._waiting:
                 self._waiting.remove(waiting)
             self._parties.discard(task)
+            self._writers.discard(writer)
             self._poke()
             writer.close()
             with contextlib.suppress(ConnectionError):
@@ -138,7 +151,7 @@ class SteppedClock:
         assert self._changed is not None
         while True:
             self._changed.clear()
-            if self._connected >= self.parties and self._waiting and not self._running:
+            if self._come >= self.parties and self._waiting and not self._running:
                 if self.impatient or self.settled():
                     self._release()
                     continue
