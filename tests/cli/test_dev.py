@@ -187,7 +187,8 @@ class TestDev:
 
     def test_the_plain_live_view_matches_its_snapshot(self, tmp_path) -> None:
         """Not a tty: items (thread included), wakes, tool calls, turns, drafts and publishes as timed lines cut to
-        80 columns, no log lines, each stub's quirks explained on stderr."""
+        80 columns, no log lines, each stub's quirks explained on stderr. The stubs' steps come on a stepped
+        clock, each once the view shows what the one before caused, so the run takes no wall time of its own."""
         expected = blocks((SNAPSHOTS / "dev.txt").read_text(encoding="utf-8"))
 
         def settled(view: str) -> bool:
