@@ -26,18 +26,22 @@ def writer_threads() -> list[threading.Thread]:
 
 
 class TestRepeatedCalls:
-    def test_calls_leave_no_writer_thread_and_each_gets_its_own_output(self, tmp_path) -> None:
-        """Each call's log writer thread ends with the call; each call's stdout and stderr are its own."""
+    def test_calls_leave_no_thread_and_each_gets_its_own_output(self, tmp_path) -> None:
+        """Each call's log writer thread (and a search's worker) ends with the call; each call's stdout and
+        stderr are its own."""
         (tmp_path / "empty.toml").write_text("", encoding="utf-8")
-        before = len(writer_threads())
+        assert cli("migrate", "--db", str(tmp_path / "host.db")).returncode == 0
+        before = threading.active_count()
         for n in range(CALLS):
             ok = cli("check-config", str(tmp_path / "empty.toml"))
             missing = cli("messages", "--db", str(tmp_path / f"absent-{n}.db"))
+            searched = cli("search", "--db", str(tmp_path / "host.db"), f"nothing {n}")
             assert (ok.returncode, ok.stdout, ok.stderr) == (0, "ok: 0 connector(s), 0 agent(s)\n", "")
             assert missing.returncode == 1 and missing.stdout == ""
             (line,) = missing.stderr.splitlines()
             assert f"absent-{n}.db: no such database" in line
-        assert len(writer_threads()) == before
+            assert (searched.returncode, searched.stdout, searched.stderr) == (0, "", "")
+        assert threading.active_count() == before and not writer_threads()
 
     def test_configure_and_shutdown_hold_no_descriptor_per_call(self, tmp_path, monkeypatch) -> None:
         """With stderr a real file, each configuration's duplicate of it is given back at shutdown."""
