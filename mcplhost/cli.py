@@ -28,6 +28,7 @@ from .errors import ConfigError, OperatorError
 from .hardening import refuse_inspection_by_same_user
 from .host import Host
 from .lock import hold_database
+from .protocol.grants import unknown_grant_problem
 from .store import open_reader, open_store
 from .store.items import StoredItem, export_line
 from .supervisor.children import recording_children
@@ -272,7 +273,7 @@ def _run_config(given: Path | None) -> Config:
     """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
     path = given or default_config_path()
     try:
-        return read_config(path, start_problems=False)[0]
+        return read_config(path, start_problems=False, unknown_grant=unknown_grant_problem)[0]
     except ConfigMissing as exc:
         if given is not None:
             raise
@@ -320,7 +321,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Problems and warnings on stderr (as `run` prints them), the verdict on stdout."""
     try:
-        config, warnings = read_config(args.path)
+        config, warnings = read_config(args.path, unknown_grant=unknown_grant_problem)
     except ConfigError as exc:
         for problem in exc.problems or [exc.message + (f" ({exc.explanation})" if exc.explanation else "")]:
             print(problem, file=sys.stderr)

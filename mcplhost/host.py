@@ -63,9 +63,9 @@ class Host:
         #: reads it (the loop guard). Per host, never per process.
         self.hooks = HookState()
         #: The `[inference]` backend connectors reach through inference/request and model/info (None: not configured).
-        self.inference = connector_inference(config, hook_pending=self.hooks.hook_pending)
+        self.inference = connector_inference(config)
         offered = offered_paths(IMPLEMENTED, inference_configured=self.inference is not None)
-        self._handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=self.inference)
+        self._handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=self.inference, hooks=self.hooks)
                          for spec in config.connectors}
         #: name → the connector's live handle, one per configured connector for the host's whole life.
         self.connectors: Mapping[str, ConnectorHandle] = MappingProxyType(self._handles)

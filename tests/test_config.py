@@ -30,6 +30,7 @@ from mcplhost.config import (
     warnings,
 )
 from mcplhost.errors import ConfigError
+from mcplhost.protocol.grants import unknown_grant_problem
 from mcplhost.rpc.framing import MAX_LINE_BYTES
 from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
 from mcplhost.store.db import DEFAULT_SYNCHRONOUS
@@ -113,9 +114,10 @@ def write(folder: Path, text: str, name: str = "mcplhost.toml") -> Path:
 
 
 def problems_of(text: str) -> list[str]:
+    """Every problem of a TOML text, the grant vocabulary included (as check-config and run check it)."""
     import tomllib
 
-    return problems(tomllib.loads(text))
+    return problems(tomllib.loads(text), unknown_grant=unknown_grant_problem)
 
 
 class TestLoadConfig:
@@ -305,6 +307,29 @@ class TestPatternsAndWakes:
         """A well-formed pattern matching no path of the vocabulary would grant nothing: a problem, not silence."""
         (problem,) = problems_of(one_connector(grant=json.dumps([pattern])))
         assert problem.startswith("connectors[0].grant[0]: ") and says in problem, problem
+
+    def test_the_vocabulary_check_is_the_callers_and_answers_in_place(self, tmp_path) -> None:
+        """config knows no capability names: the loader's check is asked about well-formed patterns only.
+
+        Its answer is listed where the pattern is, through load_config too;
+        without a check only the form is judged.
+        """
+        text = one_connector(grant=json.dumps(["pushEvents", "channels..register", "channels.incomming"]))
+        asked: list[str] = []
+
+        def check(pattern: str) -> str | None:
+            asked.append(pattern)
+            return "unknown here" if pattern == "channels.incomming" else None
+
+        assert problems(tomllib.loads(text), unknown_grant=check) == [
+            "connectors[0].grant[1]: 'channels..register' has an empty segment",
+            "connectors[0].grant[2]: unknown here"]
+        assert asked == ["pushEvents", "channels.incomming"]
+        assert problems(tomllib.loads(text)) == ["connectors[0].grant[1]: 'channels..register' has an empty segment"]
+        with pytest.raises(ConfigError) as raised:
+            load_config(write(tmp_path, text), unknown_grant=unknown_grant_problem)
+        assert [p.partition(":")[0] for p in raised.value.problems] == ["connectors[0].grant[1]",
+                                                                          "connectors[0].grant[2]"]
 
     @pytest.mark.parametrize("entry", ["all", "addressed", "dm", "push", "a", "a/stub:g1:*"])
     def test_wake_on_entries_from_agents_md_pass(self, entry: str) -> None:

@@ -50,7 +50,7 @@ CHECKLIST: dict[int, list[str]] = {
         POLICY + "TestPolicyUpdates::test_a_narrowing_applies_before_its_request_goes_out",
         ROBUST + "TestHintsOutsideMcpl::test_a_hint_after_a_refusal_never_brings_mcpl_back"],
     4: [POLICY + "TestEffectiveCapabilities::test_only_advertised_understood_and_allowed_paths_are_granted",
-        POLICY + "TestPolicyUpdates::test_an_update_never_grants_what_was_not_advertised"],
+        MANIFEST + "TestRefetch::test_additions_are_pending_never_granted"],
     5: [POLICY + "TestInitialPolicy::test_the_policy_is_a_request_sent_right_after_initialized_even_for_an_empty_grant",
         POLICY + "TestEffectiveCapabilities::test_only_advertised_understood_and_allowed_paths_are_granted"],
     6: [POLICY + "TestEffectiveCapabilities::test_wildcards_match_exactly_one_segment_and_inject_system_only_by_name",
