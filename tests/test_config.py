@@ -46,7 +46,7 @@ env = { GUILDS = "acme" }             # optional, added to the child's environme
 cwd = "."                             # optional
 grant = ["channels.register", "channels.incoming", "channels.publish", "pushEvents"]
 request_timeout_s = 10                # optional
-protocol = "auto"                     # optional: "auto" | "0.5" | "0.4" (see ../mcpl/COMPAT.md)
+protocol = "auto"                     # optional: "auto" | "0.5" | "0.4" (see docs/mcpl-compat.md)
 channels = ["discord:g1:*"]           # optional: globs of channel ids it may register (default: any)
 feature_sets = { enabled = ["discord.messaging"], disabled = [] }   # optional selection for featureSets/update
 accept_tag_implications = false       # optional: apply the connector's own tagOntology `implies` edges

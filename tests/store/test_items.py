@@ -18,7 +18,7 @@ from mcplhost.store import items as items_module
 
 from .conftest import make_item
 
-# docs/architecture.md, "An exported item", with its digests filled in.
+# docs/provenance.md §6, with its digests filled in.
 EXPORTED_EXAMPLE = {
     "id": 1,
     "agent": None,
