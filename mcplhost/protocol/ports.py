@@ -3,7 +3,7 @@
 Speech and agents never import the supervisor: they call a connector
 through `ConnectorPort`, which the supervisor's `ConnectorHandle`
 (mcplhost/supervisor/handle.py) implements and the host hands in
-(docs/architecture.md#layers). The port's states and refusals are declared
+(docs/architecture.md). The port's states and refusals are declared
 here, beside it, so a caller can name what it catches without reaching up.
 """
 
