@@ -96,14 +96,14 @@ class ScriptToolCall(Base):
 
 
 class ScriptReply(Base):
-    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#turns)."""
+    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#backends)."""
 
     text: str = ""
     tool_calls: list[ScriptToolCall] = []
 
 
 class BackendConfig(Base):
-    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#turns."""
+    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#backends."""
 
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     model: NonEmpty | None = None  # required for openai and anthropic (problems() says so)
@@ -125,7 +125,7 @@ DEFAULT_DEBOUNCE_MS = 300
 
 
 class AgentConfig(Base):
-    """One `[[agents]]` table; docs/agents.md#wakes–5 is the rule for every key."""
+    """One `[[agents]]` table; docs/agents.md is the rule for every key."""
 
     name: NonEmpty
     parent: NonEmpty | None = None

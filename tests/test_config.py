@@ -92,7 +92,7 @@ max_tokens = 1024
 timeout_s = 60
 max_retries = 2
 temperature = 0.7                     # optional
-script = []                           # scripted only: replies in turn (docs/agents.md#turns)
+script = []                           # scripted only: replies in turn (docs/agents.md#backends)
 
 [[agents]]
 name = "lead"
