@@ -73,7 +73,7 @@ class ConnectorConfig(Base):
     feature_sets: FeatureSetSelection = FeatureSetSelection()
     accept_tag_implications: bool = False
     restart: RestartConfig = RestartConfig()
-    # Extensions beyond docs/architecture.md (documented in the README):
+    # Extensions of our own (README.md#configuration-reference):
     policy_timeout_s: Seconds = 15.0  # wait for the initial featureSets/update receipt
     policy_fallback: Literal["mcp-only", "close"] = "mcp-only"  # when that receipt never comes
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM

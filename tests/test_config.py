@@ -34,7 +34,7 @@ from mcplhost.rpc.framing import MAX_LINE_BYTES
 from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
 from mcplhost.store.db import DEFAULT_SYNCHRONOUS
 
-#: The configuration example of docs/architecture.md, verbatim.
+#: A configuration setting every key, as README.md#configuration-reference describes them.
 INTERFACES_EXAMPLE = """
 [store]
 path = "mcplhost.db"                 # SQLite file; created and migrated on start
@@ -120,7 +120,7 @@ def problems_of(text: str) -> list[str]:
 
 class TestLoadConfig:
     def test_the_interfaces_example_loads(self, tmp_path) -> None:
-        """docs/architecture.md's example decodes with every field where the document puts it."""
+        """The full example decodes with every field where README.md#configuration-reference puts it."""
         # "python" need not be on PATH (Debian has none): the interpreter running the tests stands in.
         config = load_config(write(tmp_path, INTERFACES_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
         discord, _ = config.connectors
@@ -388,7 +388,7 @@ def agent(**fields: str) -> str:
 
 class TestAgentConfig:
     def test_defaults_are_agents_md_s(self) -> None:
-        """An agent with only a name gets the defaults docs/agents.md and docs/architecture.md give."""
+        """An agent with only a name gets the defaults docs/agents.md and README.md#configuration-reference give."""
         scout = AgentConfig(name="scout")
         assert (scout.hears, scout.wake_on, scout.wake_from, scout.wake_from_bots) == (None, ["addressed", "dm"],
                                                                                     None, False)
