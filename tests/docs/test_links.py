@@ -69,7 +69,7 @@ class TestLinks:
         """README.md and the docs/ pages this suite reads are all present."""
         names = {d.name for d in DOCUMENTS}
         assert {"README.md", "architecture.md", "provenance.md", "mcpl-compat.md", "operations.md",
-                "connectors.md", "mcpl-checklist.md"} <= names
+                "connectors.md", "mcpl-checklist.md", "agents.md", "grants.md"} <= names
 
     def test_every_relative_link_points_to_a_file_in_the_repository(self) -> None:
         """No link leaves the clone (../shared) or names a file that does not exist."""
