@@ -42,6 +42,8 @@ NOT_IN_REPOSITORY = re.compile(
 NOT_A_CITATION = re.compile(r"\bAMB-[0-9]+\b|\b[Ii]ssues? #?[0-9]+\b")
 #: What a user reads besides the Markdown documents: the example configs and example connectors.
 EXAMPLES = [*sorted((REPO / "deploy").glob("*")), *sorted((REPO / "docs" / "examples").glob("*"))]
+#: Everything else in the repository a reader opens that may cite a page: configs, deploy files, pyproject, CI.
+OTHER_TEXT = [path for path in (REPO / "pyproject.toml", REPO / ".ci" / "run") if path.is_file()] + EXAMPLES
 HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.M)
 
 
@@ -123,7 +125,7 @@ def connector_help(name: str) -> str:
 
 
 class TestNoDocumentOutsideTheRepository:
-    @pytest.mark.parametrize("path", [*DOCUMENTS, *EXAMPLES], ids=lambda p: str(p.relative_to(REPO)))
+    @pytest.mark.parametrize("path", [*DOCUMENTS, *OTHER_TEXT], ids=lambda p: str(p.relative_to(REPO)))
     def test_documents_and_examples_cite_only_the_repository(self, path: Path) -> None:
         """README, docs/, the example configs and connectors never name a design note a clone lacks."""
         assert non_repository_references(path.read_text(encoding="utf-8")) == []
@@ -161,8 +163,6 @@ SOURCE = sorted(path for folder in ("mcplhost", "connectors", "migrations", "tes
 NAMES_DESIGN_NOTES_AS_DATA = {
     "tests/docs/test_links.py": "the checkers' own examples of what they find",
 }
-#: Everything else in the repository a reader opens that may cite a page: configs, deploy files, pyproject.
-OTHER_TEXT = [REPO / "pyproject.toml", *EXAMPLES]
 
 
 def checked_source() -> list[Path]:
