@@ -81,21 +81,22 @@ EMOJI_SEQUENCE = rf"{PICTOGRAPH}(?:\u200d{PICTOGRAPH})*"
 # Header values (docs/provenance.md#writing-a-value-into-the-header).
 # ---------------------------------------------------------------------------
 
-# headerValue: "if `v` has a structural character ... return quoted(v)".
+# header_value (docs/provenance.md#writing-a-value-into-the-header): a value holding a
+# structural character is quoted.
 STRUCTURAL_RE = regex.compile(rf"[{STRUCTURAL_CHAR}]|{SPACED_SLASH}")
 
-# headerValue: "after every emoji sequence is removed from it" ...
+# So is one that, with every emoji sequence removed, ...
 EMOJI_SEQUENCE_RE = regex.compile(EMOJI_SEQUENCE)
 
-# ... "has an unseen character, return quoted(v)" (and, by the departure
-# above, a lone surrogate).
+# ... still holds an unseen character (and, by the departure above, a lone
+# surrogate).
 UNSEEN_RE = regex.compile(rf"[{INVISIBLE}]|{OTHER_SPACE}|{LONE_SURROGATE}")
 
-# quoted(): the escapes apply "outside emoji sequences", so a match of the
+# quoted: the escapes apply outside emoji sequences, so a match of the
 # first alternative is written back as it is.
 QUOTE_ESCAPE_RE = regex.compile(rf"(?P<emoji>{EMOJI_SEQUENCE})|{ESCAPED_INSIDE_QUOTES}")
 
-# labelValue: "remove every invisible character from `l`".
+# label_value: the label with its invisible characters removed is what the header words are looked for in.
 INVISIBLE_RE = regex.compile(rf"[{INVISIBLE}]")
 
 
@@ -104,9 +105,9 @@ def _ascii_caseless(word: str) -> str:
     return "".join(f"[{c.lower()}{c.upper()}]" for c in word)
 
 
-# labelValue: "if the result matches `^\s*(thread|reply\s+to|unscoped)(\s|$)`
-# with ASCII-only case-insensitivity (no other Unicode case folding: `ſ` is
-# not `s`)". regex's IGNORECASE folds `ſ` to `s`, hence the spelled-out
+# label_value: quoted when that starts (after whitespace) with `thread`, `reply` +
+# whitespace + `to`, or `unscoped`, then whitespace or the end, compared with ASCII-only
+# case-insensitivity (no other Unicode case folding: `ſ` is not `s`). regex's IGNORECASE folds `ſ` to `s`, hence the spelled-out
 # classes; `\Z` because ECMAScript's `$` (no m flag) never matches before a
 # final newline, as Python's does.
 HEADER_WORD = (
@@ -120,7 +121,7 @@ LABEL_HEADER_WORD_RE = regex.compile(rf"\A[{WHITESPACE}]*{HEADER_WORD}(?:[{WHITE
 # Visible content (docs/provenance.md §0, admission of a push).
 # ---------------------------------------------------------------------------
 
-# "text that is empty once whitespace and invisible characters are set aside":
+# Text is empty when nothing is left once whitespace and invisible characters are set aside:
 # one character outside both classes makes the text visible.
 VISIBLE_CHAR_RE = regex.compile(rf"[^{WHITESPACE}{INVISIBLE}]")
 
@@ -128,8 +129,8 @@ VISIBLE_CHAR_RE = regex.compile(rf"[^{WHITESPACE}{INVISIBLE}]")
 # Openings (docs/provenance.md §4, mark).
 # ---------------------------------------------------------------------------
 
-# "the letters `s o u r c e` matched under Unicode case folding (so `S`, `ſ`
-# count)"
+# The letters `s o u r c e`, compared under full Unicode case folding (so `S` and `ſ`
+# count).
 SOURCE_LETTERS = "source"
 
 
