@@ -35,7 +35,7 @@ from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
 from mcplhost.store.db import DEFAULT_SYNCHRONOUS
 
 #: A configuration setting every key, as README.md#configuration-reference describes them.
-INTERFACES_EXAMPLE = """
+FULL_EXAMPLE = """
 [store]
 path = "mcplhost.db"                 # SQLite file; created and migrated on start
 
@@ -119,10 +119,10 @@ def problems_of(text: str) -> list[str]:
 
 
 class TestLoadConfig:
-    def test_the_interfaces_example_loads(self, tmp_path) -> None:
+    def test_the_full_example_loads(self, tmp_path) -> None:
         """The full example decodes with every field where README.md#configuration-reference puts it."""
         # "python" need not be on PATH (Debian has none): the interpreter running the tests stands in.
-        config = load_config(write(tmp_path, INTERFACES_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
+        config = load_config(write(tmp_path, FULL_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
         discord, _ = config.connectors
         assert discord.env == {"GUILDS": "acme"} and discord.channels == ["discord:g1:*"]
         assert discord.feature_sets.enabled == ["discord.messaging"] and discord.request_timeout_s == 10
@@ -272,7 +272,7 @@ class TestProblems:
         """When problems() finds nothing, msgspec's own conversion succeeds too."""
         import tomllib
 
-        raw = tomllib.loads(INTERFACES_EXAMPLE)
+        raw = tomllib.loads(FULL_EXAMPLE)
         assert problems(raw) == []
         assert isinstance(msgspec.convert(raw, Config), Config)
 
