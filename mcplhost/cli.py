@@ -220,7 +220,7 @@ async def _serve(host: Host, *, seconds: float | None = None,
 
     async def watch_signals() -> None:
         # SIGHUP is caught so that it never kills the daemon without its graceful stop;
-        # reloading the config on it is not built yet (README "Decisions").
+        # reloading the config on it is not built yet (README.md#deviations-and-decisions).
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:

@@ -72,7 +72,7 @@ class ConnectorConfig(Base):
     feature_sets: FeatureSetSelection = FeatureSetSelection()
     accept_tag_implications: bool = False
     restart: RestartConfig = RestartConfig()
-    # Extensions beyond docs/architecture.md (documented in the README):
+    # Extensions of our own (README.md#configuration-reference):
     policy_timeout_s: Seconds = 15.0  # wait for the initial featureSets/update receipt
     policy_fallback: Literal["mcp-only", "close"] = "mcp-only"  # when that receipt never comes
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
@@ -95,14 +95,14 @@ class ScriptToolCall(Base):
 
 
 class ScriptReply(Base):
-    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#turns)."""
+    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#backends)."""
 
     text: str = ""
     tool_calls: list[ScriptToolCall] = []
 
 
 class BackendConfig(Base):
-    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#turns."""
+    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#backends."""
 
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     model: NonEmpty | None = None  # required for openai and anthropic (problems() says so)
@@ -124,7 +124,7 @@ DEFAULT_DEBOUNCE_MS = 300
 
 
 class AgentConfig(Base):
-    """One `[[agents]]` table; docs/agents.md#wakes–5 is the rule for every key."""
+    """One `[[agents]]` table; docs/agents.md is the rule for every key."""
 
     name: NonEmpty
     parent: NonEmpty | None = None

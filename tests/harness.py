@@ -250,7 +250,7 @@ def push(event_id: str = "e-1", feature_set: str = "chat", body: str = "ping", *
 
 
 def descriptor(channel_id: str, **extra: Any) -> dict[str, Any]:
-    """A ChannelDescriptor (§14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
+    """A ChannelDescriptor (SPEC §14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
     return {"id": channel_id, "type": "disc", "label": "#" + channel_id.rsplit(":", 1)[-1],
             "direction": "bidirectional", "address": {"channel": channel_id}, **extra}
 

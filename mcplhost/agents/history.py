@@ -1,4 +1,4 @@
-"""The stored rows of a context as backend messages (docs/agents.md#turns), before the compiler bounds them.
+"""The stored rows of a context as backend messages (docs/agents.md#compilation), before the compiler bounds them.
 
 Each row becomes one unit of messages that stay together: a heard item or
 an own row is one message; a tool-call message takes the round's other
@@ -23,7 +23,7 @@ from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, tu
 from mcplhost.inbound.digest import canonical_json
 from mcplhost.store.items import StoredItem
 
-#: Images that keep their pixels, newest first; older ones become "[image]" (docs/agents.md#turns).
+#: Images that keep their pixels, newest first; older ones become "[image]" (docs/agents.md#compilation).
 IMAGES_WITH_PIXELS = 4
 #: What one image counts for against `context_chars`: about the ~1,000 tokens a model bills for it.
 IMAGE_CHARS = 4000

@@ -89,7 +89,7 @@ def model_request(params: InferenceRequest, config: InferenceConfig) -> ModelReq
     wanted = preferences.get("maxTokens")
     max_tokens = backend.max_tokens
     if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 1:
-        max_tokens = min(wanted, backend.max_tokens)  # the host's bound wins (§3.5: budget)
+        max_tokens = min(wanted, backend.max_tokens)  # the host's bound wins (docs/agents.md#inference)
     temperature = preferences.get("temperature")
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not 0 <= temperature <= 2:
         temperature = backend.temperature

@@ -10,7 +10,7 @@ has its own task that sleeps until its scheduler's next deadline (or a nudge
 from the dispatcher), takes the due `Wake` and runs the turn (turn.py). A
 slow backend or a hung connector delays only that agent.
 
-Catch-up (docs/operations.md, "When an agent misbehaves"): at start each agent wakes once
+Catch-up (docs/agents.md#catch-up): at start each agent wakes once
 for matching items after its durable cursor younger than
 `catch_up_max_age_s`; an agent seen for the first time gets a cursor at the
 current end of the store, written at once. When the event stream says events
@@ -38,7 +38,7 @@ the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
 with its `turn-failed` notice); the agent goes on serving later wakes.
 Cancellation always goes through.
 
-Echoes (docs/architecture.md, "Agents"): a wake's items are read once more when it fires and
+Echoes (docs/agents.md#echoes): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
 can be stored before its publish is answered); a wake of echoes only is no
 turn, and the cursor moves past it. The outbox's echo window is seeded before

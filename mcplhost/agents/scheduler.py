@@ -1,4 +1,4 @@
-"""One agent's wake scheduler: a state object with time as a parameter (docs/architecture.md, "Agents").
+"""One agent's wake scheduler: a state object with time as a parameter (docs/agents.md#scheduling).
 
     scheduler.on_item(stored, now)   # record a waking item (True) or not (False)
     wake = scheduler.due(now)        # the wake to run now, or None; the agent is then in its turn
@@ -40,8 +40,8 @@ Theory of operation:
   another conversation's group, counted only) or in the running turn, nor
   `seen_through`, the caller's word that every item up to it was offered
   (so an item not yet offered, such as a dropped event still to be read
-  back, holds it too). That is the durable cursor (docs/architecture.md,
-  "Agents").
+  back, holds it too). That is the durable cursor
+  (docs/agents.md#the-durable-cursor).
 - Catch-up (`catch_up`) takes the items a restart found after the durable
   cursor (the caller has applied `catch_up_max_age_s`) and makes them one
   wake (one per conversation under `"conversation"`), due at once. It

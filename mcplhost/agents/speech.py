@@ -1,4 +1,4 @@
-"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (docs/agents.md#routing–7).
+"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (docs/agents.md#routing, docs/agents.md#outbox).
 
     speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
     await speech.say(prose)              # prose before a round's tool calls: queued before they run
@@ -84,7 +84,7 @@ class TurnSpeech:
         views = self.views()
         segments = route_prose(prose, self.current, views,
                                published_default=self.published_default and self.current == self.default)
-        self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (§6)
+        self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (docs/agents.md#pins)
         now = self.services.clock_ms()
         operations: list[Any] = []
         drafts = []

@@ -1,4 +1,4 @@
-"""One agent turn, in order: compile, hooks, backend, tools, record.
+"""One agent turn, in order: compile, hooks, backend, tools, record (docs/agents.md#turns).
 
     outcome = await run_turn(agent, wake, services)
 

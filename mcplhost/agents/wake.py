@@ -2,7 +2,7 @@
 
 The scheduler (scheduler.py) adds what needs state: the per-sender hourly
 cap, debounce, single flight and the runaway guard. Everything here reads
-host-written fields only (tags after the §16 closure, the frozen source,
+host-written fields only (tags after the SPEC §16 closure, the frozen source,
 `metadata.authorId`, `metadata.echoOf`), never `metadata.adapter`.
 
 Decisions beyond the letter of the spec, kept here so they have one home:

@@ -12,8 +12,8 @@ acceptance time and the configured names in the `Delivered` item, and logs
 `Processed.stripped_keys` once per (server, key) itself.
 
 `admit` comes first because docs/provenance.md §5 takes the delivered body's
-digest "after conversion to content blocks", and §3 refuses an empty push
-"at admission":
+digest after its conversion to content blocks, and docs/provenance.md §0
+refuses an empty push at admission:
 
 - Each block is rebuilt from the members its type defines, so a connector
   cannot smuggle other members into a stored block: text (`type`, `text`);
@@ -144,7 +144,7 @@ def admit(item: InFlight) -> InFlight | Rejected:
 
 
 def strip(item: InFlight) -> InFlight:
-    """Keep the connector's object apart, without the host's keys (§1)."""
+    """Keep the connector's object apart, without the host's keys (docs/provenance.md §1)."""
     adapter, dropped = strip_host_keys(item.delivered.adapter)
     if item.delivered.adapter is None:
         adapter = None  # the connector sent no object: stored as null, not {}
@@ -155,7 +155,7 @@ def strip(item: InFlight) -> InFlight:
 
 
 def freeze(item: InFlight) -> InFlight:
-    """Record where the item came from, once (§2).
+    """Record where the item came from, once (docs/provenance.md §2).
 
     `replyTo` is the message's own member, else its metadata's `replyTo`
     when that is a string.
@@ -184,7 +184,7 @@ def freeze(item: InFlight) -> InFlight:
 
 
 def header(item: InFlight) -> InFlight:
-    """Render the header from the frozen envelope (§3); none for surface items."""
+    """Render the header from the frozen envelope (docs/provenance.md §3); none for surface items."""
     assert item.source is not None, "freeze runs before header"
     return replace(item, header=render_source_header(item.source))
 
@@ -193,7 +193,7 @@ def header(item: InFlight) -> InFlight:
 
 
 def mark(item: InFlight) -> InFlight:
-    """Mark the sender's openings, then put the header block first (§4)."""
+    """Mark the sender's openings, then put the header block first (docs/provenance.md §4)."""
     assert item.content is not None, "admit runs before mark"
     marked = mark_openings(item.content)
     if item.header is not None:
@@ -205,7 +205,7 @@ STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 
 def _metadata(item: InFlight) -> dict[str, Any]:
-    """The item's metadata, in the shape of docs/architecture.md "An exported item"."""
+    """The item's metadata, in the shape of docs/provenance.md §6."""
     assert item.source is not None and item.content is not None and item.stored is not None
     source = item.source
     metadata: dict[str, Any] = {
@@ -225,7 +225,7 @@ def _metadata(item: InFlight) -> dict[str, Any]:
     if item.header is None:
         del metadata["sourceHeader"]  # a surface item has no header to name
     if item.delivered.author_id is not None:
-        # Host-written beside the connector's object, never read from metadata.adapter (§1); absent
+        # Host-written beside the connector's object, never read from metadata.adapter (docs/provenance.md §1); absent
         # when the connector named no author id, rather than null on every push.
         metadata["authorId"] = item.delivered.author_id
     return metadata

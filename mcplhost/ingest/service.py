@@ -216,7 +216,7 @@ class Ingest:
         return msgspec.structs.replace(processed, metadata=metadata)
 
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
-        """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""
+        """The thread of the message a correction corrects (docs/provenance.md §2), recent ones from memory."""
         remembered = self._threads.get((server_id, channel_id, message_id))
         if remembered is not None:
             return remembered

@@ -61,7 +61,7 @@ from .tags import producer_implies
 
 __all__ = ["HOST_MCPL_CAPABILITIES", "HandshakeFailed", "McplConnection", "Mode", "PolicyClosed"]
 
-#: MCP protocol version we ask for; MCPL does not change MCP versioning (§3.1).
+#: MCP protocol version we ask for; MCPL does not change MCP versioning (SPEC §3.1).
 MCP_PROTOCOL_VERSION = "2024-11-05"
 #: The MCPL version this host speaks.
 MCPL_VERSION = "0.5"
@@ -191,7 +191,7 @@ class McplConnection:
             raise HandshakeFailed(f"the connection ended before the policy receipt: {exc}") from exc
 
     def _initial_grant(self) -> frozenset[str]:
-        """The §5.4 grant, less what this host does not implement (logged once: configured but inert)."""
+        """The SPEC §5.4 grant, less what this host does not implement (logged once: configured but inert)."""
         configured = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
         unimplemented = configured - self.offered
         if unimplemented:
@@ -202,7 +202,7 @@ class McplConnection:
     def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
         self.declared = normalize_feature_sets(manifest.get("featureSets"))
         if not self.tracker.adopt(manifest):
-            # A conformance defect to log, never a reason to reject the manifest (§17.2).
+            # A conformance defect to log, never a reason to reject the manifest (SPEC §17.2).
             self.log.warning("connector.defect", defect="manifest revision does not match its content")
 
     def adopt_change(self, change: ManifestChange) -> None:
@@ -330,7 +330,7 @@ class McplConnection:
             raise errors.capability_denied(capability)
 
     async def on_request(self, method: str, params: Raw | UnsetType) -> Any:
-        """Answer one request from the connector; every refusal is also audit-logged (§13.2)."""
+        """Answer one request from the connector; every refusal is also audit-logged (SPEC §13.2)."""
         try:
             entry = method_for(method)
             if entry is None:
@@ -432,7 +432,7 @@ class McplConnection:
         return await jobs.open_channel(self, channel, timeout=timeout)
 
     async def refresh_manifest(self) -> None:
-        """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+        """mcpl/manifest, then apply what changed: removals now, additions pending (SPEC §17)."""
         await jobs.refresh_manifest(self)
 
 

@@ -125,7 +125,7 @@ async def incoming_notification(conn: Inbound, params: Raw | UnsetType) -> None:
 def push_event(conn: Inbound, params: Raw | UnsetType) -> Deferred:
     push = decode_params(params, PushEvent, "push/event")
     problem = conn.intake.content_problem(push.payload.content)
-    if problem is not None:  # a params problem: checked before the feature set (§3.1)
+    if problem is not None:  # a params problem: checked before the feature set (docs/connectors.md §8)
         raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
     admitted = admit_push(push, conn.registry, conn.feature_sets, legacy=conn.legacy,
                           accepted_implies=conn.accepted_implies)

@@ -112,7 +112,7 @@ async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | Non
 
 
 async def refresh_manifest(conn: Outbound) -> None:
-    """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+    """mcpl/manifest, then apply what changed: removals now, additions pending (SPEC §17)."""
     if not conn.is_ready:
         # Queued before the connection fell back (or never got MCPL): there is
         # nothing to refresh, and a policy sent now could make it ready again.

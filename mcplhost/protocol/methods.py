@@ -37,7 +37,7 @@ class Method(NamedTuple):
 #: Server → host methods mcplhost understands.
 INBOUND: dict[str, Method] = {
     "ping": Method(None, handlers.ping, None),
-    "mcpl/manifestChanged": Method(None, None, handlers.manifest_changed),  # deliberately ungated (§17)
+    "mcpl/manifestChanged": Method(None, None, handlers.manifest_changed),  # deliberately ungated (SPEC §17)
     "push/event": Method("pushEvents", handlers.push_event, None),
     # Offered only when [inference] is configured (grants.offered_paths).
     "inference/request": Method("inferenceRequest", handlers.inference_request, None),

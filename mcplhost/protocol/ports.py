@@ -2,7 +2,7 @@
 
 Speech and agents never import the supervisor: they call a connector
 through `ConnectorPort`, which the supervisor's `ConnectorHandle`
-(mcplhost/supervisor/handle.py) implements and the host hands in. The
+(mcplhost/supervisor/handle.py) implements and the host hands in (docs/architecture.md). The
 other way round, the protocol layer serves `inference/request` and
 `model/info` through `InferenceService` and asks `PendingHooks` for the
 loop guard; mcplhost/agents implements both and the host wires them in, so

@@ -1,4 +1,4 @@
-"""Echo suppression (docs/architecture.md, Agents): knowing this host's own words when they come back.
+"""Echo suppression (docs/agents.md#echoes): knowing this host's own words when they come back.
 
 A platform shows the bot its own message: Discord sends it back on the
 gateway, many bridges tag it `chat:from-self`. Such an item is still stored

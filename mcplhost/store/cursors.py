@@ -1,4 +1,4 @@
-"""Each agent's durable cursor: a low-water mark of the items it handled (docs/architecture.md, "Agents").
+"""Each agent's durable cursor: a low-water mark of the items it handled (docs/agents.md#the-durable-cursor).
 
 The cursor is the highest item id such that every item at or below it that
 wakes the agent was handled (its turn ended) or wakes nobody; the scheduler

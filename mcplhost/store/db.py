@@ -8,7 +8,7 @@ Beside it, a `StoreReader`: a few read-only connections to the same file.
 The store runs in WAL mode, where a reader sees the last commit and never
 waits for the writer, nor the writer for it; so the reads of items (context,
 catch-up, search, the CLI) take no lock and hold up no commit, however long
-they take (docs/architecture.md "The store"). A read inside the current
+they take (docs/architecture.md#the-store). A read inside the current
 task's own transaction uses the writer's connection, to see what that
 transaction wrote.
 

@@ -1,7 +1,7 @@
 """The turns ledger: one row per agent turn, what woke it, how it ended, what it cost.
 
 `Turn` encodes (msgspec JSON) to exactly the line of `mcplhost turns --json`
-(docs/architecture.md): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
+(README.md#commands): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
 usage, requestDigest; fields a turn lacks are null, never left out.
 
 A turn is written when it begins (`begin_many_nocommit`) and finished once

@@ -1,6 +1,6 @@
 """Agents under load: wake latency, turn overhead, and the host's memory with 10 agents.
 
-Three figures (issue 9), each bounded to well under a minute:
+Three figures (README.md#performance), each bounded to well under a minute:
 
 - wake latency: item committed → its agent's backend called, with
   `debounce_ms = 0` (so nothing is to be subtracted), 10 agents and 5

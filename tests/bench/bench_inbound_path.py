@@ -9,7 +9,7 @@ same schema and pragmas) measured in the same run:
   across concurrent requests; each item is still acknowledged only after
   its commit).
 
-Goals (issue 4): >= 20,000 items/s and >= 25% of the plain-insert rate in
+Goals (README.md#performance): >= 20,000 items/s and >= 25% of the plain-insert rate in
 batches of 50; >= 5,000 items/s for one message per request.
 
 Then reads beside the writes, over a store already holding SEEDED items:

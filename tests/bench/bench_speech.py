@@ -1,6 +1,6 @@
 """Speech under load: publishes/s through the outbox, the outbox's added latency, and the whole loop.
 
-Three figures (issue 10), each against a real connector subprocess
+Three figures (README.md#performance), each against a real connector subprocess
 (tests/bench/loop_connector.py, answering every `channels/publish` at once)
 under a real Host, each bounded to well under a minute:
 

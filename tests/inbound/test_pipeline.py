@@ -62,7 +62,7 @@ def processed(d: Delivered) -> Processed:
 
 class TestChannelItem:
     def test_exported_item_shape(self) -> None:
-        """A channel message gives docs/architecture.md's exported item: header block, body, metadata."""
+        """A channel message gives docs/provenance.md §6's stored item: header block, body, metadata."""
         result = processed(channel_item())
         header_text = "[source: discord / discord:g1:room \u00b7 #room]"
         assert result.content == [text(header_text), text("hello")]

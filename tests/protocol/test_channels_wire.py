@@ -1,4 +1,4 @@
-"""Channels on the wire: per-descriptor registration, changes, incoming at receipt, open and list (§14).
+"""Channels on the wire: per-descriptor registration, changes, incoming at receipt, open and list (SPEC §14).
 
 SPEC §14, with the channel error codes -32017,
 -32023 (per message, in `results`) and -32024 (the connector's answer to

@@ -1,6 +1,6 @@
 """Server-initiated inference on the wire: inference/request (streamed and not) and model/info.
 
-Issue 10 #6 and SPEC §11: gated by the grant, `[inference]` and the
+SPEC §11 and docs/agents.md#inference: gated by the grant, `[inference]` and the
 feature set; refused -32600 while the connector's own beforeInference is
 pending; the connector's messages reach the model unchanged. Every connector
 is a real connectors.scripted child, the model the scripted backend or the

@@ -56,7 +56,7 @@ def policies(name: str, folder: Any) -> list[dict[str, Any]]:
 
 
 def configured(name: str, folder: Any, logs: list[dict[str, Any]]) -> list[str]:
-    """What the §5.4 rule granted `name`: the grant sent, plus the paths dropped as not implemented (logged)."""
+    """What the SPEC §5.4 rule granted `name`: the grant sent, plus the paths dropped as not implemented (logged)."""
     sent = policies(name, folder)[0]["params"]["effectiveCapabilities"]
     dropped = [path for e in logged(logs, "connector.grant_unimplemented", connector=name) for path in e["paths"]]
     return sorted(sent + dropped)
@@ -141,7 +141,7 @@ class TestEffectiveCapabilities:
         (policy,) = policies("caps", tmp_path)
         granted, refused = policy["params"]["effectiveCapabilities"], policy["params"]["deniedCapabilities"]
         assert configured("caps", tmp_path, logs) == ["modelInfo", "pushEvents", "tools"]
-        # Only what this host implements goes out; the rest is denied and logged once (issue 7 #5).
+        # Only what this host implements goes out; the rest is denied and logged once (docs/grants.md#the-grant-of-one-connection).
         assert granted == ["pushEvents", "tools"]
         assert refused == ["channels.incoming", "channels.register", "modelInfo"]
         assert logged(logs, "connector.grant_unimplemented", connector="caps", paths=["modelInfo"])

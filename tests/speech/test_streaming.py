@@ -1,6 +1,6 @@
 """Streaming on the wire: channels/outgoing/chunk and /complete from a `Streamer` to real scripted connectors.
 
-Issue 10 #5: no chunk before routing is decided, exactly one complete per
+docs/agents.md#streaming: no chunk before routing is decided, exactly one complete per
 (inference, channel) on every way the turn ends (abort included), one rising
 index per inference across channels, and nothing to a connector that does not
 hold channels.streaming.

@@ -132,7 +132,7 @@ class TestReading:
         assert [p.id for p in everything] == published.outbox_ids  # without per_channel: oldest first
 
     async def test_the_export_line_has_every_key_in_order(self, store):
-        """outbox_line is docs/architecture.md's object: every key, nulls included, in its order."""
+        """outbox_line is README.md#commands's object: every key, nulls included, in its order."""
         (published,) = await with_writer(store, PublishSpeech(speech(), [entry(thread="t1")]))
         line = json.loads(outbox_line(await store.outbox.get(published.outbox_ids[0])))
         assert list(line) == ["id", "agent", "turnId", "serverId", "channelId", "threadId", "state", "attempts",

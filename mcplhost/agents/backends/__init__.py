@@ -1,4 +1,4 @@
-"""Model backends: `make_backend` turns an `[agents.backend]` table into a `Backend` (docs/agents.md#turns).
+"""Model backends: `make_backend` turns an `[agents.backend]` table into a `Backend` (docs/agents.md#backends).
 
 `make_backend` never raises for a backend that cannot work: a missing SDK
 (`pip install 'mcplhost[openai]'`) or an unset `api_key_env` variable fails

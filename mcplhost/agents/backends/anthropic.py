@@ -1,4 +1,4 @@
-"""The `anthropic` backend: the Messages API via the official SDK (docs/agents.md#turns).
+"""The `anthropic` backend: the Messages API via the official SDK (docs/agents.md#backends).
 
 One `complete` is one Messages call: `messages.stream` when the caller listens
 (`on_text` gets each text delta), `messages.create` otherwise. Retries are the

@@ -28,7 +28,7 @@ NO_KEY_PLACEHOLDER = "no-key-configured"
 #: Retry-After); the overall bound of one call allows this much per retry.
 RETRY_BACKOFF_ALLOWANCE_S = 8.0
 
-#: Text standing in for an image where the target shape takes no pixels (docs/agents.md#turns).
+#: Text standing in for an image where the target shape takes no pixels (docs/agents.md#compilation).
 IMAGE_PLACEHOLDER = "[image]"
 
 

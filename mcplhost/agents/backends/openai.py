@@ -1,4 +1,4 @@
-"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (docs/agents.md#turns).
+"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (docs/agents.md#backends).
 
 One `complete` is one `chat.completions.create`: streamed when the caller
 listens (`on_text` gets each text delta), a single JSON answer otherwise. The
