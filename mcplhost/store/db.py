@@ -120,13 +120,15 @@ class StoreReader:
 class Database:
     """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
 
-    `reader`: where `read()` reads outside a transaction; None shares the
-    writer's connection and lock (`open_store(reader_connections=0)`, the
-    path before the reader, kept for benchmarks).
+    The SQLite implementation of `connection.Connections`, which is all the
+    repositories see of it. `reader`: where `read()` reads outside a
+    transaction; None shares the writer's connection and lock
+    (`open_store(reader_connections=0)`, the path before the reader, kept
+    for benchmarks).
     """
 
     def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None) -> None:
-        self.conn = conn
+        self._writer = conn
         self.reader = reader
         self._lock = anyio.Lock()
 
@@ -149,33 +151,39 @@ class Database:
                     # no shield stops) land here, the rollback below is queued
                     # after the BEGIN and undoes it.
                     with anyio.CancelScope(shield=True):
-                        await self.conn.execute("BEGIN IMMEDIATE")
+                        await self._writer.execute("BEGIN IMMEDIATE")
                     yield
                 except BaseException:
                     with anyio.CancelScope(shield=True):
-                        await self.conn.rollback()
+                        await self._writer.rollback()
                     raise
                 with anyio.CancelScope(shield=True):
                     try:
-                        await self.conn.execute("COMMIT")
+                        await self._writer.execute("COMMIT")
                     except BaseException:
-                        await self.conn.rollback()  # a no-op if COMMIT got through
+                        await self._writer.rollback()  # a no-op if COMMIT got through
                         raise
             finally:
                 _current_transaction.reset(token)
 
+    def writer(self, operation: str) -> aiosqlite.Connection:
+        """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
+        if _current_transaction.get() is not self:
+            raise HostStateError(f"{operation} must run inside store.transaction()")
+        return self._writer
+
     @asynccontextmanager
-    async def reading(self) -> AsyncIterator[None]:
+    async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
         """Hold the writer's connection for reads: inside this task's transaction, or between transactions.
 
         This takes the writer's lock; the turns, outbox, cursor and push repositories still read so.
         Item reads use `read()`, which does not.
         """
         if _current_transaction.get() is self:
-            yield
+            yield self._writer
             return
         async with self._lock:
-            yield
+            yield self._writer
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -185,22 +193,18 @@ class Database:
         instead, which sees that transaction's rows.
         """
         if self.reader is None or _current_transaction.get() is self:
-            async with self.reading():
-                yield self.conn
+            async with self.reading() as conn:
+                yield conn
             return
         async with self.reader.connection() as conn:
             yield conn
-
-    def require_transaction(self, operation: str) -> None:
-        """Raise HostStateError unless the current task is inside `transaction()`."""
-        if _current_transaction.get() is not self:
-            raise HostStateError(f"{operation} must run inside store.transaction()")
 
 
 class Store:
     """An open database: repositories for items, push events, turns, cursors and the outbox, and `transaction()` to combine them.
 
-    The SQLite implementation of `interfaces.Repositories`.
+    The SQLite implementation of `interfaces.Repositories`: it composes the
+    repositories over one `Database`, which each sees only as `Connections`.
     """
 
     def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
@@ -224,8 +228,8 @@ class Store:
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""
-        async with self._database.reading():  # holds the connection between transactions
-            return await apply_migrations(self._database.conn, self._migrations_folder, path=str(self.path))
+        async with self._database.reading() as conn:  # holds the connection between transactions
+            return await apply_migrations(conn, self._migrations_folder, path=str(self.path))
 
 
 @asynccontextmanager
