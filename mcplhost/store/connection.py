@@ -34,5 +34,8 @@ class Connections(Protocol):
         ...
 
     def reading(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
-        """The writer's connection under its lock (inside the task's transaction: without waiting for it)."""
+        """The writer's connection under its lock (inside the task's transaction: without waiting for it).
+
+        Waits for any other task's transaction; prefer `read()`.
+        """
         ...

@@ -70,12 +70,12 @@ class CursorRepository:
 
     async def get(self, agent: str) -> int | None:
         """The agent's cursor, or None when it has none yet (an agent never seen)."""
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             return await _get(conn, agent)
 
     async def all(self) -> dict[str, int]:
         """Every agent's cursor, by agent name."""
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall("SELECT agent, item_id FROM agent_cursors")
         return {agent: item_id for agent, item_id in rows}
 

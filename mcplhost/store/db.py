@@ -6,8 +6,9 @@ so two tasks never interleave statements inside one BEGIN ... COMMIT.
 
 Beside it, a `StoreReader`: a few read-only connections to the same file.
 The store runs in WAL mode, where a reader sees the last commit and never
-waits for the writer, nor the writer for it; so the reads of items (context,
-catch-up, search, the CLI) take no lock and hold up no commit, however long
+waits for the writer, nor the writer for it; so every repository's reads
+(items for context and catch-up, the turns ledger, the outbox, cursors,
+push claims, the CLI's) take no lock and hold up no commit, however long
 they take (docs/architecture.md "The store"). A read inside the current
 task's own transaction uses the writer's connection, to see what that
 transaction wrote.
@@ -176,8 +177,8 @@ class Database:
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
         """Hold the writer's connection for reads: inside this task's transaction, or between transactions.
 
-        This takes the writer's lock; the turns, outbox, cursor and push repositories still read so.
-        Item reads use `read()`, which does not.
+        This takes the writer's lock, so it waits for another task's transaction: the migrations hold
+        the connection so. Repositories read with `read()`, which does not wait.
         """
         if _current_transaction.get() is self:
             yield self._writer

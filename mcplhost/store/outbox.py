@@ -164,18 +164,18 @@ class OutboxRepository:
                      " (PARTITION BY channel_id ORDER BY id) AS place FROM outbox"
                      " WHERE server_id = ? AND state = 'pending') WHERE place <= ? ORDER BY place, id LIMIT ?")
             arguments = (server_id, per_channel, limit)
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(query, arguments)
         return [PendingPublish(*row) for row in rows]
 
     async def get(self, outbox_id: int) -> OutboxRow | None:
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,))
         return next((OutboxRow(*row) for row in rows), None)
 
     async def count(self, state: str = "pending") -> int:
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT count(*) FROM outbox WHERE state = ?", (state,))
         return next(iter(rows))[0]
@@ -184,7 +184,7 @@ class OutboxRepository:
         """Every row (or those in `state`), oldest first, a page at a time."""
         after = 0
         while True:
-            async with self._connections.reading() as conn:
+            async with self._connections.read() as conn:
                 rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM outbox WHERE id > ? AND (? IS NULL OR state = ?) ORDER BY id LIMIT ?",
                     (after, state, state, READ_PAGE_SIZE))
@@ -215,7 +215,7 @@ class OutboxRepository:
         The last RECENT_DELIVERED deliveries of the ECHO_WINDOW_MS before `now_ms`, oldest first,
         so the window is what it would have been had the host not stopped.
         """
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT server_id, channel_id, message_id, id FROM outbox WHERE state = 'delivered'"
                 " AND message_id IS NOT NULL AND delivered_at >= ? ORDER BY delivered_at DESC, id DESC LIMIT ?",

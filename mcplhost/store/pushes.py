@@ -53,7 +53,7 @@ class PushRepository:
 
     async def get(self, server_id: str, event_id: str) -> bytes | None:
         """The answer (JSON) first given to this event, or None if it was never recorded."""
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT result FROM push_events WHERE server_id = ? AND event_id = ?",
                 (server_id, event_id),

@@ -197,13 +197,13 @@ class TurnRepository:
 
     async def get(self, turn_id: int) -> Turn | None:
         """One turn by id, or None."""
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return next((_turn(row) for row in rows), None)
 
     async def injections(self, turn_id: int) -> Any:
         """The hook injections recorded with the turn (decoded JSON), or None."""
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall("SELECT injections FROM turns WHERE id = ?", (turn_id,))
         value = next((row[0] for row in rows), None)
         return None if value is None else msgspec.json.decode(value)
@@ -219,7 +219,7 @@ class TurnRepository:
         if limit == 0:
             return
         where, params = ("agent = ?", (agent,)) if agent is not None else ("1", ())
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM turns")
             after = 0
             if limit is not None:
@@ -227,7 +227,7 @@ class TurnRepository:
                     f"SELECT id FROM turns WHERE {where} ORDER BY id DESC LIMIT 1 OFFSET ?", (*params, limit))
                 after = next((row[0] for row in rows), 0)
         while True:
-            async with self._connections.reading() as conn:
+            async with self._connections.read() as conn:
                 rows = builtins.list(await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM turns WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE)))
@@ -257,7 +257,7 @@ class TurnRepository:
         """
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT started_at FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
                 f" ({', '.join('?' * len(RAN_OUTCOMES))})) ORDER BY started_at DESC, id DESC LIMIT ?",
@@ -265,7 +265,7 @@ class TurnRepository:
         return [row[0] for row in reversed(builtins.list(rows))]
 
     async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
-        async with self._connections.reading() as conn:
+        async with self._connections.read() as conn:
             ((value,),) = await conn.execute_fetchall(sql, params)
         return int(value)
 
