@@ -1,11 +1,13 @@
 """Who an item wakes: the static half of the wake rules, as pure functions over a small view of it; and `Wake`.
 
 The scheduler (scheduler.py) adds what needs state: the per-sender hourly
-cap, debounce, single flight and the runaway guard, and hands out what it
-gathered as a `Wake`, which lives here with the rules that narrow it
-(`without_late_echoes`), so the rules never import the scheduler. Everything here reads
-host-written fields only (tags after the §16 closure, the frozen source,
+cap, debounce, single flight and the runaway guard. Everything here reads
+host-written fields only (tags after the SPEC §16 closure, the frozen source,
 `metadata.authorId`, `metadata.echoOf`), never `metadata.adapter`.
+
+`Wake`, what the scheduler hands out, lives here with the rule that narrows
+it when it fires (`without_late_echoes`), so this module never imports the
+scheduler.
 
 Decisions beyond the letter of the spec, kept here so they have one home:
 

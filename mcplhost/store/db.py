@@ -6,12 +6,14 @@ so two tasks never interleave statements inside one BEGIN ... COMMIT.
 
 Beside it, a `StoreReader`: a few read-only connections to the same file.
 The store runs in WAL mode, where a reader sees the last commit and never
-waits for the writer, nor the writer for it; so every repository's reads
-(items for context and catch-up, the turns ledger, the outbox, cursors,
-push claims, the CLI's) take no lock and hold up no commit, however long
-they take (docs/architecture.md "The store"). A read inside the current
+waits for the writer, nor the writer for it; so the reads of items (context,
+catch-up, search, the CLI) take no lock and hold up no commit, however long
+they take (docs/architecture.md#the-store). A read inside the current
 task's own transaction uses the writer's connection, to see what that
 transaction wrote.
+
+The turns ledger, the outbox, agents' cursors and push claims read the same
+way: every repository reads with `read()`.
 
 Cancellation: aiosqlite finishes a queued call even if the awaiting task is
 cancelled, so BEGIN, COMMIT and ROLLBACK run shielded from anyio cancellation

@@ -1,7 +1,7 @@
 """Stored items: the attributed rows every agent's context is built from.
 
 `StoredItem` encodes (msgspec JSON) to exactly the export line of
-docs/architecture.md: id, agent, participant, role, content, metadata, createdAt.
+docs/provenance.md §6: id, agent, participant, role, content, metadata, createdAt.
 Content and metadata are kept as JSON text; `server_id`, `channel_id` and
 `message_id` are copied out of metadata into their own columns so reads by
 channel use an index, and the thread, conversation and redelivery key are
@@ -14,8 +14,8 @@ between commit and answer, is a conflict: nothing is stored and the caller
 learns the original's id and conversation (`ItemWritten.duplicate`).
 
 Reads go through `Connections.read()`: the store's reader connections, which
-see the last commit and never take the writer's lock (docs/architecture.md
-"The store"); inside the caller's own transaction, the writer's connection.
+see the last commit and never take the writer's lock
+(docs/architecture.md#the-store); inside the caller's own transaction, the writer's connection.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class ItemRepository:
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the latest stored item with this message id in this channel, if any.
 
-        A correction that names no thread inherits its original's (PROVENANCE §2).
+        A correction that names no thread inherits its original's (docs/provenance.md §2).
         """
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
