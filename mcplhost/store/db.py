@@ -131,7 +131,7 @@ class Database:
     """
 
     def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None) -> None:
-        self._writer = conn
+        self.conn = conn  # the writer's; a repository gets it only from `writer()`, inside a transaction
         self.reader = reader
         self._lock = anyio.Lock()
 
@@ -154,17 +154,17 @@ class Database:
                     # no shield stops) land here, the rollback below is queued
                     # after the BEGIN and undoes it.
                     with anyio.CancelScope(shield=True):
-                        await self._writer.execute("BEGIN IMMEDIATE")
+                        await self.conn.execute("BEGIN IMMEDIATE")
                     yield
                 except BaseException:
                     with anyio.CancelScope(shield=True):
-                        await self._writer.rollback()
+                        await self.conn.rollback()
                     raise
                 with anyio.CancelScope(shield=True):
                     try:
-                        await self._writer.execute("COMMIT")
+                        await self.conn.execute("COMMIT")
                     except BaseException:
-                        await self._writer.rollback()  # a no-op if COMMIT got through
+                        await self.conn.rollback()  # a no-op if COMMIT got through
                         raise
             finally:
                 _current_transaction.reset(token)
@@ -173,7 +173,7 @@ class Database:
         """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
         if _current_transaction.get() is not self:
             raise HostStateError(f"{operation} must run inside store.transaction()")
-        return self._writer
+        return self.conn
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -183,10 +183,10 @@ class Database:
         the connection so. Repositories read with `read()`, which does not wait.
         """
         if _current_transaction.get() is self:
-            yield self._writer
+            yield self.conn
             return
         async with self._lock:
-            yield self._writer
+            yield self.conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[aiosqlite.Connection]:

@@ -27,8 +27,7 @@ from .conftest import make_item
 
 
 async def pragma(store: Store, name: str):
-    async with store._database.reading() as writer:
-        ((value,),) = await writer.execute_fetchall(f"PRAGMA {name}")
+    ((value,),) = await store._database.conn.execute_fetchall(f"PRAGMA {name}")
     return value
 
 
