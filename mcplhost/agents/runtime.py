@@ -66,7 +66,7 @@ from mcplhost.agents.backends import make_backend
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats, Wake
+from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
     CONTEXT_ROWS,
@@ -77,7 +77,7 @@ from mcplhost.agents.turn import (
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.wake import without_late_echoes
+from mcplhost.agents.wake import Wake, without_late_echoes
 from mcplhost.config import AgentConfig, Config, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 import structlog
 
-from mcplhost.agents.wake import sender_key, view_of, wake_matches
+from mcplhost.agents.wake import Wake, sender_key, view_of, wake_matches
 from mcplhost.config import AgentConfig, effective_max_wait_ms
 
 if TYPE_CHECKING:
@@ -82,18 +82,6 @@ OVERFLOW_GROUP = "overflow"
 _UNSET = object()
 
 State = Literal["idle", "debouncing", "in_turn"]
-
-
-class Wake(msgspec.Struct, frozen=True):
-    """What one turn is for: the items that woke the agent."""
-
-    item_ids: tuple[int, ...]  # ascending
-    overflow: int  # waking items past MAX_PENDING_IDS, counted only
-    conversations: tuple[str, ...]  # distinct conversation ids of the kept items (else the first's), sorted
-    #: The waking items (overflow included) are not all of one conversation (an item of none, such as
-    #: an unscoped push, counts as a place of its own): routing has no one destination.
-    several_conversations: bool
-    first_at: float  # when the first of them arrived (scheduler time)
 
 
 class SchedulerStats(msgspec.Struct, frozen=True, rename="camel"):

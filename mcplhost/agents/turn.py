@@ -42,8 +42,8 @@ from mcplhost.agents.hooks import HookState, before_inference, lifecycle
 from mcplhost.agents.model import Backend, BackendError, ModelResponse, Usage
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
-from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
+from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_body
 from mcplhost.protocol.ports import ConnectorPort

@@ -31,7 +31,7 @@ import regex
 from mcplhost.inbound.notice import reader_body
 from mcplhost.inbound.quoting import header_value
 
-from . import Store, connect_read_only
+from .db import Store, connect_read_only
 from .items import StoredItem, newest_first
 from .outbox import OutboxRow
 from .turns import Turn, spent_tokens

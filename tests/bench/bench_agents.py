@@ -39,9 +39,9 @@ from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.runtime import AgentsRuntime
-from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.protocol.intake import AdmittedMessage
