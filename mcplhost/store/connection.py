@@ -4,7 +4,7 @@ The repositories (items.py, pushes.py, turns.py, cursors.py, outbox.py) hold
 their SQL and take a `Connections`; db.py implements it with the writer's
 connection, its lock and the `StoreReader`, and composes the repositories
 into a `Store`. So the repositories sit below db.py and no import goes back
-up (docs/architecture.md "The store").
+up (docs/architecture.md#the-store).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class TestReadsBesideTheWriter:
 
 
 class TestLedgerReadsBesideTheWriter:
-    """The turns, outbox, cursor and push reads go through the reader too (docs/architecture.md "The store")."""
+    """The turns, outbox, cursor and push reads go through the reader too (docs/architecture.md#the-store)."""
 
     async def _committed_rows(self, store: Store) -> tuple[int, int]:
         """One finished turn, one delivered and one pending publish, a cursor and a push claim, committed."""
