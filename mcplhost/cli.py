@@ -26,11 +26,11 @@ from . import __version__, logs
 from .config import Config, ConfigMissing, database_path_problems, default_config_path, read_config
 from .errors import ConfigError, OperatorError
 from .hardening import refuse_inspection_by_same_user
-from .host import Host
+from .host import open_host
 from .lock import hold_database
 from .protocol.grants import unknown_grant_problem
 from .store import open_reader, open_store
-from .store.items import StoredItem, export_line
+from .store.items import NewItem, StoredItem, export_line
 from .supervisor.children import recording_children
 from .systemd import Notifier, watchdog_interval_s
 
@@ -212,9 +212,10 @@ def existing_database(path: Path) -> Path:
 # --- run / dev -----------------------------------------------------------------
 
 
-async def _serve(host: Host, *, seconds: float | None = None,
+async def _serve(config: Config, *, notifier: Notifier | None = None,
+                 on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
                  console: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Run the host until SIGTERM/SIGINT (or `seconds`), then stop it gracefully."""
+    """Build the host and run it until SIGTERM/SIGINT (or `seconds`), then stop it gracefully."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
 
@@ -241,11 +242,13 @@ async def _serve(host: Host, *, seconds: float | None = None,
             tg.start_soon(stop_after, seconds)
         if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
             tg.start_soon(console)
-        await host.run(stop, watchdog_s=watchdog)
+        async with open_host(config, notifier=notifier, on_stored=on_stored) as host:
+            await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 
 
-def _run_host(host: Host, *, seconds: float | None = None,
+def _run_host(config: Config, *, notifier: Notifier | None = None,
+              on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
               console: Callable[[], Awaitable[None]] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
@@ -253,7 +256,7 @@ def _run_host(host: Host, *, seconds: float | None = None,
     cannot be opened must still reach `main` as the one-line StoreError.
     """
     try:
-        anyio.run(lambda: _serve(host, seconds=seconds, console=console))
+        anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console))
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
         if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
@@ -290,7 +293,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
-            _run_host(Host(config, notifier=notifier))
+            _run_host(config, notifier=notifier)
         finally:
             notifier.close()
     return EXIT_OK
@@ -309,7 +312,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
-        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=relay.run)
+        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run)
     logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream
+from anyio.abc import ByteReceiveStream, ByteSendStream, ObjectSendStream
 
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
-from mcplhost.host import Host
+from mcplhost.host import Host, open_host
+from mcplhost.ingest import Stored
 from mcplhost.rpc import Session
 from mcplhost.store import StoredItem, open_reader
 
@@ -111,11 +112,11 @@ async def wait_for(condition: Callable[[], Any], timeout: float = 15.0, interval
 
 
 @asynccontextmanager
-async def running_host(config: Config, *, wait_ready: bool = True) -> AsyncIterator[Host]:
-    """Run a Host in this test's event loop; stop it gracefully on exit."""
-    host = Host(config)
+async def running_host(config: Config, *, wait_ready: bool = True,
+                       events: ObjectSendStream[Stored] | None = None) -> AsyncIterator[Host]:
+    """Run a Host in this test's event loop; stop it gracefully on exit (`events`: see mcplhost/host.py)."""
     stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
+    async with open_host(config, events=events) as host, anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
         if wait_ready:
             with anyio.fail_after(30):
@@ -184,6 +185,7 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
 
     from mcplhost.ingest import Ingest
     from mcplhost.protocol.connection import McplConnection
+    from mcplhost.speech.echoes import EchoMemory
     from mcplhost.store import open_store
     from mcplhost.store.writer import GroupWriter
     from mcplhost.supervisor.process import child_environment, spawn, stop
@@ -195,7 +197,9 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
         process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
         session = Session(process.stdin, process.stdout, log=clog,  # type: ignore[arg-type]
                           max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s)
-        connection = McplConnection(spec, session, intake if intake is not None else Ingest(store, writer, clog), clog)
+        if intake is None:
+            intake = Ingest(store, writer, clog, echoes=EchoMemory(store.outbox))
+        connection = McplConnection(spec, session, intake, clog)
         tg.start_soon(session.run)
         tg.start_soon(connection.run_background)
         try:

@@ -20,12 +20,12 @@ No double send: once `channel_publish` reached the default destination,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from mcplhost.agents.rows import draft_row, notice_row, speech_row
+from mcplhost.agents.services import TurnServices
 from mcplhost.config import AgentConfig
 from mcplhost.speech.notices import drafts_notice
 from mcplhost.speech.routing import (
@@ -61,7 +61,7 @@ def source_of(item: StoredItem) -> dict[str, Any]:
 class TurnSpeech:
     """One turn's speech state: its default destination and whether `channel_publish` already reached it."""
 
-    def __init__(self, agent: AgentConfig, services: Any, turn_id: int, sources: list[dict[str, Any]], *,
+    def __init__(self, agent: AgentConfig, services: TurnServices, turn_id: int, sources: list[dict[str, Any]], *,
                  overflow: bool, conversation: str | None) -> None:
         self.agent = agent
         self.services = services
@@ -113,7 +113,7 @@ class TurnSpeech:
 
     def notify(self, operations: list[Any], results: list[Any] | None = None) -> None:
         """Wake the sender of every connector an outbox row of `operations` went to; log each queued publish."""
-        senders: Mapping[str, Any] = getattr(self.services, "outbox", None) or {}
+        senders = self.services.outbox
         woken: set[str] = set()
         for index, operation in enumerate(operations):
             if not isinstance(operation, PublishSpeech):

@@ -27,19 +27,22 @@ refuses an empty push at admission:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec.structs import replace
 
 # The pipeline builds every block from its known string members, so its blocks
 # always take the digest's fast path without being checked again.
+from mcplhost.errors import HostStateError
 from mcplhost.inbound.digest import converted_body_digest as body_digest
 from mcplhost.inbound.header import render_source_header
 from mcplhost.inbound.mark import mark_openings
 from mcplhost.inbound.source import freeze_source
 from mcplhost.inbound.strip import strip_host_keys
 from mcplhost.inbound.visible import has_visible_content
+
+T = TypeVar("T")
 
 __all__ = ["STAGES", "Delivered", "InFlight", "Processed", "Rejected", "run_pipeline"]
 
@@ -104,6 +107,13 @@ class Processed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Stage = Callable[[InFlight], "InFlight | Rejected"]
+
+
+def _filled(value: T | None, stage: str) -> T:
+    """What `stage` put in the item; it is missing only if the stages ran out of STAGES' order (a bug)."""
+    if value is None:
+        raise HostStateError(f"inbound pipeline: {stage} has not run")
+    return value
 
 # --------------------------------------------------------------------------- admit
 
@@ -185,8 +195,7 @@ def freeze(item: InFlight) -> InFlight:
 
 def header(item: InFlight) -> InFlight:
     """Render the header from the frozen envelope (docs/provenance.md §3); none for surface items."""
-    assert item.source is not None, "freeze runs before header"
-    return replace(item, header=render_source_header(item.source))
+    return replace(item, header=render_source_header(_filled(item.source, "freeze")))
 
 
 # --------------------------------------------------------------------------- mark
@@ -194,8 +203,7 @@ def header(item: InFlight) -> InFlight:
 
 def mark(item: InFlight) -> InFlight:
     """Mark the sender's openings, then put the header block first (docs/provenance.md §4)."""
-    assert item.content is not None, "admit runs before mark"
-    marked = mark_openings(item.content)
+    marked = mark_openings(_filled(item.content, "admit"))
     if item.header is not None:
         marked.insert(0, {"type": "text", "text": item.header})
     return replace(item, stored=marked)
@@ -206,8 +214,7 @@ STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 def _metadata(item: InFlight) -> dict[str, Any]:
     """The item's metadata, in the shape of docs/provenance.md §6."""
-    assert item.source is not None and item.content is not None and item.stored is not None
-    source = item.source
+    source = _filled(item.source, "freeze")
     metadata: dict[str, Any] = {
         "serverId": source["serverId"],
         "channelId": source.get("channelId"),
@@ -218,8 +225,8 @@ def _metadata(item: InFlight) -> dict[str, Any]:
         "tags": list(item.delivered.tags),
         "source": source,
         "sourceHeader": item.header,
-        "sourceBodyDigest": body_digest(item.content),
-        "storedBodyDigest": body_digest(item.stored),
+        "sourceBodyDigest": body_digest(_filled(item.content, "admit")),
+        "storedBodyDigest": body_digest(_filled(item.stored, "mark")),
         "adapter": item.adapter,
     }
     if item.header is None:
@@ -239,5 +246,4 @@ def run_pipeline(d: Delivered) -> Processed | Rejected:
         if isinstance(result, Rejected):
             return result
         item = result
-    assert item.stored is not None, "mark is the last stage"
-    return Processed(content=item.stored, metadata=_metadata(item), stripped_keys=item.stripped_keys)
+    return Processed(content=_filled(item.stored, "mark"), metadata=_metadata(item), stripped_keys=item.stripped_keys)

@@ -128,9 +128,6 @@ class Outbox(Protocol):
 
     def recent_delivered(self, server_id: str, channel_id: str, message_id: str) -> int | None: ...
 
-    async def delivered_message(self, server_id: str, channel_id: str, message_id: str, *,
-                                now_ms: int | None = None) -> int | None: ...
-
     async def load_recent_delivered(self, now_ms: int) -> int: ...
 
 

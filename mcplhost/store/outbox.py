@@ -10,10 +10,10 @@ tried again, so a restarted host resumes where the last one stopped.
 `OutboxRow` encodes (msgspec JSON) to exactly the line of `mcplhost outbox
 --json` (docs/operations.md); the fields a row lacks are null.
 
-Echo suppression asks `delivered_message(server, channel,
-messageId)`: a bounded in-memory window of recent deliveries (fed by the
-sender after each commit) answers first, then the table's index, for
-deliveries of the last ECHO_WINDOW_MS (also after a restart).
+Echo suppression asks `recent_delivered(server, channel, messageId)`: a
+bounded in-memory window of recent deliveries, fed by the sender after each
+commit and seeded from the table at start (`load_recent_delivered`: the
+deliveries of the last ECHO_WINDOW_MS), so it also holds after a restart.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from mcplhost.store.connection import Connections
 STATES = ("pending", "delivered", "failed")
 #: Recent deliveries remembered in memory for the echo lookup.
 RECENT_DELIVERED = 4096
-#: How long after its delivery a message still counts as the host's own echo (durable lookup).
+#: How far back the echo window is seeded from the table at start (older deliveries are not loaded).
 ECHO_WINDOW_MS = 24 * 3600 * 1000
 #: Rows fetched per round trip when reading.
 READ_PAGE_SIZE = 1000
@@ -224,21 +224,3 @@ class OutboxRepository:
             if (server_id, channel_id, message_id) not in self._recent:  # the sender's own is as new
                 self.remember_delivered(server_id, channel_id, message_id, outbox_id)
         return len(self._recent)
-
-    async def delivered_message(self, server_id: str, channel_id: str, message_id: str, *,
-                                now_ms: int | None = None) -> int | None:
-        """The outbox id of the publish delivered as (server, channel, messageId), or None (echo suppression).
-
-        Memory first; then the table, for deliveries of the last ECHO_WINDOW_MS before `now_ms`
-        (None: any age).
-        """
-        found = self.recent_delivered(server_id, channel_id, message_id)
-        if found is not None:
-            return found
-        since = 0 if now_ms is None else now_ms - ECHO_WINDOW_MS
-        async with self._connections.reading() as conn:
-            rows = await conn.execute_fetchall(
-                "SELECT id FROM outbox WHERE server_id = ? AND channel_id = ? AND message_id = ?"
-                " AND state = 'delivered' AND delivered_at >= ? ORDER BY id DESC LIMIT 1",
-                (server_id, channel_id, message_id, since))
-        return next((row[0] for row in rows), None)

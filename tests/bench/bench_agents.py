@@ -45,6 +45,7 @@ from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.protocol.intake import AdmittedMessage
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import open_store
 from mcplhost.store.writer import GroupWriter
 
@@ -105,9 +106,9 @@ async def with_runtime(folder: Path, agents: list[AgentConfig], backends: dict[s
         writer = GroupWriter(store)
         await tg.start(writer.run)
         send, receive = anyio.create_memory_object_stream[Stored](STREAM_BUFFER)
-        ingest = Ingest(store, writer, structlog.get_logger(), events=send)
-        runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, receive, backends=backends)
-        await tg.start(runtime.run)
+        ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
+        runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends)
+        await tg.start(runtime.run, receive)
         async with send:
             result = await body(store, ingest)
         tg.cancel_scope.cancel()
@@ -187,7 +188,7 @@ async def bench_overhead(folder: Path) -> None:
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        ingest = Ingest(store, writer, structlog.get_logger())
+        ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
         for start in range(0, CONTEXT_ITEMS, 50):
             await ingest.store_messages("c0", "channels/incoming", [
                 message(n, f"message number {n} with a few more words in it", addressed=False, channel="c0:g:general")

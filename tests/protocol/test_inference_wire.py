@@ -386,7 +386,7 @@ class TestBurstsAndCancellation:
                                 and e.get("connector") == name]
 
                     def session_of(name: str) -> Any:
-                        return host._handles[name]._connection.session
+                        return host.connectors[name]._connection.session
 
                     await wait_for(lambda: len(llm.requests) == 2)
                     session_of("a").notify_nowait("test/go")
