@@ -121,7 +121,7 @@ fi
 install -d -m 0750 -o "$user" -g "$group" "$state_dir"
 install -d -m 0700 -o "$user" -g "$group" "$config_dir/env"
 if [ ! -e "$config_dir/env/heartbeat.env" ]; then
-    printf '# NAME=VALUE lines for the heartbeat connector alone (docs/operations.md, "Connector environments").\n' \
+    printf '# NAME=VALUE lines for the heartbeat connector alone (docs/operations.md#connector-environments-and-secrets).\n' \
         > "$config_dir/env/heartbeat.env"
     chown "$user:$group" "$config_dir/env/heartbeat.env"
     chmod 0600 "$config_dir/env/heartbeat.env"

@@ -26,10 +26,11 @@ from . import __version__, logs
 from .config import Config, ConfigMissing, database_path_problems, default_config_path, read_config
 from .errors import ConfigError, OperatorError
 from .hardening import refuse_inspection_by_same_user
-from .host import Host
+from .host import open_host
 from .lock import hold_database
+from .protocol.grants import unknown_grant_problem
 from .store import open_reader, open_store
-from .store.items import StoredItem, export_line
+from .store.items import NewItem, StoredItem, export_line
 from .supervisor.children import recording_children
 from .systemd import Notifier, watchdog_interval_s
 
@@ -211,16 +212,18 @@ def existing_database(path: Path) -> Path:
 # --- run / dev -----------------------------------------------------------------
 
 
-async def _serve(host: Host, *, seconds: float | None = None,
+async def _serve(config: Config, *, notifier: Notifier | None = None,
+                 on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
                  console: Callable[[], Awaitable[None]] | None = None,
                  sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
-    """Run the host until SIGTERM/SIGINT (or `seconds` of `sleep`, dev's clock), then stop it gracefully."""
+    """Build the host and run it until SIGTERM/SIGINT (or `seconds` of `sleep`, dev's clock), then stop it
+    gracefully."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
 
     async def watch_signals() -> None:
         # SIGHUP is caught so that it never kills the daemon without its graceful stop;
-        # reloading the config on it is not built yet (README "Decisions").
+        # reloading the config on it is not built yet (README.md#deviations-and-decisions).
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
@@ -241,11 +244,13 @@ async def _serve(host: Host, *, seconds: float | None = None,
             tg.start_soon(stop_after, seconds)
         if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
             tg.start_soon(console)
-        await host.run(stop, watchdog_s=watchdog)
+        async with open_host(config, notifier=notifier, on_stored=on_stored) as host:
+            await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 
 
-def _run_host(host: Host, *, seconds: float | None = None,
+def _run_host(config: Config, *, notifier: Notifier | None = None,
+              on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
               console: Callable[[], Awaitable[None]] | None = None,
               sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
@@ -254,7 +259,8 @@ def _run_host(host: Host, *, seconds: float | None = None,
     cannot be opened must still reach `main` as the one-line StoreError.
     """
     try:
-        anyio.run(lambda: _serve(host, seconds=seconds, console=console, sleep=sleep))
+        anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console,
+                                 sleep=sleep))
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
         if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
@@ -274,7 +280,7 @@ def _run_config(given: Path | None) -> Config:
     """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
     path = given or default_config_path()
     try:
-        return read_config(path, start_problems=False)[0]
+        return read_config(path, start_problems=False, unknown_grant=unknown_grant_problem)[0]
     except ConfigMissing as exc:
         if given is not None:
             raise
@@ -291,7 +297,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
-            _run_host(Host(config, notifier=notifier))
+            _run_host(config, notifier=notifier)
         finally:
             notifier.close()
     return EXIT_OK
@@ -310,7 +316,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
-        _run_host(Host(config, on_stored=view.items), seconds=args.seconds, console=relay.run, sleep=clock_sleep)
+        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep)
     logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK
@@ -322,7 +328,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Problems and warnings on stderr (as `run` prints them), the verdict on stdout."""
     try:
-        config, warnings = read_config(args.path)
+        config, warnings = read_config(args.path, unknown_grant=unknown_grant_problem)
     except ConfigError as exc:
         for problem in exc.problems or [exc.message + (f" ({exc.explanation})" if exc.explanation else "")]:
             print(problem, file=sys.stderr)

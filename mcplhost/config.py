@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -23,7 +23,6 @@ from msgspec import Meta
 from .envfile import NAME as ENV_NAME
 from .envfile import EnvFileError, read_env_file
 from .errors import ConfigError
-from .protocol.grants import unknown_grant_problem
 from .rpc.framing import MAX_LINE_BYTES
 from .rpc.session import DEFAULT_TIMEOUT_S
 from .store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
@@ -73,7 +72,7 @@ class ConnectorConfig(Base):
     feature_sets: FeatureSetSelection = FeatureSetSelection()
     accept_tag_implications: bool = False
     restart: RestartConfig = RestartConfig()
-    # Extensions beyond docs/architecture.md (documented in the README):
+    # Extensions of our own (README.md#configuration-reference):
     policy_timeout_s: Seconds = 15.0  # wait for the initial featureSets/update receipt
     policy_fallback: Literal["mcp-only", "close"] = "mcp-only"  # when that receipt never comes
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
@@ -96,14 +95,14 @@ class ScriptToolCall(Base):
 
 
 class ScriptReply(Base):
-    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#turns)."""
+    """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#backends)."""
 
     text: str = ""
     tool_calls: list[ScriptToolCall] = []
 
 
 class BackendConfig(Base):
-    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#turns."""
+    """One model backend ([agents.backend], [inference.backend]); docs/agents.md#backends."""
 
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     model: NonEmpty | None = None  # required for openai and anthropic (problems() says so)
@@ -125,7 +124,7 @@ DEFAULT_DEBOUNCE_MS = 300
 
 
 class AgentConfig(Base):
-    """One `[[agents]]` table; docs/agents.md#wakes–5 is the rule for every key."""
+    """One `[[agents]]` table; docs/agents.md is the rule for every key."""
 
     name: NonEmpty
     parent: NonEmpty | None = None
@@ -191,12 +190,22 @@ def default_config_path() -> Path:
     return Path(os.environ.get("MCPLHOST_CONFIG") or "mcplhost.toml")
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
+#: Why a well-formed grant pattern names no capability, or None when it names one. The capability
+#: vocabulary belongs to the protocol layer, which sits above config (docs/architecture.md#layers), so
+#: config never imports it: whoever loads a config for the host passes
+#: `mcplhost.protocol.grants.unknown_grant_problem` in (cli.py does, for check-config and run), and its
+#: answer is listed in place, as `connectors[i].grant[j]: ...`, with every other problem. Without it
+#: only a pattern's form is checked.
+UnknownGrant = Callable[[str], str | None]
+
+
+def load_config(path: str | os.PathLike[str], *, unknown_grant: UnknownGrant | None = None) -> Config:
     """Read, validate and resolve a config file; raise ConfigError listing every problem."""
-    return read_config(path)[0]
+    return read_config(path, unknown_grant=unknown_grant)[0]
 
 
-def read_config(path: str | os.PathLike[str], *, start_problems: bool = True) -> tuple[Config, list[str]]:
+def read_config(path: str | os.PathLike[str], *, start_problems: bool = True,
+                unknown_grant: UnknownGrant | None = None) -> tuple[Config, list[str]]:
     """Like `load_config`, and also the warnings: things that are allowed but surely not meant.
 
     Every check runs in one pass (types, cross-field rules, the files and
@@ -205,6 +214,7 @@ def read_config(path: str | os.PathLike[str], *, start_problems: bool = True) ->
     `start_problems=False` (`run`), what stops one connector from starting (a
     missing command, cwd or env file) is left to that connector: it fails its
     spawn and is retried by its restart policy, while the others run.
+    `unknown_grant`: the vocabulary check of grant patterns (`UnknownGrant`).
     """
     path = Path(path)
     if path.is_dir():
@@ -219,7 +229,7 @@ def read_config(path: str | os.PathLike[str], *, start_problems: bool = True) ->
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
     fatal, per_connector = machine_problems(raw, base)
-    found = problems(raw) + fatal + (per_connector if start_problems else [])
+    found = problems(raw, unknown_grant=unknown_grant) + fatal + (per_connector if start_problems else [])
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
     config = resolve(msgspec.convert(raw, Config), base, withheld=frozenset(api_key_variables(raw)))
@@ -273,9 +283,12 @@ def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def problems(raw: Any) -> list[str]:
-    """Every problem in a decoded TOML document, as ``path: what is wrong``."""
-    return _check(raw, Config, "") + _cross_field(raw if isinstance(raw, dict) else {})
+def problems(raw: Any, *, unknown_grant: UnknownGrant | None = None) -> list[str]:
+    """Every problem in a decoded TOML document, as ``path: what is wrong``.
+
+    Grant patterns are checked against the capability vocabulary only with `unknown_grant` (`UnknownGrant`).
+    """
+    return _check(raw, Config, "") + _cross_field(raw if isinstance(raw, dict) else {}, unknown_grant)
 
 
 def _entries(raw: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]:
@@ -285,7 +298,7 @@ def _entries(raw: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]
     return [(i, item) for i, item in enumerate(items) if isinstance(item, dict)]
 
 
-def _cross_field(raw: dict[str, Any]) -> list[str]:
+def _cross_field(raw: dict[str, Any], unknown_grant: UnknownGrant | None) -> list[str]:
     """Rules across fields, read defensively so they run beside the type checks."""
     found: list[str] = []
     for kind in ("connectors", "agents"):
@@ -305,7 +318,8 @@ def _cross_field(raw: dict[str, Any]) -> list[str]:
         grant = connector.get("grant")
         for j, pattern in enumerate(grant if isinstance(grant, list) else []):
             if isinstance(pattern, str) and pattern:
-                found += [f"connectors[{i}].grant[{j}]: {why}" for why in grant_pattern_problems(pattern)]
+                found += [f"connectors[{i}].grant[{j}]: {why}"
+                          for why in grant_pattern_problems(pattern, unknown_grant)]
         found += [f"connectors[{i}].{why}" for why in withheld_name_problems(connector, api_keys)]
     connector_names = {c.get("name") for _, c in _entries(raw, "connectors") if isinstance(c.get("name"), str)}
     for i, agent in _entries(raw, "agents"):
@@ -402,8 +416,9 @@ _GRANT_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 WAKE_ON_KEYWORDS = ("all", "addressed", "dm", "push")
 
 
-def grant_pattern_problems(pattern: str) -> list[str]:
-    """What is wrong with a grant pattern: each segment is `*` or a name, and it names a capability the host knows."""
+def grant_pattern_problems(pattern: str, unknown_grant: UnknownGrant | None = None) -> list[str]:
+    """What is wrong with a grant pattern: each segment is `*` or a name, and (with `unknown_grant`) it names a
+    capability the host knows; the vocabulary is asked only about a pattern of the right form."""
     segments = pattern.split(".")
     if "" in segments:
         return [f"{pattern!r} has an empty segment"]
@@ -411,7 +426,7 @@ def grant_pattern_problems(pattern: str) -> list[str]:
     if bad:
         return [f"{pattern!r}: segment {bad[0]!r} is neither * nor a capability name "
                 "(* stands for exactly one segment; there is no ** or partial wildcard)"]
-    unknown = unknown_grant_problem(pattern)
+    unknown = unknown_grant(pattern) if unknown_grant is not None else None
     return [unknown] if unknown is not None else []
 
 

@@ -19,7 +19,7 @@ so a test drives the same events in the same order without waiting them out.
 What is typed on dev's stdin goes to the `console` connector
 (mcplhost/connectors/console.py) through a Unix socket in a private
 folder: each line is a chat message on the `console` channel, `@scout …` a
-mention of scout (README "Start here"). stdin is read on the event loop
+mention of scout (README.md#start-here). stdin is read on the event loop
 (no thread), so nothing keeps the process alive once the host has stopped.
 """
 
@@ -72,7 +72,7 @@ PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
 #: channels.publish only once this host implements it, so dev never grants what nothing serves.
 CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish") if path in IMPLEMENTED]
-#: dev's one agent: scripted (no network), waking on what is addressed to it or private (README "Start here").
+#: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
 #: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
 DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [{"name": "stub__echo",
                                                                        "arguments": {"text": "ping"}}]},

@@ -1,4 +1,4 @@
-"""A connector's `env_file`: KEY=VALUE lines the host reads at each spawn (docs/operations.md, "Connector secrets").
+"""A connector's `env_file`: KEY=VALUE lines the host reads at each spawn (docs/operations.md#connector-environments-and-secrets).
 
 The syntax, the whole of it:
 

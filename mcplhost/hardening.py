@@ -1,4 +1,4 @@
-"""What the daemon does to itself so that its own children cannot read it (docs/operations.md §"What a connector can still reach").
+"""What the daemon does to itself so that its own children cannot read it (docs/operations.md#what-a-connector-can-still-reach).
 
 A connector runs as the daemon's user. Without this, it could read
 `/proc/<daemon pid>/environ` (the agents' api keys) or attach a debugger to

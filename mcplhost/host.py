@@ -1,4 +1,16 @@
-"""Build everything from the validated config and run it in one task group.
+"""Build everything from the validated config, whole, then run it in one task group.
+
+    async with open_host(config, notifier=notifier, on_stored=view.items) as host:
+        await host.run(stop, watchdog_s=watchdog_interval_s())
+
+`open_host` assembles the host before anything runs: it opens the store,
+builds the group writer, ingest (with its echo port, speech/echoes.py
+`EchoMemory`), one outbox sender per connector and the agents runtime, and
+hands back a `Host` whose every attribute is set. `Host.run` only starts
+what was built, once; leaving the `async with` closes the store and the
+`[inference]` backend, whether the host ran or not. A store that cannot be
+opened raises from `open_host` itself (its `StoreError`), before any child
+is spawned.
 
 Shutdown order: on `stop`, the agents go first (a turn in progress is
 aborted: its connectors hear lifecycle `aborted` and its record is written),
@@ -13,30 +25,44 @@ life (after a stop each reads `stopped`); the speech router, agent tools and
 status socket use those, never the supervisor's task group.
 
 `Host.outbox_senders` maps each connector's name to its `OutboxSender`
-(speech/outbox.py), built when the store opens and run beside the connectors
+(speech/outbox.py), built with the host and run beside the connectors
 (stopped with them, before the group writer); a turn that queued a publish
 calls its `notify()`.
+
+`Host.agents` is the agents runtime (agents/runtime.py); with no agent
+configured it has no runners and is never run.
+
+Stored events (`Stored(id, item)`, one per newly committed item) have one
+consumer. With agents configured, the agents are it. Otherwise a caller (a
+test, a tool) may pass `events=`, the sending end of
+`stored_event_stream()` (mcplhost/ingest/service.py); the host closes it
+when `run` ends, so the consumer sees the end of the stream once everything
+is committed. Passing `events=` to a host with agents is refused
+(HostStateError).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from functools import partial
 from types import MappingProxyType
-from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup
 
 from .agents.hooks import HookState
-from .agents.inference import connector_inference
+from .agents.inference import ConnectorInference, connector_inference
+from .agents.runtime import AgentsRuntime
 from .config import Config, ConnectorConfig
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
-from .ingest import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms
+from .ingest import Ingest, Stored, now_ms, stored_event_stream
 from .protocol.grants import IMPLEMENTED, offered_paths
-from .store import open_store
+from .speech.echoes import EchoMemory
+from .speech.outbox import OutboxSender
+from .store import NewItem, Pushes, Store, open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
@@ -50,118 +76,147 @@ PRUNE_INTERVAL_S = 3600.0
 
 
 class Host:
-    def __init__(self, config: Config, *, notifier: Notifier | None = None,
-                 on_stored: Callable[[list[Any]], None] | None = None) -> None:
+    """A host built whole by `open_host` (or `build_host`); `run` it once."""
+
+    def __init__(self, config: Config, *, store: Store, writer: GroupWriter, ingest: Ingest, hooks: HookState,
+                 inference: ConnectorInference | None, connectors: Mapping[str, ConnectorHandle],
+                 outbox_senders: Mapping[str, OutboxSender], agents: AgentsRuntime, notifier: Notifier,
+                 agent_events: ObjectReceiveStream[Stored] | None,
+                 events: ObjectSendStream[Stored] | None) -> None:
         self.config = config
-        self.notifier = notifier
-        self.on_stored = on_stored
-        self.ready = anyio.Event()
-        self.writer: GroupWriter | None = None
-        self.ingest: Ingest | None = None  # set while running
-        self._stored_send: ObjectSendStream[Stored] | None = None  # see stored_events()
+        self.store = store
+        self.writer = writer
+        self.ingest = ingest
         #: This host's hook and lifecycle bookkeeping: its agents write it, its connectors' inference/request
         #: reads it (the loop guard). Per host, never per process.
-        self.hooks = HookState()
+        self.hooks = hooks
         #: The `[inference]` backend connectors reach through inference/request and model/info (None: not configured).
-        self.inference = connector_inference(config, hook_pending=self.hooks.hook_pending)
-        offered = offered_paths(IMPLEMENTED, inference_configured=self.inference is not None)
-        self._handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=self.inference)
-                         for spec in config.connectors}
+        self.inference = inference
         #: name → the connector's live handle, one per configured connector for the host's whole life.
-        self.connectors: Mapping[str, ConnectorHandle] = MappingProxyType(self._handles)
-        #: The agents (set while running, when any is configured); they consume the Stored events.
-        self.agents: Any = None
-        self._senders: dict[str, Any] = {}
-        #: name → the connector's outbox sender (set while running).
-        self.outbox_senders: Mapping[str, Any] = MappingProxyType(self._senders)
-        self._agent_events = self.stored_events() if config.agents else None
-
-    def stored_events(self) -> ObjectReceiveStream[Stored]:
-        """The stream of `Stored(id, item)` events, one per newly committed item; call before `run`.
-
-        Bounded (STORED_EVENTS_BUFFER); a consumer that falls behind loses
-        events, flagged by `missed_before` (mcplhost/ingest/service.py). Without a call there is
-        no stream and no events.
-        """
-        if self._stored_send is not None:
-            raise HostStateError("stored_events() has one consumer; it was already taken")
-        self._stored_send, receive = anyio.create_memory_object_stream[Stored](STORED_EVENTS_BUFFER)
-        return receive
+        self.connectors = connectors
+        #: name → the connector's outbox sender.
+        self.outbox_senders = outbox_senders
+        self.agents = agents
+        self.notifier = notifier
+        self.ready = anyio.Event()
+        self._agent_events = agent_events  # the agents' end of the Stored stream (None: no agent configured)
+        self._events = events  # the sending end Ingest offers to; closed when `run` ends
+        self._ran = False
 
     async def run(self, stop: anyio.Event, *, watchdog_s: float | None = None) -> None:
-        """Run until `stop` is set, then stop gracefully."""
-        config = self.config
-        fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
-        async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
-            self.writer = writer = GroupWriter(store)
-            self.ingest = ingest = Ingest(store, writer, log, on_stored=self.on_stored, events=self._stored_send)
-            self._build_senders(store, writer)
+        """Run until `stop` is set, then stop gracefully (in the module docstring's order)."""
+        if self._ran:
+            raise HostStateError("a host runs once; open another with open_host")
+        self._ran = True
+        try:
             async with anyio.create_task_group() as base:
-                await base.start(writer.run)
-                base.start_soon(self._prune, store)
-                if watchdog_s is not None and self.notifier is not None:
-                    base.start_soon(self._watchdog, watchdog_s)
+                await base.start(self.writer.run)
+                base.start_soon(_prune, self.store.pushes)
+                if watchdog_s is not None:
+                    base.start_soon(_watchdog, self.notifier, watchdog_s)
                 async with anyio.create_task_group() as connectors:
                     async with anyio.create_task_group() as agents:
                         if self._agent_events is not None:
                             # Cursors first: a new agent's starts at the end before any connector can add an item.
-                            await agents.start(self._run_agents, store, writer, self._agent_events)
-                        for sender in self._senders.values():  # each waits for its connector to be ready
+                            await agents.start(self.agents.run, self._agent_events)
+                        for sender in self.outbox_senders.values():  # each waits for its connector to be ready
                             connectors.start_soon(sender.run)
-                        connectors.start_soon(self._start_all, connectors, ingest)
+                        connectors.start_soon(self._start_all, connectors)
                         await stop.wait()
                         log.info("host.stopping")
-                        if self.notifier is not None:
-                            self.notifier.send("STOPPING=1")
+                        self.notifier.send("STOPPING=1")
                         # Agents first: an aborted turn still tells its connectors (lifecycle) and is recorded.
                         agents.cancel_scope.cancel()
                     connectors.cancel_scope.cancel()
                 base.cancel_scope.cancel()
-        if self.inference is not None:
-            await self.inference.aclose()
-        if self._stored_send is not None:
-            self._stored_send.close()  # the consumer sees the end of the stream once everything is committed
-        log.info("host.stopped", **(self.writer.stats if self.writer else {}))
+        finally:
+            self.close_events()
+        log.info("host.stopped", **self.writer.stats)
 
-    async def _run_agents(self, store: Any, writer: GroupWriter, events: ObjectReceiveStream[Stored], *,
-                          task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        from .agents.runtime import AgentsRuntime  # only a host with agents loads them (and their SDKs)
+    def close_events(self) -> None:
+        """End the Stored stream: its consumer sees the end once everything is committed (idempotent)."""
+        if self._events is not None:
+            self._events.close()
+        if self._agent_events is not None:
+            self._agent_events.close()  # the agents closed their end if they ran; if not, nobody will read it
 
-        self.agents = AgentsRuntime(self.config, store, writer, self.connectors, events, outbox=self.outbox_senders,
-                                    hooks=self.hooks)
-        await self.agents.run(task_status=task_status)
-
-    def _build_senders(self, store: Any, writer: GroupWriter) -> None:
-        from .speech.outbox import OutboxSender
-
-        max_age_s = {agent.name: agent.publish_max_age_s for agent in self.config.agents}
-        self._senders.clear()
-        for name, handle in self._handles.items():
-            self._senders[name] = OutboxSender(store, writer, handle, max_age_s=max_age_s)
-
-    async def _start_all(self, connectors: anyio.abc.TaskGroup, ingest: Ingest) -> None:
+    async def _start_all(self, connectors: TaskGroup) -> None:
         """Start every connector at once; READY=1 once each finished its handshake or gave up."""
         async with anyio.create_task_group() as starting:
             for spec in self.config.connectors:
-                starting.start_soon(self._start_one, connectors, spec, ingest)
+                starting.start_soon(self._start_one, connectors, spec)
         self.ready.set()
         log.info("host.ready", connectors=len(self.config.connectors))
-        if self.notifier is not None:
-            self.notifier.send("READY=1")
+        self.notifier.send("READY=1")
 
-    async def _start_one(self, connectors: anyio.abc.TaskGroup, spec: ConnectorConfig, ingest: Ingest) -> None:
-        await connectors.start(partial(supervise, handle=self._handles[spec.name]), spec, ingest)
+    async def _start_one(self, connectors: TaskGroup, spec: ConnectorConfig) -> None:
+        await connectors.start(partial(supervise, handle=self.connectors[spec.name]), spec, self.ingest)
 
-    async def _watchdog(self, interval_s: float) -> None:
-        assert self.notifier is not None
-        while True:
-            self.notifier.send("WATCHDOG=1")
-            await anyio.sleep(interval_s)
 
-    @staticmethod
-    async def _prune(store: Any) -> None:
-        while True:
-            removed = await store.pushes.prune(now_ms() - PUSH_DEDUP_WINDOW_MS)
-            if removed:
-                log.info("store.pushes_pruned", removed=removed)
-            await anyio.sleep(PRUNE_INTERVAL_S)
+def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
+               on_stored: Callable[[list[NewItem]], None] | None = None,
+               events: ObjectSendStream[Stored] | None = None) -> Host:
+    """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store)."""
+    if config.agents and events is not None:
+        raise HostStateError("stored events have one consumer; this host's agents take them")
+    agent_events: ObjectReceiveStream[Stored] | None = None
+    if config.agents:
+        events, agent_events = stored_event_stream()
+    writer = GroupWriter(store)
+    ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events)
+    hooks = HookState()
+    inference = connector_inference(config)
+    offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
+    handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks)
+               for spec in config.connectors}
+    max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
+    senders = MappingProxyType({name: OutboxSender(store, writer, handle, max_age_s=max_age_s)
+                                for name, handle in handles.items()})
+    connectors = MappingProxyType(handles)
+    agents = AgentsRuntime(config, store, writer, connectors, outbox=senders, hooks=hooks)
+    return Host(config, store=store, writer=writer, ingest=ingest, hooks=hooks, inference=inference,
+                connectors=connectors, outbox_senders=senders, agents=agents,
+                notifier=notifier if notifier is not None else Notifier(None, log),
+                agent_events=agent_events, events=events)
+
+
+@asynccontextmanager
+async def open_host(config: Config, *, notifier: Notifier | None = None,
+                    on_stored: Callable[[list[NewItem]], None] | None = None,
+                    events: ObjectSendStream[Stored] | None = None) -> AsyncIterator[Host]:
+    """Open the store and build the host over it; on exit close the store, then the `[inference]` backend.
+
+    `notifier`: systemd's (none: notifications go nowhere). `on_stored`: called
+    after each commit with the items new in it (`mcplhost dev`'s live view).
+    `events`: see the module docstring.
+    """
+    fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
+    inference: ConnectorInference | None = None
+    try:
+        async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
+            host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events)
+            inference = host.inference
+            try:
+                yield host
+            finally:
+                host.close_events()
+                host.writer.close()  # a host that ran already drained it; one that never ran has nothing queued
+    finally:
+        if events is not None:
+            events.close()  # also when the store could not be opened: the consumer must not wait forever
+        if inference is not None:
+            await inference.aclose()
+
+
+async def _watchdog(notifier: Notifier, interval_s: float) -> None:
+    while True:
+        notifier.send("WATCHDOG=1")
+        await anyio.sleep(interval_s)
+
+
+async def _prune(pushes: Pushes) -> None:
+    while True:
+        removed = await pushes.prune(now_ms() - PUSH_DEDUP_WINDOW_MS)
+        if removed:
+            log.info("store.pushes_pruned", removed=removed)
+        await anyio.sleep(PRUNE_INTERVAL_S)

@@ -8,7 +8,7 @@ Rendered lines never touch the sink from the event loop: they go into a
 bounded queue that one writer thread empties (`LineQueue`), so a sink that
 blocks (stderr into a full pipe, a slow journald) stalls only that thread.
 When the queue is full a line is dropped and counted, and the next write
-carries a `log.dropped` line with the count (docs/operations.md, "Logs").
+carries a `log.dropped` line with the count (docs/operations.md#logs).
 
 Per-message events a connector can cause at will (a refusal, a stray
 response, a junk line) go through a `LimitedLog`: per connector and event,

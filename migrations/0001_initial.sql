@@ -2,7 +2,7 @@
 -- The runner wraps this file in one transaction and records it in
 -- schema_version; do not put BEGIN/COMMIT here.
 
--- One row per stored item (docs/provenance.md, docs/architecture.md "An exported item").
+-- One row per stored item (docs/provenance.md §6).
 -- server_id, channel_id and message_id repeat metadata.serverId/.channelId/
 -- .messageId so reads by channel or message use an index instead of parsing JSON.
 CREATE TABLE items (

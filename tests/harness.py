@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -16,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, ObjectSendStream
 
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
-from mcplhost.host import Host
+from mcplhost.host import Host, open_host
+from mcplhost.ingest import Stored
+from mcplhost.rpc import Session
 from mcplhost.store import StoredItem, open_reader
 
 PYTHON = sys.executable
@@ -108,11 +112,11 @@ async def wait_for(condition: Callable[[], Any], timeout: float = 15.0, interval
 
 
 @asynccontextmanager
-async def running_host(config: Config, *, wait_ready: bool = True) -> AsyncIterator[Host]:
-    """Run a Host in this test's event loop; stop it gracefully on exit."""
-    host = Host(config)
+async def running_host(config: Config, *, wait_ready: bool = True,
+                       events: ObjectSendStream[Stored] | None = None) -> AsyncIterator[Host]:
+    """Run a Host in this test's event loop; stop it gracefully on exit (`events`: see mcplhost/host.py)."""
     stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
+    async with open_host(config, events=events) as host, anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
         if wait_ready:
             with anyio.fail_after(30):
@@ -173,7 +177,7 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
                     handshake: bool = True) -> AsyncIterator[Any]:
     """One McplConnection on a real connector subprocess and a real store, without the supervisor.
 
-    For tests that drive the connection from the host side (`update_policy`,
+    For tests that drive the connection from the host side (`send_policy`,
     `refresh_manifest`). Yields the connection after its handshake; on exit
     the child goes through the shutdown ladder.
     """
@@ -181,7 +185,7 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
 
     from mcplhost.ingest import Ingest
     from mcplhost.protocol.connection import McplConnection
-    from mcplhost.rpc import Session
+    from mcplhost.speech.echoes import EchoMemory
     from mcplhost.store import open_store
     from mcplhost.store.writer import GroupWriter
     from mcplhost.supervisor.process import child_environment, spawn, stop
@@ -191,11 +195,11 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
         writer = GroupWriter(store)
         await tg.start(writer.run)
         process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
-        connection = McplConnection(spec, intake if intake is not None else Ingest(store, writer, clog), clog)
-        session = Session(process.stdin, process.stdout, on_request=connection.on_request,  # type: ignore[arg-type]
-                          on_notification=connection.on_notification, log=clog,
+        session = Session(process.stdin, process.stdout, log=clog,  # type: ignore[arg-type]
                           max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s)
-        connection.attach(session)
+        if intake is None:
+            intake = Ingest(store, writer, clog, echoes=EchoMemory(store.outbox))
+        connection = McplConnection(spec, session, intake, clog)
         tg.start_soon(session.run)
         tg.start_soon(connection.run_background)
         try:
@@ -208,6 +212,41 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
             tg.cancel_scope.cancel()
 
 
+async def change_grant(connection: Any, grant: frozenset[str]) -> None:
+    """Change a `connected` connection's grant from the host side, as a re-fetched manifest does (`send_policy`)."""
+    await connection.send_policy(frozenset(grant), initial=False)
+
+
+class _GonePeer(ByteReceiveStream, ByteSendStream):
+    """The far end of a session whose peer is already gone: reads end at once, writes go nowhere."""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        raise anyio.EndOfStream
+
+    async def send(self, item: bytes) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def gone_session() -> Session:
+    """A session for a McplConnection with no process behind it; running it ends at once and closes it.
+
+    Its cancel scopes need an async backend, so outside an event loop it is
+    built inside a short one (it is never run there).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(_gone_session)
+    return Session(_GonePeer(), _GonePeer())
+
+
+async def _gone_session() -> Session:
+    return Session(_GonePeer(), _GonePeer())
+
+
 def push(event_id: str = "e-1", feature_set: str = "chat", body: str = "ping", **extra: Any) -> dict[str, Any]:
     """`push/event` params with one text block."""
     return {"featureSet": feature_set, "eventId": event_id, "timestamp": "2026-01-01T00:00:00Z",
@@ -215,7 +254,7 @@ def push(event_id: str = "e-1", feature_set: str = "chat", body: str = "ping", *
 
 
 def descriptor(channel_id: str, **extra: Any) -> dict[str, Any]:
-    """A ChannelDescriptor (§14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
+    """A ChannelDescriptor (SPEC §14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
     return {"id": channel_id, "type": "disc", "label": "#" + channel_id.rsplit(":", 1)[-1],
             "direction": "bidirectional", "address": {"channel": channel_id}, **extra}
 

@@ -30,12 +30,13 @@ from mcplhost.config import (
     warnings,
 )
 from mcplhost.errors import ConfigError
+from mcplhost.protocol.grants import unknown_grant_problem
 from mcplhost.rpc.framing import MAX_LINE_BYTES
 from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
 from mcplhost.store.db import DEFAULT_SYNCHRONOUS
 
-#: The configuration example of docs/architecture.md, verbatim.
-INTERFACES_EXAMPLE = """
+#: A configuration setting every key, as README.md#configuration-reference describes them.
+FULL_EXAMPLE = """
 [store]
 path = "mcplhost.db"                 # SQLite file; created and migrated on start
 
@@ -46,7 +47,7 @@ env = { GUILDS = "acme" }             # optional, added to the child's environme
 cwd = "."                             # optional
 grant = ["channels.register", "channels.incoming", "channels.publish", "pushEvents"]
 request_timeout_s = 10                # optional
-protocol = "auto"                     # optional: "auto" | "0.5" | "0.4" (see ../mcpl/COMPAT.md)
+protocol = "auto"                     # optional: "auto" | "0.5" | "0.4" (see docs/mcpl-compat.md)
 channels = ["discord:g1:*"]           # optional: globs of channel ids it may register (default: any)
 feature_sets = { enabled = ["discord.messaging"], disabled = [] }   # optional selection for featureSets/update
 accept_tag_implications = false       # optional: apply the connector's own tagOntology `implies` edges
@@ -92,7 +93,7 @@ max_tokens = 1024
 timeout_s = 60
 max_retries = 2
 temperature = 0.7                     # optional
-script = []                           # scripted only: replies in turn (docs/agents.md#turns)
+script = []                           # scripted only: replies in turn (docs/agents.md#backends)
 
 [[agents]]
 name = "lead"
@@ -113,16 +114,17 @@ def write(folder: Path, text: str, name: str = "mcplhost.toml") -> Path:
 
 
 def problems_of(text: str) -> list[str]:
+    """Every problem of a TOML text, the grant vocabulary included (as check-config and run check it)."""
     import tomllib
 
-    return problems(tomllib.loads(text))
+    return problems(tomllib.loads(text), unknown_grant=unknown_grant_problem)
 
 
 class TestLoadConfig:
-    def test_the_interfaces_example_loads(self, tmp_path) -> None:
-        """docs/architecture.md's example decodes with every field where the document puts it."""
+    def test_the_full_example_loads(self, tmp_path) -> None:
+        """The full example decodes with every field where README.md#configuration-reference puts it."""
         # "python" need not be on PATH (Debian has none): the interpreter running the tests stands in.
-        config = load_config(write(tmp_path, INTERFACES_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
+        config = load_config(write(tmp_path, FULL_EXAMPLE.replace('"python"', json.dumps(sys.executable))))
         discord, _ = config.connectors
         assert discord.env == {"GUILDS": "acme"} and discord.channels == ["discord:g1:*"]
         assert discord.feature_sets.enabled == ["discord.messaging"] and discord.request_timeout_s == 10
@@ -272,7 +274,7 @@ class TestProblems:
         """When problems() finds nothing, msgspec's own conversion succeeds too."""
         import tomllib
 
-        raw = tomllib.loads(INTERFACES_EXAMPLE)
+        raw = tomllib.loads(FULL_EXAMPLE)
         assert problems(raw) == []
         assert isinstance(msgspec.convert(raw, Config), Config)
 
@@ -305,6 +307,29 @@ class TestPatternsAndWakes:
         """A well-formed pattern matching no path of the vocabulary would grant nothing: a problem, not silence."""
         (problem,) = problems_of(one_connector(grant=json.dumps([pattern])))
         assert problem.startswith("connectors[0].grant[0]: ") and says in problem, problem
+
+    def test_the_vocabulary_check_is_the_callers_and_answers_in_place(self, tmp_path) -> None:
+        """config knows no capability names: the loader's check is asked about well-formed patterns only.
+
+        Its answer is listed where the pattern is, through load_config too;
+        without a check only the form is judged.
+        """
+        text = one_connector(grant=json.dumps(["pushEvents", "channels..register", "channels.incomming"]))
+        asked: list[str] = []
+
+        def check(pattern: str) -> str | None:
+            asked.append(pattern)
+            return "unknown here" if pattern == "channels.incomming" else None
+
+        assert problems(tomllib.loads(text), unknown_grant=check) == [
+            "connectors[0].grant[1]: 'channels..register' has an empty segment",
+            "connectors[0].grant[2]: unknown here"]
+        assert asked == ["pushEvents", "channels.incomming"]
+        assert problems(tomllib.loads(text)) == ["connectors[0].grant[1]: 'channels..register' has an empty segment"]
+        with pytest.raises(ConfigError) as raised:
+            load_config(write(tmp_path, text), unknown_grant=unknown_grant_problem)
+        assert [p.partition(":")[0] for p in raised.value.problems] == ["connectors[0].grant[1]",
+                                                                          "connectors[0].grant[2]"]
 
     @pytest.mark.parametrize("entry", ["all", "addressed", "dm", "push", "a", "a/stub:g1:*"])
     def test_wake_on_entries_from_agents_md_pass(self, entry: str) -> None:
@@ -388,7 +413,7 @@ def agent(**fields: str) -> str:
 
 class TestAgentConfig:
     def test_defaults_are_agents_md_s(self) -> None:
-        """An agent with only a name gets the defaults docs/agents.md and docs/architecture.md give."""
+        """An agent with only a name gets the defaults docs/agents.md and README.md#configuration-reference give."""
         scout = AgentConfig(name="scout")
         assert (scout.hears, scout.wake_on, scout.wake_from, scout.wake_from_bots) == (None, ["addressed", "dm"],
                                                                                     None, False)

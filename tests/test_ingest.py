@@ -16,8 +16,11 @@ from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored
 from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import export_line, open_store
 from mcplhost.store.writer import GroupWriter
+
+from .harness import wait_for
 
 ROOM = "disc:g1:room"
 
@@ -40,7 +43,8 @@ async def ingest(folder: Path, *, buffer: int = STORED_EVENTS_BUFFER,
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        yield Ingest(store, writer, structlog.get_logger(), events=send if events else None), receive
+        yield Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox),
+                     events=send if events else None), receive
         tg.cancel_scope.cancel()
     send.close()
     receive.close()
@@ -150,6 +154,45 @@ class TestStoredEvents:
         async with ingest(tmp_path, events=False) as (intake, _):
             (result,) = await intake.store_messages("disc", "channels/incoming", [message()])
             assert result["accepted"] and intake.statistics()["stored_events"] == 0
+
+
+class HeldEchoes:
+    """An echo port that holds its seed until released and says every item is an echo of outbox row 9."""
+
+    def __init__(self) -> None:
+        self.release = anyio.Event()
+        self.seeds = 0
+        self.marked_early = 0  # items marked before the seed was in
+
+    async def seed(self, now_ms: int) -> int:
+        self.seeds += 1
+        await self.release.wait()
+        return 0
+
+    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        self.marked_early += not self.release.is_set()
+        return dict(metadata, echoOf=9)
+
+
+class TestEchoPort:
+    async def test_the_port_is_seeded_once_before_any_item_and_its_mark_is_stored(self, tmp_path: Path):
+        """Two concurrent first requests: one seed, nothing stored or marked until it is in; the port's mark kept."""
+        echoes = HeldEchoes()
+        async with open_store(tmp_path / "host.db") as store, anyio.create_task_group() as tg:
+            writer = GroupWriter(store)
+            await tg.start(writer.run)
+            intake = Ingest(store, writer, structlog.get_logger(), echoes=echoes)
+            async with anyio.create_task_group() as requests:
+                requests.start_soon(intake.store_messages, "disc", "channels/incoming", [message("m-1")])
+                requests.start_soon(intake.store_push, "disc", push())
+                await wait_for(lambda: echoes.seeds)
+                await anyio.wait_all_tasks_blocked()
+                assert await store.items.list() == []
+                echoes.release.set()
+            stored = await store.items.list()
+            tg.cancel_scope.cancel()
+        assert echoes.seeds == 1 and echoes.marked_early == 0
+        assert len(stored) == 2 and all(item.metadata["echoOf"] == 9 for item in stored)
 
 
 class TestAuthorId:

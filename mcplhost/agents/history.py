@@ -1,4 +1,4 @@
-"""The stored rows of a context as backend messages (docs/agents.md#turns), before the compiler bounds them.
+"""The stored rows of a context as backend messages (docs/agents.md#compilation), before the compiler bounds them.
 
 Each row becomes one unit of messages that stay together: a heard item or
 an own row is one message; a tool-call message takes the round's other
@@ -23,7 +23,7 @@ from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, tu
 from mcplhost.inbound.digest import canonical_json
 from mcplhost.store.items import StoredItem
 
-#: Images that keep their pixels, newest first; older ones become "[image]" (docs/agents.md#turns).
+#: Images that keep their pixels, newest first; older ones become "[image]" (docs/agents.md#compilation).
 IMAGES_WITH_PIXELS = 4
 #: What one image counts for against `context_chars`: about the ~1,000 tokens a model bills for it.
 IMAGE_CHARS = 4000
@@ -148,14 +148,13 @@ def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap:
                 units[-1].open_calls = False  # a later call belongs to the next round
             # placed with its call, or dropped as an orphan no backend would take
         elif entry == "tool-call":
-            call = tool_call_of(row)
-            assert call is not None
-            if call.id not in called:
+            call = tool_call_of(row)  # not None: the entry says so
+            if call is not None and call.id not in called:
                 called.add(call.id)
                 _add_call(units, row, call, results)
     for unit in units:
         if unit.results is not None:
-            _close(unit, result_cap)
+            _close(unit, unit.results, result_cap)
             unit.chars = sum(draft_chars(d) for d in unit.drafts)
     return units
 
@@ -229,10 +228,9 @@ def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[
         (last.results is not None and last.open_calls and last.turn == turn)
         or (last.results is None and len(last.drafts) == 1 and last.drafts[0].role == "assistant"
             and turn is not None and last.turn == turn))
-    if not joinable:
+    if last is None or not joinable:
         last = Unit([Draft("assistant", [])], 0, [], turn=turn, open_calls=True, results={})
         units.append(last)
-    assert last is not None
     if last.results is None:  # the speech unit becomes a call group: a copy, the cached unit stays as it is
         speech = last.drafts[0]
         last = Unit([Draft(speech.role, list(speech.parts))], last.rows, list(last.item_ids), turn=last.turn,
@@ -247,11 +245,10 @@ def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[
         last.results[call.id] = results[call.id]
 
 
-def _close(unit: Unit, result_cap: int) -> None:
-    """Put each call's result (or a synthetic "interrupted") right after the calls."""
-    assert unit.results is not None
+def _close(unit: Unit, results: dict[str, StoredItem], result_cap: int) -> None:
+    """Put each call's result (`results`, the unit's own) or a synthetic "interrupted" right after the calls."""
     for call in unit.drafts[0].tool_calls:
-        result = unit.results.get(call.id)
+        result = results.get(call.id)
         if result is None:
             unit.drafts.append(Draft("tool", [INTERRUPTED_TEXT], tool_call_id=call.id))
             continue

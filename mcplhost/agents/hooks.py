@@ -1,4 +1,4 @@
-"""The MCPL side of one inference: `context/beforeInference` hooks and `inference/lifecycle` (MCPL context hooks and inference lifecycle).
+"""The MCPL side of one inference: `context/beforeInference` hooks and `inference/lifecycle` (docs/agents.md#hooks-and-lifecycle).
 
 Both go only to connectors the agent hears (its `hears`, by connector name)
 and only under the grant:

@@ -1,9 +1,11 @@
 """Server-initiated inference: `inference/request` and `model/info` through the `[inference]` backend (docs/agents.md#inference).
 
-The protocol layer authorizes each request at receipt (the grant, the
-feature set, `inferenceRequest.streaming` for `stream: true`, the loop guard)
-and hands what passed to `ConnectorInference`, the port host.py builds when
-`[inference]` is configured. Without `[inference]` there is no port, and
+`ConnectorInference` implements the protocol layer's `InferenceService`
+port (mcplhost/protocol/ports.py); host.py builds it when `[inference]` is
+configured and hands it to every connection. The protocol layer authorizes
+each request at receipt (the grant, the feature set,
+`inferenceRequest.streaming` for `stream: true`, the loop guard) and hands
+what passed to `admit`. Without `[inference]` there is no service, and
 neither capability is offered, advertised or granted.
 
 The request's messages are the connector's, passed through unchanged: no
@@ -19,16 +21,18 @@ cancelled by the connector, or never starts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
-import msgspec
 import structlog
 
+from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.common import block_text
 from mcplhost.agents.model import Backend, BackendError, Message, ModelRequest, ModelResponse
 from mcplhost.config import InferenceConfig
+from mcplhost.protocol.params import InferenceRequest
+from mcplhost.protocol.ports import InferenceInvalid, InferenceRefused, SendChunk
 
 log = structlog.get_logger()
 
@@ -41,28 +45,6 @@ FINISH_REASONS = {"stop": "end_turn", "end_turn": "end_turn", "length": "max_tok
                   "stop_sequence": "stop_sequence"}
 #: Roles a connector's message may take; `system` ones become the system text.
 ROLES = frozenset({"user", "assistant", "system"})
-
-#: Sends one `inference/chunk` notification's params (awaits the pipe).
-SendChunk = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class InferenceRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """`inference/request` params (docs/connectors.md); unknown fields are tolerated."""
-
-    featureSet: str
-    messages: list[Any]
-    conversationId: str | None = None
-    stream: bool = False
-    preferences: dict[str, Any] | None = None
-
-
-class InferenceRefused(Exception):
-    """A request the port will not serve; `reason` is what the wire error carries."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
 
 
 def message_of(raw: Any, index: int) -> Message | str:
@@ -107,7 +89,7 @@ def model_request(params: InferenceRequest, config: InferenceConfig) -> ModelReq
     wanted = preferences.get("maxTokens")
     max_tokens = backend.max_tokens
     if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 1:
-        max_tokens = min(wanted, backend.max_tokens)  # the host's bound wins (§3.5: budget)
+        max_tokens = min(wanted, backend.max_tokens)  # the host's bound wins (docs/agents.md#inference)
     temperature = preferences.get("temperature")
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not 0 <= temperature <= 2:
         temperature = backend.temperature
@@ -166,29 +148,30 @@ class _ChunkPump:
 
 
 class ConnectorInference:
-    """The `[inference]` backend as connectors reach it: one per host, shared by every connector.
+    """The `[inference]` backend as connectors reach it (the `InferenceService` port): one per host, shared."""
 
-    `hook_pending(server)` says whether that connector's own
-    `context/beforeInference` call is outstanding (the loop guard, -32600).
-    """
-
-    def __init__(self, config: InferenceConfig, backend: Backend, *,
-                 hook_pending: Callable[[str], bool] = lambda server: False) -> None:
+    def __init__(self, config: InferenceConfig, backend: Backend) -> None:
         self.config = config
         self.backend = backend
-        self.hook_pending = hook_pending
         self._running: dict[str, int] = {}
 
     def model_info(self) -> dict[str, Any]:
         return model_info(self.config)
 
-    def admit(self, server_id: str) -> Callable[[], None]:
-        """Take one of the connector's places (checked at receipt); return what gives it back (idempotent).
+    def admit(self, server_id: str, params: InferenceRequest) -> AdmittedInference:
+        """Check the messages, then take one of the connector's places (both at receipt).
 
-        Raises InferenceRefused when the connector may not start another request now.
+        Raises InferenceInvalid for malformed messages and InferenceRefused
+        ("busy") when the connector may not start another request now.
         """
-        if self.hook_pending(server_id):
-            raise InferenceRefused("hook_pending", "a context/beforeInference call to this connector is outstanding")
+        try:
+            request = model_request(params, self.config)
+        except ValueError as exc:
+            raise InferenceInvalid(str(exc)) from None
+        return AdmittedInference(self, server_id, params, request, self._take_place(server_id))
+
+    def _take_place(self, server_id: str) -> Callable[[], None]:
+        """One of the connector's places; returns what gives it back (idempotent)."""
         if self._running.get(server_id, 0) >= MAX_CONCURRENT_PER_CONNECTOR:
             raise InferenceRefused("busy", f"at most {MAX_CONCURRENT_PER_CONNECTOR} requests at once")
         self._running[server_id] = self._running.get(server_id, 0) + 1
@@ -207,7 +190,7 @@ class ConnectorInference:
                        request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
         """Run one request `admit` let in (its caller gives the place back); streamed chunks all go out first.
 
-        Raises BackendError when the backend fails.
+        Raises InferenceRefused, with the backend's reason, when the backend fails.
         """
         clog = log.bind(connector=server_id, featureSet=params.featureSet, conversationId=params.conversationId,
                         stream=params.stream)
@@ -226,7 +209,7 @@ class ConnectorInference:
                 chunks = 0
         except BackendError as exc:
             clog.warning("inference.failed", reason=exc.reason, detail=exc.detail)
-            raise
+            raise InferenceRefused(exc.reason, exc.detail) from None
         result = inference_result(response, request.model)
         clog.info("inference.completed", model=result["model"], finishReason=result["finishReason"], chunks=chunks,
                   inputTokens=response.usage.input_tokens, outputTokens=response.usage.output_tokens)
@@ -236,14 +219,24 @@ class ConnectorInference:
         await self.backend.aclose()
 
 
-def connector_inference(config: Any, *, hook_pending: Callable[[str], bool]) -> ConnectorInference | None:
-    """The port for a host's `Config`: None without `[inference]` (then nothing is offered or granted).
+class AdmittedInference:
+    """One request `ConnectorInference.admit` let in (the `InferenceCall` port): its place is held until `release`."""
 
-    `hook_pending`: the host's own loop guard (its agents' `HookState`).
-    """
+    def __init__(self, service: ConnectorInference, server_id: str, params: InferenceRequest, request: ModelRequest,
+                 release: Callable[[], None]) -> None:
+        self._service = service
+        self._server_id = server_id
+        self.params = params
+        self.request = request
+        self.release = release
+
+    async def run(self, *, request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
+        return await self._service.complete(self._server_id, self.params, self.request, request_id=request_id,
+                                            send_chunk=send_chunk)
+
+
+def connector_inference(config: Any) -> ConnectorInference | None:
+    """The service for a host's `Config`: None without `[inference]` (then nothing is offered or granted)."""
     if config.inference is None:
         return None
-    # Late: the backends sit above the supervisor, which the protocol layer (importing this module) sits below.
-    from mcplhost.agents.backends import make_backend
-
-    return ConnectorInference(config.inference, make_backend(config.inference.backend), hook_pending=hook_pending)
+    return ConnectorInference(config.inference, make_backend(config.inference.backend))

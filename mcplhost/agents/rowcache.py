@@ -28,12 +28,11 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from operator import attrgetter
-from typing import Any
 
 import anyio
 
 from mcplhost.agents.history import RenderedRows
-from mcplhost.store import StoredItem
+from mcplhost.store import Repositories, StoredItem
 
 #: Rows read per page when catching up with what was stored since the last read.
 READ_PAGE = 1000
@@ -42,7 +41,7 @@ _row_id = attrgetter("id")
 
 
 class RowCache:
-    def __init__(self, store: Any, limit: int) -> None:
+    def __init__(self, store: Repositories, limit: int) -> None:
         self.store = store
         self.limit = limit
         self.rendered = RenderedRows()  # this store's rows as the compiler renders them (ids are per store)

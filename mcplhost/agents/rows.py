@@ -39,7 +39,7 @@ __all__ = [
     "turn_of",
 ]
 
-#: Notice kinds the host writes (docs/architecture.md); `notice_row` refuses any other.
+#: Notice kinds the host writes (docs/agents.md#turns); `notice_row` refuses any other.
 NOTICE_KINDS = frozenset({SOURCE_HEADER_NOTICE_KIND, "drafts", "failed-reply", "turn-failed"})
 
 RowKind = Literal["speech", "draft", "tool-call", "tool-result", "notice", "peer", "other"]

@@ -1,7 +1,7 @@
 """The agents at run time: one scheduler and one task per agent, fed by the core's `Stored` events.
 
-    runtime = AgentsRuntime(config, store, writer, host.connectors, host_events)
-    await task_group.start(runtime.run)
+    runtime = AgentsRuntime(config, store, writer, host.connectors, outbox=host.outbox_senders)
+    await task_group.start(runtime.run, stored_events)
 
 The dispatcher reads each `Stored` event and hands it to every agent's
 `AgentScheduler` (pure, time as a parameter); it never waits for a turn, so
@@ -10,7 +10,7 @@ has its own task that sleeps until its scheduler's next deadline (or a nudge
 from the dispatcher), takes the due `Wake` and runs the turn (turn.py). A
 slow backend or a hung connector delays only that agent.
 
-Catch-up (docs/operations.md, "When an agent misbehaves"): at start each agent wakes once
+Catch-up (docs/agents.md#catch-up): at start each agent wakes once
 for matching items after its durable cursor younger than
 `catch_up_max_age_s`; an agent seen for the first time gets a cursor at the
 current end of the store, written at once. When the event stream says events
@@ -38,7 +38,7 @@ the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
 with its `turn-failed` notice); the agent goes on serving later wakes.
 Cancellation always goes through.
 
-Echoes (docs/architecture.md, "Agents"): a wake's items are read once more when it fires and
+Echoes (docs/agents.md#echoes): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
 can be stored before its publish is answered); a wake of echoes only is no
 turn, and the cursor moves past it. The outbox's echo window is seeded before
@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
 import msgspec
@@ -66,22 +65,26 @@ from mcplhost.agents.backends import make_backend
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats, Wake
+from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
+from mcplhost.agents.services import TurnServices
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
     CONTEXT_ROWS,
     OUTCOME_COMPLETED,
     OUTCOME_FAILED,
     OUTCOME_HELD,
-    TurnServices,
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.wake import without_late_echoes
+from mcplhost.agents.wake import Wake, without_late_echoes
 from mcplhost.config import AgentConfig, Config, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
+from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.speech.outbox import OutboxSender
+from mcplhost.store import Store
 from mcplhost.store.operations import CloseUnfinishedTurns, SetCursor, StartCursor
+from mcplhost.store.writer import GroupWriter
 
 log = structlog.get_logger()
 
@@ -197,16 +200,14 @@ class AgentRunner:
 class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
-    def __init__(self, config: Config, store: Any, writer: Any, handles: Mapping[str, Any],
-                 stored: ObjectReceiveStream[Stored], *, backends: Mapping[str, Backend] | None = None,
-                 clock_ms: Callable[[], int] = now_ms, outbox: Mapping[str, Any] | None = None,
-                 hooks: HookState | None = None) -> None:
+    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, ConnectorPort], *,
+                 backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
+                 outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None) -> None:
         self.config = config
         self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
         self.store = store
         self.writer = writer
         self.handles = handles
-        self.stored = stored
         #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
         self.hooks = hooks if hooks is not None else HookState()
         self.runners: dict[str, AgentRunner] = {}
@@ -241,14 +242,16 @@ class AgentsRuntime:
             stats[name] = snapshot
         return stats
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, stored: ObjectReceiveStream[Stored], *,
+                  task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start the cursors and the agents, then offer every event of `stored` until cancelled or it ends."""
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
                 for runner in self.runners.values():
                     tg.start_soon(runner.run, name=f"agent {runner.agent.name}")
                 task_status.started()
-                await self._dispatch()
+                await self._dispatch(stored)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
                 for runner in self.runners.values():
@@ -345,11 +348,11 @@ class AgentsRuntime:
         for name, cursor in cursors.items():
             log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
-    async def _dispatch(self) -> None:
+    async def _dispatch(self, stored: ObjectReceiveStream[Stored]) -> None:
         """Offer each event; everything the stream holds at once is one batch, offered in id order."""
-        async with self.stored:
-            async for first in self.stored:
-                for event in sorted([first, *self._buffered()], key=lambda e: e.id):
+        async with stored:
+            async for first in stored:
+                for event in sorted([first, *_buffered(stored)], key=lambda e: e.id):
                     if event.missed_before:
                         try:
                             await self._fill_gap(event)
@@ -357,15 +360,6 @@ class AgentsRuntime:
                             log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
                             self._unoffered = min(self._unoffered, max(self._max_offered, self._start_end) + 1)
                     self._offer(event)
-
-    def _buffered(self) -> list[Stored]:
-        """The events already waiting in the stream (at most its buffer), taken without a yield."""
-        events: list[Stored] = []
-        while True:
-            try:
-                events.append(self.stored.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return events
 
     async def _fill_gap(self, event: Stored) -> None:
         """Events were dropped just before `event`: read those items from the store, page by page, and offer them.
@@ -396,6 +390,16 @@ class AgentsRuntime:
         now = anyio.current_time()
         for runner in self.runners.values():
             runner.offer(event, now)
+
+
+def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
+    """The events already waiting in the stream (at most its buffer), taken without a yield."""
+    events: list[Stored] = []
+    while True:
+        try:
+            events.append(stored.receive_nowait())
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return events
 
 
 def start_prompt(agent: AgentConfig) -> str:

@@ -1,4 +1,4 @@
-"""One agent's wake scheduler: a state object with time as a parameter (docs/architecture.md, "Agents").
+"""One agent's wake scheduler: a state object with time as a parameter (docs/agents.md#scheduling).
 
     scheduler.on_item(stored, now)   # record a waking item (True) or not (False)
     wake = scheduler.due(now)        # the wake to run now, or None; the agent is then in its turn
@@ -40,8 +40,8 @@ Theory of operation:
   another conversation's group, counted only) or in the running turn, nor
   `seen_through`, the caller's word that every item up to it was offered
   (so an item not yet offered, such as a dropped event still to be read
-  back, holds it too). That is the durable cursor (docs/architecture.md,
-  "Agents").
+  back, holds it too). That is the durable cursor
+  (docs/agents.md#the-durable-cursor).
 - Catch-up (`catch_up`) takes the items a restart found after the durable
   cursor (the caller has applied `catch_up_max_age_s`) and makes them one
   wake (one per conversation under `"conversation"`), due at once. It
@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 import structlog
 
-from mcplhost.agents.wake import sender_key, view_of, wake_matches
+from mcplhost.agents.wake import Wake, sender_key, view_of, wake_matches
 from mcplhost.config import AgentConfig, effective_max_wait_ms
 
 if TYPE_CHECKING:
@@ -82,18 +82,6 @@ OVERFLOW_GROUP = "overflow"
 _UNSET = object()
 
 State = Literal["idle", "debouncing", "in_turn"]
-
-
-class Wake(msgspec.Struct, frozen=True):
-    """What one turn is for: the items that woke the agent."""
-
-    item_ids: tuple[int, ...]  # ascending
-    overflow: int  # waking items past MAX_PENDING_IDS, counted only
-    conversations: tuple[str, ...]  # distinct conversation ids of the kept items (else the first's), sorted
-    #: The waking items (overflow included) are not all of one conversation (an item of none, such as
-    #: an unscoped push, counts as a place of its own): routing has no one destination.
-    several_conversations: bool
-    first_at: float  # when the first of them arrived (scheduler time)
 
 
 class SchedulerStats(msgspec.Struct, frozen=True, rename="camel"):

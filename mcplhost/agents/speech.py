@@ -1,4 +1,4 @@
-"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (docs/agents.md#routing–7).
+"""A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (docs/agents.md#routing, docs/agents.md#outbox).
 
     speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
     await speech.say(prose)              # prose before a round's tool calls: queued before they run
@@ -20,12 +20,12 @@ No double send: once `channel_publish` reached the default destination,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from mcplhost.agents.rows import draft_row, notice_row, speech_row
+from mcplhost.agents.services import TurnServices
 from mcplhost.config import AgentConfig
 from mcplhost.speech.notices import drafts_notice
 from mcplhost.speech.routing import (
@@ -61,7 +61,7 @@ def source_of(item: StoredItem) -> dict[str, Any]:
 class TurnSpeech:
     """One turn's speech state: its default destination and whether `channel_publish` already reached it."""
 
-    def __init__(self, agent: AgentConfig, services: Any, turn_id: int, sources: list[dict[str, Any]], *,
+    def __init__(self, agent: AgentConfig, services: TurnServices, turn_id: int, sources: list[dict[str, Any]], *,
                  overflow: bool, conversation: str | None) -> None:
         self.agent = agent
         self.services = services
@@ -84,7 +84,7 @@ class TurnSpeech:
         views = self.views()
         segments = route_prose(prose, self.current, views,
                                published_default=self.published_default and self.current == self.default)
-        self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (§6)
+        self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (docs/agents.md#pins)
         now = self.services.clock_ms()
         operations: list[Any] = []
         drafts = []
@@ -113,7 +113,7 @@ class TurnSpeech:
 
     def notify(self, operations: list[Any], results: list[Any] | None = None) -> None:
         """Wake the sender of every connector an outbox row of `operations` went to; log each queued publish."""
-        senders: Mapping[str, Any] = getattr(self.services, "outbox", None) or {}
+        senders = self.services.outbox
         woken: set[str] = set()
         for index, operation in enumerate(operations):
             if not isinstance(operation, PublishSpeech):

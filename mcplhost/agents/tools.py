@@ -1,4 +1,4 @@
-"""The tools one agent is offered, and calling them (docs/architecture.md, Agents).
+"""The tools one agent is offered, and calling them (docs/agents.md#tools).
 
 Host tools: `channel_list`, `channel_open`, `channel_publish` (queued
 through the turn's `TurnSpeech`, mcplhost/agents/speech.py) and
@@ -523,7 +523,7 @@ class ToolBox:
         return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])
 
     async def channel_publish(self, arguments: dict[str, Any], speech: Any) -> ToolOutcome:
-        """Queue a publish through the turn's speech (docs/architecture.md, Agents): `queued` or a refusal."""
+        """Queue a publish through the turn's speech (docs/agents.md#routing): `queued` or a refusal."""
         channel, text, thread = arguments.get("channel"), arguments.get("text"), arguments.get("thread")
         if not isinstance(channel, str) or not channel or not isinstance(text, str):
             return failure("channel_publish needs `channel` and `text`, strings")

@@ -1,4 +1,4 @@
-"""One agent turn, in order: compile, hooks, backend, tools, record.
+"""One agent turn, in order: compile, hooks, backend, tools, record (docs/agents.md#turns).
 
     outcome = await run_turn(agent, wake, services)
 
@@ -27,10 +27,9 @@ shielded, bounded write, then lets the cancellation through.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -38,15 +37,14 @@ import msgspec
 import structlog
 
 from mcplhost.agents.context import Injections, compile_request, needs_notice
-from mcplhost.agents.hooks import HookState, before_inference, lifecycle
-from mcplhost.agents.model import Backend, BackendError, ModelResponse, Usage
-from mcplhost.agents.rowcache import RowCache
+from mcplhost.agents.hooks import before_inference, lifecycle
+from mcplhost.agents.model import BackendError, ModelResponse, Usage
 from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
-from mcplhost.agents.scheduler import Wake
+from mcplhost.agents.services import TurnServices
 from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
+from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_body
-from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
@@ -65,26 +63,6 @@ OUTCOME_COMPLETED = "completed"
 OUTCOME_FAILED = "failed"
 OUTCOME_ABORTED = "aborted"
 OUTCOME_HELD = "held"
-
-
-@dataclass
-class TurnServices:
-    """What a turn reaches outside itself: the store, the writer, the connectors, its backend and tools."""
-
-    store: Any  # mcplhost.store.Store (items, turns, cursors)
-    writer: Any  # mcplhost.store.writer.GroupWriter
-    handles: Mapping[str, ConnectorPort]  # connector name → its port (the supervisor's handle)
-    backend: Backend
-    toolbox: Any  # mcplhost.agents.tools.ToolBox
-    rows: RowCache | None = None  # the host's shared row cache; None: read the store each time
-    budget_held: bool = False  # max_tokens_per_day reached and warned about; reset once a call is made again
-    clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
-    #: connector name → its outbox sender (speech/outbox.py); `notify()` it after queuing a publish.
-    outbox: Mapping[str, Any] = field(default_factory=dict)
-    #: The agent's own prompt, read once when the agents are built (a file edit counts after a restart).
-    system_prompt: str = ""
-    #: The host's hook and lifecycle bookkeeping (hooks.py), shared by its agents and no other host.
-    hooks: HookState = field(default_factory=HookState)
 
 
 @dataclass

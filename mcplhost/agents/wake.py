@@ -1,9 +1,13 @@
-"""Who an item wakes: the static half of the wake rules, as pure functions over a small view of it.
+"""Who an item wakes: the static half of the wake rules, as pure functions over a small view of it; and `Wake`.
 
 The scheduler (scheduler.py) adds what needs state: the per-sender hourly
 cap, debounce, single flight and the runaway guard. Everything here reads
-host-written fields only (tags after the §16 closure, the frozen source,
+host-written fields only (tags after the SPEC §16 closure, the frozen source,
 `metadata.authorId`, `metadata.echoOf`), never `metadata.adapter`.
+
+`Wake`, what the scheduler hands out, lives here with the rule that narrows
+it when it fires (`without_late_echoes`), so this module never imports the
+scheduler.
 
 Decisions beyond the letter of the spec, kept here so they have one home:
 
@@ -35,7 +39,6 @@ from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.speech.echoes import Lookup, echo_of
 
 if TYPE_CHECKING:
-    from mcplhost.agents.scheduler import Wake
     from mcplhost.ingest import Stored
     from mcplhost.store.items import StoredItem
 
@@ -45,6 +48,18 @@ FROM_BOT = "chat:from-bot"
 PUSH_LANE = "push/event"
 SURFACE_KIND = "surface"
 assert set(WAKE_ON_KEYWORDS) == {"all", "addressed", "dm", "push"}, "wake_on_matches knows these keywords"
+
+
+class Wake(msgspec.Struct, frozen=True):
+    """What one turn is for: the items that woke the agent."""
+
+    item_ids: tuple[int, ...]  # ascending
+    overflow: int  # waking items past the scheduler's MAX_PENDING_IDS, counted only
+    conversations: tuple[str, ...]  # distinct conversation ids of the kept items (else the first's), sorted
+    #: The waking items (overflow included) are not all of one conversation (an item of none, such as
+    #: an unscoped push, counts as a place of its own): routing has no one destination.
+    several_conversations: bool
+    first_at: float  # when the first of them arrived (scheduler time)
 
 
 class StoredView(msgspec.Struct, frozen=True, kw_only=True):

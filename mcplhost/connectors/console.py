@@ -8,7 +8,7 @@ told of, is a mention of that agent: tagged `chat:mention` (which implies
 `chat:addressed`), with `metadata.mentions`, so `wake_on = ["addressed"]`
 wakes it as a mention on a chat platform would. Any other line is stored and
 heard, and wakes only an agent whose `wake_on` matches it otherwise (`all`,
-or `console`). See docs/connectors.md §12 and README "Start here".
+or `console`). See docs/connectors.md §12 and README.md#start-here.
 
 It answers `channels/publish` as a platform does (`{delivered, messageId}`),
 then delivers the published text back as an echo, which is how the reply

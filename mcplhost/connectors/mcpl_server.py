@@ -226,8 +226,7 @@ class McplServer:
     def run(self, main: Callable[[McplServer], Awaitable[Any]] | None = None) -> None:
         """Serve until stdin ends (the host's request to stop), running `main` beside."""
 
-        async def guarded() -> None:
-            assert main is not None
+        async def guarded(main: Callable[[McplServer], Awaitable[Any]]) -> None:
             try:
                 await main(self)
             except Exception:  # the connector's own failure: say so at once, with its traceback
@@ -235,7 +234,7 @@ class McplServer:
 
         async def both() -> None:
             reader = asyncio.create_task(self._read_loop())
-            worker = asyncio.create_task(guarded()) if main is not None else None
+            worker = asyncio.create_task(guarded(main)) if main is not None else None
             await reader
             if worker is not None:
                 worker.cancel()

@@ -31,26 +31,25 @@ import regex
 # Character class bodies (the text between ``[`` and ``]``).
 # ---------------------------------------------------------------------------
 
-# §3: "`\s` means exactly the ECMAScript whitespace set: U+0009–U+000D, U+0020,
-# U+00A0, U+1680, U+2000–U+200A, U+2028, U+2029, U+202F, U+205F, U+3000,
-# U+FEFF". Python's and regex's own `\s` differ from it (U+001C–U+001F, U+0085),
-# so nothing below uses them.
+# docs/provenance.md#the-character-classes, whitespace: exactly the ECMAScript set,
+# U+0009–U+000D, U+0020, U+00A0, U+1680, U+2000–U+200A, U+2028, U+2029, U+202F,
+# U+205F, U+3000, U+FEFF. Python's and regex's own `\s` differ from it
+# (U+001C–U+001F, U+0085), so nothing below uses them.
 WHITESPACE = r"\t-\r\x20\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 
-# §3: "invisible: a character with General_Category Cf, or with the property
-# Default_Ignorable_Code_Point."
+# docs/provenance.md#the-character-classes, invisible: General_Category Cf, or the
+# property Default_Ignorable_Code_Point.
 INVISIBLE = r"\p{Cf}\p{Default_Ignorable_Code_Point}"
 
-# §3: "structural: any of `[` `]` `·` `"` `\`, any of U+0000–U+001F,
-# U+007F–U+009F, U+2028, U+2029"
+# docs/provenance.md#the-character-classes, structural: `[` `]` `·` `"` `\`,
+# U+0000–U+001F, U+007F–U+009F, U+2028, U+2029 ...
 STRUCTURAL_CHAR = r'\[\]\u00b7"\\\x00-\x1f\x7f-\x9f\u2028\u2029'
 
-# §3 (structural, continued): "or a `/` with a `\s` character directly on both
-# sides."
+# ... and a `/` with a whitespace character directly on each side.
 SPACED_SLASH = rf"(?<=[{WHITESPACE}])/(?=[{WHITESPACE}])"
 
-# §3: "unseen: an invisible character, or a General_Category Zs character other
-# than U+0020."
+# docs/provenance.md#the-character-classes, unseen: an invisible character, or a
+# General_Category Zs character other than U+0020.
 OTHER_SPACE = r"(?!\x20)\p{Zs}"
 
 # Departure: a Python str may hold a lone surrogate (json.loads makes one from
@@ -59,44 +58,45 @@ OTHER_SPACE = r"(?!\x20)\p{Zs}"
 # escapes it; json.loads then gives the same string back.
 LONE_SURROGATE = r"\p{Cs}"
 
-# §3 quoted(): "replace each of U+007F–U+009F, U+2028, U+2029, every invisible
-# character and every Zs other than U+0020 by \uXXXX escapes"
+# docs/provenance.md §3, quoted: each of U+007F–U+009F, U+2028, U+2029, every
+# invisible character and every Zs other than U+0020 is replaced by \uXXXX escapes.
 ESCAPED_INSIDE_QUOTES = rf"[\x7f-\x9f\u2028\u2029{INVISIBLE}]|{OTHER_SPACE}|{LONE_SURROGATE}"
 
-# §4: "Ignorables are whitespace, control characters (Cc) and invisible
-# characters (Cf or Default_Ignorable_Code_Point)."
+# docs/provenance.md#the-character-classes, ignorable (docs/provenance.md §4):
+# whitespace, control characters (Cc) and invisible characters.
 IGNORABLE = rf"[{WHITESPACE}\p{{Cc}}{INVISIBLE}]"
 
 # ---------------------------------------------------------------------------
 # Emoji sequences, exempt from the unseen rule.
 # ---------------------------------------------------------------------------
 
-# §3: "emoji sequence: an Extended_Pictographic character, optionally followed
-# by one Emoji_Modifier or U+FE0E/U+FE0F, then zero or more repetitions of
-# (U+200D, Extended_Pictographic, optional Emoji_Modifier or U+FE0E/U+FE0F)."
+# docs/provenance.md#the-character-classes, emoji sequence: an Extended_Pictographic
+# character, optionally followed by one Emoji_Modifier or U+FE0E/U+FE0F, then any
+# number of (U+200D, Extended_Pictographic, optional Emoji_Modifier or U+FE0E/U+FE0F).
 MODIFIER_OR_SELECTOR = r"(?:\p{Emoji_Modifier}|[\ufe0e\ufe0f])"
 PICTOGRAPH = rf"\p{{Extended_Pictographic}}{MODIFIER_OR_SELECTOR}?"
 EMOJI_SEQUENCE = rf"{PICTOGRAPH}(?:\u200d{PICTOGRAPH})*"
 
 # ---------------------------------------------------------------------------
-# Header values (§3 "Value quoting").
+# Header values (docs/provenance.md#writing-a-value-into-the-header).
 # ---------------------------------------------------------------------------
 
-# headerValue: "if `v` has a structural character ... return quoted(v)".
+# header_value (docs/provenance.md#writing-a-value-into-the-header): a value holding a
+# structural character is quoted.
 STRUCTURAL_RE = regex.compile(rf"[{STRUCTURAL_CHAR}]|{SPACED_SLASH}")
 
-# headerValue: "after every emoji sequence is removed from it" ...
+# So is one that, with every emoji sequence removed, ...
 EMOJI_SEQUENCE_RE = regex.compile(EMOJI_SEQUENCE)
 
-# ... "has an unseen character, return quoted(v)" (and, by the departure
-# above, a lone surrogate).
+# ... still holds an unseen character (and, by the departure above, a lone
+# surrogate).
 UNSEEN_RE = regex.compile(rf"[{INVISIBLE}]|{OTHER_SPACE}|{LONE_SURROGATE}")
 
-# quoted(): the escapes apply "outside emoji sequences", so a match of the
+# quoted: the escapes apply outside emoji sequences, so a match of the
 # first alternative is written back as it is.
 QUOTE_ESCAPE_RE = regex.compile(rf"(?P<emoji>{EMOJI_SEQUENCE})|{ESCAPED_INSIDE_QUOTES}")
 
-# labelValue: "remove every invisible character from `l`".
+# label_value: the label with its invisible characters removed is what the header words are looked for in.
 INVISIBLE_RE = regex.compile(rf"[{INVISIBLE}]")
 
 
@@ -105,9 +105,9 @@ def _ascii_caseless(word: str) -> str:
     return "".join(f"[{c.lower()}{c.upper()}]" for c in word)
 
 
-# labelValue: "if the result matches `^\s*(thread|reply\s+to|unscoped)(\s|$)`
-# with ASCII-only case-insensitivity (no other Unicode case folding: `ſ` is
-# not `s`)". regex's IGNORECASE folds `ſ` to `s`, hence the spelled-out
+# label_value: quoted when that starts (after whitespace) with `thread`, `reply` +
+# whitespace + `to`, or `unscoped`, then whitespace or the end, compared with ASCII-only
+# case-insensitivity (no other Unicode case folding: `ſ` is not `s`). regex's IGNORECASE folds `ſ` to `s`, hence the spelled-out
 # classes; `\Z` because ECMAScript's `$` (no m flag) never matches before a
 # final newline, as Python's does.
 HEADER_WORD = (
@@ -118,19 +118,19 @@ HEADER_WORD = (
 LABEL_HEADER_WORD_RE = regex.compile(rf"\A[{WHITESPACE}]*{HEADER_WORD}(?:[{WHITESPACE}]|\Z)")
 
 # ---------------------------------------------------------------------------
-# Visible content (§3, admission of a push).
+# Visible content (docs/provenance.md §0, admission of a push).
 # ---------------------------------------------------------------------------
 
-# "text that is empty once whitespace and invisible characters are set aside":
+# Text is empty when nothing is left once whitespace and invisible characters are set aside:
 # one character outside both classes makes the text visible.
 VISIBLE_CHAR_RE = regex.compile(rf"[^{WHITESPACE}{INVISIBLE}]")
 
 # ---------------------------------------------------------------------------
-# Openings (§4 mark).
+# Openings (docs/provenance.md §4, mark).
 # ---------------------------------------------------------------------------
 
-# "the letters `s o u r c e` matched under Unicode case folding (so `S`, `ſ`
-# count)"
+# The letters `s o u r c e`, compared under full Unicode case folding (so `S` and `ſ`
+# count).
 SOURCE_LETTERS = "source"
 
 
@@ -142,9 +142,10 @@ def folded(letter: str) -> str:
 def opening_pattern(ignorable: str, letter: Callable[[str], str]) -> str:
     """The `[` of an opening, with the rest checked by a lookahead.
 
-    §4: "An opening is `[`, then any run of ignorables, then the letters
-    `s o u r c e` ..., with any run of ignorables allowed between letters,
-    then any run of ignorables, then `:` or `]`."
+    docs/provenance.md §4: an opening is `[`, then any run of ignorables, then
+    the letters `s o u r c e` under full case folding, with any run of
+    ignorables allowed between the letters, then any run of ignorables, then
+    `:` or `]`.
 
     Linear time: `[` is neither an ignorable nor a letter, so the lookahead
     started at one `[` never reads past the next `[`; every character is read

@@ -12,8 +12,8 @@ acceptance time and the configured names in the `Delivered` item, and logs
 `Processed.stripped_keys` once per (server, key) itself.
 
 `admit` comes first because docs/provenance.md §5 takes the delivered body's
-digest "after conversion to content blocks", and §3 refuses an empty push
-"at admission":
+digest after its conversion to content blocks, and docs/provenance.md §0
+refuses an empty push at admission:
 
 - Each block is rebuilt from the members its type defines, so a connector
   cannot smuggle other members into a stored block: text (`type`, `text`);
@@ -27,19 +27,22 @@ digest "after conversion to content blocks", and §3 refuses an empty push
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec.structs import replace
 
 # The pipeline builds every block from its known string members, so its blocks
 # always take the digest's fast path without being checked again.
+from mcplhost.errors import HostStateError
 from mcplhost.inbound.digest import converted_body_digest as body_digest
 from mcplhost.inbound.header import render_source_header
 from mcplhost.inbound.mark import mark_openings
 from mcplhost.inbound.source import freeze_source
 from mcplhost.inbound.strip import strip_host_keys
 from mcplhost.inbound.visible import has_visible_content
+
+T = TypeVar("T")
 
 __all__ = ["STAGES", "Delivered", "InFlight", "Processed", "Rejected", "run_pipeline"]
 
@@ -105,6 +108,13 @@ class Processed(msgspec.Struct, frozen=True, kw_only=True):
 
 Stage = Callable[[InFlight], "InFlight | Rejected"]
 
+
+def _filled(value: T | None, stage: str) -> T:
+    """What `stage` put in the item; it is missing only if the stages ran out of STAGES' order (a bug)."""
+    if value is None:
+        raise HostStateError(f"inbound pipeline: {stage} has not run")
+    return value
+
 # --------------------------------------------------------------------------- admit
 
 
@@ -144,7 +154,7 @@ def admit(item: InFlight) -> InFlight | Rejected:
 
 
 def strip(item: InFlight) -> InFlight:
-    """Keep the connector's object apart, without the host's keys (§1)."""
+    """Keep the connector's object apart, without the host's keys (docs/provenance.md §1)."""
     adapter, dropped = strip_host_keys(item.delivered.adapter)
     if item.delivered.adapter is None:
         adapter = None  # the connector sent no object: stored as null, not {}
@@ -155,7 +165,7 @@ def strip(item: InFlight) -> InFlight:
 
 
 def freeze(item: InFlight) -> InFlight:
-    """Record where the item came from, once (§2).
+    """Record where the item came from, once (docs/provenance.md §2).
 
     `replyTo` is the message's own member, else its metadata's `replyTo`
     when that is a string.
@@ -184,18 +194,16 @@ def freeze(item: InFlight) -> InFlight:
 
 
 def header(item: InFlight) -> InFlight:
-    """Render the header from the frozen envelope (§3); none for surface items."""
-    assert item.source is not None, "freeze runs before header"
-    return replace(item, header=render_source_header(item.source))
+    """Render the header from the frozen envelope (docs/provenance.md §3); none for surface items."""
+    return replace(item, header=render_source_header(_filled(item.source, "freeze")))
 
 
 # --------------------------------------------------------------------------- mark
 
 
 def mark(item: InFlight) -> InFlight:
-    """Mark the sender's openings, then put the header block first (§4)."""
-    assert item.content is not None, "admit runs before mark"
-    marked = mark_openings(item.content)
+    """Mark the sender's openings, then put the header block first (docs/provenance.md §4)."""
+    marked = mark_openings(_filled(item.content, "admit"))
     if item.header is not None:
         marked.insert(0, {"type": "text", "text": item.header})
     return replace(item, stored=marked)
@@ -205,9 +213,8 @@ STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 
 def _metadata(item: InFlight) -> dict[str, Any]:
-    """The item's metadata, in the shape of docs/architecture.md "An exported item"."""
-    assert item.source is not None and item.content is not None and item.stored is not None
-    source = item.source
+    """The item's metadata, in the shape of docs/provenance.md §6."""
+    source = _filled(item.source, "freeze")
     metadata: dict[str, Any] = {
         "serverId": source["serverId"],
         "channelId": source.get("channelId"),
@@ -218,14 +225,14 @@ def _metadata(item: InFlight) -> dict[str, Any]:
         "tags": list(item.delivered.tags),
         "source": source,
         "sourceHeader": item.header,
-        "sourceBodyDigest": body_digest(item.content),
-        "storedBodyDigest": body_digest(item.stored),
+        "sourceBodyDigest": body_digest(_filled(item.content, "admit")),
+        "storedBodyDigest": body_digest(_filled(item.stored, "mark")),
         "adapter": item.adapter,
     }
     if item.header is None:
         del metadata["sourceHeader"]  # a surface item has no header to name
     if item.delivered.author_id is not None:
-        # Host-written beside the connector's object, never read from metadata.adapter (§1); absent
+        # Host-written beside the connector's object, never read from metadata.adapter (docs/provenance.md §1); absent
         # when the connector named no author id, rather than null on every push.
         metadata["authorId"] = item.delivered.author_id
     return metadata
@@ -239,5 +246,4 @@ def run_pipeline(d: Delivered) -> Processed | Rejected:
         if isinstance(result, Rejected):
             return result
         item = result
-    assert item.stored is not None, "mark is the last stage"
-    return Processed(content=item.stored, metadata=_metadata(item), stripped_keys=item.stripped_keys)
+    return Processed(content=_filled(item.stored, "mark"), metadata=_metadata(item), stripped_keys=item.stripped_keys)

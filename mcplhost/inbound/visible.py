@@ -19,7 +19,7 @@ MEDIA_BLOCK_TYPES = frozenset({"image", "audio", "resource"})
 
 def has_visible_content(blocks: list[dict[str, Any]]) -> bool:
     """True when some block is media, or some text has a character that is
-    neither whitespace (PROVENANCE's ECMAScript `\\s`) nor invisible.
+    neither whitespace (docs/provenance.md#the-character-classes) nor invisible.
 
     Blocks of any other type show nothing.
     """

@@ -1,5 +1,9 @@
-"""Ingest: admitted items → the inbound pipeline → one commit → `Stored` events (mcplhost/ingest/service.py)."""
+"""Ingest: admitted items → the inbound pipeline → one commit → `Stored` events (mcplhost/ingest/service.py).
 
-from .service import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms
+Echo knowledge comes in through `EchoPort` (mcplhost/ingest/ports.py); ingest imports nothing above it.
+"""
 
-__all__ = ["STORED_EVENTS_BUFFER", "Ingest", "Stored", "now_ms"]
+from .ports import EchoPort
+from .service import STORED_EVENTS_BUFFER, Ingest, Stored, now_ms, stored_event_stream
+
+__all__ = ["STORED_EVENTS_BUFFER", "EchoPort", "Ingest", "Stored", "now_ms", "stored_event_stream"]

@@ -22,10 +22,11 @@ so the consumer knows to catch up from its durable cursor (all items after
 its last handled id are in the store).
 
 Echoes: a message or push that is this host's own delivered publish coming
-back (same connector, channel and messageId, looked up in the outbox's
-in-memory window) or tagged `chat:from-self` is stored like any other, with
-`metadata.echoOf` and the tag `host:echo`, and so wakes no one
-(speech/echoes.py, agents/wake.py).
+back (same connector, channel and messageId) or tagged `chat:from-self` is
+stored like any other, with `metadata.echoOf` and the tag `host:echo`, and
+so wakes no one (agents/wake.py). Ingest knows the host's publishes only
+through its `EchoPort` (ingest/ports.py; speech/echoes.py implements it),
+seeded once before the first item so a restart forgets no recent publish.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import ObjectSendStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.pipeline import (
@@ -48,11 +49,11 @@ from mcplhost.inbound.pipeline import (
     admit,
     run_pipeline,
 )
+from mcplhost.ingest.ports import EchoPort
 from mcplhost.logs import LimitedLog
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
-from mcplhost.speech.echoes import marked
-from mcplhost.store import ItemWritten, NewItem, PushClaim, Store
+from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories
 from mcplhost.store.writer import GroupWriter
 
 EDITED_TAG = "chat:edited"
@@ -85,12 +86,18 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def stored_event_stream() -> tuple[ObjectSendStream[Stored], ObjectReceiveStream[Stored]]:
+    """A new stream of `Stored` events, bounded by STORED_EVENTS_BUFFER: Ingest sends, one consumer receives."""
+    return anyio.create_memory_object_stream[Stored](STORED_EVENTS_BUFFER)
+
+
 class Ingest:
-    def __init__(self, store: Store, writer: GroupWriter, log: Any, *, clock_ms: Callable[[], int] = now_ms,
-                 on_stored: Callable[[list[NewItem]], None] | None = None,
+    def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
+                 clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
                  events: ObjectSendStream[Stored] | None = None) -> None:
         self.store = store
-        #: Set once the outbox's echo window is seeded from the table (by the first request, before its items).
+        self.echoes = echoes
+        #: Set once the echo port is seeded from the store (by the first request, before its items).
         self._echoes_loaded: anyio.Event | None = None
         self.writer = writer
         self.log = log
@@ -193,21 +200,21 @@ class Ingest:
         self._emit([item], await self.writer.store_items([item]))
 
     async def _load_echoes(self, now: int) -> None:
-        """Before the first item: the echo window from the outbox table, so a restart forgets no recent publish."""
+        """Before the first item: the echo port seeded from the store, so a restart forgets no recent publish."""
         if self._echoes_loaded is not None:
             await self._echoes_loaded.wait()  # a concurrent first request: mark nothing before the seed is in
             return
         self._echoes_loaded = anyio.Event()
         try:
-            remembered = await self.store.outbox.load_recent_delivered(now)
+            remembered = await self.echoes.seed(now)
             if remembered:
                 self.log.info("ingest.echoes_loaded", delivered=remembered)
         finally:
             self._echoes_loaded.set()
 
     def _echo_marked(self, server_id: str, processed: Processed) -> Processed:
-        """The item marked as the echo of this host's own publish when it is one (speech/echoes.py)."""
-        metadata = marked(processed.metadata, self.store.outbox.recent_delivered)
+        """The item marked as the echo of this host's own publish when it is one (the echo port decides)."""
+        metadata = self.echoes.marked(processed.metadata)
         if metadata is processed.metadata:
             return processed
         if "echoOf" in metadata:  # at most one line per publish: the platform shows each once
@@ -216,7 +223,7 @@ class Ingest:
         return msgspec.structs.replace(processed, metadata=metadata)
 
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
-        """The thread of the message a correction corrects (PROVENANCE §2), recent ones from memory."""
+        """The thread of the message a correction corrects (docs/provenance.md §2), recent ones from memory."""
         remembered = self._threads.get((server_id, channel_id, message_id))
         if remembered is not None:
             return remembered

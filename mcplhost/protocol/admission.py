@@ -23,7 +23,7 @@ ORIGIN_CHANNEL = "mcplChannelId"
 
 
 def _reply_to(own: str | None, metadata: Mapping[str, Any] | None) -> str | None:
-    """The message's own replyTo, else its metadata's (PROVENANCE §2)."""
+    """The message's own replyTo, else its metadata's (docs/provenance.md §2)."""
     if own is not None:
         return own
     claimed = metadata.get("replyTo") if metadata else None

@@ -11,6 +11,11 @@ work so the loop keeps reading. Host-initiated follow-ups (opening
 channels, manifest re-fetches, policy updates) go through one bounded job
 stream served by `run_background` (`jobs`), one at a time, so policy
 updates are serialized.
+
+A connection is built with its session, before the session runs, and
+answers what that session reads (it installs `on_request` and
+`on_notification`); it lasts one process life. Handlers and jobs see it
+through the Protocols of `context`, not as this class.
 """
 
 from __future__ import annotations
@@ -50,12 +55,13 @@ from .manifest import ManifestChange, ManifestTracker
 from .methods import INBOUND, MCP_NOTIFICATIONS, MCP_NOTIFICATIONS_PREFIX, REMOVED, method_for
 from .params import InitializeResult
 from .policy import interim, judge_receipt, policy_params
+from .ports import InferenceService, NoPendingHooks, PendingHooks
 from .states import HandshakeFailed, Mode, PolicyClosed
 from .tags import producer_implies
 
 __all__ = ["HOST_MCPL_CAPABILITIES", "HandshakeFailed", "McplConnection", "Mode", "PolicyClosed"]
 
-#: MCP protocol version we ask for; MCPL does not change MCP versioning (§3.1).
+#: MCP protocol version we ask for; MCPL does not change MCP versioning (SPEC §3.1).
 MCP_PROTOCOL_VERSION = "2024-11-05"
 #: The MCPL version this host speaks.
 MCPL_VERSION = "0.5"
@@ -72,18 +78,23 @@ UNKNOWN_METHOD = "(unknown)"
 
 
 class McplConnection:
-    def __init__(self, spec: ConnectorConfig, intake: Intake, log: Any, *, clock: Callable[[], float] = time.monotonic,
-                 offered: frozenset[str] = OFFERED, inference: Any = None,
+    def __init__(self, spec: ConnectorConfig, session: Session, intake: Intake, log: Any, *,
+                 clock: Callable[[], float] = time.monotonic, offered: frozenset[str] = OFFERED,
+                 inference: InferenceService | None = None, hooks: PendingHooks | None = None,
                  on_mode: Callable[[McplConnection, Mode], None] | None = None,
                  limited: LimitedLog | None = None) -> None:
         self._on_mode = on_mode
-        #: The `[inference]` port (mcplhost.inference.ConnectorInference), None when none is configured.
+        #: The `[inference]` service inference/request and model/info use, None when none is configured.
         self.inference = inference
+        #: What the loop guard asks: whether this connector's own beforeInference is outstanding.
+        self.hooks: PendingHooks = hooks if hooks is not None else NoPendingHooks()
         self._mode = Mode.HANDSHAKE
         self.spec = spec
         self.name = spec.name
         self.intake = intake
         self.log = log
+        self.session = session
+        session.on_request, session.on_notification = self.on_request, self.on_notification
         #: Lines the connector causes per message (refusals...): limited per event (mcplhost.logs).
         self.limited = limited if limited is not None else LimitedLog(log)
         #: Exact counts behind those lines, e.g. refused[(method, code)] (unknown methods as UNKNOWN_METHOD).
@@ -91,7 +102,6 @@ class McplConnection:
         self.notifications_refused: dict[tuple[str, int], int] = {}
         self.notifications_unknown = 0
         self.offered = offered
-        self.session: Session | None = None
         self.legacy = spec.protocol == "0.4"
         self.capabilities: dict[str, Any] = {}
         self.manifest: dict[str, Any] | None = None
@@ -133,13 +143,9 @@ class McplConnection:
 
     # --- handshake -----------------------------------------------------------
 
-    def attach(self, session: Session) -> None:
-        self.session = session
-
     async def handshake(self) -> Mode:
         """initialize → notifications/initialized → the initial featureSets/update."""
         session = self.session
-        assert session is not None
 
         def initialized_at_receipt(outcome: Raw | RemoteError) -> InitializeResult:
             # Some connectors swallow whatever follows the initialize result unless
@@ -185,7 +191,7 @@ class McplConnection:
             raise HandshakeFailed(f"the connection ended before the policy receipt: {exc}") from exc
 
     def _initial_grant(self) -> frozenset[str]:
-        """The §5.4 grant, less what this host does not implement (logged once: configured but inert)."""
+        """The SPEC §5.4 grant, less what this host does not implement (logged once: configured but inert)."""
         configured = frozenset(effective_grant(self.capabilities, list(self.spec.grant)))
         unimplemented = configured - self.offered
         if unimplemented:
@@ -196,7 +202,7 @@ class McplConnection:
     def _adopt_manifest(self, manifest: dict[str, Any]) -> None:
         self.declared = normalize_feature_sets(manifest.get("featureSets"))
         if not self.tracker.adopt(manifest):
-            # A conformance defect to log, never a reason to reject the manifest (§17.2).
+            # A conformance defect to log, never a reason to reject the manifest (SPEC §17.2).
             self.log.warning("connector.defect", defect="manifest revision does not match its content")
 
     def adopt_change(self, change: ManifestChange) -> None:
@@ -220,7 +226,6 @@ class McplConnection:
         (`at_receipt`), so a privileged request the connector sends right
         after its receipt already meets the new state.
         """
-        assert self.session is not None
         states = self._derive(grant)
         if not initial:
             # Security never waits on the receipt: what narrows applies now.
@@ -312,19 +317,6 @@ class McplConnection:
         self.log.warning("connector.policy_closed", reason=why)
         self.closed_by_policy.set()
 
-    async def update_policy(self, grant: frozenset[str]) -> Mode:
-        """Change the grant: narrowing applies at once, widening only after a valid receipt."""
-        if self.mode is not Mode.READY:
-            raise errors.capability_denied("featureSets", "not_ready")
-        # Never grant what the server did not advertise (§5.4) or this host does
-        # not implement, whatever the caller asks for.
-        try:
-            return await self.send_policy(frozenset(grant) & advertised_paths(self.capabilities) & self.offered,
-                                          initial=False)
-        except PolicyClosed as exc:
-            self.close_by_policy(str(exc))
-            raise
-
     # --- authorization and dispatch -----------------------------------------------
 
     def _require(self, capability: str) -> None:
@@ -338,7 +330,7 @@ class McplConnection:
             raise errors.capability_denied(capability)
 
     async def on_request(self, method: str, params: Raw | UnsetType) -> Any:
-        """Answer one request from the connector; every refusal is also audit-logged (§13.2)."""
+        """Answer one request from the connector; every refusal is also audit-logged (SPEC §13.2)."""
         try:
             entry = method_for(method)
             if entry is None:
@@ -440,7 +432,7 @@ class McplConnection:
         return await jobs.open_channel(self, channel, timeout=timeout)
 
     async def refresh_manifest(self) -> None:
-        """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+        """mcpl/manifest, then apply what changed: removals now, additions pending (SPEC §17)."""
         await jobs.refresh_manifest(self)
 
 

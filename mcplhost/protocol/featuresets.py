@@ -6,9 +6,9 @@ only ever narrow it. The rules here:
 
 - normalize the declarations (0.5 object form or the deployed 0.4 array form);
 - derive each set's state from the declaration, the grant and the operator's
-  selection, failing closed (§6.4);
+  selection, failing closed (SPEC §6.4);
 - decide admission of a server-initiated message that names a feature set
-  (SPEC §9 steps 4-6), returning the refusal rather than raising.
+  (SPEC §9; the last three checks of docs/connectors.md §8), returning the refusal rather than raising.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def uses_valid(declaration: Any) -> bool:
     """Whether `uses` is a non-empty list naming only the 17 vocabulary paths.
 
     A parent such as `contextHooks.beforeInference` is not a path, so it is
-    invalid (§6.1's own example is stale).
+    invalid (SPEC §6.1's own example is stale).
     """
     uses = declaration.get("uses") if isinstance(declaration, dict) else None
     return (
@@ -185,7 +185,7 @@ def check_feature_set(
     *,
     legacy: bool,
 ) -> ConnectorProtocolError | None:
-    """Admission of a server-initiated message naming `feature_set` (SPEC §9 steps 4-6).
+    """Admission of a server-initiated message naming `feature_set` (SPEC §9; docs/connectors.md §8).
 
     Returns the refusal to answer with, or None to admit. The caller has
     already checked readiness, the grant for `capability` (-32002) and the

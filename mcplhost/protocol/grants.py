@@ -35,7 +35,7 @@ SEPARATOR = "."
 
 # Grantable only by its literal name, never through a wildcard: a policy such
 # as `contextHooks.beforeInference.inject.*` must not hand out the system
-# prompt by accident (SPEC §13.4, SPEC §5.4 and §4 item 7).
+# prompt by accident (SPEC §13.4 and §5.4; docs/mcpl-checklist.md item 7).
 LITERAL_ONLY_PATHS: frozenset[str] = frozenset({INJECT_SYSTEM})
 
 # Every proper prefix of a vocabulary path. The walk descends only into nodes

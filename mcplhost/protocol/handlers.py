@@ -9,34 +9,31 @@ nothing and log what a notification cannot be told.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from msgspec import Raw, UnsetType
 
-from mcplhost.agents.inference import InferenceRefused, InferenceRequest, model_request
-from mcplhost.agents.model import BackendError
 from mcplhost.rpc import Deferred
 from mcplhost.rpc.session import CURRENT_REQUEST_ID
 
-from . import errors
+from . import errors, jobs
 from .admission import admit_message, admit_push
 from .channels import CHANNEL_LIMIT, Channel
+from .context import Inbound
 from .featuresets import check_feature_set
-from .params import Changed, ManifestChanged, PushEvent, Register, decode_incoming, decode_params
-
-if TYPE_CHECKING:
-    from .connection import McplConnection
+from .params import Changed, InferenceRequest, ManifestChanged, PushEvent, Register, decode_incoming, decode_params
+from .ports import InferenceInvalid, InferenceRefused
 
 
-def ping(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+def ping(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
     return {}
 
 
 # --- channels ------------------------------------------------------------------
 
 
-def register(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+def register(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
     decoded = decode_params(params, Register, "channels/register")
     results, accepted = conn.registry.add(decoded.channels)
     _after_accept(conn, accepted, results)
@@ -44,7 +41,7 @@ def register(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
     return {"results": results}
 
 
-def changed(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+def changed(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
     decoded = decode_params(params, Changed, "channels/changed")
     added, accepted_added = conn.registry.add(decoded.added)
     updated, _ = conn.registry.add(decoded.updated, must_exist=True)  # an update opens nothing
@@ -55,7 +52,7 @@ def changed(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
     return {"results": results}
 
 
-async def changed_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
+async def changed_notification(conn: Inbound, params: Raw | UnsetType) -> None:
     for entry in changed(conn, params)["results"]:
         if not entry["accepted"]:
             # A refused item in a Notification cannot be answered: never filter silently.
@@ -63,16 +60,16 @@ async def changed_notification(conn: McplConnection, params: Raw | UnsetType) ->
                                  detail="refused in a channels/changed notification")
 
 
-def list_channels(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+def list_channels(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
     return {"channels": [c.descriptor() for c in conn.registry.channels()]}
 
 
-def _audit_channels(conn: McplConnection, method: str, results: list[dict[str, Any]]) -> None:
+def _audit_channels(conn: Inbound, method: str, results: list[dict[str, Any]]) -> None:
     accepted = sum(1 for r in results if r["accepted"])
     conn.limited.info("mcpl.channels", method=method, accepted=accepted, refused=len(results) - accepted)
 
 
-def _after_accept(conn: McplConnection, channels: list[Channel], results: list[dict[str, Any]]) -> None:
+def _after_accept(conn: Inbound, channels: list[Channel], results: list[dict[str, Any]]) -> None:
     if any(r.get("reason") == CHANNEL_LIMIT for r in results):
         conn.warn_once("channel-limit", "channels.limit_reached", limit=conn.registry.limit,
                        detail="further registrations are refused until channels are removed")
@@ -80,13 +77,13 @@ def _after_accept(conn: McplConnection, channels: list[Channel], results: list[d
         return
     for channel in channels:
         if channel.initiallyOpen:
-            conn.schedule("open", channel)
+            conn.schedule(jobs.OPEN, channel)
 
 
 # --- inbound items ---------------------------------------------------------------
 
 
-def incoming(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
+def incoming(conn: Inbound, params: Raw | UnsetType) -> Deferred:
     batch = decode_incoming(params, "channels/incoming")
     results: list[dict[str, Any] | None] = []
     admitted = []
@@ -111,7 +108,7 @@ def incoming(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
     return Deferred(store)
 
 
-def _log_invalid(conn: McplConnection, invalid: list[dict[str, Any]]) -> None:
+def _log_invalid(conn: Inbound, invalid: list[dict[str, Any]]) -> None:
     """One warning per request with malformed messages: the first one's field and problem, and how many."""
     if invalid:
         first = invalid[0]
@@ -119,16 +116,16 @@ def _log_invalid(conn: McplConnection, invalid: list[dict[str, Any]]) -> None:
                              problem=first["problem"], refused=len(invalid))
 
 
-async def incoming_notification(conn: McplConnection, params: Raw | UnsetType) -> None:
+async def incoming_notification(conn: Inbound, params: Raw | UnsetType) -> None:
     conn.warn_once("incoming-notification", "connector.defect",
                    defect="channels/incoming sent as a notification")
     await incoming(conn, params).work()
 
 
-def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
+def push_event(conn: Inbound, params: Raw | UnsetType) -> Deferred:
     push = decode_params(params, PushEvent, "push/event")
     problem = conn.intake.content_problem(push.payload.content)
-    if problem is not None:  # a params problem: checked before the feature set (§3.1)
+    if problem is not None:  # a params problem: checked before the feature set (docs/connectors.md §8)
         raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
     admitted = admit_push(push, conn.registry, conn.feature_sets, legacy=conn.legacy,
                           accepted_implies=conn.accepted_implies)
@@ -160,12 +157,15 @@ def push_event(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
 # --- server-initiated inference (SPEC §11) ---------------------------------------
 
 STREAMING = "inferenceRequest.streaming"
+#: The loop guard's refusal reason (-32600), and its message.
+HOOK_PENDING = "hook_pending"
+HOOK_PENDING_DETAIL = "a context/beforeInference call to this connector is outstanding"
 
 
-def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred:
-    """inference/request: checked at receipt (streaming grant, feature set, params, loop guard), then the backend."""
-    port = conn.inference
-    if port is None:  # never granted without [inference]; the answer should that ever change
+def inference_request(conn: Inbound, params: Raw | UnsetType) -> Deferred:
+    """inference/request: checked at receipt (streaming grant, feature set, loop guard, params), then the model."""
+    service = conn.inference
+    if service is None:  # never granted without [inference]; the answer should that ever change
         raise errors.capability_denied("inferenceRequest")
     request = decode_params(params, InferenceRequest, "inference/request")
     if request.stream and STREAMING not in conn.grant:
@@ -173,38 +173,37 @@ def inference_request(conn: McplConnection, params: Raw | UnsetType) -> Deferred
     refused = check_feature_set(conn.feature_sets, request.featureSet, "inferenceRequest", legacy=conn.legacy)
     if refused is not None:
         raise refused
+    if conn.hooks.hook_pending(conn.name):
+        # The loop guard (docs/connectors.md §13): a hook may not wait on the model it is hooking.
+        raise errors.ConnectorProtocolError(errors.INVALID_REQUEST, HOOK_PENDING_DETAIL, {"reason": HOOK_PENDING})
     try:
-        model_call = model_request(request, port.config)
-    except ValueError as exc:
+        call = service.admit(conn.name, request)  # the place is taken now, at receipt: a burst cannot overrun it
+    except InferenceInvalid as exc:
         raise errors.invalid_params(str(exc), {"field": "messages"}) from None
-    try:
-        release = port.admit(conn.name)  # the place is taken now, at receipt: a burst cannot overrun it
     except InferenceRefused as exc:
-        code = errors.INVALID_REQUEST if exc.reason == "hook_pending" else errors.INTERNAL_ERROR
-        raise errors.ConnectorProtocolError(code, exc.detail, {"reason": exc.reason}) from None
+        raise errors.ConnectorProtocolError(errors.INTERNAL_ERROR, exc.detail, {"reason": exc.reason}) from None
     request_id = CURRENT_REQUEST_ID.get()
     session = conn.session
     conn.limited.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
                       messages=len(request.messages))
 
     async def send_chunk(chunk: dict[str, Any]) -> None:
-        assert session is not None
         await session.notify("inference/chunk", chunk)
 
     async def infer() -> dict[str, Any]:
         try:
-            return await port.complete(conn.name, request, model_call, request_id=request_id, send_chunk=send_chunk)
-        except BackendError as exc:
+            return await call.run(request_id=request_id, send_chunk=send_chunk)
+        except InferenceRefused as exc:
             raise errors.ConnectorProtocolError(errors.INTERNAL_ERROR, "Inference failed",
                                                 {"reason": exc.reason}) from None
         finally:
-            release()
+            call.release()
 
     # Cancellable: no commit in it, so the connector's notifications/cancelled may cut it off.
-    return Deferred(infer, discard=release, cancellable=True)
+    return Deferred(infer, discard=call.release, cancellable=True)
 
 
-def model_info(conn: McplConnection, params: Raw | UnsetType) -> dict[str, Any]:
+def model_info(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
     """model/info: the `[inference]` backend's ModelInfo (MUST answer, docs/connectors.md)."""
     if conn.inference is None:
         raise errors.capability_denied("modelInfo")
@@ -221,7 +220,7 @@ class Cancelled(msgspec.Struct, frozen=True):
     reason: str | None = None
 
 
-async def cancelled(conn: McplConnection, params: Raw | UnsetType) -> None:
+async def cancelled(conn: Inbound, params: Raw | UnsetType) -> None:
     """notifications/cancelled: the connector gives up on one of its own requests.
 
     Only its own session is asked, so the id can name nothing of another
@@ -237,11 +236,11 @@ async def cancelled(conn: McplConnection, params: Raw | UnsetType) -> None:
         conn.warn_once("cancelled-malformed", "connector.notification_refused", method="notifications/cancelled",
                        reason="params need a requestId string or integer")
         return
-    if conn.session is not None and conn.session.cancel_peer_request(notice.requestId):
+    if conn.session.cancel_peer_request(notice.requestId):
         conn.log.info("mcpl.request_cancelled", id=notice.requestId, reason=(notice.reason or "")[:200])
 
 
-async def tools_list_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
+async def tools_list_changed(conn: Inbound, params: Raw | UnsetType) -> None:
     """notifications/tools/list_changed: the handle lists the tools again (if `tools` is granted)."""
     conn.limited.info("connector.tools_changed")
     conn.list_tools_soon()
@@ -250,7 +249,7 @@ async def tools_list_changed(conn: McplConnection, params: Raw | UnsetType) -> N
 # --- manifest ----------------------------------------------------------------------
 
 
-async def manifest_changed(conn: McplConnection, params: Raw | UnsetType) -> None:
+async def manifest_changed(conn: Inbound, params: Raw | UnsetType) -> None:
     decode_params(params, ManifestChanged, "mcpl/manifestChanged")
     if not conn.is_ready:
         # No MCPL in force (MCP-only, closed, or still negotiating): nothing a
@@ -260,7 +259,7 @@ async def manifest_changed(conn: McplConnection, params: Raw | UnsetType) -> Non
         return
     dropped = conn.tracker.dropped
     if conn.tracker.should_fetch():
-        conn.schedule("manifest", None)
+        conn.schedule(jobs.MANIFEST, None)
     elif conn.tracker.dropped > dropped:  # over the cap (a hint merged into a pending fetch is not dropped)
         conn.limited.warning("connector.manifest_fetch_dropped", reason="rate limit", dropped=conn.tracker.dropped)
 

@@ -7,7 +7,7 @@ serialized with every other one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -15,10 +15,8 @@ from mcplhost.rpc import ConnectionClosed, RemoteError, RequestTimeout
 
 from . import errors
 from .channels import Channel
+from .context import Outbound
 from .states import PolicyClosed
-
-if TYPE_CHECKING:
-    from .connection import McplConnection
 
 OPEN = "open"
 MANIFEST = "manifest"
@@ -28,7 +26,7 @@ MAX_TOOL_PAGES = 16
 MAX_TOOLS = 256
 
 
-async def serve(conn: McplConnection, jobs: Any) -> None:
+async def serve(conn: Outbound, jobs: Any) -> None:
     """Run queued (job, argument) pairs until the stream closes or the connector is gone."""
     async with jobs:
         async for job, arg in jobs:
@@ -55,13 +53,13 @@ async def serve(conn: McplConnection, jobs: Any) -> None:
                 conn.close_by_policy(str(exc))
 
 
-async def list_tools(conn: McplConnection) -> None:
+async def list_tools(conn: Outbound) -> None:
     """tools/list, every page up to the bounds; `conn.tools` becomes the well-formed tools listed.
 
     A tool is well formed when its `name` is a non-empty string; a malformed
     one is skipped (and counted in the log line), never the whole list.
     """
-    if "tools" not in conn.grant or conn.session is None:
+    if "tools" not in conn.grant:
         return
     listed: list[dict[str, Any]] = []
     skipped = 0
@@ -85,13 +83,12 @@ async def list_tools(conn: McplConnection) -> None:
     conn.log.info("connector.tools_listed", tools=len(conn.tools), skipped=skipped)
 
 
-async def open_channel(conn: McplConnection, channel: Channel, *, timeout: float | None = None) -> dict[str, Any]:
+async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | None = None) -> dict[str, Any]:
     """channels/open for a channel; the returned descriptor is judged like a registration.
 
     Returns the decoded result (an agent's `channel_open` reads its backscroll
     from it); `timeout` None: the connector's request_timeout_s.
     """
-    assert conn.session is not None
     if "channels.lifecycle" not in conn.grant:
         raise errors.capability_denied("channels.lifecycle")
     raw = await conn.session.request(
@@ -114,14 +111,14 @@ async def open_channel(conn: McplConnection, channel: Channel, *, timeout: float
     return result if isinstance(result, dict) else {}
 
 
-async def refresh_manifest(conn: McplConnection) -> None:
-    """mcpl/manifest, then apply what changed: removals now, additions pending (§17)."""
+async def refresh_manifest(conn: Outbound) -> None:
+    """mcpl/manifest, then apply what changed: removals now, additions pending (SPEC §17)."""
     if not conn.is_ready:
         # Queued before the connection fell back (or never got MCPL): there is
         # nothing to refresh, and a policy sent now could make it ready again.
         conn.log.info("connector.job_skipped", job=MANIFEST, mode=conn.mode.value)
         return
-    assert conn.session is not None and conn.manifest is not None
+    assert conn.manifest is not None  # ready means MCPL is in force, with its manifest
     conn.tracker.fetched()
     try:
         raw = await conn.session.request("mcpl/manifest", {}, timeout=conn.spec.request_timeout_s)

@@ -1,6 +1,7 @@
 """Every method a connector may send us, in one table: capability, and handler per kind (SPEC §14.1, §5.4).
 
-`McplConnection` reads this table for every request and notification. A
+`McplConnection` reads this table for every request and notification, and
+hands each handler itself as the `context.Inbound` it needs. A
 method missing from it (or removed in 0.5) is unknown: a request gets
 -32601, a notification is warned about once and ignored. A method present
 with no handler for the kind that arrived is refused the same way: a
@@ -14,19 +15,17 @@ The capability is checked first, against the grant in force at receipt;
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from msgspec import Raw, UnsetType
 
 from . import handlers
-
-if TYPE_CHECKING:
-    from .connection import McplConnection
+from .context import Inbound
 
 #: Answers a request: a result, or a `Deferred` whose work yields the result.
-RequestHandler = Callable[["McplConnection", Raw | UnsetType], Any]
+RequestHandler = Callable[[Inbound, Raw | UnsetType], Any]
 #: Handles a notification; nothing is answered.
-NotificationHandler = Callable[["McplConnection", Raw | UnsetType], Awaitable[None]]
+NotificationHandler = Callable[[Inbound, Raw | UnsetType], Awaitable[None]]
 
 
 class Method(NamedTuple):
@@ -38,7 +37,7 @@ class Method(NamedTuple):
 #: Server → host methods mcplhost understands.
 INBOUND: dict[str, Method] = {
     "ping": Method(None, handlers.ping, None),
-    "mcpl/manifestChanged": Method(None, None, handlers.manifest_changed),  # deliberately ungated (§17)
+    "mcpl/manifestChanged": Method(None, None, handlers.manifest_changed),  # deliberately ungated (SPEC §17)
     "push/event": Method("pushEvents", handlers.push_event, None),
     # Offered only when [inference] is configured (grants.offered_paths).
     "inference/request": Method("inferenceRequest", handlers.inference_request, None),

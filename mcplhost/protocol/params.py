@@ -76,6 +76,16 @@ class ManifestChanged(Tolerant, forbid_unknown_fields=True):
     domains: list[str]
 
 
+class InferenceRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """`inference/request` params (docs/connectors.md); unknown fields are tolerated."""
+
+    featureSet: str
+    messages: list[Any]
+    conversationId: str | None = None
+    stream: bool = False
+    preferences: dict[str, Any] | None = None
+
+
 class Receipt(Tolerant):
     accepted: bool
     fallback: str | None = None

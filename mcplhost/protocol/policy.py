@@ -1,6 +1,6 @@
 """The policy exchange as pure rules: what a featureSets/update says, and what its answer means.
 
-§5.3 and §6.7. `McplConnection` sends the request and applies the result;
+SPEC §5.3 and §6.7; the host's rules are docs/grants.md. `McplConnection` sends the request and applies the result;
 everything decided here depends only on the values passed in.
 """
 
@@ -27,7 +27,7 @@ def policy_params(capabilities: dict[str, Any], grant: frozenset[str], states: M
     """featureSets/update params: the grant always, denied paths disjoint from it, the selection.
 
     In 0.5 mode `disabled` names every set that is off, derived reasons
-    included (fail closed, §6.4). In legacy (0.4) mode it names only the sets
+    included (fail closed, SPEC §6.4). In legacy (0.4) mode it names only the sets
     the operator deselected: legacy `uses` does not gate (docs/mcpl-compat.md), and a
     connector that honours `disabled` (discord-mcpl) would otherwise go
     silent for a set whose `uses` merely lists a path outside the grant. The

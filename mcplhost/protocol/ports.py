@@ -1,20 +1,26 @@
-"""The ports the layers above the protocol call a connector through.
+"""The ports between the protocol layer and the layers above it (docs/architecture.md#layers).
 
 Speech and agents never import the supervisor: they call a connector
 through `ConnectorPort`, which the supervisor's `ConnectorHandle`
-(mcplhost/supervisor/handle.py) implements and the host hands in
-(docs/architecture.md#layers). The port's states and refusals are declared
-here, beside it, so a caller can name what it catches without reaching up.
+(mcplhost/supervisor/handle.py) implements and the host hands in (docs/architecture.md). The
+other way round, the protocol layer serves `inference/request` and
+`model/info` through `InferenceService` and asks `PendingHooks` for the
+loop guard; mcplhost/agents implements both and the host wires them in, so
+protocol/ never imports agents. Each port's states and refusals are
+declared here, beside it, so a caller can name what it catches without
+reaching up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import Any, Protocol
 
 from msgspec import UNSET
 
 from .channels import Channel
+from .params import InferenceRequest
 
 
 class State(Enum):
@@ -86,3 +92,63 @@ class ConnectorPort(Protocol):
     async def wait_state(self, *states: State) -> State: ...
 
     async def wait_ready(self) -> None: ...
+
+
+# --- the ports the protocol layer calls (implemented in mcplhost/agents) --------------------
+
+#: Sends one `inference/chunk` notification's params to the connector (awaits the pipe).
+SendChunk = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class InferenceInvalid(Exception):
+    """The request's messages cannot become a model request; the text says which and why (a -32602)."""
+
+
+class InferenceRefused(Exception):
+    """The inference service will not serve a request (busy), or its backend failed.
+
+    `reason` is what the wire error's data carries; `detail` is for the message and the log.
+    """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class InferenceCall(Protocol):
+    """One admitted `inference/request`: it holds one of its connector's places until `release`."""
+
+    async def run(self, *, request_id: Any, send_chunk: SendChunk) -> dict[str, Any]:
+        """The wire result; streamed chunks (`stream: true`) all go out first. InferenceRefused when the backend fails."""
+
+    def release(self) -> None:
+        """Give the place back (idempotent): when the request ends, is cancelled, or never starts."""
+
+
+class InferenceService(Protocol):
+    """The `[inference]` backend as connectors reach it (docs/agents.md#inference); one per host."""
+
+    def model_info(self) -> dict[str, Any]:
+        """The `model/info` result (ModelInfo)."""
+
+    def admit(self, connector_name: str, request: InferenceRequest) -> InferenceCall:
+        """Admit `request` at receipt, so a burst read in one chunk cannot overrun the bound.
+
+        Raises InferenceInvalid for messages no model request can carry, and
+        InferenceRefused when the connector may not start another request now.
+        """
+
+
+class PendingHooks(Protocol):
+    """The loop guard's question (docs/mcpl-checklist.md item 31)."""
+
+    def hook_pending(self, connector_name: str) -> bool:
+        """Whether a `context/beforeInference` call to this connector is outstanding now."""
+
+
+class NoPendingHooks:
+    """`PendingHooks` for a host whose agents call no hooks (or that has none)."""
+
+    def hook_pending(self, connector_name: str) -> bool:
+        return False

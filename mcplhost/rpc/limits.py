@@ -1,6 +1,6 @@
 """Every bound the rpc layer puts on one connector's wire, defined once (docs/connectors.md §15).
 
-The layers above import these; docs/connectors.md "Limits" lists them all,
+The layers above import these; docs/connectors.md §15 lists them all,
 with the ones the protocol layer adds (channels, inference).
 """
 

@@ -590,7 +590,7 @@ class Session:
 
     async def _finish_deferred(self, queued: _Queued) -> None:
         request, deferred = queued.request, queued.deferred
-        # Commit, then answer, shielded (STYLE §15): the work may have handed rows
+        # Commit, then answer, shielded: the work may have handed rows
         # to a commit that happens even if we are cancelled, so the answer must be
         # queued too. Bounded only once the session stops (`_bound_in_flight`):
         # until then a commit may wait as long as the writer needs.

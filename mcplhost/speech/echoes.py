@@ -1,4 +1,4 @@
-"""Echo suppression (docs/architecture.md, Agents): knowing this host's own words when they come back.
+"""Echo suppression (docs/agents.md#echoes): knowing this host's own words when they come back.
 
 A platform shows the bot its own message: Discord sends it back on the
 gateway, many bridges tag it `chat:from-self`. Such an item is still stored
@@ -6,14 +6,18 @@ gateway, many bridges tag it `chat:from-self`. Such an item is still stored
 `metadata.echoOf` = the outbox id of the publish it echoes (or `true` when
 only the `chat:from-self` tag says so), plus the host tag `host:echo`.
 
-The per-ingest lookup is memory only, so it is cheap: the outbox repository's
-bounded window of recent deliveries (store/outbox.py `recent_delivered`), fed
-by the sender as each publish is answered and, at the host's first inbound
-item, seeded from the outbox table (`load_recent_delivered`), so an echo
-arriving after a restart is still known. An echo can also arrive before its
-publish is answered, or after it left the window: the runtime checks the
-waking items again when the wake fires, against the durable table
-(`delivered_message`; agents/runtime.py).
+Ingest reaches this knowledge through its echo port (mcplhost/ingest/ports.py);
+`EchoMemory` below implements it. The lookup is memory only, so it is cheap:
+the outbox repository's bounded window of recent deliveries (store/outbox.py
+`recent_delivered`, the last RECENT_DELIVERED), fed by the sender as each
+publish is answered and, at the host's first inbound item, seeded from the
+outbox table (`load_recent_delivered`: the deliveries of the last
+ECHO_WINDOW_MS), so an echo arriving after a restart is still known. An echo
+can also arrive before its publish is answered: the runtime checks the
+waking items again against the same window when the wake fires
+(agents/runtime.py), by which time the delivery is usually remembered. An
+echo of a delivery older than the window is not recognised by its
+messageId; only a `chat:from-self` tag marks it then.
 
 Only host-written fields are read (`metadata.serverId`, `channelId`,
 `messageId`, `tags`); the connector's `metadata.adapter` is never consulted,
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from mcplhost.store.interfaces import Outbox
 
 #: The host tag on a stored echo. The `host:` namespace is the host's; connectors' tags in it are dropped.
 ECHO_TAG = "host:echo"
@@ -79,3 +85,16 @@ def marked(metadata: dict[str, Any], lookup: Lookup | None) -> dict[str, Any]:
         result["echoOf"] = echo
         result["tags"] = [*kept, ECHO_TAG]
     return result
+
+
+class EchoMemory:
+    """Ingest's echo port (mcplhost/ingest/ports.py) over the outbox repository's window of recent deliveries."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+
+    async def seed(self, now_ms: int) -> int:
+        return await self._outbox.load_recent_delivered(now_ms)
+
+    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        return marked(metadata, self._outbox.recent_delivered)

@@ -1,4 +1,4 @@
-"""The texts of the `drafts` and `failed-reply` notices (docs/architecture.md, Agents; docs/connectors.md §13).
+"""The texts of the `drafts` and `failed-reply` notices (docs/agents.md#drafts, docs/agents.md#outbox; docs/connectors.md §13).
 
 Every connector-chosen value (connector name, channel id, label, thread id,
 a connector's refusal text) is written by the header's quoting rules

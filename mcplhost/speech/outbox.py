@@ -45,11 +45,13 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorStopped
+from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorPort, ConnectorStopped
 from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
+from mcplhost.store.writer import GroupWriter
 
 from .notices import failed_reply_notice as failed_reply_notice_text
 from .notices import not_permitted_reason
@@ -117,7 +119,7 @@ def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, 
 class OutboxSender:
     """Delivers one connector's outbox; `notify()` after queuing a publish, `run()` for the connector's life."""
 
-    def __init__(self, store: Any, writer: Any, handle: Any, *, max_age_s: Mapping[str, float] | None = None,
+    def __init__(self, store: Repositories, writer: GroupWriter, handle: ConnectorPort, *, max_age_s: Mapping[str, float] | None = None,
                  rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
                  age_check_s: float = AGE_CHECK_S, restart_rules: RetryRules = SENDER_RESTART,
                  channel_grace_s: float = CHANNEL_GRACE_S) -> None:

@@ -1,4 +1,4 @@
-"""Fail-closed speech routing (docs/architecture.md, Agents), as pure functions over the wake's frozen sources.
+"""Fail-closed speech routing (docs/agents.md#routing), as pure functions over the wake's frozen sources.
 
 Nothing here guesses: prose goes to the one conversation the wake shares,
 or to a channel a `>>> DEST` pin names, and only when that channel is
@@ -316,7 +316,7 @@ def _routes(prose: str, default: Route, views: Sequence[ChannelView]) -> list[tu
 
 def route_prose(prose: str, default: Route, views: Sequence[ChannelView], *,
                 published_default: bool) -> list[Segment]:
-    """Split a turn's prose into segments at its pins and route each (docs/architecture.md, Agents); empty prose: none.
+    """Split a turn's prose into segments at its pins and route each (docs/agents.md#pins); empty prose: none.
 
     `default` is the wake's default destination (or Undecided), or the
     route a pin in the turn's earlier prose left in force (`route_after`).

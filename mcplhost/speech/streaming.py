@@ -103,7 +103,7 @@ class _Channel:
 class Streamer:
     """The streams of one inference (`inference_id`) to the channels routing chose."""
 
-    def __init__(self, handles: Mapping[str, Any], inference_id: str) -> None:
+    def __init__(self, handles: Mapping[str, ConnectorPort], inference_id: str) -> None:
         self._handles = handles
         self.inference_id = inference_id
         self._channels: list[_Channel] | None = None  # None until open()
@@ -117,7 +117,7 @@ class Streamer:
         self._lock = anyio.Lock()
         self._completed = False  # the completes are (being) sent: no chunk after them
         self.index = 0  # the next chunk's index, shared by every channel of this inference
-        self._task_group: anyio.abc.TaskGroup | None = None
+        self._task_group = anyio.create_task_group()  # entered by __aenter__: a Streamer is used once
 
     # --- what the turn calls -----------------------------------------------------
 
@@ -158,14 +158,12 @@ class Streamer:
     # --- lifetime --------------------------------------------------------------------
 
     async def __aenter__(self) -> Streamer:
-        self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(self._send_loop)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> bool | None:
-        assert self._task_group is not None
         self._closing = True
         self._wake.set()
         with anyio.CancelScope(shield=True):

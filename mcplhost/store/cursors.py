@@ -1,4 +1,4 @@
-"""Each agent's durable cursor: a low-water mark of the items it handled (docs/architecture.md, "Agents").
+"""Each agent's durable cursor: a low-water mark of the items it handled (docs/agents.md#the-durable-cursor).
 
 The cursor is the highest item id such that every item at or below it that
 wakes the agent was handled (its turn ended) or wakes nobody; the scheduler
@@ -16,12 +16,11 @@ the end, so no item committed in between is skipped or handled twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+import aiosqlite
 import msgspec
 
-if TYPE_CHECKING:
-    from mcplhost.store.db import Database
+from mcplhost.store.connection import Connections
 
 
 class CursorMove(msgspec.Struct, frozen=True):
@@ -41,17 +40,17 @@ class CursorMove(msgspec.Struct, frozen=True):
 class CursorRepository:
     """Read and move agents' cursors; the only code that knows the agent_cursors table."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
 
     async def set_many_nocommit(self, moves: Sequence[CursorMove]) -> None:
         """Move each agent's cursor forward to its `item_id`, inside the caller's transaction.
 
         A cursor already at or past the position stays where it is.
         """
-        self._database.require_transaction("cursors.set_many_nocommit")
+        conn = self._connections.writer("cursors.set_many_nocommit")
         if moves:
-            await self._database.conn.executemany(
+            await conn.executemany(
                 "INSERT INTO agent_cursors (agent, item_id, updated_at) VALUES (?, ?, ?)"
                 " ON CONFLICT (agent) DO UPDATE SET item_id = max(item_id, excluded.item_id),"
                 " updated_at = excluded.updated_at",
@@ -60,28 +59,27 @@ class CursorRepository:
 
     async def start_many_nocommit(self, agents: Sequence[tuple[str, int]]) -> list[int]:
         """Give each (agent, at) without a cursor one at the store's current end; every agent's cursor, in order."""
-        self._database.require_transaction("cursors.start_many_nocommit")
-        conn = self._database.conn
+        conn = self._connections.writer("cursors.start_many_nocommit")
         if agents:
             await conn.executemany(
                 "INSERT INTO agent_cursors (agent, item_id, updated_at)"
                 " SELECT ?, coalesce(max(id), 0), ? FROM items WHERE true ON CONFLICT (agent) DO NOTHING",
                 list(agents),
             )
-        return [await self._get(agent) or 0 for agent, _ in agents]
+        return [await _get(conn, agent) or 0 for agent, _ in agents]
 
     async def get(self, agent: str) -> int | None:
         """The agent's cursor, or None when it has none yet (an agent never seen)."""
-        async with self._database.reading():
-            return await self._get(agent)
+        async with self._connections.read() as conn:
+            return await _get(conn, agent)
 
     async def all(self) -> dict[str, int]:
         """Every agent's cursor, by agent name."""
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall("SELECT agent, item_id FROM agent_cursors")
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall("SELECT agent, item_id FROM agent_cursors")
         return {agent: item_id for agent, item_id in rows}
 
-    async def _get(self, agent: str) -> int | None:
-        rows = await self._database.conn.execute_fetchall(
-            "SELECT item_id FROM agent_cursors WHERE agent = ?", (agent,))
-        return next((row[0] for row in rows), None)
+
+async def _get(conn: aiosqlite.Connection, agent: str) -> int | None:
+    rows = await conn.execute_fetchall("SELECT item_id FROM agent_cursors WHERE agent = ?", (agent,))
+    return next((row[0] for row in rows), None)

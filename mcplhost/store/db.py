@@ -8,9 +8,12 @@ Beside it, a `StoreReader`: a few read-only connections to the same file.
 The store runs in WAL mode, where a reader sees the last commit and never
 waits for the writer, nor the writer for it; so the reads of items (context,
 catch-up, search, the CLI) take no lock and hold up no commit, however long
-they take (docs/architecture.md "The store"). A read inside the current
+they take (docs/architecture.md#the-store). A read inside the current
 task's own transaction uses the writer's connection, to see what that
 transaction wrote.
+
+The turns ledger, the outbox, agents' cursors and push claims read the same
+way: every repository reads with `read()`.
 
 Cancellation: aiosqlite finishes a queued call even if the awaiting task is
 cancelled, so BEGIN, COMMIT and ROLLBACK run shielded from anyio cancellation
@@ -120,13 +123,15 @@ class StoreReader:
 class Database:
     """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
 
-    `reader`: where `read()` reads outside a transaction; None shares the
-    writer's connection and lock (`open_store(reader_connections=0)`, the
-    path before the reader, kept for benchmarks).
+    The SQLite implementation of `connection.Connections`, which is all the
+    repositories see of it. `reader`: where `read()` reads outside a
+    transaction; None shares the writer's connection and lock
+    (`open_store(reader_connections=0)`, the path before the reader, kept
+    for benchmarks).
     """
 
     def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None) -> None:
-        self.conn = conn
+        self.conn = conn  # the writer's; a repository gets it only from `writer()`, inside a transaction
         self.reader = reader
         self._lock = anyio.Lock()
 
@@ -164,18 +169,24 @@ class Database:
             finally:
                 _current_transaction.reset(token)
 
+    def writer(self, operation: str) -> aiosqlite.Connection:
+        """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
+        if _current_transaction.get() is not self:
+            raise HostStateError(f"{operation} must run inside store.transaction()")
+        return self.conn
+
     @asynccontextmanager
-    async def reading(self) -> AsyncIterator[None]:
+    async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
         """Hold the writer's connection for reads: inside this task's transaction, or between transactions.
 
-        This takes the writer's lock; the turns, outbox, cursor and push repositories still read so.
-        Item reads use `read()`, which does not.
+        This takes the writer's lock, so it waits for another task's transaction: the migrations hold
+        the connection so. Repositories read with `read()`, which does not wait.
         """
         if _current_transaction.get() is self:
-            yield
+            yield self.conn
             return
         async with self._lock:
-            yield
+            yield self.conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -185,22 +196,18 @@ class Database:
         instead, which sees that transaction's rows.
         """
         if self.reader is None or _current_transaction.get() is self:
-            async with self.reading():
-                yield self.conn
+            async with self.reading() as conn:
+                yield conn
             return
         async with self.reader.connection() as conn:
             yield conn
-
-    def require_transaction(self, operation: str) -> None:
-        """Raise HostStateError unless the current task is inside `transaction()`."""
-        if _current_transaction.get() is not self:
-            raise HostStateError(f"{operation} must run inside store.transaction()")
 
 
 class Store:
     """An open database: repositories for items, push events, turns, cursors and the outbox, and `transaction()` to combine them.
 
-    The SQLite implementation of `interfaces.Repositories`.
+    The SQLite implementation of `interfaces.Repositories`: it composes the
+    repositories over one `Database`, which each sees only as `Connections`.
     """
 
     def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
@@ -224,8 +231,8 @@ class Store:
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""
-        async with self._database.reading():  # holds the connection between transactions
-            return await apply_migrations(self._database.conn, self._migrations_folder, path=str(self.path))
+        async with self._database.reading() as conn:  # holds the connection between transactions
+            return await apply_migrations(conn, self._migrations_folder, path=str(self.path))
 
 
 @asynccontextmanager

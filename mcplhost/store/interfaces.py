@@ -2,8 +2,8 @@
 
 Everything above store/ (the group writer's operations, Ingest, the CLI's
 readers) needs only these shapes, so a PostgreSQL store would be new classes
-behind the same Protocols, not a rewrite (docs/architecture.md, "Scale beyond one
-machine"). The rules they promise, whatever the engine:
+behind the same Protocols, not a rewrite
+(docs/architecture.md#where-the-next-layers-attach). The rules they promise, whatever the engine:
 
 - ids come from the database (`RETURNING`), never computed by a caller;
 - a repeated channel item and a repeated push event are conflicts the schema
@@ -127,9 +127,6 @@ class Outbox(Protocol):
     def remember_delivered(self, server_id: str, channel_id: str, message_id: str, outbox_id: int) -> None: ...
 
     def recent_delivered(self, server_id: str, channel_id: str, message_id: str) -> int | None: ...
-
-    async def delivered_message(self, server_id: str, channel_id: str, message_id: str, *,
-                                now_ms: int | None = None) -> int | None: ...
 
     async def load_recent_delivered(self, now_ms: int) -> int: ...
 

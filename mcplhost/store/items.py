@@ -1,7 +1,7 @@
 """Stored items: the attributed rows every agent's context is built from.
 
 `StoredItem` encodes (msgspec JSON) to exactly the export line of
-docs/architecture.md: id, agent, participant, role, content, metadata, createdAt.
+docs/provenance.md §6: id, agent, participant, role, content, metadata, createdAt.
 Content and metadata are kept as JSON text; `server_id`, `channel_id` and
 `message_id` are copied out of metadata into their own columns so reads by
 channel use an index, and the thread, conversation and redelivery key are
@@ -13,9 +13,9 @@ so an identical redelivery, even one in the same batch or one after a crash
 between commit and answer, is a conflict: nothing is stored and the caller
 learns the original's id and conversation (`ItemWritten.duplicate`).
 
-Reads go through `Database.read()`: the store's reader connections, which
-see the last commit and never take the writer's lock (docs/architecture.md
-"The store"); inside the caller's own transaction, the writer's connection.
+Reads go through `Connections.read()`: the store's reader connections, which
+see the last commit and never take the writer's lock
+(docs/architecture.md#the-store); inside the caller's own transaction, the writer's connection.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from __future__ import annotations
 import builtins
 import sqlite3
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import aiosqlite
 import msgspec
 
 from mcplhost.errors import HostStateError
-
-if TYPE_CHECKING:
-    from mcplhost.store.db import Database
+from mcplhost.store.connection import Connections
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
 READ_PAGE_SIZE = 1000
@@ -108,8 +107,8 @@ def export_line(item: StoredItem) -> bytes:
 class ItemRepository:
     """Insert and read items; the only code that knows the items table."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
 
     async def insert(self, item: NewItem) -> int:
         """Store one item in its own transaction; return its id (the original's for a duplicate)."""
@@ -120,7 +119,7 @@ class ItemRepository:
         """Store all items in one transaction; return their ids in order (the original's for a duplicate)."""
         if not items:
             return []
-        async with self._database.transaction():
+        async with self._connections.transaction():
             return [written.id for written in await self.insert_many_nocommit(items)]
 
     async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
@@ -130,53 +129,18 @@ class ItemRepository:
         key is already stored, or earlier in `items`, stores nothing and
         gets the original's id and conversation.
         """
-        self._database.require_transaction("items.insert_many_nocommit")
+        conn = self._connections.writer("items.insert_many_nocommit")
         written: builtins.list[ItemWritten] = []
         for start in range(0, len(items), ROWS_PER_INSERT):
-            written.extend(await self._insert_chunk(items[start : start + ROWS_PER_INSERT]))
+            written.extend(await _insert_chunk(conn, items[start : start + ROWS_PER_INSERT]))
         return written
-
-    async def _insert_chunk(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
-        conn = self._database.conn
-        rows = [_row(item) for item in items]
-        returned = await conn.execute_fetchall(
-            f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
-            f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
-            [value for row in rows for value in row],
-        )
-        # RETURNING's row order is unspecified, but ids are given in the order
-        # the VALUES rows are processed; so the inserted rows, sorted by id,
-        # are the items in order minus those that conflicted. Only an item with
-        # a key can conflict, and an inserted key is unique, so a keyed item
-        # whose key is not the next inserted row's was a conflict.
-        inserted = sorted(returned)
-        written: builtins.list[ItemWritten] = []
-        next_row = 0
-        for item, row in zip(items, rows):
-            key = _key(row)
-            if next_row < len(inserted) and (key is None or tuple(inserted[next_row][1:]) == key):
-                written.append(ItemWritten(inserted[next_row][0], False, item.conversation_id))
-                next_row += 1
-                continue
-            if key is None:
-                raise HostStateError("an item without a redelivery key was not inserted")
-            written.append(await self._original(key))
-        if next_row != len(inserted):
-            raise HostStateError("inserted rows do not match the items in order")
-        return written
-
-    async def _original(self, key: tuple[Any, ...]) -> ItemWritten:
-        rows = await self._database.conn.execute_fetchall(_FIND_ORIGINAL, key)
-        for item_id, conversation in rows:
-            return ItemWritten(item_id, True, conversation)
-        raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
 
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the latest stored item with this message id in this channel, if any.
 
-        A correction that names no thread inherits its original's (PROVENANCE §2).
+        A correction that names no thread inherits its original's (docs/provenance.md §2).
         """
-        async with self._database.read() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT thread_id FROM items"
                 " WHERE channel_id = ? AND message_id = ? AND server_id = ? ORDER BY id DESC LIMIT 1",
@@ -213,7 +177,7 @@ class ItemRepository:
         if limit == 0:
             return
         where, params = _filters(channel=channel, agent=agent)
-        async with self._database.read() as conn:
+        async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
             after = 0
             if limit is not None:
@@ -224,7 +188,7 @@ class ItemRepository:
                 )
                 after = next((row[0] for row in rows), 0)
         while True:
-            async with self._database.read() as conn:
+            async with self._connections.read() as conn:
                 rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE),
@@ -241,7 +205,7 @@ class ItemRepository:
 
     async def last_id(self) -> int:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
-        async with self._database.read() as conn:
+        async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
         return last
 
@@ -266,7 +230,7 @@ class ItemRepository:
         """`columns` of the items above `item_id` created at or after `since_ms`, oldest first, at most `limit`."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
-        async with self._database.read() as conn:
+        async with self._connections.read() as conn:
             return await conn.execute_fetchall(
                 f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
                 (item_id, since_ms, -1 if limit is None else limit),
@@ -287,7 +251,7 @@ class ItemRepository:
         if conversation_id is not None:
             where += " AND conversation_id = ?"
             params.append(conversation_id)
-        async with self._database.read() as conn:
+        async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [_stored_item(row) for row in reversed(builtins.list(rows))]
@@ -296,13 +260,50 @@ class ItemRepository:
         """The stored items among `ids`, by ascending id, each once; ids not stored are left out."""
         wanted = sorted(set(ids))
         found: builtins.list[StoredItem] = []
-        async with self._database.read() as conn:
+        async with self._connections.read() as conn:
             for start in range(0, len(wanted), IDS_PER_QUERY):
                 chunk = wanted[start : start + IDS_PER_QUERY]
                 rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
                 found.extend(_stored_item(row) for row in rows)
         return found
+
+
+async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+    """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
+    rows = [_row(item) for item in items]
+    returned = await conn.execute_fetchall(
+        f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
+        f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
+        [value for row in rows for value in row],
+    )
+    # RETURNING's row order is unspecified, but ids are given in the order
+    # the VALUES rows are processed; so the inserted rows, sorted by id,
+    # are the items in order minus those that conflicted. Only an item with
+    # a key can conflict, and an inserted key is unique, so a keyed item
+    # whose key is not the next inserted row's was a conflict.
+    inserted = sorted(returned)
+    written: builtins.list[ItemWritten] = []
+    next_row = 0
+    for item, row in zip(items, rows):
+        key = _key(row)
+        if next_row < len(inserted) and (key is None or tuple(inserted[next_row][1:]) == key):
+            written.append(ItemWritten(inserted[next_row][0], False, item.conversation_id))
+            next_row += 1
+            continue
+        if key is None:
+            raise HostStateError("an item without a redelivery key was not inserted")
+        written.append(await _original(conn, key))
+    if next_row != len(inserted):
+        raise HostStateError("inserted rows do not match the items in order")
+    return written
+
+
+async def _original(conn: aiosqlite.Connection, key: tuple[Any, ...]) -> ItemWritten:
+    rows = await conn.execute_fetchall(_FIND_ORIGINAL, key)
+    for item_id, conversation in rows:
+        return ItemWritten(item_id, True, conversation)
+    raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
 
 
 def newest_first(conn: sqlite3.Connection, *, page_rows: int = READ_PAGE_SIZE) -> Iterator[StoredItem]:

@@ -10,10 +10,10 @@ tried again, so a restarted host resumes where the last one stopped.
 `OutboxRow` encodes (msgspec JSON) to exactly the line of `mcplhost outbox
 --json` (docs/operations.md); the fields a row lacks are null.
 
-Echo suppression asks `delivered_message(server, channel,
-messageId)`: a bounded in-memory window of recent deliveries (fed by the
-sender after each commit) answers first, then the table's index, for
-deliveries of the last ECHO_WINDOW_MS (also after a restart).
+Echo suppression asks `recent_delivered(server, channel, messageId)`: a
+bounded in-memory window of recent deliveries, fed by the sender after each
+commit and seeded from the table at start (`load_recent_delivered`: the
+deliveries of the last ECHO_WINDOW_MS), so it also holds after a restart.
 """
 
 from __future__ import annotations
@@ -21,18 +21,16 @@ from __future__ import annotations
 import builtins
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 
-if TYPE_CHECKING:
-    from mcplhost.store.db import Database
+from mcplhost.store.connection import Connections
 
 #: A row's states, as exported.
 STATES = ("pending", "delivered", "failed")
 #: Recent deliveries remembered in memory for the echo lookup.
 RECENT_DELIVERED = 4096
-#: How long after its delivery a message still counts as the host's own echo (durable lookup).
+#: How far back the echo window is seeded from the table at start (older deliveries are not loaded).
 ECHO_WINDOW_MS = 24 * 3600 * 1000
 #: Rows fetched per round trip when reading.
 READ_PAGE_SIZE = 1000
@@ -106,14 +104,13 @@ class PendingPublish(msgspec.Struct, frozen=True):
 class OutboxRepository:
     """Queue publishes and record their fate; the only code that knows the outbox table."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
         self._recent: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
     async def insert_many_nocommit(self, entries: Sequence[OutboxEntry]) -> builtins.list[int]:
         """Queue each entry as pending, inside the caller's transaction; their new ids, in order."""
-        self._database.require_transaction("outbox.insert_many_nocommit")
-        conn, ids = self._database.conn, []
+        conn, ids = self._connections.writer("outbox.insert_many_nocommit"), []
         for e in entries:  # RETURNING per row: ids come from the database, in order
             rows = await conn.execute_fetchall(
                 "INSERT INTO outbox (agent, turn_id, server_id, channel_id, thread_id, conversation_id, text,"
@@ -125,9 +122,9 @@ class OutboxRepository:
 
     async def attempt_many_nocommit(self, attempts: Sequence[tuple[int, int, int, str]]) -> None:
         """Record a failed try of pending rows: (id, at, next_attempt_at, error); attempts counts up."""
-        self._database.require_transaction("outbox.attempt_many_nocommit")
+        conn = self._connections.writer("outbox.attempt_many_nocommit")
         if attempts:
-            await self._database.conn.executemany(
+            await conn.executemany(
                 "UPDATE outbox SET attempts = attempts + 1, first_attempt_at = coalesce(first_attempt_at, ?),"
                 " next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'",
                 [(at, next_at, error[:LAST_ERROR_MAX_CHARS], row_id) for row_id, at, next_at, error in attempts])
@@ -135,12 +132,12 @@ class OutboxRepository:
     async def end_many_nocommit(self, ends: Sequence[tuple[int, str, int, str | None, str | None, bool]],
                                 ) -> builtins.list[bool]:
         """End pending rows: (id, state, at, message_id, error, attempted); True for each row that was pending."""
-        self._database.require_transaction("outbox.end_many_nocommit")
+        conn = self._connections.writer("outbox.end_many_nocommit")
         results = []
         for row_id, state, at, message_id, error, attempted in ends:
             if state not in ("delivered", "failed"):
                 raise ValueError(f"an outbox row ends delivered or failed, not {state!r}")
-            cursor = await self._database.conn.execute(
+            cursor = await conn.execute(
                 "UPDATE outbox SET state = ?, delivered_at = ?, message_id = ?,"
                 " last_error = coalesce(?, last_error), attempts = attempts + ?,"
                 " first_attempt_at = coalesce(first_attempt_at, ?) WHERE id = ? AND state = 'pending'",
@@ -167,19 +164,19 @@ class OutboxRepository:
                      " (PARTITION BY channel_id ORDER BY id) AS place FROM outbox"
                      " WHERE server_id = ? AND state = 'pending') WHERE place <= ? ORDER BY place, id LIMIT ?")
             arguments = (server_id, per_channel, limit)
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(query, arguments)
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(query, arguments)
         return [PendingPublish(*row) for row in rows]
 
     async def get(self, outbox_id: int) -> OutboxRow | None:
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,))
         return next((OutboxRow(*row) for row in rows), None)
 
     async def count(self, state: str = "pending") -> int:
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
                 "SELECT count(*) FROM outbox WHERE state = ?", (state,))
         return next(iter(rows))[0]
 
@@ -187,8 +184,8 @@ class OutboxRepository:
         """Every row (or those in `state`), oldest first, a page at a time."""
         after = 0
         while True:
-            async with self._database.reading():
-                rows = await self._database.conn.execute_fetchall(
+            async with self._connections.read() as conn:
+                rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM outbox WHERE id > ? AND (? IS NULL OR state = ?) ORDER BY id LIMIT ?",
                     (after, state, state, READ_PAGE_SIZE))
             for row in rows:
@@ -218,8 +215,8 @@ class OutboxRepository:
         The last RECENT_DELIVERED deliveries of the ECHO_WINDOW_MS before `now_ms`, oldest first,
         so the window is what it would have been had the host not stopped.
         """
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
                 "SELECT server_id, channel_id, message_id, id FROM outbox WHERE state = 'delivered'"
                 " AND message_id IS NOT NULL AND delivered_at >= ? ORDER BY delivered_at DESC, id DESC LIMIT ?",
                 (now_ms - ECHO_WINDOW_MS, RECENT_DELIVERED))
@@ -227,21 +224,3 @@ class OutboxRepository:
             if (server_id, channel_id, message_id) not in self._recent:  # the sender's own is as new
                 self.remember_delivered(server_id, channel_id, message_id, outbox_id)
         return len(self._recent)
-
-    async def delivered_message(self, server_id: str, channel_id: str, message_id: str, *,
-                                now_ms: int | None = None) -> int | None:
-        """The outbox id of the publish delivered as (server, channel, messageId), or None (echo suppression).
-
-        Memory first; then the table, for deliveries of the last ECHO_WINDOW_MS before `now_ms`
-        (None: any age).
-        """
-        found = self.recent_delivered(server_id, channel_id, message_id)
-        if found is not None:
-            return found
-        since = 0 if now_ms is None else now_ms - ECHO_WINDOW_MS
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
-                "SELECT id FROM outbox WHERE server_id = ? AND channel_id = ? AND message_id = ?"
-                " AND state = 'delivered' AND delivered_at >= ? ORDER BY id DESC LIMIT 1",
-                (server_id, channel_id, message_id, since))
-        return next((row[0] for row in rows), None)

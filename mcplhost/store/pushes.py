@@ -15,12 +15,11 @@ claim, gets the original answer and item id back, and stores nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+import aiosqlite
 import msgspec
 
-if TYPE_CHECKING:
-    from mcplhost.store.db import Database
+from mcplhost.store.connection import Connections
 
 # A redelivery later than this after the first delivery is treated as a new event.
 PUSH_DEDUP_WINDOW_MS = 24 * 60 * 60 * 1000
@@ -49,13 +48,13 @@ class ClaimOutcome(msgspec.Struct, frozen=True):
 class PushRepository:
     """Claim push events once, and look up the original answer and item of each."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
 
     async def get(self, server_id: str, event_id: str) -> bytes | None:
         """The answer (JSON) first given to this event, or None if it was never recorded."""
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
                 "SELECT result FROM push_events WHERE server_id = ? AND event_id = ?",
                 (server_id, event_id),
             )
@@ -70,8 +69,7 @@ class PushRepository:
         `claims`) wins; every later one gets the first one's answer and item.
         The winner's item id is set afterwards with `attach_items_nocommit`.
         """
-        self._database.require_transaction("pushes.claim_many")
-        conn = self._database.conn
+        conn = self._connections.writer("pushes.claim_many")
         won: set[tuple[str, str]] = set()
         for start in range(0, len(claims), CLAIMS_PER_INSERT):
             chunk = claims[start : start + CLAIMS_PER_INSERT]
@@ -89,35 +87,34 @@ class PushRepository:
             if key in first:  # a repeat inside this batch: answered like the first, item id set by the caller
                 outcomes.append(ClaimOutcome(False, first[key].answer, first[key].item_id))
                 continue
-            first[key] = ClaimOutcome(True, claim.answer, None) if key in won else await self._original(*key)
+            first[key] = ClaimOutcome(True, claim.answer, None) if key in won else await _original(conn, *key)
             outcomes.append(first[key])
         return outcomes
 
     async def attach_items_nocommit(self, attachments: Sequence[tuple[str, str, int]]) -> None:
         """Set the item id of events claimed in this transaction: (server_id, event_id, item_id) each."""
-        self._database.require_transaction("pushes.attach_items_nocommit")
+        conn = self._connections.writer("pushes.attach_items_nocommit")
         if attachments:
-            await self._database.conn.executemany(
+            await conn.executemany(
                 "UPDATE push_events SET item_id = ? WHERE server_id = ? AND event_id = ?",
                 [(item_id, server, event) for server, event, item_id in attachments],
             )
-
-    async def _original(self, server_id: str, event_id: str) -> ClaimOutcome:
-        rows = await self._database.conn.execute_fetchall(
-            "SELECT result, item_id FROM push_events WHERE server_id = ? AND event_id = ?",
-            (server_id, event_id),
-        )
-        ((result, item_id),) = rows
-        return ClaimOutcome(False, result.encode(), item_id)
 
     async def prune(self, older_than_ms: int) -> int:
         """Delete records created before the epoch-ms time `older_than_ms`; return how many.
 
         Callers pass `now_ms - PUSH_DEDUP_WINDOW_MS`.
         """
-        async with self._database.transaction():
-            async with self._database.conn.execute(
+        async with self._connections.transaction():
+            async with self._connections.writer("pushes.prune").execute(
                 "DELETE FROM push_events WHERE created_at < ?", (older_than_ms,)
             ) as cursor:
                 return cursor.rowcount
 
+
+async def _original(conn: aiosqlite.Connection, server_id: str, event_id: str) -> ClaimOutcome:
+    """The answer and item the event's first claim recorded."""
+    rows = await conn.execute_fetchall(
+        "SELECT result, item_id FROM push_events WHERE server_id = ? AND event_id = ?", (server_id, event_id))
+    ((result, item_id),) = rows
+    return ClaimOutcome(False, result.encode(), item_id)

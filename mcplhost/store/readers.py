@@ -1,4 +1,4 @@
-"""Readers of what was said: they read bodies only, never the source header (PROVENANCE §6).
+"""Readers of what was said: they read bodies only, never the source header (docs/provenance.md §7).
 Also the plain views of the turns ledger (`mcplhost turns`) and the outbox (`mcplhost outbox`).
 
 `search_items` is untrusted CPU work (the query may be a model's, steered
@@ -11,8 +11,8 @@ REGEX_TIMEOUT_S of what is left. When the deadline comes first the search
 returns what it found so far and says so (`SearchResult.stopped_early`); a
 cancelled caller stops the worker at its next row. A regular expression
 that runs out of time on an item is not a silent miss: the item is counted
-in `SearchResult.timed_out`, for the caller to report. docs/operations.md
-"Searching" says the same for users.
+in `SearchResult.timed_out`, for the caller to report. docs/operations.md#searching
+says the same for users.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import regex
 from mcplhost.inbound.notice import reader_body
 from mcplhost.inbound.quoting import header_value
 
-from . import Store, connect_read_only
+from .db import Store, connect_read_only
 from .items import StoredItem, newest_first
 from .outbox import OutboxRow
 from .turns import Turn, spent_tokens

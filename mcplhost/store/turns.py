@@ -1,7 +1,7 @@
 """The turns ledger: one row per agent turn, what woke it, how it ended, what it cost.
 
 `Turn` encodes (msgspec JSON) to exactly the line of `mcplhost turns --json`
-(docs/architecture.md): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
+(README.md#commands): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
 usage, requestDigest; fields a turn lacks are null, never left out.
 
 A turn is written when it begins (`begin_many_nocommit`) and finished once
@@ -24,12 +24,12 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import aiosqlite
 import msgspec
 
-if TYPE_CHECKING:
-    from mcplhost.store.db import Database
+from mcplhost.store.connection import Connections
 
 #: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
@@ -144,16 +144,16 @@ def spent_tokens(usage: Mapping[str, Any] | None) -> int:
 class TurnRepository:
     """Record turns and read the ledger; the only code that knows the turns table."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
 
     async def begin_many_nocommit(self, starts: Sequence[TurnStart]) -> builtins.list[int]:
         """Record each turn as running, inside the caller's transaction; their new ids, in order."""
-        self._database.require_transaction("turns.begin_many_nocommit")
+        conn = self._connections.writer("turns.begin_many_nocommit")
         ids: builtins.list[int] = []
         for first in range(0, len(starts), TURNS_PER_INSERT):
             chunk = starts[first : first + TURNS_PER_INSERT]
-            returned = await self._database.conn.execute_fetchall(
+            returned = await conn.execute_fetchall(
                 "INSERT INTO turns (agent, wake_item_ids, started_at) VALUES "
                 + ", ".join(["(?, ?, ?)"] * len(chunk)) + " RETURNING id",
                 [v for s in chunk for v in (s.agent, _encoder.encode(list(s.wake_item_ids)).decode(), s.started_at)],
@@ -168,8 +168,8 @@ class TurnRepository:
         An unknown or already finished turn is left as it is (False), so a
         caller's mistake never fails the other writes of its group.
         """
-        self._database.require_transaction("turns.finish_many_nocommit")
-        running = await self._running({end.turn_id for end in ends})
+        conn = self._connections.writer("turns.finish_many_nocommit")
+        running = await _running(conn, {end.turn_id for end in ends})
         done: builtins.list[bool] = []
         winners: builtins.list[TurnEnd] = []
         for end in ends:
@@ -178,7 +178,7 @@ class TurnRepository:
                 running.discard(end.turn_id)
                 winners.append(end)
         if winners:
-            await self._database.conn.executemany(
+            await conn.executemany(
                 "UPDATE turns SET ended_at = ?, outcome = ?, model = ?, usage = ?, request_digest = ?, tokens = ?,"
                 " injections = ? WHERE id = ?",
                 [(e.ended_at, e.outcome, e.model, _json_or_none(e.usage), e.request_digest, e.tokens,
@@ -188,35 +188,23 @@ class TurnRepository:
 
     async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted") -> int:
         """End every turn still running (left open by a host that was killed); return how many."""
-        self._database.require_transaction("turns.close_unfinished_nocommit")
+        conn = self._connections.writer("turns.close_unfinished_nocommit")
         check_outcome(outcome)
-        async with self._database.conn.execute(
+        async with conn.execute(
             "UPDATE turns SET ended_at = max(?, started_at), outcome = ? WHERE ended_at IS NULL", (ended_at, outcome)
         ) as cursor:
             return cursor.rowcount
 
-    async def _running(self, turn_ids: set[int]) -> set[int]:
-        found: set[int] = set()
-        ordered = sorted(turn_ids)
-        for first in range(0, len(ordered), IDS_PER_QUERY):
-            chunk = ordered[first : first + IDS_PER_QUERY]
-            rows = await self._database.conn.execute_fetchall(
-                f"SELECT id FROM turns WHERE ended_at IS NULL AND id IN ({', '.join('?' * len(chunk))})", chunk)
-            found.update(row[0] for row in rows)
-        return found
-
     async def get(self, turn_id: int) -> Turn | None:
         """One turn by id, or None."""
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?",
-                                                              (turn_id,))
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return next((_turn(row) for row in rows), None)
 
     async def injections(self, turn_id: int) -> Any:
         """The hook injections recorded with the turn (decoded JSON), or None."""
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall("SELECT injections FROM turns WHERE id = ?",
-                                                              (turn_id,))
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall("SELECT injections FROM turns WHERE id = ?", (turn_id,))
         value = next((row[0] for row in rows), None)
         return None if value is None else msgspec.json.decode(value)
 
@@ -231,8 +219,7 @@ class TurnRepository:
         if limit == 0:
             return
         where, params = ("agent = ?", (agent,)) if agent is not None else ("1", ())
-        async with self._database.reading():
-            conn = self._database.conn
+        async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM turns")
             after = 0
             if limit is not None:
@@ -240,8 +227,8 @@ class TurnRepository:
                     f"SELECT id FROM turns WHERE {where} ORDER BY id DESC LIMIT 1 OFFSET ?", (*params, limit))
                 after = next((row[0] for row in rows), 0)
         while True:
-            async with self._database.reading():
-                rows = builtins.list(await self._database.conn.execute_fetchall(
+            async with self._connections.read() as conn:
+                rows = builtins.list(await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM turns WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE)))
             for row in rows:
@@ -270,17 +257,29 @@ class TurnRepository:
         """
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
-        async with self._database.reading():
-            rows = await self._database.conn.execute_fetchall(
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
                 "SELECT started_at FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
                 f" ({', '.join('?' * len(RAN_OUTCOMES))})) ORDER BY started_at DESC, id DESC LIMIT ?",
                 (agent, since_ms, *RAN_OUTCOMES, -1 if limit is None else limit))
         return [row[0] for row in reversed(builtins.list(rows))]
 
     async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
-        async with self._database.reading():
-            ((value,),) = await self._database.conn.execute_fetchall(sql, params)
+        async with self._connections.read() as conn:
+            ((value,),) = await conn.execute_fetchall(sql, params)
         return int(value)
+
+
+async def _running(conn: aiosqlite.Connection, turn_ids: set[int]) -> set[int]:
+    """Those of `turn_ids` that are still running."""
+    found: set[int] = set()
+    ordered = sorted(turn_ids)
+    for first in range(0, len(ordered), IDS_PER_QUERY):
+        chunk = ordered[first : first + IDS_PER_QUERY]
+        rows = await conn.execute_fetchall(
+            f"SELECT id FROM turns WHERE ended_at IS NULL AND id IN ({', '.join('?' * len(chunk))})", chunk)
+        found.update(row[0] for row in rows)
+    return found
 
 
 def _json_or_none(value: Any) -> str | None:

@@ -100,6 +100,11 @@ class GroupWriter:
                 for start in range(0, len(leftover), MAX_GROUP):
                     await self._commit_group(leftover[start : start + MAX_GROUP])
 
+    def close(self) -> None:
+        """Close the queue of a writer that will not run (`run` closes it itself when it ends); idempotent."""
+        self._send.close()
+        self._receive.close()
+
     def _gather(self, first: _Write) -> list[_Write]:
         group = [first]
         while len(group) < MAX_GROUP:

@@ -5,8 +5,7 @@ line per running connector: its process group (the connector leads its own
 session) and the leader's start time in clock ticks since boot, from
 ``/proc/PID/stat``. A daemon that dies without stopping its connectors leaves
 the file behind; the next start, holding the lock, stops every process still
-in those groups before it spawns anything (docs/operations.md, "When the host
-dies"). The parent-death signal (process.py) already kills each connector;
+in those groups before it spawns anything (docs/operations.md#when-the-host-dies). The parent-death signal (process.py) already kills each connector;
 this file catches what that cannot: the processes a connector started in its
 group. It needs /proc (Linux); where there is none, nothing is recorded.
 

@@ -38,7 +38,15 @@ from mcplhost.config import ConnectorConfig
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
-from mcplhost.protocol.ports import SERVING, ConnectorGone, ConnectorNotReady, ConnectorStopped, State
+from mcplhost.protocol.ports import (
+    SERVING,
+    ConnectorGone,
+    ConnectorNotReady,
+    ConnectorStopped,
+    InferenceService,
+    PendingHooks,
+    State,
+)
 from mcplhost.rpc import ConnectionClosed, RemoteError, Session
 
 log = structlog.get_logger()
@@ -113,13 +121,16 @@ class ConnectorHandle:
     """One configured connector for the host's whole run. Read by anyone; written by `supervise` only."""
 
     def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms,
-                 offered: frozenset[str] | None = None, inference: Any = None) -> None:
+                 offered: frozenset[str] | None = None, inference: InferenceService | None = None,
+                 hooks: PendingHooks | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         #: What each life's connection may grant (None: the connection's default, no inference paths).
         self.offered = offered
-        #: The `[inference]` port each life's connection serves inference/request with (None: not configured).
+        #: The `[inference]` service each life's connection serves inference/request with (None: not configured).
         self.inference = inference
+        #: The loop guard's question each life's connection asks (None: no hook is ever pending).
+        self.hooks = hooks
         self._clock_ms = clock_ms
         self._log = log.bind(connector=spec.name)
         self._state = State.STARTING
@@ -237,7 +248,7 @@ class ConnectorHandle:
         connection = self._connection
         if self._state not in SERVING:
             raise ConnectorNotReady(self.name, self._state, f"{method} not sent: the connector is {self._state.value}")
-        if connection is None or connection.session is None:
+        if connection is None:
             raise ConnectorNotReady(self.name, self._state, f"{method} not sent: its process life is ending")
         return connection.session
 

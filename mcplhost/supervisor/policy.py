@@ -1,4 +1,4 @@
-"""Restart arithmetic, from timestamps alone (docs/operations.md, "When a connector misbehaves").
+"""Restart arithmetic, from timestamps alone (docs/operations.md#when-a-connector-misbehaves).
 
 The supervisor reports each failure's time; `RestartPolicy.next_attempt`
 answers how long to wait, or `GiveUp`. The supervisor only sleeps what it is

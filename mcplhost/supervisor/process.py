@@ -72,7 +72,7 @@ def child_environment(spec: ConnectorConfig, base: Mapping[str, str] | None = No
 #: prctl(2)'s option that has the kernel signal a process when the thread that forked it ends (Linux).
 PR_SET_PDEATHSIG = 1
 #: What a connector gets when the host dies without stopping it (kill -9, a crash): it cannot be told
-#: anything any more and nobody reads what it says, so it goes at once (docs/operations.md, "When the host dies").
+#: anything any more and nobody reads what it says, so it goes at once (docs/operations.md#when-the-host-dies).
 PARENT_DEATH_SIGNAL = signal.SIGKILL
 #: The child's first instructions, run by this interpreter between fork and the connector's exec:
 #: ask for the parent-death signal, make sure the host did not die before it took, then become the

@@ -158,7 +158,8 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     ended = Life.EXITED
     try:
         try:
-            connection = McplConnection(spec, intake, plog, on_mode=handle.mode_entered, inference=handle.inference,
+            connection = McplConnection(spec, _session(spec, process, plog, limited), intake, plog,
+                                        on_mode=handle.mode_entered, inference=handle.inference, hooks=handle.hooks,
                                         limited=limited, **({} if handle.offered is None else {"offered": handle.offered}))
             handle.spawned(process.pid, connection, command=spec.command)
             ended = await _serve_life(spec, process, connection, plog, limited, handle, on_ready)
@@ -183,23 +184,25 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     return ended
 
 
-async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplConnection, plog: Any,
-                      limited: LimitedLog, handle: ConnectorHandle, on_ready: Callable[[], None]) -> str:
-    """The session, the handshake and serving, until the life ends on its own; how it ended."""
+def _session(spec: ConnectorConfig, process: Process, plog: Any, limited: LimitedLog) -> Session:
+    """The JSON-RPC session over the child's pipes, under the connector's bounds; not running yet."""
     output: ByteReceiveStream = process.stdout  # type: ignore[assignment]
     if test_fault_on_output is not None:
         output = _SeamedOutput(output, spec.name)
-    session = Session(
+    return Session(
         process.stdin,  # type: ignore[arg-type]
         output,
-        on_request=connection.on_request,
-        on_notification=connection.on_notification,
         log=plog,
         limited=limited,
         max_line_bytes=spec.max_line_bytes,
         timeout=spec.request_timeout_s,
     )
-    connection.attach(session)
+
+
+async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplConnection, plog: Any,
+                      limited: LimitedLog, handle: ConnectorHandle, on_ready: Callable[[], None]) -> str:
+    """The session, the handshake and serving, until the life ends on its own; how it ended."""
+    session = connection.session
     ended = Life.EXITED
     async with anyio.create_task_group() as tg:
         drained = anyio.Event()

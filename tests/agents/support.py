@@ -19,6 +19,7 @@ from mcplhost.agents.model import BackendError, ModelRequest, ModelResponse, OnT
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.ingest import Ingest
 from mcplhost.protocol.intake import AdmittedMessage
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import Store, open_store
 from mcplhost.store.writer import GroupWriter
 
@@ -49,7 +50,7 @@ async def agent_store(folder: Path) -> AsyncIterator[tuple[Store, GroupWriter, I
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        yield store, writer, Ingest(store, writer, structlog.get_logger())
+        yield store, writer, Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
         tg.cancel_scope.cancel()
 
 

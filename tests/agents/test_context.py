@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/context.py: the compiled request, to the letter of docs/agents.md#turns."""
+"""Tests for mcplhost/agents/context.py: the compiled request, to the letter of docs/agents.md#compilation."""
 
 from __future__ import annotations
 

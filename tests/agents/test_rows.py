@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/rows.py: the agent's own rows as docs/architecture.md's export table types them."""
+"""Tests for mcplhost/agents/rows.py: the agent's own rows as docs/agents.md#compilation types them."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from mcplhost.agents.scheduler import HOUR_S
 from mcplhost.config import AgentConfig, Config
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Ingest, Stored
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store.operations import RecordTurn, SetCursor
 
 from ..harness import wait_for
@@ -29,10 +30,10 @@ async def running(store: Any, writer: Any, agents: list[AgentConfig], backends: 
                   ) -> AsyncIterator[tuple[AgentsRuntime, Ingest]]:
     """The runtime fed by an Ingest's real Stored stream; yields both; cancelled on exit."""
     send, receive = anyio.create_memory_object_stream[Stored](64)
-    ingest = Ingest(store, writer, structlog.get_logger(), events=send)
-    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, receive, backends=backends, **options)
+    ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
+    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends, **options)
     async with send, anyio.create_task_group() as tg:
-        await tg.start(runtime.run)
+        await tg.start(runtime.run, receive)
         yield runtime, ingest
         tg.cancel_scope.cancel()
 
@@ -132,9 +133,9 @@ class TestCursors:
         send, receive = anyio.create_memory_object_stream[Stored](8)
         async with agent_store(tmp_path) as (store, writer, ingest):
             runtime = AgentsRuntime(Config(agents=[agent_config(debounce_ms=50, max_wait_ms=1000)]), store, writer,
-                                    {}, receive, backends={"scout": backend})
+                                    {}, backends={"scout": backend})
             async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run)
+                await tg.start(runtime.run, receive)
                 ids = await heard(ingest, "one", "two", "three")  # this ingest has no stream: no events
                 ((last_id, last),) = await store.items.after_as_written(ids[-2])
                 await send.send(Stored(last_id, last, missed_before=2))
@@ -268,10 +269,10 @@ class TestCursorLowWaterMark:
         backend = RecordingBackend()
         send, receive = anyio.create_memory_object_stream[Stored](8)
         async with agent_store(tmp_path) as (store, writer, ingest):
-            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {}, receive,
+            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
                                     backends={"scout": backend})
             async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run)
+                await tg.start(runtime.run, receive)
                 (start,) = await heard(ingest, "before")  # this ingest has no stream: sent by hand below
                 ((_, before),) = await store.items.after_as_written(start - 1)
                 await send.send(Stored(start, before))
@@ -307,12 +308,9 @@ class TestBuildTime:
 
     async def test_an_unreadable_prompt_file_at_build_is_a_config_error(self, tmp_path: Path):
         async with agent_store(tmp_path) as (store, writer, _):
-            send, receive = anyio.create_memory_object_stream[Stored](1)
             agent = agent_config(system_prompt_file=str(tmp_path / "gone.md"))
             with pytest.raises(ConfigError, match="system_prompt_file"):
-                AgentsRuntime(Config(agents=[agent]), store, writer, {}, receive, backends={"scout": RecordingBackend()})
-            send.close()
-            receive.close()
+                AgentsRuntime(Config(agents=[agent]), store, writer, {}, backends={"scout": RecordingBackend()})
 
 
 class TestExceptionBoundary:
@@ -351,10 +349,10 @@ class TestOutOfOrderEvents:
         backend = RecordingBackend()
         send, receive = anyio.create_memory_object_stream[Stored](8)
         async with agent_store(tmp_path) as (store, writer, ingest):
-            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {}, receive,
+            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
                                     backends={"scout": backend})
             async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run)
+                await tg.start(runtime.run, receive)
                 ids = await heard(ingest, "eleven", "twelve")  # this ingest has no stream: sent by hand below
                 events = {i: Stored(i, item) for i, item in await store.items.after_as_written(ids[0] - 1)}
                 send.send_nowait(events[ids[1]])  # as two callers of one commit may emit them

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from structlog.testing import capture_logs
 
-from mcplhost.agents.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats, Wake
-from mcplhost.agents.wake import view_of, wake_matches
+from mcplhost.agents.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats
+from mcplhost.agents.wake import Wake, view_of, wake_matches
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from mcplhost.agents.backends import make_backend
-from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import TurnServices, run_turn
+from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest

@@ -9,9 +9,9 @@ import anyio
 from structlog.testing import capture_logs
 
 from mcplhost.agents.backends import make_backend
-from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import TurnServices, run_turn
+from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 
 from .support import (

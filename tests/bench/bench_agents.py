@@ -1,6 +1,6 @@
 """Agents under load: wake latency, turn overhead, and the host's memory with 10 agents.
 
-Three figures (issue 9), each bounded to well under a minute:
+Three figures (README.md#performance), each bounded to well under a minute:
 
 - wake latency: item committed → its agent's backend called, with
   `debounce_ms = 0` (so nothing is to be subtracted), 10 agents and 5
@@ -39,12 +39,13 @@ from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.runtime import AgentsRuntime
-from mcplhost.agents.scheduler import Wake
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.protocol.intake import AdmittedMessage
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import open_store
 from mcplhost.store.writer import GroupWriter
 
@@ -105,9 +106,9 @@ async def with_runtime(folder: Path, agents: list[AgentConfig], backends: dict[s
         writer = GroupWriter(store)
         await tg.start(writer.run)
         send, receive = anyio.create_memory_object_stream[Stored](STREAM_BUFFER)
-        ingest = Ingest(store, writer, structlog.get_logger(), events=send)
-        runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, receive, backends=backends)
-        await tg.start(runtime.run)
+        ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
+        runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends)
+        await tg.start(runtime.run, receive)
         async with send:
             result = await body(store, ingest)
         tg.cancel_scope.cancel()
@@ -187,7 +188,7 @@ async def bench_overhead(folder: Path) -> None:
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        ingest = Ingest(store, writer, structlog.get_logger())
+        ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
         for start in range(0, CONTEXT_ITEMS, 50):
             await ingest.store_messages("c0", "channels/incoming", [
                 message(n, f"message number {n} with a few more words in it", addressed=False, channel="c0:g:general")

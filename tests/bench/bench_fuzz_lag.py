@@ -101,15 +101,13 @@ async def main(lines: int) -> None:
         size = path.stat().st_size
         spec = ConnectorConfig(name="hostile", command=["feed"])
         log = structlog.get_logger().bind(connector="hostile")
-        connection = McplConnection(spec, intake=None, log=log)  # type: ignore[arg-type]  # never ready: stores nothing
         pings: list[float] = []
         async with await anyio.open_process([sys.executable, "-c", FEED, str(path)], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE) as feed, \
                 await anyio.open_process([sys.executable, "-c", ECHO], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE) as echo:
-            session = Session(feed.stdin, feed.stdout, on_request=connection.on_request,  # type: ignore[arg-type]
-                              on_notification=connection.on_notification, log=log)
-            connection.attach(session)
+            session = Session(feed.stdin, feed.stdout, log=log)  # type: ignore[arg-type]
+            connection = McplConnection(spec, session, intake=None, log=log)  # type: ignore[arg-type]  # never ready
             neighbour = Session(echo.stdin, echo.stdout)  # type: ignore[arg-type]
             start = time.perf_counter()
             async with LoopLagProbe() as probe, anyio.create_task_group() as tg:
@@ -129,6 +127,7 @@ async def main(lines: int) -> None:
                 done.set()
                 tg.cancel_scope.cancel()
             echo.kill()
+            connection.close_jobs()
     stats = session.statistics()
     print(f"{lines:,} hostile lines ({size / 2**20:.0f} MiB) in {seconds:.1f} s ({lines / seconds:,.0f} lines/s)")
     print(probe.summary())

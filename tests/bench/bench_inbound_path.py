@@ -9,7 +9,7 @@ same schema and pragmas) measured in the same run:
   across concurrent requests; each item is still acknowledged only after
   its commit).
 
-Goals (issue 4): >= 20,000 items/s and >= 25% of the plain-insert rate in
+Goals (README.md#performance): >= 20,000 items/s and >= 25% of the plain-insert rate in
 batches of 50; >= 5,000 items/s for one message per request.
 
 Then reads beside the writes, over a store already holding SEEDED items:
@@ -76,14 +76,11 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: li
     `reads`: also read a quiet conversation's context over and over meanwhile, each read's seconds appended.
     """
     config = Config(store=StoreConfig(path=str(folder / "host.db")), connectors=connectors)
-    host = Host(config)
     stop = anyio.Event()
     results = [folder / f"{c.name}.json" for c in connectors]
 
-    async def read_contexts() -> None:
-        while host.writer is None:
-            await anyio.sleep(0.01)
-        items = host.writer.store.items
+    async def read_contexts(host: Host) -> None:
+        items = host.store.items
         while True:  # paced, as turns are: both read paths are asked for the same reads
             started = time.perf_counter()
             await items.context_rows("scout", limit=CONTEXT_ROWS, conversation_id=QUIET_CONVERSATION)
@@ -91,11 +88,11 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: li
             reads.append(time.perf_counter() - started)
             await anyio.sleep(max(0.0, READ_INTERVAL_S - reads[-1]))
 
-    async with anyio.create_task_group() as tg:
+    async with mcplhost.host.open_host(config) as host, anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
         async with anyio.create_task_group() as reading:
             if reads is not None:
-                reading.start_soon(read_contexts)
+                reading.start_soon(read_contexts, host)
             with anyio.fail_after(600):
                 while not all(p.exists() for p in results):
                     await anyio.sleep(0.05)

@@ -3,7 +3,7 @@
 Both sides read the same bytes from a real child process's stdout pipe in
 the same run. The raw side splits lines and decodes each with msgspec; the
 reader side is `Session.run`: framing, envelope decode, classification and
-dispatch to a handler. Goal (issue 2): the reader reaches at least 50% of
+dispatch to a handler. Goal (README.md#performance): the reader reaches at least 50% of
 the raw rate.
 
     .venv/bin/python tests/bench/bench_rpc_reader.py [LINES]

@@ -1,6 +1,6 @@
 """Speech under load: publishes/s through the outbox, the outbox's added latency, and the whole loop.
 
-Three figures (issue 10), each against a real connector subprocess
+Three figures (README.md#performance), each against a real connector subprocess
 (tests/bench/loop_connector.py, answering every `channels/publish` at once)
 under a real Host, each bounded to well under a minute:
 
@@ -33,7 +33,7 @@ import anyio
 from mcplhost import logs
 from mcplhost.agents.rows import speech_row
 from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, RestartConfig, StoreConfig
-from mcplhost.host import Host
+from mcplhost.host import Host, open_host
 from mcplhost.speech.routing import Destination
 from mcplhost.store.operations import PublishSpeech
 from mcplhost.store.outbox import OutboxEntry
@@ -82,9 +82,8 @@ async def running(folder: Path, *connectors: ConnectorConfig, agents: list[Agent
                   ) -> AsyncIterator[Host]:
     config = Config(store=StoreConfig(path=str(folder / "bench.db")), connectors=list(connectors),
                     agents=agents or [])
-    host = Host(config)
     stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
+    async with open_host(config) as host, anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
         with anyio.fail_after(READY_TIMEOUT_S):
             await host.ready.wait()
@@ -116,7 +115,6 @@ async def bench_throughput(folder: Path) -> None:
     async with running(folder, connector()) as host:
         done = anyio.Event()
         watch(host, lambda: PUBLISHES, done.set)
-        assert host.writer is not None
         started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for n in range(PUBLISHES):
@@ -134,7 +132,6 @@ async def bench_latency(folder: Path) -> None:
     outbox: list[float] = []
     async with running(folder, connector()) as host:
         handle, sender = host.connectors["loop"], host.outbox_senders["loop"]
-        assert host.writer is not None
         expected = [0]
         arrived = [anyio.Event()]
         watch(host, lambda: expected[0], lambda: arrived[0].set())

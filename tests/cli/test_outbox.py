@@ -44,7 +44,7 @@ def lines(*args: str) -> list[str]:
 
 
 def test_json_lists_every_publish_with_its_state(tmp_path: Path):
-    """--json prints one docs/architecture.md object per publish, oldest first, every key present."""
+    """--json prints one README.md#commands object per publish, oldest first, every key present."""
     db = tmp_path / "host.db"
     anyio.run(seed, db)
     rows = [json.loads(line) for line in lines("--db", str(db), "--json")]

@@ -46,7 +46,7 @@ def exported(db: Path, *args: str) -> list[dict]:
 
 class TestTurnsExport:
     async def test_each_turn_is_one_object_with_the_interfaces_keys(self, tmp_path: Path) -> None:
-        """--json prints one object per turn, oldest first, with docs/architecture.md's keys in order and nulls kept."""
+        """--json prints one object per turn, oldest first, with README.md#commands's keys in order and nulls kept."""
         await seed(tmp_path / "host.db")
         turns = exported(tmp_path / "host.db")
         assert [t["id"] for t in turns] == list(range(1, 8)) and all(list(t) == EXPORT_KEYS for t in turns)

@@ -1,4 +1,4 @@
-"""The discord-mcpl look-alike under the real host: every message it sends is stored with its header (issue 7 #1).
+"""The discord-mcpl look-alike under the real host: every message it sends is stored with its header.
 
 mcplhost.connectors.discordish honours `disabled` the way discord-mcpl does:
 a `discord.messaging` named there sends nothing. Its `uses` lists

@@ -13,6 +13,7 @@ import sys
 import tomllib
 
 from mcplhost.config import ConnectorConfig, RestartConfig, problems
+from mcplhost.protocol.grants import unknown_grant_problem
 
 from ..harness import REPO, config_with, items_when, running_host, texts
 
@@ -75,7 +76,7 @@ class TestTheGuideShowsTheExample:
         """The guide's TOML passes the config checks and its command names the example file."""
         (block,) = [b for b in FENCED_TOML.findall(GUIDE.read_text(encoding="utf-8")) if "minimal_connector" in b]
         raw = tomllib.loads(block)
-        assert problems(raw) == []
+        assert problems(raw, unknown_grant=unknown_grant_problem) == []
         (connector,) = raw["connectors"]
         assert connector["command"][0] == "python3"
         assert (REPO / connector["command"][1]).resolve() == EXAMPLE

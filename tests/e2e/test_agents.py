@@ -1,6 +1,6 @@
 """Agents end to end through `mcplhost run`: real stub connectors, the scripted backend, the turns ledger.
 
-Issue 9: an arriving item wakes the right agent, its turn runs and is
+docs/agents.md: an arriving item wakes the right agent, its turn runs and is
 recorded, and a host killed between an item's commit and its turn wakes the
 agent for it on the next start.
 """

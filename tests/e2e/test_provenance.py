@@ -169,7 +169,7 @@ class TestDigestsAndRenames:
             register(desc("disc:g1:room", "#room")),
             incoming(same),
             {"request": "channels/changed", "params": {"updated": [desc("disc:g1:room", "#lobby")]}},
-            incoming(same),  # an identical redelivery: stored once (issue 7 #2), answered as the first
+            incoming(same),  # an identical redelivery: stored once (docs/connectors.md §6), answered as the first
             incoming(msg("disc:g1:room", "m2", "hello")),
         ])
         assert rec.answer(3)["result"] == rec.answer(1)["result"]

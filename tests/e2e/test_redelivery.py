@@ -1,6 +1,6 @@
 """Redelivered channel messages through real processes: a connector restart, a lost answer, a host kill -9.
 
-Issue 7 #2: an identical redelivery (same connector, channel, messageId and
+docs/connectors.md §6: an identical redelivery (same connector, channel, messageId and
 delivered body) is stored once and answered as the first delivery was.
 """
 

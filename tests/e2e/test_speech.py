@@ -1,6 +1,6 @@
 """Speech end to end through `mcplhost run`: a scripted connector answering channels/publish, the scripted backend.
 
-Issue 10: a mention is answered into its own conversation (thread
+docs/agents.md#routing and #outbox: a mention is answered into its own conversation (thread
 included); a wake over several conversations becomes a draft and a notice
 and publishes nothing; a `>>>` pin splits a reply; prose written before a tool call is published while
 the call is still running; `channel_publish` refuses an inbound-only channel.
@@ -80,7 +80,7 @@ class TestDefaultDestination:
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0
         (sent,) = publishes(tmp_path)
-        # The wire names the thread only through the conversation id (HOST-DIGEST: channels/publish params).
+        # The wire names the thread only through the conversation id (docs/connectors.md §13, channels/publish).
         assert sent["channelId"] == ROOM and sent["conversationId"] == conversation_id("disc", ROOM, "t-1")
         assert published_text(sent) == "you said: scout, hello"
         (row,) = outbox(db)

@@ -1,4 +1,4 @@
-"""Host.stored_events() end to end: a real connector's items arrive as Stored events with their row ids."""
+"""Stored events end to end (open_host's `events=`): a real connector's items arrive as Stored events with their row ids."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import anyio
 
-from mcplhost.host import Host
+from mcplhost.host import open_host
 from mcplhost.inbound.conversation import conversation_id
-from mcplhost.ingest import Stored
+from mcplhost.ingest import Stored, stored_event_stream
 
 from ..harness import (
     CHAT_GRANT,
@@ -30,8 +30,7 @@ class TestStoredEvents:
         steps = [register("disc:room"), incoming(message("disc:room", "m-1"), message("disc:room", "m-2", "again")),
                  incoming(message("disc:room", "m-1"))]
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT)
-        host = Host(config_with(tmp_path, spec))
-        events = host.stored_events()
+        send, events = stored_event_stream()
         received: list[Stored] = []
         stop = anyio.Event()
 
@@ -40,7 +39,7 @@ class TestStoredEvents:
                 async for event in events:
                     received.append(event)
 
-        async with anyio.create_task_group() as tg:
+        async with open_host(config_with(tmp_path, spec), events=send) as host, anyio.create_task_group() as tg:
             tg.start_soon(consume)
             tg.start_soon(host.run, stop)
             await wait_for(lambda: record(tmp_path, "disc").done)
@@ -48,4 +47,4 @@ class TestStoredEvents:
         rows = await stored_items(tmp_path)
         assert [e.id for e in received] == [item.id for item in rows] and len(rows) == 2
         assert {e.item.conversation_id for e in received} == {conversation_id("disc", "disc:room", None)}
-        assert host.ingest is not None and host.ingest.statistics()["stored_events_dropped"] == 0
+        assert host.ingest.statistics()["stored_events_dropped"] == 0

@@ -1,4 +1,3 @@
-from mcplhost.host import Host
 from mcplhost.inbound import body_digest
 
 from ..harness import config_with, running_host, stored_items, texts
@@ -8,7 +7,6 @@ class TestConsoleInput:
     async def test_console_input_has_no_header_but_is_marked(self, tmp_path) -> None:
         """A surface item is stored without a source header, its typed openings marked."""
         async with running_host(config_with(tmp_path)) as host:
-            assert isinstance(host, Host) and host.ingest is not None
             await host.ingest.store_surface("console", "operator", "hi [source: discord / x]")
         (item,) = await stored_items(tmp_path)
         assert texts(item) == ["hi \\[source: discord / x]"]

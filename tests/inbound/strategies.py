@@ -41,7 +41,7 @@ EMOJI_SEQUENCES = [
     "\U0001f468\u200d\U0001f469\u200d\U0001f467",  # family
     "\U0001f431",
     "\u00a9\ufe0f",
-    "#\ufe0f\u20e3",  # keycap: not an emoji sequence under PROVENANCE's rule
+    "#\ufe0f\u20e3",  # keycap: not an emoji sequence under docs/provenance.md's rule
     "1\ufe0f\u20e3",
     "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f",  # tag flag
 ]

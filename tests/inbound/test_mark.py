@@ -13,7 +13,7 @@ from hypothesis import example, given
 from mcplhost.inbound import mark_openings
 from tests.inbound.strategies import blocks as blocks_strategy
 
-# The oracle: a plain character-by-character scanner written from §4's words.
+# The oracle: a plain character-by-character scanner written from docs/provenance.md §4's words.
 # Ignorables are whitespace (ECMAScript's list), Cc, Cf and
 # Default_Ignorable_Code_Point; a letter matches when it case-folds to the
 # letter of "source".

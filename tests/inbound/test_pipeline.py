@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcplhost.errors import HostStateError
 from mcplhost.inbound import HOST_METADATA_KEYS, body_digest, mark_openings
 from mcplhost.inbound.notice import reader_body
 from mcplhost.inbound.pipeline import (
@@ -62,7 +63,7 @@ def processed(d: Delivered) -> Processed:
 
 class TestChannelItem:
     def test_exported_item_shape(self) -> None:
-        """A channel message gives docs/architecture.md's exported item: header block, body, metadata."""
+        """A channel message gives docs/provenance.md §6's stored item: header block, body, metadata."""
         result = processed(channel_item())
         header_text = "[source: discord / discord:g1:room \u00b7 #room]"
         assert result.content == [text(header_text), text("hello")]
@@ -250,6 +251,14 @@ class TestStages:
             assert isinstance(result, InFlight) and result is not item
             assert msgspec.structs.asdict(item) == before
             item = result
+
+    def test_a_stage_run_before_the_one_it_needs_is_a_host_bug_even_under_python_o(self) -> None:
+        """header before freeze, mark before admit: HostStateError naming the missing stage (not an assert)."""
+        item = InFlight(delivered=channel_item())
+        with pytest.raises(HostStateError, match="freeze has not run"):
+            header(item)
+        with pytest.raises(HostStateError, match="admit has not run"):
+            mark(item)
 
     def test_items_are_frozen(self) -> None:
         """Items between stages cannot be changed in place."""

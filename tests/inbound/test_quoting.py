@@ -128,7 +128,7 @@ class TestHeaderValue:
     @example("a /")
     @example("\u2764\ufe0f\u200b")
     def test_agrees_with_oracle(self, value: str) -> None:
-        """A value is quoted exactly when the oracle from PROVENANCE's definitions says it must be."""
+        """A value is quoted exactly when the oracle from docs/provenance.md's definitions says it must be."""
         expected = quoted(value) if oracle_needs_quotes(value) else value
         assert header_value(value) == expected
 

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/admission.py: one incoming message or one push, judged at receipt (§3.1, §3.2)."""
+"""Tests for mcplhost/protocol/admission.py: one incoming message or one push, judged at receipt (docs/connectors.md §6 and §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/channels.py: descriptors judged one by one, narrowing globs (§14, AMB-13/14)."""
+"""Tests for mcplhost/protocol/channels.py: descriptors judged one by one, narrowing globs (SPEC §14; docs/connectors.md §5)."""
 
 from __future__ import annotations
 

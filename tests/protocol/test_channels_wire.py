@@ -1,4 +1,4 @@
-"""Channels on the wire: per-descriptor registration, changes, incoming at receipt, open and list (§14).
+"""Channels on the wire: per-descriptor registration, changes, incoming at receipt, open and list (SPEC §14).
 
 SPEC §14, with the channel error codes -32017,
 -32023 (per message, in `results`) and -32024 (the connector's answer to
@@ -16,6 +16,7 @@ from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
     HINT,
+    change_grant,
     config_with,
     connected,
     descriptor,
@@ -156,7 +157,7 @@ class TestIncoming:
         spec = chat(tmp_path, "revoked", steps)
         async with connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "revoked").answers())
-            await connection.update_policy(connection.grant - {"channels.incoming"})
+            await change_grant(connection, connection.grant - {"channels.incoming"})
             await wait_for(lambda: record(tmp_path, "revoked").done)
         assert error_of(record(tmp_path, "revoked"), 2)["data"] == {"capability": "channels.incoming"}
 
@@ -166,7 +167,7 @@ class TestIncoming:
         spec = chat(tmp_path, "unreg", steps)
         async with connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "unreg").answers())
-            await connection.update_policy(connection.grant - {"channels.register"})
+            await change_grant(connection, connection.grant - {"channels.register"})
             await wait_for(lambda: record(tmp_path, "unreg").done)
         assert outcomes(result_of(record(tmp_path, "unreg"), 2)["results"]) == [("m-1", False, "unknown_channel",
                                                                                  -32023)]
@@ -249,7 +250,7 @@ class TestOpenLater:
         with capture_logs() as logs:
             async with connected(self.blocked(tmp_path, "revoked", steps), tmp_path) as connection:
                 await wait_for(lambda: 2 in record(tmp_path, "revoked").answers())
-                await connection.update_policy(connection.grant - {"channels.lifecycle"})
+                await change_grant(connection, connection.grant - {"channels.lifecycle"})
                 await wait_for(lambda: logged(logs, "connector.job_skipped", job="open"))
         assert "channels/open" not in record(tmp_path, "revoked").methods_received()
 
@@ -269,7 +270,7 @@ class TestOpenLater:
         async with connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "opener").answers())
             channel = connection.registry.get("d:1")
-            await connection.update_policy(connection.grant - {"channels.register"})
+            await change_grant(connection, connection.grant - {"channels.register"})
             await connection.open_channel(channel)
             await nudge(connection, "test/go")
             await wait_for(lambda: record(tmp_path, "opener").done)

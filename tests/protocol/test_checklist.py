@@ -1,4 +1,4 @@
-"""HOST-DIGEST §4, paraphrased in docs/mcpl-checklist.md, item by item: the test for each MUST and SHOULD.
+"""docs/mcpl-checklist.md, item by item: the tests for each MUST and SHOULD of the host security checklist.
 
 `CHECKLIST` maps every item to the tests that exercise it (end to end
 through real connector subprocesses where the behaviour is on the wire,
@@ -16,7 +16,7 @@ field). Item 40's timestamp is added to every log line by the TimeStamper of
 `mcplhost.logs.configure`, which the captured logs in these tests bypass.
 
 -32005 (checkpoint not found) is the server's answer to `state/rollback`,
-which this host never sends (state is deferred, HOST-DIGEST §3.6).
+which this host never sends (state and checkpoints, SPEC §8, are not built).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ CHECKLIST: dict[int, list[str]] = {
         POLICY + "TestPolicyUpdates::test_a_narrowing_applies_before_its_request_goes_out",
         ROBUST + "TestHintsOutsideMcpl::test_a_hint_after_a_refusal_never_brings_mcpl_back"],
     4: [POLICY + "TestEffectiveCapabilities::test_only_advertised_understood_and_allowed_paths_are_granted",
-        POLICY + "TestPolicyUpdates::test_an_update_never_grants_what_was_not_advertised"],
+        MANIFEST + "TestRefetch::test_additions_are_pending_never_granted"],
     5: [POLICY + "TestInitialPolicy::test_the_policy_is_a_request_sent_right_after_initialized_even_for_an_empty_grant",
         POLICY + "TestEffectiveCapabilities::test_only_advertised_understood_and_allowed_paths_are_granted"],
     6: [POLICY + "TestEffectiveCapabilities::test_wildcards_match_exactly_one_segment_and_inject_system_only_by_name",
@@ -134,7 +134,7 @@ CHECKLIST.update({
 DEFERRED: dict[int, str] = {
     41: "moderation, routing and publishing are not built",
 }
-#: Our own paraphrase of the checklist, numbered like HOST-DIGEST §4; shipped in the repository.
+#: The checklist this map follows, item numbers and all; shipped in the repository.
 CHECKLIST_DOC = REPO / "docs" / "mcpl-checklist.md"
 #: How docs/mcpl-checklist.md marks an item this host has not built.
 NOT_BUILT = "**Not built yet**"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 import structlog
@@ -18,7 +19,7 @@ from mcplhost.protocol import errors
 from mcplhost.protocol.channels import CHANNEL_LIMIT, ChannelRegistry
 from mcplhost.protocol.connection import MAX_WARNED_KEYS, UNKNOWN_METHOD, McplConnection, Mode
 
-from ..harness import descriptor, logged
+from ..harness import descriptor, gone_session, logged
 
 
 @pytest.fixture
@@ -28,7 +29,8 @@ def ready() -> Iterator[Callable[[set[str]], McplConnection]]:
 
     def make(grant: set[str]) -> McplConnection:
         spec = ConnectorConfig(name="c", command=["unused"])
-        conn = McplConnection(spec, intake=None, log=structlog.get_logger().bind(connector="c"))  # type: ignore[arg-type]
+        conn = McplConnection(spec, gone_session(), intake=None,  # type: ignore[arg-type]
+                              log=structlog.get_logger().bind(connector="c"))
         conn.mode, conn.grant = Mode.READY, frozenset(grant)
         made.append(conn)
         return conn
@@ -37,6 +39,7 @@ def ready() -> Iterator[Callable[[set[str]], McplConnection]]:
     for conn in made:
         conn.close_jobs()
         conn._jobs_out.close()  # run_background, which would close it, never ran
+        anyio.run(conn.session.run)  # its peer is gone: it ends at once and closes its streams
 
 
 def params(value: Any) -> Raw:

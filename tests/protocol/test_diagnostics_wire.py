@@ -1,4 +1,4 @@
-"""Refusals and quiet outcomes that say what happened, on the wire and in the log (issue 8).
+"""Refusals and quiet outcomes that say what happened, on the wire and in the log.
 
 A malformed `channels/incoming` message names the field and the problem in
 its result, as a malformed `push/event` does in its error data; a push

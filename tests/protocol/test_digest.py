@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/digest.py (SPEC §17.2, HOST-DIGEST §3.10).
+"""Tests for mcplhost/protocol/digest.py (SPEC §17.2 and its conformance vectors).
 
 The vendored vector file is the acceptance test; its inputs are read from the
 file and never retyped.

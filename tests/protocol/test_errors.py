@@ -87,7 +87,7 @@ class TestHelpers:
         }
 
     def test_feature_set_not_enabled_has_no_hint(self) -> None:
-        """-32001 data is exactly {featureSet}: no canEnable or other hint (§4 item 16)."""
+        """-32001 data is exactly {featureSet}: no canEnable or other hint (docs/mcpl-checklist.md item 16)."""
         refusal = errors.feature_set_not_enabled("memory.x")
         assert (refusal.code, refusal.data) == (-32001, {"featureSet": "memory.x"})
 

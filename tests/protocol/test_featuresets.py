@@ -82,7 +82,7 @@ class TestUsesValid:
         ],
     )
     def test_fails_closed(self, declaration: Any) -> None:
-        """Absent, empty, non-list, non-string, parent or unknown `uses` is invalid (§4 item 19)."""
+        """Absent, empty, non-list, non-string, parent or unknown `uses` is invalid (docs/mcpl-checklist.md item 19)."""
         assert not uses_valid(declaration)
 
 

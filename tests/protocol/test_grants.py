@@ -247,7 +247,7 @@ class TestPatternMatches:
 
 class TestEffectiveGrant:
     def test_advertising_alone_grants_nothing(self) -> None:
-        """An empty policy grants nothing, whatever is advertised (§4 item 4)."""
+        """An empty policy grants nothing, whatever is advertised (docs/mcpl-checklist.md item 4)."""
         assert effective_grant(EVERYTHING, []) == []
 
     def test_policy_alone_grants_nothing(self) -> None:
@@ -299,7 +299,7 @@ class TestEffectiveGrant:
         ]
 
     def test_inject_system_grantable_on_its_own(self) -> None:
-        """Naming `inject.system` literally grants it alone (§4 item 7)."""
+        """Naming `inject.system` literally grants it alone (docs/mcpl-checklist.md item 7)."""
         assert effective_grant(EVERYTHING, [INJECT_SYSTEM]) == [INJECT_SYSTEM]
 
     def test_tools(self) -> None:
@@ -364,10 +364,10 @@ class TestDeniedPaths:
 
 
 class TestImplemented:
-    """What the host offers is what it implements, and what it advertises is exactly that (issue 7 #5)."""
+    """What the host offers is what it implements, and what it advertises is exactly that (docs/grants.md)."""
 
     def test_implemented_paths_are_vocabulary_paths_and_exclude_the_unbuilt(self) -> None:
-        """IMPLEMENTED holds only real paths, none of acknowledge or typing; inference only with [inference] (issue 10)."""
+        """IMPLEMENTED holds only real paths, none of acknowledge or typing; inference only with [inference]."""
         assert IMPLEMENTED <= CAPABILITY_PATHS
         assert not IMPLEMENTED & {"channels.acknowledge", "channels.typing"}
         assert INFERENCE_PATHS <= IMPLEMENTED
@@ -375,7 +375,7 @@ class TestImplemented:
         assert INFERENCE_PATHS <= offered_paths(inference_configured=True)
 
     def test_agents_side_is_implemented_hooks_lifecycle_and_tools(self) -> None:
-        """Issue 9 #8: the four hook leaves, inferenceLifecycle and MCP tools are offered without [inference]."""
+        """The four hook leaves, inferenceLifecycle and MCP tools are offered without [inference]."""
         agents_side = HOOK_PATHS | {"inferenceLifecycle", "tools"}
         assert agents_side <= IMPLEMENTED
         assert agents_side <= offered_paths()

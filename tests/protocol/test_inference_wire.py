@@ -1,6 +1,6 @@
 """Server-initiated inference on the wire: inference/request (streamed and not) and model/info.
 
-Issue 10 #6 and SPEC §11: gated by the grant, `[inference]` and the
+SPEC §11 and docs/agents.md#inference: gated by the grant, `[inference]` and the
 feature set; refused -32600 while the connector's own beforeInference is
 pending; the connector's messages reach the model unchanged. Every connector
 is a real connectors.scripted child, the model the scripted backend or the
@@ -12,20 +12,32 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
+import structlog
 
 from mcplhost.agents.backends.scripted import ScriptedBackend
-from mcplhost.agents.inference import (
-    MAX_CONCURRENT_PER_CONNECTOR,
-    ConnectorInference,
-    InferenceRefused,
-    InferenceRequest,
-    model_request,
-)
-from mcplhost.config import AgentConfig, BackendConfig, Config, InferenceConfig
+from mcplhost.agents.inference import MAX_CONCURRENT_PER_CONNECTOR, ConnectorInference, model_request
+from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, InferenceConfig
+from mcplhost.protocol.connection import McplConnection, Mode
+from mcplhost.protocol.errors import ConnectorProtocolError
+from mcplhost.protocol.featuresets import FeatureSetState
+from mcplhost.protocol.params import InferenceRequest
+from mcplhost.protocol.ports import InferenceInvalid, InferenceRefused
 
 from ..agents.llm_server import LlmServer, Reply
-from ..harness import CHAT_GRANT, config_with, error_of, record, result_of, running_host, scripted, wait_for
+from ..agents.support import FailingBackend
+from ..harness import (
+    CHAT_GRANT,
+    config_with,
+    error_of,
+    gone_session,
+    record,
+    result_of,
+    running_host,
+    scripted,
+    wait_for,
+)
 
 INFERENCE_GRANT = ["inferenceRequest", "inferenceRequest.streaming", "modelInfo"]
 MANIFEST: dict[str, Any] = {
@@ -206,26 +218,60 @@ class TestLoopGuard:
         assert result_of(rec, 5)["content"] == "four"
 
 
+class Pending:
+    """The loop guard's port with a fixed answer: these connectors' beforeInference is outstanding."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def hook_pending(self, connector_name: str) -> bool:
+        return connector_name in self.names
+
+
+class TestLoopGuardRule:
+    async def test_a_pending_hook_refuses_only_its_own_connector(self) -> None:
+        """The guard names the connector whose beforeInference is outstanding: -32600 for it, the model for others."""
+        service = ConnectorInference(InferenceConfig(backend=SCRIPTED), ScriptedBackend(["four"]))
+        think = FeatureSetState(name="think", enabled=True, reason=None, uses=frozenset({"inferenceRequest"}))
+        body = msgspec.json.encode({"featureSet": "think", "messages": MESSAGES})
+        answers: dict[str, Any] = {}
+        for name in ("hooked", "other"):
+            conn = McplConnection(ConnectorConfig(name=name, command=["unused"]), gone_session(), None,  # type: ignore[arg-type]
+                                  structlog.get_logger(), inference=service, hooks=Pending({"hooked"}))
+            conn.mode, conn.grant, conn.feature_sets = Mode.READY, frozenset({"inferenceRequest"}), {"think": think}
+            try:
+                answers[name] = await (await conn.on_request("inference/request", msgspec.Raw(body))).work()
+            except ConnectorProtocolError as exc:
+                answers[name] = (exc.code, exc.data)
+            finally:
+                conn.close_jobs()
+                await conn.run_background()
+                await conn.session.run()
+        assert answers["hooked"] == (-32600, {"reason": "hook_pending"})
+        assert answers["other"]["content"] == "four"
+        assert service._running == {}  # the refused request never took a place; the served one gave it back
+
+
 class TestPort:
     """ConnectorInference's own bounds, without a connector."""
 
-    def _port(self, pending: set[str] | None = None) -> ConnectorInference:
-        config = InferenceConfig(backend=SCRIPTED)
-        return ConnectorInference(config, ScriptedBackend(["four"]), hook_pending=lambda s: s in (pending or set()))
+    PARAMS = InferenceRequest(featureSet="think", messages=MESSAGES)
+
+    def _port(self) -> ConnectorInference:
+        return ConnectorInference(InferenceConfig(backend=SCRIPTED), ScriptedBackend(["four"]))
 
     async def test_a_place_is_taken_at_admission_and_given_back_once(self) -> None:
         """admit takes the place (so a burst cannot overrun the bound); its release is idempotent."""
         port = self._port()
-        releases = [port.admit("c") for _ in range(MAX_CONCURRENT_PER_CONNECTOR)]
+        calls = [port.admit("c", self.PARAMS) for _ in range(MAX_CONCURRENT_PER_CONNECTOR)]
         with pytest.raises(InferenceRefused):
-            port.admit("c")
-        releases[0]()
-        releases[0]()  # twice gives back one place, not two
-        port.admit("c")
+            port.admit("c", self.PARAMS)
+        calls[0].release()
+        calls[0].release()  # twice gives back one place, not two
+        port.admit("c", self.PARAMS)
         with pytest.raises(InferenceRefused):
-            port.admit("c")
-        params = InferenceRequest(featureSet="think", messages=MESSAGES)
-        assert (await port.complete("c", params, model_request(params, port.config)))["content"] == "four"
+            port.admit("c", self.PARAMS)
+        assert (await calls[1].run())["content"] == "four"
 
     async def test_past_the_bound_a_request_is_refused_busy(self) -> None:
         """With MAX_CONCURRENT_PER_CONNECTOR requests running, one more of that connector is refused."""
@@ -239,26 +285,35 @@ class TestPort:
                 return await super().complete(request, on_text=on_text)
 
         port = ConnectorInference(InferenceConfig(backend=SCRIPTED), Held(["four"]))
-        params = InferenceRequest(featureSet="think", messages=MESSAGES)
         async with anyio.create_task_group() as tg:
             for _ in range(MAX_CONCURRENT_PER_CONNECTOR):
-                port.admit("c")  # held: the port's caller gives it back
-                tg.start_soon(port.complete, "c", params, model_request(params, port.config))
+                call = port.admit("c", self.PARAMS)  # held: the port's caller gives it back
+                tg.start_soon(lambda call=call: call.run())
             while len(started) < MAX_CONCURRENT_PER_CONNECTOR:
                 await anyio.sleep(0)
             with pytest.raises(InferenceRefused) as refused:
-                port.admit("c")
+                port.admit("c", self.PARAMS)
             assert refused.value.reason == "busy"
-            port.admit("other")  # the bound is per connector
+            port.admit("other", self.PARAMS)  # the bound is per connector
             release.set()
 
-    def test_a_pending_hook_refuses_only_its_own_connector(self) -> None:
-        """The loop guard names the connector whose beforeInference is outstanding, and only it."""
-        port = self._port({"hooked"})
+    def test_malformed_messages_are_refused_before_a_place_is_taken(self) -> None:
+        """Messages no model request can carry are InferenceInvalid, and cost the connector no place."""
+        port = self._port()
+        for messages in ([], [{"role": "robot", "content": "x"}], [{"role": "system", "content": "only"}]):
+            with pytest.raises(InferenceInvalid):
+                port.admit("c", InferenceRequest(featureSet="think", messages=messages))
+        assert port._running == {}
+
+    async def test_a_backend_failure_is_refused_with_its_reason(self) -> None:
+        """The backend's own error becomes the protocol's InferenceRefused, reason kept; the place is the caller's."""
+        port = ConnectorInference(InferenceConfig(backend=SCRIPTED), FailingBackend("rate_limited"))
+        call = port.admit("c", self.PARAMS)
         with pytest.raises(InferenceRefused) as refused:
-            port.admit("hooked")
-        assert refused.value.reason == "hook_pending"
-        port.admit("other")
+            await call.run()
+        assert refused.value.reason == "rate_limited"
+        call.release()
+        assert port._running == {}
 
     def test_the_hosts_token_bound_caps_the_connectors_preference(self) -> None:
         """preferences.maxTokens below the backend's bound is used; above it, the bound wins."""
@@ -331,7 +386,7 @@ class TestBurstsAndCancellation:
                                 and e.get("connector") == name]
 
                     def session_of(name: str) -> Any:
-                        return host._handles[name]._connection.session
+                        return host.connectors[name]._connection.session
 
                     await wait_for(lambda: len(llm.requests) == 2)
                     session_of("a").notify_nowait("test/go")

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/manifest.py: fetch rate limit, digest check and the diff of a fetched manifest (§17)."""
+"""Tests for mcplhost/protocol/manifest.py: fetch rate limit, digest check and the diff of a fetched manifest (SPEC §17)."""
 
 from __future__ import annotations
 

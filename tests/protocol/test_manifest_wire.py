@@ -1,4 +1,4 @@
-"""Manifest changes on the wire: re-fetch, removals first, additions pending, rate limit, digest (§17).
+"""Manifest changes on the wire: re-fetch, removals first, additions pending, rate limit, digest (SPEC §17).
 
 SPEC §17 (a changed ontology cancels acceptance),
 32-37. The hint path (`mcpl/manifestChanged` → `mcpl/manifest` → policy) runs

@@ -1,4 +1,4 @@
-"""The one method table (issue 7 #10): every inbound method, its capability and its handlers."""
+"""The one method table: every inbound method, its capability and its handlers."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class TestTable:
             "channels/list": (True, False), "channels/incoming": (True, True)}
 
     def test_inference_methods_are_gated_by_paths_offered_only_with_inference(self) -> None:
-        """model/info and inference/request need paths offered only when [inference] is configured (issue 10)."""
+        """model/info and inference/request need paths offered only when [inference] is configured."""
         for method in ("model/info", "inference/request"):
             capability = INBOUND[method].capability
             assert capability in IMPLEMENTED

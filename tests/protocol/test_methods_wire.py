@@ -1,13 +1,13 @@
-"""Every inbound request is answered once, refusals are error objects, denied means -32002 (§6.6, §14.1).
+"""Every inbound request is answered once, refusals are error objects, denied means -32002 (SPEC §6.6, §14.1).
 
-HOST-DIGEST §1.2, §1.7, §2.3 and §4 items 8, 14, 15 and 16. The error codes
-of §2.3 and where this suite produces each one:
+docs/connectors.md §1 and §8, and docs/mcpl-checklist.md items 8, 14, 15 and 16. The error
+codes of docs/connectors.md §8 and where this suite produces each one:
 
     -32001  test_push_wire (disabled set, declaration mismatch), here (shape)
     -32002  here (every gated method), test_policy_wire (policy_pending, mcp_only)
     -32003  test_push_wire (undeclared set), here (shape)
     -32005  never: it is the server's answer to state/rollback, which this
-            host does not send (HOST-DIGEST §3.6, state is deferred)
+            host does not send (SPEC §8: state is not built)
     -32017  test_channels_wire (incoming on an outbound-only channel)
     -32023  test_channels_wire (incoming on an unregistered channel)
     -32024  test_channels_wire (the connector's answer to channels/open, logged)

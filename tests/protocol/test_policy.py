@@ -72,7 +72,7 @@ class TestInterim:
 
 
 class TestLegacyDisabled:
-    """docs/mcpl-compat.md: legacy `disabled` names only the operator's deselection; 0.5 fails closed (issue 7 #1)."""
+    """docs/mcpl-compat.md: legacy `disabled` names only the operator's deselection; 0.5 fails closed."""
 
     DECLARED = {"messaging": {"description": "m", "uses": ["pushEvents", "channels.typing"]},
                 "history": {"description": "h", "uses": ["tools"]},

@@ -2,8 +2,9 @@
 
 SPEC §5.3, §5.4 and §6.7, end to end through real
 connector subprocesses (connectors.scripted) and a real store. Grant changes
-after the handshake are driven through `McplConnection.update_policy` on a
-connection built directly against a scripted child (`harness.connected`).
+after the handshake are driven through `McplConnection.send_policy`
+(`harness.change_grant`) on a connection built directly against a scripted
+child (`harness.connected`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mcplhost.protocol.vocabulary import INJECT_SYSTEM
 from ..harness import (
     CHAT_MANIFEST,
     SPLIT_MANIFEST,
+    change_grant,
     config_with,
     connected,
     error_of,
@@ -54,7 +56,7 @@ def policies(name: str, folder: Any) -> list[dict[str, Any]]:
 
 
 def configured(name: str, folder: Any, logs: list[dict[str, Any]]) -> list[str]:
-    """What the §5.4 rule granted `name`: the grant sent, plus the paths dropped as not implemented (logged)."""
+    """What the SPEC §5.4 rule granted `name`: the grant sent, plus the paths dropped as not implemented (logged)."""
     sent = policies(name, folder)[0]["params"]["effectiveCapabilities"]
     dropped = [path for e in logged(logs, "connector.grant_unimplemented", connector=name) for path in e["paths"]]
     return sorted(sent + dropped)
@@ -139,7 +141,7 @@ class TestEffectiveCapabilities:
         (policy,) = policies("caps", tmp_path)
         granted, refused = policy["params"]["effectiveCapabilities"], policy["params"]["deniedCapabilities"]
         assert configured("caps", tmp_path, logs) == ["modelInfo", "pushEvents", "tools"]
-        # Only what this host implements goes out; the rest is denied and logged once (issue 7 #5).
+        # Only what this host implements goes out; the rest is denied and logged once (docs/grants.md#the-grant-of-one-connection).
         assert granted == ["pushEvents", "tools"]
         assert refused == ["channels.incoming", "channels.register", "modelInfo"]
         assert logged(logs, "connector.grant_unimplemented", connector="caps", paths=["modelInfo"])
@@ -325,7 +327,7 @@ class TestPolicyUpdates:
         spec = scripted("narrow", script, tmp_path, grant=self.GRANT)
         async with connected(spec, tmp_path) as connection, anyio.create_task_group() as tg:
             assert "pushEvents" in connection.grant
-            tg.start_soon(connection.update_policy, frozenset({"channels.register", "channels.incoming"}))
+            tg.start_soon(change_grant, connection, frozenset({"channels.register", "channels.incoming"}))
             await wait_for(lambda: len(policies("narrow", tmp_path)) == 2)
             await nudge(connection, "test/go")
             await wait_for(lambda: record(tmp_path, "narrow").done)
@@ -346,7 +348,7 @@ class TestPolicyUpdates:
         spec = scripted("mixed", script, tmp_path, grant=["pushEvents", "channels.register"])
         async with connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(connection.update_policy, frozenset({"channels.register", "channels.incoming"}))
+                tg.start_soon(change_grant, connection, frozenset({"channels.register", "channels.incoming"}))
                 await wait_for(lambda: len(policies("mixed", tmp_path)) == 2)
                 await nudge(connection, "test/go")
                 await wait_for(lambda: 3 in record(tmp_path, "mixed").answers())
@@ -366,7 +368,7 @@ class TestPolicyUpdates:
         spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=2.0)
         async with connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(connection.update_policy, frozenset({"channels.register", "pushEvents"}))
+                tg.start_soon(change_grant, connection, frozenset({"channels.register", "pushEvents"}))
                 await wait_for(lambda: len(policies("never", tmp_path)) == 2)
                 await nudge(connection, "test/go")
                 await wait_for(lambda: 1 in record(tmp_path, "never").answers())
@@ -376,14 +378,6 @@ class TestPolicyUpdates:
         rec = record(tmp_path, "never")
         assert denied(error_of(rec, 1), "pushEvents")
         assert error_of(rec, 3)["code"] == -32002
-
-    async def test_an_update_never_grants_what_was_not_advertised(self, tmp_path) -> None:
-        """update_policy keeps only advertised paths: nobody grants modelInfo to a server that never offered it."""
-        spec = scripted("unadvertised", {"manifest": SPLIT_MANIFEST}, tmp_path, grant=self.GRANT)
-        async with connected(spec, tmp_path) as connection:
-            await connection.update_policy(frozenset({"pushEvents", "modelInfo", "inferenceRequest"}))
-            assert connection.grant == frozenset({"pushEvents"})
-        assert policies("unadvertised", tmp_path)[1]["params"]["effectiveCapabilities"] == ["pushEvents"]
 
     async def test_a_stale_receipt_never_undoes_a_later_revocation(self, tmp_path) -> None:
         """When a widening's receipt arrives after a narrowing was sent, what the narrowing dropped stays dropped."""
@@ -396,12 +390,12 @@ class TestPolicyUpdates:
             widened = anyio.Event()
 
             async def widen() -> None:
-                await connection.update_policy(frozenset({"channels.register", "pushEvents"}))
+                await change_grant(connection, frozenset({"channels.register", "pushEvents"}))
                 widened.set()
 
             tg.start_soon(widen)
             await wait_for(lambda: len(policies("stale", tmp_path)) == 2)
-            tg.start_soon(connection.update_policy, frozenset({"channels.register"}))
+            tg.start_soon(change_grant, connection, frozenset({"channels.register"}))
             await widened.wait()  # the widening's receipt is in, the narrowing's is not
             assert "pushEvents" not in connection.grant
             await nudge(connection, "test/go")

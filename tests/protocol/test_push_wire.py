@@ -53,7 +53,7 @@ def pushing(params: dict[str, Any]) -> dict[str, Any]:
 
 class TestAdmissionOrder:
     async def test_ready_then_grant_then_params_then_declared_then_enabled_then_uses(self, tmp_path) -> None:
-        """Where several checks fail, the earliest in §3.1's order names the error."""
+        """Where several checks fail, the earliest in docs/connectors.md §8's order names the error."""
         bad_params = {"featureSet": "nope", "payload": {"content": []}}  # no eventId, no timestamp
         steps = [
             pushing(bad_params),                                         # 0 params before declared
@@ -123,7 +123,7 @@ class TestFeatureSetDerivation:
         assert {name: ready["feature_sets"][name] for name in invalid} == dict.fromkeys(invalid, "invalid_uses")
 
     async def test_a_feature_set_never_authorizes_what_the_grant_lacks(self, tmp_path) -> None:
-        """Naming a set in `enabled` whose uses list pushEvents does not grant pushEvents (§4 item 10)."""
+        """Naming a set in `enabled` whose uses list pushEvents does not grant pushEvents (docs/mcpl-checklist.md item 10)."""
         spec = run(tmp_path, "named", [pushing(push(feature_set="alerts"))], grant=["channels.register"],
                    feature_sets=FeatureSetSelection(enabled=["alerts", "chat"]))
         async with running_host(config_with(tmp_path, spec)):

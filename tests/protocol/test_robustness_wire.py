@@ -1,13 +1,13 @@
 """Robustness on the wire: whatever one connector does, the daemon and the other connectors go on.
 
-HOST-DIGEST §1.1, §1.2 and §4 item 42: bad stdout lines, oversized lines,
+docs/connectors.md §1 and docs/mcpl-checklist.md item 42: bad stdout lines, oversized lines,
 stderr floods and responses with unknown ids neither crash the daemon nor
 stall another connection; a connector that dies in the middle of a
 host-initiated exchange (the initial policy, a manifest fetch, a
 channels/open) ends only its own life.
 
 -32700: the host never answers a line it cannot parse (it logs the line and
-goes on, HOST-DIGEST §1.1: some deployed connectors crash on any reply they
+goes on, docs/mcpl-compat.md: some deployed connectors crash on any reply they
 did not expect); the test below asserts that no reply goes out.
 """
 

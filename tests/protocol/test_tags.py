@@ -1,4 +1,4 @@
-"""Tests for mcplhost/protocol/tags.py (SPEC §16.3; HOST-DIGEST §3.7, §4 items 28-29)."""
+"""Tests for mcplhost/protocol/tags.py (SPEC §16.3; docs/mcpl-checklist.md items 28-29)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Event tags on the wire: never admission, the core closure, producer implies only when accepted (§16).
+"""Event tags on the wire: never admission, the core closure, producer implies only when accepted (SPEC §16).
 
-HOST-DIGEST §3.7 and §4 items 27-29 (a changed ontology cancelling the
+docs/mcpl-checklist.md items 27-29 (a changed ontology cancelling the
 acceptance is in test_manifest_wire). Stored tags are read from
 `metadata.tags` of the items in the real store.
 """

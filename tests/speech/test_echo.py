@@ -12,13 +12,12 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.scheduler import Wake
-from mcplhost.agents.wake import StoredView, is_echo, view_of, wake_matches, without_late_echoes
+from mcplhost.agents.wake import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest, Stored, now_ms
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
-from mcplhost.speech.echoes import ECHO_TAG, FROM_SELF, echo_of, marked
+from mcplhost.speech.echoes import ECHO_TAG, FROM_SELF, EchoMemory, echo_of, marked
 from mcplhost.store import NewItem, StoredItem, open_store
 from mcplhost.store.operations import EndPublish, PublishSpeech, SetCursor
 from mcplhost.store.outbox import OutboxEntry
@@ -48,7 +47,7 @@ async def ingest(path: Path) -> AsyncIterator[Ingest]:
     async with open_store(path) as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        yield Ingest(store, writer, structlog.get_logger(), clock_ms=lambda: AT)
+        yield Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), clock_ms=lambda: AT)
         tg.cancel_scope.cancel()
 
 

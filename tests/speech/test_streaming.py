@@ -1,6 +1,6 @@
 """Streaming on the wire: channels/outgoing/chunk and /complete from a `Streamer` to real scripted connectors.
 
-Issue 10 #5: no chunk before routing is decided, exactly one complete per
+docs/agents.md#streaming: no chunk before routing is decided, exactly one complete per
 (inference, channel) on every way the turn ends (abort included), one rising
 index per inference across channels, and nothing to a connector that does not
 hold channels.streaming.
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.config import AgentConfig, BackendConfig, Config
-from mcplhost.host import Host
+from mcplhost.host import Host, open_host
 from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
 from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer, stream_targets, streamable_end
 from mcplhost.supervisor.handle import State
@@ -43,12 +43,11 @@ def outgoing(folder, name: str, inference_id: str | None = None) -> list[dict[st
 @asynccontextmanager
 async def streaming_host(folder, *specs: Any, offered_streaming: bool = True) -> AsyncIterator[Host]:
     """A host running `specs`; with `offered_streaming=False` its connections may not grant channels.streaming."""
-    host = Host(config_with(folder, *specs))
-    if not offered_streaming:
-        for handle in host.connectors.values():
-            handle.offered = handle.offered - {STREAMING}
     stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
+    async with open_host(config_with(folder, *specs)) as host, anyio.create_task_group() as tg:
+        if not offered_streaming:
+            for handle in host.connectors.values():
+                handle.offered = handle.offered - {STREAMING}
         tg.start_soon(host.run, stop)
         with anyio.fail_after(30):
             await host.ready.wait()

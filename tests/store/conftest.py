@@ -31,7 +31,7 @@ def make_item(
     role: str = "user",
     created_at: int = 1_790_000_000_000,
 ) -> NewItem:
-    """An item shaped like docs/architecture.md's example, varied by the arguments."""
+    """An item shaped like docs/provenance.md §6's example, varied by the arguments."""
     metadata: dict = {"tags": [], "adapter": {}}
     if server is not None:
         metadata["serverId"] = server

@@ -18,7 +18,7 @@ from mcplhost.store import items as items_module
 
 from .conftest import make_item
 
-# docs/architecture.md, "An exported item", with its digests filled in.
+# docs/provenance.md §6, with its digests filled in.
 EXPORTED_EXAMPLE = {
     "id": 1,
     "agent": None,
@@ -273,7 +273,7 @@ class TestRedelivery:
 
 class TestExport:
     async def test_export_line_is_the_interfaces_shape(self, store: Store):
-        """A stored item exports exactly docs/architecture.md's keys, in its order, with nulls kept."""
+        """A stored item exports exactly docs/provenance.md §6's keys, in its order, with nulls kept."""
         example = EXPORTED_EXAMPLE
         await store.items.insert_many(
             [

@@ -7,7 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcplhost.store import Store, open_store
+from mcplhost.store import CursorMove, PushClaim, Store, TurnEnd, TurnStart, open_store
+from mcplhost.store.outbox import OutboxEntry
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, incoming, message, record, register, running_host
 from ..harness import scripted as scripted_connector
@@ -73,6 +74,79 @@ class TestReadsBesideTheWriter:
                     await store.items.last_id()
                 release.set()
             assert waited.cancelled_caught
+
+
+class TestLedgerReadsBesideTheWriter:
+    """The turns, outbox, cursor and push reads go through the reader too (docs/architecture.md#the-store)."""
+
+    async def _committed_rows(self, store: Store) -> tuple[int, int]:
+        """One finished turn, one delivered and one pending publish, a cursor and a push claim, committed."""
+        async with store.transaction():
+            (turn,) = await store.turns.begin_many_nocommit([TurnStart("scout", (1,), 1_000)])
+            await store.turns.finish_many_nocommit([TurnEnd(turn, 2_000, "completed", injections=["x"],
+                                                            usage={"input_tokens": 3, "output_tokens": 4})])
+            delivered, pending = await store.outbox.insert_many_nocommit([publish("sent"), publish("waiting")])
+            await store.outbox.end_many_nocommit([(delivered, "delivered", 3_000, "m-9", None, True)])
+            await store.cursors.set_many_nocommit([CursorMove("scout", 5, 1_000)])
+            await store.pushes.claim_many([PushClaim("discord", "e-1", b'{"accepted":true}', 1_000)])
+        return turn, pending
+
+    async def test_they_complete_while_another_task_holds_a_transaction_open(self, store: Store) -> None:
+        """Each ledger read answers, from the last commit, while the writer's lock is taken and held."""
+        turn, pending = await self._committed_rows(store)
+        held, release = anyio.Event(), anyio.Event()
+
+        async def hold_a_transaction() -> None:
+            async with store.transaction():
+                await store.cursors.set_many_nocommit([CursorMove("scout", 9, 2_000)])
+                await store.outbox.insert_many_nocommit([publish("not yet committed")])
+                held.set()
+                await release.wait()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_a_transaction)
+            await held.wait()
+            with anyio.fail_after(READ_BOUND_S):
+                read = {
+                    "turn": (await store.turns.get(turn)).outcome,
+                    "injections": await store.turns.injections(turn),
+                    "turns": [t.id for t in await store.turns.list(agent="scout")],
+                    "usage": await store.turns.usage_since("scout", 0),
+                    "count": await store.turns.count_since("scout", 0),
+                    "started": await store.turns.started_since("scout", 0),
+                    "pending": [row.id for row in await store.outbox.pending("discord", limit=10)],
+                    "fair": [row.id for row in await store.outbox.pending("discord", limit=10, per_channel=1)],
+                    "row": (await store.outbox.get(pending)).state,
+                    "queued": await store.outbox.count("pending"),
+                    "outbox": [row.state for row in await store.outbox.list()],
+                    "echoes": await store.outbox.load_recent_delivered(4_000),
+                    "cursor": await store.cursors.get("scout"),
+                    "cursors": await store.cursors.all(),
+                    "push": await store.pushes.get("discord", "e-1"),
+                }
+            release.set()
+        assert read == {  # the last commit: the held transaction's cursor move and publish are not seen
+            "turn": "completed", "injections": ["x"], "turns": [turn], "usage": 7, "count": 1, "started": [1_000],
+            "pending": [pending], "fair": [pending], "row": "pending", "queued": 1,
+            "outbox": ["delivered", "pending"], "echoes": 1, "cursor": 5, "cursors": {"scout": 5},
+            "push": b'{"accepted":true}',
+        }
+        assert await store.cursors.get("scout") == 9 and await store.outbox.count("pending") == 2  # once committed
+
+    async def test_inside_a_transaction_they_see_its_own_writes(self, store: Store) -> None:
+        """The task's own transaction reads through the writer's connection, so its uncommitted rows are there."""
+        async with store.transaction():
+            await store.cursors.set_many_nocommit([CursorMove("scout", 3, 1_000)])
+            (queued,) = await store.outbox.insert_many_nocommit([publish("mine")])
+            (turn,) = await store.turns.begin_many_nocommit([TurnStart("scout", (1,), 1_000)])
+            assert await store.cursors.get("scout") == 3
+            assert [row.id for row in await store.outbox.pending("discord", limit=10)] == [queued]
+            assert (await store.turns.get(turn)).outcome is None
+
+
+def publish(text: str) -> OutboxEntry:
+    return OutboxEntry(agent="scout", turn_id=None, server_id="discord", channel_id=ROOM, thread_id=None,
+                       conversation_id="conv_room", text=text, created_at=1_000)
 
 
 class TestACommitBesideAHeldRead:

@@ -25,7 +25,7 @@ from mcplhost.store.turns import usage_record
 from .conftest import make_item
 from .test_writer import running, together
 
-# docs/architecture.md: `mcplhost turns --json` prints these keys, in this order.
+# README.md#commands: `mcplhost turns --json` prints these keys, in this order.
 EXPORT_KEYS = ["id", "agent", "wakeItemIds", "startedAt", "endedAt", "outcome", "model", "usage", "requestDigest"]
 DIGEST = "ab" * 32
 HOUR_MS = 3_600_000
@@ -60,7 +60,7 @@ class TestBeginAndFinish:
                             request_digest=DIGEST)
 
     async def test_hook_injections_are_kept_with_the_turn_but_not_exported(self, store: Store):
-        """FinishTurn's injections are read back by turns.injections; the export line keeps docs/architecture.md's keys."""
+        """FinishTurn's injections are read back by turns.injections; the export line keeps README.md#commands's keys."""
         injections = {"system": ["be brief"], "before_user": [], "after_user": ["[hook] weather: rain"]}
         async with running(store) as writer:
             (turn_id,) = await writer.submit(BeginTurn("scout", (1,), 1_000))

@@ -11,6 +11,7 @@ import anyio
 import structlog
 
 from mcplhost.ingest import Ingest
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import open_store
 from mcplhost.store.writer import GroupWriter
 
@@ -27,7 +28,7 @@ async def real_intake(folder: Path) -> AsyncIterator[Ingest]:
         writer = GroupWriter(store)
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)
-            yield Ingest(store, writer, structlog.get_logger())
+            yield Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
             tg.cancel_scope.cancel()
 
 

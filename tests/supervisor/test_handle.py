@@ -28,6 +28,8 @@ from mcplhost.supervisor.handle import (
     allowed,
 )
 
+from ..harness import gone_session
+
 SPEC = ConnectorConfig(name="unit", command=["true"])
 #: The moves McplConnection makes between modes (protocol/connection.py's state order).
 PROTOCOL_MOVES: dict[Mode, list[Mode]] = {
@@ -50,15 +52,21 @@ def _close_connections() -> Iterator[None]:
 
 
 def retire(connections: list[McplConnection]) -> None:
-    """Close the job streams of connections that never had a process (outside any event loop)."""
-    while connections:
-        connection = connections.pop()
-        connection.close_jobs()
-        anyio.run(connection.run_background)  # drains the closed stream and closes its other end
+    """Close the streams of connections that never had a process (outside any event loop)."""
+
+    async def end_all() -> None:
+        while connections:
+            connection = connections.pop()
+            connection.close_jobs()
+            await connection.run_background()  # drains the closed stream and closes its other end
+            await connection.session.run()  # its peer is gone: it ends at once and closes its streams
+
+    anyio.run(end_all)
 
 
 def connect(handle: ConnectorHandle, built: list[McplConnection] = _BUILT) -> McplConnection:
-    connection = McplConnection(SPEC, None, structlog.get_logger(), on_mode=handle.mode_entered)
+    connection = McplConnection(SPEC, gone_session(), None, structlog.get_logger(),  # type: ignore[arg-type]
+                                on_mode=handle.mode_entered)
     built.append(connection)
     return connection
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from mcplhost.config import ConnectorConfig, RestartConfig
-from mcplhost.host import Host
+from mcplhost.host import open_host
 from mcplhost.rpc import RemoteError
 from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped, State
 
@@ -64,11 +64,11 @@ class TestAcrossRestarts:
         assert states == ["handshaking", "policy_pending", "ready", "backoff",
                           "starting", "handshaking", "policy_pending", "ready", "stopped"]
 
-    def test_the_host_has_a_handle_per_connector_before_it_runs(self, tmp_path) -> None:
+    async def test_the_host_has_a_handle_per_connector_before_it_runs(self, tmp_path) -> None:
         """Host.connectors is complete from the start; each handle reads starting until its connector runs."""
-        host = Host(config_with(tmp_path, phoenix(tmp_path), scripted("other", {}, tmp_path)))
-        assert sorted(host.connectors) == ["other", "phoenix"]
-        assert all(h.state is State.STARTING and h.statistics().pid is None for h in host.connectors.values())
+        async with open_host(config_with(tmp_path, phoenix(tmp_path), scripted("other", {}, tmp_path))) as host:
+            assert sorted(host.connectors) == ["other", "phoenix"]
+            assert all(h.state is State.STARTING and h.statistics().pid is None for h in host.connectors.values())
 
 
 class TestCalls:

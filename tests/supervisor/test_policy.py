@@ -1,4 +1,4 @@
-"""RestartPolicy against docs/architecture.md's restart arithmetic, by properties over failure times."""
+"""RestartPolicy against README.md#configuration-reference's restart arithmetic, by properties over failure times."""
 
 from __future__ import annotations
 

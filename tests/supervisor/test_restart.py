@@ -1,4 +1,4 @@
-"""`supervise` restarting real connector processes by docs/architecture.md's restart arithmetic."""
+"""`supervise` restarting real connector processes by README.md#configuration-reference's restart arithmetic."""
 
 from __future__ import annotations
 

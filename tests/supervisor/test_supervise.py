@@ -117,7 +117,7 @@ class TestIsolation:
 
 
 class TestFailureDescriptions:
-    """Issue 8: a connector that dies before answering is described by its exit, not by a broken pipe."""
+    """A connector that dies before answering is described by its exit, not by a broken pipe."""
 
     async def run_to_the_end(self, spec: ConnectorConfig, tmp_path: Path) -> ConnectorHandle:
         handle = ConnectorHandle(spec)

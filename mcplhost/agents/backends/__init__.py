@@ -1,4 +1,4 @@
-"""Model backends: `make_backend` turns an `[agents.backend]` table into a `Backend` (docs/agents.md#turns).
+"""Model backends: `make_backend` turns an `[agents.backend]` table into a `Backend` (docs/agents.md#backends).
 
 `make_backend` never raises for a backend that cannot work: a missing SDK
 (`pip install 'mcplhost[openai]'`) or an unset `api_key_env` variable fails
@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from mcplhost.agents.backends.scripted import ScriptedBackend, script_problems
 from mcplhost.agents.model import Backend, BackendError, ModelRequest, ModelResponse, OnText
+from mcplhost.config import BackendConfig
 
 __all__ = ["UnavailableBackend", "backend_problems", "make_backend"]
 
@@ -41,7 +41,7 @@ def _sdk_installed(kind: str) -> bool:
     return importlib.util.find_spec(kind) is not None
 
 
-def make_backend(backend: Any, *, environ: Mapping[str, str] = os.environ) -> Backend:
+def make_backend(backend: BackendConfig, *, environ: Mapping[str, str] = os.environ) -> Backend:
     """The backend a `BackendConfig` names; the key is read once, from `environ[backend.api_key_env]`."""
     if backend.kind == "scripted":
         return ScriptedBackend(list(backend.script))
@@ -56,7 +56,7 @@ def make_backend(backend: Any, *, environ: Mapping[str, str] = os.environ) -> Ba
     return AnthropicBackend(backend, environ=environ)
 
 
-def backend_problems(backend: Any) -> list[str]:
+def backend_problems(backend: BackendConfig) -> list[str]:
     """What would fail every call of this backend that config.py cannot see: a missing SDK, a malformed script.
 
     (A missing model and an unset key variable are config.py's check-config findings.)

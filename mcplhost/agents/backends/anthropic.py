@@ -1,4 +1,4 @@
-"""The `anthropic` backend: the Messages API via the official SDK (docs/agents.md#turns).
+"""The `anthropic` backend: the Messages API via the official SDK (docs/agents.md#backends).
 
 One `complete` is one Messages call: `messages.stream` when the caller listens
 (`on_text` gets each text delta), `messages.create` otherwise. Retries are the
@@ -30,6 +30,7 @@ from mcplhost.agents.model import (
     ToolCall,
     Usage,
 )
+from mcplhost.config import BackendConfig
 
 __all__ = ["AnthropicBackend", "request_kwargs"]
 
@@ -150,7 +151,7 @@ class AnthropicBackend(SdkBackend):
 
     name = "anthropic"
 
-    def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: BackendConfig, *, environ: Mapping[str, str]) -> None:
         import anthropic  # optional extra; make_backend checked it is importable
 
         super().__init__(config, environ=environ, sdk=anthropic, client_class=anthropic.AsyncAnthropic)

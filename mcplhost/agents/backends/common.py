@@ -15,6 +15,7 @@ import anyio
 import structlog
 
 from mcplhost.agents.model import BackendError, ModelRequest, ModelResponse, OnText
+from mcplhost.config import BackendConfig
 
 log = structlog.get_logger()
 
@@ -28,7 +29,7 @@ NO_KEY_PLACEHOLDER = "no-key-configured"
 #: Retry-After); the overall bound of one call allows this much per retry.
 RETRY_BACKOFF_ALLOWANCE_S = 8.0
 
-#: Text standing in for an image where the target shape takes no pixels (docs/agents.md#turns).
+#: Text standing in for an image where the target shape takes no pixels (docs/agents.md#compilation).
 IMAGE_PLACEHOLDER = "[image]"
 
 
@@ -78,7 +79,7 @@ class SdkBackend:
 
     name = ""
 
-    def __init__(self, config: Any, *, environ: Mapping[str, str], sdk: ModuleType, client_class: Any) -> None:
+    def __init__(self, config: BackendConfig, *, environ: Mapping[str, str], sdk: ModuleType, client_class: Any) -> None:
         self._sdk = sdk
         self._config = config
         self._overall_s = overall_timeout_s(config.timeout_s, config.max_retries)

@@ -1,4 +1,4 @@
-"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (docs/agents.md#turns).
+"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (docs/agents.md#backends).
 
 One `complete` is one `chat.completions.create`: streamed when the caller
 listens (`on_text` gets each text delta), a single JSON answer otherwise. The
@@ -29,6 +29,7 @@ from mcplhost.agents.model import (
     ToolCall,
     Usage,
 )
+from mcplhost.config import BackendConfig
 
 __all__ = ["OpenAIBackend", "request_kwargs"]
 
@@ -196,7 +197,7 @@ class OpenAIBackend(SdkBackend):
 
     name = "openai"
 
-    def __init__(self, config: Any, *, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: BackendConfig, *, environ: Mapping[str, str]) -> None:
         import openai  # optional extra; make_backend checked it is importable
 
         super().__init__(config, environ=environ, sdk=openai, client_class=openai.AsyncOpenAI)

@@ -1,4 +1,4 @@
-"""The scripted backend: deterministic replies, no network (README "Agents", Backends).
+"""The scripted backend: deterministic replies, no network (docs/agents.md#backends).
 
 `script` lists the replies, used one per call in turn; once they run out the
 last one repeats. An empty script answers `{{echo}}` every time (the echo

@@ -1,0 +1,40 @@
+"""What a turn reaches outside itself, one object per agent (built by agents/runtime.py, used by turn.py and speech.py).
+
+Its own module so that both the turn and its speech routing (agents/speech.py,
+which turn.py imports) can name the type.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from mcplhost.agents.hooks import HookState
+from mcplhost.agents.model import Backend
+from mcplhost.agents.rowcache import RowCache
+from mcplhost.agents.tools import ToolBox
+from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.speech.outbox import OutboxSender
+from mcplhost.store import Store
+from mcplhost.store.writer import GroupWriter
+
+
+@dataclass
+class TurnServices:
+    """What a turn reaches outside itself: the store, the writer, the connectors, its backend and tools."""
+
+    store: Store  # items, turns and cursors; the reader behind the search tool
+    writer: GroupWriter
+    handles: Mapping[str, ConnectorPort]  # connector name → its port (the supervisor's handle)
+    backend: Backend
+    toolbox: ToolBox
+    rows: RowCache | None = None  # the host's shared row cache; None: read the store each time
+    budget_held: bool = False  # max_tokens_per_day reached and warned about; reset once a call is made again
+    clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    #: connector name → its outbox sender (speech/outbox.py); `notify()` it after queuing a publish.
+    outbox: Mapping[str, OutboxSender] = field(default_factory=dict)
+    #: The agent's own prompt, read once when the agents are built (a file edit counts after a restart).
+    system_prompt: str = ""
+    #: The host's hook and lifecycle bookkeeping (hooks.py), shared by its agents and no other host.
+    hooks: HookState = field(default_factory=HookState)

@@ -1,0 +1,23 @@
+"""What ingest needs from a layer above it, declared here as a Protocol; the host passes the implementation in.
+
+Ingest sits below speech (docs/architecture.md, "Layers"), yet it must
+know the host's own delivered publishes to mark their echoes. So it asks
+for that knowledge through `EchoPort`, and speech/echoes.py's `EchoMemory`
+provides it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class EchoPort(Protocol):
+    """Echo knowledge: whether an inbound item is this host's own delivered publish coming back."""
+
+    async def seed(self, now_ms: int) -> int:
+        """Load the recent deliveries from the store (ingest calls it once, before its first item); how many are known."""
+        ...
+
+    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """`metadata` with the echo mark when the item is an echo; `metadata` itself when nothing changes."""
+        ...

@@ -1,0 +1,41 @@
+"""What a repository needs of an open store's connections: a Protocol, so repositories never see `db.Database`.
+
+The repositories (items.py, pushes.py, turns.py, cursors.py, outbox.py) hold
+their SQL and take a `Connections`; db.py implements it with the writer's
+connection, its lock and the `StoreReader`, and composes the repositories
+into a `Store`. So the repositories sit below db.py and no import goes back
+up (docs/architecture.md#the-store).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+import aiosqlite
+
+
+class Connections(Protocol):
+    """The three ways a repository reaches SQLite."""
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """BEGIN IMMEDIATE ... COMMIT on the writer's connection; nested use in one task joins the outer one."""
+        ...
+
+    def writer(self, operation: str) -> aiosqlite.Connection:
+        """The writer's connection, for statements of the current task's transaction.
+
+        Raises HostStateError naming `operation` when the task is inside none.
+        """
+        ...
+
+    def read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
+        """A connection that reads committed rows without the writer's lock (inside a transaction: the writer's)."""
+        ...
+
+    def reading(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
+        """The writer's connection under its lock (inside the task's transaction: without waiting for it).
+
+        Waits for any other task's transaction; prefer `read()`.
+        """
+        ...
