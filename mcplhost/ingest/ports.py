@@ -1,6 +1,6 @@
 """What ingest needs from a layer above it, declared here as a Protocol; the host passes the implementation in.
 
-Ingest sits below speech (docs/architecture.md, "Layers"), yet it must
+Ingest sits below speech (docs/architecture.md#layers), yet it must
 know the host's own delivered publishes to mark their echoes. So it asks
 for that knowledge through `EchoPort`, and speech/echoes.py's `EchoMemory`
 provides it.

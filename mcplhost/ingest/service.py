@@ -15,7 +15,7 @@ Stored events: after each commit, every newly stored item is offered as a
 `Stored(id, item)` on the `events` stream Host hands in (none: no events).
 The policy when the consumer falls behind is drop-and-flag, not
 back-pressure: a connector's answer waits only for its commit, never for an
-agent (docs/agents.md: nothing blocks inbound storage). A dropped event is never
+agent (docs/agents.md#scheduling: nothing blocks inbound storage). A dropped event is never
 silent: it is counted (`statistics()`), logged once per overflow, and the next
 event delivered carries `missed_before`, the number dropped just before it,
 so the consumer knows to catch up from its durable cursor (all items after
@@ -177,7 +177,7 @@ class Ingest:
             raise errors.invalid_params(f"push payload refused: {processed.reason}", {"reason": processed.reason})
         processed = self._echo_marked(server_id, processed)
         source = push.origin.get("source") if push.origin else None
-        # An unscoped push belongs to no conversation (docs/agents.md: routing treats it as undecided).
+        # An unscoped push belongs to no conversation (docs/agents.md#routing: it is undecided).
         conversation = (conversation_id(server_id, push.channel_id, processed.metadata["threadId"])
                         if push.channel_id else None)
         item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at,
