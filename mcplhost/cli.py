@@ -214,8 +214,10 @@ def existing_database(path: Path) -> Path:
 
 async def _serve(config: Config, *, notifier: Notifier | None = None,
                  on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
-                 console: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Build the host and run it until SIGTERM/SIGINT (or `seconds`), then stop it gracefully."""
+                 console: Callable[[], Awaitable[None]] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
+    """Build the host and run it until SIGTERM/SIGINT (or `seconds` of `sleep`, dev's clock), then stop it
+    gracefully."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
 
@@ -233,7 +235,7 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
                 return
 
     async def stop_after(delay: float) -> None:
-        await anyio.sleep(delay)
+        await sleep(delay)
         stop.set()
 
     async with anyio.create_task_group() as tg:
@@ -249,14 +251,16 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
 
 def _run_host(config: Config, *, notifier: Notifier | None = None,
               on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
-              console: Callable[[], Awaitable[None]] | None = None) -> None:
+              console: Callable[[], Awaitable[None]] | None = None,
+              sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
     Task groups wrap what their tasks raise in an ExceptionGroup; a store that
     cannot be opened must still reach `main` as the one-line StoreError.
     """
     try:
-        anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console))
+        anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console,
+                                 sleep=sleep))
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
         if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
@@ -300,7 +304,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from .dev import ConsoleRelay, LiveView, dev_config, fit, introduction
+    from .dev import ConsoleRelay, LiveView, clock_sleep, dev_config, fit, introduction
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
@@ -312,7 +316,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
-        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run)
+        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep)
     logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK

@@ -5,9 +5,16 @@ with a time (HH:MM:SS), cut with an ellipsis to the terminal's width (80
 columns when stdout is not a terminal, or a terminal that reports no width)
 so nothing wraps. Log lines are hidden
 unless asked for (`-v`); warnings and errors still appear in the view as one
-line each. The stubs' settings (`STUB_*`, `HEARTBEAT_*`) come from dev's own
-environment when set there, else from the defaults below: tests set them for
-a short, deterministic run.
+line each. The stubs' settings (`STUB_*`, `ZULIP_*`, `HEARTBEAT_*`) come from
+dev's own environment when set there, else from the defaults below; so do
+`STAGE_ECHO_DELAY_S` (how long a platform takes to show a publish back) and
+`DEV_DEBOUNCE_MS` (scout's debounce): tests set them for a short,
+deterministic run.
+
+Test-only, the clock seam: with `MCPL_TEST_CLOCK` naming a test's stepped
+clock (mcplhost/connectors/mcpl_server.py `timed_steps`), the stubs' timed
+steps and the `--seconds` deadline wait on that clock instead of wall time,
+so a test drives the same events in the same order without waiting them out.
 
 What is typed on dev's stdin goes to the `console` connector
 (mcplhost/connectors/console.py) through a Unix socket in a private
@@ -32,9 +39,12 @@ from typing import Any, TextIO
 
 import anyio
 import anyio.abc
+import msgspec
 
-from .config import AgentConfig, BackendConfig, Config, ConnectorConfig, StoreConfig
+from .config import DEFAULT_DEBOUNCE_MS, AgentConfig, BackendConfig, Config, ConnectorConfig, StoreConfig
 from .connectors.console import LINE_MAX_CHARS
+from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
+from .connectors.stage import ECHO_DELAY_ENV
 from .inbound.notice import reader_body
 from .protocol.grants import IMPLEMENTED
 from .store import NewItem
@@ -56,6 +66,10 @@ STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVA
 #: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
 ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "12", "ZULIP_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
+#: Passed to dev's connectors only when set in dev's environment (each connector has its own default).
+PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
+#: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
+DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
 #: channels.publish only once this host implements it, so dev never grants what nothing serves.
 CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish") if path in IMPLEMENTED]
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
@@ -81,7 +95,24 @@ READ_CHUNK = 4096
 
 
 def _settings(defaults: dict[str, str]) -> dict[str, str]:
-    return {key: os.environ.get(key, value) for key, value in defaults.items()}
+    return {**{key: os.environ.get(key, value) for key, value in defaults.items()}, **_passed()}
+
+
+def _passed() -> dict[str, str]:
+    return {key: os.environ[key] for key in PASSED_THROUGH if os.environ.get(key)}
+
+
+def dev_agent() -> AgentConfig:
+    """DEV_AGENT, with the debounce DEV_DEBOUNCE_MS gives (a whole number of ms from 0 up; else the default)."""
+    text = os.environ.get(DEBOUNCE_ENV, "")
+    debounce_ms = int(text) if text.isdigit() else DEFAULT_DEBOUNCE_MS
+    return msgspec.structs.replace(DEV_AGENT, debounce_ms=debounce_ms)
+
+
+async def clock_sleep(seconds: float) -> None:
+    """Wait `seconds` on dev's clock: wall time, or the test's stepped clock (MCPL_TEST_CLOCK) as the stubs do."""
+    async with timed_steps() as steps:
+        await steps.after(seconds)
 
 
 def dev_config(db: Path, console_socket: Path | None = None) -> Config:
@@ -90,7 +121,7 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
     console = [ConnectorConfig(
         name="console",
         command=[python, "-m", "mcplhost.connectors.console"],
-        env={"CONSOLE_SOCKET": str(console_socket), "CONSOLE_AGENTS": DEV_AGENT.name},
+        env={"CONSOLE_SOCKET": str(console_socket), "CONSOLE_AGENTS": DEV_AGENT.name, **_passed()},
         grant=CHAT_GRANT,
     )] if console_socket is not None else []
     return Config(
@@ -116,7 +147,7 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
             ),
             *console,
         ],
-        agents=[DEV_AGENT],
+        agents=[dev_agent()],
     )
 
 

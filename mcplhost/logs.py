@@ -144,27 +144,37 @@ class LineQueue:
             self._count_dropped(len(lines) - (1 if dropped else 0))
 
 
-def fd_writer(stream: IO[str]) -> Callable[[bytes], None]:
-    """Write bytes to `stream`'s file descriptor (a duplicate of it), else through the stream.
+class StreamSink:
+    """Writes bytes to a stream's file descriptor through a duplicate of it, else through the stream.
 
     A duplicate descriptor keeps the writer thread off `sys.stderr`'s own
-    buffer and lock, which the interpreter takes at exit.
+    buffer and lock, which the interpreter takes at exit. `release` gives the
+    duplicate back once the writer thread has ended (`shutdown`), so a
+    process that configures logging many times (the CLI called in-process)
+    holds no descriptor per call; later lines go through the stream itself.
     """
-    try:
-        fd = os.dup(stream.fileno())
-    except (AttributeError, OSError, ValueError):
-        def through_stream(data: bytes) -> None:
-            stream.write(data.decode("utf-8", "replace"))
-            stream.flush()
 
-        return through_stream
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        try:
+            self._fd: int | None = os.dup(stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
 
-    def to_fd(data: bytes) -> None:
+    def write(self, data: bytes) -> None:
+        fd = self._fd
+        if fd is None:
+            self._stream.write(data.decode("utf-8", "replace"))
+            self._stream.flush()
+            return
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
 
-    return to_fd
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class _QueueLogger:
@@ -180,12 +190,13 @@ class _QueueLogger:
 
 
 _lines: LineQueue | None = None
+_sink: StreamSink | None = None
 
 
 def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap | None = None,
               show: bool = True) -> None:
     """Log to stderr through the writer thread (a previous configuration's queue is flushed first)."""
-    global _lines
+    global _lines, _sink
     renderer: structlog.typing.Processor
     if log_format == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
@@ -208,18 +219,30 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
         return str(renderer(None, "warning", stamp(None, "warning", event)))
 
     shutdown()
-    _lines = LineQueue(fd_writer(sys.stderr), dropped_line)
+    _sink = StreamSink(sys.stderr)
+    _lines = lines = LineQueue(_sink.write, dropped_line)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=lambda *args: _QueueLogger(_lines),
-        cache_logger_on_first_use=True,
+        logger_factory=lambda *args: _QueueLogger(lines),
+        # Not cached: a module's logger taken at import would keep the first configuration's level, tap and
+        # queue for good, and `configure` runs again when the CLI is called twice in one process. A log call
+        # costs about 2 µs more; connectors' lines are bounded by `LimitedLog` anyway.
+        cache_logger_on_first_use=False,
     )
 
 
 def shutdown(timeout: float = FLUSH_ON_EXIT_S) -> bool:
-    """Write every queued line (within `timeout`) and stop the writer thread; later lines are written directly."""
-    return _lines.close(timeout) if _lines is not None else True
+    """Write every queued line (within `timeout`) and stop the writer thread; later lines are written directly.
+
+    The next `configure` starts afresh: the CLI may run many commands in one process (tests call `cli.main`).
+    """
+    if _lines is None:
+        return True
+    done = _lines.close(timeout)
+    if done and _sink is not None:
+        _sink.release()  # the thread has ended: nothing writes through the duplicate any more
+    return done
 
 
 atexit.register(shutdown)  # a safety net: the CLI calls shutdown itself, before its last words

@@ -1,8 +1,9 @@
-"""mcplhost/dev.py's pure parts: fitting a line to the terminal, printable text, item and event lines, typed lines;
-the console connector's mentions."""
+"""mcplhost/dev.py's pure parts: fitting a line to the terminal, printable text, item and event lines, typed lines,
+the settings dev takes from its environment; the console connector's mentions."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import io
 import os
@@ -14,8 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcplhost.config import DEFAULT_DEBOUNCE_MS
 from mcplhost.connectors.console import mentioned, typed
+from mcplhost.connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
+from mcplhost.connectors.stage import ECHO_DELAY_ENV, ECHO_DELAY_S, echo_delay_s
 from mcplhost.dev import (
+    DEBOUNCE_ENV,
     ELLIPSIS,
     PLAIN_WIDTH,
     LineSplitter,
@@ -23,6 +28,7 @@ from mcplhost.dev import (
     bundled_connectors,
     describe_event,
     describe_item,
+    dev_config,
     fit,
     printable,
 )
@@ -216,3 +222,54 @@ class TestConsoleMentions:
         said = typed("@scout hello", ["scout"])
         assert said.tags == ["chat:mention"] and said.metadata == {"mentions": ["@scout"]}
         assert typed("hello", ["scout"]).tags == []
+
+
+class TestDevSettings:
+    """What dev takes from its environment: the stubs' pace, the echo delay, scout's debounce, the test clock."""
+
+    def test_the_test_clock_and_the_echo_delay_reach_the_connectors_only_when_set(self, tmp_path,
+                                                                                monkeypatch) -> None:
+        """Unset, no connector sees MCPL_TEST_CLOCK or STAGE_ECHO_DELAY_S (each keeps its default); set, every
+        connector dev runs gets them (the console echoes what scout publishes too)."""
+        monkeypatch.delenv(TEST_CLOCK_ENV, raising=False)
+        monkeypatch.delenv(ECHO_DELAY_ENV, raising=False)
+        plain = {c.name: c.env for c in dev_config(tmp_path / "dev.db", console_socket=tmp_path / "c.sock").connectors}
+        assert not any({TEST_CLOCK_ENV, ECHO_DELAY_ENV} & env.keys() for env in plain.values())
+        monkeypatch.setenv(TEST_CLOCK_ENV, str(tmp_path / "clock.sock"))
+        monkeypatch.setenv(ECHO_DELAY_ENV, "0.05")
+        stepped = {c.name: c.env for c in dev_config(tmp_path / "dev.db", console_socket=tmp_path / "c.sock").connectors}
+        assert set(stepped) == {"stub", "zulip", "heartbeat", "console"}
+        for env in stepped.values():
+            assert env[TEST_CLOCK_ENV] == str(tmp_path / "clock.sock") and env[ECHO_DELAY_ENV] == "0.05"
+
+    @pytest.mark.parametrize(("value", "debounce_ms"), [(None, DEFAULT_DEBOUNCE_MS), ("20", 20), ("0", 0),
+                                                          ("-5", DEFAULT_DEBOUNCE_MS), ("soon", DEFAULT_DEBOUNCE_MS)])
+    def test_dev_debounce_ms_sets_scouts_debounce(self, tmp_path, monkeypatch, value: str | None,
+                                                  debounce_ms: int) -> None:
+        """A whole number of ms from 0 up is scout's debounce; anything else leaves the default."""
+        if value is None:
+            monkeypatch.delenv(DEBOUNCE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(DEBOUNCE_ENV, value)
+        (agent,) = dev_config(tmp_path / "dev.db").agents
+        assert agent.name == "scout" and agent.debounce_ms == debounce_ms
+
+    @pytest.mark.parametrize(("value", "seconds"), [(None, ECHO_DELAY_S), ("0.02", 0.02), ("0", 0.0),
+                                                      ("-1", ECHO_DELAY_S), ("nan", ECHO_DELAY_S),
+                                                      ("inf", ECHO_DELAY_S), ("later", ECHO_DELAY_S)])
+    def test_the_stubs_echo_delay_is_a_finite_number_of_seconds_or_the_default(self, monkeypatch, value: str | None,
+                                                                               seconds: float) -> None:
+        if value is None:
+            monkeypatch.delenv(ECHO_DELAY_ENV, raising=False)
+        else:
+            monkeypatch.setenv(ECHO_DELAY_ENV, value)
+        assert echo_delay_s() == seconds
+
+    async def test_wall_steps_wait_their_seconds(self, monkeypatch) -> None:
+        """Without a test clock a timed step is a plain wait of its seconds."""
+        monkeypatch.delenv(TEST_CLOCK_ENV, raising=False)
+        loop = asyncio.get_running_loop()
+        async with timed_steps() as steps:
+            started = loop.time()
+            await steps.after(0.05)
+        assert loop.time() - started >= 0.05

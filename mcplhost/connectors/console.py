@@ -17,6 +17,7 @@ shows in dev's live view. Settings (environment):
     CONSOLE_SOCKET   the Unix socket dev relays typed lines on (required)
     CONSOLE_AGENTS   comma list of the agents a leading @NAME mentions
                      (default "scout"); the first is the author of echoes
+    STAGE_ECHO_DELAY_S  seconds before a published message comes back (default 0.2)
 """
 
 from __future__ import annotations

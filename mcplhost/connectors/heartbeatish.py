@@ -10,11 +10,13 @@ with -32601, and sends a `push/event` every interval with
     HEARTBEAT_QUIRKS       comma list of other deployed habits:
                            "banner"       print a non-JSON line on stdout first
                            "host_command" send discord's unknown host/command request
+
+Test-only: MCPL_TEST_CLOCK runs the heartbeats on a test's clock
+(mcpl_server.py `timed_steps`); what is pushed stays the same.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import random
@@ -22,7 +24,7 @@ import string
 import sys
 import time
 
-from .mcpl_server import McplServer, RemoteError, log, text
+from .mcpl_server import McplServer, RemoteError, log, text, timed_steps
 
 MANIFEST = {
     "version": "0.4",
@@ -48,23 +50,28 @@ async def main(server: McplServer) -> None:
             await server.request("host/command", {"command": "status"})
         except RemoteError as exc:
             log(f"heartbeat: host/command refused as expected: {exc}")
-    for n in itertools.count(1):
-        if count and n > count:
-            break
-        await asyncio.sleep(interval)
-        now = int(time.time() * 1000)
-        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=6))
-        try:
-            answer = await server.request("push/event", {
-                "featureSet": "heartbeat",
-                "eventId": f"heartbeat_{now}_{suffix}",
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "origin": {"source": "heartbeat", "sequence": n},
-                "payload": {"content": text(f"Heartbeat {n}: all quiet.")},
-            })
-            log(f"heartbeat: {answer}")
-        except RemoteError as exc:
-            log(f"heartbeat: push refused: {exc}")
+    async with timed_steps() as steps:
+        for n in itertools.count(1):
+            if count and n > count:
+                break
+            await steps.after(interval)
+            await beat(server, n)
+
+
+async def beat(server: McplServer, n: int) -> None:
+    now = int(time.time() * 1000)
+    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=6))
+    try:
+        answer = await server.request("push/event", {
+            "featureSet": "heartbeat",
+            "eventId": f"heartbeat_{now}_{suffix}",
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "origin": {"source": "heartbeat", "sequence": n},
+            "payload": {"content": text(f"Heartbeat {n}: all quiet.")},
+        })
+        log(f"heartbeat: {answer}")
+    except RemoteError as exc:
+        log(f"heartbeat: push refused: {exc}")
 
 
 def run() -> None:

@@ -17,6 +17,12 @@ message goes out as one compact JSON line; logs go to stderr.
 MCP tools (with ``tools=True``): `add_tool(name, handler, ...)` registers
 one; ``tools/list`` and ``tools/call`` are answered from what is
 registered, and `tools_changed()` sends ``notifications/tools/list_changed``.
+
+A stub's timed scenario (a message every N seconds) runs its steps through
+`timed_steps()`: on wall time each step waits its seconds. Test-only: with
+``MCPL_TEST_CLOCK`` naming a Unix socket, each wait is that clock's instead
+(the steps keep their order and their content, only the waiting goes); a
+deployment never sets it.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -259,3 +267,55 @@ class Recorder:
         if self._handle is not None:
             self._handle.write(json.dumps({"kind": kind, **fields}) + "\n")
             self._handle.flush()
+
+
+# --- timed steps ---------------------------------------------------------------------
+
+#: Test-only: the path of a Unix socket serving a stepped clock. Set, each timed step asks that clock for its
+#: turn instead of sleeping; the clock does not move while a step runs.
+TEST_CLOCK_ENV = "MCPL_TEST_CLOCK"
+
+
+class WallSteps:
+    """Timed steps on wall time: each `after(seconds)` sleeps that long."""
+
+    async def after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class ClockSteps:
+    """Timed steps on a test clock, over one connection for the whole scenario.
+
+    Protocol, one line each way: the scenario sends the seconds its next step
+    waits (which also says its previous step has ended); the clock answers
+    `go` when its time reaches that step's. Closing the connection says the
+    scenario is over. A clock that went away (the test is over) never answers:
+    the scenario waits until the connector is stopped.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def after(self, seconds: float) -> None:
+        self._writer.write(f"{seconds!r}\n".encode())
+        await self._writer.drain()
+        if not await self._reader.readline():
+            await asyncio.Event().wait()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+@asynccontextmanager
+async def timed_steps() -> AsyncIterator[WallSteps | ClockSteps]:
+    """The steps of one timed scenario: `await steps.after(seconds)` before each (see TEST_CLOCK_ENV)."""
+    path = os.environ.get(TEST_CLOCK_ENV)
+    if not path:
+        yield WallSteps()
+        return
+    steps = ClockSteps(*await asyncio.open_unix_connection(path))
+    try:
+        yield steps
+    finally:
+        steps.close()

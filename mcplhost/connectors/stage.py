@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +19,10 @@ from typing import Any
 from .mcpl_server import McplServer, log, text
 
 #: How long after answering a publish the platform delivers it back: after the answer, as on Discord, and late
-#: enough that the host has recorded the delivery (so the echo is known as one when it arrives).
+#: enough that the host has recorded the delivery (so the echo is known as one when it arrives). The setting
+#: STAGE_ECHO_DELAY_S (environment) overrides it: tests on a stepped clock take less.
 ECHO_DELAY_S = 0.2
+ECHO_DELAY_ENV = "STAGE_ECHO_DELAY_S"
 #: conversationId → (channelId, threadId) as the host named them; bounded by the staged messages.
 CONVERSATIONS: dict[str, tuple[str, str | None]] = {}
 _MESSAGE_IDS = itertools.count()
@@ -72,6 +75,15 @@ def remember(wired: list[dict[str, Any]], answer: Any) -> None:
             CONVERSATIONS[result["conversationId"]] = (message["channelId"], message.get("threadId"))
 
 
+def echo_delay_s() -> float:
+    """ECHO_DELAY_S, or the setting STAGE_ECHO_DELAY_S when it is a number of seconds from 0 up."""
+    try:
+        seconds = float(os.environ.get(ECHO_DELAY_ENV, ECHO_DELAY_S))
+    except ValueError:
+        return ECHO_DELAY_S
+    return seconds if 0 <= seconds < float("inf") else ECHO_DELAY_S
+
+
 class Echoes:
     """Answers `channels/publish` with a fresh messageId, then delivers the published message back."""
 
@@ -98,7 +110,7 @@ class Echoes:
         return {"delivered": True, "messageId": message_id}
 
     async def _deliver(self, echo: dict[str, Any]) -> None:
-        await asyncio.sleep(ECHO_DELAY_S)
+        await asyncio.sleep(echo_delay_s())
         try:
             await self.server.request("channels/incoming", {"messages": [echo]})
         except Exception as exc:  # the echo is the platform's courtesy; losing one is only a log line

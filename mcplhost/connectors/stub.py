@@ -21,17 +21,20 @@ no one conversation). Settings (environment):
     STUB_MESSAGES     how many messages to send, 0 = forever (default 6)
     STUB_INTERVAL_S   seconds between messages               (default 1.0)
     STUB_SCENARIO     "chat" (the default) or "discord"
+    STAGE_ECHO_DELAY_S  seconds before a published message comes back (default 0.2)
+
+Test-only: MCPL_TEST_CLOCK runs the timed steps on a test's clock
+(mcpl_server.py `timed_steps`); the messages and their order stay the same.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import sys
 import time
 
-from .mcpl_server import McplServer, RemoteError, log, text
+from .mcpl_server import McplServer, RemoteError, log, text, timed_steps
 from .stage import Echoes, Said, say
 
 MANIFEST = {
@@ -110,29 +113,35 @@ async def main(server: McplServer) -> None:
         ]
         answer = await server.request("channels/register", {"channels": channels})
         log(f"stub: registered {answer}")
-    for n in itertools.count():
-        if count and n >= count:
-            break
-        await asyncio.sleep(interval)
-        try:
-            if n % len(LINES) == len(LINES) - 1 and "pushEvents" in server.grant:
-                await server.request("push/event", {
-                    "featureSet": "stub.chat", "eventId": f"stub_{n}_{int(time.time() * 1000)}",
-                    "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "origin": {"source": "stub-reminder"},
-                    "payload": {"content": text("Reminder: stand-up in five minutes.")},
-                })
-                continue
-            Counter.sent += 1
-            author, channel, body = LINES[n % len(LINES)]
-            await server.request("channels/incoming", {"messages": [{
-                "channelId": f"stub:{guild}:{channel}", "messageId": f"m-{n}",
-                "author": {"id": author.lower(), "name": author},
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "content": text(body), **(MENTION if "@scout" in body else {}),
-            }]})
-        except RemoteError as exc:
-            log(f"stub: refused: {exc}")
+    async with timed_steps() as steps:
+        for n in itertools.count():
+            if count and n >= count:
+                break
+            await steps.after(interval)
+            try:
+                await chat_step(server, guild, n)
+            except RemoteError as exc:
+                log(f"stub: refused: {exc}")
+
+
+async def chat_step(server: McplServer, guild: str, n: int) -> None:
+    """The chat scenario's step `n`: a line of LINES, every fifth a reminder pushed instead."""
+    if n % len(LINES) == len(LINES) - 1 and "pushEvents" in server.grant:
+        await server.request("push/event", {
+            "featureSet": "stub.chat", "eventId": f"stub_{n}_{int(time.time() * 1000)}",
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "origin": {"source": "stub-reminder"},
+            "payload": {"content": text("Reminder: stand-up in five minutes.")},
+        })
+        return
+    Counter.sent += 1
+    author, channel, body = LINES[n % len(LINES)]
+    await server.request("channels/incoming", {"messages": [{
+        "channelId": f"stub:{guild}:{channel}", "messageId": f"m-{n}",
+        "author": {"id": author.lower(), "name": author},
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "content": text(body), **(MENTION if "@scout" in body else {}),
+    }]})
 
 
 def channel(guild: str, name: str, label: str | None = None) -> dict:
@@ -163,16 +172,17 @@ async def discord_scenario(server: McplServer, count: int, interval: float) -> N
     if "channels.register" not in server.grant:
         return
     log(f"stub: registered {await server.request('channels/register', {'channels': DISCORD_CHANNELS})}")
-    for step in DISCORD_STEPS[:count or None]:
-        await asyncio.sleep(interval)
-        try:
-            if isinstance(step, dict):
-                await server.request("channels/changed", step)
-            else:
-                Counter.sent += len(step)
-                await say(server, step)
-        except RemoteError as exc:
-            log(f"stub: refused: {exc}")
+    async with timed_steps() as steps:
+        for step in DISCORD_STEPS[:count or None]:
+            await steps.after(interval)
+            try:
+                if isinstance(step, dict):
+                    await server.request("channels/changed", step)
+                else:
+                    Counter.sent += len(step)
+                    await say(server, step)
+            except RemoteError as exc:
+                log(f"stub: refused: {exc}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,18 @@ stage.py). Settings (environment):
     ZULIP_MESSAGES    how many messages to send, 0 = all of them (default 0)
     ZULIP_DELAY_S     seconds before the first message            (default 1.0)
     ZULIP_INTERVAL_S  seconds between messages                    (default 1.0)
+    STAGE_ECHO_DELAY_S  seconds before a published message comes back (default 0.2)
+
+Test-only: MCPL_TEST_CLOCK runs the timed steps on a test's clock
+(mcpl_server.py `timed_steps`); the messages and their order stay the same.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 
-from .mcpl_server import McplServer, RemoteError, log
+from .mcpl_server import McplServer, RemoteError, log, timed_steps
 from .stage import Echoes, Said, say
 
 MANIFEST = {
@@ -45,13 +48,14 @@ async def main(server: McplServer) -> None:
     if "channels.register" not in server.grant:
         return
     log(f"zulip: registered {await server.request('channels/register', {'channels': STREAMS})}")
-    await asyncio.sleep(max(0.0, delay - interval))
-    for said in LINES[:count or None]:
-        await asyncio.sleep(interval)
-        try:
-            await say(server, [said])
-        except RemoteError as exc:
-            log(f"zulip: refused: {exc}")
+    async with timed_steps() as steps:
+        await steps.after(max(0.0, delay - interval))
+        for said in LINES[:count or None]:
+            await steps.after(interval)
+            try:
+                await say(server, [said])
+            except RemoteError as exc:
+                log(f"zulip: refused: {exc}")
 
 
 if __name__ == "__main__":

@@ -1,32 +1,60 @@
-"""Helpers for the CLI tests: `mcplhost` as a real subprocess, TOML configs in tmp_path, a notify socket.
+"""Helpers for the CLI tests: `mcplhost` called in-process or as a real subprocess, TOML configs, a notify socket.
 
+    result = cli("check-config", str(path))          # cli.main in this process: stdout, stderr, exit code
     path = write_config(tmp_path, [scripted_connector("disc", script, tmp_path)])
-    async with daemon(path, tmp_path) as run:
+    async with daemon(path, tmp_path) as run:        # `mcplhost run` as a real process
         await run.wait_event("host.ready")
         run.signal(signal.SIGTERM)
         assert await run.wait() == 0
+
+Most CLI tests check parsing, usage errors, exit codes, messages and what an
+offline command prints: `cli()` calls `mcplhost.cli.main(argv)` in this
+process (no interpreter start, no imports), with stdin at /dev/null and
+stdout and stderr captured. A true subprocess (`cli_process()`, `daemon()`,
+the pty and pipe runs in test_dev.py) is kept only where the process itself
+is what is tested:
+
+- signals and the graceful stop (test_run.py `TestSignals`, SIGINT in test_dev.py), SIGHUP;
+- systemd notify and the watchdog (test_systemd.py): the daemon's own pid and NOTIFY_SOCKET;
+- `run` and `dev` end to end (test_run.py, test_dev.py's terminal and stdin runs): `run` marks its process
+  non-dumpable and installs signal handlers, neither of which a test runner should take on;
+- a stdout whose reader went away (`| head`, test_messages.py, test_turns.py): the exit on a closed pipe
+  points the process's own stdout at /dev/null;
+- a database lock held by another process (test_lock.py): the holder is a real daemon;
+- `mcplhost connector NAME`, which replaces the process (exec).
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 import socket
 import subprocess
+import sys
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 from anyio.abc import Process
+
+from mcplhost import cli as mcplhost_cli
+from mcplhost import logs
+from mcplhost.dev import bundled_connectors
 
 from ..harness import PYTHON, REPO, wait_for
 
 #: Variables of the test run's own environment that would change what `mcplhost` does.
 SCRUBBED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "MCPLHOST_CONFIG")
+#: How long an in-process call run beside a running event loop may take before the test fails.
+IN_PROCESS_TIMEOUT_S = 60.0
 
 
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -36,11 +64,102 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def cli(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli_process(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run `python -m mcplhost ARGS` to its end; stdout and stderr captured as text."""
     return subprocess.run([PYTHON, "-m", "mcplhost", *args], cwd=cwd or REPO, env=cli_env(env),
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class Captured(io.TextIOWrapper):
+    """A stdout or stderr that keeps what is written (text, or bytes through `.buffer`) and has no descriptor.
+
+    `on_write` is called after each text write (the stepped clock watches dev's live view through it).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
+        self.on_write: Callable[[], None] = lambda: None
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.on_write()
+        return written
+
+    def text(self) -> str:
+        self.flush()
+        return self.peek()
+
+    def peek(self) -> str:
+        """What was written so far, from any thread (text writes go straight through to the bytes)."""
+        raw = self.buffer
+        assert isinstance(raw, io.BytesIO)
+        return raw.getvalue().decode("utf-8", "replace")
+
+
+@contextmanager
+def in_process(cwd: Path | None = None, env: Mapping[str, str] | None = None,
+               stdout: Captured | None = None) -> Iterator[tuple[Captured, Captured]]:
+    """This process as `mcplhost` would find it: the scrubbed environment plus `env`, `cwd`, stdin at
+    /dev/null, stdout (into `stdout` when given) and stderr captured; everything (logging included) put back
+    afterwards."""
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    saved_logging = structlog.get_config()
+    for name in SCRUBBED:
+        os.environ.pop(name, None)
+    os.environ.update(env or {})
+    os.chdir(cwd or REPO)
+    out, err = stdout or Captured(), Captured()
+    with open(os.devnull, encoding="utf-8") as stdin:
+        sys.stdin, sys.stdout, sys.stderr = stdin, out, err
+        try:
+            yield out, err
+        finally:
+            logs.shutdown()  # main shuts logging down itself; this covers a call that raised
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+            structlog.configure(**saved_logging)
+
+
+def exit_code(call: Callable[[], int]) -> int:
+    """What `call` returns, or the code of the SystemExit it raises (argparse: usage errors, --help, --version)."""
+    try:
+        return call()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+
+
+def cli(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+        stdout: Captured | None = None) -> subprocess.CompletedProcess[str]:
+    """`mcplhost ARGS` called in-process (`mcplhost.cli.main`) to its end, like `cli_process`.
+
+    From inside a running event loop (an async test that prepared a database)
+    the call runs in a thread of its own, since `main` starts its own loop;
+    the test waits for it as it would for a subprocess.
+    """
+    assert not (args[:1] == ("connector",) and set(args[1:2]) & set(bundled_connectors())), (
+        "`connector NAME` replaces the process: use cli_process")
+    argv = list(args)
+    with in_process(cwd, env, stdout) as (out, err):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            code = exit_code(lambda: mcplhost_cli.main(argv))
+        else:
+            codes: list[int] = []
+            worker = threading.Thread(target=lambda: codes.append(exit_code(lambda: mcplhost_cli.main(argv))),
+                                      name="mcplhost-cli-in-process")
+            worker.start()
+            worker.join(IN_PROCESS_TIMEOUT_S)
+            assert not worker.is_alive() and codes, f"mcplhost {' '.join(args)} did not end"
+            code = codes[0]
+        return subprocess.CompletedProcess(["mcplhost", *argv], code, out.text(), err.text())
 
 
 # --- configuration files -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`mcplhost check-config PATH` as a subprocess: exit 0 on a good file, exit 2 listing every problem."""
+"""`mcplhost check-config PATH` (in-process): exit 0 on a good file, exit 2 listing every problem."""
 
 from __future__ import annotations
 

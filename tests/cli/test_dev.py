@@ -1,4 +1,8 @@
-"""`mcplhost dev` as a subprocess: the bundled stubs deliver into a real database, then it stops by itself."""
+"""`mcplhost dev`: the bundled stubs deliver into a real database, then it stops by itself.
+
+In-process on a stepped clock (tests/cli/clock.py) for what dev shows and stores; as a real process on wall
+time where the process is what is tested: a terminal, stdin, SIGINT, and `--seconds` ending it by itself.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +17,30 @@ import struct
 import subprocess
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from mcplhost.connectors.mcpl_server import TEST_CLOCK_ENV
+
 from ..harness import PYTHON
-from .support import cli, cli_env
+from .clock import SteppedClock
+from .support import Captured, cli, cli_env
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-#: Spaced, deterministic events: the Discord-shaped stub's seven steps a second apart, then the Zulip-shaped
-#: stub's three (from 9 s, so the two never interleave), no heartbeat within the run.
+#: Spaced, deterministic events on wall time: the Discord-shaped stub's seven steps a second apart, then the
+#: Zulip-shaped stub's three (from 9 s, so the two never interleave), no heartbeat within the run; scout's
+#: debounce and a platform's echo short, since what follows a typed line waits for both.
 DETERMINISTIC = {"STUB_INTERVAL_S": "1", "ZULIP_DELAY_S": "9", "ZULIP_INTERVAL_S": "1",
-                 "HEARTBEAT_INTERVAL_S": "3600"}
-#: Long enough for the last Zulip item (about 11 s in) and its turn after a slow start on a busy machine.
-SNAPSHOT_SECONDS = "14"
+                 "HEARTBEAT_INTERVAL_S": "3600", "STAGE_ECHO_DELAY_S": "0.02", "DEV_DEBOUNCE_MS": "20"}
+#: The same order on the stepped clock, where a step's seconds cost no wall time: the Zulip-shaped stub long
+#: after the other's last step, the deadline later still. Only the debounce and a platform's echo take wall
+#: time there (the clock waits for what each step causes).
+STEPPED = {**DETERMINISTIC, "ZULIP_DELAY_S": "100"}
+STEPPED_SECONDS = "1000"
+#: The timed scenarios of a dev run, each one party of the clock: the three timed stubs and dev's deadline.
+STEPPED_PARTIES = 4
 CLOCK = re.compile(r"^\d\d:\d\d:\d\d  ")
 #: A turn's duration and its tokens (its context may or may not hold an echo that is still arriving): the figures
 #: that move from run to run.
@@ -140,11 +154,26 @@ def in_order(block: list[str], *parts: str) -> bool:
     return found == sorted(found)
 
 
+def stepped_dev(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+                settled: Callable[[str], bool] | None = None) -> subprocess.CompletedProcess[str]:
+    """`mcplhost dev ARGS` in-process, its timed steps and deadline on a stepped clock that moves on when
+    `settled(live view so far)` holds (by default: once the view says ready)."""
+    view = Captured()
+    with SteppedClock(tmp_path / "clock.sock", parties=STEPPED_PARTIES) as clock:
+        clock.settled = lambda: (settled or shown_ready)(view.peek())
+        view.on_write = clock.poke
+        return cli("dev", *args, cwd=tmp_path, env={**(env or {}), TEST_CLOCK_ENV: str(clock.path)}, stdout=view)
+
+
+def shown_ready(view: str) -> bool:
+    return "  ready: " in view
+
+
 class TestDev:
     def test_dev_stores_items_from_the_bundled_stubs_and_exits_0(self, tmp_path) -> None:
         """dev --seconds 3 --db X runs the stubs, shows what arrives, stores it in X and exits 0."""
         db = tmp_path / "dev.db"
-        result = cli("dev", "--seconds", "3", "--db", str(db), cwd=tmp_path, timeout=60)
+        result = stepped_dev(tmp_path, "--seconds", "3", "--db", str(db))
         assert result.returncode == 0, result.stderr[-2000:]
         export = cli("messages", "--db", str(db), "--json")
         items = [json.loads(line) for line in export.stdout.splitlines()]
@@ -158,11 +187,19 @@ class TestDev:
 
     def test_the_plain_live_view_matches_its_snapshot(self, tmp_path) -> None:
         """Not a tty: items (thread included), wakes, tool calls, turns, drafts and publishes as timed lines cut to
-        80 columns, no log lines, each stub's quirks explained on stderr."""
-        result = cli("dev", "--seconds", SNAPSHOT_SECONDS, cwd=tmp_path, env=DETERMINISTIC, timeout=60)
+        80 columns, no log lines, each stub's quirks explained on stderr. The stubs' steps come on a stepped
+        clock, each once the view shows what the one before caused, so the run takes no wall time of its own."""
+        expected = blocks((SNAPSHOTS / "dev.txt").read_text(encoding="utf-8"))
+
+        def settled(view: str) -> bool:
+            """Every block so far as the snapshot has it (the last one whole), and the run not over yet."""
+            shown = blocks(normalised(view))
+            return 0 < len(shown) < len(expected) and shown == expected[:len(shown)]
+
+        result = stepped_dev(tmp_path, "--seconds", STEPPED_SECONDS, env=STEPPED, settled=settled)
         assert result.returncode == 0, result.stderr[-2000:]
         feed = normalised(result.stdout)
-        assert blocks(feed) == blocks((SNAPSHOTS / "dev.txt").read_text(encoding="utf-8")), result.stdout
+        assert blocks(feed) == expected, result.stdout
         for block in blocks(feed, ordered=True):  # inside a block, what must come first does
             assert in_order(block, "wake scout", "tool scout", "turn scout"), feed
             assert in_order(block, "wake scout", "publish scout", "(echo)"), feed
@@ -176,7 +213,7 @@ class TestDev:
     @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])
     def test_log_lines_are_shown_when_asked_for(self, tmp_path, args: list[str], json_lines: bool) -> None:
         """-v shows the log on stderr (console format); --log-format json is honoured as JSON lines."""
-        result = cli("dev", "--seconds", "2", *args, cwd=tmp_path, env=DETERMINISTIC, timeout=60)
+        result = stepped_dev(tmp_path, "--seconds", "2", *args, env=DETERMINISTIC)
         assert result.returncode == 0, result.stderr[-2000:]
         logged = [line for line in result.stderr.splitlines() if "host.ready" in line]
         assert len(logged) == 1, result.stderr
@@ -266,14 +303,16 @@ class TestOnATerminal:
             dev.close()
 
     def test_a_narrow_terminal_cuts_lines_to_its_width(self, tmp_path) -> None:
-        """A pty of 40 columns: no line is wider, and a cut line ends in an ellipsis."""
-        dev = OnPty(tmp_path, "--seconds", "2", columns=40)
-        try:
-            assert dev.wait_for_exit(timeout=45) == 0, dev.text()[-2000:]
-            lines = [line for line in dev.text().splitlines() if not line.startswith(STOPPED)]  # copied whole
-            assert all(len(line) <= 40 for line in lines) and any(line.endswith("…") for line in lines), lines
-        finally:
-            dev.close()
+        """A pty of 40 columns: no line is wider, and a cut line ends in an ellipsis (the stubs and the deadline
+        on a stepped clock: the first stub message comes a step before the end, at once)."""
+        with SteppedClock(tmp_path / "clock.sock", parties=STEPPED_PARTIES) as clock:
+            dev = OnPty(tmp_path, "--seconds", "2", columns=40, env={TEST_CLOCK_ENV: str(clock.path)})
+            try:
+                assert dev.wait_for_exit(timeout=45) == 0, dev.text()[-2000:]
+                lines = [line for line in dev.text().splitlines() if not line.startswith(STOPPED)]  # copied whole
+                assert all(len(line) <= 40 for line in lines) and any(line.endswith("…") for line in lines), lines
+            finally:
+                dev.close()
 
     def test_a_line_typed_on_the_terminal_wakes_scout_and_sigint_ends_dev(self, tmp_path) -> None:
         """Typed on the tty (canonical mode), `@scout ...` is answered in the view; then SIGINT (Ctrl-C) stops

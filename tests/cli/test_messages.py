@@ -1,4 +1,4 @@
-"""The offline commands as subprocesses: messages (export shape, --limit, --channel, --agent), migrate, --version."""
+"""The offline commands, in-process (a closed pipe as a subprocess): messages (export shape, --limit, --channel, --agent), migrate, --version."""
 
 from __future__ import annotations
 

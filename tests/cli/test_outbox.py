@@ -1,4 +1,4 @@
-"""`mcplhost outbox` as a subprocess: the export shape, --state, the plain line, and a missing database."""
+"""`mcplhost outbox` (in-process): the export shape, --state, the plain line, and a missing database."""
 
 from __future__ import annotations
 

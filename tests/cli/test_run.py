@@ -1,4 +1,4 @@
-"""`mcplhost run` as a real subprocess: signals, config lookup, fatal errors, logs and in-flight work."""
+"""`mcplhost run`: signals, fatal errors, logs and in-flight work as a real subprocess; config lookup in-process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, alive, record, wait_for
-from .support import cli, daemon, scripted_connector, write_config
+from .support import cli, cli_process, daemon, scripted_connector, write_config
 
 CHANNEL = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional", "address": {}}
 
@@ -152,7 +152,7 @@ class TestFatalStoreErrors:
     def test_a_store_that_cannot_be_opened_exits_1_with_one_line(self, tmp_path) -> None:
         """A database file that is not SQLite is a fatal store error: one stderr line, exit 1, no traceback."""
         (tmp_path / "host.db").write_bytes(b"not a database, " * 512)
-        result = cli("run", "--config", str(write_config(tmp_path)))
+        result = cli_process("run", "--config", str(write_config(tmp_path)))  # the host starts: a process of its own
         assert result.returncode == 1
         (line,) = result.stderr.splitlines()
         assert line.startswith("mcplhost: ") and "host.db" in line and "Traceback" not in result.stderr
@@ -162,7 +162,7 @@ class TestFatalStoreErrors:
         assert cli("migrate", "--db", str(tmp_path / "host.db")).returncode == 0
         with sqlite3.connect(tmp_path / "host.db") as conn:
             conn.execute("INSERT INTO schema_version (version, name, applied_at) VALUES (999, 'future', 0)")
-        result = cli("run", "--config", str(write_config(tmp_path)))
+        result = cli_process("run", "--config", str(write_config(tmp_path)))  # the host starts: a process of its own
         assert result.returncode == 1
         (line,) = result.stderr.splitlines()
         assert "schema version 999 is newer" in line and "restore" in line

@@ -1,4 +1,4 @@
-"""`mcplhost turns` as a subprocess: the export shape, the plain line, --agent, --limit, and its errors."""
+"""`mcplhost turns` (in-process; a closed pipe as a subprocess): the export shape, the plain line, --agent, --limit, and its errors."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ async def seed(db: Path, count: int = 6) -> None:
     async with open_store(db) as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        for n in range(count):
-            started = STARTED + 1000 * n
-            agent = "scout" if n % 2 == 0 else "helper"
-            await writer.submit(RecordTurn(agent, (n + 1, n + 2), started, started + 1500, "completed",
-                                           "gpt-4o-mini", {"input_tokens": 100 + n, "output_tokens": 20}, DIGEST))
+        await writer.submit(*(  # one commit: thousands of turns one commit each take seconds
+            RecordTurn("scout" if n % 2 == 0 else "helper", (n + 1, n + 2), STARTED + 1000 * n,
+                       STARTED + 1000 * n + 1500, "completed", "gpt-4o-mini",
+                       {"input_tokens": 100 + n, "output_tokens": 20}, DIGEST)
+            for n in range(count)))
         (running,) = await writer.submit(BeginTurn("scout", (99,), STARTED + 1000 * count))
         assert running == count + 1
         tg.cancel_scope.cancel()
