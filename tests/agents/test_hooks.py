@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -14,12 +15,13 @@ from mcplhost.agents.context import Injections
 from mcplhost.agents.hooks import (
     INJECT_PREFIX,
     InferenceLedger,
-    authorized_injections,
     before_inference,
+    decoded_answer,
     lifecycle,
 )
 from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
+from mcplhost.protocol.answers import MALFORMED_DETAIL_MAX_CHARS
 
 from ..harness import HINT, config_with, logged, record, running_host, scripted, wait_for
 
@@ -31,6 +33,11 @@ HOOK_MANIFEST: dict[str, Any] = {
     "featureSets": {"memory": {"description": "m", "uses": [OBSERVE, SYSTEM, BEFORE, AFTER, LIFECYCLE]}},
 }
 SCOUT = AgentConfig(name="scout")
+
+
+def authorized_injections(answer: Any, grant: frozenset[str]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """hooks.authorized_injections of `answer` as a connector would send it (JSON), decoded as the host does."""
+    return hooks.authorized_injections(decoded_answer(msgspec.json.encode(answer)), grant)
 
 
 def injection(position: str, text: str, namespace: str = "mem") -> dict[str, Any]:
@@ -168,8 +175,10 @@ class TestBeforeInference:
 
     def test_a_malformed_answer_adds_nothing(self) -> None:
         """An answer that is not an object, or whose contextInjections is not a list, is one drop."""
-        assert authorized_injections("x", frozenset({SYSTEM})) == ([], [{"reason": "malformed_answer"}])
-        assert authorized_injections({"contextInjections": {}}, frozenset({SYSTEM}))[0] == []
+        for answer in ("x", None, [], {"contextInjections": {}}, {"contextInjections": "x"}):
+            kept, dropped = authorized_injections(answer, frozenset({SYSTEM}))
+            assert kept == [] and [d["reason"] for d in dropped] == ["malformed_answer"], answer
+            assert 0 < len(dropped[0]["detail"]) <= MALFORMED_DETAIL_MAX_CHARS + 1
         assert authorized_injections({"featureSet": "f"}, frozenset({SYSTEM})) == ([], [])
 
 

@@ -23,12 +23,13 @@ from mcplhost.agents.tools import (
     TOOL_SCHEMA_MAX_BYTES,
     TOOL_SCHEMA_MAX_DEPTH,
     ToolBox,
+    call_result_blocks,
     connector_tool_spec,
     listed_label,
-    result_blocks,
     schema_problem,
 )
 from mcplhost.config import AgentConfig, ConnectorConfig, RestartConfig
+from mcplhost.protocol.answers import ListedTool, decode_answer
 from mcplhost.protocol.channels import MAX_CHANNEL_TEXT_CHARS
 from mcplhost.speech.notices import SHOWN_LABEL_MAX_CHARS
 from mcplhost.store import open_reader
@@ -58,6 +59,16 @@ TOOLS_GRANT = [*CHAT_GRANT, "tools"]
 
 def tools_list(*tools: dict[str, Any]) -> dict[str, Any]:
     return {"result": {"tools": list(tools)}}
+
+
+def listed(tool: dict[str, Any]) -> ListedTool:
+    """A tool as the host reads it from a tools/list page."""
+    return decode_answer(msgspec.json.encode(tool), ListedTool, "tools/list")
+
+
+def result_blocks(result: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The blocks of `result` as a connector would answer it (JSON)."""
+    return call_result_blocks(msgspec.json.encode(result))
 
 
 def agent(**fields: Any) -> AgentConfig:
@@ -236,13 +247,13 @@ class TestToolTextIsUntrusted:
 
     def test_an_honest_schema_passes_unchanged_and_bounds_are_judged_without_encoding_a_huge_one(self) -> None:
         """Nothing to mark: the same schema; a huge or deep schema is refused with why; a small deep one is fine."""
-        assert connector_tool_spec("disc", "disc__forecast", WEATHER).input_schema == WEATHER["inputSchema"]
+        assert connector_tool_spec("disc", "disc__forecast", listed(WEATHER)).input_schema == WEATHER["inputSchema"]
         assert schema_problem(BIG_SCHEMA) is not None
         assert schema_problem({"enum": ["x" * (16 << 20)]}) is not None
         assert schema_problem(nested(TOOL_SCHEMA_MAX_DEPTH)) is None
         assert "deeper" in schema_problem(nested(TOOL_SCHEMA_MAX_DEPTH + 1))
         assert schema_problem(nested(5000)) is not None  # no recursion: the walk is a loop
-        assert connector_tool_spec("disc", "disc__t", {"name": "t", "inputSchema": "nope"}).input_schema == {
+        assert connector_tool_spec("disc", "disc__t", listed({"name": "t", "inputSchema": "nope"})).input_schema == {
             "type": "object", "properties": {}}
 
     async def test_connector_tools_take_at_most_their_share_of_context_chars(self, tmp_path) -> None:
