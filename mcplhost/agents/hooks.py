@@ -140,6 +140,13 @@ def decoded_answer(raw: Raw | bytes) -> HookAnswer | MalformedAnswer:
         return exc
 
 
+def judged_answer(raw: Raw | bytes, grant: frozenset[str],
+                  ) -> tuple[HookAnswer | MalformedAnswer, tuple[list[tuple[str, str]], list[dict[str, Any]]]]:
+    """The answer as decoded and its `authorized_injections` (pure: safe in a worker thread)."""
+    answer = decoded_answer(raw)
+    return answer, authorized_injections(answer, grant)
+
+
 def authorized_injections(answer: HookAnswer | MalformedAnswer,
                           grant: frozenset[str]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """(position, text) of each injection the grant at receipt permits, in array order, and each drop's reason.
@@ -212,8 +219,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
         clog.warning("agent.hook_failed", exc_info=True)
         return []
     # In a worker thread: the cost of a hostile answer (a million blocks) is the connector's, not the loop's.
-    answer = decoded_answer(raw)
-    kept, dropped = await anyio.to_thread.run_sync(authorized_injections, answer, grant, abandon_on_cancel=True)
+    answer, (kept, dropped) = await anyio.to_thread.run_sync(judged_answer, raw, grant, abandon_on_cancel=True)
     for drop in dropped:
         clog.info("agent.injection_dropped", **drop)
     clog.info("agent.hook_answered", featureSet=answer.featureSet if isinstance(answer, HookAnswer) else None,

@@ -36,8 +36,10 @@ host never asks `channels/list`: connectors ask it of the host
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Raw
@@ -70,36 +72,98 @@ A = TypeVar("A", bound=Answer)
 
 def decode_answer(raw: Raw | bytes, kind: type[A], method: str) -> A:
     """`raw` as a `kind`, or MalformedAnswer (one strict pass; a second, member by member, only if it has LENIENT)."""
+    decoded = _read(raw, kind)
+    if isinstance(decoded, str):
+        raise MalformedAnswer(method, decoded)
+    return decoded
+
+
+def decode_entries(entries: Iterable[Raw], kind: type[A], method: str) -> tuple[list[A], int]:
+    """The entries that decode as `kind`, in order, and how many did not (each judged on its own).
+
+    No MalformedAnswer is built for an entry that does not decode: a page can hold millions of them.
+    """
+    decoded: list[A] = []
+    malformed = 0
+    for entry in entries:
+        value = _read(entry, kind)
+        if isinstance(value, str):
+            malformed += 1
+        else:
+            decoded.append(value)
+    return decoded, malformed
+
+
+class _Member(NamedTuple):
+    name: str
+    wire: str
+    decoder: msgspec.json.Decoder[Any]
+    required: bool
+    lenient: bool
+
+
+class _Reader(NamedTuple):
+    strict: msgspec.json.Decoder[Any]
+    members: tuple[_Member, ...]
+    lenient: frozenset[str]  # the wire names of the LENIENT members
+
+
+_OBJECT = msgspec.json.Decoder(dict[str, Raw])
+#: How msgspec's message names a problem inside a member (`... - at `$.name``; protocol/params.py reads it too).
+_AT_MEMBER = " - at `$."
+_MEMBER_NAME = re.compile(r"[^`.\[]*")
+
+
+@functools.cache
+def _reader(kind: type[Answer]) -> _Reader:
+    """The decoders of `kind`, built once (`msgspec.structs.fields` resolves the type hints at every call)."""
+    members = tuple(_Member(field.name, field.encode_name, msgspec.json.Decoder(field.type), field.required,
+                            field.name in kind.LENIENT) for field in msgspec.structs.fields(kind))
+    return _Reader(msgspec.json.Decoder(kind), members, frozenset(m.wire for m in members if m.lenient))
+
+
+def _member_at_fault(message: str) -> str | None:
+    """The member msgspec's message is about (`... - at `$.name[0]`` → "name"); None when about the whole value."""
+    problem, found, where = message.partition(_AT_MEMBER)
+    return _MEMBER_NAME.match(where).group() if found else None  # type: ignore[union-attr]  # always matches
+
+
+def _read(raw: Raw | bytes, kind: type[A]) -> A | str:
+    """`raw` as a `kind`, or why not (msgspec's message); never raises."""
+    reader = _reader(kind)
     try:
-        return msgspec.json.decode(raw, type=kind)
+        return reader.strict.decode(raw)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:
-        if not kind.LENIENT:
-            raise MalformedAnswer(method, str(exc)) from None
+        # Leniency is about members: an error not inside one (not an object, a required member missing)
+        # is refused without a second pass.
+        message = str(exc)
+        if _member_at_fault(message) not in reader.lenient:
+            return message
     except msgspec.DecodeError as exc:  # not JSON at all: nothing to be lenient about
-        raise MalformedAnswer(method, str(exc)) from None
+        return str(exc)
     except RecursionError:  # a session's Raw is never this deep (rpc/messages.py); other bytes may be
-        raise MalformedAnswer(method, "nested too deep") from None
-    return _decode_leniently(raw, kind, method)
+        return "nested too deep"
+    return _read_leniently(raw, kind, reader)
 
 
-def _decode_leniently(raw: Raw | bytes, kind: type[A], method: str) -> A:
+def _read_leniently(raw: Raw | bytes, kind: type[A], reader: _Reader) -> A | str:
     """Each member on its own: a LENIENT one of another shape is left out (its default), any other is fatal."""
     try:
-        members = msgspec.json.decode(raw, type=dict[str, Raw])
+        members = _OBJECT.decode(raw)
     except msgspec.DecodeError as exc:  # not an object, or (after a type error) not JSON either
-        raise MalformedAnswer(method, str(exc)) from None
+        return str(exc)
     values: dict[str, Any] = {}
-    for field in msgspec.structs.fields(kind):
-        member = members.get(field.encode_name)
-        if member is None:
-            if field.required:
-                raise MalformedAnswer(method, f"Object missing required field `{field.encode_name}`")
+    for member in reader.members:
+        value = members.get(member.wire)
+        if value is None:
+            if member.required:
+                return f"Object missing required field `{member.wire}`"
             continue
         try:
-            values[field.name] = msgspec.json.decode(member, type=field.type)
+            values[member.name] = member.decoder.decode(value)
         except msgspec.ValidationError as exc:
-            if field.name not in kind.LENIENT:
-                raise MalformedAnswer(method, _at_member(str(exc), field.encode_name)) from None
+            if not member.lenient:
+                return _at_member(str(exc), member.wire)
     return kind(**values)
 
 
@@ -107,18 +171,6 @@ def _at_member(message: str, name: str) -> str:
     """msgspec's message about a member decoded alone, with the member's path put back (`$.name[0]`)."""
     problem, found, where = message.partition(" - at `$")
     return f"{problem} - at `$.{name}{where if found else '`'}"
-
-
-def decode_entries(entries: Iterable[Raw], kind: type[A], method: str) -> tuple[list[A], int]:
-    """The entries that decode as `kind`, in order, and how many did not (each judged on its own)."""
-    decoded: list[A] = []
-    malformed = 0
-    for entry in entries:
-        try:
-            decoded.append(decode_answer(entry, kind, method))
-        except MalformedAnswer:
-            malformed += 1
-    return decoded, malformed
 
 
 # --- tools/list (MCP) ---------------------------------------------------------------------
