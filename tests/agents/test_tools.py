@@ -194,6 +194,8 @@ class TestListing:
                     names = [s.name for s in box.specs() if "__" in s.name]
         assert names == ["disc__forecast"]
         assert logged(logs, "connector.tools_listed", connector="disc", tools=1, skipped=0)
+        (malformed,) = logged(logs, "connector.answer_malformed", connector="disc", method="tools/list")
+        assert "array" in malformed["detail"]  # what the page was instead of an object
         assert record(tmp_path, "disc").methods_received().count("tools/list") == 2
 
 
@@ -413,12 +415,14 @@ class TestHostTools:
                                       {"result": {"messages": {"not": "a list"}}}, {"result": "opened"}]}
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [register(ROOM)], "handlers": handlers},
                         tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
-            await wait_for(lambda: record(tmp_path, "disc").done)
-            async with box_when(host, tmp_path, agent(), "channel_open") as box:
-                outcome = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
-                no_list = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
-                not_object = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, spec)) as host:
+                await wait_for(lambda: record(tmp_path, "disc").done)
+                async with box_when(host, tmp_path, agent(), "channel_open") as box:
+                    outcome = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
+                    no_list = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
+                    not_object = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
+        assert len(logged(logs, "connector.answer_malformed", method="channels/open", channel=ROOM)) == 1
         shown = texts(outcome.blocks)
         assert shown[0] == f"[host] opened disc/{ROOM}: 97 recent message(s), 3 malformed entries skipped"
         assert shown[1:7] == [f"[source: disc / {ROOM} · #room]", "lenient",
