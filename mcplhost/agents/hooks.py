@@ -38,7 +38,14 @@ from mcplhost.agents.context import Injections
 from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
-from mcplhost.protocol.answers import ContentBlock, HookAnswer, Injection, MalformedAnswer, decode_answer
+from mcplhost.protocol.answers import (
+    ContentBlock,
+    HookAnswer,
+    Injection,
+    MalformedAnswer,
+    decode_answer,
+    decode_each,
+)
 from mcplhost.protocol.grants import HOOK_PATHS
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
 from mcplhost.rpc import RemoteError, RequestTimeout
@@ -118,10 +125,8 @@ def injection_text(content: str | list[Raw]) -> str | None:
         blocks = [{"type": "text", "text": content}]
     else:
         blocks = []
-        for raw in content:
-            try:
-                block = decode_answer(raw, ContentBlock, HOOK_METHOD)
-            except MalformedAnswer:
+        for block in decode_each(content, ContentBlock):
+            if block is None:
                 return None
             if block.type == "text":
                 if block.text is None:

@@ -65,6 +65,7 @@ from mcplhost.protocol.answers import (
     MalformedAnswer,
     ToolResult,
     decode_answer,
+    decode_each,
 )
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
@@ -101,9 +102,8 @@ DESCRIPTION_CUT_NOTE = f" … (cut by the host at {TOOL_DESCRIPTION_MAX_CHARS} c
 CHANNEL_LIST_MAX = 500
 #: Tools left out whose warning is remembered, so it is logged once per tool.
 NOT_OFFERED_REMEMBERED = 4096
-#: The methods whose answers are read here (protocol/answers.py).
+#: The method whose answers are read here (protocol/answers.py).
 TOOLS_CALL = "tools/call"
-CHANNELS_OPEN = "channels/open"
 #: Longest part of a connector's error text (or an exception naming its ids) a failed call shows.
 CONNECTOR_ERROR_MAX_CHARS = 500
 
@@ -240,19 +240,16 @@ def offered(agent: AgentConfig, name: str) -> bool:
 def result_blocks(result: ToolResult | MalformedAnswer) -> tuple[list[dict[str, Any]], bool]:
     """An MCP `tools/call` result as marked blocks the model can read, and its `isError`.
 
-    Text and inline images pass; other blocks become a `[host] line naming
+    Text and inline images pass; other blocks become a `[host]` line naming
     them; a result with only `structuredContent` is shown as its JSON.
     """
     if isinstance(result, MalformedAnswer):
         return [{"type": "text", "text": "[host] the tool answered something that is not an MCP result"}], True
     blocks: list[dict[str, Any]] = []
-    for raw in result.content:
-        try:
-            block = decode_answer(raw, ContentBlock, TOOLS_CALL)
-        except MalformedAnswer:
+    for block in decode_each(result.content, ContentBlock):
+        if block is None:
             blocks.append({"type": "text", "text": "[host] a malformed block of the result is left out"})
-            continue
-        if block.type == "text" and block.text is not None:
+        elif block.type == "text" and block.text is not None:
             blocks.append({"type": "text", "text": block.text})
         elif block.type == "image" and block.data is not None and block.mimeType is not None:
             blocks.append({"type": "image", "data": block.data, "mimeType": block.mimeType})
@@ -303,11 +300,8 @@ def backscroll_blocks(handle: ConnectorPort, opened: Any, entries: list[Raw],
     """The blocks of every well-formed entry (at most MAX_BACKSCROLL), how many were kept and how many skipped."""
     blocks: list[dict[str, Any]] = []
     kept = skipped = 0
-    for raw in entries[:MAX_BACKSCROLL]:
-        try:
-            item = backscroll_item(decode_answer(raw, BackscrollEntry, CHANNELS_OPEN), handle, opened, accepted_at)
-        except MalformedAnswer:
-            item = None
+    for entry in decode_each(entries[:MAX_BACKSCROLL], BackscrollEntry):
+        item = backscroll_item(entry, handle, opened, accepted_at) if entry is not None else None
         if item is None:
             skipped += 1
             continue

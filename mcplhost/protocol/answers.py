@@ -7,7 +7,7 @@ else. Unknown members are ignored everywhere, since connectors add members.
 Leniency is part of each Struct, so that typing changed no refusal:
 
 - a list the host judges entry by entry is `list[Raw]`, each entry decoded on
-  its own (`decode_entries`), so one malformed tool or backscroll entry is
+  its own (`decode_each`, `decode_entries`), so one malformed tool or backscroll entry is
   skipped and counted, never the whole list;
 - a member named in the Struct's `LENIENT` counts as absent (its default)
   when it has another shape: an odd description keeps its tool, an odd
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
@@ -78,16 +78,22 @@ def decode_answer(raw: Raw | bytes, kind: type[A], method: str) -> A:
     return decoded
 
 
-def decode_entries(entries: Iterable[Raw], kind: type[A], method: str) -> tuple[list[A], int]:
-    """The entries that decode as `kind`, in order, and how many did not (each judged on its own).
+def decode_each(entries: Iterable[Raw], kind: type[A]) -> Iterator[A | None]:
+    """Each entry as a `kind`, in order, or None for one that does not decode (each judged on its own).
 
     No MalformedAnswer is built for an entry that does not decode: a page can hold millions of them.
     """
-    decoded: list[A] = []
-    malformed = 0
     for entry in entries:
         value = _read(entry, kind)
-        if isinstance(value, str):
+        yield None if isinstance(value, str) else value
+
+
+def decode_entries(entries: Iterable[Raw], kind: type[A]) -> tuple[list[A], int]:
+    """The entries that decode as `kind`, in order, and how many did not."""
+    decoded: list[A] = []
+    malformed = 0
+    for value in decode_each(entries, kind):
+        if value is None:
             malformed += 1
         else:
             decoded.append(value)

@@ -64,8 +64,9 @@ async def list_tools(conn: McplConnection) -> None:
     A tool is well formed when its `name` is a non-empty string (answers.py
     `ListedTool`); a malformed one is skipped (and counted in the log line),
     never the whole list. A page that is not an object ends the listing, and
-    keeps the tools of the pages before it. Pages are read in a worker thread:
-    a hostile page of millions of malformed entries never holds the loop.
+    keeps the tools of the pages before it. Pages are judged in a worker
+    thread: each malformed entry costs a msgspec error, and a hostile page
+    holds millions (tests/bench/bench_answers.py).
     """
     if "tools" not in conn.grant or conn.session is None:
         return
@@ -94,7 +95,7 @@ async def list_tools(conn: McplConnection) -> None:
 def read_tools_page(raw: Raw) -> tuple[ToolsPage, list[ListedTool], int]:
     """One tools/list page, its well-formed tools and how many were not (pure); MalformedAnswer for a non-object."""
     page = decode_answer(raw, ToolsPage, "tools/list")
-    tools, malformed = decode_entries(page.tools, ListedTool, "tools/list")
+    tools, malformed = decode_entries(page.tools, ListedTool)
     return page, tools, malformed
 
 

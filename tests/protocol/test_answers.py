@@ -134,7 +134,7 @@ class TestToolsList:
     def test_entries_are_judged_one_by_one(self) -> None:
         page = decode_answer(encoded({"tools": [{"name": "a"}, 1, {"name": ""}, {"name": "b", "x": [1]}]}),
                              ToolsPage, "tools/list")
-        tools, malformed = decode_entries(page.tools, ListedTool, "tools/list")
+        tools, malformed = decode_entries(page.tools, ListedTool)
         assert ([t.name for t in tools], malformed) == (["a", "b"], 2)
 
 
