@@ -6,9 +6,9 @@ else. Unknown members are ignored everywhere, since connectors add members.
 
 Leniency is part of each Struct, so that typing changed no refusal:
 
-- a list the host judges entry by entry is `list[Raw]`, each entry decoded on
-  its own (`decode_each`, `decode_entries`), so one malformed tool or backscroll entry is
-  skipped and counted, never the whole list;
+- a list the host judges entry by entry is `list[Raw]`, each entry decoded
+  on its own (`decode_each`, `decode_entries`), so one malformed tool or
+  backscroll entry is skipped and counted, never the whole list;
 - a member named in the Struct's `LENIENT` counts as absent (its default)
   when it has another shape: an odd description keeps its tool, an odd
   `featureSet` keeps its injections. Any other member of another shape, or
@@ -21,7 +21,7 @@ What the host asks, and which type reads the answer:
 |---|---|---|
 | `initialize` | `params.InitializeResult` (typed there) | protocol/connection.py |
 | `featureSets/update` | `params.Receipt` (typed there) | protocol/policy.py `judge_receipt` |
-| `mcpl/manifest` | a JSON object, judged whole by the manifest tracker | protocol/manifest.py |
+| `mcpl/manifest` | any JSON value, judged whole by the manifest tracker (kept as the document it is) | protocol/manifest.py |
 | `tools/list` | `ToolsPage`, its entries `ListedTool` | protocol/jobs.py `list_tools` |
 | `channels/open` | `OpenedChannel`, its `messages` entries `BackscrollEntry` | protocol/jobs.py, agents/tools.py |
 | `tools/call` | `ToolResult`, its `content` entries `ContentBlock` | agents/tools.py |
