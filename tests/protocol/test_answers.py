@@ -29,6 +29,7 @@ from mcplhost.protocol.answers import (
     ToolResult,
     ToolsPage,
     decode_answer,
+    decode_each,
     decode_entries,
 )
 from mcplhost.protocol.jobs import read_tools_page
@@ -136,6 +137,8 @@ class TestToolsList:
                              ToolsPage, "tools/list")
         tools, malformed = decode_entries(page.tools, ListedTool)
         assert ([t.name for t in tools], malformed) == (["a", "b"], 2)
+        assert [t.name if t is not None else None for t in decode_each(page.tools, ListedTool)] == [
+            "a", None, None, "b"]
 
 
 class TestChannelsOpen:
