@@ -24,6 +24,7 @@ import msgspec
 from looplag import LoopLagProbe  # type: ignore[import-not-found]  # run from tests/bench, as the others
 
 from mcplhost.agents.tools import call_result_blocks
+from mcplhost.inbound import mark_openings
 from mcplhost.protocol.jobs import read_tools_page
 from mcplhost.rpc.limits import MAX_LINE_BYTES
 
@@ -56,16 +57,35 @@ def untyped_tools_page(raw: msgspec.Raw) -> int:
     return sum(1 for tool in tools if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)))
 
 
-async def main() -> None:
-    print(f"{ENTRIES:,} malformed entries in a {len(answer('tools')) / (1 << 20):.1f} MiB answer")
+def untyped_call_result(raw: msgspec.Raw) -> int:
+    """The tools/call reading before typed answers, as a baseline: probe each block, then mark them all."""
+    result = msgspec.json.decode(raw)
+    blocks = []
+    for block in result.get("content") if isinstance(result, dict) else []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            blocks.append({"type": "text", "text": block["text"]})
+        else:
+            blocks.append({"type": "text", "text": f"[host] a {kind if isinstance(kind, str) else 'malformed'}"
+                                                   " block of the result is left out"})
+    return len(mark_openings(blocks))
+
+
+async def baseline(label: str, read: Callable[[msgspec.Raw], Any], raw: msgspec.Raw) -> None:
     async with LoopLagProbe() as probe:
         await anyio.sleep(0.05)
         started = time.perf_counter()
-        untyped_tools_page(answer("tools"))
+        read(raw)
         took = time.perf_counter() - started
         await anyio.sleep(0.05)
-    print(f"baseline, untyped tools/list page (isinstance probing), on the loop: {took:.2f} s; {probe.summary()}")
+    print(f"baseline, untyped {label} (isinstance probing, as before), on the loop: {took:.2f} s; {probe.summary()}")
+
+
+async def main() -> None:
+    print(f"{ENTRIES:,} malformed entries in a {len(answer('tools')) / (1 << 20):.1f} MiB answer")
+    await baseline("tools/list page", untyped_tools_page, answer("tools"))
     await measure("tools/list page", read_tools_page, answer("tools"))
+    await baseline("tools/call result", untyped_call_result, answer("content"))
     await measure("tools/call result", call_result_blocks, answer("content"))
 
 
