@@ -32,11 +32,20 @@ from typing import Any
 
 import anyio
 import structlog
+from msgspec import Raw
 
 from mcplhost.agents.context import Injections
 from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
+from mcplhost.protocol.answers import (
+    ContentBlock,
+    HookAnswer,
+    Injection,
+    MalformedAnswer,
+    decode_answer,
+    decode_each,
+)
 from mcplhost.protocol.grants import HOOK_PATHS
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
 from mcplhost.rpc import RemoteError, RequestTimeout
@@ -56,6 +65,7 @@ MAX_OPEN_INFERENCES = 1024
 #: ModelInfo's contextWindow is in tokens; the agent's bound is in characters (a rough, stated estimate).
 CHARS_PER_TOKEN = 4
 
+HOOK_METHOD = "context/beforeInference"
 OBSERVE = "contextHooks.beforeInference.observe"
 INJECT_PREFIX = "contextHooks.beforeInference.inject."
 LIFECYCLE = "inferenceLifecycle"
@@ -104,32 +114,46 @@ def hook_params(*, inference_id: str, conversation_id: str, turn_index: int, use
             "userMessage": user_message if OBSERVE in grant else None, "model": model}
 
 
-def injection_text(content: Any) -> str | None:
+def injection_text(content: str | list[Raw]) -> str | None:
     """An injection's content as text (a string, or text blocks joined by newlines), marked; None if malformed.
 
     Non-text blocks of a known shape are left out (hooks add words, not
-    media); a block that is not an object with a string `type` makes the
-    whole injection malformed.
+    media); a block that is not an object with a string `type`, or a text
+    block without a string `text`, makes the whole injection malformed.
     """
-    if isinstance(content, str):
+    if isinstance(content, str):  # the Struct's union: a string, or blocks
         blocks = [{"type": "text", "text": content}]
-    elif isinstance(content, list):
-        blocks = []
-        for block in content:
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                return None
-            if block["type"] == "text":
-                if not isinstance(block.get("text"), str):
-                    return None
-                blocks.append({"type": "text", "text": block["text"]})
     else:
-        return None
+        blocks = []
+        for block in decode_each(content, ContentBlock):
+            if block is None:
+                return None
+            if block.type == "text":
+                if block.text is None:
+                    return None
+                blocks.append({"type": "text", "text": block.text})
     # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4).
     text = "\n".join(b["text"] for b in mark_openings(blocks))
     return text if text.strip() else None
 
 
-def authorized_injections(answer: Any, grant: frozenset[str]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+def decoded_answer(raw: Raw | bytes) -> HookAnswer | MalformedAnswer:
+    """The answer as the host reads it (protocol/answers.py `HookAnswer`), or why it is not one."""
+    try:
+        return decode_answer(raw, HookAnswer, HOOK_METHOD)
+    except MalformedAnswer as exc:
+        return exc
+
+
+def judged_answer(raw: Raw | bytes, grant: frozenset[str],
+                  ) -> tuple[HookAnswer | MalformedAnswer, tuple[list[tuple[str, str]], list[dict[str, Any]]]]:
+    """The answer as decoded and its `authorized_injections` (pure: safe in a worker thread)."""
+    answer = decoded_answer(raw)
+    return answer, authorized_injections(answer, grant)
+
+
+def authorized_injections(answer: HookAnswer | MalformedAnswer,
+                          grant: frozenset[str]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """(position, text) of each injection the grant at receipt permits, in array order, and each drop's reason.
 
     Pure. Each injection is judged on its own: malformed ones (position,
@@ -138,29 +162,28 @@ def authorized_injections(answer: Any, grant: frozenset[str]) -> tuple[list[tupl
     """
     kept: list[tuple[str, str]] = []
     dropped: list[dict[str, Any]] = []
-    if not isinstance(answer, dict):
-        return kept, [{"reason": "malformed_answer"}]
-    injections = answer.get("contextInjections", [])
-    if not isinstance(injections, list):
-        return kept, [{"reason": "malformed_answer"}]
-    for index, injection in enumerate(injections):
+    if isinstance(answer, MalformedAnswer):
+        return kept, [{"reason": "malformed_answer", "detail": answer.detail}]
+    for index, raw in enumerate(answer.contextInjections):
         if index >= MAX_INJECTIONS_PER_ANSWER:
             dropped.append({"index": index, "reason": "too_many"})
             continue
-        if not isinstance(injection, dict):
+        try:
+            injection = decode_answer(raw, Injection, HOOK_METHOD)
+        except MalformedAnswer:
             dropped.append({"index": index, "reason": "malformed"})
             continue
-        position = injection.get("position")
+        position = injection.position
         if position not in POSITIONS:
             dropped.append({"index": index, "reason": "bad_position"})
             continue
-        if not isinstance(injection.get("namespace"), str) or not injection["namespace"]:
+        if injection.namespace is None:
             dropped.append({"index": index, "position": position, "reason": "no_namespace"})
             continue
         if INJECT_PREFIX + position not in grant:
             dropped.append({"index": index, "position": position, "reason": "not_granted"})
             continue
-        text = injection_text(injection.get("content"))
+        text = injection_text(injection.content) if injection.content is not None else None
         if text is None:
             dropped.append({"index": index, "position": position, "reason": "bad_content"})
             continue
@@ -186,7 +209,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     """One connector's authorized injections; nothing (logged) on a timeout, an error or a refusal."""
     clog = log.bind(agent=agent.name, connector=handle.name, inferenceId=inference_id)
     try:
-        answer, grant = await state.request_hook(handle, params)
+        raw, grant = await state.request_hook(handle, params)
     except RequestTimeout as exc:
         clog.warning("agent.hook_timeout", timeout_s=HOOK_TIMEOUT_S)
         await _cancel(handle, exc, "beforeInference timed out")
@@ -200,11 +223,11 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     except Exception:
         clog.warning("agent.hook_failed", exc_info=True)
         return []
-    kept, dropped = authorized_injections(answer, grant)
+    # In a worker thread: the cost of a hostile answer (a million blocks) is the connector's, not the loop's.
+    answer, (kept, dropped) = await anyio.to_thread.run_sync(judged_answer, raw, grant, abandon_on_cancel=True)
     for drop in dropped:
         clog.info("agent.injection_dropped", **drop)
-    featured = answer.get("featureSet") if isinstance(answer, dict) else None
-    clog.info("agent.hook_answered", featureSet=featured if isinstance(featured, str) else None,
+    clog.info("agent.hook_answered", featureSet=answer.featureSet if isinstance(answer, HookAnswer) else None,
               kept=len(kept), dropped=len(dropped))
     return kept
 
@@ -309,11 +332,11 @@ class HookState:
         """Whether a `context/beforeInference` call to this connector is outstanding now."""
         return self._pending.get(server_id, 0) > 0
 
-    async def request_hook(self, handle: ConnectorPort, params: dict[str, Any]) -> tuple[Any, frozenset[str]]:
-        """The `context/beforeInference` call, counted as pending while it is outstanding."""
+    async def request_hook(self, handle: ConnectorPort, params: dict[str, Any]) -> tuple[Raw, frozenset[str]]:
+        """The `context/beforeInference` call, counted as pending while it is outstanding; its answer undecoded."""
         self._pending[handle.name] += 1
         try:
-            return await handle.request_with_grant("context/beforeInference", params, timeout=HOOK_TIMEOUT_S)
+            return await handle.request_with_grant(HOOK_METHOD, params, timeout=HOOK_TIMEOUT_S, result_type=Raw)
         finally:
             self._pending[handle.name] -= 1
             if self._pending[handle.name] <= 0:

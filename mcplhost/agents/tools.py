@@ -48,6 +48,7 @@ from typing import Any
 import anyio
 import msgspec
 import structlog
+from msgspec import UNSET, Raw
 
 from mcplhost.agents.context import TOOLS_MAX_DIVISOR, heard_by, tool_chars
 from mcplhost.agents.hooks import heard_connectors
@@ -57,6 +58,15 @@ from mcplhost.inbound import mark_openings
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.patterns import fast_opening_re
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
+from mcplhost.protocol.answers import (
+    BackscrollEntry,
+    ContentBlock,
+    ListedTool,
+    MalformedAnswer,
+    ToolResult,
+    decode_answer,
+    decode_each,
+)
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
 from mcplhost.rpc import RemoteError, RequestTimeout
@@ -92,6 +102,8 @@ DESCRIPTION_CUT_NOTE = f" … (cut by the host at {TOOL_DESCRIPTION_MAX_CHARS} c
 CHANNEL_LIST_MAX = 500
 #: Tools left out whose warning is remembered, so it is logged once per tool.
 NOT_OFFERED_REMEMBERED = 4096
+#: The method whose answers are read here (protocol/answers.py).
+TOOLS_CALL = "tools/call"
 #: Longest part of a connector's error text (or an exception naming its ids) a failed call shows.
 CONNECTOR_ERROR_MAX_CHARS = 500
 
@@ -172,17 +184,17 @@ def marked_json(value: Any) -> Any:
     return value
 
 
-def connector_tool_spec(connector: str, name: str, tool: dict[str, Any]) -> ToolSpec | str:
+def connector_tool_spec(connector: str, name: str, tool: ListedTool) -> ToolSpec | str:
     """How a connector's MCP tool is offered as `name`: marked and bounded; or why it is not offered."""
-    schema = tool.get("inputSchema")
-    if isinstance(schema, dict):
+    schema = tool.inputSchema
+    if schema is not None:
         problem = schema_problem(schema)
         if problem is not None:
             return problem
         schema = marked_json(schema)
     else:
         schema = EMPTY_SCHEMA
-    description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+    description = tool.description
     shown = marked(description[:TOOL_DESCRIPTION_MAX_CHARS])
     if len(description) > TOOL_DESCRIPTION_MAX_CHARS:
         shown += DESCRIPTION_CUT_NOTE
@@ -225,75 +237,71 @@ def offered(agent: AgentConfig, name: str) -> bool:
     return agent.tools is None or any(fnmatchcase(name, glob) for glob in agent.tools)
 
 
-def result_blocks(result: Any) -> tuple[list[dict[str, Any]], bool]:
+def result_blocks(result: ToolResult | MalformedAnswer) -> tuple[list[dict[str, Any]], bool]:
     """An MCP `tools/call` result as marked blocks the model can read, and its `isError`.
 
     Text and inline images pass; other blocks become a `[host]` line naming
     them; a result with only `structuredContent` is shown as its JSON.
     """
-    if not isinstance(result, dict):
+    if isinstance(result, MalformedAnswer):
         return [{"type": "text", "text": "[host] the tool answered something that is not an MCP result"}], True
     blocks: list[dict[str, Any]] = []
-    content = result.get("content")
-    for block in content if isinstance(content, list) else []:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            blocks.append({"type": "text", "text": block["text"]})
-        elif kind == "image" and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
-            blocks.append({"type": "image", "data": block["data"], "mimeType": block["mimeType"]})
+    for block in decode_each(result.content, ContentBlock):
+        if block is None:
+            blocks.append({"type": "text", "text": "[host] a malformed block of the result is left out"})
+        elif block.type == "text" and block.text is not None:
+            blocks.append({"type": "text", "text": block.text})
+        elif block.type == "image" and block.data is not None and block.mimeType is not None:
+            blocks.append({"type": "image", "data": block.data, "mimeType": block.mimeType})
         else:
-            blocks.append({"type": "text", "text": f"[host] a {kind if isinstance(kind, str) else 'malformed'}"
-                                                   " block of the result is left out"})
-    if not blocks and "structuredContent" in result:
-        blocks.append({"type": "text", "text": json.dumps(result["structuredContent"], ensure_ascii=False)})
+            blocks.append({"type": "text", "text": f"[host] a {block.type} block of the result is left out"})
+    if not blocks and result.structuredContent is not UNSET:
+        blocks.append({"type": "text", "text": json.dumps(result.structuredContent, ensure_ascii=False)})
     if not blocks:
         blocks.append({"type": "text", "text": "[host] the tool returned no content"})
-    return mark_openings(blocks), result.get("isError") is True
+    return mark_openings(blocks), result.isError
 
 
-def _string(entry: dict[str, Any], key: str) -> str | None:
-    value = entry.get(key)
-    return value if isinstance(value, str) and value else None
+def call_result_blocks(raw: Raw | bytes) -> tuple[list[dict[str, Any]], bool]:
+    """`result_blocks` of a `tools/call` answer as it came (protocol/answers.py `ToolResult`); pure."""
+    try:
+        result: ToolResult | MalformedAnswer = decode_answer(raw, ToolResult, TOOLS_CALL)
+    except MalformedAnswer as exc:
+        result = exc
+    return result_blocks(result)
 
 
-def backscroll_item(entry: Any, handle: ConnectorPort, opened: Any, accepted_at: int) -> list[dict[str, Any]] | None:
-    """One backscroll entry as the blocks an item would be stored with, or None when it is malformed.
+def backscroll_item(entry: BackscrollEntry, handle: ConnectorPort, opened: Any,
+                    accepted_at: int) -> list[dict[str, Any]] | None:
+    """One backscroll entry as the blocks an item would be stored with, or None when the pipeline refuses it.
 
     An entry is shaped like a `channels/incoming` message (`content` may also
-    be a plain string). It goes through the inbound pipeline, so its text is
-    marked and its header is its *own* channel's (`channelId`, else the
-    opened channel), whatever channel it was returned for.
+    be a plain string; protocol/answers.py `BackscrollEntry`). It goes through
+    the inbound pipeline, so its text is marked and its header is its *own*
+    channel's (`channelId`, else the opened channel), whatever channel it was
+    returned for.
     """
-    if not isinstance(entry, dict):
-        return None
-    content = entry.get("content")
-    if isinstance(content, str):
+    content = entry.content
+    if isinstance(content, str):  # the Struct's union: a string, or blocks
         content = [{"type": "text", "text": content}]
-    if not isinstance(content, list):
-        return None
-    channel_id = _string(entry, "channelId") or opened.id
+    channel_id = entry.channelId or opened.id
     registered = handle.channel(channel_id)
-    author = entry.get("author")
-    metadata = entry.get("metadata")
-    tags = entry.get("tags")
     processed = run_pipeline(Delivered(
         lane="channels/incoming", kind="channel", server_id=handle.name, accepted_at=accepted_at, blocks=content,
-        adapter=metadata if isinstance(metadata, dict) else None, channel_id=channel_id,
-        label=registered.label if registered is not None else None, thread_id=_string(entry, "threadId"),
-        message_id=_string(entry, "messageId"), reply_to=_string(entry, "replyTo"),
-        source_timestamp=entry.get("timestamp") if isinstance(entry.get("timestamp"), str) else None,
-        tags=[t for t in tags if isinstance(t, str)] if isinstance(tags, list) else [],
-        participant=_string(author, "name") if isinstance(author, dict) else None))
+        adapter=entry.metadata, channel_id=channel_id,
+        label=registered.label if registered is not None else None, thread_id=entry.threadId,
+        message_id=entry.messageId, reply_to=entry.replyTo, source_timestamp=entry.timestamp, tags=entry.tags,
+        participant=entry.author.name if entry.author is not None else None))
     return processed.content if isinstance(processed, Processed) else None
 
 
-def backscroll_blocks(handle: ConnectorPort, opened: Any, entries: Any,
+def backscroll_blocks(handle: ConnectorPort, opened: Any, entries: list[Raw],
                       accepted_at: int) -> tuple[list[dict[str, Any]], int, int]:
     """The blocks of every well-formed entry (at most MAX_BACKSCROLL), how many were kept and how many skipped."""
     blocks: list[dict[str, Any]] = []
     kept = skipped = 0
-    for entry in entries[:MAX_BACKSCROLL] if isinstance(entries, list) else []:
-        item = backscroll_item(entry, handle, opened, accepted_at)
+    for entry in decode_each(entries[:MAX_BACKSCROLL], BackscrollEntry):
+        item = backscroll_item(entry, handle, opened, accepted_at) if entry is not None else None
         if item is None:
             skipped += 1
             continue
@@ -302,7 +310,7 @@ def backscroll_blocks(handle: ConnectorPort, opened: Any, entries: Any,
     return blocks, kept, skipped
 
 
-def _judge(connector: str, name: str, tool: dict[str, Any]) -> tuple[ToolSpec | str, int]:
+def _judge(connector: str, name: str, tool: ListedTool) -> tuple[ToolSpec | str, int]:
     """One listed tool as offered (its spec and its chars), or why it is not (pure: safe in a worker thread)."""
     verdict = connector_tool_spec(connector, name, tool)
     return verdict, 0 if isinstance(verdict, str) else tool_chars(verdict)
@@ -323,7 +331,7 @@ class ToolBox:
         self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
         self._not_offered: set[tuple[str, str]] = set()  # (tool, why) of tools left out, warned once each
         # offered name → (the MCP tool as listed, what it is offered as, its chars): judged once per listing
-        self._judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
+        self._judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
 
     def _hears(self, item: StoredItem) -> bool:
@@ -333,30 +341,30 @@ class ToolBox:
 
     # --- what is offered -------------------------------------------------------------
 
-    def connector_tools(self) -> dict[str, tuple[ConnectorPort, dict[str, Any]]]:
+    def connector_tools(self) -> dict[str, tuple[ConnectorPort, ListedTool]]:
         """Offered name → (handle, MCP tool), connector order then listing order."""
-        tools: dict[str, tuple[ConnectorPort, dict[str, Any]]] = {}
+        tools: dict[str, tuple[ConnectorPort, ListedTool]] = {}
         for handle in heard_connectors(self.handles, self.agent):
             for tool in handle.tools():
-                name = f"{handle.name}{SEPARATOR}{tool['name']}"
+                name = f"{handle.name}{SEPARATOR}{tool.name}"
                 if not TOOL_NAME.match(name):
                     if name not in self._unnamable:
                         self._unnamable.add(name)
-                        self._log.warning("agent.tool_unnamable", connector=handle.name, tool=tool["name"],
+                        self._log.warning("agent.tool_unnamable", connector=handle.name, tool=tool.name,
                                           detail="not [A-Za-z0-9_-]{1,64} as <connector>__<tool>: not offered")
                     continue
                 if offered(self.agent, name) and name not in tools:
                     tools[name] = (handle, tool)
         return tools
 
-    def offered_connector_tools(self) -> dict[str, tuple[ConnectorPort, dict[str, Any], ToolSpec]]:
+    def offered_connector_tools(self) -> dict[str, tuple[ConnectorPort, ListedTool, ToolSpec]]:
         """Offered name → (handle, MCP tool, spec) of the connector tools offered now: marked, bounded, in budget.
 
         In listing order, each tool that still fits the budget is offered (a long one left out leaves room).
         """
         budget = self.agent.context_chars // TOOLS_MAX_DIVISOR
-        offered_now: dict[str, tuple[ConnectorPort, dict[str, Any], ToolSpec]] = {}
-        judged: dict[str, tuple[dict[str, Any], ToolSpec | str, int]] = {}
+        offered_now: dict[str, tuple[ConnectorPort, ListedTool, ToolSpec]] = {}
+        judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         for name, (handle, tool) in self.connector_tools().items():
             earlier = self._judged.get(name)
             if earlier is not None and earlier[0] is tool:
@@ -438,12 +446,13 @@ class ToolBox:
         if tool is None:
             return failure(f"{call.name} is not one of your tools now (unknown, or its connector is not serving)")
         handle, mcp_tool, _spec = tool
-        return await self._connector_call(handle, mcp_tool["name"], call.arguments)
+        return await self._connector_call(handle, mcp_tool.name, call.arguments)
 
     async def _connector_call(self, handle: ConnectorPort, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
         timeout = self.agent.tool_timeout_s
         try:
-            result = await handle.request("tools/call", {"name": tool, "arguments": arguments}, timeout=timeout)
+            raw = await handle.request(TOOLS_CALL, {"name": tool, "arguments": arguments}, timeout=timeout,
+                                       result_type=Raw)
         except RequestTimeout as exc:
             await self._cancel(handle, exc)
             return failure(f"{handle.name}{SEPARATOR}{tool} timed out after {timeout:g} s; the call was cancelled")
@@ -451,9 +460,8 @@ class ToolBox:
             return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {cut_error(exc.message)}")
         except ConnectorNotReady as exc:
             return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {cut_error(exc)}")
-        except msgspec.DecodeError:
-            return failure(f"{handle.name}{SEPARATOR}{tool} answered something that is not JSON")
-        blocks, is_error = result_blocks(result)
+        # In a worker thread: a result of a million blocks costs the connector's call, not the loop.
+        blocks, is_error = await anyio.to_thread.run_sync(call_result_blocks, raw, abandon_on_cancel=True)
         return ToolOutcome(blocks=blocks, is_error=is_error)
 
     async def _cancel(self, handle: ConnectorPort, exc: RequestTimeout) -> None:
@@ -514,10 +522,10 @@ class ToolBox:
             return failure(f"channel_open: {where} was not opened within {timeout:g} s")
         except RemoteError as exc:
             return failure(f"channel_open: {where} refused, error {exc.code}: {cut_error(exc.message)}")
-        except (ConnectorNotReady, KeyError, ConnectorProtocolError, msgspec.DecodeError) as exc:
+        except (ConnectorNotReady, KeyError, ConnectorProtocolError) as exc:
             return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {cut_error(exc)})")
         self._opened.add((handle.name, channel.id))
-        blocks, kept, skipped = backscroll_blocks(handle, channel, result.get("messages"), self.clock_ms())
+        blocks, kept, skipped = backscroll_blocks(handle, channel, result.messages, self.clock_ms())
         summary = f"[host] opened {marked(where)}: {kept} recent message(s)" + (
             f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "")
         return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])

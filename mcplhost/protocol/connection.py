@@ -39,6 +39,7 @@ from mcplhost.rpc import (
 )
 
 from . import errors, jobs
+from .answers import ListedTool, OpenedChannel
 from .channels import Channel, ChannelRegistry
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
 from .grants import (
@@ -111,7 +112,7 @@ class McplConnection:
         self.declared: dict[str, dict[str, Any]] = {}
         self.registry = ChannelRegistry(spec.channels)
         #: The connector's MCP tools as its latest `tools/list` gave them (None: not listed in this life).
-        self.tools: list[dict[str, Any]] | None = None
+        self.tools: list[ListedTool] | None = None
         self.accepted_implies: dict[str, list[str]] | None = None
         self.tracker = ManifestTracker(clock)
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[tuple[str, Any]](MAX_PENDING_JOBS)
@@ -262,8 +263,7 @@ class McplConnection:
                                 operator_fallback=self.spec.policy_fallback)
         for defect in verdict.defects:
             self.log.warning("connector.defect", defect=defect)
-        if not verdict.ready:
-            assert verdict.fallback is not None
+        if verdict.fallback is not None:  # not ready: every such verdict names its fallback (policy.py)
             return self._fallback(verdict.fallback, verdict.why)
         if verdict.legacy_ack:
             self.legacy = True
@@ -427,7 +427,7 @@ class McplConnection:
     def close_jobs(self) -> None:
         self._jobs_in.close()
 
-    async def open_channel(self, channel: Channel, *, timeout: float | None = None) -> dict[str, Any]:
+    async def open_channel(self, channel: Channel, *, timeout: float | None = None) -> OpenedChannel:
         """channels/open for a channel; the returned descriptor is judged like a registration; its result."""
         return await jobs.open_channel(self, channel, timeout=timeout)
 

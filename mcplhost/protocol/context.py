@@ -15,6 +15,7 @@ from mcplhost.config import ConnectorConfig
 from mcplhost.logs import LimitedLog
 from mcplhost.rpc import Session
 
+from .answers import ListedTool
 from .channels import ChannelRegistry
 from .featuresets import FeatureSetState
 from .intake import Intake
@@ -103,7 +104,7 @@ class Outbound(Served, Protocol):
     @property
     def capabilities(self) -> dict[str, Any]: ...
 
-    tools: list[dict[str, Any]] | None
+    tools: list[ListedTool] | None
 
     def adopt_change(self, change: ManifestChange) -> None:
         """Put a re-fetched manifest in force (the grant follows through `send_policy`)."""

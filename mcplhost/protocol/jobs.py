@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import msgspec
+from msgspec import Raw
 
 from mcplhost.rpc import ConnectionClosed, RemoteError, RequestTimeout
 
 from . import errors
-from .channels import Channel
+from .answers import ListedTool, MalformedAnswer, OpenedChannel, ToolsPage, decode_answer, decode_entries
+from .channels import Channel, parse_descriptor
 from .context import Outbound
 from .states import PolicyClosed
 
@@ -41,7 +44,7 @@ async def serve(conn: Outbound, jobs: Any) -> None:
                     await refresh_manifest(conn)
                 elif job == TOOLS:
                     await list_tools(conn)
-            except (RemoteError, RequestTimeout, msgspec.DecodeError) as exc:
+            except (RemoteError, RequestTimeout) as exc:
                 conn.log.warning("connector.job_failed", job=job, error=str(exc))
             except errors.ConnectorProtocolError as exc:
                 # The grant narrowed while the job waited (e.g. channels.lifecycle revoked).
@@ -56,26 +59,30 @@ async def serve(conn: Outbound, jobs: Any) -> None:
 async def list_tools(conn: Outbound) -> None:
     """tools/list, every page up to the bounds; `conn.tools` becomes the well-formed tools listed.
 
-    A tool is well formed when its `name` is a non-empty string; a malformed
-    one is skipped (and counted in the log line), never the whole list.
+    A tool is well formed when its `name` is a non-empty string (answers.py
+    `ListedTool`); a malformed one is skipped (and counted in the log line),
+    never the whole list. A page that is not an object ends the listing, and
+    keeps the tools of the pages before it. Pages are judged in a worker
+    thread: each malformed entry costs a msgspec error, and a hostile page
+    holds millions (tests/bench/bench_answers.py).
     """
     if "tools" not in conn.grant:
         return
-    listed: list[dict[str, Any]] = []
+    listed: list[ListedTool] = []
     skipped = 0
-    cursor: Any = None
+    cursor: str | None = None
     for _ in range(MAX_TOOL_PAGES):
         raw = await conn.session.request("tools/list", {"cursor": cursor} if cursor is not None else {},
                                          timeout=conn.spec.request_timeout_s)
-        page = msgspec.json.decode(bytes(raw))
-        tools = page.get("tools") if isinstance(page, dict) else None
-        for tool in tools if isinstance(tools, list) else []:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool["name"]:
-                listed.append(tool)
-            else:
-                skipped += 1
-        cursor = page.get("nextCursor") if isinstance(page, dict) else None
-        if not isinstance(cursor, str) or len(listed) >= MAX_TOOLS:
+        try:
+            page, tools, malformed = await anyio.to_thread.run_sync(read_tools_page, raw, abandon_on_cancel=True)
+        except MalformedAnswer as exc:
+            conn.log.warning("connector.answer_malformed", method=exc.method, detail=exc.detail)
+            break
+        listed.extend(tools)
+        skipped += malformed
+        cursor = page.nextCursor
+        if cursor is None or len(listed) >= MAX_TOOLS:
             break
     if len(listed) > MAX_TOOLS:
         conn.log.warning("connector.tools_capped", limit=MAX_TOOLS, listed=len(listed))
@@ -83,11 +90,19 @@ async def list_tools(conn: Outbound) -> None:
     conn.log.info("connector.tools_listed", tools=len(conn.tools), skipped=skipped)
 
 
-async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | None = None) -> dict[str, Any]:
+def read_tools_page(raw: Raw) -> tuple[ToolsPage, list[ListedTool], int]:
+    """One tools/list page, its well-formed tools and how many were not (pure); MalformedAnswer for a non-object."""
+    page = decode_answer(raw, ToolsPage, "tools/list")
+    tools, malformed = decode_entries(page.tools, ListedTool)
+    return page, tools, malformed
+
+
+async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | None = None) -> OpenedChannel:
     """channels/open for a channel; the returned descriptor is judged like a registration.
 
     Returns the decoded result (an agent's `channel_open` reads its backscroll
-    from it); `timeout` None: the connector's request_timeout_s.
+    from it; a result that is not an object is logged and counts as an empty
+    one); `timeout` None: the connector's request_timeout_s.
     """
     if "channels.lifecycle" not in conn.grant:
         raise errors.capability_denied("channels.lifecycle")
@@ -96,29 +111,34 @@ async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | Non
         {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}},
         timeout=conn.spec.request_timeout_s if timeout is None else timeout,
     )
-    result = msgspec.json.decode(bytes(raw))
-    descriptor = result.get("channel") if isinstance(result, dict) else None
+    try:
+        result = decode_answer(raw, OpenedChannel, "channels/open")
+    except MalformedAnswer as exc:
+        conn.log.warning("connector.answer_malformed", method=exc.method, detail=exc.detail, channel=channel.id)
+        result = OpenedChannel()
+    descriptor = result.channel
     if descriptor is not None:
         if "channels.register" in conn.grant:  # the grant at the answer, not at the registration
             results, _ = conn.registry.add([descriptor])
         else:
-            ident = descriptor.get("id") if isinstance(descriptor, dict) else None
+            parsed = parse_descriptor(descriptor)
+            ident = parsed.id if isinstance(parsed, Channel) else None
             results = [{"id": ident, "accepted": False, "reason": "capability_denied"}]
         if not results[0]["accepted"]:
             conn.log.warning("channels.descriptor_refused", channel=results[0]["id"],
                              reason=results[0].get("reason"), detail="returned by channels/open")
     conn.log.info("channels.opened", channel=channel.id)
-    return result if isinstance(result, dict) else {}
+    return result
 
 
 async def refresh_manifest(conn: Outbound) -> None:
     """mcpl/manifest, then apply what changed: removals now, additions pending (SPEC §17)."""
-    if not conn.is_ready:
+    manifest = conn.manifest
+    if not conn.is_ready or manifest is None:
         # Queued before the connection fell back (or never got MCPL): there is
         # nothing to refresh, and a policy sent now could make it ready again.
         conn.log.info("connector.job_skipped", job=MANIFEST, mode=conn.mode.value)
         return
-    assert conn.manifest is not None  # ready means MCPL is in force, with its manifest
     conn.tracker.fetched()
     try:
         raw = await conn.session.request("mcpl/manifest", {}, timeout=conn.spec.request_timeout_s)
@@ -127,7 +147,7 @@ async def refresh_manifest(conn: Outbound) -> None:
         conn.tracker.failed()
         conn.log.warning("connector.manifest_fetch_failed", error=str(exc), failures=conn.tracker.failures)
         return
-    change = conn.tracker.diff(conn.manifest, fetched, conn.capabilities, conn.grant, list(conn.spec.grant),
+    change = conn.tracker.diff(manifest, fetched, conn.capabilities, conn.grant, list(conn.spec.grant),
                                conn.feature_sets, conn.spec.feature_sets, offered=conn.offered)
     if change is None:
         conn.log.warning("connector.manifest_unusable", failures=conn.tracker.failures)

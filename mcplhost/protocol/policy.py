@@ -75,7 +75,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
     """What an answer to featureSets/update means for the connection."""
 
     ready: bool
-    fallback: str | None = None  # when not ready: "mcp-only" or "close"
+    fallback: str | None = None  # set exactly when not ready: "mcp-only" or "close"
     why: str = ""
     legacy_ack: bool = False  # -32601 from a legacy server: acknowledged
     defects: tuple[str, ...] = ()  # conformance defects to log

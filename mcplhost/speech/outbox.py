@@ -42,9 +42,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-import msgspec
 import structlog
+from msgspec import Raw
 
+from mcplhost.protocol.answers import MalformedAnswer, PublishResult, decode_answer
 from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorPort, ConnectorStopped
 from mcplhost.rpc import RemoteError, RequestTimeout
 from mcplhost.store.interfaces import Repositories
@@ -80,13 +81,6 @@ CHANNEL_POLL_S = 0.1
 SENDER_RESTART = RetryRules(first_s=1.0, max_s=60.0)
 #: A row whose try ends in an unexpected exception this many times in a row fails, so it cannot stop the queue.
 CRASHES_PER_ROW = 3
-
-
-class PublishResult(msgspec.Struct, frozen=True):
-    """The Request form's answer: `{delivered: true, messageId}`."""
-
-    delivered: bool
-    messageId: str | None = None  # noqa: N815 (the wire's name)
 
 
 def now_ms() -> int:
@@ -284,7 +278,7 @@ class OutboxSender:
         """Try the row once; None when it ended (delivered or failed), else when to try it again (epoch ms)."""
         started = self.clock_ms()
         try:
-            result = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=PublishResult)
+            raw = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=Raw)
         except RemoteError as exc:
             # The connector's words: cut to what the row keeps anyway, before they reach the notice.
             error = f"the connector refused it ({exc.code}: {exc.message[:LAST_ERROR_MAX_CHARS]})"
@@ -295,8 +289,10 @@ class OutboxSender:
             return await self._retry(row, f"no answer ({exc})", started)
         except ConnectorGone as exc:
             return await self._retry(row, f"the connection ended before the answer ({exc})", started)
-        except msgspec.DecodeError as exc:  # ValidationError included
-            return await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc})")
+        try:
+            result = decode_answer(raw, PublishResult, PUBLISH_METHOD)
+        except MalformedAnswer as exc:  # its detail is bounded: it reaches the row and the notice
+            return await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc.detail})")
         if not result.delivered:
             return await self._retry(row, "the connector answered delivered: false", started)
         at = self.clock_ms()

@@ -35,6 +35,7 @@ import structlog
 from msgspec import UNSET
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.protocol.answers import ListedTool, OpenedChannel
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
@@ -159,7 +160,7 @@ class ConnectorHandle:
     def channel(self, channel_id: str) -> Channel | None:
         return self._connection.registry.get(channel_id) if self._connection is not None else None
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[ListedTool]:
         """The connector's MCP tools (as `tools/list` gave them) while it serves and holds `tools`; else none."""
         connection = self._connection
         if connection is None or self._state not in SERVING or "tools" not in connection.grant:
@@ -196,8 +197,8 @@ class ConnectorHandle:
         return msgspec.json.decode(bytes(raw), type=result_type)
 
     async def request_with_grant(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
-                                 ) -> tuple[Any, frozenset[str]]:
-        """`request`, and the grant in force the moment the answer arrived (read in the read loop).
+                                 result_type: Any = Any) -> tuple[Any, frozenset[str]]:
+        """`request` (its result decoded as `result_type`), and the grant in force the moment the answer arrived.
 
         For answers whose parts are authorized at receipt (each
         `beforeInference` injection, docs/mcpl-checklist.md item 9): a policy change the
@@ -216,7 +217,7 @@ class ConnectorHandle:
                                 ) from exc
         if isinstance(outcome, RemoteError):
             raise outcome
-        return msgspec.json.decode(bytes(outcome)), grant
+        return msgspec.json.decode(bytes(outcome), type=result_type), grant
 
     async def notify(self, method: str, params: Any = UNSET) -> None:
         """Send a notification while the connector serves; the same refusals as `request`."""
@@ -227,7 +228,7 @@ class ConnectorHandle:
             raise ConnectorGone(self.name, self._state, f"its process life ended before {method} went out ({exc})"
                                 ) from exc
 
-    async def open_channel(self, channel_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+    async def open_channel(self, channel_id: str, *, timeout: float | None = None) -> OpenedChannel:
         """channels/open for a registered channel; its result (with any backscroll the connector sends).
 
         The same refusals as `request`, plus the protocol's -32002 error when

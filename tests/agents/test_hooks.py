@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -14,12 +15,13 @@ from mcplhost.agents.context import Injections
 from mcplhost.agents.hooks import (
     INJECT_PREFIX,
     InferenceLedger,
-    authorized_injections,
     before_inference,
+    decoded_answer,
     lifecycle,
 )
 from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
+from mcplhost.protocol.answers import MALFORMED_DETAIL_MAX_CHARS
 
 from ..harness import HINT, config_with, logged, record, running_host, scripted, wait_for
 
@@ -31,6 +33,11 @@ HOOK_MANIFEST: dict[str, Any] = {
     "featureSets": {"memory": {"description": "m", "uses": [OBSERVE, SYSTEM, BEFORE, AFTER, LIFECYCLE]}},
 }
 SCOUT = AgentConfig(name="scout")
+
+
+def authorized_injections(answer: Any, grant: frozenset[str]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """hooks.authorized_injections of `answer` as a connector would send it (JSON), decoded as the host does."""
+    return hooks.authorized_injections(decoded_answer(msgspec.json.encode(answer)), grant)
 
 
 def injection(position: str, text: str, namespace: str = "mem") -> dict[str, Any]:
@@ -136,6 +143,24 @@ class TestBeforeInference:
         assert injections == Injections(before_user=["kept"])
         assert logged(logs, "agent.injection_dropped", connector="mem", position="afterUser", reason="not_granted")
 
+    async def test_a_malformed_answer_costs_that_connector_only_and_an_odd_feature_set_costs_nothing(
+            self, tmp_path) -> None:
+        """A non-object answer adds nothing (one drop, logged); a featureSet of another shape is only not logged."""
+        junk = hook_connector("junk", tmp_path, [OBSERVE, SYSTEM], {"result": ["not", "an", "object"]})
+        listless = hook_connector("listless", tmp_path, [OBSERVE, SYSTEM],
+                                  {"result": {"contextInjections": {"position": "system"}}})
+        odd = hook_connector("odd", tmp_path, [OBSERVE, SYSTEM],
+                             {"result": {"featureSet": 5, "contextInjections": [injection("system", "kept")]}})
+        with capture_logs() as logs:
+            async with running_host(config_with(tmp_path, junk, listless, odd)) as host:
+                injections = await ask(host)
+        assert injections == Injections(system=["kept"])
+        for name in ("junk", "listless"):
+            assert logged(logs, "agent.injection_dropped", connector=name, reason="malformed_answer")
+            assert logged(logs, "agent.hook_answered", connector=name, kept=0, dropped=1)
+        assert logged(logs, "agent.hook_answered", connector="odd", featureSet=None, kept=1, dropped=0)
+
+
     @given(st.lists(st.fixed_dictionaries({"position": st.sampled_from(["system", "beforeUser", "afterUser", "x"]),
                                            "namespace": st.sampled_from(["n", ""]),
                                            "content": st.one_of(st.text(max_size=5), st.integers())}),
@@ -150,9 +175,44 @@ class TestBeforeInference:
 
     def test_a_malformed_answer_adds_nothing(self) -> None:
         """An answer that is not an object, or whose contextInjections is not a list, is one drop."""
-        assert authorized_injections("x", frozenset({SYSTEM})) == ([], [{"reason": "malformed_answer"}])
-        assert authorized_injections({"contextInjections": {}}, frozenset({SYSTEM}))[0] == []
+        for answer in ("x", None, [], {"contextInjections": {}}, {"contextInjections": "x"}):
+            kept, dropped = authorized_injections(answer, frozenset({SYSTEM}))
+            assert kept == [] and [d["reason"] for d in dropped] == ["malformed_answer"], answer
+            assert 0 < len(dropped[0]["detail"]) <= MALFORMED_DETAIL_MAX_CHARS + 1
         assert authorized_injections({"featureSet": "f"}, frozenset({SYSTEM})) == ([], [])
+
+
+    def test_each_injection_is_judged_in_a_fixed_order_of_reasons(self) -> None:
+        """Position, then namespace, then the grant, then content, then length: the first that fails is the reason."""
+        injections: list[Any] = [
+            {"position": "bogus", "namespace": 5, "content": 5},  # bad_position before anything else
+            {"position": "system", "namespace": "", "content": 5},  # then no_namespace
+            {"position": "afterUser", "namespace": "n", "content": 5},  # then not_granted, before bad content
+            {"position": "system", "namespace": "n", "content": 5},  # then bad_content
+            7,  # not an object
+            {"position": "system", "namespace": "n", "content": [{"type": "image", "text": 5},
+                                                                   {"type": "text", "text": "from blocks"}]},
+            {"position": "system", "namespace": "n", "content": [{"type": 5}]},
+            {"position": "system", "namespace": "n", "content": [{"type": "text"}]},
+            {"position": "system", "namespace": "n", "content": "   "},  # nothing visible
+            {"position": "system", "namespace": "n", "content": "x" * (hooks.MAX_INJECTION_CHARS + 1)},
+            {"position": "system", "namespace": "n", "content": "plain", "extra": {"ignored": True}},
+        ]
+        kept, dropped = authorized_injections({"featureSet": 5, "contextInjections": injections},
+                                              frozenset({SYSTEM}))
+        assert kept == [("system", "from blocks"), ("system", "plain")]
+        assert [d["reason"] for d in dropped] == ["bad_position", "no_namespace", "not_granted", "bad_content",
+                                                  "malformed", "bad_content", "bad_content", "bad_content",
+                                                  "too_long"]
+        assert [d["index"] for d in dropped] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+
+    def test_past_the_bound_every_injection_is_too_many_whatever_its_shape(self) -> None:
+        """Injections after MAX_INJECTIONS_PER_ANSWER are dropped as too_many, malformed or not."""
+        bound = hooks.MAX_INJECTIONS_PER_ANSWER
+        injections: list[Any] = [injection("system", f"n{n}") for n in range(bound)] + [7, injection("system", "x")]
+        kept, dropped = authorized_injections({"contextInjections": injections}, frozenset({SYSTEM}))
+        assert len(kept) == bound and dropped == [{"index": bound, "reason": "too_many"},
+                                                  {"index": bound + 1, "reason": "too_many"}]
 
 
 class TestLifecycle:

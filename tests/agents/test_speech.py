@@ -15,6 +15,7 @@ from mcplhost.config import AgentConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest
 from mcplhost.ingest.service import EDITED_TAG
+from mcplhost.protocol.answers import ListedTool
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.intake import AdmittedMessage
 from mcplhost.supervisor.handle import State
@@ -41,7 +42,7 @@ class StandInHandle:
     def channel(self, channel_id: str) -> Channel | None:
         return next((c for c in self.registered if c.id == channel_id), None)
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[ListedTool]:
         return []
 
 

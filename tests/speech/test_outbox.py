@@ -185,6 +185,43 @@ class TestFailure:
         assert [i.metadata.get("kind") for i in await stored_items(tmp_path)] == ["speech", "failed-reply"]
 
 
+class TestAnswerShapes:
+    """What each shape of publish answer makes of the row (docs/connectors.md §13's table)."""
+
+    async def test_an_answer_without_message_id_is_delivered_without_echo_memory(self, tmp_path: Path):
+        """`{delivered: true}` alone ends the row delivered, with no messageId to remember; members added are ignored."""
+        handlers = {"channels/publish": {"result": {"delivered": True, "platform": {"extra": [1]}}}}
+        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+            oid = await queue(host, "hi")
+            row = await ended(host.writer.store, oid)
+        assert (row.state, row.message_id, row.attempts) == ("delivered", None, 1)
+
+    async def test_delivered_false_is_tried_again(self, tmp_path: Path):
+        """`{delivered: false}` is a retry, so the next try can deliver it."""
+        handlers = {"channels/publish": [{"result": {"delivered": False}}, DELIVERED]}
+        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+            host.outbox_senders["disc"].rules = QUICK
+            oid = await queue(host, "hi")
+            row = await ended(host.writer.store, oid)
+        assert (row.state, row.message_id, row.attempts) == ("delivered", "m-1", 2)
+
+    @pytest.mark.parametrize("result", [
+        "delivered", [True], None, {}, {"delivered": "yes"}, {"delivered": True, "messageId": 1002},
+        {"delivered": True, "messageId": "x" * 100_000, "extra": 1} | {"messageId": ["long"] * 10_000},
+    ])
+    async def test_a_result_that_is_not_delivered_and_message_id_fails_at_once(self, tmp_path: Path, result: Any):
+        """Any other result fails the row after one try, with a notice whose reason stays short."""
+        handlers = {"channels/publish": {"result": result}}
+        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+            oid = await queue(host, "hi")
+            row = await ended(host.writer.store, oid)
+        assert (row.state, row.attempts) == ("failed", 1)
+        assert "was not {delivered, messageId}" in row.last_error and len(row.last_error) <= LAST_ERROR_MAX_CHARS
+        assert len(publishes(tmp_path)) == 1
+        notice = (await stored_items(tmp_path))[-1]
+        assert notice.metadata["kind"] == "failed-reply" and len(notice.content[0]["text"]) < 2_000
+
+
 class TestBounds:
     async def test_more_than_a_page_of_stale_rows_all_fail_in_one_check(self, tmp_path: Path):
         """While the connector is down, one age check fails every row too old, not one page of them."""
