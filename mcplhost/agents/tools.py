@@ -88,6 +88,8 @@ CANCEL_SEND_TIMEOUT_S = 1.0
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 #: Backscroll entries read from one channels/open answer; the rest are left out.
 MAX_BACKSCROLL = 100
+#: Content blocks read from one tools/call result; the rest are left out, and one line says how many.
+MAX_RESULT_BLOCKS = 256
 #: Longest `thread` argument `channel_publish` takes (an id, not prose).
 MAX_THREAD_CHARS = 512
 #: Longest connector tool description the model reads; the rest is cut, and the cut said.
@@ -246,7 +248,7 @@ def result_blocks(result: ToolResult | MalformedAnswer) -> tuple[list[dict[str, 
     if isinstance(result, MalformedAnswer):
         return [{"type": "text", "text": "[host] the tool answered something that is not an MCP result"}], True
     blocks: list[dict[str, Any]] = []
-    for block in decode_each(result.content, ContentBlock):
+    for block in decode_each(result.content[:MAX_RESULT_BLOCKS], ContentBlock):
         if block is None:
             blocks.append({"type": "text", "text": "[host] a malformed block of the result is left out"})
         elif block.type == "text" and block.text is not None:
@@ -255,6 +257,9 @@ def result_blocks(result: ToolResult | MalformedAnswer) -> tuple[list[dict[str, 
             blocks.append({"type": "image", "data": block.data, "mimeType": block.mimeType})
         else:
             blocks.append({"type": "text", "text": f"[host] a {block.type} block of the result is left out"})
+    if len(result.content) > MAX_RESULT_BLOCKS:
+        blocks.append({"type": "text", "text": f"[host] {len(result.content) - MAX_RESULT_BLOCKS} more blocks of the"
+                                               f" result are left out (at most {MAX_RESULT_BLOCKS} are read)"})
     if not blocks and result.structuredContent is not UNSET:
         blocks.append({"type": "text", "text": json.dumps(result.structuredContent, ensure_ascii=False)})
     if not blocks:

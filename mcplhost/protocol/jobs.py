@@ -27,6 +27,9 @@ TOOLS = "tools"
 #: Bounds on one `tools/list`: pages followed (nextCursor) and tools kept per connector.
 MAX_TOOL_PAGES = 16
 MAX_TOOLS = 256
+#: Entries of one tools/list page judged one by one; the rest are skipped unread (a page within the line limit
+#: can hold millions of malformed entries, each costing a decode attempt).
+MAX_PAGE_ENTRIES = 4 * MAX_TOOLS
 
 
 async def serve(conn: Outbound, jobs: Any) -> None:
@@ -91,10 +94,13 @@ async def list_tools(conn: Outbound) -> None:
 
 
 def read_tools_page(raw: Raw) -> tuple[ToolsPage, list[ListedTool], int]:
-    """One tools/list page, its well-formed tools and how many were not (pure); MalformedAnswer for a non-object."""
+    """One tools/list page, its well-formed tools and how many were not (pure); MalformedAnswer for a non-object.
+
+    At most MAX_PAGE_ENTRIES entries are judged; the ones after them count as not well formed.
+    """
     page = decode_answer(raw, ToolsPage, "tools/list")
-    tools, malformed = decode_entries(page.tools, ListedTool)
-    return page, tools, malformed
+    tools, malformed = decode_entries(page.tools[:MAX_PAGE_ENTRIES], ListedTool)
+    return page, tools, malformed + max(len(page.tools) - MAX_PAGE_ENTRIES, 0)
 
 
 async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | None = None) -> OpenedChannel:

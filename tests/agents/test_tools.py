@@ -19,6 +19,7 @@ from mcplhost.agents.tools import (
     DESCRIPTION_CUT_NOTE,
     HOST_TOOLS,
     MAX_BACKSCROLL,
+    MAX_RESULT_BLOCKS,
     TOOL_DESCRIPTION_MAX_CHARS,
     TOOL_SCHEMA_MAX_BYTES,
     TOOL_SCHEMA_MAX_DEPTH,
@@ -350,6 +351,12 @@ class TestConnectorCalls:
         assert result_blocks({"structuredContent": {"t": 1}}) == ([{"type": "text", "text": '{"t": 1}'}], False)
         assert result_blocks("nope")[1] is True
 
+
+    def test_a_result_reads_at_most_max_result_blocks_and_says_how_many_more_it_left_out(self) -> None:
+        """Millions of blocks within the line limit cost MAX_RESULT_BLOCKS conversions and one closing line."""
+        blocks, _ = result_blocks({"content": [{"type": "text", "text": "x"}] * (MAX_RESULT_BLOCKS + 5)})
+        assert len(blocks) == MAX_RESULT_BLOCKS + 1
+        assert texts(blocks)[-1] == f"[host] 5 more blocks of the result are left out (at most {MAX_RESULT_BLOCKS} are read)"
 
     async def test_a_result_that_is_not_an_object_is_an_error_the_model_reads_and_odd_members_are_ignored(
             self, tmp_path) -> None:

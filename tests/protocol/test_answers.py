@@ -32,7 +32,7 @@ from mcplhost.protocol.answers import (
     decode_each,
     decode_entries,
 )
-from mcplhost.protocol.jobs import read_tools_page
+from mcplhost.protocol.jobs import MAX_PAGE_ENTRIES, read_tools_page
 
 ANSWERS: list[type[Answer]] = [ToolsPage, ListedTool, OpenedChannel, BackscrollEntry, ContentBlock, ToolResult,
                                Injection, HookAnswer, PublishResult]
@@ -131,6 +131,15 @@ class TestToolsList:
         assert [t.name for t in tools] == [e["name"] for e in entries if isinstance(e, dict) and non_empty_str(e.get("name"))]
         cursor = page.get("nextCursor")
         assert read.nextCursor == (cursor if isinstance(cursor, str) else None)
+
+    def test_a_page_judges_at_most_max_page_entries_and_counts_the_rest_as_skipped(self) -> None:
+        """A page of a million junk entries costs MAX_PAGE_ENTRIES decode attempts, not a million."""
+        junk = [{"name": f"t{i}"} for i in range(MAX_PAGE_ENTRIES)] + [7] * (3 * MAX_PAGE_ENTRIES)
+        _, tools, malformed = read_tools_page(msgspec.json.decode(encoded({"tools": junk}), type=msgspec.Raw))
+        assert (len(tools), malformed) == (MAX_PAGE_ENTRIES, 3 * MAX_PAGE_ENTRIES)
+        late = [7] * MAX_PAGE_ENTRIES + [{"name": "never-read"}]
+        _, tools, malformed = read_tools_page(msgspec.json.decode(encoded({"tools": late}), type=msgspec.Raw))
+        assert (tools, malformed) == ([], MAX_PAGE_ENTRIES + 1)
 
     def test_entries_are_judged_one_by_one(self) -> None:
         page = decode_answer(encoded({"tools": [{"name": "a"}, 1, {"name": ""}, {"name": "b", "x": [1]}]}),
