@@ -70,6 +70,7 @@ class TurnSpeech:
         self.default = default_destination(sources, overflow=overflow)  # Destination | Undecided
         self.current = self.default  # where unpinned prose goes: a pin holds for the rest of the turn
         self.published_default = False
+        self.queued = 0  # publishes queued so far: a turn that fails later has still said these
 
     def views(self) -> list[Any]:
         """The channels the agent hears, as routing sees them now (grant and registrations change)."""
@@ -120,6 +121,7 @@ class TurnSpeech:
                 continue
             published = results[index] if results is not None and index < len(results) else None
             for entry in operation.entries:
+                self.queued += 1
                 log.info("speech.queued", agent=self.agent.name, turn=self.turn_id, connector=entry.server_id,
                          channel=entry.channel_id, thread=entry.thread_id,
                          outbox=getattr(published, "outbox_ids", None))

@@ -338,13 +338,22 @@ async def _fail(agent: AgentConfig, services: TurnServices, progress: _Progress,
     await _record_failure(services, agent, progress, reason, cursor, wake_ids)
 
 
+def failure_notice_text(reason: str, progress: _Progress) -> str:
+    """What a failed turn's notice tells the agent: prose queued before an earlier round's tool calls was sent."""
+    queued = progress.speech.queued if progress.speech is not None else 0
+    if not queued:
+        return f"Your last turn failed ({reason}); nothing of it was sent."
+    said = "the publish" if queued == 1 else f"the {queued} publishes"
+    return f"Your last turn failed ({reason}); {said} queued before the failure went out, the rest was not sent."
+
+
 async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
                           cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = ()) -> None:
     """A failed turn: a `turn-failed` notice for the agent and the record; a failing store is only logged."""
     try:
         if not progress.turn_id:
             (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, wake_ids, services.clock_ms()))
-        notice = notice_row(agent.name, "turn-failed", f"Your last turn failed ({reason}); nothing of it was sent.",
+        notice = notice_row(agent.name, "turn-failed", failure_notice_text(reason, progress),
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
         await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor)
     except Exception:

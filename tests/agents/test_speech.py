@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mcplhost.agents.backends import make_backend
+from mcplhost.agents.model import BackendError
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import TurnServices, run_turn
 from mcplhost.agents.wake import Wake
@@ -227,3 +228,51 @@ class TestChannelPublish:
         assert len(entries) == 1
         (draft,) = [r for r in rows if r.metadata["kind"] == "draft"]
         assert text_of(draft) == "the answer again" and draft.metadata["reason"]
+
+
+class FailsAfter:
+    """A backend that answers its first `answered` rounds from a script, then fails every call."""
+
+    def __init__(self, script: Any, *, answered: int) -> None:
+        self.script = make_backend(script)
+        self.answered = answered
+        self.calls = 0
+
+    async def complete(self, request: Any, *, on_text: Any = None) -> Any:
+        self.calls += 1
+        if self.calls <= self.answered:
+            return await self.script.complete(request, on_text=on_text)
+        raise BackendError("server_error", "HTTP 500 after 2 retries")
+
+    async def aclose(self) -> None:
+        return None
+
+
+class TestFailedTurnNotice:
+    async def test_a_turn_that_fails_after_queuing_prose_says_that_prose_went_out(self, tmp_path: Path):
+        """Prose queued before an earlier round's tool calls is sent even when a later round fails:
+        the turn-failed notice says so instead of "nothing of it was sent"."""
+        agent = agent_config(backend=scripted(reply_with_tools("on it", ("history_search", {"query": "x"}))))
+        handles = {"disc": disc(*ROOMS)}
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            services = TurnServices(store, writer, handles, FailsAfter(agent.backend, answered=1),
+                                    ToolBox(agent, handles, store), outbox={})
+            assert await run_turn(agent, wake_of(item), services) == "failed"
+            (entry,) = await store.outbox.list()
+            (notice,) = await own(store, "turn-failed")
+        assert entry.channel_id == ROOM
+        assert text_of(notice) == ("Your last turn failed (server_error); the publish queued before the failure"
+                                   " went out, the rest was not sent.")
+
+    async def test_a_turn_that_fails_before_saying_anything_says_nothing_was_sent(self, tmp_path: Path):
+        agent = agent_config()
+        handles = {"disc": disc(*ROOMS)}
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            services = TurnServices(store, writer, handles, FailsAfter(agent.backend, answered=0),
+                                    ToolBox(agent, handles, store), outbox={})
+            assert await run_turn(agent, wake_of(item), services) == "failed"
+            (notice,) = await own(store, "turn-failed")
+            assert await store.outbox.list() == []
+        assert text_of(notice) == "Your last turn failed (server_error); nothing of it was sent."
