@@ -43,7 +43,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -67,6 +67,7 @@ from mcplhost.protocol.answers import (
     decode_answer,
     decode_each,
 )
+from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
 from mcplhost.rpc import RemoteError, RequestTimeout
@@ -234,6 +235,12 @@ HOST_TOOLS: tuple[ToolSpec, ...] = (
 )
 
 
+class Publisher(Protocol):
+    """How `channel_publish` queues: the turn's speech (mcplhost/agents/speech.py `TurnSpeech`)."""
+
+    async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]: ...
+
+
 def offered(agent: AgentConfig, name: str) -> bool:
     """Whether the agent's `tools` globs let it have the tool called `name` (no `tools`: every tool)."""
     return agent.tools is None or any(fnmatchcase(name, glob) for glob in agent.tools)
@@ -276,7 +283,7 @@ def call_result_blocks(raw: Raw | bytes) -> tuple[list[dict[str, Any]], bool]:
     return result_blocks(result)
 
 
-def backscroll_item(entry: BackscrollEntry, handle: ConnectorPort, opened: Any,
+def backscroll_item(entry: BackscrollEntry, handle: ConnectorPort, opened: Channel,
                     accepted_at: int) -> list[dict[str, Any]] | None:
     """One backscroll entry as the blocks an item would be stored with, or None when the pipeline refuses it.
 
@@ -300,7 +307,7 @@ def backscroll_item(entry: BackscrollEntry, handle: ConnectorPort, opened: Any,
     return processed.content if isinstance(processed, Processed) else None
 
 
-def backscroll_blocks(handle: ConnectorPort, opened: Any, entries: list[Raw],
+def backscroll_blocks(handle: ConnectorPort, opened: Channel, entries: list[Raw],
                       accepted_at: int) -> tuple[list[dict[str, Any]], int, int]:
     """The blocks of every well-formed entry (at most MAX_BACKSCROLL), how many were kept and how many skipped."""
     blocks: list[dict[str, Any]] = []
@@ -419,7 +426,7 @@ class ToolBox:
 
     # --- calling -----------------------------------------------------------------------
 
-    async def call(self, call: ToolCall, *, speech: Any = None) -> ToolOutcome:
+    async def call(self, call: ToolCall, *, speech: Publisher | None = None) -> ToolOutcome:
         """Run one call; every failure is an error result the model reads, logged once here.
 
         `speech`: the turn's `mcplhost.agents.speech.TurnSpeech`, which `channel_publish` queues through.
@@ -434,7 +441,7 @@ class ToolBox:
                        seconds=round(anyio.current_time() - started, 3))
         return outcome
 
-    async def _dispatch(self, call: ToolCall, speech: Any = None) -> ToolOutcome:
+    async def _dispatch(self, call: ToolCall, speech: Publisher | None = None) -> ToolOutcome:
         if not isinstance(call.arguments, dict):
             return failure(f"{call.name}: the arguments must be a JSON object")
         if call.name in {spec.name for spec in HOST_TOOLS}:
@@ -535,7 +542,7 @@ class ToolBox:
             f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "")
         return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])
 
-    async def channel_publish(self, arguments: dict[str, Any], speech: Any) -> ToolOutcome:
+    async def channel_publish(self, arguments: dict[str, Any], speech: Publisher | None) -> ToolOutcome:
         """Queue a publish through the turn's speech (docs/agents.md#routing): `queued` or a refusal."""
         channel, text, thread = arguments.get("channel"), arguments.get("text"), arguments.get("thread")
         if not isinstance(channel, str) or not channel or not isinstance(text, str):

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from msgspec import UNSET
 
+from mcplhost.config import ConnectorConfig
+
 from .answers import ListedTool, OpenedChannel
 from .channels import Channel
 from .params import InferenceRequest
@@ -67,6 +69,9 @@ class ConnectorPort(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def spec(self) -> ConnectorConfig: ...  # its configuration (the speech router reads its channel patterns)
 
     @property
     def state(self) -> State: ...

@@ -34,7 +34,8 @@ from typing import Any, Literal
 import msgspec
 
 from mcplhost.inbound.conversation import conversation_id
-from mcplhost.protocol.channels import permitted
+from mcplhost.protocol.channels import Channel, permitted
+from mcplhost.protocol.ports import ConnectorPort
 
 __all__ = [
     "ALREADY_PUBLISHED",
@@ -159,13 +160,12 @@ def _refusal(direction: str, channel_allowed: bool, grant: frozenset[str]) -> st
     return None
 
 
-def _channel_refusal(handle: Any, channel: Any, grant: frozenset[str]) -> str | None:
+def _channel_refusal(handle: ConnectorPort, channel: Channel, grant: frozenset[str]) -> str | None:
     """Why `handle`'s connector cannot publish to its registered `channel` now, or None: it can."""
-    patterns = getattr(getattr(handle, "spec", None), "channels", None)
-    return _refusal(channel.direction, permitted(channel.id, patterns), grant)
+    return _refusal(channel.direction, permitted(channel.id, handle.spec.channels), grant)
 
 
-def publish_refusal(handle: Any, channel_id: str) -> str | None:
+def publish_refusal(handle: ConnectorPort, channel_id: str) -> str | None:
     """Why the connector cannot publish to `channel_id` now (`unknown`: not registered), or None.
 
     The rule `channel_views` applies, for one channel and whoever hears it:

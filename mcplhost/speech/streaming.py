@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
 
 from mcplhost.protocol.ports import ConnectorPort, State
-from mcplhost.speech.routing import PIN_MARK, Destination
+from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
 
 log = structlog.get_logger()
 
@@ -66,7 +66,17 @@ def streamable_end(text: str, start: int) -> tuple[int, bool]:
         line_start = newline + 1
 
 
-def stream_targets(speech: Any, handles: Mapping[str, Any]) -> list[Destination]:
+class TurnRouting(Protocol):
+    """What streaming reads of a turn's routing (mcplhost/agents/speech.py `TurnSpeech` implements it)."""
+
+    current: Destination | Undecided
+    default: Destination | Undecided
+    published_default: bool
+
+    def views(self) -> list[ChannelView]: ...
+
+
+def stream_targets(speech: TurnRouting | None, handles: Mapping[str, ConnectorPort]) -> list[Destination]:
     """Where a turn's next inference may be streamed: where its unpinned prose goes now (agents/speech.TurnSpeech).
 
     Nothing while routing is undecided, when that connector cannot be
@@ -74,7 +84,9 @@ def stream_targets(speech: Any, handles: Mapping[str, Any]) -> list[Destination]
     draft it), or when `channel_publish` already reached the default
     destination (the prose will not be published there again).
     """
-    current = getattr(speech, "current", None)
+    if speech is None:  # the turn has not read its waking items yet
+        return []
+    current = speech.current
     if not isinstance(current, Destination) or not streamable(handles.get(current.server_id)):
         return []
     if speech.published_default and current == speech.default:

@@ -12,7 +12,7 @@ from mcplhost.agents.model import BackendError
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import TurnServices, run_turn
 from mcplhost.agents.wake import Wake
-from mcplhost.config import AgentConfig
+from mcplhost.config import AgentConfig, ConnectorConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest
 from mcplhost.ingest.service import EDITED_TAG
@@ -34,7 +34,7 @@ class StandInHandle:
     name: str
     registered: list[Channel]
     grant: frozenset[str] = frozenset({PUBLISH, "channels.incoming", "channels.register"})
-    spec: Any = None
+    spec: ConnectorConfig = field(default_factory=lambda: ConnectorConfig(name="disc", command=["stand-in"]))
     state: State = State.READY
 
     def channels(self) -> list[Channel]:
