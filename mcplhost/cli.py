@@ -5,6 +5,11 @@ Exit status: 0 done (also when the reader of stdout went away, as with
 (e.g. the database is in use by another daemon); 2 a usage or config error
 (a bad option, a config file with problems). Problems, errors and warnings go
 to stderr; results go to stdout.
+
+A few commands import what only they need inside their function (`dev`'s
+live view, the readers of `search`, `turns` and `outbox`), so every other
+command starts without loading them; none of those imports dodges a cycle
+(the layers, docs/architecture.md#layers, are checked by lint-imports).
 """
 
 from __future__ import annotations

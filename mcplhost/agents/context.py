@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from itertools import accumulate, chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -51,12 +51,10 @@ from mcplhost.agents.history import (
 )
 from mcplhost.agents.model import Message, ModelRequest, ToolSpec
 from mcplhost.agents.rows import row_conversation, row_kind
+from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.digest import canonical_json, ecmascript_number
 from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, SOURCE_RULE_TEXT
 from mcplhost.store.items import StoredItem
-
-if TYPE_CHECKING:
-    from mcplhost.config import AgentConfig, BackendConfig
 
 __all__ = [
     "DROP_TO_SHARE",

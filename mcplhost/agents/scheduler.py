@@ -53,16 +53,14 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 import structlog
 
 from mcplhost.agents.wake import Wake, sender_key, view_of, wake_matches
 from mcplhost.config import AgentConfig, effective_max_wait_ms
-
-if TYPE_CHECKING:
-    from mcplhost.ingest import Stored
+from mcplhost.ingest import Stored
 
 log = structlog.get_logger()
 

@@ -29,18 +29,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig
 from mcplhost.inbound.conversation import conversation_id
+from mcplhost.ingest import Stored
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.speech.echoes import Lookup, echo_of
-
-if TYPE_CHECKING:
-    from mcplhost.ingest import Stored
-    from mcplhost.store.items import StoredItem
+from mcplhost.store.items import StoredItem
 
 PRIVATE = "chat:private"
 FROM_SELF = "chat:from-self"  # the same tag speech/echoes.py marks as an echo at ingest
