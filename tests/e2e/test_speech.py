@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from mcplhost.inbound.conversation import conversation_id
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
-from ..harness import CHAT_MANIFEST, record, wait_for
+from ..harness import CHAT_MANIFEST, count_rows, record, wait_for
 from .test_agents import agent_rows, finished_turns, with_agents
 
 ROOM, OTHER, FEED = "disc:g1:room", "disc:g1:other", "disc:g1:feed"
@@ -64,16 +63,8 @@ def outbox(db: Path) -> list[dict[str, Any]]:
 
 
 def delivered(db: Path) -> int:
-    """Outbox rows delivered, read with plain sqlite3 beside the running host (a poll that spawns no process)."""
-    if not db.exists():
-        return 0
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute("SELECT count(*) FROM outbox WHERE state = 'delivered'").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0  # the schema is still being made
-    finally:
-        conn.close()
+    """Outbox rows delivered (a poll beside the running host that spawns no process)."""
+    return count_rows(db, "outbox", "state = 'delivered'")
 
 
 def published_text(params: dict[str, Any]) -> str:
