@@ -19,11 +19,14 @@ from hypothesis import strategies as st
 from structlog.testing import LogCapture, capture_logs
 
 from mcplhost.logs import (
+    FLUSH_ON_EXIT_ENV,
+    FLUSH_ON_EXIT_S,
     LINES_PER_WINDOW,
     MAX_VALUE_CHARS,
     LimitedLog,
     LineQueue,
     bounded,
+    flush_on_exit_s,
 )
 from mcplhost.ratelimit import Suppressed, WindowLimiter
 from mcplhost.tracebacks import TRACEBACK_MAX_CHARS
@@ -277,6 +280,18 @@ class TestLineQueue:
         assert lines.close()
         assert lines.dropped == 10
         os.close(write_fd)
+
+
+class TestFlushOnExit:
+    @pytest.mark.parametrize(("value", "seconds"), [
+        (None, FLUSH_ON_EXIT_S), ("0.5", 0.5), ("0", 0.0), ("12", 12.0),
+        ("", FLUSH_ON_EXIT_S), ("soon", FLUSH_ON_EXIT_S), ("-1", FLUSH_ON_EXIT_S), ("inf", FLUSH_ON_EXIT_S),
+        ("nan", FLUSH_ON_EXIT_S),
+    ])
+    def test_the_environment_sets_the_bound_only_to_a_finite_non_negative_number(self, value, seconds) -> None:
+        """MCPLHOST_LOG_FLUSH_S replaces the exit's flush bound; anything else leaves the default."""
+        environ = {} if value is None else {FLUSH_ON_EXIT_ENV: value}
+        assert flush_on_exit_s(environ) == seconds
 
 
 class TestBounded:
