@@ -27,7 +27,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any, Literal
 
 import anyio
@@ -50,6 +50,9 @@ QUEUE_LINES = 10_000
 WRITE_BATCH_LINES = 512
 #: On exit, how long the queued lines may take to reach the sink (a stuck sink cannot hold the exit).
 FLUSH_ON_EXIT_S = 5.0
+#: The environment variable that sets another such bound for one process, in seconds (docs/operations.md,
+#: "A slow or stuck log sink"); a test of a stuck sink sets it short instead of waiting the default out.
+FLUSH_ON_EXIT_ENV = "MCPLHOST_LOG_FLUSH_S"
 #: A logged value (a string, or a list or mapping as JSON) is cut at this many characters: values often
 #: carry what a connector sent.
 MAX_VALUE_CHARS = 2000
@@ -232,14 +235,24 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
     )
 
 
-def shutdown(timeout: float = FLUSH_ON_EXIT_S) -> bool:
-    """Write every queued line (within `timeout`) and stop the writer thread; later lines are written directly.
+def flush_on_exit_s(environ: Mapping[str, str] = os.environ) -> float:
+    """FLUSH_ON_EXIT_S, or FLUSH_ON_EXIT_ENV's value when that is a finite number of seconds, 0 or more."""
+    try:
+        seconds = float(environ.get(FLUSH_ON_EXIT_ENV, ""))
+    except ValueError:
+        return FLUSH_ON_EXIT_S
+    return seconds if 0 <= seconds < float("inf") else FLUSH_ON_EXIT_S
+
+
+def shutdown(timeout: float | None = None) -> bool:
+    """Write every queued line (within `timeout`, by default `flush_on_exit_s()`) and stop the writer thread;
+    later lines are written directly.
 
     The next `configure` starts afresh: the CLI may run many commands in one process (tests call `cli.main`).
     """
     if _lines is None:
         return True
-    done = _lines.close(timeout)
+    done = _lines.close(flush_on_exit_s() if timeout is None else timeout)
     if done and _sink is not None:
         _sink.release()  # the thread has ended: nothing writes through the duplicate any more
     return done

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -130,6 +131,22 @@ async def running_host(config: Config, *, wait_ready: bool = True,
 async def stored_items(folder: Path, **filters: Any) -> list[StoredItem]:
     async with open_reader(folder / "host.db") as store:
         return await store.items.list(**filters)
+
+
+def count_rows(db: Path, table: str, where: str = "1") -> int:
+    """Rows of `table` matching the SQL condition `where`, read with plain sqlite3 beside a running daemon.
+
+    For a wait_for over a daemon's database: a poll that spawns no process (0 before the schema exists).
+    """
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0  # the schema is still being made
+    finally:
+        conn.close()
 
 
 def texts(item: StoredItem) -> list[str]:

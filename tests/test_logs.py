@@ -18,13 +18,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from structlog.testing import LogCapture, capture_logs
 
-from mcplhost import logs
 from mcplhost.logs import (
+    FLUSH_ON_EXIT_ENV,
+    FLUSH_ON_EXIT_S,
     LINES_PER_WINDOW,
     MAX_VALUE_CHARS,
     LimitedLog,
     LineQueue,
     bounded,
+    flush_on_exit_s,
 )
 from mcplhost.ratelimit import Suppressed, WindowLimiter
 from mcplhost.tracebacks import TRACEBACK_MAX_CHARS
@@ -280,6 +282,18 @@ class TestLineQueue:
         os.close(write_fd)
 
 
+class TestFlushOnExit:
+    @pytest.mark.parametrize(("value", "seconds"), [
+        (None, FLUSH_ON_EXIT_S), ("0.5", 0.5), ("0", 0.0), ("12", 12.0),
+        ("", FLUSH_ON_EXIT_S), ("soon", FLUSH_ON_EXIT_S), ("-1", FLUSH_ON_EXIT_S), ("inf", FLUSH_ON_EXIT_S),
+        ("nan", FLUSH_ON_EXIT_S),
+    ])
+    def test_the_environment_sets_the_bound_only_to_a_finite_non_negative_number(self, value, seconds) -> None:
+        """MCPLHOST_LOG_FLUSH_S replaces the exit's flush bound; anything else leaves the default."""
+        environ = {} if value is None else {FLUSH_ON_EXIT_ENV: value}
+        assert flush_on_exit_s(environ) == seconds
+
+
 class TestBounded:
     @given(st.recursive(st.text() | st.integers() | st.none(),
                         lambda inner: st.lists(inner, max_size=40) | st.dictionaries(st.text(), inner, max_size=40),
@@ -304,18 +318,14 @@ class TestBounded:
         cut = bounded([object()] * 500)
         assert cut.startswith('["<object object at') and len(cut) == MAX_VALUE_CHARS + 1
 
-    def test_every_field_of_a_configured_line_is_bounded(self) -> None:
-        """The processor configure puts before rendering bounds each value of the event."""
-        event = logs._bound_values(None, "info", {"event": "connector.initialized", "server": {"name": "n" * 9000}})
-        assert event["event"] == "connector.initialized" and len(event["server"]) == MAX_VALUE_CHARS + 1
+    def test_every_field_of_a_configured_line_is_bounded(self, configured_lines) -> None:
+        """Through the configured pipeline, each value of the event is bounded before rendering."""
+        event = configured_lines["connector.initialized"]
+        assert len(event["server"]) == MAX_VALUE_CHARS + 1 and event["server"].endswith("…")
 
 
-class TestTracebacksInTheLog:
-    def test_a_huge_exception_message_is_cut_in_the_middle_and_a_bounded_traceback_field_is_whole(self) -> None:
-        """Through the configured pipeline (a real process's stderr): `exc_info` with a hostile 100,000-character
-        message is cut to about TRACEBACK_MAX_CHARS, keeping where it was raised; a `traceback` field already
-        within that bound is not cut to MAX_VALUE_CHARS, which would lose its end."""
-        script = """
+#: Lines written by a real process through `logs.configure("json")`, one per event name.
+CONFIGURED_SCRIPT = """
 import structlog
 from mcplhost import logs
 logs.configure("json")
@@ -325,11 +335,27 @@ try:
 except ValueError:
     log.error("crashed", exc_info=True)
 log.error("field", traceback="t" * 15_000 + " RAISED HERE")
+log.info("connector.initialized", server={"name": "n" * 9000})
 logs.shutdown()
 """
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
-        crashed, field = (json.loads(line) for line in done.stderr.splitlines())
+
+
+@pytest.fixture(scope="module")
+def configured_lines() -> dict[str, dict[str, Any]]:
+    """CONFIGURED_SCRIPT's stderr, run once for the tests that read it: each JSON line by its event."""
+    done = subprocess.run([sys.executable, "-c", CONFIGURED_SCRIPT], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    return {line["event"]: line for line in lines}
+
+
+class TestTracebacksInTheLog:
+    def test_a_huge_exception_message_is_cut_in_the_middle_and_a_bounded_traceback_field_is_whole(
+            self, configured_lines) -> None:
+        """Through the configured pipeline (a real process's stderr): `exc_info` with a hostile 100,000-character
+        message is cut to about TRACEBACK_MAX_CHARS, keeping where it was raised; a `traceback` field already
+        within that bound is not cut to MAX_VALUE_CHARS, which would lose its end."""
+        crashed, field = configured_lines["crashed"], configured_lines["field"]
         assert len(crashed["exception"]) <= TRACEBACK_MAX_CHARS + 100 and "characters cut" in crashed["exception"]
         assert crashed["exception"].startswith("Traceback") and crashed["exception"].rstrip().endswith("THE END")
         assert field["traceback"] == "t" * 15_000 + " RAISED HERE"

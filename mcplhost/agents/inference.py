@@ -158,6 +158,10 @@ class ConnectorInference:
     def model_info(self) -> dict[str, Any]:
         return model_info(self.config)
 
+    def statistics(self) -> dict[str, Any]:
+        """The places taken now, by connector (one not listed holds none): what `admit` counts against."""
+        return {"running": dict(self._running)}
+
     def admit(self, server_id: str, params: InferenceRequest) -> AdmittedInference:
         """Check the messages, then take one of the connector's places (both at receipt).
 

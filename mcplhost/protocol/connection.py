@@ -345,9 +345,11 @@ class McplConnection:
             raise
 
     def statistics(self) -> dict[str, Any]:
-        """Exact counts of what this connection refused or ignored, and of the lines its limiter held back."""
+        """Exact counts of what this connection refused or ignored, of the lines its limiter held back, and how
+        many once-only warning keys it remembers (at most MAX_WARNED_KEYS)."""
         return {"refused": _labelled(self.refused), "notifications_refused": _labelled(self.notifications_refused),
-                "notifications_unknown": self.notifications_unknown, "log_suppressed": self.limited.statistics()}
+                "notifications_unknown": self.notifications_unknown, "log_suppressed": self.limited.statistics(),
+                "warned_keys": len(self._warned)}
 
     def count_refusal(self, method: str, code: int) -> None:
         """Count a refused request by method (a known one, else UNKNOWN_METHOD) and code."""

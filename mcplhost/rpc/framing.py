@@ -37,6 +37,11 @@ class LineBuffer:
         self._partial = bytearray()
         self._discarding: int | None = None  # bytes dropped so far of an oversized line
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of an unfinished line held now: never more than `max_line_bytes` (a longer line is discarded)."""
+        return len(self._partial)
+
     def feed(self, data: bytes) -> list[bytes | Oversized]:
         """Add `data`; return the lines (and oversize reports) it completes, in order."""
         out: list[bytes | Oversized] = []

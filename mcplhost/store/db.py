@@ -57,6 +57,8 @@ BUSY_TIMEOUT_MS = 5000
 # the WAL on every commit and also survives power loss, at a cost per commit.
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 DEFAULT_SYNCHRONOUS = "NORMAL"
+#: The connection settings `apply_pragmas` makes that `Store.pragmas()` reads back.
+REPORTED_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
 
 _OPEN_EXPLANATION = (
     "check that store.path names an SQLite file (or a place to create one) "
@@ -228,6 +230,12 @@ class Store:
         Use the repositories' `*_nocommit` methods inside it.
         """
         return self._database.transaction()
+
+    async def pragmas(self) -> dict[str, int | str]:
+        """The writer connection's REPORTED_PRAGMAS as SQLite reports them now (synchronous as 0-3)."""
+        async with self._database.reading():
+            return {name: (await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
+                    for name in REPORTED_PRAGMAS}
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""

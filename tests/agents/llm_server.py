@@ -255,7 +255,8 @@ class LlmServer:
         with self._lock:
             return list(self._recorded)
 
-    def _next(self, recorded: Recorded) -> Reply:
+    def take(self, recorded: Recorded) -> Reply:
+        """Record a request as it arrived; the next queued reply (the default once none is queued)."""
         with self._lock:
             self._recorded.append(recorded)
             return self._replies.popleft() if self._replies else self.default
@@ -297,7 +298,7 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = None
             headers = {k.lower(): v for k, v in self.headers.items()}
-            reply = server._next(Recorded(path=self.path, headers=headers, body=body))
+            reply = server.take(Recorded(path=self.path, headers=headers, body=body))
             api = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
             if api is None or not isinstance(body, dict):
                 self._send(404 if api is None else 400, {"error": {"message": "unknown path or body"}})

@@ -501,6 +501,11 @@ SLOW_OR_HELLO = r"(a|aa)+$|hello"
 SLOW_BODY = "a" * 60 + "b"
 #: The longest the event loop may go without running a task during a search (the unbounded path stalled it for seconds).
 LOOP_LAG_BOUND_S = 0.3
+#: Scheduling slack on top of a bound these tests time: a busy machine (or the other pytest-xdist worker) can
+#: hold a thread that long; still far below what each test's bug would cost (15 s, 30 s).
+TIMING_SLACK_S = 3.0
+#: The pathological search's deadline: several REGEX_TIMEOUT_S, a fraction of its 30 slow rows' 15 s.
+SEARCH_TEST_DEADLINE_S = 2.5
 
 
 async def seeded_store(tmp_path: Any, bodies: list[str]) -> AsyncIterator[Any]:
@@ -521,7 +526,8 @@ class TestHistorySearchBounds:
         from tests.bench.looplag import LoopLagProbe
 
         bodies = ["hello old", *[SLOW_BODY] * 30, "hello new"]
-        config = agent(hears=["disc"], tool_timeout_s=1.5)  # the deadline: less than SEARCH_DEADLINE_S
+        # The deadline: less than SEARCH_DEADLINE_S, and long enough that a busy machine still times a row out first.
+        config = agent(hears=["disc"], tool_timeout_s=SEARCH_TEST_DEADLINE_S)
         async for store in contextmanager_items(seeded_store(tmp_path, bodies)):
             box = ToolBox(config, {}, store)
             async with LoopLagProbe(interval_s=0.01) as probe:
@@ -532,7 +538,7 @@ class TestHistorySearchBounds:
         assert not found.is_error
         assert [hit["id"] for hit in answer["hits"]] == [len(bodies)]  # the newest, found before the deadline
         assert answer["timedOut"] >= 1 and "items older than id" in answer["stoppedEarly"]
-        assert 1.5 <= took < 1.5 + 1.5, took  # the one deadline, not 30 rows × REGEX_TIMEOUT_S
+        assert SEARCH_TEST_DEADLINE_S <= took < SEARCH_TEST_DEADLINE_S + TIMING_SLACK_S, took  # not 30 × REGEX_TIMEOUT_S
         assert probe.max_s < LOOP_LAG_BOUND_S, probe.summary()
 
     async def test_a_cancelled_search_stops_its_worker_promptly(self, tmp_path) -> None:
@@ -545,7 +551,7 @@ class TestHistorySearchBounds:
                 await search_items(store, SLOW_OR_HELLO, as_regex=True, deadline_s=60)
             took = anyio.current_time() - started
         assert scope.cancelled_caught
-        assert took < 0.3 + REGEX_TIMEOUT_S + 1.0, took  # 60 rows × REGEX_TIMEOUT_S without the flag
+        assert took < 0.3 + REGEX_TIMEOUT_S + TIMING_SLACK_S, took  # 60 rows × REGEX_TIMEOUT_S without the flag
 
     async def test_a_long_match_is_cut_in_its_snippet_and_a_long_query_is_refused(self, tmp_path) -> None:
         """A sender controls the match length (`.*` over a huge body) and the model the query's: both are bounded."""

@@ -61,11 +61,6 @@ def envelope(label: str, index: int) -> dict:
     }
 
 
-def forget() -> None:
-    quoting._header_value_cached.cache_clear()
-    quoting._label_value_cached.cache_clear()
-
-
 def renders_per_second(labels: list[str], *, first_sight: bool) -> float:
     sources = [envelope(label, i) for i, label in enumerate(labels)]
     count = 0
@@ -73,7 +68,7 @@ def renders_per_second(labels: list[str], *, first_sight: bool) -> float:
     while (elapsed := time.perf_counter() - started) < SECONDS_PER_SET:
         for source in sources:
             if first_sight:
-                forget()
+                quoting.forget_quoted_values()
             render_source_header(source)
         count += len(sources)
     return count / elapsed

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..cli.support import cli, daemon
-from ..harness import PYTHON, REPO, wait_for
+from ..harness import PYTHON, REPO, count_rows, wait_for
 
 PUSH_ONLY = REPO / "deploy" / "mcplhost.example.toml"
 CHAT = REPO / "deploy" / "mcplhost.chat.example.toml"
@@ -77,7 +77,9 @@ class TestExampleConfigs:
             return [i["content"][-1]["text"] for i in items if i["metadata"].get("echoOf") == outbox_id]
 
         async with daemon(config, tmp_path) as run:
-            await wait_for(lambda: db.exists() and delivered() and echoes(delivered()[0]["id"]), timeout=40)
+            # Polled with sqlite3 (no process per look): a delivered row and the stored echo of it.
+            await wait_for(lambda: count_rows(db, "outbox", "state = 'delivered'")
+                           and count_rows(db, "items", "json_extract(metadata, '$.echoOf') IS NOT NULL"), timeout=40)
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0, run.stderr()[-2000:]
         row = delivered()[0]

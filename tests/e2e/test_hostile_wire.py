@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcplhost.rpc import Deferred, RequestTimeout, Session
+from mcplhost.rpc import ConnectionClosed, Deferred, RequestTimeout, Session
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 
 from ..cli.support import daemon, scripted_connector, write_config
@@ -110,18 +110,25 @@ class TestAPeerThatStopsReading:
                     await session.request("big", ["x" * (256 * 1024)], timeout=0.5)
                 outcomes.append(anyio.current_time() - start)
 
+            ended = anyio.Event()
+
+            async def run_until_it_ends(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+                await session.run(task_status=task_status)
+                ended.set()
+
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(neighbour.run)
-                    await tg.start(session.run)
+                    await tg.start(run_until_it_ends)
                     async with anyio.create_task_group() as calls:
                         for _ in range(8):
                             calls.start_soon(call)
                     await neighbour.request("ping", timeout=2)  # the neighbour is served meanwhile
                     await wait_for(lambda: session.statistics()["write_stalls"] == 1)
                     with anyio.fail_after(3):
-                        while not session._closed:
-                            await anyio.sleep(0.01)
+                        await ended.wait()  # its run returns on its own: the child's stdout never ended
+                    with pytest.raises(ConnectionClosed):
+                        await session.request("after", timeout=0.5)
                     assert await neighbour.request("ping", timeout=2) is not None
                     tg.cancel_scope.cancel()
             assert len(outcomes) == 8 and max(outcomes) < 1.5

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from mcplhost.logs import LINES_PER_WINDOW
+from mcplhost.logs import FLUSH_ON_EXIT_ENV, LINES_PER_WINDOW
 
 from ..cli.support import cli_env, daemon, write_config
 from ..harness import PYTHON, REPO, wait_for
@@ -62,7 +62,10 @@ class TestLogFlood:
             assert sum(e["count"] for e in summaries if e["suppressed_event"] == event) + len(written) == sent
 
     async def test_a_log_sink_nobody_reads_does_not_stall_the_host(self, tmp_path) -> None:
-        """With the daemon's stderr a full pipe, it keeps answering its connector and still stops cleanly."""
+        """With the daemon's stderr a full pipe, it keeps answering its connector and still stops cleanly.
+
+        Its exit gives up on the stuck sink after the flush bound, set to 0.5 s here (MCPLHOST_LOG_FLUSH_S).
+        """
         rounds = 30
         # Each round the connector writes 100 stderr lines of 2,000 characters, which the host logs (50 a
         # second): its own stderr pipe fills within a second, while pings go on for about three.
@@ -73,7 +76,7 @@ class TestLogFlood:
         try:
             process = await anyio.open_process([PYTHON, "-m", "mcplhost", "run", "--config", str(config)],
                                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=write_fd, env=cli_env(), cwd=REPO)
+                                               stderr=write_fd, env=cli_env({FLUSH_ON_EXIT_ENV: "0.5"}), cwd=REPO)
         finally:
             os.close(write_fd)
         try:

@@ -16,7 +16,7 @@ from typing import Any
 from mcplhost.inbound.conversation import conversation_id
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
-from ..harness import CHAT_MANIFEST, record, wait_for
+from ..harness import CHAT_MANIFEST, count_rows, record, wait_for
 from .test_agents import agent_rows, finished_turns, with_agents
 
 ROOM, OTHER, FEED = "disc:g1:room", "disc:g1:other", "disc:g1:feed"
@@ -62,6 +62,11 @@ def outbox(db: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in cli("outbox", "--db", str(db), "--json").stdout.splitlines()]
 
 
+def delivered(db: Path) -> int:
+    """Outbox rows delivered (a poll beside the running host that spawns no process)."""
+    return count_rows(db, "outbox", "state = 'delivered'")
+
+
 def published_text(params: dict[str, Any]) -> str:
     content = params.get("content")
     if isinstance(content, list):
@@ -76,7 +81,7 @@ class TestDefaultDestination:
         steps = [REGISTER, incoming(message("m-1", "scout, hello", thread="t-1")), {"wait": "channels/publish"}]
         async with daemon(config_for(tmp_path, steps, ["you said: {{echo}}"]), tmp_path) as run:
             await wait_for(lambda: publishes(tmp_path), timeout=30)
-            await wait_for(lambda: [r for r in outbox(db) if r["state"] == "delivered"], timeout=30)
+            await wait_for(lambda: delivered(db), timeout=30)
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0
         (sent,) = publishes(tmp_path)
@@ -121,7 +126,7 @@ class TestToolCalls:
         script = [json.dumps({"text": "let me look", "tool_calls": [{"name": "disc__forecast", "arguments": {}}]}),
                   ""]
         steps = [REGISTER, incoming(message("m-1", "scout, weather?"))]
-        handlers = {"tools/call": {"delay": 2.0, "result": {"content": [{"type": "text", "text": "sunny"}]}}}
+        handlers = {"tools/call": {"delay": 1.0, "result": {"content": [{"type": "text", "text": "sunny"}]}}}
         async with daemon(config_for(tmp_path, steps, script, handlers=handlers), tmp_path) as run:
             await wait_for(lambda: finished_turns(db) >= 1, timeout=30)
             run.signal(signal.SIGTERM)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..cli.support import daemon
 from ..harness import wait_for
-from .test_speech import REGISTER, ROOM, config_for, incoming, outbox, published_text, publishes
+from .test_speech import REGISTER, ROOM, config_for, delivered, incoming, published_text, publishes
 
 
 def message(message_id: str, body: str, tags: list[str]) -> dict:
@@ -28,7 +28,7 @@ class TestWakingEcho:
                  incoming(message("m-2", "a newer line that wakes no one", [])), {"wait": "channels/publish"}]
         # 1 s of debounce: the second message is stored well before the turn compiles its context.
         async with daemon(config_for(tmp_path, steps, ["you said: {{echo}}"], debounce_ms=1000), tmp_path) as run:
-            await wait_for(lambda: [r for r in outbox(db) if r["state"] == "delivered"], timeout=30)
+            await wait_for(lambda: delivered(db), timeout=30)
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0
         (sent,) = publishes(tmp_path)

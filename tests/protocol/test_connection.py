@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -23,7 +23,7 @@ from ..harness import descriptor, gone_session, logged
 
 
 @pytest.fixture
-def ready() -> Iterator[Callable[[set[str]], McplConnection]]:
+async def ready() -> AsyncIterator[Callable[[set[str]], McplConnection]]:
     """Connections put in READY by hand (these rules need no connector on the other end), closed afterwards."""
     made: list[McplConnection] = []
 
@@ -38,8 +38,9 @@ def ready() -> Iterator[Callable[[set[str]], McplConnection]]:
     yield make
     for conn in made:
         conn.close_jobs()
-        conn._jobs_out.close()  # run_background, which would close it, never ran
-        anyio.run(conn.session.run)  # its peer is gone: it ends at once and closes its streams
+        with anyio.fail_after(5):
+            await conn.run_background()  # no job is queued: it ends at once, closing the queue as a life's end does
+            await conn.session.run()  # its peer is gone: it ends at once and closes its streams
 
 
 def params(value: Any) -> Raw:
@@ -69,7 +70,7 @@ class TestWarnOnce:
         assert [e["count"] for e in logged(logs, "log.suppressed", suppressed_event="connector.unknown_notification")
                 ] == [MAX_WARNED_KEYS - LINES_PER_WINDOW]
         assert len(logged(logs, "connector.warnings_capped", limit=MAX_WARNED_KEYS)) == 1
-        assert len(conn._warned) == MAX_WARNED_KEYS
+        assert conn.statistics()["warned_keys"] == MAX_WARNED_KEYS
 
     async def test_unknown_notifications_with_ever_new_names_stay_bounded(self, ready) -> None:
         """A connector inventing notification names cannot grow the warned set without bound."""
@@ -77,7 +78,7 @@ class TestWarnOnce:
         with capture_logs():
             for n in range(MAX_WARNED_KEYS * 2):
                 await conn.on_notification(f"junk/{n}", params({}))
-        assert len(conn._warned) == MAX_WARNED_KEYS
+        assert conn.statistics()["warned_keys"] == MAX_WARNED_KEYS
 
 
 class TestRefusalCounts:

@@ -365,7 +365,7 @@ class TestPolicyUpdates:
                   "steps": [{"wait": "test/go"}, {"request": "push/event", "params": push(feature_set="alerts")},
                             {"wait": "test/again"},
                             {"request": "push/event", "params": push("e-2", feature_set="alerts")}]}
-        spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=2.0)
+        spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=1.0)
         async with connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(change_grant, connection, frozenset({"channels.register", "pushEvents"}))
@@ -382,7 +382,7 @@ class TestPolicyUpdates:
     async def test_a_stale_receipt_never_undoes_a_later_revocation(self, tmp_path) -> None:
         """When a widening's receipt arrives after a narrowing was sent, what the narrowing dropped stays dropped."""
         script = {"manifest": SPLIT_MANIFEST,
-                  "policy": [ACCEPTED, {"delay": 0.5, **ACCEPTED}, {"delay": 2.5, **ACCEPTED}],
+                  "policy": [ACCEPTED, {"delay": 0.5, **ACCEPTED}, {"delay": 1.5, **ACCEPTED}],
                   "steps": [{"wait": "featureSets/update", "count": 3}, {"wait": "test/go"},
                             {"request": "push/event", "params": push(feature_set="alerts")}]}
         spec = scripted("stale", script, tmp_path, grant=["channels.register"])

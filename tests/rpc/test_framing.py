@@ -38,7 +38,7 @@ class TestLineBuffer:
         buffer = LineBuffer(max_line_bytes=10)
         assert buffer.feed(b"x" * 8) == []
         assert buffer.feed(b"x" * 8) == []
-        assert len(buffer._partial) == 0
+        assert buffer.held_bytes == 0
         assert buffer.feed(b"x" * 100) == []
         assert buffer.feed(b"xx\nnext\n") == [Oversized(118, 10), b"next"]
 

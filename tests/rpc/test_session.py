@@ -1,5 +1,4 @@
 import json
-from collections import deque
 from typing import Any
 
 import anyio
@@ -19,7 +18,7 @@ from mcplhost.rpc import (
 )
 from mcplhost.rpc.messages import INVALID_PARAMS
 
-from .wire import Peer
+from .wire import DeadPipe, Peer
 
 
 async def echo(method: str, params: Any) -> Any:
@@ -384,33 +383,40 @@ class TestDeferredWork:
             peer.close()
         assert sorted(a["id"] for a in answers) == list(range(20))
         assert all(a["result"] == "done" for a in answers)
-        assert peak == 4 and session._workers == 4
+        assert peak == 4 and session.statistics()["workers"] == 4
 
 
 class TestClosedWhileWaiting:
     async def test_a_write_waiting_for_room_raises_connection_closed_when_the_session_closes(self) -> None:
-        """A caller blocked on a full outgoing queue gets ConnectionClosed, not a stream error."""
+        """A caller blocked on a full outgoing queue gets ConnectionClosed, not a stream error, when the write fails."""
         from mcplhost.rpc.session import MAX_QUEUED_LINES
 
-        peer = Peer()
-        session = make(peer)  # never run: nothing drains the outgoing queue
-        for _ in range(MAX_QUEUED_LINES):
-            session.notify_nowait("fill")
+        peer, stdin = Peer(), DeadPipe()
+        session = Session(stdin, peer.to_session, on_request=echo)  # type: ignore[arg-type]
         caught: list[BaseException] = []
+        returned = anyio.Event()
 
         async def blocked() -> None:
             try:
                 await session.notify("one too many")
             except ConnectionClosed as exc:
                 caught.append(exc)
+            finally:
+                returned.set()
 
         async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            session.notify_nowait("taken")
+            await anyio.wait_all_tasks_blocked()  # the writer holds "taken" in a write that does not return
+            for _ in range(MAX_QUEUED_LINES):
+                session.notify_nowait("fill")
             tg.start_soon(blocked)
             await anyio.wait_all_tasks_blocked()
-            session._out_receive.close()  # the writer side goes away
-        session._out_send.close()
-        session._deferred_send.close()
-        session._deferred_receive.close()
+            assert not returned.is_set()  # waiting for room
+            stdin.break_()  # the peer's stdin goes away
+            with anyio.fail_after(5):
+                await returned.wait()
+            peer.close()
         assert len(caught) == 1
 
 
@@ -472,7 +478,7 @@ class TestStopping:
                 with anyio.fail_after(5):
                     tg.cancel_scope.cancel()
         assert [e["method"] for e in logs if e["event"] == "rpc.answer_abandoned"] == ["store"]
-        assert peer.pending_bytes() == b"" and peer.from_session._chunks == deque()
+        assert peer.pending_bytes() == b"" and peer.from_session.queued() == b""
 
     async def test_work_not_yet_started_never_starts_after_the_cancel(self) -> None:
         """Requests queued behind a busy pool are dropped on a stop: nothing of theirs reached a commit."""
@@ -493,7 +499,7 @@ class TestStopping:
             release.set()
         assert calls == ["first"]
         assert await peer.read(timeout=0.5) == {"jsonrpc": "2.0", "id": 1, "result": "committed"}
-        assert peer.from_session._chunks == deque()
+        assert peer.from_session.queued() == b""
 
     async def test_a_peer_that_stops_reading_holds_the_stop_only_for_the_flush_bound(self, monkeypatch) -> None:
         """With the peer's stdin full, the session still ends FLUSH_ON_STOP_S after a stop, and says so."""

@@ -35,6 +35,24 @@ class BytePipe:
         self._closed = True
         self._arrived.set()
 
+    def queued(self) -> bytes:
+        """What was sent and not yet received (nothing, once a stop has written everything it would)."""
+        return b"".join(self._chunks)
+
+
+class DeadPipe:
+    """A peer's stdin that takes no write until `break_`, then fails every write, as a closed pipe does."""
+
+    def __init__(self) -> None:
+        self._broken = anyio.Event()
+
+    async def send(self, data: bytes) -> None:
+        await self._broken.wait()
+        raise anyio.BrokenResourceError
+
+    def break_(self) -> None:
+        self._broken.set()
+
 
 class Peer:
     """The test's end: write what the peer would send, read what the session wrote."""

@@ -27,8 +27,7 @@ from .conftest import make_item
 
 
 async def pragma(store: Store, name: str):
-    ((value,),) = await store._database.conn.execute_fetchall(f"PRAGMA {name}")
-    return value
+    return (await store.pragmas())[name]
 
 
 class TestPragmas:
