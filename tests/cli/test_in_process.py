@@ -13,6 +13,8 @@ from mcplhost import logs
 
 from .support import cli
 
+#: How long a thread a call started may take to end after the call returned (a leaked one never ends).
+THREAD_END_S = 5.0
 #: Enough calls that a thread or a descriptor kept per call would show.
 CALLS = 20
 
@@ -41,6 +43,8 @@ class TestRepeatedCalls:
             (line,) = missing.stderr.splitlines()
             assert f"absent-{n}.db: no such database" in line
             assert (searched.returncode, searched.stdout, searched.stderr) == (0, "", "")
+        for thread in [t for t in threading.enumerate() if t not in before]:
+            thread.join(timeout=THREAD_END_S)  # anyio's worker threads end just after their loop closes
         assert [t for t in threading.enumerate() if t not in before] == [] and not writer_threads()
 
     def test_configure_and_shutdown_hold_no_descriptor_per_call(self, tmp_path, monkeypatch) -> None:
