@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -19,21 +21,31 @@ ROOM = "disc:g1:room"
 READ_BOUND_S = 5.0
 
 
+@asynccontextmanager
+async def transaction_held(store: Store, write: Callable[[], Awaitable[object]]) -> AsyncIterator[None]:
+    """Inside: another task has opened a transaction, made `write` in it, and holds the writer's lock."""
+    held, release = anyio.Event(), anyio.Event()
+
+    async def hold() -> None:
+        async with store.transaction():
+            await write()
+            held.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        await held.wait()
+        try:
+            yield
+        finally:
+            release.set()
+
+
 class TestReadsBesideTheWriter:
     async def test_item_reads_complete_while_another_task_holds_a_transaction_open(self, store: Store) -> None:
         """Context, catch-up, wake and export reads all answer while the writer's lock is taken and held."""
         (first,) = await store.items.insert_many([make_item("committed")])
-        held, release = anyio.Event(), anyio.Event()
-
-        async def hold_a_transaction() -> None:
-            async with store.transaction():
-                await store.items.insert_many_nocommit([make_item("not yet committed")])
-                held.set()
-                await release.wait()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(hold_a_transaction)
-            await held.wait()
+        async with transaction_held(store, lambda: store.items.insert_many_nocommit([make_item("not yet committed")])):
             with anyio.fail_after(READ_BOUND_S):
                 context = await store.items.context_rows("scout", limit=10)
                 by_conversation = await store.items.context_rows("scout", limit=10, conversation_id="c-1")
@@ -42,7 +54,6 @@ class TestReadsBesideTheWriter:
                 last = await store.items.last_id()
                 exported = [item async for item in store.items.iterate()]
                 thread = await store.items.thread_of("discord", ROOM, "m-1")
-            release.set()
         # Reads see the last commit only: the open transaction's row is not among them.
         assert [i.id for i in context] == [i.id for i in woken] == [i.id for i in exported] == [first]
         assert [i for i, _ in caught_up] == [first] and last == first
@@ -60,19 +71,9 @@ class TestReadsBesideTheWriter:
         """reader_connections=0 is the old path (for benchmarks): no reader, reads wait for the transaction."""
         async with open_store(db_path, reader_connections=0) as store:
             assert store.reader is None
-            held, release = anyio.Event(), anyio.Event()
-
-            async def hold_a_transaction() -> None:
-                async with store.transaction():
-                    held.set()
-                    await release.wait()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(hold_a_transaction)
-                await held.wait()
+            async with transaction_held(store, lambda: anyio.sleep(0)):  # holds the lock, writes nothing
                 with anyio.move_on_after(0.2) as waited:
                     await store.items.last_id()
-                release.set()
             assert waited.cancelled_caught
 
 
@@ -94,18 +95,11 @@ class TestLedgerReadsBesideTheWriter:
     async def test_they_complete_while_another_task_holds_a_transaction_open(self, store: Store) -> None:
         """Each ledger read answers, from the last commit, while the writer's lock is taken and held."""
         turn, pending = await self._committed_rows(store)
-        held, release = anyio.Event(), anyio.Event()
+        async def uncommitted() -> None:
+            await store.cursors.set_many_nocommit([CursorMove("scout", 9, 2_000)])
+            await store.outbox.insert_many_nocommit([publish("not yet committed")])
 
-        async def hold_a_transaction() -> None:
-            async with store.transaction():
-                await store.cursors.set_many_nocommit([CursorMove("scout", 9, 2_000)])
-                await store.outbox.insert_many_nocommit([publish("not yet committed")])
-                held.set()
-                await release.wait()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(hold_a_transaction)
-            await held.wait()
+        async with transaction_held(store, uncommitted):
             with anyio.fail_after(READ_BOUND_S):
                 read = {
                     "turn": (await store.turns.get(turn)).outcome,
@@ -124,7 +118,6 @@ class TestLedgerReadsBesideTheWriter:
                     "cursors": await store.cursors.all(),
                     "push": await store.pushes.get("discord", "e-1"),
                 }
-            release.set()
         assert read == {  # the last commit: the held transaction's cursor move and publish are not seen
             "turn": "completed", "injections": ["x"], "turns": [turn], "usage": 7, "count": 1, "started": [1_000],
             "pending": [pending], "fair": [pending], "row": "pending", "queued": 1,
