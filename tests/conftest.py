@@ -8,7 +8,26 @@ measured in tests/bench instead. Every other health check stays on.
 
 from __future__ import annotations
 
+import compileall
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
 
 settings.register_profile("mcplhost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("mcplhost")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package once, before any test: the suite starts hundreds of daemon and connector processes,
+    and with PYTHONDONTWRITEBYTECODE set (as on the machines it runs on) each would compile every module again.
+
+    Only the controller (or a serial run) does it, before the pytest-xdist workers start. py_compile writes the
+    bytecode whatever the environment says; a process only reads it.
+    """
+    if hasattr(config, "workerinput"):
+        return
+    for package in (REPO / "mcplhost", REPO / "connectors"):
+        compileall.compile_dir(package, quiet=1)
