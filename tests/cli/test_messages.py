@@ -43,7 +43,7 @@ def texts(items: list[dict]) -> list[str]:
 
 
 class TestMessagesExport:
-    async def test_a_stored_message_exports_in_the_interfaces_shape(self, tmp_path) -> None:
+    async def test_a_stored_message_exports_in_the_documented_shape(self, tmp_path) -> None:
         """A message that went through the host exports with docs/provenance.md §6's keys, in order, and real values."""
         channel = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional", "address": {}}
         steps = [{"request": "channels/register", "params": {"channels": [channel]}},

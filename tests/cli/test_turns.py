@@ -45,7 +45,7 @@ def exported(db: Path, *args: str) -> list[dict]:
 
 
 class TestTurnsExport:
-    async def test_each_turn_is_one_object_with_the_interfaces_keys(self, tmp_path: Path) -> None:
+    async def test_each_turn_is_one_object_with_the_documented_keys(self, tmp_path: Path) -> None:
         """--json prints one object per turn, oldest first, with README.md#commands's keys in order and nulls kept."""
         await seed(tmp_path / "host.db")
         turns = exported(tmp_path / "host.db")

@@ -272,7 +272,7 @@ class TestRedelivery:
 
 
 class TestExport:
-    async def test_export_line_is_the_interfaces_shape(self, store: Store):
+    async def test_export_line_is_the_documented_shape(self, store: Store):
         """A stored item exports exactly docs/provenance.md §6's keys, in its order, with nulls kept."""
         example = EXPORTED_EXAMPLE
         await store.items.insert_many(
