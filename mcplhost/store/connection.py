@@ -16,7 +16,7 @@ import aiosqlite
 
 
 class Connections(Protocol):
-    """The three ways a repository reaches SQLite."""
+    """The ways a repository reaches SQLite (db.py's `Database` also has `reading()`, for the migrations)."""
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """BEGIN IMMEDIATE ... COMMIT on the writer's connection; nested use in one task joins the outer one."""
@@ -31,11 +31,4 @@ class Connections(Protocol):
 
     def read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
         """A connection that reads committed rows without the writer's lock (inside a transaction: the writer's)."""
-        ...
-
-    def reading(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
-        """The writer's connection under its lock (inside the task's transaction: without waiting for it).
-
-        Waits for any other task's transaction; prefer `read()`.
-        """
         ...
