@@ -44,6 +44,8 @@ from typing import Annotated, Any, ClassVar, NamedTuple, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, Raw
 
+from .params import WHOLE, describe
+
 #: Characters of a MalformedAnswer's detail (msgspec's message can quote a connector's value); the rest is cut.
 MALFORMED_DETAIL_MAX_CHARS = 200
 
@@ -115,9 +117,8 @@ class _Reader(NamedTuple):
 
 
 _OBJECT = msgspec.json.Decoder(dict[str, Raw])
-#: How msgspec's message names a problem inside a member (`... - at `$.name``; protocol/params.py reads it too).
-_AT_MEMBER = " - at `$."
-_MEMBER_NAME = re.compile(r"[^`.\[]*")
+#: The member a field path starts with (`author.name`, `content[0]` → author, content).
+_MEMBER_NAME = re.compile(r"[^.\[]*")
 
 
 @functools.cache
@@ -128,10 +129,13 @@ def _reader(kind: type[Answer]) -> _Reader:
     return _Reader(msgspec.json.Decoder(kind), members, frozenset(m.wire for m in members if m.lenient))
 
 
-def _member_at_fault(message: str) -> str | None:
-    """The member msgspec's message is about (`... - at `$.name[0]`` → "name"); None when about the whole value."""
-    problem, found, where = message.partition(_AT_MEMBER)
-    return _MEMBER_NAME.match(where).group() if found else None  # type: ignore[union-attr]  # always matches
+def _member_at_fault(exc: msgspec.ValidationError) -> str | None:
+    """The member a validation error is about (`content[0]` → "content"); None when about the whole value.
+
+    The path is read by protocol/params.py `describe`, the one reader of msgspec's messages.
+    """
+    field, _ = describe(exc)
+    return None if field == WHOLE else _MEMBER_NAME.match(field).group()  # type: ignore[union-attr]  # always matches
 
 
 def _read(raw: Raw | bytes, kind: type[A]) -> A | str:
@@ -142,9 +146,8 @@ def _read(raw: Raw | bytes, kind: type[A]) -> A | str:
     except msgspec.ValidationError as exc:
         # Leniency is about members: an error not inside one (not an object, a required member missing)
         # is refused without a second pass.
-        message = str(exc)
-        if _member_at_fault(message) not in reader.lenient:
-            return message
+        if _member_at_fault(exc) not in reader.lenient:
+            return str(exc)
     except msgspec.DecodeError as exc:  # not JSON at all: nothing to be lenient about
         return str(exc)
     except RecursionError:  # a session's Raw is never this deep (rpc/messages.py); other bytes may be
