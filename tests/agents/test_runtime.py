@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 import structlog
+from anyio.abc import ObjectSendStream
 from structlog.testing import capture_logs
 
 from mcplhost.agents import runtime as runtime_module
@@ -35,6 +36,18 @@ async def running(store: Any, writer: Any, agents: list[AgentConfig], backends: 
     async with send, anyio.create_task_group() as tg:
         await tg.start(runtime.run, receive)
         yield runtime, ingest
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def hand_fed(store: Any, writer: Any, agents: list[AgentConfig], backends: dict[str, Any]
+                   ) -> AsyncIterator[ObjectSendStream[Stored]]:
+    """The runtime fed by hand: yields the sending end of its Stored stream; cancelled on exit."""
+    send, receive = anyio.create_memory_object_stream[Stored](8)
+    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends)
+    async with send, anyio.create_task_group() as tg:
+        await tg.start(runtime.run, receive)
+        yield send
         tg.cancel_scope.cancel()
 
 
@@ -130,17 +143,12 @@ class TestCursors:
     async def test_dropped_events_are_read_from_the_store(self, tmp_path: Path):
         """An event saying two were dropped before it: the runtime reads them, and the wake has all three."""
         backend = RecordingBackend()
-        send, receive = anyio.create_memory_object_stream[Stored](8)
-        async with agent_store(tmp_path) as (store, writer, ingest):
-            runtime = AgentsRuntime(Config(agents=[agent_config(debounce_ms=50, max_wait_ms=1000)]), store, writer,
-                                    {}, backends={"scout": backend})
-            async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run, receive)
-                ids = await heard(ingest, "one", "two", "three")  # this ingest has no stream: no events
-                ((last_id, last),) = await store.items.after_as_written(ids[-2])
-                await send.send(Stored(last_id, last, missed_before=2))
-                (turn,) = await turns_of(store, "scout", 1)
-                tg.cancel_scope.cancel()
+        async with agent_store(tmp_path) as (store, writer, ingest), \
+                hand_fed(store, writer, [agent_config(debounce_ms=50, max_wait_ms=1000)], {"scout": backend}) as send:
+            ids = await heard(ingest, "one", "two", "three")  # this ingest has no stream: no events
+            ((last_id, last),) = await store.items.after_as_written(ids[-2])
+            await send.send(Stored(last_id, last, missed_before=2))
+            (turn,) = await turns_of(store, "scout", 1)
         assert sorted(turn.wake_item_ids) == ids
 
 
@@ -267,28 +275,23 @@ class TestCursorLowWaterMark:
     async def test_a_gap_of_dropped_events_holds_the_cursor_until_it_is_read_back(self, tmp_path: Path):
         """A gap read that fails leaves every cursor below the gap: the next start's catch-up still has it."""
         backend = RecordingBackend()
-        send, receive = anyio.create_memory_object_stream[Stored](8)
-        async with agent_store(tmp_path) as (store, writer, ingest):
-            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
-                                    backends={"scout": backend})
-            async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run, receive)
-                (start,) = await heard(ingest, "before")  # this ingest has no stream: sent by hand below
-                ((_, before),) = await store.items.after_as_written(start - 1)
-                await send.send(Stored(start, before))
-                await turns_of(store, "scout", 1)
-                ids = await heard(ingest, "one", "two", "three")
-                broken_read = store.items.after_as_written
+        async with agent_store(tmp_path) as (store, writer, ingest), \
+                hand_fed(store, writer, [agent_config()], {"scout": backend}) as send:
+            (start,) = await heard(ingest, "before")  # this ingest has no stream: sent by hand below
+            ((_, before),) = await store.items.after_as_written(start - 1)
+            await send.send(Stored(start, before))
+            await turns_of(store, "scout", 1)
+            ids = await heard(ingest, "one", "two", "three")
+            broken_read = store.items.after_as_written
 
-                async def failing(*args: Any, **kwargs: Any) -> Any:
-                    raise OSError("disk gone")
+            async def failing(*args: Any, **kwargs: Any) -> Any:
+                raise OSError("disk gone")
 
-                store.items.after_as_written = failing  # the gap's read back fails
-                ((last_id, last),) = [(i, item) for i, item in await broken_read(ids[-2])]
-                await send.send(Stored(last_id, last, missed_before=2))
-                await turns_of(store, "scout", 2)
-                assert await store.cursors.get("scout") == start  # not past one and two, never read
-                tg.cancel_scope.cancel()
+            store.items.after_as_written = failing  # the gap's read back fails
+            ((last_id, last),) = [(i, item) for i, item in await broken_read(ids[-2])]
+            await send.send(Stored(last_id, last, missed_before=2))
+            await turns_of(store, "scout", 2)
+            assert await store.cursors.get("scout") == start  # not past one and two, never read
 
 
 class TestBuildTime:
@@ -347,19 +350,14 @@ class TestOutOfOrderEvents:
     async def test_events_of_one_commit_out_of_id_order_are_offered_in_order_as_one_batch(self, tmp_path: Path):
         """12's event comes before 11's: both are offered together, one wake for both, the cursor at 12."""
         backend = RecordingBackend()
-        send, receive = anyio.create_memory_object_stream[Stored](8)
-        async with agent_store(tmp_path) as (store, writer, ingest):
-            runtime = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
-                                    backends={"scout": backend})
-            async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run, receive)
-                ids = await heard(ingest, "eleven", "twelve")  # this ingest has no stream: sent by hand below
-                events = {i: Stored(i, item) for i, item in await store.items.after_as_written(ids[0] - 1)}
-                send.send_nowait(events[ids[1]])  # as two callers of one commit may emit them
-                send.send_nowait(events[ids[0]])
-                (turn,) = await turns_of(store, "scout", 1)
-                assert await store.cursors.get("scout") == ids[1]
-                tg.cancel_scope.cancel()
+        async with agent_store(tmp_path) as (store, writer, ingest), \
+                hand_fed(store, writer, [agent_config()], {"scout": backend}) as send:
+            ids = await heard(ingest, "eleven", "twelve")  # this ingest has no stream: sent by hand below
+            events = {i: Stored(i, item) for i, item in await store.items.after_as_written(ids[0] - 1)}
+            send.send_nowait(events[ids[1]])  # as two callers of one commit may emit them
+            send.send_nowait(events[ids[0]])
+            (turn,) = await turns_of(store, "scout", 1)
+            assert await store.cursors.get("scout") == ids[1]
         assert turn.wake_item_ids == ids
 
 
