@@ -201,6 +201,19 @@ class TestLimitedLog:
                 tg.cancel_scope.cancel()
 
 
+def fill_pipe(fd: int) -> None:
+    """Write whole `prefill` lines to a pipe nobody reads until it is full (each write is below PIPE_BUF: atomic)."""
+    os.set_blocking(fd, False)
+    line = (json.dumps({"event": "prefill"}) + "\n").encode()
+    try:
+        while True:
+            os.write(fd, line)
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(fd, True)
+
+
 def pipe_writer(fd: int) -> Any:
     """What fd_writer gives for a real stream, on a descriptor the test owns (and closes)."""
     def write(data: bytes) -> None:
@@ -232,6 +245,7 @@ class TestLineQueue:
                 received.extend(chunk)
 
         reader = threading.Thread(target=drain, daemon=True)
+        fill_pipe(write_fd)  # full before the first line: the writer thread is stuck however the threads run
         try:
             line = json.dumps({"event": "filler", "pad": "x" * 500})
             async with anyio.create_task_group() as tg:
