@@ -311,7 +311,7 @@ class EnqueuePeerMessage(msgspec.Struct, frozen=True):
     Without `row` the entry stays queued (the target is busy). With `row`
     (the target is idle) it is delivered at once in the same transaction:
     the entry, then the row with `metadata.peerMessageId`, then the entry
-    marked delivered with that row's id.
+    marked delivered with that row's id (at the entry's `created_at`).
     """
 
     entry: PeerEntry

@@ -152,6 +152,7 @@ class PeerRepository:
 
     async def queued(self, target: str, *, limit: int) -> builtins.list[QueuedPeerMessage]:
         """The target's queued entries, oldest first (at most `limit`)."""
+        _check_limit(limit)
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_QUEUED_COLUMNS} FROM peer_messages WHERE target = ? AND state = 'queued'"
@@ -179,6 +180,7 @@ class PeerRepository:
         At most `limit`: the newest `limit` when there are more, since the
         newest are the ones a throttle window still holds.
         """
+        _check_limit(limit)
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT sender, target, text_key, created_at FROM peer_messages"
@@ -219,3 +221,9 @@ class PeerRepository:
             if len(rows) < READ_PAGE_SIZE:
                 return
             after = rows[-1][0]
+
+
+def _check_limit(limit: int) -> None:
+    # SQLite reads a negative LIMIT as no limit at all: a caller's slip would read the whole table.
+    if limit < 0:
+        raise ValueError(f"a read's limit is a whole number from 0, not {limit!r}")

@@ -204,6 +204,15 @@ class TestReads:
         assert [q.text for q in await store.peers.queued("editor", limit=10)] == ["x"]
         assert await store.peers.queued("nobody", limit=10) == []
 
+    async def test_a_negative_limit_is_refused_not_read_as_no_limit(self, store):
+        """SQLite reads LIMIT -1 as unbounded; the repository refuses it instead of reading the whole table."""
+        await enqueue(store, entry("1"), entry("2"))
+        with pytest.raises(ValueError, match="limit"):
+            await store.peers.queued("writer", limit=-1)
+        with pytest.raises(ValueError, match="limit"):
+            await store.peers.recent_sends(0, limit=-1)
+        assert await store.peers.queued("writer", limit=0) == [] and await store.peers.recent_sends(0, limit=0) == []
+
     async def test_queued_counts_leave_guidance_out(self, store):
         """Guidance from an ancestor is queued but does not count toward the queue cap; its target still has mail."""
         await enqueue(store, entry("p"), entry("g", sender="lead", relationship="ancestor"),
