@@ -146,7 +146,7 @@ class TestDelivery:
             assert peers.queued("writer") == 2 and await rows_of(store, "writer") == []
             assert await peers.deliver_at_tool_boundary("writer", 41, "conv_x") == 1
             (first,) = await rows_of(store, "writer")
-            assert first.metadata["turnId"] == 41 and first.conversation_id == "conv_x" and agents.woken == []
+            assert first.metadata["turnId"] == 41 and first.metadata["conversationId"] == "conv_x" and agents.woken == []
             agents.states["writer"] = "idle"
             assert await peers.deliver_queued("writer") == 1
             second = (await rows_of(store, "writer"))[-1]
@@ -205,10 +205,13 @@ class TestThrottles:
             assert (await peers.send("scout", "writer", "same", None))["status"] == "accepted"
 
     async def test_the_queue_cap_refuses_queue_full_and_guidance_is_exempt(self, tmp_path) -> None:
-        async with peers_over(tmp_path / "p.db") as (peers, _store, agents, _):
+        async with peers_over(tmp_path / "p.db") as (peers, _store, agents, clock):
             agents.states["scout"] = "busy"
             senders = ["probe", "writer", *[f"kid{n}" for n in range(TARGET_MAX)]]
-            answers = [await peers.send(sender, "scout", f"from {sender}", None) for sender in senders[:QUEUE_MAX]]
+            answers = []
+            for sender in senders[:QUEUE_MAX]:  # spread out, so the target window (10 per 60 s) is not what refuses
+                answers.append(await peers.send(sender, "scout", f"from {sender}", None))
+                clock.now += 7000
             assert {a["status"] for a in answers} == {"queued"} and peers.queued("scout") == QUEUE_MAX
             assert await peers.send(senders[QUEUE_MAX], "scout", "one more", None) == {
                 "status": "refused", "target": "scout", "reason": "queue_full"}
