@@ -256,6 +256,10 @@ class TestMemory:
         # Room again when the PAIR_MAX-th newest send (at T0 + 995) expires.
         assert throttles.check("a", "b", "new", T0 + 999, queued=0, consecutive_wakes=0) == rate_limited(
             T0 + 1000 - PAIR_MAX + PAIR_WINDOW_MS - (T0 + 999))
+        # The oldest sends expiring (ones the capped list had let go of) leave the newest in place.
+        later = T0 + PAIR_WINDOW_MS + 500
+        assert throttles.check("a", "b", "new", later, queued=0, consecutive_wakes=0) == rate_limited(
+            T0 + 1000 - PAIR_MAX + PAIR_WINDOW_MS - later)
         assert throttles.check("a", "b", "new", T0 + 1000 - PAIR_MAX + PAIR_WINDOW_MS,
                                queued=0, consecutive_wakes=0) == ADMIT
 
