@@ -401,10 +401,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_turns(args: argparse.Namespace) -> int:
     from .store import turn_line
-    from .store.readers import turn_plain_line
+    from .store.readers import turn_plain_line, turns_with_triggers
 
-    return _print_rows(args, lambda store: store.turns.iterate(agent=args.agent, limit=args.limit),
-                       turn_line, turn_plain_line)
+    if args.json:  # the export's keys only (README.md#commands): the waking ids say what woke each turn
+        return _print_rows(args, lambda store: store.turns.iterate(agent=args.agent, limit=args.limit),
+                           turn_line, turn_plain_line)
+    return _print_rows(args, lambda store: turns_with_triggers(store, agent=args.agent, limit=args.limit),
+                       lambda pair: turn_line(pair[0]), lambda pair: turn_plain_line(*pair))
 
 
 def cmd_outbox(args: argparse.Namespace) -> int:

@@ -387,8 +387,12 @@ def backend_problems(backend: dict[str, Any]) -> list[str]:
     return []
 
 
+#: Most ancestors an agent may have (its depth below its tree's root); docs/peers.md#trees.
+MAX_TREE_DEPTH = 32
+
+
 def _parent_problems(agents: list[tuple[int, dict[str, Any]]]) -> list[str]:
-    """A parent names an agent of this file, and following parents ends."""
+    """A parent names an agent of this file, following parents ends, and within MAX_TREE_DEPTH steps."""
     found: list[str] = []
     parents = {a.get("name"): a.get("parent") for _, a in agents}
     for i, agent in agents:
@@ -404,6 +408,10 @@ def _parent_problems(agents: list[tuple[int, dict[str, Any]]]) -> list[str]:
                 found.append(f"agents[{i}].parent: the parent chain of {agent.get('name')!r} loops")
                 break
             chain.add(cursor)
+            if len(chain) - 1 > MAX_TREE_DEPTH:
+                found.append(f"agents[{i}].parent: {agent.get('name')!r} is more than {MAX_TREE_DEPTH} levels"
+                             " below its tree's root")
+                break
             cursor = parents.get(cursor)
     return found
 

@@ -58,6 +58,7 @@ SHOWN_LEVELS = frozenset({"warning", "error", "critical"})
 HOST_EVENTS = {"host.ready": "ready", "host.stopping": "stopping"}
 #: On a terminal (and without NO_COLOR), each kind of line has its colour (SGR codes); item lines keep the default.
 COLOURS = {"agent.wake": "33", "agent.tool_called": "36", "agent.turn": "32", "outbox.delivered": "1;34",
+           "peer.delivered": "1;35",
            "speech.draft": "35", "warning": "31", "error": "1;31", "critical": "1;31"}
 RESET = "\x1b[0m"
 
@@ -74,11 +75,20 @@ DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
 CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish") if path in IMPLEMENTED]
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
 #: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
-DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [{"name": "stub__echo",
-                                                                       "arguments": {"text": "ping"}}]},
-                    "You said: {{echo}}"]
+DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [
+    {"name": "stub__echo", "arguments": {"text": "ping"}},
+    {"name": "task_send_message", "arguments": {"target": "scribe", "message": "Someone asked about the deploy notes."}},
+]}, "You said: {{echo}}"]
 DEV_AGENT = AgentConfig(name="scout", wake_on=["addressed", "dm"], system_prompt="You are Scout, the dev agent.",
                         backend=BackendConfig(kind="scripted", script=DEV_SCRIPT))
+#: dev's second agent, scout's child in one tree (docs/peers.md): woken only by peer messages. Scout's first
+#: turn sends it guidance (task_send_message); it answers scout with a peer message, which starts a turn of
+#: scout's whose prose has no chat to go to (a draft).
+HELPER_SCRIPT: list = [{"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
+    "target": "scout", "message": "Noted: I will keep the deploy notes in mind."}}]}, ""]
+HELPER_AGENT = AgentConfig(name="scribe", parent="scout", title="Scribe", wake_on=[],
+                           system_prompt="You are Scribe, who keeps notes for Scout.",
+                           backend=BackendConfig(kind="scripted", script=HELPER_SCRIPT))
 #: What each stub stages, a line or two each, so nothing it does looks like a fault.
 EXPLAINED = {
     "stub": ["MCPL 0.5, like Discord: guilds, a thread, a DM, a rename, a fake header",
@@ -147,7 +157,7 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
             ),
             *console,
         ],
-        agents=[dev_agent()],
+        agents=[dev_agent(), HELPER_AGENT],
     )
 
 
@@ -159,6 +169,7 @@ def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
         if first:
             lines.append(f"  {connector.name}: " + first.format(**connector.env))
             lines.extend("    " + line.format(**connector.env) for line in more)
+    lines.append("  agents: scout; scribe, its child, woken by peer messages (docs/peers.md)")
     lines.append("  docs: README.md, docs/connectors.md (how a connector talks to this host)")
     return lines
 
@@ -256,6 +267,12 @@ def describe_event(event: dict[str, Any], connectors: list[str],
         return f"wake {event.get('agent')}: {items} item{'s' if items != 1 else ''}"
     if name == "agent.tool_called":
         return f"tool {event.get('agent')}: {event.get('tool')}" + (" (error)" if event.get("error") else "")
+    if name == "peer.delivered":
+        how = "guidance" if event.get("relationship") == "ancestor" else f"message from a {event.get('relationship')}"
+        return f"peer {event.get('sender')} → {event.get('agent')}: {how}"
+    if name == "peer.send" and event.get("status") not in ("accepted", "queued"):
+        reason = f" ({event['reason']})" if event.get("reason") else ""
+        return f"peer {event.get('agent')} → {event.get('target')}: {event.get('status')}{reason}"
     if name == "agent.turn":
         tokens = f", {event['tokens']} tokens" if event.get("tokens") else ""
         return f"turn {event.get('agent')}: {event.get('outcome')} ({event.get('seconds')} s{tokens})"

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.config import (
+    MAX_TREE_DEPTH,
     AgentConfig,
     Config,
     ConnectorConfig,
@@ -263,6 +264,11 @@ class TestProblems:
         ([("a", "b"), ("b", "a")], ["agents[0].parent: the parent chain of 'a' loops",
                                     "agents[1].parent: the parent chain of 'b' loops"]),
         ([("a", None), ("b", "a"), ("c", "b")], []),
+        # The deepest allowed tree: 32 ancestors; one more level is refused (config.py MAX_TREE_DEPTH).
+        ([("a0", None)] + [(f"a{i}", f"a{i - 1}") for i in range(1, MAX_TREE_DEPTH + 1)], []),
+        ([("a0", None)] + [(f"a{i}", f"a{i - 1}") for i in range(1, MAX_TREE_DEPTH + 2)],
+         [f"agents[{MAX_TREE_DEPTH + 1}].parent: 'a{MAX_TREE_DEPTH + 1}' is more than {MAX_TREE_DEPTH} levels"
+          " below its tree's root"]),
     ])
     def test_agent_parents_must_exist_and_not_loop(self, agents: list[tuple[str, str | None]],
                                                    expected: list[str]) -> None:

@@ -94,12 +94,25 @@ def test_the_bundled_connectors_are_the_runnable_modules() -> None:
 
 
 class TestDevAgent:
-    def test_dev_runs_one_scripted_agent_waking_on_addressed_and_dm(self, tmp_path) -> None:
-        """dev's config has one agent, scripted (no network), waking on addressed and dm items."""
+    def test_dev_runs_scout_waking_on_addressed_and_dm_and_its_child_woken_by_peers(self, tmp_path) -> None:
+        """dev's config has two scripted agents (no network) in one tree: scout, waking on addressed and dm items,
+        and scribe, its child, whom only peer messages wake (docs/peers.md#seeing-it)."""
         from mcplhost.dev import dev_config
 
-        (agent,) = dev_config(tmp_path / "dev.db").agents
-        assert agent.backend.kind == "scripted" and agent.wake_on == ["addressed", "dm"]
+        scout, scribe = dev_config(tmp_path / "dev.db").agents
+        assert scout.backend.kind == "scripted" and scout.wake_on == ["addressed", "dm"]
+        assert scribe.backend.kind == "scripted" and scribe.parent == "scout" and scribe.wake_on == []
+
+    def test_a_peer_delivery_and_a_refused_send_are_one_line_each_in_the_view(self) -> None:
+        """peer.delivered names sender, target and path; a send that was not admitted says why; admitted ones show
+        as their delivery only (accepted or queued depends on timing, the delivery does not)."""
+        guidance = {"event": "peer.delivered", "agent": "scribe", "sender": "scout", "relationship": "ancestor"}
+        assert describe_event(guidance, []) == "peer scout → scribe: guidance"
+        up = {"event": "peer.delivered", "agent": "scout", "sender": "scribe", "relationship": "descendant"}
+        assert describe_event(up, []) == "peer scribe → scout: message from a descendant"
+        refused = {"event": "peer.send", "agent": "a", "target": "b", "status": "refused", "reason": "duplicate"}
+        assert describe_event(refused, []) == "peer a → b: refused (duplicate)"
+        assert describe_event({**refused, "status": "queued", "reason": None}, []) is None
 
     def test_a_wake_and_a_turn_are_one_line_each_in_the_view(self) -> None:
         """agent.turn shows who, how it ended, how long and what it cost; agent.wake how many items woke it."""
@@ -251,7 +264,7 @@ class TestDevSettings:
             monkeypatch.delenv(DEBOUNCE_ENV, raising=False)
         else:
             monkeypatch.setenv(DEBOUNCE_ENV, value)
-        (agent,) = dev_config(tmp_path / "dev.db").agents
+        agent, _scribe = dev_config(tmp_path / "dev.db").agents
         assert agent.name == "scout" and agent.debounce_ms == debounce_ms
 
     @pytest.mark.parametrize(("value", "seconds"), [(None, ECHO_DELAY_S), ("0.02", 0.02), ("0", 0.0),

@@ -3,7 +3,9 @@
 Each row becomes one unit of messages that stay together: a heard item or
 an own row is one message; a tool-call message takes the round's other
 calls and then every call's result, so no cut can separate a call from its
-result. `render` then decides which images keep their pixels.
+result. Text is neutralised on the way (`shown_text`: lookalike tags
+escaped, docs/agents.md#compilation), but a host-made envelope's. `render`
+then decides which images keep their pixels.
 
 Rows are immutable once stored, and a context changes by a few rows from
 one turn to the next, so each row's unit (its draft, size, and the rendered
@@ -21,6 +23,7 @@ from typing import Any
 from mcplhost.agents.model import Message, ToolCall
 from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, turn_of
 from mcplhost.inbound.digest import canonical_json
+from mcplhost.peers.envelope import RELATIONSHIPS, neutralise, parse_envelope
 from mcplhost.store.items import StoredItem
 
 #: Images that keep their pixels, newest first; older ones become "[image]" (docs/agents.md#compilation).
@@ -123,6 +126,48 @@ def clip_text(parts: list[Part], max_chars: int, what: str) -> list[Part]:
     return [joined[:head] + line + (joined[-tail:] if tail else ""), *[p for p in parts if isinstance(p, dict)]]
 
 
+def neutralised(parts: list[Part]) -> list[Part]:
+    """`parts` with every lookalike tag escaped (`neutralise`), each run of texts read as the "\n"-joined text
+    the model sees, so a tag split across two parts is found too; `parts` itself when nothing changed."""
+    out: list[Part] = []
+    changed = False
+    run: list[str] = []
+    for part in [*parts, None]:
+        if type(part) is str:
+            run.append(part)
+            continue
+        if run:
+            joined = "\n".join(run)
+            shown = neutralise(joined)
+            if shown is joined:
+                out.extend(run)
+            else:
+                out.append(shown)
+                changed = True
+            run = []
+        if part is not None:
+            out.append(part)
+    return out if changed else parts
+
+
+def shown_text(parts: list[Part], max_chars: int, what: str) -> list[Part]:
+    """Untrusted `parts` as a model is shown them: neutralised, then clipped (`clip_text`), and neutralised
+    again when clipped, in case the cut put a tag's `<` right after the host line, away from its escape."""
+    shown = neutralised(parts)
+    clipped = clip_text(shown, max_chars, what)
+    return clipped if clipped is shown else neutralised(clipped)
+
+
+def _is_envelope(row: StoredItem, parts: list[Part]) -> bool:
+    """Whether a peer row is a host-made envelope: its metadata says so and its text (`parts`) is exactly one
+    envelope, whose only tags are the real ones (docs/peers.md#the-envelope-and-lookalikes)."""
+    peer = row.metadata.get("peer")
+    if not isinstance(peer, dict) or peer.get("relationship") not in RELATIONSHIPS:
+        return False
+    texts = [part for part in parts if type(part) is str]
+    return len(texts) == len(parts) and parse_envelope("\n".join(texts)) is not None
+
+
 def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap: int,
                 rendered: RenderedRows | None = None) -> list[Unit]:
     """The selected rows (oldest first) as units, each message clipped to `message_cap`, results to `result_cap`.
@@ -207,7 +252,11 @@ def render_row(row: StoredItem, message_cap: int) -> Rendered:
         return kind
     if kind == "other" and row.role not in ("user", "assistant"):
         return "none"
-    parts = clip_text(parts_of(row.content), message_cap, "message")
+    parts = parts_of(row.content)
+    if kind == "peer" and _is_envelope(row, parts):
+        parts = clip_text(parts, message_cap, "message")  # host-made: its tags are the real ones
+    else:
+        parts = shown_text(parts, message_cap, "message")
     if kind == "notice":
         parts = host_prefixed(parts)
     draft = Draft("assistant" if kind in ("speech", "draft") or row.role == "assistant" else "user", parts)
@@ -247,12 +296,14 @@ def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[
 
 def _close(unit: Unit, results: dict[str, StoredItem], result_cap: int) -> None:
     """Put each call's result (`results`, the unit's own) or a synthetic "interrupted" right after the calls."""
-    for call in unit.drafts[0].tool_calls:
+    head = unit.drafts[0]
+    head.parts = neutralised(head.parts)  # the calls' text joined the speech's: read as one, as the model will
+    for call in head.tool_calls:
         result = results.get(call.id)
         if result is None:
             unit.drafts.append(Draft("tool", [INTERRUPTED_TEXT], tool_call_id=call.id))
             continue
-        parts = clip_text(parts_of(result.content), result_cap, "tool result") or [EMPTY_RESULT_TEXT]
+        parts = shown_text(parts_of(result.content), result_cap, "tool result") or [EMPTY_RESULT_TEXT]
         if result.metadata.get("isError") is True:
             parts = [f"{HOST}The tool reported an error.", *parts]
         unit.drafts.append(Draft("tool", parts, tool_call_id=call.id))

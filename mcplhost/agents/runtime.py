@@ -80,9 +80,12 @@ from mcplhost.agents.wake import Wake, without_late_echoes
 from mcplhost.config import AgentConfig, Config, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
+from mcplhost.peers.loops import held, wake_cause
+from mcplhost.peers.ports import Activity
+from mcplhost.peers.service import PeerService
 from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
-from mcplhost.store import Store
+from mcplhost.store import Store, StoredItem
 from mcplhost.store.operations import CloseUnfinishedTurns, SetCursor, StartCursor
 from mcplhost.store.writer import GroupWriter
 
@@ -111,9 +114,11 @@ test_fault_before_wake: Callable[[str, Wake], None] | None = None
 class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
-    def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int]) -> None:
+    def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
+                 peers: PeerService) -> None:
         self.agent = agent
         self.services = services
+        self.peers = peers
         self.scheduler = AgentScheduler(agent)
         self.cursor: int | None = None  # the durable cursor as last written
         self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
@@ -151,6 +156,7 @@ class AgentRunner:
                 await self._handle(wake)
             finally:
                 self.scheduler.turn_ended(anyio.current_time())
+            await self._deliver_peer_messages()
             return
         deadline = self.scheduler.next_deadline()
         delay = math.inf if deadline is None else max(0.0, deadline - now)
@@ -163,7 +169,9 @@ class AgentRunner:
         try:
             if test_fault_before_wake is not None:
                 test_fault_before_wake(self.agent.name, wake)
-            kept = await self._without_late_echoes(wake)
+            kept, items = await self._without_late_echoes(wake)
+            if kept is not None and await self._held_as_loop(kept, items):
+                return
         except Exception as exc:  # only Exception: a cancellation (or a group holding one) goes through
             await record_failed_turn(self.agent, wake, self.services, exc, cursor=self._cursor_after_turn)
             return
@@ -183,18 +191,52 @@ class AgentRunner:
         self.cursor = max(self.cursor or 0, mark)
         return mark
 
-    async def _without_late_echoes(self, wake: Wake) -> Wake | None:
-        """The wake without items now known as echoes (wake.py); None, cursor moved past them, if none is left."""
+    async def _without_late_echoes(self, wake: Wake) -> tuple[Wake | None, list[StoredItem]]:
+        """The wake without items now known as echoes (wake.py), and its items read; None, cursor moved past
+        them, if none is left."""
         store = self.services.store
-        kept = without_late_echoes(wake, await store.items.get_many(wake.item_ids), store.outbox.recent_delivered)
+        items = await store.items.get_many(wake.item_ids)
+        kept = without_late_echoes(wake, items, store.outbox.recent_delivered)
         if kept is wake:
-            return wake
+            return wake, items
         log.info("agent.echoes_skipped", agent=self.agent.name,
                  echoes=len(wake.item_ids) - (len(kept.item_ids) if kept else 0), turn=kept is not None)
         if kept is None:
-            await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
-                                                        self.services.clock_ms()))
-        return kept
+            await self._let_go()
+            return None, items
+        wanted = set(kept.item_ids)
+        return kept, [item for item in items if item.id in wanted]
+
+    async def _let_go(self) -> None:
+        """A wake that runs no turn: the cursor moves past it."""
+        await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                    self.services.clock_ms()))
+
+    async def _held_as_loop(self, wake: Wake, items: list[StoredItem]) -> bool:
+        """Count the wake by its cause (mcplhost/peers/loops.py); True when agents alone caused it past the cap.
+
+        A held wake runs no turn and its cursor moves past it, like a wake of
+        echoes only: its items stay in the context for the next turn a user
+        or a parent causes.
+        """
+        name = self.agent.name
+        cause = wake_cause(name, items, self.services.store.outbox.recent_speaker)
+        count = self.peers.consecutive_wakes(name)
+        peer_rows = any(item.agent == name and isinstance(item.metadata.get("peer"), dict) for item in items)
+        if held(count, cause, admitted_peer_rows=peer_rows):
+            log.warning("agent.loop_held", agent=name, consecutive_wakes=count, items=len(wake.item_ids),
+                        detail="agents alone woke this agent again and again; a user or its parent must speak")
+            await self._let_go()
+            return True
+        await self.peers.turn_starting(name, cause)
+        return False
+
+    async def _deliver_peer_messages(self) -> None:
+        """After a turn: deliver the peer messages queued meanwhile (they wake the agent); a failure keeps them queued."""
+        try:
+            await self.peers.deliver_queued(self.agent.name)
+        except Exception:
+            log.error("agent.peer_delivery_failed", agent=self.agent.name, exc_info=True)
 
 
 class AgentsRuntime:
@@ -211,14 +253,17 @@ class AgentsRuntime:
         #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
         self.hooks = hooks if hooks is not None else HookState()
         self.runners: dict[str, AgentRunner] = {}
+        #: Peer messaging between this host's agents; the runtime is its view of who is idle or busy.
+        self.peers = PeerService(config.agents, store, writer, activity=self, clock_ms=clock_ms)
+        self._serving = False  # the runners run (between start and shutdown): peers may reach them
         rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
         for agent in config.agents:
             backend = (backends or {}).get(agent.name) or make_backend(agent.backend)
-            toolbox = ToolBox(agent, handles, store)
+            toolbox = ToolBox(agent, handles, store, peers=self.peers)
             services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms,
                                     outbox=outbox if outbox is not None else {},
-                                    system_prompt=start_prompt(agent), hooks=self.hooks)
-            self.runners[agent.name] = AgentRunner(agent, services, self.seen_through)
+                                    system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers)
+            self.runners[agent.name] = AgentRunner(agent, services, self.seen_through, self.peers)
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
         self._recent: OrderedDict[int, None] = OrderedDict()
@@ -231,6 +276,26 @@ class AgentsRuntime:
         """Every item up to this id has been offered to every scheduler (or decided for at start)."""
         offered = max(self._start_end, self._max_offered)
         return offered if self._unoffered > offered else int(self._unoffered) - 1
+
+    # --- the peers' port (mcplhost/peers/ports.py AgentActivity) ------------------------
+
+    def activity(self, name: str) -> Activity:
+        runner = self.runners.get(name)
+        if runner is None or not self._serving:
+            return "inactive"
+        return "busy" if runner.scheduler.statistics().state == "in_turn" else "idle"
+
+    def status(self, name: str) -> str:
+        runner = self.runners.get(name)
+        if runner is None or not self._serving:
+            return "inactive"
+        return runner.scheduler.statistics().state
+
+    def wake(self, name: str, stored: Stored) -> None:
+        """A peer row delivered between turns, offered to its agent only (it wakes no other)."""
+        runner = self.runners.get(name)
+        if runner is not None:
+            runner.offer(stored, anyio.current_time())
 
     def statistics(self) -> dict[str, SchedulerStats]:
         """Each agent's scheduler state, for the status socket."""
@@ -248,11 +313,14 @@ class AgentsRuntime:
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
+                await self.peers.start()  # after catch-up: what the queue held is delivered now
                 for runner in self.runners.values():
                     tg.start_soon(runner.run, name=f"agent {runner.agent.name}")
+                self._serving = True
                 task_status.started()
                 await self._dispatch(stored)
         finally:
+            self._serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
                 for runner in self.runners.values():
                     try:

@@ -13,7 +13,8 @@ Theory of operation:
 
 - Waking items are *pending* in a group: one group for the agent when
   `context_scope = "agent"`, one per conversation when it is
-  `"conversation"`. A group is due `debounce_ms` after its latest item, but
+  `"conversation"`, and under either one of its own for peer messages
+  (`PEER_GROUP`: sealed). A group is due `debounce_ms` after its latest item, but
   never later than `max_wait_ms` after its first.
 - Single flight: `due` hands out at most one wake until `turn_ended`. Items
   that wake the agent during a turn pend as usual, so they make one
@@ -73,6 +74,9 @@ MAX_TRACKED_SENDERS = 10_000
 #: Ids of recent wakes remembered so an item offered twice (an event and a catch-up read) wakes once.
 RECENT_WAKE_IDS = 4096
 
+#: The group of peer messages (docs/peers.md#delivery): sealed, never one wake with other waking items,
+#: under either context_scope (not a conversation id either).
+PEER_GROUP = "peer"
 #: Under context_scope "conversation", where waking items of conversations with no pending group go
 #: once the cap is reached, so the groups stay bounded too (not a conversation id: those begin "conv_").
 OVERFLOW_GROUP = "overflow"
@@ -176,7 +180,7 @@ class AgentScheduler:
         sender = sender_key(view)
         if sender is not None and not self._sender_allows(sender, now):
             return False
-        self._add(view.id, view.conversation_id, now)
+        self._add(view.id, view.conversation_id, now, peer=view.peer_trigger)
         return True
 
     def catch_up(self, stored_list: Iterable[Stored], now: float) -> None:
@@ -186,11 +190,11 @@ class AgentScheduler:
             view = view_of(stored)
             if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view):
                 continue
-            self._add(view.id, view.conversation_id, now).due_now = True
+            self._add(view.id, view.conversation_id, now, peer=view.peer_trigger).due_now = True
 
-    def _add(self, item_id: int, conversation: str | None, now: float) -> _Pending:
+    def _add(self, item_id: int, conversation: str | None, now: float, *, peer: bool = False) -> _Pending:
         keep = len(self._pending_ids) < MAX_PENDING_IDS
-        key = conversation if self._per_conversation else None
+        key = PEER_GROUP if peer else conversation if self._per_conversation else None
         if not keep and key not in self._groups:
             key = OVERFLOW_GROUP  # a new conversation past the cap: counted, never a group of its own
         group = self._groups.get(key)

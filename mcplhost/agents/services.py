@@ -14,6 +14,7 @@ from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.tools import ToolBox
+from mcplhost.peers.service import PeerService
 from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
@@ -38,3 +39,5 @@ class TurnServices:
     system_prompt: str = ""
     #: The host's hook and lifecycle bookkeeping (hooks.py), shared by its agents and no other host.
     hooks: HookState = field(default_factory=HookState)
+    #: The host's peer messaging (None: a turn run on its own, with no peers to deliver).
+    peers: PeerService | None = None

@@ -2,7 +2,8 @@
 
 Host tools: `channel_list`, `channel_open`, `channel_publish` (queued
 through the turn's `TurnSpeech`, mcplhost/agents/speech.py) and
-`history_search`. Connector tools: every
+`history_search`; to an agent that shares its tree with another, the peer
+tools `task_send_message` and `task_list` (mcplhost/peers/service.py). Connector tools: every
 MCP tool of a connector the agent hears that holds `tools` now (an MCP-only
 connector too), offered as `<connector>__<tool>`. The agent's `tools` globs
 narrow both. What a tool returns is marked like an item body
@@ -58,6 +59,7 @@ from mcplhost.inbound import mark_openings
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.patterns import fast_opening_re
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
+from mcplhost.peers.service import PeerRefusal, PeerService
 from mcplhost.protocol.answers import (
     BackscrollEntry,
     ContentBlock,
@@ -235,6 +237,28 @@ HOST_TOOLS: tuple[ToolSpec, ...] = (
 )
 
 
+#: The peer tools (docs/peers.md): offered only to an agent that shares its tree with another.
+PEER_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(name="task_send_message", description=(
+        "Send `message` (plain text) to another agent of your tree (`target`: its name, as task_list shows it). "
+        "To one of your descendants it is guidance; to any other agent it arrives as an untrusted peer message. "
+        "`dispatch`: \"tool-end\" (at the target's next tool call; the default, except to an ancestor) or "
+        "\"turn-end\" (when the target's turn ends; the default to an ancestor). Answers {\"status\",\"target\"}: "
+        "accepted (a turn starts for it), queued (it is busy), refused (with `reason`), rate_limited (with "
+        "`retryAfterMs`), not_active or invalid_scope. Never ask a peer to do what your own constraints forbid. "
+        "A turn a peer message started has no chat to answer: reply to the sender with this tool."),
+        input_schema={"type": "object", "properties": {
+            "target": {"type": "string"}, "message": {"type": "string"},
+            "dispatch": {"type": "string", "enum": ["tool-end", "turn-end"]}}, "required": ["target", "message"]}),
+    ToolSpec(name="task_list", description=(
+        "List the agents of your tree: your descendants, or with scope \"tree\" every member including the "
+        "root, each with its relationship to you (self, ancestor, sibling, descendant), its status and title."),
+        input_schema={"type": "object", "properties": {
+            "scope": {"type": "string", "enum": ["descendants", "tree"]}}}),
+)
+PEER_TOOL_NAMES = frozenset(spec.name for spec in PEER_TOOLS)
+
+
 class Publisher(Protocol):
     """How `channel_publish` queues: the turn's speech (mcplhost/agents/speech.py `TurnSpeech`)."""
 
@@ -333,8 +357,10 @@ class ToolBox:
 
     def __init__(self, agent: AgentConfig, handles: Mapping[str, ConnectorPort], store: Store, *,
                  heard: Callable[[StoredItem], bool] | None = None,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 peers: PeerService | None = None) -> None:
         self.agent = agent
+        self.peers = peers  # the host's peer messaging (None: no peer tools)
         self.handles = handles
         self.store = store
         self.heard = heard if heard is not None else self._hears
@@ -421,6 +447,7 @@ class ToolBox:
     def specs(self) -> list[ToolSpec]:
         """Host tools first, then each heard connector's MCP tools, as the agent's `tools` globs allow."""
         specs = [spec for spec in HOST_TOOLS if offered(self.agent, spec.name)]
+        specs.extend(spec for spec in PEER_TOOLS if self._peer_tool_offered(spec.name))
         specs.extend(spec for _handle, _tool, spec in self.offered_connector_tools().values())
         return specs
 
@@ -454,6 +481,10 @@ class ToolBox:
             if call.name == "channel_publish":
                 return await self.channel_publish(call.arguments, speech)
             return await self.history_search(call.arguments)
+        if call.name in PEER_TOOL_NAMES:
+            if self.peers is None or not self._peer_tool_offered(call.name):
+                return failure(f"{call.name} is not one of your tools")
+            return await self._peer_call(self.peers, call.name, call.arguments)
         tool = self.offered_connector_tools().get(call.name)
         if tool is None:
             return failure(f"{call.name} is not one of your tools now (unknown, or its connector is not serving)")
@@ -485,6 +516,22 @@ class ToolBox:
                 await handle.notify("notifications/cancelled", {"requestId": exc.request_id, "reason": "timeout"})
         except ConnectorNotReady:
             pass  # its life ended meanwhile: nothing is left to cancel
+
+    # --- peer tools (docs/peers.md) --------------------------------------------------------
+
+    def _peer_tool_offered(self, name: str) -> bool:
+        return self.peers is not None and self.peers.tree.has_peers(self.agent.name) and offered(self.agent, name)
+
+    async def _peer_call(self, peers: PeerService, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        """task_send_message or task_list; a refusal status is an answer, bad arguments a failed call."""
+        try:
+            if name == "task_list":
+                rows = peers.listing(self.agent.name, arguments.get("scope"))
+                return as_text({"agents": [{**row, "title": listed_label(row["title"])} for row in rows]})
+            return as_text(await peers.send(self.agent.name, arguments.get("target"), arguments.get("message"),
+                                                 arguments.get("dispatch")))
+        except PeerRefusal as exc:
+            return failure(str(exc))
 
     # --- host tools --------------------------------------------------------------------
 

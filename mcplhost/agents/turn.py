@@ -18,6 +18,9 @@ The steps, each delegated to the module that owns its rule:
    `SetCursor` commit in one write; the senders are notified after it.
    Prose a round writes before its tool calls is routed and queued before
    those calls run.
+6. After each tool round, peer messages queued for the agent with dispatch
+   `tool-end` are delivered into the turn (mcplhost/peers/service.py), so the
+   next backend call reads them.
 
 A failed turn stores a `turn-failed` notice and logs the cause; it never
 raises (the runtime keeps serving every agent). A cancelled turn (host
@@ -175,6 +178,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         if response.text.strip():
             await speech.say(response.text)  # queued before this round's calls run
         await _tool_round(agent, services, progress, response)
+        await _deliver_at_tool_boundary(agent, services, progress)
         rows = await _rows(agent, wake, services)
     return ""  # not reached: the last round returns above
 
@@ -244,6 +248,20 @@ async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Pro
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
                                  created_at=services.clock_ms(), conversation_id=progress.conversation)
         await services.writer.submit(InsertItems([result]))
+
+
+async def _deliver_at_tool_boundary(agent: AgentConfig, services: TurnServices, progress: _Progress) -> None:
+    """Peer messages queued for this agent with dispatch `tool-end` join the turn now (docs/peers.md#delivery).
+
+    A failure to deliver is logged, never fails the turn: the messages stay
+    queued and go in at the turn's end instead.
+    """
+    if services.peers is None:
+        return
+    try:
+        await services.peers.deliver_at_tool_boundary(agent.name, progress.turn_id, progress.conversation)
+    except Exception:
+        log.error("agent.peer_delivery_failed", agent=agent.name, turn=progress.turn_id, exc_info=True)
 
 
 async def _check_budget(agent: AgentConfig, services: TurnServices) -> None:

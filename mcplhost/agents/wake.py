@@ -16,9 +16,14 @@ Decisions beyond the letter of the spec, kept here so they have one home:
   agent is the plainest address there is. It has no connector, so `hears`,
   `wake_on` and `wake_from` do not apply to it; the bots rule and the
   per-sender cap do not either (the operator is at the console).
+- A peer message delivered between turns (an agent's own `user` row with
+  `metadata.peer` and no `turnId`; mcplhost/peers/service.py) wakes the
+  agent it was delivered to, and only it; one delivered at a tool boundary
+  (with the `turnId` of the turn that read it) wakes no one. The scheduler
+  keeps peer wakes apart from other waking items (docs/peers.md#delivery).
 - Any other row that belongs to an agent (`agent` set) is never a wake: the
   agent's own rows are in its context but do not wake it, and another
-  agent's rows are not even heard. (Peer messages are not built yet.)
+  agent's rows are not even heard.
 - `wake_from` names senders, so it governs items that have one: channel
   messages. Such a message wakes only when `connector/authorId` matches an
   entry, so one without an author id never does (fail closed). Pushes have
@@ -76,6 +81,7 @@ class StoredView(msgspec.Struct, frozen=True, kw_only=True):
     thread_id: str | None
     echo_of: bool  # metadata.echoOf set: the echo of this host's own publish
     accepted_at: int | None  # metadata.source.acceptedAt, host epoch ms
+    peer_trigger: bool = False  # a peer message delivered between turns: it wakes the agent it belongs to
 
 
 def _text(value: Any) -> str | None:
@@ -104,7 +110,13 @@ def view_of(stored: Stored) -> StoredView:
         thread_id=item.thread_id,
         echo_of=echo is not None and echo is not False,
         accepted_at=accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else None,
+        peer_trigger=is_peer_trigger(item.agent, item.role, meta),
     )
+
+
+def is_peer_trigger(agent: str | None, role: str, metadata: dict[str, Any]) -> bool:
+    """An agent's peer row delivered between turns (no `turnId`): it wakes that agent."""
+    return agent is not None and role == "user" and isinstance(metadata.get("peer"), dict) and "turnId" not in metadata
 
 
 def _place_matches(entry: str, view: StoredView) -> bool:
@@ -164,8 +176,8 @@ def wake_matches(agent: AgentConfig, view: StoredView) -> bool:
     """Whether the item wakes the agent, before the scheduler's per-sender cap and guards."""
     if view.source_kind == SURFACE_KIND:
         return view.agent == agent.name and not is_echo(view)
-    if view.agent is not None:  # an agent's own row, or another agent's: never a wake
-        return False
+    if view.agent is not None:  # an agent's own row, or another agent's: never a wake, but a peer message
+        return view.agent == agent.name and view.peer_trigger
     if not hears(agent, view) or is_echo(view):
         return False
     return wake_on_matches(agent, view) and sender_may_wake(agent, view)

@@ -297,8 +297,9 @@ class OutboxSender:
             return await self._retry(row, "the connector answered delivered: false", started)
         at = self.clock_ms()
         (ended,) = await self.writer.submit(EndPublish(row.id, "delivered", at, message_id=result.messageId))
-        if ended and result.messageId is not None:
-            self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id)
+        if ended:
+            self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id,
+                                                 agent=row.agent, text=row.text)
         self.stats["delivered"] += 1
         log.info("outbox.delivered", connector=row.server_id, channel=row.channel_id, thread=row.thread_id,
                  outbox_id=row.id, message_id=result.messageId, agent=row.agent, attempts=row.attempts + 1)

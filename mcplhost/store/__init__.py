@@ -30,17 +30,30 @@ from mcplhost.store.errors import (
     StoreError,
     StoreMissing,
 )
-from mcplhost.store.interfaces import Cursors, Items, Pushes, Repositories, Turns
+from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Repositories, Turns
 from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
+from mcplhost.store.peers import (
+    DISPATCHES,
+    RELATIONSHIPS,
+    STATUSES,
+    PeerEntry,
+    PeerRepository,
+    PeerRow,
+    PeerSend,
+    QueuedPeerMessage,
+)
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS, ClaimOutcome, PushClaim, PushRepository
 from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "DEFAULT_SYNCHRONOUS",
+    "DISPATCHES",
     "OUTCOMES",
     "PUSH_DEDUP_WINDOW_MS",
     "READER_CONNECTIONS",
+    "RELATIONSHIPS",
+    "STATUSES",
     "SYNCHRONOUS_LEVELS",
     "BrokenMigration",
     "ClaimOutcome",
@@ -52,9 +65,15 @@ __all__ = [
     "ItemWritten",
     "Items",
     "NewItem",
+    "PeerEntry",
+    "PeerRepository",
+    "PeerRow",
+    "PeerSend",
+    "Peers",
     "PushClaim",
     "PushRepository",
     "Pushes",
+    "QueuedPeerMessage",
     "Repositories",
     "SchemaBehind",
     "SchemaTooNew",

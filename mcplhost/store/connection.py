@@ -1,6 +1,6 @@
 """What a repository needs of an open store's connections: a Protocol, so repositories never see `db.Database`.
 
-The repositories (items.py, pushes.py, turns.py, cursors.py, outbox.py) hold
+The repositories (items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py) hold
 their SQL and take a `Connections`; db.py implements it with the writer's
 connection, its lock and the `StoreReader`, and composes the repositories
 into a `Store`. So the repositories sit below db.py and no import goes back

@@ -12,8 +12,8 @@ they take (docs/architecture.md#the-store). A read inside the current
 task's own transaction uses the writer's connection, to see what that
 transaction wrote.
 
-The turns ledger, the outbox, agents' cursors and push claims read the same
-way: every repository reads with `read()`.
+The turns ledger, the outbox, the peer queue, agents' cursors and push claims
+read the same way: every repository reads with `read()`.
 
 Cancellation: aiosqlite finishes a queued call even if the awaiting task is
 cancelled, so BEGIN, COMMIT and ROLLBACK run shielded from anyio cancellation
@@ -40,6 +40,7 @@ from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.outbox import OutboxRepository
+from mcplhost.store.peers import PeerRepository
 from mcplhost.store.pushes import PushRepository
 from mcplhost.store.turns import TurnRepository
 
@@ -206,7 +207,7 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items, push events, turns, cursors and the outbox, and `transaction()` to combine them.
+    """An open database: repositories for items, push events, turns, cursors, the outbox and the peer queue, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`: it composes the
     repositories over one `Database`, which each sees only as `Connections`.
@@ -221,6 +222,7 @@ class Store:
         self.turns = TurnRepository(database)
         self.cursors = CursorRepository(database)
         self.outbox = OutboxRepository(database)
+        self.peers = PeerRepository(database)
         self._database = database
         self._migrations_folder = migrations_folder
 

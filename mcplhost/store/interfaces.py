@@ -11,7 +11,7 @@ behind the same Protocols, not a rewrite
 - `*_nocommit` methods run inside the caller's `transaction()`, so one
   transaction can span repositories.
 
-SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py) is the only implementation.
+SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py) is the only implementation.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.items import ItemWritten, NewItem, StoredItem
 from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
+from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
 from mcplhost.store.turns import Turn, TurnEnd, TurnStart
 
@@ -124,11 +125,41 @@ class Outbox(Protocol):
 
     def iterate(self, *, state: str | None = None) -> AsyncIterator[OutboxRow]: ...
 
-    def remember_delivered(self, server_id: str, channel_id: str, message_id: str, outbox_id: int) -> None: ...
+    def remember_delivered(self, server_id: str, channel_id: str, message_id: str | None, outbox_id: int, *,
+                           agent: str | None = None, text: str | None = None) -> None: ...
 
     def recent_delivered(self, server_id: str, channel_id: str, message_id: str) -> int | None: ...
 
+    def recent_speaker(self, text: str) -> str | None: ...
+
     async def load_recent_delivered(self, now_ms: int) -> int: ...
+
+
+class Peers(Protocol):
+    """The durable peer queue: admitted messages, each delivered once, and the guards' seeds (docs/operations.md#the-peer-queue)."""
+
+    async def insert_many_nocommit(self, entries: Sequence[PeerEntry]) -> builtins.list[int]: ...
+
+    async def deliver_many_nocommit(self, deliveries: Sequence[tuple[int, int | None, int]],
+                                    ) -> builtins.list[bool]: ...
+
+    async def attach_items_nocommit(self, attachments: Sequence[tuple[int, int]]) -> None: ...
+
+    async def queued(self, target: str, *, limit: int) -> builtins.list[QueuedPeerMessage]: ...
+
+    async def queued_counts(self) -> dict[str, int]: ...
+
+    async def queued_targets(self) -> builtins.list[str]: ...
+
+    async def recent_sends(self, since_ms: int, *, limit: int) -> builtins.list[PeerSend]: ...
+
+    async def set_wake_counts_nocommit(self, counts: Sequence[tuple[str, int, int]]) -> None: ...
+
+    async def wake_counts(self) -> dict[str, int]: ...
+
+    async def get(self, entry_id: int) -> PeerRow | None: ...
+
+    def iterate(self, *, target: str | None = None) -> AsyncIterator[PeerRow]: ...
 
 
 class Repositories(Protocol):
@@ -148,5 +179,8 @@ class Repositories(Protocol):
 
     @property
     def outbox(self) -> Outbox: ...
+
+    @property
+    def peers(self) -> Peers: ...
 
     def transaction(self) -> AbstractAsyncContextManager[None]: ...

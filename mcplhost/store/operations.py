@@ -24,6 +24,7 @@ from mcplhost.store.cursors import CursorMove
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.outbox import OutboxEntry
+from mcplhost.store.peers import ENTRY_ID_KEY, PeerEntry
 from mcplhost.store.pushes import PushClaim
 from mcplhost.store.turns import TurnEnd, TurnStart
 
@@ -292,3 +293,109 @@ class EndPublish(msgspec.Struct, frozen=True):
         if notices:
             await repos.items.insert_many_nocommit(notices)
         return ended
+
+
+# --- peers: the durable peer queue (store/peers.py, docs/operations.md#the-peer-queue) -------------
+
+
+class PeerEnqueued(msgspec.Struct, frozen=True):
+    """What storing an admitted peer message came to: its entry's id, and its row's when delivered at once."""
+
+    entry_id: int
+    item_id: int | None
+
+
+class EnqueuePeerMessage(msgspec.Struct, frozen=True):
+    """Store an admitted peer message; the result is a PeerEnqueued.
+
+    Without `row` the entry stays queued (the target is busy). With `row`
+    (the target is idle) it is delivered at once in the same transaction:
+    the entry, then the row with `metadata.peerMessageId`, then the entry
+    marked delivered with that row's id (at the entry's `created_at`).
+    """
+
+    entry: PeerEntry
+    row: NewItem | None = None
+    STAGE: ClassVar[int] = STAGE_ROWS
+
+    def __post_init__(self) -> None:
+        if self.row is not None:
+            _check_peer_row(self.row, self.entry.target)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[EnqueuePeerMessage]) -> list[PeerEnqueued]:
+        entry_ids = await repos.peers.insert_many_nocommit([op.entry for op in ops])
+        at_once = [(entry_id, op.entry.created_at, _peer_row(op.row, entry_id))
+                   for entry_id, op in zip(entry_ids, ops, strict=True) if op.row is not None]
+        written = await repos.items.insert_many_nocommit([row for _, _, row in at_once])
+        item_of = {entry_id: w.id for (entry_id, _, _), w in zip(at_once, written, strict=True)}
+        await repos.peers.deliver_many_nocommit([(entry_id, item_of[entry_id], at) for entry_id, at, _ in at_once])
+        return [PeerEnqueued(entry_id, item_of.get(entry_id)) for entry_id in entry_ids]
+
+
+class DeliverPeerMessages(msgspec.Struct, frozen=True):
+    """Deliver queued entries, each as its own row; the result lists, per delivery, its row's id or None.
+
+    Each entry is marked delivered first (only a queued entry is), and its
+    row (with `metadata.peerMessageId`) is stored only when that mark
+    succeeded, so an entry delivered twice, in one group or two, stores one
+    row: the later delivery's result is None.
+    """
+
+    deliveries: list[tuple[int, NewItem]]  # (entry_id, the row to store for its target)
+    at: int  # epoch ms
+    STAGE: ClassVar[int] = STAGE_ROWS
+
+    def __post_init__(self) -> None:
+        for entry_id, row in self.deliveries:
+            if entry_id < 1:
+                raise ValueError(f"a peer message's id is a positive integer, not {entry_id!r}")
+            _check_peer_row(row, None)
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[DeliverPeerMessages]) -> list[list[int | None]]:
+        marked = await repos.peers.deliver_many_nocommit([(entry_id, None, op.at) for op in ops
+                                                          for entry_id, _ in op.deliveries])
+        winners = [(entry_id, row) for (entry_id, row), won
+                   in zip([d for op in ops for d in op.deliveries], marked, strict=True) if won]
+        written = await repos.items.insert_many_nocommit([_peer_row(row, entry_id) for entry_id, row in winners])
+        item_of = {entry_id: w.id for (entry_id, _), w in zip(winners, written, strict=True)}
+        await repos.peers.attach_items_nocommit(list(item_of.items()))
+        results, won_iter = [], iter(marked)
+        for op in ops:
+            results.append([item_of[entry_id] if next(won_iter) else None for entry_id, _ in op.deliveries])
+        return results
+
+
+class SetPeerWakeCounts(msgspec.Struct, frozen=True):
+    """Record agents' consecutive peer-started turns: (agent, consecutive, at); the result is None."""
+
+    counts: list[tuple[str, int, int]]
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    def __post_init__(self) -> None:
+        for agent, consecutive, _ in self.counts:
+            if not agent:
+                raise ValueError("a peer wake count needs its agent's name")
+            if consecutive < 0:
+                raise ValueError(f"a peer wake count is a whole number from 0, not {consecutive!r}")
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[SetPeerWakeCounts]) -> list[None]:
+        await repos.peers.set_wake_counts_nocommit([count for op in ops for count in op.counts])
+        return [None] * len(ops)
+
+
+def _check_peer_row(row: NewItem, target: str | None) -> None:
+    """A peer row belongs to its target (it is that agent's row, docs/provenance.md §6)."""
+    if not row.agent:
+        raise ValueError("a peer message's row belongs to its target agent; set its agent")
+    if row.dedup_digest is not None:
+        raise ValueError("a peer message's row is never a redelivery; it takes no dedup_digest")
+    if target is not None and row.agent != target:
+        raise ValueError(f"a peer message to {target!r} is stored as {target!r}'s row, not {row.agent!r}'s")
+
+
+def _peer_row(row: NewItem, entry_id: int) -> NewItem:
+    """The row as stored: a copy naming its entry (the caller's metadata is left as it was)."""
+    return msgspec.structs.replace(row, metadata={**row.metadata, ENTRY_ID_KEY: entry_id})

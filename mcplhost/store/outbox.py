@@ -19,6 +19,7 @@ deliveries of the last ECHO_WINDOW_MS), so it also holds after a restart.
 from __future__ import annotations
 
 import builtins
+import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
@@ -32,6 +33,9 @@ STATES = ("pending", "delivered", "failed")
 RECENT_DELIVERED = 4096
 #: How far back the echo window is seeded from the table at start (older deliveries are not loaded).
 ECHO_WINDOW_MS = 24 * 3600 * 1000
+#: Recent delivered texts remembered (as digests) with the agent that spoke them, for the loop breaker
+#: (mcplhost/peers/loops.py): another agent's speech coming back through a chat connector.
+RECENT_SPOKEN = 4096
 #: Rows fetched per round trip when reading.
 READ_PAGE_SIZE = 1000
 #: Longest error text kept with a row.
@@ -107,6 +111,7 @@ class OutboxRepository:
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
         self._recent: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._spoken: OrderedDict[str, str] = OrderedDict()  # speech_key(text) → the agent that said it
 
     async def insert_many_nocommit(self, entries: Sequence[OutboxEntry]) -> builtins.list[int]:
         """Queue each entry as pending, inside the caller's transaction; their new ids, in order."""
@@ -197,30 +202,53 @@ class OutboxRepository:
     async def list(self, *, state: str | None = None) -> builtins.list[OutboxRow]:
         return [row async for row in self.iterate(state=state)]
 
-    def remember_delivered(self, server_id: str, channel_id: str, message_id: str, outbox_id: int) -> None:
-        """Feed the in-memory echo window (the sender calls this once the delivery is committed)."""
-        key = (server_id, channel_id, message_id)
-        self._recent[key] = outbox_id
-        self._recent.move_to_end(key)
-        while len(self._recent) > RECENT_DELIVERED:
-            self._recent.popitem(last=False)
+    def remember_delivered(self, server_id: str, channel_id: str, message_id: str | None, outbox_id: int, *,
+                           agent: str | None = None, text: str | None = None) -> None:
+        """Feed the in-memory windows (the sender calls this once the delivery is committed).
+
+        `message_id` feeds the echo window; `agent` and `text` the window of recent speech.
+        """
+        if message_id is not None:
+            key = (server_id, channel_id, message_id)
+            self._recent[key] = outbox_id
+            self._recent.move_to_end(key)
+            while len(self._recent) > RECENT_DELIVERED:
+                self._recent.popitem(last=False)
+        if agent is not None and text is not None:
+            spoken = speech_key(text)
+            self._spoken[spoken] = agent
+            self._spoken.move_to_end(spoken)
+            while len(self._spoken) > RECENT_SPOKEN:
+                self._spoken.popitem(last=False)
 
     def recent_delivered(self, server_id: str, channel_id: str, message_id: str) -> int | None:
         """The in-memory answer only: the outbox id of a recent delivery with that messageId, or None."""
         return self._recent.get((server_id, channel_id, message_id))
 
+    def recent_speaker(self, text: str) -> str | None:
+        """The agent whose recently delivered publish had this text (whitespace aside), or None; memory only."""
+        return self._spoken.get(speech_key(text))
+
     async def load_recent_delivered(self, now_ms: int) -> int:
-        """Seed the in-memory echo window from the table (after a restart); return how many it holds.
+        """Seed the in-memory windows from the table (after a restart); return how many deliveries the echo one holds.
 
         The last RECENT_DELIVERED deliveries of the ECHO_WINDOW_MS before `now_ms`, oldest first,
-        so the window is what it would have been had the host not stopped.
+        so the windows are what they would have been had the host not stopped.
         """
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
-                "SELECT server_id, channel_id, message_id, id FROM outbox WHERE state = 'delivered'"
-                " AND message_id IS NOT NULL AND delivered_at >= ? ORDER BY delivered_at DESC, id DESC LIMIT ?",
-                (now_ms - ECHO_WINDOW_MS, RECENT_DELIVERED))
-        for server_id, channel_id, message_id, outbox_id in reversed(builtins.list(rows)):
-            if (server_id, channel_id, message_id) not in self._recent:  # the sender's own is as new
-                self.remember_delivered(server_id, channel_id, message_id, outbox_id)
+                "SELECT server_id, channel_id, message_id, id, agent, text FROM outbox WHERE state = 'delivered'"
+                " AND delivered_at >= ? ORDER BY delivered_at DESC, id DESC LIMIT ?",
+                (now_ms - ECHO_WINDOW_MS, max(RECENT_DELIVERED, RECENT_SPOKEN)))
+        for server_id, channel_id, message_id, outbox_id, agent, text in reversed(builtins.list(rows)):
+            if message_id is not None and (server_id, channel_id, message_id) in self._recent:
+                message_id = None  # the sender's own is as new
+            if speech_key(text) in self._spoken:
+                agent = None
+            self.remember_delivered(server_id, channel_id, message_id, outbox_id, agent=agent, text=text)
         return len(self._recent)
+
+
+def speech_key(text: str) -> str:
+    """What two texts share when they are the same speech: a digest of the text with whitespace runs as one space."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8", "surrogatepass")).hexdigest()

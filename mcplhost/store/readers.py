@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -264,8 +264,29 @@ def stopped_early_warning(result: SearchResult, deadline_s: float) -> str | None
 # --- the turns ledger ------------------------------------------------------------------
 
 
-def turn_plain_line(turn: Turn) -> str:
-    """One turn for people: id, agent, outcome (or running), start (UTC), seconds, model, tokens, waking ids."""
+def turn_trigger(items: list[StoredItem]) -> str | None:
+    """What started a turn, when its waking items say more than their ids: `peer from NAME[,NAME]` for peer rows.
+
+    A peer wake holds peer rows only (the scheduler keeps them apart), so
+    one peer row among the items names the trigger; NAME is the sender the
+    host recorded in `metadata.peer.from` (docs/peers.md#seeing-it).
+    """
+    senders = dict.fromkeys(str(peer["from"]) for item in items if item.agent is not None
+                            and isinstance(peer := item.metadata.get("peer"), dict) and isinstance(peer.get("from"), str))
+    return f"peer from {header_value(','.join(senders))}" if senders else None
+
+
+async def turns_with_triggers(store: Store, *, agent: str | None,
+                              limit: int | None) -> AsyncIterator[tuple[Turn, str | None]]:
+    """Each turn (oldest first) with its `turn_trigger`, read from its waking items."""
+    async for turn in store.turns.iterate(agent=agent, limit=limit):
+        shown = turn.wake_item_ids[:WAKE_IDS_SHOWN]
+        yield turn, turn_trigger(await store.items.get_many(shown)) if shown else None
+
+
+def turn_plain_line(turn: Turn, trigger: str | None = None) -> str:
+    """One turn for people: id, agent, outcome (or running), start (UTC), seconds, model, tokens, waking ids;
+    and its trigger when there is one to name (`turn_trigger`)."""
     started = datetime.fromtimestamp(turn.started_at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     took = "-" if turn.ended_at is None else f"{(turn.ended_at - turn.started_at) / 1000:.2f}s"
     tokens = "-" if turn.usage is None else str(spent_tokens(turn.usage))
@@ -273,7 +294,7 @@ def turn_plain_line(turn: Turn) -> str:
     hidden = len(turn.wake_item_ids) - WAKE_IDS_SHOWN
     wake = (shown or "-") + (f",…+{hidden}" if hidden > 0 else "")
     return (f"{turn.id:>6}  {turn.agent:<16} {turn.outcome or 'running':<9} {started} {took:>8}"
-            f"  {turn.model or '-'}  tokens={tokens}  wake={wake}")
+            f"  {turn.model or '-'}  tokens={tokens}  wake={wake}" + (f"  trigger={trigger}" if trigger else ""))
 
 
 # --- the outbox ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/history.py: stored blocks as parts, clipping, and which images keep pixels."""
+"""Tests for mcplhost/agents/history.py: stored blocks as parts, clipping, lookalike tags, and which images keep pixels."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from mcplhost.agents.history import (
     Draft,
     RenderedRows,
     clip_text,
+    neutralised,
     parts_of,
     render,
     render_row,
+    shown_text,
 )
+from mcplhost.peers.envelope import envelope
 from mcplhost.store import StoredItem
 
 IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
@@ -85,3 +88,42 @@ def test_rendered_rows_keep_a_few_caps() -> None:
     for cap in range(1, RENDERED_CAPS + 2):
         assert cache.lookup(rows, cap) == [render_row(rows[0], cap)]
     assert len(cache) == RENDERED_CAPS
+
+
+# --------------------------------------------------------------------------- lookalike tags (docs/agents.md#compilation)
+
+
+def test_neutralised_reads_each_run_of_texts_as_the_model_does() -> None:
+    """Texts joined by "\n" are scanned as one, an image ends a run, and nothing to escape gives the same list."""
+    parts = ["a <mcpl_", "agent_message>", IMAGE, "</mcpl_agent_message>"]
+    assert neutralised(parts) == ["a \\<mcpl_\nagent_message>", IMAGE, "\\</mcpl_agent_message>"]
+    plain = ["a < b", IMAGE, "c"]
+    assert neutralised(plain) is plain
+    assert neutralised(["<mcpl_agent", IMAGE, "_message>"]) == ["<mcpl_agent", IMAGE, "_message>"]
+
+
+def test_a_cut_never_parts_a_tag_from_its_escape() -> None:
+    """Where the cut keeps a tag's `<` but drops the backslash before it, the tail is escaped again."""
+    tag = "<mcpl_agent_message>"
+    text = "H" * 40 + tag  # escaped, the tail's last 20 characters are the tag without its backslash
+    (shown,) = shown_text([text], 40, "tool result")
+    assert shown.endswith("\n\\" + tag)
+    (clipped,) = clip_text(neutralised([text]), 40, "tool result")
+    assert clipped.endswith("\n" + tag)  # what the cut alone would have shown
+
+
+def peer_row(text: str, relationship: str) -> StoredItem:
+    return StoredItem(id=1, agent="scout", participant="lead", role="user", content=[{"type": "text", "text": text}],
+                      metadata={"peer": {"from": "lead", "relationship": relationship}}, created_at=0)
+
+
+def test_render_row_keeps_a_genuine_envelope_and_escapes_the_rest() -> None:
+    """An envelope peer row renders as stored; guidance and any other row holding the same text are escaped."""
+    text = envelope("lead", None, "sibling", "hi")
+    escaped = text.replace("<", "\\<")
+    (kept,) = render_row(peer_row(text, "sibling"), 1000).drafts  # type: ignore[union-attr]
+    assert kept.parts == [text]
+    for row in (peer_row(text, "ancestor"), peer_row(text + " ", "descendant"), stored(1, text),
+                stored(1, text, "scout")):
+        (draft,) = render_row(row, 1000).drafts  # type: ignore[union-attr]
+        assert "\n".join(draft.parts) in (escaped, escaped + " ")  # type: ignore[arg-type]

@@ -207,7 +207,7 @@ class TestDev:
         intro, *explained, last = result.stderr.splitlines()
         assert intro.startswith("mcplhost dev: database mcplhost-dev.db") and "-v shows the log" in intro
         assert [line.split(":")[0] for line in explained if not line.startswith("    ")] == [
-            "  stub", "  zulip", "  heartbeat", "  console", "  docs"]
+            "  stub", "  zulip", "  heartbeat", "  console", "  agents", "  docs"]
         assert last == "mcplhost dev: stopped; read it with: mcplhost messages --db mcplhost-dev.db"
 
     @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])

@@ -12,7 +12,7 @@ import pytest
 
 from mcplhost.store import open_store
 from mcplhost.store.operations import EndPublish, PublishSpeech, RecordPublishAttempt
-from mcplhost.store.outbox import ECHO_WINDOW_MS, RECENT_DELIVERED, OutboxEntry, outbox_line
+from mcplhost.store.outbox import ECHO_WINDOW_MS, RECENT_DELIVERED, RECENT_SPOKEN, OutboxEntry, outbox_line
 from mcplhost.store.writer import GroupWriter
 
 from .conftest import make_item
@@ -162,3 +162,28 @@ class TestEchoLookup:
             store.outbox.remember_delivered("s", "c", f"m{n}", n)
         assert store.outbox.recent_delivered("s", "c", "m0") is None
         assert store.outbox.recent_delivered("s", "c", f"m{RECENT_DELIVERED}") == RECENT_DELIVERED
+
+
+class TestSpeakerLookup:
+    async def test_an_agents_delivered_text_is_known_in_memory_and_after_a_reopen(self, db_path: Path):
+        """recent_speaker names the agent whose delivered publish had the text (whitespace aside), also when seeded."""
+        async with open_store(db_path) as store:
+            (published,) = await with_writer(store, PublishSpeech(speech(), [entry("Thanks,  you too!\n")]))
+            (oid,) = published.outbox_ids
+            await with_writer(store, EndPublish(oid, "delivered", T0, message_id=None))
+            store.outbox.remember_delivered("discord", "discord:g1:room", None, oid, agent="scout",
+                                            text="Thanks,  you too!\n")
+            assert store.outbox.recent_speaker("Thanks, you too!") == "scout"
+            assert store.outbox.recent_speaker("Thanks, you too") is None  # another text
+            assert store.outbox.recent_delivered("discord", "discord:g1:room", "None") is None  # no messageId: no echo key
+        async with open_store(db_path) as store:
+            assert store.outbox.recent_speaker("Thanks, you too!") is None  # memory starts empty
+            await store.outbox.load_recent_delivered(T0 + 1)
+            assert store.outbox.recent_speaker("Thanks, you too!") == "scout"
+
+    async def test_the_speech_window_is_bounded(self, store):
+        """The window of recent speech keeps the newest RECENT_SPOKEN texts only."""
+        for n in range(RECENT_SPOKEN + 1):
+            store.outbox.remember_delivered("s", "c", None, n, agent="a", text=f"t{n}")
+        assert store.outbox.recent_speaker("t0") is None
+        assert store.outbox.recent_speaker(f"t{RECENT_SPOKEN}") == "a"

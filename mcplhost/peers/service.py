@@ -1,0 +1,258 @@
+"""Peer messaging at run time: admission, the durable sealed queue, delivery (docs/peers.md).
+
+    peers = PeerService(config.agents, store, writer, activity=runtime)
+    await peers.start()                                    # reload throttles and counts; deliver what waits
+    answer = await peers.send("scout", "lead", "found it", None)   # a task_send_message result
+    await peers.deliver_at_tool_boundary("lead", turn_id, conversation)
+    await peers.deliver_queued("lead")                     # at the end of lead's turn
+
+Admission runs the guards in docs/peers.md's order, all of them and the
+enqueue under one lock per target, so two concurrent sends cannot both slip
+past a limit: scope (tree.py), the target's activity, then, for peer and
+ancestor sends only (an ancestor's guidance is exempt), the throttles
+(admission.py), the queue cap and the consecutive-wake cap. An admitted
+message is written to SQLite before its sender is answered: `accepted`
+(the target is idle; its row is stored in the same commit and wakes it) or
+`queued` (the target is in a turn). A refusal writes nothing and counts
+toward no window.
+
+Delivery stores each queued entry as one row of the target's (its envelope,
+or the guidance text), never merged with another entry or with other input,
+and marks the entry delivered in the same commit, only if it was still
+queued: exactly once, also across a crash. `tool-end` entries go in at the
+target's next tool boundary (the model reads them in that turn); whatever
+is left goes in when the turn ends, and wakes the target again. At start,
+every entry still queued is delivered the same way.
+
+The windows, the duplicate window and the consecutive-wake count are kept
+in memory for speed and in SQLite for truth: the throttles are reloaded
+from the sends of the last LONGEST_WINDOW_MS, the counts from their table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import structlog
+
+from mcplhost.config import AgentConfig
+from mcplhost.ingest import Stored, now_ms
+from mcplhost.peers.admission import Throttles, text_key
+from mcplhost.peers.envelope import envelope, guidance
+from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS, QUEUE_MAX, TARGET_MAX
+from mcplhost.peers.loops import Cause, next_count
+from mcplhost.peers.ports import AgentActivity
+from mcplhost.peers.tree import SCOPES, SENDER_RELATIONSHIP, Relation, Tree
+from mcplhost.store import NewItem, Store
+from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, SetPeerWakeCounts
+from mcplhost.store.peers import PeerEntry, QueuedPeerMessage
+from mcplhost.store.writer import GroupWriter
+
+log = structlog.get_logger()
+
+DISPATCHES = ("tool-end", "turn-end")
+#: Sends reloaded at start to seed the throttles: every pair and target at its limit is far fewer.
+SEED_SENDS = 100_000
+#: Queued entries delivered per read (a target holds at most QUEUE_MAX peer entries, plus guidance).
+DELIVER_PAGE = 100
+
+
+class PeerRefusal(Exception):
+    """Arguments the tool cannot take (not a refusal status): said to the model as a failed call."""
+
+
+class PeerService:
+    """The host's peer messaging: one per host, shared by its agents."""
+
+    def __init__(self, agents: Sequence[AgentConfig], store: Store, writer: GroupWriter, *,
+                 activity: AgentActivity, clock_ms: Callable[[], int] = now_ms) -> None:
+        self.tree = Tree(agents)
+        self.store = store
+        self.writer = writer
+        self.activity = activity
+        self.clock_ms = clock_ms
+        self.throttles = Throttles()
+        self._locks: dict[str, anyio.Lock] = {name: anyio.Lock() for name in (a.name for a in agents)}
+        self._queued: dict[str, int] = {}  # target → queued peer entries (guidance not counted)
+        self._wakes: dict[str, int] = {}  # target → consecutive agent-caused turns
+        #: Admissions by status since start, for status and metrics.
+        self.admissions: dict[str, int] = {}
+
+    # --- start -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reload the throttles, queue counts and wake counts from SQLite, then deliver what still waits."""
+        since = self.clock_ms() - LONGEST_WINDOW_MS
+        sends = await self.store.peers.recent_sends(since, limit=SEED_SENDS)
+        self.throttles.seed((s.sender, s.target, s.text_key, s.created_at) for s in sends)
+        self._queued = dict(await self.store.peers.queued_counts())
+        self._wakes = dict(await self.store.peers.wake_counts())
+        for target in await self.store.peers.queued_targets():
+            if target in self.tree:
+                delivered = await self.deliver_queued(target)
+                log.info("peer.delivered_at_start", agent=target, messages=delivered)
+
+    # --- the tools -------------------------------------------------------------------
+
+    def listing(self, caller: str, scope: Any) -> list[dict[str, Any]]:
+        """`task_list`: the caller's descendants (default) or its whole tree."""
+        if scope is None:
+            scope = "descendants"
+        if scope not in SCOPES:
+            raise PeerRefusal(f"task_list: `scope` is one of {', '.join(SCOPES)}")
+        return self.tree.listing(caller, scope, self.activity.status)
+
+    async def send(self, sender: str, target: Any, message: Any, dispatch: Any) -> dict[str, Any]:
+        """`task_send_message`: the guards in order, the enqueue; the answer the sending model reads."""
+        if not isinstance(target, str) or not target:
+            raise PeerRefusal("task_send_message needs `target`, an agent's name")
+        if not isinstance(message, str) or not message.strip():
+            raise PeerRefusal("task_send_message needs `message`, a non-empty string")
+        if dispatch is not None and dispatch not in DISPATCHES:
+            raise PeerRefusal(f"task_send_message: `dispatch` is one of {', '.join(DISPATCHES)}")
+        answer = await self._admit(sender, target, message, dispatch)
+        self.admissions[answer["status"]] = self.admissions.get(answer["status"], 0) + 1
+        log.info("peer.send", agent=sender, target=target, status=answer["status"], reason=answer.get("reason"),
+                 chars=len(message))
+        return answer
+
+    async def _admit(self, sender: str, target: str, message: str, dispatch: str | None) -> dict[str, Any]:
+        relation = self.tree.relation(sender, target)
+        if relation is None:
+            return {"status": "invalid_scope", "target": target}
+        if len(message) > MESSAGE_MAX_CHARS:
+            return {"status": "refused", "target": target, "reason": "too_long"}
+        async with self._locks[target]:
+            state = self.activity.activity(target)
+            if state == "inactive":
+                return {"status": "not_active", "target": target}
+            guided = relation == "descendant"  # an ancestor's guidance: exempt from the throttles
+            key = text_key(message)
+            at = self.clock_ms()
+            if not guided:
+                verdict = self.throttles.check(sender, target, key, at, queued=self._queued.get(target, 0),
+                                               consecutive_wakes=self._wakes.get(target, 0))
+                if verdict.status == "rate_limited":
+                    return {"status": "rate_limited", "target": target, "retryAfterMs": verdict.retry_after_ms}
+                if verdict.status == "refused":
+                    return {"status": "refused", "target": target, "reason": verdict.reason}
+            status = "accepted" if state == "idle" else "queued"
+            entry = PeerEntry(sender=sender, target=target, relationship=SENDER_RELATIONSHIP[relation],
+                              dispatch=dispatch or default_dispatch(relation), text=message, text_key=key,
+                              status=status, created_at=at)
+            row = self.row(entry, entry_id=None, turn_id=None, conversation_id=None) if status == "accepted" else None
+            (written,) = await self.writer.submit(EnqueuePeerMessage(entry, row))
+            if not guided:
+                self.throttles.record(sender, target, key, at)
+            if row is None:
+                if not guided:
+                    self._queued[target] = self._queued.get(target, 0) + 1
+            elif written.item_id is not None:
+                _log_delivered(entry, written.item_id, in_turn=False)
+                self.activity.wake(target, Stored(written.item_id, self.row(entry, entry_id=written.entry_id,
+                                                                            turn_id=None, conversation_id=None)))
+            return {"status": status, "target": target}
+
+    # --- delivery ----------------------------------------------------------------------
+
+    def row(self, entry: PeerEntry | QueuedPeerMessage, *, entry_id: int | None, turn_id: int | None,
+            conversation_id: str | None) -> NewItem:
+        """The target's row for one message: its envelope (or guidance), `metadata.peer` saying what it is.
+
+        `turn_id`: delivered inside that turn, at a tool boundary (such a row
+        wakes no one: the turn reads it); None: delivered between turns, it
+        wakes the target (mcplhost/agents/wake.py).
+        """
+        relationship = entry.relationship
+        if relationship == "ancestor":
+            text = guidance(entry.sender, entry.text)
+        else:
+            text = envelope(entry.sender, self.tree.title(entry.sender), relationship, entry.text)  # type: ignore[arg-type]
+        metadata: dict[str, Any] = {"peer": {"from": entry.sender, "relationship": relationship},
+                                    "dispatch": entry.dispatch}
+        if entry_id is not None:
+            metadata["peerMessageId"] = entry_id
+        if turn_id is not None:
+            metadata["turnId"] = turn_id
+        if conversation_id is not None:
+            metadata["conversationId"] = conversation_id
+        return NewItem(role="user", content=[{"type": "text", "text": text}], metadata=metadata,
+                       created_at=self.clock_ms(), agent=entry.target, participant=entry.sender,
+                       conversation_id=conversation_id)
+
+    async def deliver_at_tool_boundary(self, agent: str, turn_id: int, conversation_id: str | None) -> int:
+        """Deliver the agent's queued `tool-end` entries into its running turn; how many were delivered."""
+        if agent not in self._locks:
+            return 0
+        async with self._locks[agent]:
+            entries = [e for e in await self.store.peers.queued(agent, limit=DELIVER_PAGE) if e.dispatch == "tool-end"]
+            if not entries:
+                return 0
+            delivered = await self._deliver(agent, entries, turn_id=turn_id, conversation_id=conversation_id)
+        return len(delivered)
+
+    async def deliver_queued(self, agent: str) -> int:
+        """Deliver every entry still queued for the agent (its turn ended, or the host started); they wake it."""
+        if agent not in self._locks:
+            return 0
+        total = 0
+        async with self._locks[agent]:
+            while entries := await self.store.peers.queued(agent, limit=DELIVER_PAGE):
+                delivered = await self._deliver(agent, entries, turn_id=None, conversation_id=None)
+                for stored in delivered:
+                    self.activity.wake(agent, stored)
+                total += len(delivered)
+                if len(entries) < DELIVER_PAGE:
+                    break
+        return total
+
+    async def _deliver(self, agent: str, entries: list[QueuedPeerMessage], *, turn_id: int | None,
+                       conversation_id: str | None) -> list[Stored]:
+        """One commit: each entry's row, each entry marked delivered; the rows actually stored (exactly once)."""
+        rows = [(e.id, self.row(e, entry_id=e.id, turn_id=turn_id, conversation_id=conversation_id)) for e in entries]
+        (item_ids,) = await self.writer.submit(DeliverPeerMessages(rows, self.clock_ms()))
+        stored = [Stored(item_id, row) for (_, row), item_id in zip(rows, item_ids, strict=True) if item_id is not None]
+        counted = sum(1 for e, item_id in zip(entries, item_ids, strict=True)
+                      if item_id is not None and e.relationship != "ancestor")
+        self._queued[agent] = max(0, self._queued.get(agent, 0) - counted)
+        for entry, item_id in zip(entries, item_ids, strict=True):
+            if item_id is not None:
+                _log_delivered(entry, item_id, in_turn=turn_id is not None)
+        return stored
+
+    # --- the loop breaker --------------------------------------------------------------
+
+    def consecutive_wakes(self, agent: str) -> int:
+        return self._wakes.get(agent, 0)
+
+    async def turn_starting(self, agent: str, cause: Cause) -> None:
+        """Count a turn about to start by its cause (mcplhost/peers/loops.py), durably when the count moves."""
+        before = self._wakes.get(agent, 0)
+        after = next_count(before, cause)
+        if after == before:
+            return
+        self._wakes[agent] = after
+        await self.writer.submit(SetPeerWakeCounts([(agent, after, self.clock_ms())]))
+
+    # --- reporting ---------------------------------------------------------------------
+
+    def queued(self, agent: str) -> int:
+        """Queued, undelivered peer messages for the agent (guidance not counted)."""
+        return self._queued.get(agent, 0)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"admissions": dict(self.admissions), "queued": dict(self._queued), "throttleEntries":
+                self.throttles.entries(), "consecutiveWakes": dict(self._wakes), "limits": {
+                    "queueMax": QUEUE_MAX, "targetMax": TARGET_MAX}}
+
+
+def _log_delivered(entry: PeerEntry | QueuedPeerMessage, item_id: int, *, in_turn: bool) -> None:
+    log.info("peer.delivered", agent=entry.target, sender=entry.sender, relationship=entry.relationship,
+             item=item_id, in_turn=in_turn)
+
+
+def default_dispatch(relation: Relation) -> str:
+    """To an ancestor at its turn end (often a human-driven agent); to anyone else at its next tool boundary."""
+    return "turn-end" if relation == "ancestor" else "tool-end"
