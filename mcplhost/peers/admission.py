@@ -86,6 +86,7 @@ class Verdict(msgspec.Struct, frozen=True):
 
 #: The one admit verdict.
 ADMIT = Verdict("admit")
+#: The refusals, one verdict each.
 DUPLICATE = Verdict("refused", reason="duplicate")
 QUEUE_FULL = Verdict("refused", reason="queue_full")
 NEEDS_ATTENTION = Verdict("refused", reason="needs_attention")
@@ -162,8 +163,9 @@ class _RecentKeys(Generic[K]):
         timeline, latest, window_ms = self._timeline, self._latest, self.window_ms
         while timeline and horizon_ms - timeline[0][0] >= window_ms:
             at_ms, key = timeline.popleft()
-            # An older entry of a key sent again leaves it; its newest (or an equal-time twin) takes it.
-            if latest.get(key, at_ms + 1) <= at_ms:
+            # A key sent again stays until its newest entry (or an equal-time twin of it) expires.
+            newest_ms = latest.get(key)
+            if newest_ms is not None and newest_ms <= at_ms:
                 del latest[key]
 
     def room_at(self, key: K) -> int | None:
@@ -214,8 +216,7 @@ class Throttles:
     def record(self, sender: str, target: str, key: str, now_ms: int) -> None:
         """Count an admitted send, at `now_ms` or, if the clock went back, at the latest time seen."""
         at_ms = self._advance(now_ms)
-        pair = (sender, target)
-        self._pairs.add(pair, at_ms)
+        self._pairs.add((sender, target), at_ms)
         self._targets.add(target, at_ms)
         self._duplicates.add((sender, target, key), at_ms)
 
