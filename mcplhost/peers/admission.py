@@ -204,7 +204,8 @@ class Throttles:
         for window, window_key in ((self._pairs, (sender, target)), (self._targets, target)):
             room_at = window.room_at(window_key)
             if room_at is not None:
-                return Verdict("rate_limited", retry_after_ms=max(1, room_at - now_ms))
+                # At least 1: an entry still held expires after the latest time, which is >= now_ms.
+                return Verdict("rate_limited", retry_after_ms=room_at - now_ms)
         if self._duplicates.room_at((sender, target, key)) is not None:
             return DUPLICATE
         if queued >= QUEUE_MAX:
