@@ -23,9 +23,9 @@ toward none.
 Windows slide: a send admitted at `t` counts while `now - t < window`, so at
 `t + window - 1` it still counts and at `t + window` it is gone.
 `retry_after_ms` is when the window that refused has room again, reckoned
-on the caller's clock: the time of the oldest entry that must expire (with
-the usual PAIR_MAX entries, the oldest counted one) + window - now_ms, at
-least 1.
+on the caller's clock: the time of the entry whose expiry makes room (the
+oldest counted one, unless a seed brought more than the limit) + window -
+now_ms, at least 1. After a clock step back it includes the step.
 
 Memory is bounded by what the windows count: every check (and record)
 evicts, from the left of each window's time-ordered deque, the entries that
@@ -40,8 +40,8 @@ LONGEST_WINDOW_MS of the latest time seen.
 The wall clock may step backwards. The throttles' own time never does: it
 is the latest `now_ms` (of `check` or `record`) seen so far, and a smaller
 `now_ms` evicts and counts as of that latest time, so nothing expires early
-and nothing counts twice; in effect their time stands still until the clock
-catches up. A `record` earlier than the latest time is recorded at the
+and nothing expired comes back; in effect their time stands still until the
+clock catches up. A `record` earlier than the latest time is recorded at the
 latest time, which keeps every deque in time order (the invariant eviction
 relies on) and errs toward throttling.
 """
@@ -65,9 +65,6 @@ from mcplhost.peers.limits import (
     TARGET_WINDOW_MS,
 )
 
-#: One send to the duplicate window: at most one identical message per DUPLICATE_WINDOW_MS.
-DUPLICATE_MAX = 1
-
 
 def text_key(text: str) -> str:
     """The duplicate window's key: SHA-256 (64 lowercase hex) of the text with outer whitespace trimmed.
@@ -89,6 +86,7 @@ class Verdict(msgspec.Struct, frozen=True):
 
 #: The one admit verdict.
 ADMIT = Verdict("admit")
+#: The refusals, one verdict each.
 DUPLICATE = Verdict("refused", reason="duplicate")
 QUEUE_FULL = Verdict("refused", reason="queue_full")
 NEEDS_ATTENTION = Verdict("refused", reason="needs_attention")
@@ -144,6 +142,46 @@ class _SlidingWindow(Generic[K]):
         return len(self._timeline)
 
 
+class _RecentKeys(Generic[K]):
+    """The keys recorded within the last `window_ms`: a sliding window of one per key.
+
+    Kept apart from `_SlidingWindow` because these keys grow with the sends
+    (every new text is a key) where pairs and targets grow only with the
+    agents: each key holds one int, not a list of one.
+    """
+
+    __slots__ = ("window_ms", "_timeline", "_latest")
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+        self._timeline: deque[tuple[int, K]] = deque()
+        #: Each key's newest time: the one that decides, and the last of its entries to expire.
+        self._latest: dict[K, int] = {}
+
+    def evict(self, horizon_ms: int) -> None:
+        """Drop the entries that no longer count at `horizon_ms`, and the keys left with none."""
+        timeline, latest, window_ms = self._timeline, self._latest, self.window_ms
+        while timeline and horizon_ms - timeline[0][0] >= window_ms:
+            at_ms, key = timeline.popleft()
+            # A key sent again stays until its newest entry (or an equal-time twin of it) expires.
+            newest_ms = latest.get(key)
+            if newest_ms is not None and newest_ms <= at_ms:
+                del latest[key]
+
+    def room_at(self, key: K) -> int | None:
+        """None when `key` has not been recorded within the window; else the time at which it leaves."""
+        at_ms = self._latest.get(key)
+        return None if at_ms is None else at_ms + self.window_ms
+
+    def add(self, key: K, at_ms: int) -> None:
+        """Count one send at `at_ms`, which is never earlier than any entry held."""
+        self._timeline.append((at_ms, key))
+        self._latest[key] = at_ms
+
+    def __len__(self) -> int:
+        return len(self._timeline)
+
+
 class Throttles:
     """The throttle rows for every sender and target of one host."""
 
@@ -154,7 +192,7 @@ class Throttles:
         self._latest_ms: int | None = None
         self._pairs: _SlidingWindow[tuple[str, str]] = _SlidingWindow(PAIR_MAX, PAIR_WINDOW_MS)
         self._targets: _SlidingWindow[str] = _SlidingWindow(TARGET_MAX, TARGET_WINDOW_MS)
-        self._duplicates: _SlidingWindow[tuple[str, str, str]] = _SlidingWindow(DUPLICATE_MAX, DUPLICATE_WINDOW_MS)
+        self._duplicates: _RecentKeys[tuple[str, str, str]] = _RecentKeys(DUPLICATE_WINDOW_MS)
 
     def check(self, sender: str, target: str, key: str, now_ms: int, *, queued: int, consecutive_wakes: int) -> Verdict:
         """The first row this send fails, in the table's order, else ADMIT. Records nothing.
@@ -166,7 +204,8 @@ class Throttles:
         for window, window_key in ((self._pairs, (sender, target)), (self._targets, target)):
             room_at = window.room_at(window_key)
             if room_at is not None:
-                return Verdict("rate_limited", retry_after_ms=max(1, room_at - now_ms))
+                # At least 1: an entry still held expires after the latest time, which is >= now_ms.
+                return Verdict("rate_limited", retry_after_ms=room_at - now_ms)
         if self._duplicates.room_at((sender, target, key)) is not None:
             return DUPLICATE
         if queued >= QUEUE_MAX:
@@ -178,8 +217,7 @@ class Throttles:
     def record(self, sender: str, target: str, key: str, now_ms: int) -> None:
         """Count an admitted send, at `now_ms` or, if the clock went back, at the latest time seen."""
         at_ms = self._advance(now_ms)
-        pair = (sender, target)
-        self._pairs.add(pair, at_ms)
+        self._pairs.add((sender, target), at_ms)
         self._targets.add(target, at_ms)
         self._duplicates.add((sender, target, key), at_ms)
 

@@ -245,8 +245,16 @@ class TestMemory:
         assert throttles.entries() > 0
         throttles.check("a", "b", text_key("m"), T0 + 500 + LONGEST_WINDOW_MS, queued=0, consecutive_wakes=0)
         assert throttles.entries() == 0
-        windows = (throttles._pairs, throttles._targets, throttles._duplicates)  # white box: the per-key maps
-        assert all(not window._newest for window in windows)
+        # White box: the per-key maps are empty too.
+        assert not throttles._pairs._newest and not throttles._targets._newest and not throttles._duplicates._latest
+
+    def test_a_text_sent_twice_in_the_window_stays_a_duplicate_until_the_later_expires(self) -> None:
+        """A seed may hold one text twice: the older one's expiry leaves the newer counting."""
+        throttles = Throttles()
+        throttles.seed([("a", "b", text_key("same"), T0 + 50_000), ("a", "b", text_key("same"), T0)])
+        assert check(throttles, "a", "b", "same", T0 + DUPLICATE_WINDOW_MS) == DUPLICATE
+        assert check(throttles, "a", "b", "same", T0 + 50_000 + DUPLICATE_WINDOW_MS - 1) == DUPLICATE
+        assert check(throttles, "a", "b", "same", T0 + 50_000 + DUPLICATE_WINDOW_MS) == ADMIT
 
     def test_a_seed_beyond_the_limits_keeps_per_key_lists_at_the_limit(self) -> None:
         """A store holding more sends than the limits would admit still decides exactly, with capped lists."""
@@ -256,6 +264,10 @@ class TestMemory:
         # Room again when the PAIR_MAX-th newest send (at T0 + 995) expires.
         assert throttles.check("a", "b", "new", T0 + 999, queued=0, consecutive_wakes=0) == rate_limited(
             T0 + 1000 - PAIR_MAX + PAIR_WINDOW_MS - (T0 + 999))
+        # The oldest sends expiring (ones the capped list had let go of) leave the newest in place.
+        later = T0 + PAIR_WINDOW_MS + 500
+        assert throttles.check("a", "b", "new", later, queued=0, consecutive_wakes=0) == rate_limited(
+            T0 + 1000 - PAIR_MAX + PAIR_WINDOW_MS - later)
         assert throttles.check("a", "b", "new", T0 + 1000 - PAIR_MAX + PAIR_WINDOW_MS,
                                queued=0, consecutive_wakes=0) == ADMIT
 
