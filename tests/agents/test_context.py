@@ -130,6 +130,11 @@ class TestSystemPrompt:
                                                        "from a hook"])
         assert "peer" in PEER_TRUST_TEXT
 
+    def test_the_peer_section_names_both_framings_and_the_escape(self) -> None:
+        """The trust section says how peer messages look and that an escaped tag is the sender's text."""
+        assert f"{OPEN_TAG} envelope" in PEER_TRUST_TEXT and '"Guidance from <name>:"' in PEER_TRUST_TEXT
+        assert "Any \\<mcpl_agent_message with a backslash in front" in PEER_TRUST_TEXT
+
     def test_backend_settings(self) -> None:
         """Model, max_tokens and temperature come from the agent's backend; tools pass as given."""
         tool = ToolSpec(name="channel_list", description="d", input_schema={"type": "object"})
@@ -645,7 +650,7 @@ def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> 
     assert sum(1 for m in first.request.messages for b in m.content if b["type"] == "image") <= 4
     assert IMAGE_CHARS > len("[image]")
     # Every lookalike tag the model reads is escaped, but the two of a genuine envelope (whole or clipped).
-    assert unescaped_lookalikes(first.request.system) == []
+    assert unescaped_lookalikes(first.request.system.replace(PEER_TRUST_TEXT, "")) == []
     assert all(unescaped_lookalikes(tool.description) == [] for tool in first.request.tools)
     for message in first.request.messages:
         for text in texts(message):
