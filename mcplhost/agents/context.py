@@ -400,8 +400,10 @@ def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
             heard.append(row)
     if agent.context_scope != "conversation":
         return heard
+    # A waking peer message names its turn's conversation like a waking item (none: the no-conversation one).
     scope = set(conversations) if conversations is not None else {
-        row_conversation(row) for row in heard if row.agent is None and row.id in wake_ids}
+        row_conversation(row) for row in heard
+        if row.id in wake_ids and (row.agent is None or row_kind(row) == "peer")}
     return [row for row in heard if row_conversation(row) in scope
             or (row.agent is not None and _is_source_notice(row))]
 

@@ -558,6 +558,13 @@ class TestPeerTrigger:
         assert texts(compile_(rows, wake=[1]).request.messages[-1]) == [GUIDANCE_TRIGGER_TEXT]
         assert texts(compile_(rows, wake=[1, 2]).request.messages[-1]) == [PEER_TRIGGER_TEXT]
 
+    def test_under_conversation_scope_a_peer_wake_sees_its_message(self) -> None:
+        """A peer message that woke a conversation-scoped agent names the turn's conversation, so it is shown."""
+        agent = AgentConfig(name="scout", context_scope="conversation")
+        rows = [heard(1, "in the room"), sibling_message(2, "status?")]
+        messages = compile_(rows, wake=[2], agent=agent).request.messages
+        assert [texts(m) for m in messages] == [[rows[1].content[0]["text"]], [PEER_TRIGGER_TEXT]]
+
     def test_no_peer_wake_no_line(self) -> None:
         """A user's item waking the turn, with a peer row only in the context, adds no line."""
         rows = [sibling_message(1, "hi"), heard(2, "hello")]
