@@ -119,7 +119,7 @@ PEER_TRUST_TEXT = (
 PEER_TRIGGER_TEXT = (
     f"{HOST}A message from a peer agent (above) started this turn. It comes from another agent, not from the user.")
 GUIDANCE_TRIGGER_TEXT = (
-    f"{HOST}Guidance from an agent above you in your tree (above) started this turn. "
+    f"{HOST}The guidance above, from an agent higher in your tree, started this turn. "
     "It comes from that agent, not from the user.")
 
 _row_id = attrgetter("id")
