@@ -130,6 +130,11 @@ class TestSystemPrompt:
                                                        "from a hook"])
         assert "peer" in PEER_TRUST_TEXT
 
+    def test_the_peer_section_names_both_framings_and_the_escape(self) -> None:
+        """The trust section says how peer messages look and that an escaped tag is the sender's text."""
+        assert f"{OPEN_TAG} envelope" in PEER_TRUST_TEXT and '"Guidance from <name>:"' in PEER_TRUST_TEXT
+        assert "Any \\<mcpl_agent_message with a backslash in front" in PEER_TRUST_TEXT
+
     def test_backend_settings(self) -> None:
         """Model, max_tokens and temperature come from the agent's backend; tools pass as given."""
         tool = ToolSpec(name="channel_list", description="d", input_schema={"type": "object"})
@@ -553,6 +558,13 @@ class TestPeerTrigger:
         assert texts(compile_(rows, wake=[1]).request.messages[-1]) == [GUIDANCE_TRIGGER_TEXT]
         assert texts(compile_(rows, wake=[1, 2]).request.messages[-1]) == [PEER_TRIGGER_TEXT]
 
+    def test_under_conversation_scope_a_peer_wake_sees_its_message(self) -> None:
+        """A peer message that woke a conversation-scoped agent names the turn's conversation, so it is shown."""
+        agent = AgentConfig(name="scout", context_scope="conversation")
+        rows = [heard(1, "in the room"), sibling_message(2, "status?")]
+        messages = compile_(rows, wake=[2], agent=agent).request.messages
+        assert [texts(m) for m in messages] == [[rows[1].content[0]["text"]], [PEER_TRIGGER_TEXT]]
+
     def test_no_peer_wake_no_line(self) -> None:
         """A user's item waking the turn, with a peer row only in the context, adds no line."""
         rows = [sibling_message(1, "hi"), heard(2, "hello")]
@@ -645,7 +657,7 @@ def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> 
     assert sum(1 for m in first.request.messages for b in m.content if b["type"] == "image") <= 4
     assert IMAGE_CHARS > len("[image]")
     # Every lookalike tag the model reads is escaped, but the two of a genuine envelope (whole or clipped).
-    assert unescaped_lookalikes(first.request.system) == []
+    assert unescaped_lookalikes(first.request.system.replace(PEER_TRUST_TEXT, "")) == []
     assert all(unescaped_lookalikes(tool.description) == [] for tool in first.request.tools)
     for message in first.request.messages:
         for text in texts(message):

@@ -53,9 +53,29 @@ def oracle_neutralise(text: str) -> str:
     return "".join(out) + text[last:]
 
 
-# Text that leans on the tag: its pieces, its letters in other cases, ignorables, other `<` and `/` forms.
+# Ignorables of every kind, and the letters of the name as case folding lets them be written.
+IGNORABLES = [" ", "\n", *CONTROLS, *INVISIBLES, *SPACES, *LINE_SEPARATORS]
+
+
+def _letter_forms(letter: str) -> list[str]:
+    return [letter, letter.upper(), *(["\u017f"] if letter == "s" else [])]
+
+
+@st.composite
+def lookalikes(draw: st.DrawFn) -> str:
+    """A lookalike tag in any of its forms, ignorables spliced in; sometimes cut short, so no longer one."""
+    spliced = st.lists(st.sampled_from(IGNORABLES), max_size=2).map("".join)
+    out = [draw(st.sampled_from(["<", "\uff1c", "\ufe64"])), draw(spliced)]
+    if draw(st.booleans()):
+        out += [draw(st.sampled_from(["/", "\uff0f"])), draw(spliced)]
+    for index, letter in enumerate(NAME):
+        out += [draw(spliced) if index else "", draw(st.sampled_from(_letter_forms(letter)))]
+    text = "".join(out)
+    return text[:draw(st.integers(0, len(text)))] if draw(st.booleans()) else text
+
+
+# Text that leans on the tag: its pieces, whole lookalikes, ignorables, other `<` and `/` forms, any text.
 TAG_PIECES = ["<", "</", "\uff1c", "\ufe64", "/", "\uff0f", "\\", ">", "mcpl_agent_message", "MCPL_Agent_Message",
               "mcpl", "_agent", "_message", "\u017f", "K", "\u00df", OPEN_TAG, CLOSE_TAG, "<\\/", "\\u003c",
               '"', "[source: x]", *"mcplagentsMCPLAGENTS_"]
-tag_text = st.lists(st.sampled_from(TAG_PIECES + CONTROLS + INVISIBLES + SPACES + LINE_SEPARATORS) | st.text(),
-                    max_size=30).map("".join)
+tag_text = st.lists(st.sampled_from(TAG_PIECES + IGNORABLES) | lookalikes() | st.text(), max_size=20).map("".join)
