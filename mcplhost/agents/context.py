@@ -200,7 +200,7 @@ def needs_notice(rows: list[StoredItem], agent: AgentConfig | None = None) -> bo
 def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[StoredItem], wake_item_ids: list[int],
                     tools: list[ToolSpec], injections: Injections | None, now_ms: int, backend: BackendConfig,
                     conversations: list[str | None] | None = None,
-                    rendered: RenderedRows | None = None) -> Compiled:
+                    rendered: RenderedRows | None = None, turn_rows_after: int | None = None) -> Compiled:
     """The request for one backend call of `agent`'s turn; same inputs, same bytes (docs/agents.md#compilation).
 
     `rows`: the context rows (everyone's and the agent's own, any order).
@@ -209,6 +209,10 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     `rendered`: the store's cache of row renderings (`RowCache.rendered`),
     which spares re-rendering rows from one turn to the next; the result is
     the same with or without it.
+    `turn_rows_after`: rows with a higher id were written by the running turn
+    (its calls, their results, peer rows delivered into it): a peer trigger
+    line stays before them, where the turn's first request ended (None: every
+    row was there when the turn began, so the line is last).
     """
     injections = injections or Injections()
     message_cap = max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
@@ -241,8 +245,11 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     wake_units = [i for i, u in enumerate(kept) if wake_ids.intersection(u.item_ids)]
     first_wake = wake_units[0] if wake_units else len(kept)
     last_wake = wake_units[-1] + 1 if wake_units else len(kept)
+    tail = kept[last_wake:]
+    own = next((i for i, u in enumerate(tail) if turn_rows_after is not None and u.item_ids
+                and min(u.item_ids) > turn_rows_after), len(tail))  # the running turn's own rows begin here
     for piece in (_drafts_of(kept[:first_wake]), before, _drafts_of(kept[first_wake:last_wake]), after,
-                  _drafts_of(kept[last_wake:]), last):
+                  _drafts_of(tail[:own]), last, _drafts_of(tail[own:])):
         drafts.extend(piece)
     if not drafts:
         drafts.append(Draft("user", [f"{HOST}There are no messages in your context yet."]))

@@ -83,6 +83,7 @@ class _Progress:
     injections: Any = None  # the hook injections of the first request (JSON-able), kept with the turn
     conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
     speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
+    turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
 
     def add(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -165,6 +166,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
     await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()
+    progress.turn_rows_after = max((row.id for row in rows), default=0)  # later rows are this turn's own
     for turn_index in range(agent.max_tool_rounds + 1):
         response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
                                         tools=tools, turn_index=turn_index, waking_text=user_message,
@@ -196,7 +198,8 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
                                                     conversation_id=conversation)
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
-                               backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered)
+                               backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered,
+                               turn_rows_after=progress.turn_rows_after)
     request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names

@@ -552,6 +552,24 @@ class TestPeerTrigger:
         assert compiled.request.stable_prefix < len(messages) - 1  # this turn's own line, not a cached prefix
         assert "lead" not in PEER_TRIGGER_TEXT and PEER_TRIGGER_TEXT.startswith("[host] ")
 
+    def test_in_the_turns_later_calls_the_line_stays_where_the_first_request_ended(self) -> None:
+        """The turn's own rows (its tool call and result, written after it began) come after the line, so the
+        model reads its tool results last and the request's prefix stays the first call's."""
+        rows = [heard(1, "earlier"), sibling_message(2, "can you check the logs?", sender="lead")]
+        first = compile_request(SCOUT, system_prompt="", rows=rows, wake_item_ids=[2], tools=[], injections=None,
+                                now_ms=NOW, backend=BACKEND, turn_rows_after=2)
+        assert texts(first.request.messages[-1]) == [PEER_TRIGGER_TEXT]
+        call = ToolCall(id="c1", name="channel_list", arguments={})
+        later = [*rows, own(3, tool_call_row("scout", 7, call, created_at=NOW)),
+                 own(4, tool_result_row("scout", 7, "c1", "channel_list", [{"type": "text", "text": "[]"}], False,
+                                        created_at=NOW))]
+        second = compile_request(SCOUT, system_prompt="", rows=later, wake_item_ids=[2], tools=[], injections=None,
+                                 now_ms=NOW, backend=BACKEND, turn_rows_after=2)
+        messages = second.request.messages
+        assert [m.role for m in messages[-3:]] == ["user", "assistant", "tool"]
+        assert texts(messages[-3]) == [PEER_TRIGGER_TEXT]
+        assert messages[:len(first.request.messages)] == first.request.messages
+
     def test_a_guidance_wake_ends_with_the_guidance_line(self) -> None:
         """Guidance from an ancestor has its own line; with an envelope among the wakes, the peer line wins."""
         rows = [guidance_message(1, "focus on the tests"), sibling_message(2, "hi")]
