@@ -257,6 +257,8 @@ PEER_TOOLS: tuple[ToolSpec, ...] = (
             "scope": {"type": "string", "enum": ["descendants", "tree"]}}}),
 )
 PEER_TOOL_NAMES = frozenset(spec.name for spec in PEER_TOOLS)
+#: How much of a `target` that names no agent (names have at most 32 characters) its answer echoes back.
+PEER_TARGET_SHOWN_CHARS = 64
 
 
 class Publisher(Protocol):
@@ -528,8 +530,12 @@ class ToolBox:
             if name == "task_list":
                 rows = peers.listing(self.agent.name, arguments.get("scope"))
                 return as_text({"agents": [{**row, "title": listed_label(row["title"])} for row in rows]})
-            return as_text(await peers.send(self.agent.name, arguments.get("target"), arguments.get("message"),
-                                                 arguments.get("dispatch")))
+            answer = await peers.send(self.agent.name, arguments.get("target"), arguments.get("message"),
+                                      arguments.get("dispatch"))
+            # `target` is the model's own argument, echoed back: bounded and marked like any text it may carry.
+            target = answer["target"]
+            shown = target if len(target) <= PEER_TARGET_SHOWN_CHARS else target[:PEER_TARGET_SHOWN_CHARS] + "…"
+            return as_text({**answer, "target": marked(shown)})
         except PeerRefusal as exc:
             return failure(str(exc))
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import anyio
 
-from mcplhost.store import open_store
-from mcplhost.store.operations import BeginTurn, RecordTurn
+from mcplhost.peers.envelope import envelope, parse_envelope
+from mcplhost.store import NewItem, open_store
+from mcplhost.store.operations import BeginTurn, InsertItems, RecordTurn
 from mcplhost.store.writer import GroupWriter
 
 from ..harness import PYTHON, REPO
@@ -87,6 +88,29 @@ class TestTurnsExport:
         result = cli("turns", "--db", str(tmp_path / "host.db"))
         assert result.stdout.rstrip().endswith("wake=1,2,3,4,5,6,7,8,…+92")
         assert exported(tmp_path / "host.db")[0]["wakeItemIds"] == list(range(1, 101))
+
+    async def test_a_peer_started_turn_names_its_trigger_and_messages_agent_shows_the_envelope(self, tmp_path: Path
+                                                                                               ) -> None:
+        """The plain line says `trigger=peer from NAME` for a turn whose waking item is a peer row (--json keeps its
+        keys: the ids name the row); `messages --agent` lists that row with its envelope and metadata.peer."""
+        text = envelope("lead", "Lead", "sibling", "status?")
+        row = NewItem(role="user", content=[{"type": "text", "text": text}], created_at=STARTED, agent="scout",
+                      participant="lead", metadata={"peer": {"from": "lead", "relationship": "sibling"}})
+        async with open_store(tmp_path / "host.db") as store, anyio.create_task_group() as tg:
+            writer = GroupWriter(store)
+            await tg.start(writer.run)
+            ((written,),) = await writer.submit(InsertItems([row]))
+            await writer.submit(RecordTurn("scout", (written.id,), STARTED, STARTED + 10, "completed"),
+                                RecordTurn("scout", (written.id + 100,), STARTED, STARTED + 10, "completed"))
+            tg.cancel_scope.cancel()
+        first, second = cli("turns", "--db", str(tmp_path / "host.db")).stdout.splitlines()
+        assert first.endswith(f"wake={written.id}  trigger=peer from lead") and "trigger=" not in second
+        assert list(exported(tmp_path / "host.db")[0]) == EXPORT_KEYS
+        (line,) = cli("messages", "--db", str(tmp_path / "host.db"), "--json", "--agent", "scout").stdout.splitlines()
+        exported_row = json.loads(line)
+        assert exported_row["agent"] == "scout" and exported_row["role"] == "user"
+        assert exported_row["metadata"]["peer"] == {"from": "lead", "relationship": "sibling"}
+        assert parse_envelope(exported_row["content"][0]["text"])["message"] == "status?"
 
     async def test_an_empty_ledger_prints_nothing(self, tmp_path: Path) -> None:
         """A database with no turns prints nothing and exits 0."""
