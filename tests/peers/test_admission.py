@@ -374,7 +374,7 @@ class ThrottlesMachine(RuleBasedStateMachine):
 
 
 TestThrottlesMachine = ThrottlesMachine.TestCase
-TestThrottlesMachine.settings = settings(max_examples=200, stateful_step_count=80)
+TestThrottlesMachine.settings = settings(max_examples=80, stateful_step_count=60)
 
 
 # --- seed ----------------------------------------------------------------------------------------------------
