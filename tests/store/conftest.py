@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from mcplhost.store import NewItem, Store, open_store
+from mcplhost.store.writer import GroupWriter
 
 
 @pytest.fixture
@@ -45,3 +48,13 @@ def make_item(
         agent=agent,
         participant=participant,
     )
+
+
+async def with_writer(store: Store, *operations: Any) -> list[Any]:
+    """Submit `operations` as one group through a GroupWriter run for the occasion; the group's results."""
+    writer = GroupWriter(store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        results = await writer.submit(*operations)
+        tg.cancel_scope.cancel()
+    return results

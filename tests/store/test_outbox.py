@@ -6,16 +6,14 @@ import json
 import sqlite3
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
 from mcplhost.store import open_store
 from mcplhost.store.operations import EndPublish, PublishSpeech, RecordPublishAttempt
 from mcplhost.store.outbox import ECHO_WINDOW_MS, RECENT_DELIVERED, RECENT_SPOKEN, OutboxEntry, outbox_line
-from mcplhost.store.writer import GroupWriter
 
-from .conftest import make_item
+from .conftest import make_item, with_writer
 
 T0 = 1_790_000_000_000
 
@@ -30,13 +28,6 @@ def speech(text: str = "hi"):
     return msgspec.structs.replace(item, metadata={"kind": "speech", "turnId": 7, "outboxId": None})
 
 
-async def with_writer(store, *operations):
-    writer = GroupWriter(store)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
-        results = await writer.submit(*operations)
-        tg.cancel_scope.cancel()
-    return results
 
 
 class TestPublishSpeech:

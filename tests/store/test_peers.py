@@ -16,7 +16,7 @@ from mcplhost.store.migrate import default_folder, load_migrations
 from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, PeerEnqueued, SetPeerWakeCounts
 from mcplhost.store.writer import GroupWriter
 
-from .conftest import make_item
+from .conftest import make_item, with_writer
 
 T0 = 1_790_000_000_000
 
@@ -35,13 +35,6 @@ def peer_row(text: str = "status?", *, target: str = "writer", sender: str = "sc
     return msgspec.structs.replace(item, metadata={"peer": {"from": sender, "relationship": "sibling"}})
 
 
-async def with_writer(store: Store, *operations):
-    writer = GroupWriter(store)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
-        results = await writer.submit(*operations)
-        tg.cancel_scope.cancel()
-    return results
 
 
 async def enqueue(store: Store, *entries: PeerEntry) -> list[int]:
