@@ -651,7 +651,7 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
     return rows
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(histories(), st.integers(3000, 30_000), st.data())
 def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> None:
     """Compiling is deterministic, bounded by context_chars, and never separates a call from its result."""
@@ -710,7 +710,7 @@ async def test_compiles_what_the_store_gives_back(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the rendered rows, kept between turns
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(histories(), st.integers(3000, 30_000), st.integers(3000, 30_000), st.integers(1, 50), st.data())
 def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: int, other_limit: int, size: int,
                                                  data: st.DataObject) -> None:
