@@ -39,6 +39,31 @@ class StoreConfig(Base):
     path: NonEmpty = "mcplhost.db"
     # NORMAL survives a killed host process (WAL); FULL also survives power loss.
     synchronous: Literal[SYNCHRONOUS_LEVELS] = DEFAULT_SYNCHRONOUS  # type: ignore[valid-type]
+    #: Prune items older than this many days (0: keep everything); never one still needed (docs/operations.md).
+    retention_days: Annotated[int, Meta(ge=0)] = 0
+
+
+#: The control socket's file name when `[control] socket` is not set: beside the database.
+DEFAULT_CONTROL_SOCKET = "mcplhost.sock"
+
+
+class ControlConfig(Base):
+    """`[control]`: the Unix socket `mcplhost status` and `restart-connector` talk to (mode 0600, never TCP)."""
+
+    socket: NonEmpty = DEFAULT_CONTROL_SOCKET  # relative to the database's folder
+
+
+class MetricsConfig(Base):
+    """`[metrics]`: Prometheus text format at /metrics, off unless `listen` is set (host:port; loopback by default)."""
+
+    listen: NonEmpty | None = None
+
+
+#: Per-connector quotas' defaults: generous enough that no ordinary community reaches them.
+DEFAULT_MAX_ITEMS_PER_HOUR = 100_000
+DEFAULT_MAX_BYTES_PER_HOUR = 1 << 30  # stored body bytes (1 GiB)
+#: How long a `ping` may go unanswered before the connector counts as deaf (and is restarted).
+DEFAULT_PING_TIMEOUT_S = 10.0
 
 
 class RestartConfig(Base):
@@ -71,6 +96,14 @@ class ConnectorConfig(Base):
     channels: list[NonEmpty] | None = None  # globs on channel ids; None: any
     feature_sets: FeatureSetSelection = FeatureSetSelection()
     accept_tag_implications: bool = False
+    #: Ready with no inbound item for longer than this: flagged quiet (None: never).
+    expect_traffic_within_s: Seconds | None = None
+    #: Send MCP `ping` this often (None: never); no answer within ping_timeout_s: restarted as deaf.
+    ping_interval_s: Seconds | None = None
+    ping_timeout_s: Seconds = DEFAULT_PING_TIMEOUT_S
+    #: Quotas counted in the store over a sliding hour; past either, messages are refused with reason `quota`.
+    max_items_per_hour: Annotated[int, Meta(ge=1)] = DEFAULT_MAX_ITEMS_PER_HOUR
+    max_bytes_per_hour: Annotated[int, Meta(ge=1)] = DEFAULT_MAX_BYTES_PER_HOUR
     restart: RestartConfig = RestartConfig()
     # Extensions of our own (README.md#configuration-reference):
     policy_timeout_s: Seconds = 15.0  # wait for the initial featureSets/update receipt
@@ -181,6 +214,13 @@ class Config(Base):
     connectors: list[ConnectorConfig] = []
     agents: list[AgentConfig] = []
     inference: InferenceConfig | None = None
+    control: ControlConfig = ControlConfig()
+    metrics: MetricsConfig = MetricsConfig()
+
+
+def control_socket_path(config: Config) -> Path:
+    """Where the control socket is: `[control] socket`, relative to the database's folder (after `resolve`)."""
+    return Path(config.store.path).parent / config.control.socket
 
 
 # --- loading -----------------------------------------------------------------
