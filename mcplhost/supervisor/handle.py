@@ -112,6 +112,8 @@ class ConnectorStatistics(msgspec.Struct, frozen=True, kw_only=True, rename="cam
     last_inbound_at: int | None  # epoch ms of the last admitted channels/incoming message or push/event
     channels: int  # registered channels now
     grant: frozenset[str]  # in force now
+    last_publish_at: int | None = None  # epoch ms of the last delivered channels/publish
+    quiet: bool = False  # ready and silent past expect_traffic_within_s (docs/operations.md#quiet-and-deaf-connectors)
 
 
 def now_ms() -> int:

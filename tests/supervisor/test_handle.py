@@ -167,7 +167,7 @@ class TestStatistics:
         encoded = msgspec.json.decode(msgspec.json.encode(handle.statistics(), order="deterministic"))
         assert encoded == {"name": "unit", "state": "starting", "pid": None, "restarts": 0,
                            "lastError": "spawn failed: no such file", "lastInboundAt": None, "channels": 0,
-                           "grant": []}
+                           "grant": [], "lastPublishAt": None, "quiet": False}
 
 
 class TestCalls:
