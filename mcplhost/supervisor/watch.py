@@ -42,7 +42,12 @@ async def watch_quiet(handle: ConnectorHandle, plog: Any) -> None:
             if handle.state in SERVING:  # not quiet while serving: an inbound item ended the spell
                 plog.info("connector.traffic_resumed", quiet_s=round(now - spell_began, 3))
             spell_began = None
-        await handle.wait_activity(None if spell_began is not None else handle.quiet_deadline())
+        deadline = handle.quiet_deadline()
+        if spell_began is not None or deadline is None:
+            await handle.wait_activity(None)  # only an item or a state change can change anything now
+        else:
+            # Not woken by each item while traffic flows: at the deadline, look again (an item may have moved it).
+            await anyio.sleep(max(deadline - handle.monotonic(), 0.0))
 
 
 async def ping_until_deaf(handle: ConnectorHandle, interval: float, timeout: float) -> str | None:

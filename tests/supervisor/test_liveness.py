@@ -25,8 +25,9 @@ PING_TIMEOUT_S = 0.3
 QUICK_RESTART = RestartConfig(policy="always", backoff_initial_s=0.05, backoff_max_s=0.1, burst=100, window_s=30)
 WAIT_S = 15
 
-times = st.floats(min_value=0, max_value=1e6, allow_nan=False)
-expects = st.floats(min_value=0.001, max_value=1e4, allow_nan=False)
+#: Whole seconds as floats: their sums and differences are exact, so the property holds without rounding slack.
+times = st.integers(min_value=0, max_value=10**6).map(float)
+expects = st.integers(min_value=1, max_value=10**4).map(float)
 
 
 class TestQuietRule:
