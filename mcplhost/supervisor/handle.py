@@ -197,16 +197,11 @@ class ConnectorHandle:
             return None
         return quiet_at(self._serving_since, self._last_inbound_mono, self.spec.expect_traffic_within_s)
 
-    async def wait_activity(self, until: float | None) -> None:
-        """Wait for the next inbound item or state change, or until monotonic `until` (None: no limit)."""
+    async def wait_activity(self) -> None:
+        """Wait for the next inbound item or state change (the quiet watcher, while a spell lasts)."""
         if self._activity is None:
             self._activity = anyio.Event()
-        activity = self._activity
-        if until is None:
-            await activity.wait()
-            return
-        with anyio.move_on_after(max(until - self.monotonic(), 0.0)):
-            await activity.wait()
+        await self._activity.wait()
 
     # --- calls to the connector ----------------------------------------------------
 

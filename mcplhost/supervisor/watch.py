@@ -44,7 +44,7 @@ async def watch_quiet(handle: ConnectorHandle, plog: Any) -> None:
             spell_began = None
         deadline = handle.quiet_deadline()
         if spell_began is not None or deadline is None:
-            await handle.wait_activity(None)  # only an item or a state change can change anything now
+            await handle.wait_activity()  # only an item or a state change can change anything now
         else:
             # Not woken by each item while traffic flows: at the deadline, look again (an item may have moved it).
             await anyio.sleep(max(deadline - handle.monotonic(), 0.0))

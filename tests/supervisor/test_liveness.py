@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +19,7 @@ from .support import chat_steps, events, starts
 #: Small numbers, so the live tests take a second or two.
 EXPECT_S = 0.3
 PING_INTERVAL_S = 0.2
-PING_TIMEOUT_S = 0.3
+PING_TIMEOUT_S = 0.5  # above the interval, so pings that piled up would show; loose enough for a loaded machine
 #: Restarts fast enough for a quick test, and never the slow lane.
 QUICK_RESTART = RestartConfig(policy="always", backoff_initial_s=0.05, backoff_max_s=0.1, burst=100, window_s=30)
 WAIT_S = 15
@@ -91,9 +90,7 @@ class TestQuiet:
         async with running_host(config_with(tmp_path, spec, other)) as host:
             handle = host.connectors["hush"]
             assert handle.state is State.READY and not handle.statistics().quiet
-            with anyio.fail_after(WAIT_S):
-                while not handle.statistics().quiet:
-                    await handle.wait_activity(handle.quiet_deadline())
+            await wait_for(lambda: handle.statistics().quiet)
             await wait_for(lambda: events(logs, "connector.quiet", "hush"))
             (onset,) = events(logs, "connector.quiet", "hush")
             assert onset["log_level"] == "warning" and onset["expect_traffic_within_s"] == EXPECT_S
@@ -150,7 +147,7 @@ class TestDeaf:
                 now = host.connectors[name].statistics()
                 assert (now.state, now.pid, now.restarts, now.last_error) == (State.READY, pid, 0, None)
         warning = events(logs, "connector.deaf", "deaf")[0]
-        assert warning["log_level"] == "warning" and warning["error"] == "deaf: no answer to ping within 0.3 s"
+        assert warning["log_level"] == "warning" and warning["error"] == "deaf: no answer to ping within 0.5 s"
         assert (warning["ping_interval_s"], warning["ping_timeout_s"]) == (PING_INTERVAL_S, PING_TIMEOUT_S)
         assert events(logs, "connector.restart_scheduled", "deaf")[0]["failures"] == 1
         assert events(logs, "connector.exited", "deaf")[0]["ended"] == "deaf"
