@@ -89,10 +89,11 @@ class TestQuiet:
         other = chatty(tmp_path, "lax")  # no expectation: never quiet
         async with running_host(config_with(tmp_path, spec, other)) as host:
             handle = host.connectors["hush"]
-            assert handle.state is State.READY and not handle.statistics().quiet
             await wait_for(lambda: handle.statistics().quiet)
             await wait_for(lambda: events(logs, "connector.quiet", "hush"))
             (onset,) = events(logs, "connector.quiet", "hush")
+            (up,) = events(logs, "connector.up", "hush")
+            assert onset["t"] - up["t"] > EXPECT_S  # not before the expectation ran out
             assert onset["log_level"] == "warning" and onset["expect_traffic_within_s"] == EXPECT_S
             assert onset["last_inbound_at"] is None
             # Let the spell outlast the expectation twice: still the one line.
@@ -104,7 +105,7 @@ class TestQuiet:
             assert not handle.statistics().quiet
             await wait_for(lambda: events(logs, "connector.traffic_resumed", "hush"))
             (resumed,) = events(logs, "connector.traffic_resumed", "hush")
-            assert resumed["log_level"] == "info" and resumed["quiet_s"] > 2 * EXPECT_S
+            assert resumed["log_level"] == "info" and resumed["quiet_s"] >= 2 * EXPECT_S
 
             # Silent again: a second spell, a second line.
             await wait_for(lambda: len(events(logs, "connector.quiet", "hush")) == 2)
