@@ -13,7 +13,9 @@ as long as the host:
   typed `ConnectorNotReady`; a call caught by the end of a life gets
   `ConnectorGone`, never a hang;
 - `wait_ready()` / `wait_state()`: awaitable conditions, so senders never poll;
-- `statistics()`: the frozen snapshot the status socket reports.
+- `statistics()`: the frozen snapshot the status socket reports;
+- `quiet()` / `wait_activity()`: the quiet rule on this handle's times
+  (liveness.py), and what the life's quiet watcher (watch.py) waits on.
 
 The connector states are the ones the status socket shows (docs/operations.md). Which may follow which is data
 (`TRANSITIONS`); each change is logged once, as the state's canonical line
@@ -49,6 +51,8 @@ from mcplhost.protocol.ports import (
     State,
 )
 from mcplhost.rpc import ConnectionClosed, RemoteError, Session
+
+from .liveness import is_quiet, quiet_at
 
 log = structlog.get_logger()
 
@@ -124,6 +128,7 @@ class ConnectorHandle:
     """One configured connector for the host's whole run. Read by anyone; written by `supervise` only."""
 
     def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms,
+                 monotonic: Callable[[], float] = time.monotonic,
                  offered: frozenset[str] | None = None, inference: InferenceService | None = None,
                  hooks: PendingHooks | None = None) -> None:
         self.spec = spec
@@ -134,7 +139,9 @@ class ConnectorHandle:
         self.inference = inference
         #: The loop guard's question each life's connection asks (None: no hook is ever pending).
         self.hooks = hooks
-        self._clock_ms = clock_ms
+        self._clock_ms = clock_ms  # epoch ms, for what status shows
+        #: Monotonic seconds, for the quiet rule: a wall-clock step neither starts nor ends a quiet spell.
+        self.monotonic = monotonic
         self._log = log.bind(connector=spec.name)
         self._state = State.STARTING
         self._changed = anyio.Event()  # set, and replaced, at every state change
@@ -143,6 +150,9 @@ class ConnectorHandle:
         self._lives = 0
         self._last_error: str | None = None
         self._last_inbound_at: int | None = None
+        self._serving_since: float | None = None  # monotonic: when this life began serving (None: it does not)
+        self._last_inbound_mono: float | None = None  # monotonic twin of _last_inbound_at
+        self._activity: anyio.Event | None = None  # while the quiet watcher waits: set by an inbound item or a change
 
     # --- read-only views ---------------------------------------------------------
 
@@ -173,8 +183,25 @@ class ConnectorHandle:
         return ConnectorStatistics(
             name=self.name, state=self._state, pid=self._pid, restarts=max(self._lives - 1, 0),
             last_error=self._last_error, last_inbound_at=self._last_inbound_at,
-            channels=len(self.channels()), grant=self.grant,
+            channels=len(self.channels()), grant=self.grant, quiet=self.quiet(),
         )
+
+    def quiet(self, now: float | None = None) -> bool:
+        """Whether the connector is quiet at monotonic `now` (default: this moment), by liveness.is_quiet."""
+        return is_quiet(self._state, self._serving_since, self._last_inbound_mono,
+                        self.monotonic() if now is None else now, self.spec.expect_traffic_within_s)
+
+    def quiet_deadline(self) -> float | None:
+        """The monotonic time after which the connector is quiet if nothing arrives; None: it cannot become quiet."""
+        if self._state not in SERVING:
+            return None
+        return quiet_at(self._serving_since, self._last_inbound_mono, self.spec.expect_traffic_within_s)
+
+    async def wait_activity(self) -> None:
+        """Wait for the next inbound item or state change (the quiet watcher, while a spell lasts)."""
+        if self._activity is None:
+            self._activity = anyio.Event()
+        await self._activity.wait()
 
     # --- calls to the connector ----------------------------------------------------
 
@@ -337,6 +364,10 @@ class ConnectorHandle:
         if not allowed(previous, state):
             self._log.error("connector.state_unexpected", state=state.value, previous=previous.value)
         self._state = state
+        if state not in SERVING:
+            self._serving_since = None
+        elif previous not in SERVING:
+            self._serving_since = self.monotonic()
         event, default_level = STATE_EVENTS[state]
         getattr(self._log, level or default_level)(event, state=state.value, previous=previous.value, **fields)
         self._wake()
@@ -345,9 +376,17 @@ class ConnectorHandle:
         """Let every waiter look again."""
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
+        self._tell_activity()
+
+    def _tell_activity(self) -> None:
+        activity, self._activity = self._activity, None
+        if activity is not None:
+            activity.set()
 
     def _stamp_inbound(self) -> None:
         self._last_inbound_at = self._clock_ms()
+        self._last_inbound_mono = self.monotonic()
+        self._tell_activity()
 
 
 class _StampingIntake:

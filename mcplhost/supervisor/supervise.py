@@ -12,6 +12,8 @@ What counts as a failure (docs/operations.md): every exit the host did not
 ask for, whether or not the handshake had finished, plus a failed spawn or
 handshake. A connection the host closed because the connector refused its
 policy with fallback "close" is restarted only under `policy = "always"`.
+A life the host ended because the connector left a `ping` unanswered
+(`deaf`, watch.py) is a failure like any other.
 
 Exception boundary: each connector's life is one. An unexpected exception
 in the host's own code for that connector (the session, the protocol, often
@@ -43,6 +45,7 @@ from mcplhost.tracebacks import bounded_traceback
 from .handle import ConnectorHandle, State
 from .policy import GiveUp, Restart, RestartPolicy
 from .process import child_environment, drain_stderr, exit_description, spawn, stop, wait_exited
+from .watch import ping_until_deaf, watch_quiet
 
 log = structlog.get_logger()
 
@@ -55,6 +58,7 @@ class Life:
     EXITED = "exited"
     POLICY_CLOSED = "policy_closed"
     CRASHED = "crashed"  # an unexpected exception in the host's code for this connector (a bug of ours)
+    DEAF = "deaf"  # it left a ping unanswered for ping_timeout_s (docs/operations.md#quiet-and-deaf-connectors)
 
 
 #: After the connection dies mid-handshake, how long to wait for the child's exit code:
@@ -204,7 +208,19 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
     """The session, the handshake and serving, until the life ends on its own; how it ended."""
     session = connection.session
     ended = Life.EXITED
+    deaf = False
     async with anyio.create_task_group() as tg:
+
+        async def end_if_deaf(interval: float) -> None:
+            nonlocal deaf
+            error = await ping_until_deaf(handle, interval, spec.ping_timeout_s)
+            if error is not None:
+                deaf = True
+                plog.warning("connector.deaf", error=error, ping_interval_s=interval,
+                             ping_timeout_s=spec.ping_timeout_s)
+                handle.failed(error)
+                tg.cancel_scope.cancel()
+
         drained = anyio.Event()
         tg.start_soon(_drain, process, plog, drained)
         tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle, tg.cancel_scope)
@@ -225,13 +241,17 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
             tg.cancel_scope.cancel()
         else:
             on_ready()
+            if spec.expect_traffic_within_s is not None:
+                tg.start_soon(watch_quiet, handle, plog)
+            if spec.ping_interval_s is not None:
+                tg.start_soon(end_if_deaf, spec.ping_interval_s)
             # Serve until the child's output ends (which cancels this scope), or
             # until the connector refuses a later policy with fallback "close".
             await connection.closed_by_policy.wait()
             handle.failed("closed after the connector refused a later policy")
             ended = Life.POLICY_CLOSED
             tg.cancel_scope.cancel()
-    return ended
+    return Life.DEAF if deaf and ended == Life.EXITED else ended
 
 
 def crash_error(exc: BaseException) -> str:
