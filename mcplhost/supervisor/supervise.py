@@ -107,11 +107,18 @@ async def supervise(
         while True:
             began, decision = anyio.current_time(), None
             handle.starting()
-            await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended)
+            with handle.restartable():  # restart-connector ends the life here, through its shielded ladder
+                await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended)
             report_started()
+            if handle.take_restart():
+                policy.reset()  # as `supervisorctl restart`: a fresh budget, no delay
+                continue
             if not isinstance(decision, Restart):
                 return
-            await anyio.sleep(decision.delay)
+            with handle.restartable():
+                await anyio.sleep(decision.delay)
+            if handle.take_restart():
+                policy.reset()
     finally:
         handle.stopped("the host is stopping", expected=True)  # a no-op after a return above
 
