@@ -40,6 +40,8 @@ async def ask(path: Path, request: Request, *, timeout: float = ANSWER_TIMEOUT_S
         raise NoDaemon(f"the daemon on {path} closed the connection without an answer") from None
     except anyio.DelimiterNotFound:
         raise NoDaemon(f"the daemon on {path} sent an answer longer than {MAX_ANSWER_BYTES} bytes") from None
+    if len(line) > MAX_ANSWER_BYTES:  # found in the last chunk read, past the bound all the same
+        raise NoDaemon(f"the daemon on {path} sent an answer longer than {MAX_ANSWER_BYTES} bytes")
     try:
         return decode_answer(line)
     except WireError as exc:

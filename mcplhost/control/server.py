@@ -143,9 +143,11 @@ async def serve_client(stream: SocketStream, answer: Callable[[Request], Awaitab
             try:
                 line = await BufferedByteReceiveStream(stream).receive_until(b"\n", MAX_REQUEST_BYTES)
             except anyio.DelimiterNotFound:
-                reply = Answer(ok=False, error=f"the request is longer than {MAX_REQUEST_BYTES} bytes")
+                line = None
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                 return  # the client left before asking
+            if line is None or len(line) > MAX_REQUEST_BYTES:  # a line ending in the chunk read may still be past it
+                reply = Answer(ok=False, error=f"the request is longer than {MAX_REQUEST_BYTES} bytes")
             else:
                 try:
                     reply = await answer(decode_request(line))
