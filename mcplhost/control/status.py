@@ -96,6 +96,11 @@ def build_status(host: HostStatus, connectors: Iterable[ConnectorStatistics], ag
 
 # --- the --check verdict ---------------------------------------------------------------
 
+#: What stands in for a character a terminal would act on (escapes, bidi controls) in a table or a problem line.
+UNPRINTABLE = "\ufffd"
+#: Characters of a last error kept in a --check line (`--json` has it whole).
+PROBLEM_ERROR_CHARS = 200
+
 #: States a healthy connector may be in: serving, or waiting out an ordinary backoff.
 HEALTHY = frozenset({State.READY.value, State.MCP_ONLY.value, State.BACKOFF.value})
 #: What each unhealthy state means, for its problem line.
@@ -120,8 +125,8 @@ def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
         stopped_on_purpose = connector.state == State.STOPPED.value and policies.get(connector.name) == "never"
         if connector.state not in HEALTHY and not stopped_on_purpose:
             why = UNHEALTHY_WHY.get(connector.state, connector.state)
-            problems.append(f"{connector.name}: {why}" + (f"; last error: {connector.last_error}"
-                                                          if connector.last_error else ""))
+            error = printable(connector.last_error, PROBLEM_ERROR_CHARS) if connector.last_error else None
+            problems.append(f"{connector.name}: {why}" + (f"; last error: {error}" if error else ""))
         if connector.quiet:
             problems.append(f"{connector.name}: quiet (ready, no inbound item for longer than expect_traffic_within_s)")
     return problems
@@ -133,10 +138,18 @@ def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
 CELL_MAX_CHARS = 48
 
 
+def printable(text: str, limit: int) -> str:
+    """`text` on one line, with nothing a terminal acts on, cut to `limit` characters.
+
+    An error text can carry a connector's words: its line breaks would break
+    a table or a --check line, its escape sequences would reach the operator's terminal.
+    """
+    text = "".join(ch if ch.isprintable() else UNPRINTABLE for ch in " ".join(text[: limit * 2].split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _cell(value: object) -> str:
-    text = "-" if value is None else str(value)
-    text = " ".join(text.split())  # a connector's error text may hold line breaks: the table keeps one per row
-    return text if len(text) <= CELL_MAX_CHARS else text[: CELL_MAX_CHARS - 1] + "…"
+    return "-" if value is None else printable(str(value), CELL_MAX_CHARS)
 
 
 def _ago(epoch_ms: int | None, now_ms: int) -> str:

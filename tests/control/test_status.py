@@ -44,6 +44,12 @@ class TestCheck:
         assert check_problems(status, {"a": "on-failure", "b": "never"}) == [
             "a: stopped (no more starts in this run); last error: the process exited with code 1"]
 
+    def test_a_problem_line_is_one_printable_line(self):
+        """A last error with line breaks and escapes stays on its problem's line, made harmless and bounded."""
+        status = status_of(connector("a", State.SLOW_LANE, error="x\n\x1b[31mred\n" + "y" * 1000))
+        (line,) = check_problems(status, {})
+        assert "\n" not in line and "\x1b" not in line and "x \ufffd[31mred" in line and len(line) < 300
+
     def test_slow_lane_and_quiet_each_give_a_line_beginning_with_the_name(self):
         """One line per problem; a quiet ready connector is one."""
         status = status_of(connector("loop", State.SLOW_LANE), connector("hush", State.READY, quiet=True))
@@ -87,6 +93,13 @@ class TestTable:
         (row,) = [line for line in lines if line.startswith("disc")]
         assert "backoff" in row and "line one line two" in row and row.endswith("…")
         assert any(line.startswith("scout") and "idle" in line for line in lines)
+
+    def test_nothing_a_terminal_acts_on_reaches_it(self):
+        """Escape sequences and bidi controls in an error text become U+FFFD; the JSON keeps them, escaped."""
+        status = status_of(connector("disc", State.BACKOFF, error="bad \x1b[2J\x1b]0;owned\x07 \u202eevil"))
+        (row,) = [line for line in render_table(status, now_ms=NOW) if line.startswith("disc")]
+        assert "\x1b" not in row and "\x07" not in row and "\u202e" not in row
+        assert "bad \ufffd[2J\ufffd]0;owned\ufffd \ufffdevil" in row
 
     def test_an_empty_host_says_so(self):
         """No connectors and no agents are named as such, not left as bare headers."""
