@@ -71,7 +71,6 @@ def _answering(address: str) -> bool:
 
 def bind_control_socket(path: Path) -> socket.socket:
     """A listening socket at `path`, mode 0600 before it listens; a stale one replaced (module docstring)."""
-    explanation = "set [control] socket to a free path, or stop the other daemon"
     with socket_address(path) as address:
         try:
             existing = os.lstat(path)
@@ -79,9 +78,11 @@ def bind_control_socket(path: Path) -> socket.socket:
             existing = None
         if existing is not None:
             if not stat.S_ISSOCK(existing.st_mode):
-                raise ControlSocketError(f"control socket {path}: the path exists and is not a socket", explanation)
+                raise ControlSocketError(f"control socket {path}: the path exists and is not a socket",
+                                         "move that file away, or set [control] socket to another path")
             if _answering(address):
-                raise ControlSocketError(f"control socket {path}: another daemon answers on it", explanation)
+                raise ControlSocketError(f"control socket {path}: another daemon answers on it",
+                                         "stop the other daemon, or give this one its own [control] socket")
             os.unlink(path)  # a killed daemon's: nothing answers on it
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
