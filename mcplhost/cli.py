@@ -470,6 +470,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     answer = _ask_daemon(args, StatusRequest())
     if answer is None:
         return EXIT_USAGE
+    if not isinstance(answer.status, msgspec.Raw):
+        raise DaemonRefused("the daemon's answer holds no status object")
     problems = answer.problems
     if args.json:
         sys.stdout.buffer.write(bytes(answer.status) + b"\n")
