@@ -12,6 +12,9 @@ What counts as a failure (docs/operations.md): every exit the host did not
 ask for, whether or not the handshake had finished, plus a failed spawn or
 handshake. A connection the host closed because the connector refused its
 policy with fallback "close" is restarted only under `policy = "always"`.
+A restart asked for (`ConnectorHandle.restart()`, `mcplhost restart-connector`)
+is no failure: the life (or the wait) is cut short through the same shielded
+ladder as a stop, the policy is reset, and the next start follows at once.
 
 Exception boundary: each connector's life is one. An unexpected exception
 in the host's own code for that connector (the session, the protocol, often
