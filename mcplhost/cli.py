@@ -28,7 +28,17 @@ import msgspec
 import structlog
 
 from . import __version__, logs
-from .config import Config, ConfigMissing, database_path_problems, default_config_path, read_config
+from .config import (
+    Config,
+    ConfigMissing,
+    control_socket_path,
+    database_path_problems,
+    default_config_path,
+    read_config,
+)
+from .control.client import NoDaemon, ask
+from .control.status import Status, render_table
+from .control.wire import Request, RestartRequest, StatusRequest
 from .errors import ConfigError, OperatorError
 from .hardening import refuse_inspection_by_same_user
 from .host import open_host
@@ -152,6 +162,25 @@ def build_parser() -> argparse.ArgumentParser:
     outbox.add_argument("--json", action="store_true", help="one JSON object per line")
     outbox.add_argument("--state", choices=("pending", "delivered", "failed"), default=None,
                         help="only the publishes in this state")
+
+    status_epilog = ("exit status: 0 done (with --check: healthy, nothing printed); 1 with --check: one line per "
+                     "problem on stdout, each beginning with its connector's name and a colon (with --json the "
+                     "object is printed and the problem lines go to stderr), or the daemon refused; 2 no daemon "
+                     "answers on the control socket (one line on stderr), or a usage or config error.")
+    status = sub.add_parser("status", help="ask the running daemon how its connectors and agents are",
+                            epilog=status_epilog)
+    status.add_argument("--config", type=path_option, default=None,
+                        help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml): where the socket is")
+    status.add_argument("--json", action="store_true", help="the status object as JSON")
+    status.add_argument("--check", action="store_true", help="a health check: exit 0 healthy, 1 problems, 2 no daemon")
+
+    restart = sub.add_parser("restart-connector", help="restart one connector of the running daemon, with a "
+                             "fresh restart budget", epilog="exit status: 0 restarting; 1 the daemon refused (no "
+                             "such connector, or it stopped for good), one line on stderr; 2 no daemon answers, "
+                             "or a usage or config error.")
+    restart.add_argument("name", help="the connector's configured name")
+    restart.add_argument("--config", type=path_option, default=None,
+                         help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml): where the socket is")
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=LOCK_EPILOG)
     migrate.add_argument("--db", type=path_option, required=True)
@@ -417,6 +446,53 @@ def cmd_outbox(args: argparse.Namespace) -> int:
     return _print_rows(args, lambda store: store.outbox.iterate(state=args.state), outbox_line, outbox_plain_line)
 
 
+# --- the control socket ------------------------------------------------------------------
+
+
+class DaemonRefused(OperatorError):
+    """The daemon answered, and refused the request."""
+
+
+def _ask_daemon(args: argparse.Namespace, request: Request) -> Any:
+    """The daemon's answer; no daemon answering is one stderr line and exit 2 (the caller returns it)."""
+    path = control_socket_path(_run_config(args.config))
+    try:
+        answer = anyio.run(ask, path, request)
+    except NoDaemon as exc:
+        print(f"mcplhost: {exc}", file=sys.stderr)
+        return None
+    if not answer.ok:
+        raise DaemonRefused(answer.error or "the daemon refused the request")
+    return answer
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    answer = _ask_daemon(args, StatusRequest())
+    if answer is None:
+        return EXIT_USAGE
+    if not isinstance(answer.status, msgspec.Raw):
+        raise DaemonRefused("the daemon's answer holds no status object")
+    problems = answer.problems
+    if args.json:
+        sys.stdout.buffer.write(bytes(answer.status) + b"\n")
+        sys.stdout.flush()
+    elif not args.check:
+        for line in render_table(msgspec.json.decode(bytes(answer.status), type=Status)):
+            print(line)
+    if not args.check:
+        return EXIT_OK
+    for problem in problems:
+        print(problem, file=sys.stderr if args.json else sys.stdout)
+    return EXIT_ERROR if problems else EXIT_OK
+
+
+def cmd_restart_connector(args: argparse.Namespace) -> int:
+    if _ask_daemon(args, RestartRequest(name=args.name)) is None:
+        return EXIT_USAGE
+    print(f"{args.name}: restarting now, with a fresh restart budget")
+    return EXIT_OK
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Takes the database's lock like `run`: migrating under a running daemon is refused."""
     db = usable_database(args.db)
@@ -456,6 +532,8 @@ COMMANDS = {
     "search": cmd_search,
     "turns": cmd_turns,
     "outbox": cmd_outbox,
+    "status": cmd_status,
+    "restart-connector": cmd_restart_connector,
     "migrate": cmd_migrate,
     "connector": cmd_connector,
 }

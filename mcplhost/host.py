@@ -29,6 +29,11 @@ status socket use those, never the supervisor's task group.
 (stopped with them, before the group writer); a turn that queued a publish
 calls its `notify()`.
 
+`Host.control` answers the control socket (`mcplhost status`, `restart-connector`,
+mcplhost/control/), served by `run` once the writer runs and before any
+connector starts, and removed when `run` ends; `Host.status_line` sends
+systemd's STATUS= line with the connectors counted by state after changes.
+
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
 
@@ -55,7 +60,10 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup
 from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.runtime import AgentsRuntime
-from .config import Config, ConnectorConfig
+from .config import Config, ConnectorConfig, control_socket_path
+from .control.notify import StatusLine
+from .control.server import serve_control
+from .control.service import ControlService
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
@@ -81,6 +89,7 @@ class Host:
     def __init__(self, config: Config, *, store: Store, writer: GroupWriter, ingest: Ingest, hooks: HookState,
                  inference: ConnectorInference | None, connectors: Mapping[str, ConnectorHandle],
                  outbox_senders: Mapping[str, OutboxSender], agents: AgentsRuntime, notifier: Notifier,
+                 control: ControlService, status_line: StatusLine,
                  agent_events: ObjectReceiveStream[Stored] | None,
                  events: ObjectSendStream[Stored] | None) -> None:
         self.config = config
@@ -98,6 +107,8 @@ class Host:
         self.outbox_senders = outbox_senders
         self.agents = agents
         self.notifier = notifier
+        self.control = control
+        self.status_line = status_line
         self.ready = anyio.Event()
         self._agent_events = agent_events  # the agents' end of the Stored stream (None: no agent configured)
         self._events = events  # the sending end Ingest offers to; closed when `run` ends
@@ -111,6 +122,8 @@ class Host:
         try:
             async with anyio.create_task_group() as base:
                 await base.start(self.writer.run)
+                await base.start(serve_control, control_socket_path(self.config), self.control.answer)
+                base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 base.start_soon(_prune, self.store.pushes)
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
@@ -167,7 +180,9 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     hooks = HookState()
     inference = connector_inference(config)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
-    handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks)
+    status_line = StatusLine()
+    handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
+                                          on_change=status_line.changed)
                for spec in config.connectors}
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
     senders = MappingProxyType({name: OutboxSender(store, writer, handle, max_age_s=max_age_s)
@@ -177,6 +192,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     return Host(config, store=store, writer=writer, ingest=ingest, hooks=hooks, inference=inference,
                 connectors=connectors, outbox_senders=senders, agents=agents,
                 notifier=notifier if notifier is not None else Notifier(None, log),
+                control=ControlService(store, connectors, agents, started_at_ms=now_ms()), status_line=status_line,
                 agent_events=agent_events, events=events)
 
 

@@ -99,6 +99,8 @@ class ConnectorPort(Protocol):
 
     async def wait_ready(self) -> None: ...
 
+    def published(self) -> None: ...  # a channels/publish was delivered now (its status shows lastPublishAt)
+
 
 # --- the ports the protocol layer calls (implemented in mcplhost/agents) --------------------
 

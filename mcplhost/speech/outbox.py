@@ -301,6 +301,7 @@ class OutboxSender:
             self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id,
                                                  agent=row.agent, text=row.text)
         self.stats["delivered"] += 1
+        self.handle.published()
         log.info("outbox.delivered", connector=row.server_id, channel=row.channel_id, thread=row.thread_id,
                  outbox_id=row.id, message_id=result.messageId, agent=row.agent, attempts=row.attempts + 1)
         return None

@@ -239,6 +239,11 @@ class Store:
             return {name: (await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
                     for name in REPORTED_PRAGMAS}
 
+    async def schema_version(self) -> int:
+        """The newest migration applied to the file (0: none)."""
+        async with self._database.read() as conn:
+            return max(await applied_versions(conn), default=0)
+
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""
         async with self._database.reading() as conn:  # holds the connection between transactions

@@ -33,6 +33,8 @@ from mcplhost.store.connection import Connections
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
 READ_PAGE_SIZE = 1000
+#: How many of an agent's newest rows `newest_turn_drafts` looks through: one turn writes far fewer.
+DRAFT_SCAN_ROWS = 1000
 
 _encoder = msgspec.json.Encoder()
 _content_decoder = msgspec.json.Decoder(builtins.list[dict[str, Any]])
@@ -255,6 +257,20 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [_stored_item(row) for row in reversed(builtins.list(rows))]
+
+    async def newest_turn_drafts(self, agent: str) -> int:
+        """The draft rows (prose not sent, docs/agents.md#drafts) of the agent's newest turn.
+
+        Looked for among the agent's newest DRAFT_SCAN_ROWS rows, so the count
+        costs the same however long the agent has run.
+        """
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT count(*) FROM (SELECT metadata FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
+                " WHERE json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') ="
+                " (SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)",
+                (agent, DRAFT_SCAN_ROWS, agent))
+        return next(iter(rows))[0]
 
     async def get_many(self, ids: Sequence[int]) -> builtins.list[StoredItem]:
         """The stored items among `ids`, by ascending id, each once; ids not stored are left out."""

@@ -185,6 +185,12 @@ class OutboxRepository:
                 "SELECT count(*) FROM outbox WHERE state = ?", (state,))
         return next(iter(rows))[0]
 
+    async def pending_by_agent(self) -> dict[str, int]:
+        """Each agent's pending publishes (agents with none left out)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall("SELECT agent, count(*) FROM outbox WHERE state = 'pending' GROUP BY agent")
+        return {agent: pending for agent, pending in rows}
+
     async def iterate(self, *, state: str | None = None) -> AsyncIterator[OutboxRow]:
         """Every row (or those in `state`), oldest first, a page at a time."""
         after = 0

@@ -16,6 +16,9 @@ as long as the host:
 - `statistics()`: the frozen snapshot the status socket reports;
 - `quiet()` / `wait_activity()`: the quiet rule on this handle's times
   (liveness.py), and what the life's quiet watcher (watch.py) waits on.
+- `restart()`: `mcplhost restart-connector` (docs/operations.md#status-and-the-control-socket): the
+  supervisor ends the current life (or the wait before the next) at once and starts again with a
+  fresh restart budget.
 
 The connector states are the ones the status socket shows (docs/operations.md). Which may follow which is data
 (`TRANSITIONS`); each change is logged once, as the state's canonical line
@@ -27,7 +30,8 @@ reports the moment the protocol layer assigns it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
 
@@ -130,7 +134,7 @@ class ConnectorHandle:
     def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms,
                  monotonic: Callable[[], float] = time.monotonic,
                  offered: frozenset[str] | None = None, inference: InferenceService | None = None,
-                 hooks: PendingHooks | None = None) -> None:
+                 hooks: PendingHooks | None = None, on_change: Callable[[], None] = lambda: None) -> None:
         self.spec = spec
         self.name = spec.name
         #: What each life's connection may grant (None: the connection's default, no inference paths).
@@ -153,6 +157,10 @@ class ConnectorHandle:
         self._serving_since: float | None = None  # monotonic: when this life began serving (None: it does not)
         self._last_inbound_mono: float | None = None  # monotonic twin of _last_inbound_at
         self._activity: anyio.Event | None = None  # while the quiet watcher waits: set by an inbound item or a change
+        self._last_publish_at: int | None = None
+        self._on_change = on_change  # called after every state change (the host's STATUS= line)
+        self._restart_scope: anyio.CancelScope | None = None  # the life or wait `restart()` cuts short
+        self._restart_requested = False
 
     # --- read-only views ---------------------------------------------------------
 
@@ -183,7 +191,8 @@ class ConnectorHandle:
         return ConnectorStatistics(
             name=self.name, state=self._state, pid=self._pid, restarts=max(self._lives - 1, 0),
             last_error=self._last_error, last_inbound_at=self._last_inbound_at,
-            channels=len(self.channels()), grant=self.grant, quiet=self.quiet(),
+            channels=len(self.channels()), grant=self.grant, last_publish_at=self._last_publish_at,
+            quiet=self.quiet(),
         )
 
     def quiet(self, now: float | None = None) -> bool:
@@ -202,6 +211,23 @@ class ConnectorHandle:
         if self._activity is None:
             self._activity = anyio.Event()
         await self._activity.wait()
+
+    def published(self) -> None:
+        """A channels/publish was delivered now (the outbox sender's word), for `statistics().last_publish_at`."""
+        self._last_publish_at = self._clock_ms()
+
+    def restart(self) -> None:
+        """End the current life, or the wait before the next, now; start again at once with a fresh budget.
+
+        Raises ConnectorStopped when the connector stopped for good (policy
+        never, a refused policy, or the host is stopping): nothing would start it.
+        """
+        if self._state is State.STOPPED:
+            raise ConnectorStopped(self.name, self._state, "it stopped for good in this run of the host"
+                                   + (f" ({self._last_error})" if self._last_error else ""))
+        self._restart_requested = True
+        if self._restart_scope is not None:
+            self._restart_scope.cancel()
 
     # --- calls to the connector ----------------------------------------------------
 
@@ -304,6 +330,33 @@ class ConnectorHandle:
 
     # --- driven by supervise ---------------------------------------------------------
 
+    @contextmanager
+    def restartable(self) -> Iterator[None]:
+        """The supervisor's current life or wait, which `restart()` cuts short (a restart asked just before
+        cuts it at once)."""
+        with anyio.CancelScope() as scope:
+            self._restart_scope = scope
+            if self._restart_requested:
+                scope.cancel()
+            try:
+                yield
+            finally:
+                self._restart_scope = None
+
+    def take_restart(self) -> bool:
+        """Whether `restart()` was asked since the last call; if so, the next start is logged as asked for."""
+        if not self._restart_requested:
+            return False
+        self._restart_requested = False
+        if self._state is State.STOPPED:  # the life gave up on its own just before: nothing starts it again
+            return False
+        self._log.info("connector.restart_requested", state=self._state.value, detail="restart-connector: "
+                       "starting again now, with a fresh restart budget")
+        if self._state not in (State.BACKOFF, State.SLOW_LANE):  # a life cut short: it waits no delay
+            self._connection = None
+            self._enter(State.BACKOFF, delay_s=0)
+        return True
+
     def inbound_clock(self, intake: Intake) -> Intake:
         """`intake`, stamping `last_inbound_at` with every admitted message or push handed to it."""
         return _StampingIntake(intake, self._stamp_inbound)
@@ -371,6 +424,7 @@ class ConnectorHandle:
         event, default_level = STATE_EVENTS[state]
         getattr(self._log, level or default_level)(event, state=state.value, previous=previous.value, **fields)
         self._wake()
+        self._on_change()
 
     def _wake(self) -> None:
         """Let every waiter look again."""

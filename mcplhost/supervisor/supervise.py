@@ -14,6 +14,9 @@ handshake. A connection the host closed because the connector refused its
 policy with fallback "close" is restarted only under `policy = "always"`.
 A life the host ended because the connector left a `ping` unanswered
 (`deaf`, watch.py) is a failure like any other.
+A restart asked for (`ConnectorHandle.restart()`, `mcplhost restart-connector`)
+is no failure: the life (or the wait) is cut short through the same shielded
+ladder as a stop, the policy is reset, and the next start follows at once.
 
 Exception boundary: each connector's life is one. An unexpected exception
 in the host's own code for that connector (the session, the protocol, often
@@ -111,11 +114,18 @@ async def supervise(
         while True:
             began, decision = anyio.current_time(), None
             handle.starting()
-            await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended)
+            with handle.restartable():  # restart-connector ends the life here, through its shielded ladder
+                await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended)
             report_started()
+            if handle.take_restart():
+                policy.reset()  # as `supervisorctl restart`: a fresh budget, no delay
+                continue
             if not isinstance(decision, Restart):
                 return
-            await anyio.sleep(decision.delay)
+            with handle.restartable():
+                await anyio.sleep(decision.delay)
+            if handle.take_restart():
+                policy.reset()
     finally:
         handle.stopped("the host is stopping", expected=True)  # a no-op after a return above
 

@@ -1,0 +1,82 @@
+"""What the daemon answers on its control socket, read from its components (docs/operations.md#status-and-the-control-socket).
+
+Every figure comes from a component that already keeps it: the connector
+handles' `statistics()`, the agents runtime's `statistics()`, the peer
+service's queue counts and a few store reads. Nothing here counts anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from mcplhost import __version__
+from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.protocol.ports import ConnectorStopped
+from mcplhost.store import Store
+from mcplhost.supervisor.handle import ConnectorHandle
+
+from .status import AgentCounts, HostStatus, Status, build_status, check_problems
+from .wire import Answer, Request, RestartRequest, StatusRequest
+
+log = structlog.get_logger()
+
+_status_encoder = msgspec.json.Encoder()
+
+
+def database_bytes(path: Path) -> int:
+    """The database file and its WAL, in bytes (a part not there counts 0)."""
+    total = 0
+    for part in (path, path.with_name(path.name + "-wal")):
+        try:
+            total += part.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+class ControlService:
+    """Answers `status` and `restart-connector` for one host."""
+
+    def __init__(self, store: Store, connectors: Mapping[str, ConnectorHandle], agents: AgentsRuntime, *,
+                 started_at_ms: int) -> None:
+        self.store = store
+        self.connectors = connectors
+        self.agents = agents
+        self.started_at_ms = started_at_ms
+        self._db = Path(os.path.abspath(store.path))
+
+    async def status(self) -> Status:
+        host = HostStatus(pid=os.getpid(), version=__version__, started_at=self.started_at_ms,
+                          schema_version=await self.store.schema_version(), db=str(self._db),
+                          db_bytes=database_bytes(self._db))
+        pending = await self.store.outbox.pending_by_agent()
+        counts = {name: AgentCounts(queued_peer_messages=self.agents.peers.queued(name),
+                                    drafts=await self.store.items.newest_turn_drafts(name),
+                                    outbox_pending=pending.get(name, 0))
+                  for name in self.agents.runners}
+        return build_status(host, (handle.statistics() for handle in self.connectors.values()),
+                            self.agents.statistics(), counts)
+
+    async def answer(self, request: Request) -> Answer:
+        match request:
+            case StatusRequest():
+                status = await self.status()
+                policies = {name: handle.spec.restart.policy for name, handle in self.connectors.items()}
+                return Answer(ok=True, status=msgspec.Raw(_status_encoder.encode(status)),
+                              problems=check_problems(status, policies))
+            case RestartRequest(name=name):
+                handle = self.connectors.get(name)
+                if handle is None:
+                    known = ", ".join(self.connectors) or "none"
+                    return Answer(ok=False, error=f"no connector is named {name!r} (configured: {known})")
+                try:
+                    handle.restart()
+                except ConnectorStopped as exc:
+                    return Answer(ok=False, error=f"{exc}; restart the host to start it again")
+                log.info("control.restart_connector", connector=name)
+                return Answer(ok=True)

@@ -1,0 +1,116 @@
+"""The status object's pure parts (mcplhost/control/status.py): --check, the table, STATUS=."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcplhost.agents.scheduler import SchedulerStats
+from mcplhost.control.status import (
+    HostStatus,
+    Status,
+    build_status,
+    check_problems,
+    render_table,
+    systemd_status,
+)
+from mcplhost.protocol.ports import State
+from mcplhost.supervisor.handle import ConnectorStatistics
+
+HOST = HostStatus(pid=1, version="0.2.0", started_at=0, schema_version=6, db="/d/m.db", db_bytes=4096)
+NOW = 1_790_000_000_000
+
+
+def connector(name: str, state: State, *, quiet: bool = False, error: str | None = None) -> ConnectorStatistics:
+    return ConnectorStatistics(name=name, state=state, pid=None, restarts=0, last_error=error,
+                               last_inbound_at=None, channels=0, grant=frozenset({"b", "a"}), quiet=quiet)
+
+
+def status_of(*connectors: ConnectorStatistics) -> Status:
+    return build_status(HOST, connectors, {"scout": SchedulerStats("idle", 0, False, 2)}, {})
+
+
+class TestCheck:
+    def test_ready_mcp_only_and_backoff_are_healthy(self):
+        """No problem lines for the states a working connector passes through."""
+        status = status_of(connector("a", State.READY), connector("b", State.MCP_ONLY), connector("c", State.BACKOFF))
+        assert check_problems(status, {}) == []
+
+    def test_stopped_is_a_problem_unless_its_policy_is_never(self):
+        """Policy never meant it to stop; any other policy did not."""
+        status = status_of(connector("a", State.STOPPED, error="the process exited with code 1"),
+                           connector("b", State.STOPPED))
+        assert check_problems(status, {"a": "on-failure", "b": "never"}) == [
+            "a: stopped (no more starts in this run); last error: the process exited with code 1"]
+
+    def test_a_problem_line_is_one_printable_line(self):
+        """A last error with line breaks and escapes stays on its problem's line, made harmless and bounded."""
+        status = status_of(connector("a", State.SLOW_LANE, error="x\n\x1b[31mred\n" + "y" * 1000))
+        (line,) = check_problems(status, {})
+        assert "\n" not in line and "\x1b" not in line and "x \ufffd[31mred" in line and len(line) < 300
+
+    def test_slow_lane_and_quiet_each_give_a_line_beginning_with_the_name(self):
+        """One line per problem; a quiet ready connector is one."""
+        status = status_of(connector("loop", State.SLOW_LANE), connector("hush", State.READY, quiet=True))
+        problems = check_problems(status, {})
+        assert [p.split(":")[0] for p in problems] == ["loop", "hush"]
+        assert problems[0].startswith("loop: slow_lane") and problems[1].startswith("hush: quiet")
+
+    @given(st.lists(st.tuples(st.sampled_from(list(State)), st.booleans(),
+                              st.sampled_from(["always", "on-failure", "never"])), max_size=8))
+    def test_healthy_exactly_when_the_documented_rule_says(self, entries):
+        """No problems iff every connector is ready, mcp_only, backoff or stopped under never, and none is quiet."""
+        connectors = [connector(f"c{i}", state, quiet=quiet) for i, (state, quiet, _) in enumerate(entries)]
+        policies = {f"c{i}": policy for i, (_, _, policy) in enumerate(entries)}
+        healthy = all((state in (State.READY, State.MCP_ONLY, State.BACKOFF)
+                       or (state is State.STOPPED and policy == "never")) and not quiet
+                      for state, quiet, policy in entries)
+        problems = check_problems(status_of(*connectors), policies)
+        assert (problems == []) == healthy
+        assert all(any(p.startswith(f"{c.name}: ") for c in connectors) for p in problems)
+
+
+class TestObject:
+    def test_keys_in_the_documented_order_and_a_sorted_grant(self):
+        """host, connectors, agents with their camelCase names; grant sorted."""
+        encoded = msgspec.json.decode(msgspec.json.encode(status_of(connector("a", State.READY))))
+        assert list(encoded) == ["host", "connectors", "agents"]
+        assert list(encoded["host"]) == ["pid", "version", "startedAt", "schemaVersion", "db", "dbBytes"]
+        assert list(encoded["connectors"][0]) == ["name", "state", "pid", "restarts", "lastError", "lastInboundAt",
+                                                  "lastPublishAt", "channels", "grant", "quiet"]
+        assert encoded["connectors"][0]["grant"] == ["a", "b"]
+        assert encoded["agents"] == [{"name": "scout", "state": "idle", "pendingWakes": 0, "queuedPeerMessages": 0,
+                                      "drafts": 0, "outboxPending": 0, "turnsLastHour": 2, "held": False}]
+
+
+class TestTable:
+    def test_one_row_per_connector_and_agent_and_an_error_kept_on_its_line(self):
+        """A multi-line last error stays in its row, cut to the cell's width."""
+        status = status_of(connector("disc", State.BACKOFF, error="line one\nline two " + "x" * 100))
+        lines = render_table(status, now_ms=NOW)
+        assert lines[0].startswith("mcplhost 0.2.0  pid 1") and "schema 6" in lines[0]
+        (row,) = [line for line in lines if line.startswith("disc")]
+        assert "backoff" in row and "line one line two" in row and row.endswith("…")
+        assert any(line.startswith("scout") and "idle" in line for line in lines)
+
+    def test_nothing_a_terminal_acts_on_reaches_it(self):
+        """Escape sequences and bidi controls in an error text become U+FFFD; the JSON keeps them, escaped."""
+        status = status_of(connector("disc", State.BACKOFF, error="bad \x1b[2J\x1b]0;owned\x07 \u202eevil"))
+        (row,) = [line for line in render_table(status, now_ms=NOW) if line.startswith("disc")]
+        assert "\x1b" not in row and "\x07" not in row and "\u202e" not in row
+        assert "bad \ufffd[2J\ufffd]0;owned\ufffd \ufffdevil" in row
+
+    def test_an_empty_host_says_so(self):
+        """No connectors and no agents are named as such, not left as bare headers."""
+        lines = render_table(build_status(HOST, [], {}, {}), now_ms=NOW)
+        assert "no connectors configured" in lines and "no agents configured" in lines
+
+
+class TestSystemdStatus:
+    def test_counts_by_state_in_a_fixed_order(self):
+        """Serving first, trouble last; states with none are left out."""
+        states = [State.SLOW_LANE, State.READY, State.READY, State.BACKOFF]
+        assert systemd_status(states) == "4 connectors: 2 ready, 1 backoff, 1 slow_lane"
+        assert systemd_status([]) == "0 connectors"
+        assert systemd_status([State.READY]) == "1 connector: 1 ready"
