@@ -145,8 +145,10 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
         outcome = OUTCOME_FAILED
         await _fail(agent, services, progress, exc, new_cursor)
     finally:
+        seconds = anyio.current_time() - started
+        services.timings.turn_ended(agent.name, outcome, seconds)
         log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome,
-                 seconds=round(anyio.current_time() - started, 3), model=progress.model, tokens=progress.tokens,
+                 seconds=round(seconds, 3), model=progress.model, tokens=progress.tokens,
                  calls=progress.calls, wake=len(wake.item_ids) + wake.overflow)
     return outcome
 

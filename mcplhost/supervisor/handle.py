@@ -35,9 +35,11 @@ import structlog
 from msgspec import UNSET
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.logs import SuppressedTotals
 from mcplhost.protocol.answers import ListedTool, OpenedChannel
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
+from mcplhost.protocol.counts import RefusalCounts
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
 from mcplhost.protocol.ports import (
     SERVING,
@@ -125,7 +127,7 @@ class ConnectorHandle:
 
     def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms,
                  offered: frozenset[str] | None = None, inference: InferenceService | None = None,
-                 hooks: PendingHooks | None = None) -> None:
+                 hooks: PendingHooks | None = None, suppressed: SuppressedTotals | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         #: What each life's connection may grant (None: the connection's default, no inference paths).
@@ -134,6 +136,10 @@ class ConnectorHandle:
         self.inference = inference
         #: The loop guard's question each life's connection asks (None: no hook is ever pending).
         self.hooks = hooks
+        #: What every life refused, for the host's whole run (each life's connection adds to it).
+        self.refusals = RefusalCounts()
+        #: The host's count of suppressed log lines; each life's LimitedLog adds this connector's to it.
+        self.suppressed = suppressed if suppressed is not None else SuppressedTotals()
         self._clock_ms = clock_ms
         self._log = log.bind(connector=spec.name)
         self._state = State.STARTING
