@@ -67,8 +67,7 @@ async def main() -> None:
                 connection.registry.add([descriptor(f"{name}:ch{j}") for j in range(CHANNELS_PER_CONNECTOR)])
                 handle.spawned(10_000 + n, connection)
                 for lane in ("channels/incoming", "push/event"):
-                    handle.refusals.item(lane, 3)
-                    host.ingest._count(name, lane, accepted=1000 + n, duplicate=n)  # as if stored
+                    handle.refusals.item(lane, 3)  # (the accepted and duplicate series are there, at 0)
                 for method, code in (("push/event", -32002), ("channels/incoming", -32602), ("(unknown)", -32601)):
                     handle.refusals.request(method, code)
                 for event in ("mcpl.refused", "mcpl.push", "rpc.junk_line"):
