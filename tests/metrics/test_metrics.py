@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from mcplhost.config import Config, MetricsConfig, RestartConfig
+from mcplhost.metrics import http as metrics_http
 from mcplhost.metrics.http import MAX_HEAD_BYTES
 from mcplhost.protocol.ports import State
 
@@ -194,3 +195,28 @@ class TestServing:
                     assert str(exc).startswith(f"metrics.listen: cannot listen on {taken}")
                 else:
                     raise AssertionError("the second host ran")
+
+
+class TestHostileClients:
+    async def test_a_silent_client_is_dropped_after_the_time_bound(self, tmp_path, monkeypatch) -> None:
+        """A client that connects and sends nothing is closed once REQUEST_TIMEOUT_S has passed."""
+        monkeypatch.setattr(metrics_http, "REQUEST_TIMEOUT_S", 0.2)
+        async with running_host(with_metrics(config_with(tmp_path))) as host:
+            assert await http(host.metrics_address, b"") == b""  # closed without an answer, within 5 s
+
+    async def test_past_the_client_cap_a_client_gets_503_at_once(self, tmp_path) -> None:
+        """MAX_CLIENTS idle clients hold every place: the next one is answered 503, and a scrape works after."""
+        async with running_host(with_metrics(config_with(tmp_path))) as host:
+            address, port = host.metrics_address.rsplit(":", 1)
+            idle = [await anyio.connect_tcp(address, int(port)) for _ in range(metrics_http.MAX_CLIENTS)]
+            try:
+                # Accepted in order, each task takes its place first: the next client finds none left.
+                refused = await http(host.metrics_address, b"GET /metrics HTTP/1.1\r\n\r\n")
+            finally:
+                for stream in idle:
+                    await stream.aclose()
+            assert refused.startswith(b"HTTP/1.1 503 ")
+            with anyio.fail_after(5):  # the places come back as the server sees each idle client close
+                while not (await http(host.metrics_address, b"GET /metrics HTTP/1.1\r\n\r\n")).startswith(
+                        b"HTTP/1.1 200"):
+                    pass
