@@ -347,6 +347,7 @@ async def record_failed_turn(agent: AgentConfig, wake: Wake, services: TurnServi
     """
     progress = _Progress(conversation=wake_conversation(wake))
     await _fail(agent, services, progress, exc, cursor, wake_ids=wake.item_ids)
+    services.timings.turn_ended(agent.name, OUTCOME_FAILED, 0.0)  # one observation per turns-ledger row
     log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=OUTCOME_FAILED, seconds=0.0,
              model=None, tokens=0, calls=0, wake=len(wake.item_ids) + wake.overflow)
     return OUTCOME_FAILED
