@@ -59,6 +59,24 @@ class MetricsConfig(Base):
     listen: NonEmpty | None = None
 
 
+def listen_address(listen: str) -> tuple[str, int]:
+    """`[metrics] listen` as (host, port): `HOST:PORT`, an IPv6 host in brackets (`[::1]:9464`).
+
+    Always both parts, so the address bound is the one written (docs/operations.md#metrics);
+    ValueError saying what is wrong otherwise.
+    """
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{listen!r} is not HOST:PORT (e.g. 127.0.0.1:9464)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or any(c in host for c in "[]/ ") or (":" in host and not listen.startswith("[")):
+        raise ValueError(f"{listen!r} is not HOST:PORT (an IPv6 host in brackets: [::1]:9464)")
+    if not (port.isascii() and port.isdigit() and int(port) < 65536):
+        raise ValueError(f"{listen!r}: the port must be a number from 0 to 65535 (0: any free port, logged)")
+    return host, int(port)
+
+
 #: Per-connector quotas' defaults: generous enough that no ordinary community reaches them.
 DEFAULT_MAX_ITEMS_PER_HOUR = 100_000
 DEFAULT_MAX_BYTES_PER_HOUR = 1 << 30  # stored body bytes (1 GiB)
@@ -365,6 +383,13 @@ def _cross_field(raw: dict[str, Any], unknown_grant: UnknownGrant | None) -> lis
     for i, agent in _entries(raw, "agents"):
         found += [f"agents[{i}].{why}" for why in agent_problems(agent, connector_names)]
     found += _parent_problems(_entries(raw, "agents"))
+    metrics = raw.get("metrics")
+    listen = metrics.get("listen") if isinstance(metrics, dict) else None
+    if isinstance(listen, str) and listen:
+        try:
+            listen_address(listen)
+        except ValueError as exc:
+            found.append(f"metrics.listen: {exc}")
     inference = raw.get("inference")
     if isinstance(inference, dict) and isinstance(inference.get("backend"), dict):
         found += [f"inference.backend.{why}" for why in backend_problems(inference["backend"])]

@@ -67,6 +67,8 @@ from .control.service import ControlService
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
+from .logs import SuppressedTotals
+from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
@@ -91,7 +93,7 @@ class Host:
                  outbox_senders: Mapping[str, OutboxSender], agents: AgentsRuntime, notifier: Notifier,
                  control: ControlService, status_line: StatusLine,
                  agent_events: ObjectReceiveStream[Stored] | None,
-                 events: ObjectSendStream[Stored] | None) -> None:
+                 events: ObjectSendStream[Stored] | None, metrics: Metrics | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -106,6 +108,9 @@ class Host:
         #: name → the connector's outbox sender.
         self.outbox_senders = outbox_senders
         self.agents = agents
+        #: `/metrics` (None: `[metrics] listen` is not set); `metrics_address` is where it listens once running.
+        self.metrics = metrics
+        self.metrics_address: str | None = None
         self.notifier = notifier
         self.control = control
         self.status_line = status_line
@@ -119,11 +124,16 @@ class Host:
         if self._ran:
             raise HostStateError("a host runs once; open another with open_host")
         self._ran = True
+        # Bound before anything starts: an address in use is the operator's to fix, said in one line.
+        listener = await self.metrics.listen(self.config.metrics.listen) if self.metrics is not None else None
         try:
             async with anyio.create_task_group() as base:
                 await base.start(self.writer.run)
                 await base.start(serve_control, control_socket_path(self.config), self.control.answer)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
+                if self.metrics is not None and listener is not None:
+                    self.metrics_address = bound_address(listener)
+                    base.start_soon(self.metrics.serve, listener)
                 base.start_soon(_prune, self.store.pushes)
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
@@ -175,25 +185,32 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     agent_events: ObjectReceiveStream[Stored] | None = None
     if config.agents:
         events, agent_events = stored_event_stream()
-    writer = GroupWriter(store)
-    ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events)
+    # The histograms exist only when /metrics is served; the counters are the components' own in any case.
+    timings = Timings() if config.metrics.listen else None
+    suppressed = SuppressedTotals()
+    writer = GroupWriter(store, on_commit=timings.committed if timings is not None else None)
+    ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
+                    suppressed=suppressed)
     hooks = HookState()
     inference = connector_inference(config)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
     status_line = StatusLine()
     handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
-                                          on_change=status_line.changed)
+                                          on_change=status_line.changed, suppressed=suppressed)
                for spec in config.connectors}
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
     senders = MappingProxyType({name: OutboxSender(store, writer, handle, max_age_s=max_age_s)
                                 for name, handle in handles.items()})
     connectors = MappingProxyType(handles)
-    agents = AgentsRuntime(config, store, writer, connectors, outbox=senders, hooks=hooks)
+    agents = AgentsRuntime(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings)
+    metrics = None if timings is None else Metrics(
+        store, connectors=connectors, ingest=ingest, outbox_senders=senders,
+        peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
     return Host(config, store=store, writer=writer, ingest=ingest, hooks=hooks, inference=inference,
                 connectors=connectors, outbox_senders=senders, agents=agents,
                 notifier=notifier if notifier is not None else Notifier(None, log),
                 control=ControlService(store, connectors, agents, started_at_ms=now_ms()), status_line=status_line,
-                agent_events=agent_events, events=events)
+                agent_events=agent_events, events=events, metrics=metrics)
 
 
 @asynccontextmanager

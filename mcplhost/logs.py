@@ -15,7 +15,9 @@ response, a junk line) go through a `LimitedLog`: per connector and event,
 the first `LINES_PER_WINDOW` lines of each `WINDOW_S` window, then one
 `log.suppressed` line with the count when the window closes or the
 connector's life ends. The exact counts live in the components'
-`statistics()`, never only here.
+`statistics()`, never only here; `SuppressedTotals` adds up, per host, what
+every `LimitedLog` of a connector held back across its process lives, for
+the metrics (docs/operations.md#metrics).
 """
 
 from __future__ import annotations
@@ -318,6 +320,29 @@ def _drop(logger: Any, method: str, event: structlog.typing.EventDict) -> struct
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
+class SuppressedTotals:
+    """Lines suppressed per (connector, event or key) since the host started, across the connector's lives.
+
+    One per host: each `LimitedLog` of a connector adds to it through its
+    `tally` (`tally_for(name)`); the metrics read `snapshot()`. Keys are the
+    host's own event names, so its size is bounded by connectors × events.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def add(self, connector: str, event: str) -> None:
+        key = (connector, event)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def tally_for(self, connector: str) -> Callable[[str], None]:
+        """What a `LimitedLog` of `connector` calls with each line it suppresses."""
+        return lambda event: self.add(connector, event)
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        return dict(self._counts)
+
+
 class LimitedLog:
     """A connector's per-message events: the first lines of each event per window, then a count.
 
@@ -328,12 +353,15 @@ class LimitedLog:
     or at `close()` (the end of the connector's life). `key` groups lines
     under another name than the event; it must be one of the host's own
     names, never a string the connector chose. Lines filtered out by the
-    log level are not counted. Debug lines are not limited.
+    log level are not counted. Debug lines are not limited. `tally`, when
+    given, is called with the key of each suppressed line (a host's
+    `SuppressedTotals.tally_for(connector)`).
     """
 
     def __init__(self, log: Any, *, allowance: int = LINES_PER_WINDOW, window_s: float = WINDOW_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tally: Callable[[str], None] | None = None) -> None:
         self._log = log
+        self._tally = tally
         # structlog's filtering loggers say which levels they write; any other logger writes them all.
         self._enabled: Callable[[int], bool] = getattr(log, "is_enabled_for", lambda level: True)
         self._limiter = WindowLimiter(allowance, window_s)
@@ -365,6 +393,8 @@ class LimitedLog:
             getattr(self._log, level)(event, **fields)
             return
         self._suppressed[key] = self._suppressed.get(key, 0) + 1
+        if self._tally is not None:
+            self._tally(key)
         if key not in self._holding:  # a new deadline, maybe earlier than the one `run` sleeps to
             self._holding.add(key)
             if self._due is not None:

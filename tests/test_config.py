@@ -24,6 +24,7 @@ from mcplhost.config import (
     StoreConfig,
     default_config_path,
     effective_max_wait_ms,
+    listen_address,
     load_config,
     problems,
     read_config,
@@ -675,3 +676,25 @@ class TestConnectorEnvironment:
         _, found = read_config(write(tmp_path, self.connector(env_pass='["MCPLHOST_UNSET_H4"]')))
         assert found == ["connectors[0].env_pass[0]: the variable MCPLHOST_UNSET_H4 is not set here: "
                          "the connector starts without it"]
+
+
+class TestMetricsListen:
+    """`[metrics] listen` is HOST:PORT (docs/operations.md#metrics)."""
+
+    @given(st.sampled_from(["127.0.0.1", "0.0.0.0", "localhost", "metrics.internal"]), st.integers(0, 65535))
+    def test_host_and_port_are_read_back(self, host: str, port: int) -> None:
+        """Every HOST:PORT gives its host and port."""
+        assert listen_address(f"{host}:{port}") == (host, port)
+
+    def test_an_ipv6_host_is_in_brackets(self) -> None:
+        """[::1]:9464 is ::1; a bare IPv6 address is refused."""
+        assert listen_address("[::1]:9464") == ("::1", 9464)
+        with pytest.raises(ValueError):
+            listen_address("::1:9464")
+
+    def test_check_config_refuses_a_listen_that_is_not_host_and_port(self) -> None:
+        """A port alone, a host alone or a port out of range is a problem at metrics.listen."""
+        for listen in ("9464", ":9464", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http"):
+            found = problems({"store": {"path": "x.db"}, "metrics": {"listen": listen}})
+            assert len(found) == 1 and found[0].startswith("metrics.listen: "), (listen, found)
+        assert problems({"store": {"path": "x.db"}, "metrics": {"listen": "127.0.0.1:9464"}}) == []

@@ -25,6 +25,7 @@ from mcplhost.logs import (
     MAX_VALUE_CHARS,
     LimitedLog,
     LineQueue,
+    SuppressedTotals,
     bounded,
     flush_on_exit_s,
 )
@@ -373,3 +374,25 @@ class TestTracebacksInTheLog:
         assert len(crashed["exception"]) <= TRACEBACK_MAX_CHARS + 100 and "characters cut" in crashed["exception"]
         assert crashed["exception"].startswith("Traceback") and crashed["exception"].rstrip().endswith("THE END")
         assert field["traceback"] == "t" * 15_000 + " RAISED HERE"
+
+
+class TestSuppressedTotals:
+    def test_every_life_of_a_connector_adds_to_the_hosts_totals(self) -> None:
+        """Two LimitedLogs of one connector (two process lives) and one of another: totals per (connector, event)."""
+        totals = SuppressedTotals()
+        lives = [LimitedLog(_Quiet(), allowance=1, tally=totals.tally_for("disc")) for _ in range(2)]
+        other = LimitedLog(_Quiet(), allowance=1, tally=totals.tally_for("zulip"))
+        for limited, lines in ((lives[0], 4), (lives[1], 3), (other, 2)):
+            for _ in range(lines):
+                limited.info("mcpl.refused")
+        assert totals.snapshot() == {("disc", "mcpl.refused"): 3 + 2, ("zulip", "mcpl.refused"): 1}
+        assert lives[1].statistics() == {"mcpl.refused": 2}  # each life still counts its own
+
+
+class _Quiet:
+    """A logger that writes nowhere."""
+
+    def info(self, event: str, **fields: object) -> None:
+        pass
+
+    warning = info

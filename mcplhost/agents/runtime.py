@@ -66,7 +66,7 @@ from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
-from mcplhost.agents.services import TurnServices
+from mcplhost.agents.services import NoTimings, TurnServices, TurnTimings
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
     CONTEXT_ROWS,
@@ -179,6 +179,9 @@ class AgentRunner:
             return
         log.info("agent.wake", agent=self.agent.name, items=len(kept.item_ids), overflow=kept.overflow,
                  conversations=len(kept.conversations), several_conversations=kept.several_conversations)
+        if items:  # the wake latency: from its oldest item's acceptance to this turn's start
+            oldest_ms = min(item.created_at for item in items)
+            self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
         await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn)
 
     def _cursor_after_turn(self) -> int:
@@ -244,7 +247,8 @@ class AgentsRuntime:
 
     def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, ConnectorPort], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
-                 outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None) -> None:
+                 outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
+                 timings: TurnTimings | None = None) -> None:
         self.config = config
         self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
         self.store = store
@@ -262,7 +266,8 @@ class AgentsRuntime:
             toolbox = ToolBox(agent, handles, store, peers=self.peers)
             services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms,
                                     outbox=outbox if outbox is not None else {},
-                                    system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers)
+                                    system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
+                                    timings=timings if timings is not None else NoTimings())
             self.runners[agent.name] = AgentRunner(agent, services, self.seen_through, self.peers)
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
@@ -19,6 +20,26 @@ from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
 from mcplhost.store.writer import GroupWriter
+
+
+class TurnTimings(Protocol):
+    """Where the agents report their timings (the host's metrics implement it, docs/operations.md#metrics)."""
+
+    def wake_started(self, waited_s: float) -> None:
+        """A turn starts `waited_s` after its oldest waking item was accepted (the wake latency)."""
+
+    def turn_ended(self, agent: str, outcome: str, seconds: float) -> None:
+        """A turn of `agent` ended with `outcome` after `seconds`."""
+
+
+class NoTimings:
+    """Timings reported nowhere (a host without metrics, a turn run on its own)."""
+
+    def wake_started(self, waited_s: float) -> None:
+        pass
+
+    def turn_ended(self, agent: str, outcome: str, seconds: float) -> None:
+        pass
 
 
 @dataclass
@@ -41,3 +62,5 @@ class TurnServices:
     hooks: HookState = field(default_factory=HookState)
     #: The host's peer messaging (None: a turn run on its own, with no peers to deliver).
     peers: PeerService | None = None
+    #: Where the turn's seconds and its wake latency are reported (the host's metrics, or nowhere).
+    timings: TurnTimings = field(default_factory=NoTimings)

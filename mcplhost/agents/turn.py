@@ -145,8 +145,10 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
         outcome = OUTCOME_FAILED
         await _fail(agent, services, progress, exc, new_cursor)
     finally:
+        seconds = anyio.current_time() - started
+        services.timings.turn_ended(agent.name, outcome, seconds)
         log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome,
-                 seconds=round(anyio.current_time() - started, 3), model=progress.model, tokens=progress.tokens,
+                 seconds=round(seconds, 3), model=progress.model, tokens=progress.tokens,
                  calls=progress.calls, wake=len(wake.item_ids) + wake.overflow)
     return outcome
 
@@ -345,6 +347,7 @@ async def record_failed_turn(agent: AgentConfig, wake: Wake, services: TurnServi
     """
     progress = _Progress(conversation=wake_conversation(wake))
     await _fail(agent, services, progress, exc, cursor, wake_ids=wake.item_ids)
+    services.timings.turn_ended(agent.name, OUTCOME_FAILED, 0.0)  # one observation per turns-ledger row
     log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=OUTCOME_FAILED, seconds=0.0,
              model=None, tokens=0, calls=0, wake=len(wake.item_ids) + wake.overflow)
     return OUTCOME_FAILED

@@ -50,7 +50,7 @@ from mcplhost.inbound.pipeline import (
     run_pipeline,
 )
 from mcplhost.ingest.ports import EchoPort
-from mcplhost.logs import LimitedLog
+from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
 from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories
@@ -94,7 +94,7 @@ def stored_event_stream() -> tuple[ObjectSendStream[Stored], ObjectReceiveStream
 class Ingest:
     def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
-                 events: ObjectSendStream[Stored] | None = None) -> None:
+                 events: ObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None) -> None:
         self.store = store
         self.echoes = echoes
         #: Set once the echo port is seeded from the store (by the first request, before its items).
@@ -106,6 +106,9 @@ class Ingest:
         self.events = events  # bounded (STORED_EVENTS_BUFFER); see the module docstring
         self._missed = 0  # events dropped since the last one delivered
         self._stats = {"stored_events": 0, "stored_events_dropped": 0, "redelivered": 0}
+        #: (connector, lane, "accepted" | "duplicate") → items: what the store did with each (metrics).
+        self._items: dict[tuple[str, str, str], int] = {}
+        self._suppressed = suppressed if suppressed is not None else SuppressedTotals()
         # Per connector (configured names only): the lines a connector's redeliveries cause. No driver runs
         # them, so a window's count comes with that connector's next such line (`statistics` has it at once).
         self._limited: dict[str, LimitedLog] = {}
@@ -146,6 +149,7 @@ class Ingest:
         written = await self.writer.store_items(rows) if rows else []
         self._emit(rows, written)
         repeats = [w.id for w in written if w.duplicate]
+        self._count(server_id, lane, accepted=len(written) - len(repeats), duplicate=len(repeats))
         if repeats:  # one line per request, however many it repeated (a replay after a restart can be long)
             self._stats["redelivered"] += len(repeats)
             self._limited_for(server_id).info("ingest.redelivered", duplicates=len(repeats),
@@ -186,6 +190,7 @@ class Ingest:
             PushClaim(server_id, push.event_id, _encode(PUSH_ACCEPTED), accepted_at), item)
         if not written.duplicate:
             self._emit([item], [ItemWritten(written.item_id, False, conversation)])
+        self._count(server_id, "push/event", accepted=int(not written.duplicate), duplicate=int(written.duplicate))
         return PushStored(answer=_decode(written.answer), item_id=written.item_id, duplicate=written.duplicate)
 
     async def store_surface(self, surface: str, participant: str, text: str) -> None:
@@ -257,10 +262,24 @@ class Ingest:
         """Stored events offered and dropped so far (dropped: the consumer was behind); redelivered items."""
         return dict(self._stats)
 
+    def item_counts(self) -> dict[tuple[str, str, str], int]:
+        """(connector, lane, outcome) → items since the start: `accepted` (stored) or `duplicate` (stored nothing).
+
+        Refused items are counted where the answer is built (mcplhost/protocol/counts.py).
+        """
+        return dict(self._items)
+
+    def _count(self, server_id: str, lane: str, *, accepted: int, duplicate: int) -> None:
+        for outcome, count in (("accepted", accepted), ("duplicate", duplicate)):
+            if count:
+                key = (server_id, lane, outcome)
+                self._items[key] = self._items.get(key, 0) + count
+
     def _limited_for(self, server_id: str) -> LimitedLog:
         limited = self._limited.get(server_id)
         if limited is None:
-            limited = self._limited[server_id] = LimitedLog(self.log.bind(connector=server_id))
+            limited = self._limited[server_id] = LimitedLog(self.log.bind(connector=server_id),
+                                                            tally=self._suppressed.tally_for(server_id))
         return limited
 
     def _emit(self, items: list[NewItem], written: list[ItemWritten]) -> None:

@@ -41,6 +41,7 @@ from mcplhost.rpc import (
 from . import errors, jobs
 from .answers import ListedTool, OpenedChannel
 from .channels import Channel, ChannelRegistry
+from .counts import RefusalCounts
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
 from .grants import (
     IMPLEMENTED,
@@ -83,7 +84,7 @@ class McplConnection:
                  clock: Callable[[], float] = time.monotonic, offered: frozenset[str] = OFFERED,
                  inference: InferenceService | None = None, hooks: PendingHooks | None = None,
                  on_mode: Callable[[McplConnection, Mode], None] | None = None,
-                 limited: LimitedLog | None = None) -> None:
+                 limited: LimitedLog | None = None, counts: RefusalCounts | None = None) -> None:
         self._on_mode = on_mode
         #: The `[inference]` service inference/request and model/info use, None when none is configured.
         self.inference = inference
@@ -102,6 +103,8 @@ class McplConnection:
         self.refused: dict[tuple[str, int], int] = {}
         self.notifications_refused: dict[tuple[str, int], int] = {}
         self.notifications_unknown = 0
+        #: The connector's refusals across all its lives (its handle's; a fresh one when built alone).
+        self.counts = counts if counts is not None else RefusalCounts()
         self.offered = offered
         self.legacy = spec.protocol == "0.4"
         self.capabilities: dict[str, Any] = {}
@@ -355,6 +358,9 @@ class McplConnection:
         """Count a refused request by method (a known one, else UNKNOWN_METHOD) and code."""
         key = (_method_label(method), code)
         self.refused[key] = self.refused.get(key, 0) + 1
+        self.counts.request(*key)
+        if method == "push/event":  # one push per request: a refused request is a refused item
+            self.counts.item("push/event")
 
     def _audit_refusal(self, method: str, params: Raw | UnsetType, exc: errors.ConnectorProtocolError) -> None:
         data = exc.data if isinstance(exc.data, dict) else {}

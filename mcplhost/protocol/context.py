@@ -17,6 +17,7 @@ from mcplhost.rpc import Session
 
 from .answers import ListedTool
 from .channels import ChannelRegistry
+from .counts import RefusalCounts
 from .featuresets import FeatureSetState
 from .intake import Intake
 from .manifest import ManifestChange, ManifestTracker
@@ -81,6 +82,9 @@ class Inbound(Served, Protocol):
 
     @property
     def hooks(self) -> PendingHooks: ...
+
+    @property
+    def counts(self) -> RefusalCounts: ...
 
     def warn_once(self, key: str, event: str, **fields: Any) -> None:
         """Log `event` the first time `key` is seen on this connection (bounded)."""

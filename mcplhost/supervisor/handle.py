@@ -41,9 +41,11 @@ import structlog
 from msgspec import UNSET
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.logs import SuppressedTotals
 from mcplhost.protocol.answers import ListedTool, OpenedChannel
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.connection import McplConnection, Mode
+from mcplhost.protocol.counts import RefusalCounts
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, Intake
 from mcplhost.protocol.ports import (
     SERVING,
@@ -134,7 +136,8 @@ class ConnectorHandle:
     def __init__(self, spec: ConnectorConfig, *, clock_ms: Callable[[], int] = now_ms,
                  monotonic: Callable[[], float] = time.monotonic,
                  offered: frozenset[str] | None = None, inference: InferenceService | None = None,
-                 hooks: PendingHooks | None = None, on_change: Callable[[], None] = lambda: None) -> None:
+                 hooks: PendingHooks | None = None, on_change: Callable[[], None] = lambda: None,
+                 suppressed: SuppressedTotals | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         #: What each life's connection may grant (None: the connection's default, no inference paths).
@@ -143,6 +146,10 @@ class ConnectorHandle:
         self.inference = inference
         #: The loop guard's question each life's connection asks (None: no hook is ever pending).
         self.hooks = hooks
+        #: What every life refused, for the host's whole run (each life's connection adds to it).
+        self.refusals = RefusalCounts()
+        #: The host's count of suppressed log lines; each life's LimitedLog adds this connector's to it.
+        self.suppressed = suppressed if suppressed is not None else SuppressedTotals()
         self._clock_ms = clock_ms  # epoch ms, for what status shows
         #: Monotonic seconds, for the quiet rule: a wall-clock step neither starts nor ends a quiet spell.
         self.monotonic = monotonic

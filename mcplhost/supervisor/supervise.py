@@ -167,14 +167,16 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
-    limited = LimitedLog(plog)  # the lines this life causes per message: a few per event and window, then counts
+    # The lines this life causes per message: a few per event and window, then counts (kept in the host's totals).
+    limited = LimitedLog(plog, tally=handle.suppressed.tally_for(spec.name))
     connection: McplConnection | None = None
     ended = Life.EXITED
     try:
         try:
             connection = McplConnection(spec, _session(spec, process, plog, limited), intake, plog,
                                         on_mode=handle.mode_entered, inference=handle.inference, hooks=handle.hooks,
-                                        limited=limited, **({} if handle.offered is None else {"offered": handle.offered}))
+                                        limited=limited, counts=handle.refusals,
+                                        **({} if handle.offered is None else {"offered": handle.offered}))
             handle.spawned(process.pid, connection, command=spec.command)
             ended = await _serve_life(spec, process, connection, plog, limited, handle, on_ready)
         except Exception as exc:  # the boundary: only Exception, so a cancellation (or a group holding one) goes on

@@ -1,0 +1,84 @@
+"""Prometheus metrics at `[metrics] listen` (docs/operations.md#metrics).
+
+    metrics = Metrics(store, connectors=…, timings=timings, …)   # built with the host, before anything runs
+    listener = await metrics.listen(config.metrics.listen)
+    tg.start_soon(metrics.serve, listener)         # /metrics on the loop, plus the loop-lag sampler
+
+One registry per host (never prometheus_client's global one): the counters
+are read from the components at each scrape (collector.py), the
+histograms are observed where the components time them (timings.py).
+Only this package imports prometheus_client (a `protected` contract in
+pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import anyio
+import structlog
+from anyio.abc import SocketListener, SocketStream
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from mcplhost.config import listen_address
+from mcplhost.errors import OperatorError
+from mcplhost.ingest import Ingest
+from mcplhost.logs import SuppressedTotals
+from mcplhost.speech.outbox import OutboxSender
+from mcplhost.store import Store
+from mcplhost.supervisor.handle import ConnectorHandle
+
+from .collector import HostCollector
+from .http import MAX_CLIENTS, serve_client
+from .timings import Timings
+
+__all__ = ["Metrics", "Timings"]
+
+log = structlog.get_logger()
+
+
+class Metrics:
+    """One host's registry: its collector over the components and its histograms."""
+
+    def __init__(self, store: Store, *, connectors: Mapping[str, ConnectorHandle], ingest: Ingest,
+                 outbox_senders: Mapping[str, OutboxSender], peer_admissions: Callable[[], Mapping[str, int]],
+                 suppressed: SuppressedTotals, timings: Timings) -> None:
+        self._store = store
+        self.registry = registry = timings.registry
+        self.timings = timings
+        self.collector = HostCollector(connectors=connectors, ingest=ingest, outbox_senders=outbox_senders,
+                                       peer_admissions=peer_admissions, suppressed=suppressed)
+        registry.register(self.collector)
+        self._limiter = anyio.CapacityLimiter(MAX_CLIENTS)
+
+    async def render(self) -> tuple[bytes, str]:
+        """The text format of every metric now, and its content type."""
+        self.collector.outbox_pending = await self._store.outbox.count("pending")
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    async def listen(self, listen: str) -> SocketListener:
+        """Bind `listen` (HOST:PORT, validated by check-config); OperatorError when it cannot be bound."""
+        host, port = listen_address(listen)
+        try:
+            listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+        except OSError as exc:
+            raise OperatorError(f"metrics.listen: cannot listen on {listen}: {exc.strerror or exc}",
+                                "choose a free address in [metrics] listen, or remove it") from None
+        log.info("metrics.listening", address=bound_address(listener))
+        return listener
+
+    async def serve(self, listener: SocketListener) -> None:
+        """Answer scrapes and sample the loop's lag until cancelled; the listener is closed on the way out."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.timings.sample_loop_lag)
+            async with listener:
+                await listener.serve(self._client, task_group=tg)
+
+    async def _client(self, stream: SocketStream) -> None:
+        await serve_client(stream, self.render, self._limiter)
+
+
+def bound_address(listener: SocketListener) -> str:
+    """HOST:PORT the listener is bound to (the port chosen, when 0 was asked for)."""
+    host, port = listener.extra(anyio.abc.SocketAttribute.local_address)[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
