@@ -452,14 +452,16 @@ def _follow_messages(args: argparse.Namespace) -> int:
             out = sys.stdout.buffer
             last, limit = 0, args.limit
             while True:
+                # Every id up to `newest` is looked at by this poll (its listing reads the newest id after this),
+                # so the next poll starts past it even where no item matched the filters.
+                newest = await store.items.last_id()
                 async for item in store.items.iterate(limit=limit, channel=args.channel, agent=args.agent,
                                                       since_ms=args.since, after_id=last):
                     out.write(export_line(item) + b"\n" if args.json else (_console_line(item) + "\n").encode())
                     last = item.id
                 out.flush()
                 limit = None  # --limit bounds the first listing only
-                if last == 0:  # nothing matched yet: later polls start after what is stored now
-                    last = await store.items.last_id()
+                last = max(last, newest)
                 if _reader_closed(out):
                     raise BrokenPipeError
                 await anyio.sleep(FOLLOW_POLL_S)

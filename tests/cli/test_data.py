@@ -178,13 +178,17 @@ class TestFollow:
         process = subprocess.Popen([PYTHON, "-m", "mcplhost", "messages", "--db", str(db), "--follow"],
                                    env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL)
-        assert process.stdout is not None
-        assert "one" in process.stdout.readline().decode()
-        process.stdout.close()  # the reader goes away while nothing new arrives
-        assert process.wait(timeout=20) == 0
-        assert process.stderr is not None
-        with process.stderr:
-            assert process.stderr.read() == b""
+        assert process.stdout is not None and process.stderr is not None
+        try:
+            assert "one" in process.stdout.readline().decode()
+            process.stdout.close()  # the reader goes away while nothing new arrives
+            assert process.wait(timeout=20) == 0
+            with process.stderr:
+                assert process.stderr.read() == b""
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 async def _lines(stream):
