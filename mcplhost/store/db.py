@@ -208,7 +208,8 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items, push events, turns, cursors, the outbox and the peer queue, and `transaction()` to combine them.
+    """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue and
+    retention, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`: it composes the
     repositories over one `Database`, which each sees only as `Connections`.

@@ -38,6 +38,7 @@ import msgspec
 import structlog
 
 from mcplhost.store.connection import Connections
+from mcplhost.store.items import IDS_PER_QUERY
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS
 
 log = structlog.get_logger()
@@ -159,8 +160,8 @@ class RetentionRepository:
             low, high = rows[0].id, rows[-1].id
             named = sorted({outbox_id for row in rows for outbox_id in row.outbox_ids})
             pending: set[int] = set()
-            for start in range(0, len(named), 900):
-                chunk = named[start : start + 900]
+            for start in range(0, len(named), IDS_PER_QUERY):
+                chunk = named[start : start + IDS_PER_QUERY]
                 pending.update(r[0] for r in await conn.execute_fetchall(
                     f"SELECT id FROM outbox WHERE state = 'pending' AND id IN ({', '.join('?' * len(chunk))})",
                     chunk))
