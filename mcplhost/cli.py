@@ -17,9 +17,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import select
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -60,6 +64,18 @@ MAX_SECONDS = 366 * 24 * 3600.0
 CLI_SEARCH_DEADLINE_S = 60.0
 #: `mcplhost dev`'s database when --db is not given, in the current folder.
 DEV_DB = "mcplhost-dev.db"
+#: How often `messages --follow` looks for new items (each look is one short read; no lock).
+FOLLOW_POLL_S = 0.2
+#: A relative --since (`10m`) looks back at most this far: further is a typo, and past the epoch.
+MAX_SINCE_AGO_MS = 100 * 366 * 24 * 3600 * 1000
+#: Epoch-ms --since values have at most this many digits (year 2286 has 13; more is seconds times 1000 twice).
+EPOCH_MS_MAX_DIGITS = 13
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+SINCE_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_RELATIVE_SINCE = re.compile(r"([0-9]{1,9})([smhd])")
+_ISO_SINCE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,6}))?)?Z")
+SINCE_FORMS = "an ISO 8601 UTC time (2026-12-01T10:00:00Z), epoch milliseconds (1796119200000) or a time ago (10m, 2h, 3d)"
 
 EPILOG = ("exit status: 0 done; 1 an operator error (one line on stderr); 2 a usage or config error. "
           "Problems and warnings go to stderr, results to stdout.")
@@ -94,6 +110,41 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}, not {text}")
     return value
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """--since TIME as epoch ms; ValueError saying what is accepted for anything else (docs/operations.md#following).
+
+    `YYYY-MM-DDTHH:MM[:SS[.ffffff]]Z` (UTC only: a time without Z or with
+    another offset is refused rather than guessed), a whole number of epoch
+    milliseconds, or `N` followed by s, m, h or d: that long before `now_ms`.
+    """
+    if (relative := _RELATIVE_SINCE.fullmatch(text)) is not None:
+        ago = int(relative[1]) * SINCE_UNITS_MS[relative[2]]
+        if ago > MAX_SINCE_AGO_MS:
+            raise ValueError(f"{text!r} is more than 100 years ago")
+        return now_ms - ago
+    if text.isascii() and text.isdigit():
+        if len(text) > EPOCH_MS_MAX_DIGITS:
+            raise ValueError(f"{text!r} has more than {EPOCH_MS_MAX_DIGITS} digits for epoch milliseconds")
+        return int(text)
+    if (iso := _ISO_SINCE.fullmatch(text)) is not None:
+        year, month, day, hour, minute = (int(iso[n]) for n in range(1, 6))
+        second, fraction = int(iso[6] or 0), (iso[7] or "").ljust(6, "0")
+        try:
+            moment = datetime(year, month, day, hour, minute, second, int(fraction), tzinfo=UTC)
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a real time ({exc})") from None
+        return (moment - _EPOCH) // timedelta(milliseconds=1)  # exact integer arithmetic, no float
+    raise ValueError(f"not a time: {text!r}; give {SINCE_FORMS}")
+
+
+def since_option(text: str) -> int:
+    """An argparse type: --since TIME as epoch ms (`parse_since` against the clock now)."""
+    try:
+        return parse_since(text, int(time.time() * 1000))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def path_option(text: str) -> Path:
@@ -138,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     messages.add_argument("--limit", type=count, default=None, help="only the newest N items")
     messages.add_argument("--channel", default=None, help="only items of this channel id")
     messages.add_argument("--agent", default=None, help="only items belonging to this agent")
+    messages.add_argument("--since", type=since_option, default=None, metavar="TIME",
+                          help=f"only items created at or after TIME: {SINCE_FORMS}")
+    messages.add_argument("--follow", "-f", action="store_true",
+                          help="then keep printing new items as they are committed, until Ctrl-C "
+                               "or the reader of stdout goes away")
+
+    backup = sub.add_parser("backup", help="copy the database with SQLite's online backup (safe while the daemon "
+                                           "runs)",
+                            epilog="exit status: 0 copied and checked; 1 the copy failed (one line on stderr); "
+                                   "2 a usage error, also when OUT exists: a backup never overwrites.")
+    backup.add_argument("--db", type=path_option, required=True)
+    backup.add_argument("out", type=path_option, metavar="OUT", help="the new file; it must not exist")
 
     search = sub.add_parser("search", help="search stored item bodies (the source header is not searched)",
                             epilog=EPILOG)
@@ -397,9 +460,65 @@ def _print_rows(args: argparse.Namespace, rows: Callable[[Any], AsyncIterator[An
 
 
 def cmd_messages(args: argparse.Namespace) -> int:
+    if args.follow:
+        return _follow_messages(args)
     return _print_rows(args, lambda store: store.items.iterate(limit=args.limit, channel=args.channel,
-                                                               agent=args.agent),
+                                                               agent=args.agent, since_ms=args.since),
                        export_line, _console_line)
+
+
+def _follow_messages(args: argparse.Namespace) -> int:
+    """`messages --follow`: what `messages` prints, then every FOLLOW_POLL_S the items committed since.
+
+    Each poll is one read of ids above the last printed (a reader sees the
+    last commit, takes no lock and holds up no commit). Ends with exit 0 on
+    Ctrl-C (main) or when the reader of stdout went away: a write fails, or
+    a poll finds the pipe's reading end closed while there is nothing to write.
+    """
+
+    async def main() -> None:
+        async with open_reader(existing_database(args.db)) as store:
+            out = sys.stdout.buffer
+            last, limit = 0, args.limit
+            while True:
+                # Every id up to `newest` is looked at by this poll (its listing reads the newest id after this),
+                # so the next poll starts past it even where no item matched the filters.
+                newest = await store.items.last_id()
+                async for item in store.items.iterate(limit=limit, channel=args.channel, agent=args.agent,
+                                                      since_ms=args.since, after_id=last):
+                    out.write(export_line(item) + b"\n" if args.json else (_console_line(item) + "\n").encode())
+                    last = item.id
+                out.flush()
+                limit = None  # --limit bounds the first listing only
+                last = max(last, newest)
+                if _reader_closed(out):
+                    raise BrokenPipeError
+                await anyio.sleep(FOLLOW_POLL_S)
+
+    anyio.run(main)
+    return EXIT_OK
+
+
+def _reader_closed(out: Any) -> bool:
+    """True when stdout is a pipe or socket whose reading end is closed (poll reports an error or hang-up)."""
+    try:
+        poller = select.poll()
+        poller.register(out.fileno(), 0)  # POLLERR and POLLHUP are always reported
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no descriptor (a captured stdout): only a failed write tells
+        return False
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from .store.backup import BackupExists, backup
+
+    try:
+        done = backup(existing_database(args.db), args.out)
+    except BackupExists as exc:
+        print(f"mcplhost: {exc.message} ({exc.explanation})", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"backed up {args.db} to {done.path}: {done.pages} pages, {done.bytes} bytes, integrity_check ok")
+    return EXIT_OK
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -535,6 +654,7 @@ COMMANDS = {
     "status": cmd_status,
     "restart-connector": cmd_restart_connector,
     "migrate": cmd_migrate,
+    "backup": cmd_backup,
     "connector": cmd_connector,
 }
 

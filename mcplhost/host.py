@@ -60,6 +60,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup
 from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.runtime import AgentsRuntime
+from .agents.turn import CONTEXT_ROWS
 from .config import Config, ConnectorConfig, control_socket_path
 from .control.notify import StatusLine
 from .control.server import serve_control
@@ -74,6 +75,7 @@ from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
+from .store.retention import run_retention
 from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
 from .supervisor.supervise import supervise
@@ -135,6 +137,11 @@ class Host:
                     self.metrics_address = bound_address(listener)
                     base.start_soon(self.metrics.serve, listener)
                 base.start_soon(_prune, self.store.pushes)
+                if self.config.store.retention_days > 0:  # 0: items are kept for good (docs/operations.md#retention)
+                    base.start_soon(partial(run_retention, self.store.retention,
+                                            retention_days=self.config.store.retention_days,
+                                            agents=[agent.name for agent in self.config.agents],
+                                            context_rows=CONTEXT_ROWS, clock=now_ms))
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
                 async with anyio.create_task_group() as connectors:

@@ -168,27 +168,31 @@ class ItemRepository:
         limit: int | None = None,
         channel: str | None = None,
         agent: str | None = None,
+        since_ms: int | None = None,
+        after_id: int = 0,
     ) -> AsyncIterator[StoredItem]:
         """What `list` returns, fetched a page at a time (for exports of any size).
 
-        `channel` matches the channel id, `agent` the agent column exactly.
-        Items stored after the iteration starts are not included.
+        `channel` matches the channel id, `agent` the agent column exactly,
+        `since_ms` keeps items created at or after that epoch-ms time, and
+        `after_id` items with a larger id (`messages --follow` polls with the
+        last id it printed). Items stored after the iteration starts are not included.
         """
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         if limit == 0:
             return
-        where, params = _filters(channel=channel, agent=agent)
+        where, params = _filters(channel=channel, agent=agent, since_ms=since_ms)
         async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-            after = 0
+            after = after_id
             if limit is not None:
                 # The id just below the newest `limit` matching items (0 if there are fewer).
                 rows = await conn.execute_fetchall(
-                    f"SELECT id FROM items WHERE {where} ORDER BY id DESC LIMIT 1 OFFSET ?",
-                    (*params, limit),
+                    f"SELECT id FROM items WHERE {where} AND id > ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                    (*params, after_id, limit),
                 )
-                after = next((row[0] for row in rows), 0)
+                after = next((row[0] for row in rows), after_id)
         while True:
             async with self._connections.read() as conn:
                 rows = await conn.execute_fetchall(
@@ -346,14 +350,18 @@ def newest_first(conn: sqlite3.Connection, *, page_rows: int = READ_PAGE_SIZE) -
             return
 
 
-def _filters(*, channel: str | None, agent: str | None) -> tuple[str, tuple[str, ...]]:
-    clauses, params = ["1"], []
+def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = None) -> tuple[str, tuple[Any, ...]]:
+    clauses: builtins.list[str] = ["1"]
+    params: builtins.list[Any] = []
     if channel is not None:
         clauses.append("channel_id = ?")
         params.append(channel)
     if agent is not None:
         clauses.append("agent = ?")
         params.append(agent)
+    if since_ms is not None:
+        clauses.append("created_at >= ?")
+        params.append(since_ms)
     return " AND ".join(clauses), tuple(params)
 
 
