@@ -6,7 +6,6 @@ import os
 import shlex
 import signal
 import tempfile
-import time
 from pathlib import Path
 
 import anyio
@@ -206,10 +205,8 @@ class TestRunUnderSystemd:
                 await anyio.sleep(HELD_INTERVALS * interval_s)  # absence cannot be awaited
                 assert len(sock.poll()) == before, "a WATCHDOG=1 came while the loop was held"
                 hold.unlink()
-                released = time.monotonic()
-                await wait_for(lambda: not held.exists(), interval=0.005)
+                await wait_for(lambda: not held.exists(), interval=0.005)  # the loop runs again
                 await wait_for(lambda: len(sock.poll()) >= before + 2, interval=0.005)
                 assert sock.poll()[before:before + 2] == ["WATCHDOG=1", "WATCHDOG=1"]
-                assert sock.received[before][0] >= released
                 run.signal(signal.SIGTERM)
                 assert await run.wait() == 0
