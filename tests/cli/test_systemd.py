@@ -190,7 +190,7 @@ class TestRunUnderSystemd:
 
         WATCHDOG_PID is unset here, which counts as ours (systemd's rule).
         """
-        config = write_config(tmp_path, [chat("a", tmp_path)])
+        config = write_config(tmp_path)
         hold = tmp_path / "hold"
         held = tmp_path / f"hold{HOLD_LOOP_HELD_SUFFIX}"
         interval_s = HELD_WATCHDOG_USEC / 2_000_000
