@@ -20,22 +20,33 @@ conversation index (migration 0005, dropped for "no index"), and with reads
 through the StoreReader or, as before it, through the writer's connection
 and lock (`open_store(reader_connections=0)`), all in the same run.
 
-    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] [reads]   # reads: only the workloads beside reads
+Then, with `watchdog`, the watchdog's cost: the first two workloads again, in
+alternating rounds without and with WATCHDOG_USEC set (WATCHDOG=1 datagrams
+to a real notify socket every WATCHDOG_BENCH_USEC / 2, far more often than
+the shipped unit's WatchdogSec=30 asks), printing the ratio of the median
+rates and, as the noise to read it against, the spread of the rounds without.
+
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] [reads|watchdog]   # one of those parts alone
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
+import socket
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import anyio
+import structlog
 
 import mcplhost.host
 from mcplhost import logs
@@ -43,6 +54,7 @@ from mcplhost.agents.turn import CONTEXT_ROWS
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
 from mcplhost.store import open_store
+from mcplhost.systemd import Notifier, watchdog_interval_s
 
 HERE = Path(__file__).resolve().parent
 #: Runs per workload; the best host rate and the best plain rate are compared.
@@ -55,6 +67,10 @@ QUIET_CONVERSATION = "conv-quiet"
 READ_INTERVAL_S = 0.05
 #: Rounds of the workloads beside reads, each round running every variant once.
 READ_ROUNDS = 3
+#: The watchdog part's WATCHDOG_USEC: a ping every 20 ms, 750 times as often as WatchdogSec=30's 15 s.
+WATCHDOG_BENCH_USEC = 40_000
+#: Rounds of the watchdog part, each running the workload without, then with the watchdog.
+WATCHDOG_ROUNDS = 5
 
 
 def connector(name: str, folder: Path, count: int, batch: int, inflight: int) -> ConnectorConfig:
@@ -69,11 +85,12 @@ def connector(name: str, folder: Path, count: int, batch: int, inflight: int) ->
     )
 
 
-async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: list[float] | None = None
-                   ) -> tuple[float, int]:
+async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: list[float] | None = None,
+                   notifier: Notifier | None = None, watchdog_s: float | None = None) -> tuple[float, int]:
     """Run the host until every connector reports; return the slowest connector's seconds and items accepted.
 
     `reads`: also read a quiet conversation's context over and over meanwhile, each read's seconds appended.
+    `notifier`, `watchdog_s`: systemd's, as `mcplhost run` passes them.
     """
     config = Config(store=StoreConfig(path=str(folder / "host.db")), connectors=connectors)
     stop = anyio.Event()
@@ -88,8 +105,8 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: li
             reads.append(time.perf_counter() - started)
             await anyio.sleep(max(0.0, READ_INTERVAL_S - reads[-1]))
 
-    async with mcplhost.host.open_host(config) as host, anyio.create_task_group() as tg:
-        tg.start_soon(host.run, stop)
+    async with mcplhost.host.open_host(config, notifier=notifier) as host, anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(host.run, stop, watchdog_s=watchdog_s))
         async with anyio.create_task_group() as reading:
             if reads is not None:
                 reading.start_soon(read_contexts, host)
@@ -146,6 +163,7 @@ async def main(items: int) -> None:
 
 
     await beside_reads(items)
+    await watchdog_overhead(items)
 
 
 async def seeded_store(path: Path, *, index: bool) -> None:
@@ -210,7 +228,96 @@ async def beside_reads(items: int) -> None:
             print(f"{label:>38}: {rate:>9,.0f} items/s (best of {READ_ROUNDS}){read_text}{plain_text}")
 
 
+class NotifyReceiver:
+    """systemd's side of NOTIFY_SOCKET (abstract namespace): a thread reads every datagram as it comes,
+    as systemd does, so the daemon's sends never find the queue full; it counts the WATCHDOG=1."""
+
+    def __init__(self) -> None:
+        self.address = f"@mcplhost-bench-{uuid.uuid4().hex}"
+        self.pings = 0
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind("\0" + self.address[1:])
+        self._marked = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while (data := self._socket.recv(4096)) != b"bench:end":
+            if data == b"bench:mark":
+                self._marked.set()
+            self.pings += data == b"WATCHDOG=1"
+
+    def take(self) -> int:
+        """The pings counted since the last call: a mark is sent and awaited, so every earlier datagram is read."""
+        self._marked.clear()
+        self._send(b"bench:mark")
+        self._marked.wait()
+        pings, self.pings = self.pings, 0
+        return pings
+
+    def _send(self, data: bytes) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(data, "\0" + self.address[1:])
+
+    def close(self) -> None:
+        self._send(b"bench:end")
+        self._thread.join()
+        self._socket.close()
+
+
+async def watchdog_overhead(items: int) -> None:
+    """The same inbound load without and with WATCHDOG_USEC, alternating; the ratio of the medians, and the noise.
+
+    The noise: half the spread (max - min) of the rounds without, relative to their median.
+    """
+    os.environ.pop("WATCHDOG_PID", None)  # unset counts as ours
+    print(f"watchdog: WATCHDOG_USEC={WATCHDOG_BENCH_USEC} (a ping every {WATCHDOG_BENCH_USEC / 2000:.0f} ms)"
+          f" against none, {WATCHDOG_ROUNDS} alternating rounds, medians")
+    for label, connectors_count, batch, inflight in (
+        ("batches of 50, 1 connector", 1, 50, 8),
+        ("1 message per request, 4 connectors", 4, 1, 64),
+    ):
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        pings = 0
+        receiver = NotifyReceiver()
+        try:
+            for round_ in range(WATCHDOG_ROUNDS):
+                for watchdog in (False, True) if round_ % 2 == 0 else (True, False):  # ABBA: drift cancels
+                    if watchdog:
+                        os.environ["WATCHDOG_USEC"] = str(WATCHDOG_BENCH_USEC)
+                    else:
+                        os.environ.pop("WATCHDOG_USEC", None)
+                    notifier = Notifier(receiver.address, structlog.get_logger())
+                    try:
+                        with tempfile.TemporaryDirectory() as name:
+                            folder = Path(name)
+                            per = items // connectors_count
+                            specs = [connector(f"c{i}", folder, per, batch, inflight) for i in range(connectors_count)]
+                            seconds, accepted = await run_host(folder, specs, notifier=notifier,
+                                                               watchdog_s=watchdog_interval_s())
+                    finally:
+                        notifier.close()
+                    assert accepted == per * connectors_count, f"only {accepted} items were accepted"
+                    rates[watchdog].append(accepted / seconds)
+                    received = receiver.take()
+                    assert watchdog or received == 0, "pings came without WATCHDOG_USEC"
+                    pings += received
+        finally:
+            receiver.close()
+        os.environ.pop("WATCHDOG_USEC", None)
+        without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
+        noise = (max(rates[False]) - min(rates[False])) / without
+        # Each round's two runs are neighbours in time, so their ratio is the least touched by the machine's drift.
+        paired = statistics.median(w / o for w, o in zip(rates[True], rates[False], strict=True))
+        print(f"{label:>38}: without {without:>9,.0f} items/s | with {with_:>9,.0f} items/s | ratio {with_ / without:.3f}"
+              f" (median of the rounds' own ratios {paired:.3f}) | spread of the rounds without ±{noise / 2:.1%}"
+              f" | {pings} pings received")
+
+
+#: The parts a second argument may name alone.
+PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead}
+
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000
     logs.configure("json", "warning")  # as `mcplhost run` configures it, quieter
-    anyio.run(beside_reads if sys.argv[2:] == ["reads"] else main, count)
+    anyio.run(PARTS[sys.argv[2]] if len(sys.argv) > 2 else main, count)

@@ -12,13 +12,17 @@ import anyio
 import structlog
 from structlog.testing import capture_logs
 
-from mcplhost.systemd import Notifier, watchdog_interval_s
+from mcplhost.systemd import HOLD_LOOP_ENV, HOLD_LOOP_HELD_SUFFIX, Notifier, loop_hold_file, watchdog_interval_s
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, record
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, record, wait_for
 from .support import NotifySocket, daemon, scripted_connector, write_config
 
 #: Slack for process start-up and scheduling on a busy machine.
 SLACK_S = 3.0
+#: The held-loop test's WATCHDOG_USEC: a ping every 0.1 s.
+HELD_WATCHDOG_USEC = 200_000
+#: How many ping intervals the loop stays held: long enough that a ping sent anyway could not be missed.
+HELD_INTERVALS = 5
 
 
 def chat(name: str, folder: Path, **fields) -> dict:
@@ -79,6 +83,11 @@ class TestWatchdogInterval:
         """WATCHDOG_PID naming another process turns the watchdog off for us; our own pid keeps it on."""
         assert watchdog_interval_s({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}) == 1.0
         assert watchdog_interval_s({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid() + 1)}) is None
+
+    def test_the_loop_hold_seam_is_off_unless_its_variable_names_a_file(self, tmp_path) -> None:
+        """The test-only hold seam exists only when MCPLHOST_TEST_HOLD_LOOP is set and not empty."""
+        assert loop_hold_file({}) is None and loop_hold_file({HOLD_LOOP_ENV: ""}) is None
+        assert loop_hold_file({HOLD_LOOP_ENV: str(tmp_path / "hold")}) == tmp_path / "hold"
 
     def test_absent_zero_or_garbage_means_no_watchdog(self) -> None:
         """No WATCHDOG_USEC, 0, or a value that is not a number: no pings."""
@@ -176,3 +185,29 @@ class TestRunUnderSystemd:
                 run.signal(signal.SIGTERM)
                 assert await run.wait() == 0
             assert "WATCHDOG=1" not in sock.poll()
+
+    async def test_the_pings_stop_while_the_loop_is_held_and_resume_after(self, tmp_path) -> None:
+        """The test seam blocks the daemon's event loop in time.sleep: no WATCHDOG=1 while held, pings once released.
+
+        WATCHDOG_PID is unset here, which counts as ours (systemd's rule).
+        """
+        config = write_config(tmp_path)
+        hold = tmp_path / "hold"
+        held = tmp_path / f"hold{HOLD_LOOP_HELD_SUFFIX}"
+        interval_s = HELD_WATCHDOG_USEC / 2_000_000
+        with NotifySocket.abstract() as sock:
+            env = {"NOTIFY_SOCKET": sock.address, "WATCHDOG_USEC": str(HELD_WATCHDOG_USEC), HOLD_LOOP_ENV: str(hold)}
+            async with daemon(config, tmp_path, env=env) as run:
+                await sock.wait("READY=1")
+                await wait_for(lambda: sock.poll().count("WATCHDOG=1") >= 2, interval=0.005)
+                hold.touch()
+                await wait_for(held.exists, interval=0.005)
+                before = len(sock.poll())  # every ping sent before the hold began is in the socket by now
+                await anyio.sleep(HELD_INTERVALS * interval_s)  # absence cannot be awaited
+                assert len(sock.poll()) == before, "a WATCHDOG=1 came while the loop was held"
+                hold.unlink()
+                await wait_for(lambda: not held.exists(), interval=0.005)  # the loop runs again
+                await wait_for(lambda: len(sock.poll()) >= before + 2, interval=0.005)
+                assert sock.poll()[before:before + 2] == ["WATCHDOG=1", "WATCHDOG=1"]
+                run.signal(signal.SIGTERM)
+                assert await run.wait() == 0

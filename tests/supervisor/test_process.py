@@ -130,6 +130,14 @@ class TestChildEnvironment:
         env_file(tmp_path, "TOKEN=two\n")
         assert child_environment(spec, HOST)["TOKEN"] == "two"
 
+    def test_systemd_variables_never_get_through_even_when_named(self, tmp_path) -> None:
+        """NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID are the host's: dropped from env_pass, env and env_file alike."""
+        named = list(HOST_ONLY_ENV)
+        spec = connector(env_pass=named, env={name: "x" for name in named},
+                         env_file=env_file(tmp_path, "".join(f"{name}=y\n" for name in named)))
+        assert not set(HOST_ONLY_ENV) & set(child_environment(spec, HOST))
+        assert set(HOST_ONLY_ENV) == {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}
+
     def test_withheld_api_key_variables_never_get_through(self, tmp_path) -> None:
         """A variable named by an api_key_env is dropped even when env or env_pass names it (check-config refuses)."""
         spec = connector(env_pass=["OPENAI_API_KEY"], env={"OPENAI_API_KEY": "x"},
