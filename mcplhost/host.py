@@ -59,6 +59,7 @@ from .config import Config, ConnectorConfig
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
+from .ingest.quotas import QuotaLimits
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
@@ -163,7 +164,9 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     if config.agents:
         events, agent_events = stored_event_stream()
     writer = GroupWriter(store)
-    ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events)
+    quotas = {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
+    ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
+                    quotas=quotas)
     hooks = HookState()
     inference = connector_inference(config)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)

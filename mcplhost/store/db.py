@@ -42,6 +42,7 @@ from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.outbox import OutboxRepository
 from mcplhost.store.peers import PeerRepository
 from mcplhost.store.pushes import PushRepository
+from mcplhost.store.quotas import QuotaRepository
 from mcplhost.store.turns import TurnRepository
 
 #: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
@@ -207,7 +208,7 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items, push events, turns, cursors, the outbox and the peer queue, and `transaction()` to combine them.
+    """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue and quota usage, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`: it composes the
     repositories over one `Database`, which each sees only as `Connections`.
@@ -223,6 +224,7 @@ class Store:
         self.cursors = CursorRepository(database)
         self.outbox = OutboxRepository(database)
         self.peers = PeerRepository(database)
+        self.quotas = QuotaRepository(database)
         self._database = database
         self._migrations_folder = migrations_folder
 
