@@ -64,6 +64,11 @@ class QuotaWindow:
         self._add(bucket_of(now_ms), 1, size)
         return None
 
+    def fits(self, now_ms: int, items: int, size: int) -> bool:
+        """Whether `items` more items of `size` body bytes in all would fit now (nothing counted)."""
+        self._expire(now_ms)
+        return self.items + items <= self.limits.max_items and self.bytes + size <= self.limits.max_bytes
+
     def release(self, at_ms: int, size: int) -> None:
         """Give back an item reserved at `at_ms` that stored nothing (its bucket may have left the hour since)."""
         start = bucket_of(at_ms)

@@ -138,27 +138,24 @@ class Ingest:
         await self._load_echoes(accepted_at)
         window = await self._window(server_id, accepted_at)
         outcomes: list[Processed | Rejected | QuotaRefusal] = []
-        rows: list[NewItem] = []
-        sizes: list[int] = []
-        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
+        threads: list[str | None] = []
         for m in messages:
             thread_id = m.thread_id
             if thread_id is None and EDITED_TAG in m.tags:
                 thread_id = await self._original_thread(server_id, m.channel_id, m.message_id)
+            threads.append(thread_id)
             outcome = run_pipeline(Delivered(
                 lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
                 tags=list(m.tags), participant=m.participant, author_id=m.author_id))
-            if isinstance(outcome, Processed):
-                outcome = self._echo_marked(server_id, outcome)
-                size = body_bytes(outcome.content)
-                refusal = self._charge(server_id, window, accepted_at, size)
-                if refusal is not None:
-                    outcomes.append(refusal)
-                    continue
-                sizes.append(size)
-            outcomes.append(outcome)
+            outcomes.append(self._echo_marked(server_id, outcome) if isinstance(outcome, Processed) else outcome)
+        admitted = await self._reserve_messages(server_id, window, accepted_at, messages, outcomes)
+        rows: list[NewItem] = []
+        sizes: list[int] = []
+        reserved: list[bool] = []
+        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
+        for index, (m, thread_id, outcome) in enumerate(zip(messages, threads, outcomes, strict=True)):
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
                 place = (m.channel_id, outcome.metadata["threadId"])
@@ -167,7 +164,10 @@ class Ingest:
                 rows.append(self._item(server_id, outcome, m.participant, accepted_at,
                                        conversation=conversations[place],
                                        dedup_digest=outcome.metadata["sourceBodyDigest"]))
-        written = await self._store_charged(server_id, window, accepted_at, rows, sizes) if rows else []
+                size, held = admitted[index]
+                sizes.append(size)
+                reserved.append(held)
+        written = await self._store_charged(server_id, window, accepted_at, rows, sizes, reserved) if rows else []
         self._emit(rows, written)
         repeats = [w.id for w in written if w.duplicate]
         if repeats:  # one line per request, however many it repeated (a replay after a restart can be long)
@@ -213,18 +213,22 @@ class Ingest:
                           conversation=conversation)
         window = await self._window(server_id, accepted_at)
         size = body_bytes(item.content)
-        refusal = self._charge(server_id, window, accepted_at, size)
+        # A repeat of a recorded event stores nothing: near the quota, it is answered, not refused.
+        reserved = (window.fits(accepted_at, 1, size)
+                    or await self.store.pushes.get(server_id, push.event_id) is None)
+        refusal = self._charge(server_id, window, accepted_at, size) if reserved else None
         if refusal is not None:
             raise errors.quota_reached(refusal.quota, refusal.retry_after_ms)
         try:
             written = await self.writer.store_push(
                 PushClaim(server_id, push.event_id, _encode(PUSH_ACCEPTED), accepted_at), item, body_bytes=size)
         except Exception:  # the commit failed: nothing is stored, nothing counted
-            window.release(accepted_at, size)
+            if reserved:
+                window.release(accepted_at, size)
             raise
-        if written.duplicate:  # a repeat stores nothing, so it takes nothing of the quota
+        if written.duplicate and reserved:  # a repeat stores nothing, so it takes nothing of the quota
             window.release(accepted_at, size)
-        else:
+        if not written.duplicate:
             self._emit([item], [ItemWritten(written.item_id, False, conversation)])
         return PushStored(answer=_decode(written.answer), item_id=written.item_id, duplicate=written.duplicate)
 
@@ -276,17 +280,47 @@ class Ingest:
                              retry_after_ms=refusal.retry_after_ms)
         return refusal
 
+    async def _reserve_messages(self, server_id: str, window: QuotaWindow, now: int,
+                                messages: list[AdmittedMessage],
+                                outcomes: list[Processed | Rejected | QuotaRefusal]) -> dict[int, tuple[int, bool]]:
+        """Reserve each processed message in the connector's hour, or replace its outcome by the refusal.
+
+        Returns, per admitted message's index, its body bytes and whether it holds a reservation. When the whole batch
+        fits (the usual case) nothing is read. Near the quota, a redelivery (stored already, or earlier
+        in this batch) stores nothing, so it passes unreserved instead of being refused: one indexed
+        read per message, only then.
+        """
+        processed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)]
+        sizes = [body_bytes(outcome.content) for _, outcome in processed]
+        near = not window.fits(now, len(sizes), sum(sizes))
+        admitted: dict[int, tuple[int, bool]] = {}
+        passed: set[tuple[str, str, str]] = set()
+        for (index, outcome), size in zip(processed, sizes, strict=True):
+            m = messages[index]
+            key = (m.channel_id, m.message_id, outcome.metadata["sourceBodyDigest"])
+            if near and (key in passed or await self.store.items.is_stored(server_id, *key)):
+                admitted[index] = (size, False)
+                continue
+            refusal = self._charge(server_id, window, now, size)
+            if refusal is not None:
+                outcomes[index] = refusal
+                continue
+            passed.add(key)
+            admitted[index] = (size, True)
+        return admitted
+
     async def _store_charged(self, server_id: str, window: QuotaWindow, accepted_at: int, rows: list[NewItem],
-                             sizes: list[int]) -> list[ItemWritten]:
-        """Store rows counted in the connector's quota; what stored nothing is given back to its hour."""
+                             sizes: list[int], reserved: list[bool]) -> list[ItemWritten]:
+        """Store rows counted in the connector's quota; a reservation that stored nothing is given back."""
         try:
             written = await self.writer.store_items(rows, charged_to=server_id, body_bytes=sizes)
         except Exception:  # the commit failed: nothing is stored, nothing counted
-            for size in sizes:
-                window.release(accepted_at, size)
+            for size, held in zip(sizes, reserved, strict=True):
+                if held:
+                    window.release(accepted_at, size)
             raise
-        for size, result in zip(sizes, written, strict=True):
-            if result.duplicate:  # a redelivery stores nothing, so it takes nothing of the quota
+        for size, held, result in zip(sizes, reserved, written, strict=True):
+            if held and result.duplicate:  # a redelivery stores nothing, so it takes nothing of the quota
                 window.release(accepted_at, size)
         return written
 
