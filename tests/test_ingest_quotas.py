@@ -131,6 +131,15 @@ class TestItemsQuota:
             assert accepted(other) == [True, True]  # not configured here: the generous defaults
 
 
+    async def test_new_limits_apply_to_the_next_message_and_keep_the_count(self, tmp_path: Path) -> None:
+        """As a reload does: raising the quota admits at once, the hour's count goes on."""
+        async with ingest(tmp_path, Clock(), max_items=1) as intake:
+            assert accepted(await send(intake, "m-1", "m-2")) == [True, False]
+            intake.set_quotas({"disc": QuotaLimits(max_items=2)})
+            assert accepted(await send(intake, "m-2", "m-3")) == [True, False]
+            assert intake.quota_statistics()["disc"]["maxItems"] == 2
+
+
 class TestBytesQuota:
     async def test_a_message_past_the_bytes_quota_is_refused_and_a_smaller_one_fits(self, tmp_path: Path) -> None:
         """Stored body bytes: the content blocks' JSON. A big message is refused; a small one after it still fits."""

@@ -243,6 +243,12 @@ class Ingest:
         item = self._item(surface, processed, participant, accepted_at)
         self._emit([item], await self.writer.store_items([item]))
 
+    def set_quotas(self, quotas: Mapping[str, QuotaLimits]) -> None:
+        """New per-connector limits (a reload): they apply to the next item; the hour's counts are kept."""
+        self.quotas = dict(quotas)
+        for server_id, window in self._windows.items():
+            window.limits = self.quotas.get(server_id, QuotaLimits())
+
     async def _window(self, server_id: str, now: int) -> QuotaWindow:
         """The connector's sliding hour; the first request of a connector seeds it from the store (a restart resets nothing)."""
         window = self._windows.get(server_id)
