@@ -67,6 +67,8 @@ class QuotaRepository:
 
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
+        #: Per connector, the newest bucket its old rows were deleted for: deleted once a minute, not per write.
+        self._pruned: dict[str, int] = {}
 
     async def add_many_nocommit(self, charges: Sequence[QuotaCharge]) -> None:
         """Add `charges` inside the caller's transaction, and drop each charged connector's buckets older than the hour."""
@@ -87,10 +89,15 @@ class QuotaRepository:
             [(server, bucket, items, size) for (server, bucket), (items, size) in summed.items()])
         newest: dict[str, int] = {}
         for server, bucket in summed:
-            newest[server] = max(bucket, newest.get(server, bucket))
+            if bucket > self._pruned.get(server, -1):
+                newest[server] = max(bucket, newest.get(server, bucket))
+        if not newest:
+            return
         await conn.executemany(  # the primary key's range: a few rows at most, once a minute
             "DELETE FROM quota_usage WHERE server_id = ? AND bucket_start < ?",
             [(server, oldest_bucket(bucket)) for server, bucket in newest.items()])
+        # Should this transaction roll back, old rows stay until the next minute's delete: reads never count them.
+        self._pruned.update(newest)
 
     async def usage_since(self, server_id: str, since_bucket: int) -> builtins.list[QuotaUsage]:
         """`server_id`'s buckets starting at or after `since_bucket`, oldest first."""

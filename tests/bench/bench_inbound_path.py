@@ -20,7 +20,13 @@ conversation index (migration 0005, dropped for "no index"), and with reads
 through the StoreReader or, as before it, through the writer's connection
 and lock (`open_store(reader_connections=0)`), all in the same run.
 
+Quotas (docs/operations.md#quotas): the one-message-per-request workload
+with the per-connector quota check (the default quotas, counted in memory
+and written in each commit) and without it (ingest patched back to storing
+unchecked and uncounted, as before quotas), interleaved, as a ratio in one run.
+
     .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] [reads]   # reads: only the workloads beside reads
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] quotas   # only the quota check's cost
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from mcplhost import logs
 from mcplhost.agents.turn import CONTEXT_ROWS
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
+from mcplhost.inbound.pipeline import Processed
+from mcplhost.ingest import Ingest
 from mcplhost.store import open_store
 
 HERE = Path(__file__).resolve().parent
@@ -210,7 +218,52 @@ async def beside_reads(items: int) -> None:
             print(f"{label:>38}: {rate:>9,.0f} items/s (best of {READ_ROUNDS}){read_text}{plain_text}")
 
 
+#: Rounds of the quota comparison, each running both variants.
+QUOTA_ROUNDS = 3
+
+
+class _Unchecked:
+    """Ingest's quota steps replaced by none: nothing reserved, nothing counted (the path before quotas)."""
+
+    @staticmethod
+    async def window(self: Ingest, server_id: str, now: int) -> None:
+        return None
+
+    @staticmethod
+    async def reserve(self: Ingest, server_id: str, window: None, now: int, messages: list, outcomes: list
+                      ) -> dict[int, tuple[int, bool]]:
+        return {index: (0, False) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)}
+
+    @staticmethod
+    async def store(self: Ingest, server_id: str, window: None, accepted_at: int, rows: list, sizes: list,
+                    reserved: list) -> list:
+        return await self.writer.store_items(rows)
+
+
+async def quotas(items: int) -> None:
+    print("1 message per request, 4 connectors: with the quota check (default quotas) and without it")
+    checked = (Ingest._window, Ingest._reserve_messages, Ingest._store_charged)
+    unchecked = (_Unchecked.window, _Unchecked.reserve, _Unchecked.store)
+    rates = {"with quotas": 0.0, "without": 0.0}
+    for _ in range(QUOTA_ROUNDS):  # interleaved, best of each: the machine is noisy
+        for label, steps in (("with quotas", checked), ("without", unchecked)):
+            Ingest._window, Ingest._reserve_messages, Ingest._store_charged = steps  # type: ignore[method-assign]
+            try:
+                with tempfile.TemporaryDirectory() as run:
+                    folder = Path(run)
+                    specs = [connector(f"c{i}", folder, items // 4, 1, 64) for i in range(4)]
+                    seconds, accepted = await run_host(folder, specs)
+            finally:
+                Ingest._window, Ingest._reserve_messages, Ingest._store_charged = checked  # type: ignore[method-assign]
+            assert accepted == items // 4 * 4, f"only {accepted} items were accepted"
+            rates[label] = max(rates[label], accepted / seconds)
+    for label, rate in rates.items():
+        print(f"{label:>38}: {rate:>9,.0f} items/s (best of {QUOTA_ROUNDS})")
+    print(f"{'ratio with/without':>38}: {rates['with quotas'] / rates['without']:.3f}")
+
+
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000
     logs.configure("json", "warning")  # as `mcplhost run` configures it, quieter
-    anyio.run(beside_reads if sys.argv[2:] == ["reads"] else main, count)
+    mode = {"reads": beside_reads, "quotas": quotas}.get(sys.argv[2] if len(sys.argv) > 2 else "", main)
+    anyio.run(mode, count)
