@@ -69,6 +69,10 @@ class QuotaWindow:
         self._expire(now_ms)
         return self.items + items <= self.limits.max_items and self.bytes + size <= self.limits.max_bytes
 
+    def reserve_all(self, now_ms: int, items: int, size: int) -> None:
+        """Count `items` items of `size` body bytes in all at `now_ms`, which `fits` said fit."""
+        self._add(bucket_of(now_ms), items, size)
+
     def release(self, at_ms: int, size: int) -> None:
         """Give back an item reserved at `at_ms` that stored nothing (its bucket may have left the hour since)."""
         start = bucket_of(at_ms)

@@ -272,9 +272,8 @@ class Ingest:
         refusal = window.reserve(now, size)
         spell = self._spells.get(server_id)
         if refusal is None:
-            if spell is not None and spell.admission(now):
-                self.log.info("connector.quota_ended", connector=server_id,
-                              **{f"refused_{quota}": spell.refused[quota] for quota in QUOTAS})
+            if spell is not None:
+                self._spell_admission(server_id, spell, now)
             return None
         if spell is None:
             spell = self._spells[server_id] = QuotaSpell()
@@ -298,13 +297,18 @@ class Ingest:
         """
         processed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)]
         sizes = [body_bytes(outcome.content) for _, outcome in processed]
-        near = not window.fits(now, len(sizes), sum(sizes))
+        if window.fits(now, len(sizes), sum(sizes)):  # the usual case: all reserved at once
+            window.reserve_all(now, len(sizes), sum(sizes))
+            spell = self._spells.get(server_id)
+            if spell is not None:
+                self._spell_admission(server_id, spell, now)
+            return {index: (size, True) for (index, _), size in zip(processed, sizes, strict=True)}
         admitted: dict[int, tuple[int, bool]] = {}
         passed: set[tuple[str, str, str]] = set()
         for (index, outcome), size in zip(processed, sizes, strict=True):
             m = messages[index]
             key = (m.channel_id, m.message_id, outcome.metadata["sourceBodyDigest"])
-            if near and (key in passed or await self.store.items.is_stored(server_id, *key)):
+            if key in passed or await self.store.items.is_stored(server_id, *key):
                 admitted[index] = (size, False)
                 continue
             refusal = self._charge(server_id, window, now, size)
@@ -314,6 +318,11 @@ class Ingest:
             passed.add(key)
             admitted[index] = (size, True)
         return admitted
+
+    def _spell_admission(self, server_id: str, spell: QuotaSpell, now: int) -> None:
+        if spell.admission(now):
+            self.log.info("connector.quota_ended", connector=server_id,
+                          **{f"refused_{quota}": spell.refused[quota] for quota in QUOTAS})
 
     async def _store_charged(self, server_id: str, window: QuotaWindow, accepted_at: int, rows: list[NewItem],
                              sizes: list[int], reserved: list[bool]) -> list[ItemWritten]:

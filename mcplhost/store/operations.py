@@ -26,7 +26,7 @@ from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.peers import ENTRY_ID_KEY, PeerEntry
 from mcplhost.store.pushes import PushClaim
-from mcplhost.store.quotas import QuotaCharge
+from mcplhost.store.quotas import QuotaCharge, bucket_of
 from mcplhost.store.turns import TurnEnd, TurnStart
 
 #: Stage of operations that store rows others may refer to.
@@ -69,9 +69,15 @@ class InsertItems(msgspec.Struct, frozen=True):
             results.append(own)
             start += len(op.items)
             if op.charged_to is not None and op.body_bytes is not None:
-                charges.extend(QuotaCharge(op.charged_to, item.created_at, 1, size)
-                               for item, size, w in zip(op.items, op.body_bytes, own, strict=True)
-                               if not w.duplicate)
+                # One charge per minute of the write (a request's items share their acceptance time).
+                by_minute: dict[int, list[int]] = {}
+                for item, size, w in zip(op.items, op.body_bytes, own, strict=True):
+                    if not w.duplicate:
+                        counts = by_minute.setdefault(bucket_of(item.created_at), [0, 0])
+                        counts[0] += 1
+                        counts[1] += size
+                charges.extend(QuotaCharge(op.charged_to, minute, items, size)
+                               for minute, (items, size) in by_minute.items())
         await repos.quotas.add_many_nocommit(charges)
         return results
 

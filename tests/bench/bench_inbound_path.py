@@ -219,6 +219,56 @@ async def beside_reads(items: int) -> None:
             print(f"{label:>38}: {rate:>9,.0f} items/s (best of {READ_ROUNDS}){read_text}{plain_text}")
 
 
+#: Requests in flight at once in the in-process quota comparison (as 4 connectors x 64).
+IN_PROCESS_INFLIGHT = 256
+
+
+async def ingest_rate(items: int) -> float:
+    """Items/s of Ingest.store_messages, one message per request, IN_PROCESS_INFLIGHT at once, over a real store."""
+    import structlog
+
+    from mcplhost.protocol.intake import AdmittedMessage
+    from mcplhost.speech.echoes import EchoMemory
+    from mcplhost.store.writer import GroupWriter
+
+    with tempfile.TemporaryDirectory() as run:
+        async with open_store(Path(run) / "host.db") as store, anyio.create_task_group() as tg:
+            writer = GroupWriter(store)
+            await tg.start(writer.run)
+            intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
+            sent = iter(range(items))
+
+            async def one_connector(name: str) -> None:
+                for n in sent:
+                    await intake.store_messages(name, "channels/incoming", [AdmittedMessage(
+                        channel_id="disc:g1:room", label="#room", message_id=f"m-{n}", participant="Alice",
+                        content=[{"type": "text", "text": f"an ordinary chat message of an ordinary length {n}"}])])
+
+            started = time.perf_counter()
+            async with anyio.create_task_group() as senders:
+                for lane in range(IN_PROCESS_INFLIGHT):
+                    senders.start_soon(one_connector, f"c{lane % 4}")
+            seconds = time.perf_counter() - started
+            tg.cancel_scope.cancel()
+    return items / seconds
+
+
+async def quotas_in_process(items: int, checked: tuple, unchecked: tuple) -> None:
+    """The same comparison without connector processes: ingest and the commit only, where the check's cost is."""
+    rates = {"with quotas": 0.0, "without": 0.0}
+    variants = [("with quotas", checked), ("without", unchecked)]
+    for round_number in range(QUOTA_ROUNDS):
+        for label, steps in variants[:: 1 if round_number % 2 == 0 else -1]:
+            Ingest._window, Ingest._reserve_messages, Ingest._store_charged = steps  # type: ignore[method-assign]
+            try:
+                rates[label] = max(rates[label], await ingest_rate(items))
+            finally:
+                Ingest._window, Ingest._reserve_messages, Ingest._store_charged = checked  # type: ignore[method-assign]
+    print(f"{'in process (ingest → commit), with':>38}: {rates['with quotas']:>9,.0f} items/s,"
+          f" without {rates['without']:,.0f} | ratio {rates['with quotas'] / rates['without']:.3f}"
+          f" (best of {QUOTA_ROUNDS})")
+
+
 #: Rounds of the quota comparison, each running both variants.
 QUOTA_ROUNDS = 5
 
@@ -262,6 +312,7 @@ async def quotas(items: int) -> None:
     for label, rate in rates.items():
         print(f"{label:>38}: {rate:>9,.0f} items/s (best of {QUOTA_ROUNDS})")
     print(f"{'ratio with/without':>38}: {rates['with quotas'] / rates['without']:.3f}")
+    await quotas_in_process(items, checked, unchecked)
     # The check's own CPU per message, steadier than the rates on a loaded machine: size it, reserve it.
     content = [{"type": "text", "text": "[source: c0 · #room · Alice] "},
                {"type": "text", "text": "an ordinary chat message of an ordinary length, sent to the room"}]
