@@ -68,6 +68,7 @@ from .control.service import ControlService
 from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
+from .ingest.quotas import QuotaLimits
 from .logs import SuppressedTotals
 from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
@@ -196,8 +197,9 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     timings = Timings() if config.metrics.listen else None
     suppressed = SuppressedTotals()
     writer = GroupWriter(store, on_commit=timings.committed if timings is not None else None)
+    quotas = {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
-                    suppressed=suppressed)
+                    suppressed=suppressed, quotas=quotas)
     hooks = HookState()
     inference = connector_inference(config)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)

@@ -27,13 +27,20 @@ stored like any other, with `metadata.echoOf` and the tag `host:echo`, and
 so wakes no one (agents/wake.py). Ingest knows the host's publishes only
 through its `EchoPort` (ingest/ports.py; speech/echoes.py implements it),
 seeded once before the first item so a restart forgets no recent publish.
+
+Quotas (docs/operations.md#quotas): before storing, each message or push is
+reserved in its connector's sliding hour (ingest/quotas.py), seeded from the
+store when the connector is first heard from; one that would pass
+`max_items_per_hour` or `max_bytes_per_hour` is refused with reason `quota`
+(itemised per message, a -32603 error for a push), and the items stored are
+counted in the store in their own commit. Local console input is not counted.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -50,10 +57,12 @@ from mcplhost.inbound.pipeline import (
     run_pipeline,
 )
 from mcplhost.ingest.ports import EchoPort
+from mcplhost.ingest.quotas import QUOTAS, QuotaLimits, QuotaRefusal, QuotaSpell, QuotaWindow
 from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
-from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories
+from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories, body_bytes
+from mcplhost.store.quotas import oldest_bucket
 from mcplhost.store.writer import GroupWriter
 
 EDITED_TAG = "chat:edited"
@@ -94,7 +103,8 @@ def stored_event_stream() -> tuple[ObjectSendStream[Stored], ObjectReceiveStream
 class Ingest:
     def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
-                 events: ObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None) -> None:
+                 events: ObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
+                 quotas: Mapping[str, QuotaLimits] | None = None) -> None:
         self.store = store
         self.echoes = echoes
         #: Set once the echo port is seeded from the store (by the first request, before its items).
@@ -114,6 +124,12 @@ class Ingest:
         self._limited: dict[str, LimitedLog] = {}
         self._stripped: set[tuple[str, str]] = set()
         self._threads: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
+        #: Per connector name, its configured quotas; a connector not named has the defaults.
+        self.quotas = dict(quotas or {})
+        self._windows: dict[str, QuotaWindow] = {}
+        self._windows_loading: dict[str, anyio.Event] = {}
+        self._spells: dict[str, QuotaSpell] = {}
+        self._quota_refusals: dict[str, dict[str, int]] = {}
 
     def content_problem(self, blocks: list[dict[str, Any]]) -> str | None:
         probe = Delivered(lane="push/event", kind="unscoped", server_id="", accepted_at=0, blocks=blocks)
@@ -123,21 +139,26 @@ class Ingest:
     async def store_messages(self, server_id: str, lane: str, messages: list[AdmittedMessage]) -> list[dict[str, Any]]:
         accepted_at = self.clock_ms()
         await self._load_echoes(accepted_at)
-        outcomes: list[Processed | Rejected] = []
-        rows: list[NewItem] = []
-        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
+        window = await self._window(server_id, accepted_at)
+        outcomes: list[Processed | Rejected | QuotaRefusal] = []
+        threads: list[str | None] = []
         for m in messages:
             thread_id = m.thread_id
             if thread_id is None and EDITED_TAG in m.tags:
                 thread_id = await self._original_thread(server_id, m.channel_id, m.message_id)
+            threads.append(thread_id)
             outcome = run_pipeline(Delivered(
                 lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
                 tags=list(m.tags), participant=m.participant, author_id=m.author_id))
-            if isinstance(outcome, Processed):
-                outcome = self._echo_marked(server_id, outcome)
-            outcomes.append(outcome)
+            outcomes.append(self._echo_marked(server_id, outcome) if isinstance(outcome, Processed) else outcome)
+        admitted = await self._reserve_messages(server_id, window, accepted_at, messages, outcomes)
+        rows: list[NewItem] = []
+        sizes: list[int] = []
+        reserved: list[bool] = []
+        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
+        for index, (m, thread_id, outcome) in enumerate(zip(messages, threads, outcomes, strict=True)):
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
                 place = (m.channel_id, outcome.metadata["threadId"])
@@ -146,7 +167,10 @@ class Ingest:
                 rows.append(self._item(server_id, outcome, m.participant, accepted_at,
                                        conversation=conversations[place],
                                        dedup_digest=outcome.metadata["sourceBodyDigest"]))
-        written = await self.writer.store_items(rows) if rows else []
+                size, held = admitted[index]
+                sizes.append(size)
+                reserved.append(held)
+        written = await self._store_charged(server_id, window, accepted_at, rows, sizes, reserved) if rows else []
         self._emit(rows, written)
         repeats = [w.id for w in written if w.duplicate]
         self._count(server_id, lane, accepted=len(written) - len(repeats), duplicate=len(repeats))
@@ -157,6 +181,11 @@ class Ingest:
         results = []
         stored = iter(zip(rows, written))
         for message, outcome in zip(messages, outcomes):
+            if isinstance(outcome, QuotaRefusal):
+                refused = errors.quota_reached(outcome.quota, outcome.retry_after_ms)
+                results.append({"messageId": message.message_id, "accepted": False,
+                                "reason": errors.QUOTA_REASON, "code": refused.code, **refused.data})
+                continue
             if isinstance(outcome, Rejected):
                 results.append({"messageId": message.message_id, "accepted": False, "reason": outcome.reason,
                                 "code": errors.INVALID_PARAMS})
@@ -186,8 +215,23 @@ class Ingest:
                         if push.channel_id else None)
         item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at,
                           conversation=conversation)
-        written = await self.writer.store_push(
-            PushClaim(server_id, push.event_id, _encode(PUSH_ACCEPTED), accepted_at), item)
+        window = await self._window(server_id, accepted_at)
+        size = body_bytes(item.content)
+        # A repeat of a recorded event stores nothing: near the quota, it is answered, not refused.
+        reserved = (window.fits(accepted_at, 1, size)
+                    or await self.store.pushes.get(server_id, push.event_id) is None)
+        refusal = self._charge(server_id, window, accepted_at, size) if reserved else None
+        if refusal is not None:
+            raise errors.quota_reached(refusal.quota, refusal.retry_after_ms)
+        try:
+            written = await self.writer.store_push(
+                PushClaim(server_id, push.event_id, _encode(PUSH_ACCEPTED), accepted_at), item, body_bytes=size)
+        except Exception:  # the commit failed: nothing is stored, nothing counted
+            if reserved:
+                window.release(accepted_at, size)
+            raise
+        if written.duplicate and reserved:  # a repeat stores nothing, so it takes nothing of the quota
+            window.release(accepted_at, size)
         if not written.duplicate:
             self._emit([item], [ItemWritten(written.item_id, False, conversation)])
         self._count(server_id, "push/event", accepted=int(not written.duplicate), duplicate=int(written.duplicate))
@@ -203,6 +247,102 @@ class Ingest:
             raise ValueError(f"console input refused: {processed.reason}")
         item = self._item(surface, processed, participant, accepted_at)
         self._emit([item], await self.writer.store_items([item]))
+
+    def set_quotas(self, quotas: Mapping[str, QuotaLimits]) -> None:
+        """New per-connector limits (a reload): they apply to the next item; the hour's counts are kept."""
+        self.quotas = dict(quotas)
+        for server_id, window in self._windows.items():
+            window.limits = self.quotas.get(server_id, QuotaLimits())
+
+    async def _window(self, server_id: str, now: int) -> QuotaWindow:
+        """The connector's sliding hour; the first request of a connector seeds it from the store (a restart resets nothing)."""
+        window = self._windows.get(server_id)
+        if window is not None:
+            return window
+        loading = self._windows_loading.get(server_id)
+        if loading is not None:  # a concurrent first request: reserve nothing before the seed is in
+            await loading.wait()
+            return await self._window(server_id, now)
+        loading = self._windows_loading[server_id] = anyio.Event()
+        try:
+            usage = await self.store.quotas.usage_since(server_id, oldest_bucket(now))
+            window = self._windows[server_id] = QuotaWindow(self.quotas.get(server_id, QuotaLimits()), usage)
+        finally:
+            del self._windows_loading[server_id]
+            loading.set()
+        return window
+
+    def _charge(self, server_id: str, window: QuotaWindow, now: int, size: int) -> QuotaRefusal | None:
+        """Reserve one item of `size` bytes in the connector's hour, or refuse it; log a spell's start and end."""
+        refusal = window.reserve(now, size)
+        spell = self._spells.get(server_id)
+        if refusal is None:
+            if spell is not None:
+                self._spell_admission(server_id, spell, now)
+            return None
+        if spell is None:
+            spell = self._spells[server_id] = QuotaSpell()
+        counts = self._quota_refusals.setdefault(server_id, dict.fromkeys(QUOTAS, 0))
+        counts[refusal.quota] += 1
+        if spell.refusal(now, refusal.quota):
+            limit = window.limits.max_items if refusal.quota == "items" else window.limits.max_bytes
+            self.log.warning("connector.quota_reached", connector=server_id, quota=refusal.quota, limit=limit,
+                             retry_after_ms=refusal.retry_after_ms)
+        return refusal
+
+    async def _reserve_messages(self, server_id: str, window: QuotaWindow, now: int,
+                                messages: list[AdmittedMessage],
+                                outcomes: list[Processed | Rejected | QuotaRefusal]) -> dict[int, tuple[int, bool]]:
+        """Reserve each processed message in the connector's hour, or replace its outcome by the refusal.
+
+        Returns, per admitted message's index, its body bytes and whether it holds a reservation. When the whole batch
+        fits (the usual case) nothing is read. Near the quota, a redelivery (stored already, or earlier
+        in this batch) stores nothing, so it passes unreserved instead of being refused: one indexed
+        read per message, only then.
+        """
+        processed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)]
+        sizes = [body_bytes(outcome.content) for _, outcome in processed]
+        if window.fits(now, len(sizes), sum(sizes)):  # the usual case: all reserved at once
+            window.reserve_all(now, len(sizes), sum(sizes))
+            spell = self._spells.get(server_id)
+            if spell is not None:
+                self._spell_admission(server_id, spell, now)
+            return {index: (size, True) for (index, _), size in zip(processed, sizes, strict=True)}
+        admitted: dict[int, tuple[int, bool]] = {}
+        passed: set[tuple[str, str, str]] = set()
+        for (index, outcome), size in zip(processed, sizes, strict=True):
+            m = messages[index]
+            key = (m.channel_id, m.message_id, outcome.metadata["sourceBodyDigest"])
+            if key in passed or await self.store.items.is_stored(server_id, *key):
+                admitted[index] = (size, False)
+                continue
+            refusal = self._charge(server_id, window, now, size)
+            if refusal is not None:
+                outcomes[index] = refusal
+                continue
+            passed.add(key)
+            admitted[index] = (size, True)
+        return admitted
+
+    def _spell_admission(self, server_id: str, spell: QuotaSpell, now: int) -> None:
+        if spell.admission(now):
+            self.log.info("connector.quota_ended", connector=server_id,
+                          **{f"refused_{quota}": spell.refused[quota] for quota in QUOTAS})
+
+    async def _store_charged(self, server_id: str, window: QuotaWindow, accepted_at: int, rows: list[NewItem],
+                             sizes: list[int], reserved: list[bool]) -> list[ItemWritten]:
+        """Store rows counted in the connector's quota; a reservation that stored nothing is given back."""
+        try:
+            written = await self.writer.store_items(rows, charged_to=server_id, body_bytes=sizes)
+        except Exception:  # the commit failed: nothing is stored, nothing counted
+            for size, held in zip(sizes, reserved, strict=True):
+                if held:
+                    window.release(accepted_at, size)
+            raise
+        for size, held, result in zip(sizes, reserved, written, strict=True):
+            if held and result.duplicate:  # a redelivery stores nothing, so it takes nothing of the quota
+                window.release(accepted_at, size)
+        return written
 
     async def _load_echoes(self, now: int) -> None:
         """Before the first item: the echo port seeded from the store, so a restart forgets no recent publish."""
@@ -274,6 +414,25 @@ class Ingest:
             if count:
                 key = (server_id, lane, outcome)
                 self._items[key] = self._items.get(key, 0) + count
+
+    def quota_statistics(self) -> dict[str, dict[str, int | bool]]:
+        """Per connector heard from: its usage over the sliding hour and its quota refusals since the start.
+
+        `{"items": n, "bytes": n, "maxItems": n, "maxBytes": n, "refusedItems": n, "refusedBytes": n,
+        "reached": bool}`; `reached`: in a spell of refusals now (docs/operations.md#quotas).
+        """
+        now = self.clock_ms()
+        statistics: dict[str, dict[str, int | bool]] = {}
+        for server_id, window in self._windows.items():
+            items, size = window.usage(now)
+            refused = self._quota_refusals.get(server_id, {})
+            spell = self._spells.get(server_id)
+            statistics[server_id] = {
+                "items": items, "bytes": size,
+                "maxItems": window.limits.max_items, "maxBytes": window.limits.max_bytes,
+                "refusedItems": refused.get("items", 0), "refusedBytes": refused.get("bytes", 0),
+                "reached": spell is not None and spell.active}
+        return statistics
 
     def _limited_for(self, server_id: str) -> LimitedLog:
         limited = self._limited.get(server_id)

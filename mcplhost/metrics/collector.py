@@ -13,13 +13,12 @@ asks, so a scrape says exactly what the store and `mcplhost status` say
   read before each scrape (`refresh`);
 - peer admissions: the peer service's `admissions`;
 - suppressed log lines: the host's `SuppressedTotals` (mcplhost/logs.py);
-- quota refusals: ingest's `statistics()["quota_refusals"]`.
+- quota refusals: ingest's `quota_statistics()` (refusedItems, refusedBytes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -35,8 +34,6 @@ from mcplhost.supervisor.handle import ConnectorHandle
 LANES = ("channels/incoming", "push/event")
 #: The outcomes of `outbox.stats` that are publish outcomes (a sender crash is not one).
 PUBLISH_OUTCOMES = ("delivered", "retried", "failed")
-#: The quotas a connector can run into (`max_items_per_hour`, `max_bytes_per_hour`).
-QUOTAS = ("items", "bytes")
 
 #: The `reason` label of a refused request: the name of its JSON-RPC error code (a bounded set).
 REFUSAL_REASONS: Mapping[int, str] = {
@@ -139,11 +136,10 @@ class HostCollector(Collector):
     def _quota_refusals(self) -> Metric:
         family = CounterMetricFamily("mcplhost_quota_refusals", "Items refused by a connector's quota.",
                                      labels=["connector", "quota"])
-        # Filled by ingest's quota check (docs/operations.md#quotas): connector → quota → refused items.
-        counts: Any = self._ingest.statistics().get("quota_refusals", {})
+        # Ingest's quota check counts them (docs/operations.md#quotas): refusedItems / refusedBytes per connector.
+        counts = self._ingest.quota_statistics()
         for name in self._connectors:
-            per_quota = counts.get(name, {}) if isinstance(counts, Mapping) else {}
-            for quota in QUOTAS:
-                value = per_quota.get(quota, 0) if isinstance(per_quota, Mapping) else 0
-                family.add_metric([name, quota], value if isinstance(value, int) else 0)
+            refused = counts.get(name, {})
+            family.add_metric([name, "items"], int(refused.get("refusedItems", 0)))
+            family.add_metric([name, "bytes"], int(refused.get("refusedBytes", 0)))
         return family

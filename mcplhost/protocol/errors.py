@@ -107,3 +107,19 @@ def channel_not_permitted(channel_id: str) -> ConnectorProtocolError:
 def unknown_channel(channel_id: str) -> ConnectorProtocolError:
     """-32023: the channel id does not exist or was never registered on this connection."""
     return ConnectorProtocolError(UNKNOWN_CHANNEL, "Unknown channel", {"channelId": channel_id})
+
+
+#: The `reason` of an item refused because its connector is past a quota (docs/operations.md#quotas).
+QUOTA_REASON = "quota"
+
+
+def quota_reached(quota: str, retry_after_ms: int | None) -> ConnectorProtocolError:
+    """-32603 with `data: {reason: "quota", quota, retryAfterMs?}`: storing it would pass a per-connector quota.
+
+    The code of the host's other resource refusal (`busy`, docs/connectors.md §15); `retryAfterMs` is
+    when the sliding hour next has room for the item, absent when the item alone is larger than the quota.
+    """
+    data: dict[str, Any] = {"reason": QUOTA_REASON, "quota": quota}
+    if retry_after_ms is not None:
+        data["retryAfterMs"] = retry_after_ms
+    return ConnectorProtocolError(INTERNAL_ERROR, "Quota reached", data)

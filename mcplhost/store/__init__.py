@@ -30,7 +30,7 @@ from mcplhost.store.errors import (
     StoreError,
     StoreMissing,
 )
-from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Repositories, Turns
+from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Quotas, Repositories, Turns
 from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
 from mcplhost.store.peers import (
     DISPATCHES,
@@ -43,6 +43,16 @@ from mcplhost.store.peers import (
     QueuedPeerMessage,
 )
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS, ClaimOutcome, PushClaim, PushRepository
+from mcplhost.store.quotas import (
+    QUOTA_BUCKET_MS,
+    QUOTA_WINDOW_BUCKETS,
+    QUOTA_WINDOW_MS,
+    QuotaCharge,
+    QuotaRepository,
+    QuotaUsage,
+    body_bytes,
+    bucket_of,
+)
 from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
@@ -51,6 +61,9 @@ __all__ = [
     "DISPATCHES",
     "OUTCOMES",
     "PUSH_DEDUP_WINDOW_MS",
+    "QUOTA_BUCKET_MS",
+    "QUOTA_WINDOW_BUCKETS",
+    "QUOTA_WINDOW_MS",
     "READER_CONNECTIONS",
     "RELATIONSHIPS",
     "STATUSES",
@@ -74,6 +87,10 @@ __all__ = [
     "PushRepository",
     "Pushes",
     "QueuedPeerMessage",
+    "QuotaCharge",
+    "QuotaRepository",
+    "QuotaUsage",
+    "Quotas",
     "Repositories",
     "SchemaBehind",
     "SchemaTooNew",
@@ -88,6 +105,8 @@ __all__ = [
     "TurnStart",
     "Turns",
     "apply_pragmas",
+    "body_bytes",
+    "bucket_of",
     "connect_read_only",
     "export_line",
     "open_reader",

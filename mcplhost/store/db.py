@@ -42,6 +42,7 @@ from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.outbox import OutboxRepository
 from mcplhost.store.peers import PeerRepository
 from mcplhost.store.pushes import PushRepository
+from mcplhost.store.quotas import QuotaRepository
 from mcplhost.store.retention import RetentionRepository
 from mcplhost.store.turns import TurnRepository
 
@@ -208,8 +209,8 @@ class Database:
 
 
 class Store:
-    """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue and
-    retention, and `transaction()` to combine them.
+    """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue,
+    retention and quota usage, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`: it composes the
     repositories over one `Database`, which each sees only as `Connections`.
@@ -226,6 +227,7 @@ class Store:
         self.outbox = OutboxRepository(database)
         self.peers = PeerRepository(database)
         self.retention = RetentionRepository(database)
+        self.quotas = QuotaRepository(database)
         self._database = database
         self._migrations_folder = migrations_folder
 

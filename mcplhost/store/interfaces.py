@@ -11,7 +11,7 @@ behind the same Protocols, not a rewrite
 - `*_nocommit` methods run inside the caller's `transaction()`, so one
   transaction can span repositories.
 
-SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py) is the only implementation.
+SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py, quotas.py) is the only implementation.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from mcplhost.store.items import ItemWritten, NewItem, StoredItem
 from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
+from mcplhost.store.quotas import QuotaCharge, QuotaUsage
 from mcplhost.store.turns import Turn, TurnEnd, TurnStart
 
 
@@ -35,6 +36,8 @@ class Items(Protocol):
     async def insert_many(self, items: Sequence[NewItem]) -> builtins.list[int]: ...
 
     async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]: ...
+
+    async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool: ...
 
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None: ...
 
@@ -162,6 +165,14 @@ class Peers(Protocol):
     def iterate(self, *, target: str | None = None) -> AsyncIterator[PeerRow]: ...
 
 
+class Quotas(Protocol):
+    """Per-connector usage per minute bucket, written with the items it counts (docs/operations.md#quotas)."""
+
+    async def add_many_nocommit(self, charges: Sequence[QuotaCharge]) -> None: ...
+
+    async def usage_since(self, server_id: str, since_bucket: int) -> builtins.list[QuotaUsage]: ...
+
+
 class Repositories(Protocol):
     """An open store: its repositories and one transaction across them."""
 
@@ -182,5 +193,8 @@ class Repositories(Protocol):
 
     @property
     def peers(self) -> Peers: ...
+
+    @property
+    def quotas(self) -> Quotas: ...
 
     def transaction(self) -> AbstractAsyncContextManager[None]: ...

@@ -137,6 +137,12 @@ class ItemRepository:
             written.extend(await _insert_chunk(conn, items[start : start + ROWS_PER_INSERT]))
         return written
 
+    async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool:
+        """Whether a channel item with this redelivery key is stored (so delivering it again stores nothing)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(_FIND_ORIGINAL, (channel_id, message_id, server_id, dedup_digest))
+        return bool(rows)
+
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the latest stored item with this message id in this channel, if any.
 

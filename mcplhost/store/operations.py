@@ -26,6 +26,7 @@ from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.peers import ENTRY_ID_KEY, PeerEntry
 from mcplhost.store.pushes import PushClaim
+from mcplhost.store.quotas import QuotaCharge, bucket_of
 from mcplhost.store.turns import TurnEnd, TurnStart
 
 #: Stage of operations that store rows others may refer to.
@@ -44,18 +45,40 @@ class Operation(Protocol):
 
 
 class InsertItems(msgspec.Struct, frozen=True):
-    """Store items; the result is one `ItemWritten` per item (a repeated channel item is its original)."""
+    """Store items; the result is one `ItemWritten` per item (a repeated channel item is its original).
+
+    `charged_to`: the connector whose quota counts these items (docs/operations.md#quotas), with
+    `body_bytes` per item; each item really stored (not a repeat) is counted in the same transaction.
+    """
 
     items: list[NewItem]
+    charged_to: str | None = None
+    body_bytes: list[int] | None = None
     STAGE: ClassVar[int] = STAGE_ROWS
+
+    def __post_init__(self) -> None:
+        if self.charged_to is not None and (self.body_bytes is None or len(self.body_bytes) != len(self.items)):
+            raise ValueError("items charged to a connector's quota need their body bytes, one per item")
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[InsertItems]) -> list[list[ItemWritten]]:
         written = await repos.items.insert_many_nocommit([item for op in ops for item in op.items])
-        results, start = [], 0
+        results, charges, start = [], [], 0
         for op in ops:
-            results.append(written[start : start + len(op.items)])
+            own = written[start : start + len(op.items)]
+            results.append(own)
             start += len(op.items)
+            if op.charged_to is not None and op.body_bytes is not None:
+                # One charge per minute of the write (a request's items share their acceptance time).
+                by_minute: dict[int, list[int]] = {}
+                for item, size, w in zip(op.items, op.body_bytes, own, strict=True):
+                    if not w.duplicate:
+                        counts = by_minute.setdefault(bucket_of(item.created_at), [0, 0])
+                        counts[0] += 1
+                        counts[1] += size
+                charges.extend(QuotaCharge(op.charged_to, minute, items, size)
+                               for minute, (items, size) in by_minute.items())
+        await repos.quotas.add_many_nocommit(charges)
         return results
 
 
@@ -68,10 +91,15 @@ class PushWritten(msgspec.Struct, frozen=True):
 
 
 class ClaimPush(msgspec.Struct, frozen=True):
-    """Store a push's item once per (server, event id); the result is a `PushWritten`."""
+    """Store a push's item once per (server, event id); the result is a `PushWritten`.
+
+    `body_bytes`: the item's, counted in its connector's quota (docs/operations.md#quotas) when it is
+    stored (never for a repeat); None: not counted.
+    """
 
     claim: PushClaim
     item: NewItem
+    body_bytes: int | None = None
     STAGE: ClassVar[int] = STAGE_ROWS
 
     @classmethod
@@ -81,6 +109,8 @@ class ClaimPush(msgspec.Struct, frozen=True):
         written = await repos.items.insert_many_nocommit([op.item for op in winners])
         item_of = {(op.claim.server_id, op.claim.event_id): w.id for op, w in zip(winners, written)}
         await repos.pushes.attach_items_nocommit([(*key, item_id) for key, item_id in item_of.items()])
+        await repos.quotas.add_many_nocommit([QuotaCharge(op.claim.server_id, op.item.created_at, 1, op.body_bytes)
+                                              for op in winners if op.body_bytes is not None])
         results = []
         for op, outcome in zip(ops, outcomes):
             key = (op.claim.server_id, op.claim.event_id)

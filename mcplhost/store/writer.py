@@ -76,14 +76,21 @@ class GroupWriter:
             raise write.error
         return write.results
 
-    async def store_items(self, items: list[NewItem]) -> list[ItemWritten]:
-        """Store `items`; return once they are committed, with what each came to."""
-        (written,) = await self.submit(InsertItems(items))
+    async def store_items(self, items: list[NewItem], *, charged_to: str | None = None,
+                          body_bytes: list[int] | None = None) -> list[ItemWritten]:
+        """Store `items`; return once they are committed, with what each came to.
+
+        `charged_to`, `body_bytes`: count them in that connector's quota (store/operations.py `InsertItems`).
+        """
+        (written,) = await self.submit(InsertItems(items, charged_to, body_bytes))
         return written
 
-    async def store_push(self, claim: PushClaim, item: NewItem) -> PushWritten:
-        """Store a push's item and answer once per (server, event id); a repeat gets the original's."""
-        (written,) = await self.submit(ClaimPush(claim, item))
+    async def store_push(self, claim: PushClaim, item: NewItem, *, body_bytes: int | None = None) -> PushWritten:
+        """Store a push's item and answer once per (server, event id); a repeat gets the original's.
+
+        `body_bytes`: count it in its connector's quota when stored (store/operations.py `ClaimPush`).
+        """
+        (written,) = await self.submit(ClaimPush(claim, item, body_bytes))
         return written
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -26,7 +26,14 @@ to a real notify socket every WATCHDOG_BENCH_USEC / 2, far more often than
 the shipped unit's WatchdogSec=30 asks), printing the ratio of the median
 rates and, as the noise to read it against, the spread of the rounds without.
 
-    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] [reads|watchdog]   # one of those parts alone
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] [reads|watchdog|quotas]   # one of those parts alone
+
+Quotas (docs/operations.md#quotas): the one-message-per-request workload
+with the per-connector quota check (the default quotas, counted in memory
+and written in each commit) and without it (ingest patched back to storing
+unchecked and uncounted, as before quotas), interleaved, as a ratio in one run.
+
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] quotas   # only the quota check's cost
 """
 
 from __future__ import annotations
@@ -53,7 +60,10 @@ from mcplhost import logs
 from mcplhost.agents.turn import CONTEXT_ROWS
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
-from mcplhost.store import open_store
+from mcplhost.inbound.pipeline import Processed
+from mcplhost.ingest import Ingest
+from mcplhost.ingest.quotas import QuotaLimits, QuotaWindow
+from mcplhost.store import body_bytes, open_store
 from mcplhost.systemd import Notifier, watchdog_interval_s
 
 HERE = Path(__file__).resolve().parent
@@ -314,8 +324,115 @@ async def watchdog_overhead(items: int) -> None:
               f" | {pings} pings received")
 
 
+#: Requests in flight at once in the in-process quota comparison (as 4 connectors x 64).
+IN_PROCESS_INFLIGHT = 256
+
+
+async def ingest_rate(items: int) -> float:
+    """Items/s of Ingest.store_messages, one message per request, IN_PROCESS_INFLIGHT at once, over a real store."""
+    import structlog
+
+    from mcplhost.protocol.intake import AdmittedMessage
+    from mcplhost.speech.echoes import EchoMemory
+    from mcplhost.store.writer import GroupWriter
+
+    with tempfile.TemporaryDirectory() as run:
+        async with open_store(Path(run) / "host.db") as store, anyio.create_task_group() as tg:
+            writer = GroupWriter(store)
+            await tg.start(writer.run)
+            intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
+            sent = iter(range(items))
+
+            async def one_connector(name: str) -> None:
+                for n in sent:
+                    await intake.store_messages(name, "channels/incoming", [AdmittedMessage(
+                        channel_id="disc:g1:room", label="#room", message_id=f"m-{n}", participant="Alice",
+                        content=[{"type": "text", "text": f"an ordinary chat message of an ordinary length {n}"}])])
+
+            started = time.perf_counter()
+            async with anyio.create_task_group() as senders:
+                for lane in range(IN_PROCESS_INFLIGHT):
+                    senders.start_soon(one_connector, f"c{lane % 4}")
+            seconds = time.perf_counter() - started
+            tg.cancel_scope.cancel()
+    return items / seconds
+
+
+async def quotas_in_process(items: int, checked: tuple, unchecked: tuple) -> None:
+    """The same comparison without connector processes: ingest and the commit only, where the check's cost is."""
+    rates = {"with quotas": 0.0, "without": 0.0}
+    variants = [("with quotas", checked), ("without", unchecked)]
+    for round_number in range(QUOTA_ROUNDS):
+        for label, steps in variants[:: 1 if round_number % 2 == 0 else -1]:
+            Ingest._window, Ingest._reserve_messages, Ingest._store_charged = steps  # type: ignore[method-assign]
+            try:
+                rates[label] = max(rates[label], await ingest_rate(items))
+            finally:
+                Ingest._window, Ingest._reserve_messages, Ingest._store_charged = checked  # type: ignore[method-assign]
+    print(f"{'in process (ingest → commit), with':>38}: {rates['with quotas']:>9,.0f} items/s,"
+          f" without {rates['without']:,.0f} | ratio {rates['with quotas'] / rates['without']:.3f}"
+          f" (best of {QUOTA_ROUNDS})")
+
+
+#: Rounds of the quota comparison, each running both variants.
+QUOTA_ROUNDS = 5
+
+
+class _Unchecked:
+    """Ingest's quota steps replaced by none: nothing reserved, nothing counted (the path before quotas)."""
+
+    @staticmethod
+    async def window(self: Ingest, server_id: str, now: int) -> None:
+        return None
+
+    @staticmethod
+    async def reserve(self: Ingest, server_id: str, window: None, now: int, messages: list, outcomes: list
+                      ) -> dict[int, tuple[int, bool]]:
+        return {index: (0, False) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)}
+
+    @staticmethod
+    async def store(self: Ingest, server_id: str, window: None, accepted_at: int, rows: list, sizes: list,
+                    reserved: list) -> list:
+        return await self.writer.store_items(rows)
+
+
+async def quotas(items: int) -> None:
+    print("1 message per request, 4 connectors: with the quota check (default quotas) and without it")
+    checked = (Ingest._window, Ingest._reserve_messages, Ingest._store_charged)
+    unchecked = (_Unchecked.window, _Unchecked.reserve, _Unchecked.store)
+    rates = {"with quotas": 0.0, "without": 0.0}
+    variants = [("with quotas", checked), ("without", unchecked)]
+    for round_number in range(QUOTA_ROUNDS):  # interleaved, order alternating, best of each: the machine is noisy
+        for label, steps in variants[:: 1 if round_number % 2 == 0 else -1]:
+            Ingest._window, Ingest._reserve_messages, Ingest._store_charged = steps  # type: ignore[method-assign]
+            try:
+                with tempfile.TemporaryDirectory() as run:
+                    folder = Path(run)
+                    specs = [connector(f"c{i}", folder, items // 4, 1, 64) for i in range(4)]
+                    seconds, accepted = await run_host(folder, specs)
+            finally:
+                Ingest._window, Ingest._reserve_messages, Ingest._store_charged = checked  # type: ignore[method-assign]
+            assert accepted == items // 4 * 4, f"only {accepted} items were accepted"
+            rates[label] = max(rates[label], accepted / seconds)
+    for label, rate in rates.items():
+        print(f"{label:>38}: {rate:>9,.0f} items/s (best of {QUOTA_ROUNDS})")
+    print(f"{'ratio with/without':>38}: {rates['with quotas'] / rates['without']:.3f}")
+    await quotas_in_process(items, checked, unchecked)
+    # The check's own CPU per message, steadier than the rates on a loaded machine: size it, reserve it.
+    content = [{"type": "text", "text": "[source: c0 · #room · Alice] "},
+               {"type": "text", "text": "an ordinary chat message of an ordinary length, sent to the room"}]
+    window, now, rounds = QuotaWindow(QuotaLimits()), 1_790_000_000_000, 200_000
+    started = time.perf_counter()
+    for n in range(rounds):
+        window.reserve(now + n, body_bytes(content))
+    per_message = (time.perf_counter() - started) / rounds
+    print(f"{'quota check per message (in process)':>38}: {per_message * 1e6:.2f} µs"
+          f" = {per_message * rates['without']:.1%} of an item's time at the rate without")
+
+
+
 #: The parts a second argument may name alone.
-PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead}
+PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas}
 
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000

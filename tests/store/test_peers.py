@@ -292,7 +292,7 @@ class TestMigration0006:
             versions = [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version")]
             names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
         conn.close()
-        assert versions == [1, 2, 3, 4, 5, 6] == [m.version for m in load_migrations()]
+        assert versions[:6] == [1, 2, 3, 4, 5, 6] and versions == [m.version for m in load_migrations()]
         assert {"peer_messages", "peer_wake_counts", "peer_messages_queued", "peer_messages_by_time"} <= names
 
     async def test_the_queue_read_uses_its_partial_index(self, store, db_path: Path):
