@@ -312,24 +312,38 @@ def existing_database(path: Path) -> Path:
 async def _serve(config: Config, *, notifier: Notifier | None = None,
                  on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
                  console: Callable[[], Awaitable[None]] | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+                 reread: Callable[[], Config] | None = None) -> None:
     """Build the host and run it until SIGTERM/SIGINT (or `seconds` of `sleep`, dev's clock), then stop it
-    gracefully."""
+    gracefully. SIGHUP reads the config again with `reread` and applies it (docs/operations.md#reload)."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
+    host: Any = None
 
     async def watch_signals() -> None:
-        # SIGHUP is caught so that it never kills the daemon without its graceful stop;
-        # reloading the config on it is not built yet (README.md#deviations-and-decisions).
+        # SIGHUP is caught so that it never kills the daemon without its graceful stop.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    structlog.get_logger().warning("host.reload_unsupported", signal="SIGHUP",
-                                                   detail="config reload is not built yet; the running config stays")
+                    await reload(host)
                     continue
                 structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
                 stop.set()
                 return
+
+    async def reload(running: Any) -> None:
+        """Validate the file again first: an invalid one changes nothing, and each of its problems is logged."""
+        logger = structlog.get_logger()
+        if reread is None or running is None:
+            logger.warning("host.reload_unsupported", signal="SIGHUP", detail="this host has no config file to read")
+            return
+        try:
+            new = reread()
+        except ConfigError as exc:
+            logger.warning("host.reload_refused", error=str(exc), problems=exc.problems,
+                           detail="the new config is not valid; the running config stays")
+            return
+        await running.reload(new)
 
     async def stop_after(delay: float) -> None:
         await sleep(delay)
@@ -341,15 +355,17 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
             tg.start_soon(stop_after, seconds)
         if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
             tg.start_soon(console)
-        async with open_host(config, notifier=notifier, on_stored=on_stored) as host:
-            await host.run(stop, watchdog_s=watchdog)
+        async with open_host(config, notifier=notifier, on_stored=on_stored) as opened:
+            host = opened
+            await opened.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 
 
 def _run_host(config: Config, *, notifier: Notifier | None = None,
               on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
               console: Callable[[], Awaitable[None]] | None = None,
-              sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
+              sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+              reread: Callable[[], Config] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
     Task groups wrap what their tasks raise in an ExceptionGroup; a store that
@@ -357,7 +373,7 @@ def _run_host(config: Config, *, notifier: Notifier | None = None,
     """
     try:
         anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console,
-                                 sleep=sleep))
+                                 sleep=sleep, reread=reread))
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
         if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
@@ -394,7 +410,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with hold_database(Path(config.store.path)) as lock, recording_children(lock):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
-            _run_host(config, notifier=notifier)
+            _run_host(config, notifier=notifier, reread=lambda: _run_config(args.config))
         finally:
             notifier.close()
     return EXIT_OK

@@ -54,8 +54,9 @@ from functools import partial
 from types import MappingProxyType
 
 import anyio
+import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup
+from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
 
 from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
@@ -72,6 +73,7 @@ from .ingest.quotas import QuotaLimits
 from .logs import SuppressedTotals
 from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
+from .reload import ReloadPlan, reload_plan
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
@@ -96,7 +98,10 @@ class Host:
                  outbox_senders: Mapping[str, OutboxSender], agents: AgentsRuntime, notifier: Notifier,
                  control: ControlService, status_line: StatusLine,
                  agent_events: ObjectReceiveStream[Stored] | None,
-                 events: ObjectSendStream[Stored] | None, metrics: Metrics | None = None) -> None:
+                 events: ObjectSendStream[Stored] | None, metrics: Metrics | None = None,
+                 new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
+                 handles: dict[str, ConnectorHandle] | None = None,
+                 senders: dict[str, OutboxSender] | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -118,6 +123,14 @@ class Host:
         self.control = control
         self.status_line = status_line
         self.ready = anyio.Event()
+        # What a reload changes (docs/operations.md#reload): the dicts behind `connectors` and
+        # `outbox_senders` (their read-only views stay the same objects for every reader), how a
+        # connector's handle and sender are made, and each running connector's scope.
+        self._new_connector = new_connector
+        self._handles = handles if handles is not None else {}
+        self._senders = senders if senders is not None else {}
+        self._running: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
+        self._connector_group: TaskGroup | None = None
         self._agent_events = agent_events  # the agents' end of the Stored stream (None: no agent configured)
         self._events = events  # the sending end Ingest offers to; closed when `run` ends
         self._ran = False
@@ -150,8 +163,7 @@ class Host:
                         if self._agent_events is not None:
                             # Cursors first: a new agent's starts at the end before any connector can add an item.
                             await agents.start(self.agents.run, self._agent_events)
-                        for sender in self.outbox_senders.values():  # each waits for its connector to be ready
-                            connectors.start_soon(sender.run)
+                        self._connector_group = connectors
                         connectors.start_soon(self._start_all, connectors)
                         await stop.wait()
                         log.info("host.stopping")
@@ -181,7 +193,55 @@ class Host:
         self.notifier.send("READY=1")
 
     async def _start_one(self, connectors: TaskGroup, spec: ConnectorConfig) -> None:
-        await connectors.start(partial(supervise, handle=self.connectors[spec.name]), spec, self.ingest)
+        await connectors.start(self._connector, spec)
+
+    async def _connector(self, spec: ConnectorConfig, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                         ) -> None:
+        """One connector and its outbox sender, under a scope of its own, so a reload can stop just it."""
+        ended = anyio.Event()
+        with anyio.CancelScope() as scope:
+            self._running[spec.name] = (scope, ended)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self.outbox_senders[spec.name].run)  # it waits for its connector to be ready
+                    await tg.start(partial(supervise, handle=self.connectors[spec.name]), spec, self.ingest)
+                    task_status.started()
+            finally:
+                ended.set()
+
+    async def reload(self, new: Config) -> ReloadPlan:
+        """Apply a validated new config while running (SIGHUP): connectors added, removed and changed.
+
+        An unchanged connector keeps its process. What a reload cannot change
+        is logged and left as it runs (mcplhost/reload.py).
+        """
+        plan = reload_plan(self.config, new)
+        for note in plan.notes:
+            log.warning("host.reload_partial", detail=note)
+        group = self._connector_group
+        if group is None or self._new_connector is None:
+            log.warning("host.reload_skipped", detail="the host is not running its connectors")
+            return plan
+        for name in (*plan.removed, *(spec.name for spec in plan.changed)):
+            await self._stop_connector(name)
+        for spec in (*plan.changed, *plan.added):
+            self._handles[spec.name], self._senders[spec.name] = self._new_connector(spec)
+            group.start_soon(self._connector, spec)
+        self.ingest.set_quotas(connector_quotas(new))
+        self.config = msgspec.structs.replace(self.config, connectors=new.connectors)
+        log.info("host.reloaded", added=[s.name for s in plan.added], removed=list(plan.removed),
+                 changed=[s.name for s in plan.changed], unchanged=list(plan.unchanged))
+        return plan
+
+    async def _stop_connector(self, name: str) -> None:
+        """Stop one connector (its shutdown ladder, as at the host's stop) and forget it."""
+        running = self._running.pop(name, None)
+        if running is not None:
+            scope, ended = running
+            scope.cancel()
+            await ended.wait()
+        self._handles.pop(name, None)
+        self._senders.pop(name, None)
 
 
 def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
@@ -197,19 +257,24 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     timings = Timings() if config.metrics.listen else None
     suppressed = SuppressedTotals()
     writer = GroupWriter(store, on_commit=timings.committed if timings is not None else None)
-    quotas = {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
-                    suppressed=suppressed, quotas=quotas)
+                    suppressed=suppressed, quotas=connector_quotas(config))
     hooks = HookState()
     inference = connector_inference(config)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
     status_line = StatusLine()
-    handles = {spec.name: ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
-                                          on_change=status_line.changed, suppressed=suppressed)
-               for spec in config.connectors}
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
-    senders = MappingProxyType({name: OutboxSender(store, writer, handle, max_age_s=max_age_s)
-                                for name, handle in handles.items()})
+
+    def new_connector(spec: ConnectorConfig) -> tuple[ConnectorHandle, OutboxSender]:
+        handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
+                                 on_change=status_line.changed, suppressed=suppressed)
+        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
+
+    handles: dict[str, ConnectorHandle] = {}
+    sender_of: dict[str, OutboxSender] = {}
+    for spec in config.connectors:
+        handles[spec.name], sender_of[spec.name] = new_connector(spec)
+    senders = MappingProxyType(sender_of)
     connectors = MappingProxyType(handles)
     agents = AgentsRuntime(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings)
     metrics = None if timings is None else Metrics(
@@ -219,7 +284,13 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 connectors=connectors, outbox_senders=senders, agents=agents,
                 notifier=notifier if notifier is not None else Notifier(None, log),
                 control=ControlService(store, connectors, agents, started_at_ms=now_ms()), status_line=status_line,
-                agent_events=agent_events, events=events, metrics=metrics)
+                agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
+                handles=handles, senders=sender_of)
+
+
+def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
+    """Each connector's quotas, as ingest applies them (docs/operations.md#quotas)."""
+    return {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
 
 
 @asynccontextmanager

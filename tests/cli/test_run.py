@@ -51,13 +51,14 @@ class TestSignals:
         assert run.events("host.signal")[0]["signal"] == signal.Signals(sig).name
         assert run.events("connector.exited")[0]["how"] == "exited"
 
-    async def test_sighup_is_logged_and_the_daemon_keeps_running(self, tmp_path) -> None:
-        """SIGHUP (reload, not built yet) never kills the daemon: it logs a warning and SIGTERM still stops it."""
+    async def test_sighup_reloads_and_the_daemon_keeps_running(self, tmp_path) -> None:
+        """SIGHUP (reload, docs/operations.md#reload) never kills the daemon: an unchanged config changes nothing,
+        the connector keeps its process, and SIGTERM still stops it."""
         config = write_config(tmp_path, [idle_chat("disc", tmp_path)])
         async with daemon(config, tmp_path) as run:
             await run.wait_event("host.ready")
             run.signal(signal.SIGHUP)
-            await run.wait_event("host.reload_unsupported")
+            await run.wait_event("host.reloaded")
             (start,) = [e for e in record(tmp_path, "disc").events if e["kind"] == "start"]
             assert alive(start["pid"])
             run.signal(signal.SIGTERM)

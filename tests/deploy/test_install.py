@@ -47,7 +47,7 @@ def test_the_shipped_unit_verifies_with_its_commands_in_place(tmp_path) -> None:
     text = (DEPLOY / "mcplhost.service").read_text(encoding="utf-8")
     assert "ExecStart=/opt/mcplhost/bin/mcplhost run --config /etc/mcplhost/mcplhost.toml" in text
     assert "StateDirectory=mcplhost" in text and "Type=notify" in text
-    # systemctl reload: SIGHUP to the daemon alone (logged and ignored until reload is built, README.md).
+    # systemctl reload: SIGHUP to the daemon alone, which reloads its config (docs/operations.md#reload).
     assert unit_lines(text)["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     unit = tmp_path / "mcplhost.service"
     unit.write_text(text.replace("/opt/mcplhost/bin/mcplhost", str(mcplhost)), encoding="utf-8")
