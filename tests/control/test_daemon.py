@@ -198,3 +198,28 @@ class TestHealthy:
             assert gone.returncode == 2 and gone.stdout == "", gone
             (line,) = gone.stderr.splitlines()
             assert line.startswith("mcplhost: no daemon is running") and str(socket_path) in line
+
+
+class TestQuietAndDeaf:
+    async def test_a_quiet_and_a_deaf_connector_as_status_and_check_show_them(self, tmp_path: Path):
+        """Over the real socket: `silent` (ready, nothing for expect_traffic_within_s) is quiet and --check names
+        it; `deaf` (ping unanswered) has been restarted, its lastError saying why."""
+        connectors = [
+            scripted_connector("silent", {"manifest": CHAT_MANIFEST}, tmp_path, grant=GRANT,
+                               expect_traffic_within_s=0.3),
+            scripted_connector("deaf", {"manifest": CHAT_MANIFEST, "handlers": {"ping": "ignore"}}, tmp_path,
+                               grant=GRANT, ping_interval_s=0.2, ping_timeout_s=0.5),
+        ]
+        config = write_config(tmp_path, connectors)
+        async with daemon(config, tmp_path) as run:
+            await run.wait_event("connector.quiet", connector="silent")
+            await run.wait_event("connector.deaf", connector="deaf")
+            await wait_for(lambda: by_name(status_object(config)["connectors"])["deaf"]["restarts"] >= 1, timeout=30)
+            shown = by_name(status_object(config)["connectors"])
+            assert shown["silent"]["quiet"] is True and shown["silent"]["state"] == "ready"
+            assert shown["deaf"]["quiet"] is False and shown["deaf"]["lastError"].startswith("deaf:")
+            check = status(config, "--check")
+            assert check.returncode == 1
+            assert any(line.startswith("silent:") and "quiet" in line for line in check.stdout.splitlines())
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
