@@ -228,9 +228,10 @@ class Host:
             self._handles[spec.name], self._senders[spec.name] = self._new_connector(spec)
             group.start_soon(self._connector, spec)
         self.ingest.set_quotas(connector_quotas(new))
-        self.config = msgspec.structs.replace(self.config, connectors=new.connectors)
+        agents = await self.agents.reload(new.agents)
+        self.config = msgspec.structs.replace(self.config, connectors=new.connectors, agents=self.agents.config.agents)
         log.info("host.reloaded", added=[s.name for s in plan.added], removed=list(plan.removed),
-                 changed=[s.name for s in plan.changed], unchanged=list(plan.unchanged))
+                 changed=[s.name for s in plan.changed], unchanged=list(plan.unchanged), agents_changed=agents)
         return plan
 
     async def _stop_connector(self, name: str) -> None:

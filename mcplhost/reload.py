@@ -5,10 +5,11 @@
 
 A connector is identified by its name. One whose table is unchanged keeps
 its process (and pid); one whose table changed is stopped and started
-again; a new name is started, a name that is gone is stopped. What a reload
-cannot change in a running host is said in `notes` and left as it runs: the
-store (`store.path` and the rest of `[store]`), `[control]`, `[metrics]`,
-`[inference]`, and the agents (a restart applies those).
+again; a new name is started, a name that is gone is stopped. Agents are
+updated in place by the runtime (mcplhost/agents/runtime.py `reload`). What a
+reload cannot change in a running host is said in `notes` and left as it
+runs: the store (`store.path` and the rest of `[store]`), `[control]`,
+`[metrics]`, `[inference]`, and agents added or removed (a restart applies those).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ NOT_RELOADED = {
     "control": "[control] cannot change by reload (the socket is open); restart the daemon to change it",
     "metrics": "[metrics] cannot change by reload (the listener is open); restart the daemon to change it",
     "inference": "[inference] is not reloaded; restart the daemon to change it",
-    "agents": "[[agents]] are not reloaded yet; restart the daemon to apply agent changes",
 }
+#: Agents are updated in place; agents added or removed are not.
+AGENTS_ADDED_OR_REMOVED = "[[agents]] added or removed are not reloaded; restart the daemon to apply them"
 
 
 def reload_plan(running: Config, new: Config) -> ReloadPlan:
@@ -49,4 +51,6 @@ def reload_plan(running: Config, new: Config) -> ReloadPlan:
     changed = tuple(spec for name, spec in wanted.items() if name in old and old[name] != spec)
     unchanged = tuple(name for name, spec in wanted.items() if name in old and old[name] == spec)
     notes = tuple(note for part, note in NOT_RELOADED.items() if getattr(running, part) != getattr(new, part))
+    if [a.name for a in running.agents] != [a.name for a in new.agents]:
+        notes += (AGENTS_ADDED_OR_REMOVED,)
     return ReloadPlan(removed=removed, added=added, changed=changed, unchanged=unchanged, notes=notes)

@@ -123,6 +123,8 @@ class AgentRunner:
         self.cursor: int | None = None  # the durable cursor as last written
         self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
         self._nudge = anyio.Event()
+        #: Held while a wake is handled (its turn included): a reload waits on it, so settings change between turns.
+        self._turn_lock = anyio.Lock()
 
     def offer(self, stored: Stored, now: float) -> None:
         try:
@@ -149,20 +151,31 @@ class AgentRunner:
 
     async def _step(self) -> None:
         """Run the due wake's turn, or sleep until the next deadline or nudge."""
-        now = anyio.current_time()
-        wake = self.scheduler.due(now)
-        if wake is not None:
-            try:
-                await self._handle(wake)
-            finally:
-                self.scheduler.turn_ended(anyio.current_time())
-            await self._deliver_peer_messages()
-            return
+        async with self._turn_lock:
+            now = anyio.current_time()
+            wake = self.scheduler.due(now)
+            if wake is not None:
+                try:
+                    await self._handle(wake)
+                finally:
+                    self.scheduler.turn_ended(anyio.current_time())
+                await self._deliver_peer_messages()
+                return
         deadline = self.scheduler.next_deadline()
         delay = math.inf if deadline is None else max(0.0, deadline - now)
         with anyio.move_on_after(delay):
             await self._nudge.wait()
         self._nudge = anyio.Event()
+
+    async def reconfigure(self, agent: AgentConfig, *, backend: Backend, toolbox: ToolBox, system_prompt: str) -> None:
+        """Take new settings once the turn in progress (if any) has ended; the next wake uses them."""
+        async with self._turn_lock:
+            self.agent = agent
+            self.scheduler.reconfigure(agent)
+            self.services.backend = backend
+            self.services.toolbox = toolbox
+            self.services.system_prompt = system_prompt
+        self._nudge.set()  # a shorter debounce may make a pending wake due now
 
     async def _handle(self, wake: Wake) -> None:
         """The wake's echo check and turn, one exception boundary: a bug here fails this wake, not the agent."""
@@ -281,6 +294,41 @@ class AgentsRuntime:
         """Every item up to this id has been offered to every scheduler (or decided for at start)."""
         offered = max(self._start_end, self._max_offered)
         return offered if self._unoffered > offered else int(self._unoffered) - 1
+
+    async def reload(self, agents: list[AgentConfig]) -> list[str]:
+        """Apply changed settings of the configured agents in place (a config reload); the names changed.
+
+        Each agent waits for its turn in progress to end. A changed backend
+        table gets a new backend (the old one is closed); the prompt file is
+        read again. Agents added or removed are not applied (the caller says
+        so; mcplhost/reload.py); an agent whose prompt file cannot be read
+        keeps its settings, logged.
+        """
+        changed: list[str] = []
+        for agent in agents:
+            runner = self.runners.get(agent.name)
+            if runner is None or runner.agent == agent:
+                continue
+            try:
+                prompt = start_prompt(agent)
+            except ConfigError as exc:
+                log.warning("agent.reload_refused", agent=agent.name, error=str(exc))
+                continue
+            old_backend = runner.services.backend
+            backend = make_backend(agent.backend) if agent.backend != runner.agent.backend else old_backend
+            await runner.reconfigure(agent, backend=backend, system_prompt=prompt,
+                                     toolbox=ToolBox(agent, self.handles, self.store, peers=self.peers))
+            if backend is not old_backend:
+                try:
+                    await old_backend.aclose()
+                except Exception:
+                    log.warning("agent.backend_close_failed", agent=agent.name, exc_info=True)
+            changed.append(agent.name)
+        kept = {agent.name: agent for agent in agents if agent.name in self.runners}
+        applied = [kept.get(agent.name, agent) for agent in self.config.agents]
+        self.config = msgspec.structs.replace(self.config, agents=applied)
+        self.peers.retree(applied)
+        return changed
 
     # --- the peers' port (mcplhost/peers/ports.py AgentActivity) ------------------------
 

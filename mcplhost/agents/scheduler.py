@@ -169,6 +169,21 @@ class AgentScheduler:
         self._now = 0.0  # the latest time any method was given (statistics has none of its own)
         self._log = log.bind(agent=agent.name)
 
+    def reconfigure(self, agent: AgentConfig) -> None:
+        """Take the agent's new settings (a config reload), between turns; what pends stays pending.
+
+        Debounce, max_wait and the caps apply from now on. A changed
+        `context_scope` groups the items that arrive from now on; the groups
+        pending already keep their keys.
+        """
+        self.agent = agent
+        self._debounce_s = agent.debounce_ms / 1000
+        self._max_wait_s = effective_max_wait_ms(agent) / 1000
+        self._per_conversation = agent.context_scope == "conversation"
+        while len(self._turn_starts) > agent.max_turns_per_hour:  # the newest still count, as seed_turns keeps
+            self._turn_starts.popleft()
+        self._log = log.bind(agent=agent.name)
+
     # --- recording -----------------------------------------------------------------
 
     def on_item(self, stored: Stored, now: float) -> bool:

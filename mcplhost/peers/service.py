@@ -80,6 +80,10 @@ class PeerService:
         #: Admissions by status since start, for status and metrics.
         self.admissions: dict[str, int] = {}
 
+    def retree(self, agents: Sequence[AgentConfig]) -> None:
+        """The agents' parents or titles changed (a config reload): relations follow the new chains."""
+        self.tree = Tree(agents)
+
     # --- start -----------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -1,0 +1,74 @@
+"""Agents updated in place by a config reload (mcplhost/agents/runtime.py `reload`): new settings apply to the
+next wake, never in the middle of a turn; a real store and writer, the runtime fed by a real Ingest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
+
+from ..peers.test_runtime import completed, runtime_of
+from .support import agent_config, heard, scripted
+
+
+def drafts(rows: list) -> list[str]:
+    return [r.content[0]["text"] for r in rows if r.metadata.get("kind") == "draft"]
+
+
+class Gated:
+    """A backend whose first call waits for `gate`."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.gate = anyio.Event()
+        self.entered = anyio.Event()
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest, *, on_text: OnText | None = None) -> ModelResponse:
+        self.requests.append(request)
+        self.entered.set()
+        await self.gate.wait()
+        return ModelResponse(text="done", usage=Usage(input_tokens=1, output_tokens=1), model="t")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class TestReload:
+    async def test_a_changed_backend_and_prompt_answer_the_next_wake(self, tmp_path: Path) -> None:
+        before = agent_config("scout", system_prompt="You are A.", backend=scripted("one"))
+        async with runtime_of(tmp_path, [before], {}) as (runtime, ingest, store):
+            await heard(ingest, "first")
+            await completed(store, "scout", 1)
+            after = msgspec.structs.replace(before, system_prompt="You are B.", backend=scripted("two"))
+            assert await runtime.reload([after]) == ["scout"]
+            assert await runtime.reload([after]) == []  # the same settings again: nothing to change
+            await heard(ingest, "second")
+            await completed(store, "scout", 2)
+            assert drafts(await store.items.list(agent="scout")) == ["one", "two"]
+            assert runtime.config.agents == [after]
+
+    async def test_a_reload_waits_for_the_turn_in_progress_to_end(self, tmp_path: Path) -> None:
+        gated = Gated()
+        before = agent_config("scout")
+        async with runtime_of(tmp_path, [before], {"scout": gated}) as (runtime, ingest, store):
+            await heard(ingest, "long one")
+            await gated.entered.wait()
+            reloaded = anyio.Event()
+
+            async def reload() -> None:
+                await runtime.reload([msgspec.structs.replace(before, debounce_ms=5, max_wait_ms=5)])
+                reloaded.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reload)
+                await anyio.wait_all_tasks_blocked()
+                assert not reloaded.is_set() and runtime.runners["scout"].agent.debounce_ms == 0
+                gated.gate.set()
+            assert runtime.runners["scout"].agent.debounce_ms == 5
+            (turn,) = await completed(store, "scout", 1)
+            assert turn.outcome == "completed"  # the turn ran to its end on the settings it began with
