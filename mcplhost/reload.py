@@ -9,7 +9,7 @@ again; a new name is started, a name that is gone is stopped. Agents are
 updated in place by the runtime (mcplhost/agents/runtime.py `reload`). What a
 reload cannot change in a running host is said in `notes` and left as it
 runs: the store (`store.path` and the rest of `[store]`), `[control]`,
-`[metrics]`, `[inference]`, and agents added or removed (a restart applies those).
+`[metrics]`, `[inference]`, and agents added to a host started without any (a restart applies those).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ NOT_RELOADED = {
     "metrics": "[metrics] cannot change by reload (the listener is open); restart the daemon to change it",
     "inference": "[inference] is not reloaded; restart the daemon to change it",
 }
-#: Agents are updated in place; agents added or removed are not.
-AGENTS_ADDED_OR_REMOVED = "[[agents]] added or removed are not reloaded; restart the daemon to apply them"
+#: Agents are added, removed and updated in place, but a host started without agents runs no agents runtime.
+FIRST_AGENTS = "[[agents]] added to a host started without agents are not started; restart the daemon for them"
 
 
 def reload_plan(running: Config, new: Config) -> ReloadPlan:
@@ -51,6 +51,6 @@ def reload_plan(running: Config, new: Config) -> ReloadPlan:
     changed = tuple(spec for name, spec in wanted.items() if name in old and old[name] != spec)
     unchanged = tuple(name for name, spec in wanted.items() if name in old and old[name] == spec)
     notes = tuple(note for part, note in NOT_RELOADED.items() if getattr(running, part) != getattr(new, part))
-    if [a.name for a in running.agents] != [a.name for a in new.agents]:
-        notes += (AGENTS_ADDED_OR_REMOVED,)
+    if not running.agents and new.agents:
+        notes += (FIRST_AGENTS,)
     return ReloadPlan(removed=removed, added=added, changed=changed, unchanged=unchanged, notes=notes)

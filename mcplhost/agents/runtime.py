@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, TaskStatus
+from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.hooks import HookState
@@ -273,15 +273,14 @@ class AgentsRuntime:
         #: Peer messaging between this host's agents; the runtime is its view of who is idle or busy.
         self.peers = PeerService(config.agents, store, writer, activity=self, clock_ms=clock_ms)
         self._serving = False  # the runners run (between start and shutdown): peers may reach them
-        rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
+        self._rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
+        self._outbox = outbox if outbox is not None else {}
+        self._timings = timings if timings is not None else NoTimings()
         for agent in config.agents:
-            backend = (backends or {}).get(agent.name) or make_backend(agent.backend)
-            toolbox = ToolBox(agent, handles, store, peers=self.peers)
-            services = TurnServices(store, writer, handles, backend, toolbox, rows, clock_ms=clock_ms,
-                                    outbox=outbox if outbox is not None else {},
-                                    system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
-                                    timings=timings if timings is not None else NoTimings())
-            self.runners[agent.name] = AgentRunner(agent, services, self.seen_through, self.peers)
+            self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
+        #: While running: the group the runners run in, and each runner's scope (a reload stops one).
+        self._group: TaskGroup | None = None
+        self._runner_scopes: dict[str, anyio.CancelScope] = {}
         self._start_end = 0  # the store's last id at start: what catch-up covered
         #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
         self._recent: OrderedDict[int, None] = OrderedDict()
@@ -289,6 +288,20 @@ class AgentsRuntime:
         #: The lowest id known not offered this run (a bounded catch-up's rest, a gap whose read failed):
         #: no cursor passes it before the next start's catch-up.
         self._unoffered: float = math.inf
+
+    def _runner(self, agent: AgentConfig, backend: Backend | None = None) -> AgentRunner:
+        """One agent's runner with its services (its backend made from its table unless one is given)."""
+        toolbox = ToolBox(agent, self.handles, self.store, peers=self.peers)
+        services = TurnServices(self.store, self.writer, self.handles, backend or make_backend(agent.backend), toolbox,
+                                self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
+                                system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
+                                timings=self._timings)
+        return AgentRunner(agent, services, self.seen_through, self.peers)
+
+    async def _run_runner(self, runner: AgentRunner) -> None:
+        with anyio.CancelScope() as scope:
+            self._runner_scopes[runner.agent.name] = scope
+            await runner.run()
 
     def seen_through(self) -> int:
         """Every item up to this id has been offered to every scheduler (or decided for at start)."""
@@ -300,14 +313,22 @@ class AgentsRuntime:
 
         Each agent waits for its turn in progress to end. A changed backend
         table gets a new backend (the old one is closed); the prompt file is
-        read again. Agents added or removed are not applied (the caller says
-        so; mcplhost/reload.py); an agent whose prompt file cannot be read
-        keeps its settings, logged.
+        read again. An agent gone from the config stops once its turn in
+        progress has ended; a new one starts with a cursor at the store's end.
+        An agent whose prompt file cannot be read keeps its settings, logged.
         """
         changed: list[str] = []
+        wanted = {agent.name for agent in agents}
+        for name in [name for name in self.runners if name not in wanted]:
+            await self._remove(name)
+            changed.append(name)
         for agent in agents:
             runner = self.runners.get(agent.name)
-            if runner is None or runner.agent == agent:
+            if runner is None:
+                if await self._add(agent):
+                    changed.append(agent.name)
+                continue
+            if runner.agent == agent:
                 continue
             try:
                 prompt = start_prompt(agent)
@@ -324,11 +345,39 @@ class AgentsRuntime:
                 except Exception:
                     log.warning("agent.backend_close_failed", agent=agent.name, exc_info=True)
             changed.append(agent.name)
-        kept = {agent.name: agent for agent in agents if agent.name in self.runners}
-        applied = [kept.get(agent.name, agent) for agent in self.config.agents]
+        applied = [self.runners[agent.name].agent for agent in agents if agent.name in self.runners]
         self.config = msgspec.structs.replace(self.config, agents=applied)
         self.peers.retree(applied)
         return changed
+
+    async def _add(self, agent: AgentConfig) -> bool:
+        """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
+        if self._group is None:
+            return False
+        try:
+            runner = self._runner(agent)
+        except ConfigError as exc:
+            log.warning("agent.reload_refused", agent=agent.name, error=str(exc))
+            return False
+        (runner.cursor,) = await self.writer.submit(StartCursor(agent.name, self.clock_ms()))
+        self.runners[agent.name] = runner
+        self._group.start_soon(self._run_runner, runner, name=f"agent {agent.name}")
+        log.info("agent.added", agent=agent.name, cursor=runner.cursor)
+        return True
+
+    async def _remove(self, name: str) -> None:
+        """An agent gone from the config (a reload): stopped once its turn in progress has ended."""
+        runner = self.runners[name]
+        async with runner._turn_lock:
+            scope = self._runner_scopes.pop(name, None)
+            if scope is not None:
+                scope.cancel()
+            del self.runners[name]
+        try:
+            await runner.services.backend.aclose()
+        except Exception:
+            log.warning("agent.backend_close_failed", agent=name, exc_info=True)
+        log.info("agent.removed", agent=name)
 
     # --- the peers' port (mcplhost/peers/ports.py AgentActivity) ------------------------
 
@@ -367,8 +416,9 @@ class AgentsRuntime:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
                 await self.peers.start()  # after catch-up: what the queue held is delivered now
+                self._group = tg
                 for runner in self.runners.values():
-                    tg.start_soon(runner.run, name=f"agent {runner.agent.name}")
+                    tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
                 self._serving = True
                 task_status.started()
                 await self._dispatch(stored)

@@ -81,8 +81,10 @@ class PeerService:
         self.admissions: dict[str, int] = {}
 
     def retree(self, agents: Sequence[AgentConfig]) -> None:
-        """The agents' parents or titles changed (a config reload): relations follow the new chains."""
+        """The agents, their parents or titles changed (a config reload): relations follow the new chains."""
         self.tree = Tree(agents)
+        for agent in agents:
+            self._locks.setdefault(agent.name, anyio.Lock())
 
     # --- start -----------------------------------------------------------------------
 

@@ -72,3 +72,17 @@ class TestReload:
             assert runtime.runners["scout"].agent.debounce_ms == 5
             (turn,) = await completed(store, "scout", 1)
             assert turn.outcome == "completed"  # the turn ran to its end on the settings it began with
+
+    async def test_an_agent_added_starts_at_the_stores_end_and_one_removed_stops(self, tmp_path: Path) -> None:
+        """A new agent wakes for what arrives after the reload (its cursor starts at the end, as for any new agent);
+        a removed agent runs no more turns."""
+        scout, writer = agent_config("scout", backend=scripted("s")), agent_config("writer", backend=scripted("w"))
+        async with runtime_of(tmp_path, [scout], {}) as (runtime, ingest, store):
+            await heard(ingest, "before")
+            await completed(store, "scout", 1)
+            assert await runtime.reload([writer]) == ["scout", "writer"]
+            assert list(runtime.runners) == ["writer"] and runtime.config.agents == [writer]
+            await heard(ingest, "after")
+            (turn,) = await completed(store, "writer", 1)
+            assert len(turn.wake_item_ids) == 1  # only the item after the reload
+            assert len(await store.turns.list(agent="scout")) == 1
