@@ -41,13 +41,13 @@ from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.admission import Throttles, text_key
 from mcplhost.peers.envelope import envelope, guidance
-from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS, QUEUE_MAX, TARGET_MAX
+from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS
 from mcplhost.peers.loops import Cause, next_count
 from mcplhost.peers.ports import AgentActivity
 from mcplhost.peers.tree import SCOPES, SENDER_RELATIONSHIP, Relation, Tree
 from mcplhost.store import NewItem, Store
 from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, SetPeerWakeCounts
-from mcplhost.store.peers import PeerEntry, QueuedPeerMessage
+from mcplhost.store.peers import ENTRY_ID_KEY, PeerEntry, QueuedPeerMessage, with_entry_id
 from mcplhost.store.writer import GroupWriter
 
 log = structlog.get_logger()
@@ -139,7 +139,7 @@ class PeerService:
             at = self.clock_ms()
             if not guided:
                 verdict = self.throttles.check(sender, target, key, at, queued=self._queued.get(target, 0),
-                                               consecutive_wakes=self._wakes.get(target, 0))
+                                               consecutive_wakes=self.consecutive_wakes(target))
                 if verdict.status == "rate_limited":
                     return {"status": "rate_limited", "target": target, "retryAfterMs": verdict.retry_after_ms}
                 if verdict.status == "refused":
@@ -157,8 +157,8 @@ class PeerService:
                     self._queued[target] = self._queued.get(target, 0) + 1
             elif written.item_id is not None:
                 _log_delivered(entry, written.item_id, in_turn=False)
-                self.activity.wake(target, Stored(written.item_id, self.row(entry, entry_id=written.entry_id,
-                                                                            turn_id=None, conversation_id=None)))
+                # The row as the store holds it (EnqueuePeerMessage named its entry), not built a second time.
+                self.activity.wake(target, Stored(written.item_id, with_entry_id(row, written.entry_id)))
             return {"status": status, "target": target}
 
     # --- delivery ----------------------------------------------------------------------
@@ -179,7 +179,7 @@ class PeerService:
         metadata: dict[str, Any] = {"peer": {"from": entry.sender, "relationship": relationship},
                                     "dispatch": entry.dispatch}
         if entry_id is not None:
-            metadata["peerMessageId"] = entry_id
+            metadata[ENTRY_ID_KEY] = entry_id
         if turn_id is not None:
             metadata["turnId"] = turn_id
         if conversation_id is not None:
@@ -247,11 +247,6 @@ class PeerService:
     def queued(self, agent: str) -> int:
         """Queued, undelivered peer messages for the agent (guidance not counted)."""
         return self._queued.get(agent, 0)
-
-    def statistics(self) -> dict[str, Any]:
-        return {"admissions": dict(self.admissions), "queued": dict(self._queued), "throttleEntries":
-                self.throttles.entries(), "consecutiveWakes": dict(self._wakes), "limits": {
-                    "queueMax": QUEUE_MAX, "targetMax": TARGET_MAX}}
 
 
 def _log_delivered(entry: PeerEntry | QueuedPeerMessage, item_id: int, *, in_turn: bool) -> None:

@@ -24,7 +24,7 @@ from mcplhost.store.cursors import CursorMove
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.outbox import OutboxEntry
-from mcplhost.store.peers import ENTRY_ID_KEY, PeerEntry
+from mcplhost.store.peers import PeerEntry, with_entry_id
 from mcplhost.store.pushes import PushClaim
 from mcplhost.store.quotas import QuotaCharge, bucket_of
 from mcplhost.store.turns import TurnEnd, TurnStart
@@ -350,12 +350,12 @@ class EnqueuePeerMessage(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.row is not None:
-            _check_peer_row(self.row, self.entry.target)
+            _checkwith_entry_id(self.row, self.entry.target)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[EnqueuePeerMessage]) -> list[PeerEnqueued]:
         entry_ids = await repos.peers.insert_many_nocommit([op.entry for op in ops])
-        at_once = [(entry_id, op.entry.created_at, _peer_row(op.row, entry_id))
+        at_once = [(entry_id, op.entry.created_at, with_entry_id(op.row, entry_id))
                    for entry_id, op in zip(entry_ids, ops, strict=True) if op.row is not None]
         written = await repos.items.insert_many_nocommit([row for _, _, row in at_once])
         item_of = {entry_id: w.id for (entry_id, _, _), w in zip(at_once, written, strict=True)}
@@ -380,7 +380,7 @@ class DeliverPeerMessages(msgspec.Struct, frozen=True):
         for entry_id, row in self.deliveries:
             if entry_id < 1:
                 raise ValueError(f"a peer message's id is a positive integer, not {entry_id!r}")
-            _check_peer_row(row, None)
+            _checkwith_entry_id(row, None)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[DeliverPeerMessages]) -> list[list[int | None]]:
@@ -388,7 +388,7 @@ class DeliverPeerMessages(msgspec.Struct, frozen=True):
                                                           for entry_id, _ in op.deliveries])
         winners = [(entry_id, row) for (entry_id, row), won
                    in zip([d for op in ops for d in op.deliveries], marked, strict=True) if won]
-        written = await repos.items.insert_many_nocommit([_peer_row(row, entry_id) for entry_id, row in winners])
+        written = await repos.items.insert_many_nocommit([with_entry_id(row, entry_id) for entry_id, row in winners])
         item_of = {entry_id: w.id for (entry_id, _), w in zip(winners, written, strict=True)}
         await repos.peers.attach_items_nocommit(list(item_of.items()))
         results, won_iter = [], iter(marked)
@@ -416,7 +416,7 @@ class SetPeerWakeCounts(msgspec.Struct, frozen=True):
         return [None] * len(ops)
 
 
-def _check_peer_row(row: NewItem, target: str | None) -> None:
+def _checkwith_entry_id(row: NewItem, target: str | None) -> None:
     """A peer row belongs to its target (it is that agent's row, docs/provenance.md §6)."""
     if not row.agent:
         raise ValueError("a peer message's row belongs to its target agent; set its agent")
@@ -424,8 +424,3 @@ def _check_peer_row(row: NewItem, target: str | None) -> None:
         raise ValueError("a peer message's row is never a redelivery; it takes no dedup_digest")
     if target is not None and row.agent != target:
         raise ValueError(f"a peer message to {target!r} is stored as {target!r}'s row, not {row.agent!r}'s")
-
-
-def _peer_row(row: NewItem, entry_id: int) -> NewItem:
-    """The row as stored: a copy naming its entry (the caller's metadata is left as it was)."""
-    return msgspec.structs.replace(row, metadata={**row.metadata, ENTRY_ID_KEY: entry_id})

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 import msgspec
 
 from mcplhost.store.connection import Connections
+from mcplhost.store.items import NewItem
 
 #: The sender's relation to the target: `ancestor` is guidance (from above), the others are peer messages.
 RELATIONSHIPS = ("ancestor", "sibling", "descendant")
@@ -41,6 +42,11 @@ STATUSES = ("accepted", "queued")
 READ_PAGE_SIZE = 1000
 #: The row metadata key naming the entry a delivered peer row came from.
 ENTRY_ID_KEY = "peerMessageId"
+
+
+def with_entry_id(row: NewItem, entry_id: int) -> NewItem:
+    """A peer row as stored: a copy naming its queue entry (the caller's metadata is left as it was)."""
+    return msgspec.structs.replace(row, metadata={**row.metadata, ENTRY_ID_KEY: entry_id})
 
 _TEXT_KEY = re.compile(r"[0-9a-f]{64}")
 _COLUMNS = ("id, sender, target, relationship, dispatch, text, status, state, created_at, delivered_at,"
