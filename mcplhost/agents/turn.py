@@ -47,7 +47,7 @@ from mcplhost.agents.services import TurnServices
 from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
 from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
-from mcplhost.inbound.notice import reader_body
+from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
@@ -309,10 +309,7 @@ async def _waking_text(services: TurnServices, wake: Wake, rows: list[StoredItem
     items = [row for row in reversed(rows) if row.id in wanted][::-1] if wanted else []
     if len(items) < len(wanted):
         items = await services.store.items.get_many(list(wake.item_ids))
-    texts = []
-    for item in items:
-        body = reader_body(item.content, item.metadata)
-        texts.append("\n".join(b["text"] for b in body if b.get("type") == "text" and isinstance(b.get("text"), str)))
+    texts = [reader_text(item.content, item.metadata) for item in items]
     return "\n\n".join(t for t in texts if t)
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "SOURCE_RULE_TEXT",
     "build_source_notice",
     "reader_body",
+    "reader_text",
 ]
 
 SOURCE_HEADER_NOTICE_KIND = "source-header-notice"
@@ -59,3 +60,9 @@ def reader_body(content: list[dict[str, Any]], metadata: dict[str, Any]) -> list
     while start < len(content) and content[start] == header_block:
         start += 1
     return list(content[start:])
+
+
+def reader_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
+    """The body's text without its stored header (`reader_body`), its text blocks joined by newlines."""
+    return "\n".join(block["text"] for block in reader_body(content, metadata)
+                     if block.get("type") == "text" and isinstance(block.get("text"), str))

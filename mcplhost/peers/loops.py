@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from mcplhost.inbound.notice import reader_body
+from mcplhost.inbound.notice import reader_text
 from mcplhost.peers.limits import CONSECUTIVE_WAKES_MAX
 from mcplhost.store.items import StoredItem
 
@@ -29,12 +29,6 @@ SURFACE_KIND = "surface"
 
 #: The agent of this host that recently spoke exactly this text, or None (the outbox's window of deliveries).
 Speaker = Callable[[str], "str | None"]
-
-
-def body_text(item: StoredItem) -> str:
-    """The item's body text (no header), its text blocks joined by newlines."""
-    return "\n".join(block["text"] for block in reader_body(item.content, item.metadata)
-                     if block.get("type") == "text" and isinstance(block.get("text"), str))
 
 
 def item_cause(agent: str, item: StoredItem, speaker: Speaker) -> Cause:
@@ -50,7 +44,7 @@ def item_cause(agent: str, item: StoredItem, speaker: Speaker) -> Cause:
         return "user"
     if source.get("lane") == PUSH_LANE:
         return "other"
-    spoken_by = speaker(body_text(item))
+    spoken_by = speaker(reader_text(item.content, item.metadata))
     return "agent" if spoken_by is not None and spoken_by != agent else "user"
 
 
