@@ -102,6 +102,21 @@ def record(folder: Path, name: str) -> Record:
     return Record(events)
 
 
+async def http_exchange(address: str, request: bytes, timeout: float = 5.0) -> bytes:
+    """Send `request` to HOST:PORT and read the whole answer (the server closes after it), bounded."""
+    host, port = address.rsplit(":", 1)
+    with anyio.fail_after(timeout):
+        async with await anyio.connect_tcp(host, int(port)) as stream:
+            await stream.send(request)
+            chunks = []
+            try:
+                while True:
+                    chunks.append(await stream.receive())
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+    return b"".join(chunks)
+
+
 async def wait_for(condition: Callable[[], Any], timeout: float = 15.0, interval: float = 0.02) -> Any:
     """Await a condition over files or processes (there is no event to wait on), bounded."""
     with anyio.fail_after(timeout):

@@ -32,24 +32,13 @@ from mcplhost.host import build_host  # noqa: E402
 from mcplhost.metrics import bound_address  # noqa: E402
 from mcplhost.protocol.connection import McplConnection  # noqa: E402
 from mcplhost.store import open_store  # noqa: E402
-from tests.harness import descriptor, gone_session  # noqa: E402
+from tests.harness import descriptor, gone_session, http_exchange  # noqa: E402
 
 CONNECTORS = 50
 CHANNELS_PER_CONNECTOR = 200  # 10,000 in all
 SCRAPES = 200
 GOAL_MS = 20.0
-
-
-async def scrape(host: str, port: int) -> bytes:
-    async with await anyio.connect_tcp(host, port) as stream:
-        await stream.send(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
-        chunks = []
-        try:
-            while True:
-                chunks.append(await stream.receive())
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            pass
-    return b"".join(chunks)
+SCRAPE = b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 
 async def main() -> None:
@@ -73,14 +62,14 @@ async def main() -> None:
                 for event in ("mcpl.refused", "mcpl.push", "rpc.junk_line"):
                     handle.suppressed.add(name, event)
             listener = await host.metrics.listen(config.metrics.listen)
-            address, port = bound_address(listener).rsplit(":", 1)
+            address = bound_address(listener)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(host.metrics.serve, listener)
-                body = await scrape(address, int(port))
+                body = await http_exchange(address, SCRAPE)
                 times = []
                 for _ in range(SCRAPES):
                     began = time.perf_counter()
-                    await scrape(address, int(port))
+                    await http_exchange(address, SCRAPE)
                     times.append((time.perf_counter() - began) * 1000)
                 tg.cancel_scope.cancel()
     times.sort()

@@ -24,6 +24,7 @@ from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
     config_with,
+    http_exchange,
     incoming,
     message,
     push,
@@ -43,24 +44,9 @@ def with_metrics(config: Config, listen: str = "127.0.0.1:0") -> Config:
     return msgspec.structs.replace(config, metrics=MetricsConfig(listen=listen))
 
 
-async def http(address: str, request: bytes) -> bytes:
-    """Send `request` to HOST:PORT and read the whole answer (the server closes after it)."""
-    host, port = address.rsplit(":", 1)
-    with anyio.fail_after(5):
-        async with await anyio.connect_tcp(host, int(port)) as stream:
-            await stream.send(request)
-            chunks = []
-            try:
-                while True:
-                    chunks.append(await stream.receive())
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                pass
-    return b"".join(chunks)
-
-
 async def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of GET /metrics, keyed by (sample name, sorted labels)."""
-    answer = await http(address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = await http_exchange(address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK"), head
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -160,10 +146,10 @@ class TestServing:
         async with running_host(with_metrics(config_with(tmp_path))) as host:
             address = host.metrics_address
             assert address is not None and address.startswith("127.0.0.1:")
-            other = await http(address, b"GET /other HTTP/1.1\r\n\r\n")
-            post = await http(address, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-            head = await http(address, b"HEAD /metrics HTTP/1.0\r\n\r\n")
-            junk = await http(address, b"\x00\xff junk\r\n\r\n")
+            other = await http_exchange(address, b"GET /other HTTP/1.1\r\n\r\n")
+            post = await http_exchange(address, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            head = await http_exchange(address, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+            junk = await http_exchange(address, b"\x00\xff junk\r\n\r\n")
         assert other.startswith(b"HTTP/1.1 404 Not Found\r\n")
         assert post.startswith(b"HTTP/1.1 405 ") and b"Allow: GET, HEAD" in post
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")
@@ -173,8 +159,8 @@ class TestServing:
         """A request line past MAX_HEAD_BYTES, never finished: 414 at once, the connection closed."""
         async with running_host(with_metrics(config_with(tmp_path))) as host:
             with anyio.fail_after(2):  # well inside the request timeout: refused on size, not on time
-                line = await http(host.metrics_address, b"GET /" + b"a" * (MAX_HEAD_BYTES + 10))
-                headers = await http(host.metrics_address,
+                line = await http_exchange(host.metrics_address, b"GET /" + b"a" * (MAX_HEAD_BYTES + 10))
+                headers = await http_exchange(host.metrics_address,
                                      b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"b" * MAX_HEAD_BYTES)
         assert line.startswith(b"HTTP/1.1 414 ")
         assert headers.startswith(b"HTTP/1.1 431 ")
@@ -202,7 +188,7 @@ class TestHostileClients:
         """A client that connects and sends nothing is closed once REQUEST_TIMEOUT_S has passed."""
         monkeypatch.setattr(metrics_http, "REQUEST_TIMEOUT_S", 0.2)
         async with running_host(with_metrics(config_with(tmp_path))) as host:
-            assert await http(host.metrics_address, b"") == b""  # closed without an answer, within 5 s
+            assert await http_exchange(host.metrics_address, b"") == b""  # closed without an answer, within 5 s
 
     async def test_past_the_client_cap_a_client_gets_503_at_once(self, tmp_path) -> None:
         """MAX_CLIENTS idle clients hold every place: the next one is answered 503, and a scrape works after."""
@@ -211,12 +197,12 @@ class TestHostileClients:
             idle = [await anyio.connect_tcp(address, int(port)) for _ in range(metrics_http.MAX_CLIENTS)]
             try:
                 # Accepted in order, each task takes its place first: the next client finds none left.
-                refused = await http(host.metrics_address, b"GET /metrics HTTP/1.1\r\n\r\n")
+                refused = await http_exchange(host.metrics_address, b"GET /metrics HTTP/1.1\r\n\r\n")
             finally:
                 for stream in idle:
                     await stream.aclose()
             assert refused.startswith(b"HTTP/1.1 503 ")
             with anyio.fail_after(5):  # the places come back as the server sees each idle client close
-                while not (await http(host.metrics_address, b"GET /metrics HTTP/1.1\r\n\r\n")).startswith(
+                while not (await http_exchange(host.metrics_address, b"GET /metrics HTTP/1.1\r\n\r\n")).startswith(
                         b"HTTP/1.1 200"):
                     pass
