@@ -153,10 +153,7 @@ class AgentScheduler:
     """The wake state of one agent; every method takes the time it decides at."""
 
     def __init__(self, agent: AgentConfig) -> None:
-        self.agent = agent
-        self._debounce_s = agent.debounce_ms / 1000
-        self._max_wait_s = effective_max_wait_ms(agent) / 1000
-        self._per_conversation = agent.context_scope == "conversation"
+        self._settings(agent)
         self._groups: OrderedDict[str | None, _Pending] = OrderedDict()
         self._pending_ids: set[int] = set()
         self._in_turn = False
@@ -167,7 +164,6 @@ class AgentScheduler:
         self._capped_logged: dict[str, float] = {}  # sender -> when its cap was last logged
         self._recent: OrderedDict[int, None] = OrderedDict()
         self._now = 0.0  # the latest time any method was given (statistics has none of its own)
-        self._log = log.bind(agent=agent.name)
 
     def reconfigure(self, agent: AgentConfig) -> None:
         """Take the agent's new settings (a config reload), between turns; what pends stays pending.
@@ -176,12 +172,16 @@ class AgentScheduler:
         `context_scope` groups the items that arrive from now on; the groups
         pending already keep their keys.
         """
+        self._settings(agent)
+        while len(self._turn_starts) > agent.max_turns_per_hour:  # the newest still count, as seed_turns keeps
+            self._turn_starts.popleft()
+
+    def _settings(self, agent: AgentConfig) -> None:
+        """What the scheduler reads of the agent's table, derived once (at construction and at each reload)."""
         self.agent = agent
         self._debounce_s = agent.debounce_ms / 1000
         self._max_wait_s = effective_max_wait_ms(agent) / 1000
         self._per_conversation = agent.context_scope == "conversation"
-        while len(self._turn_starts) > agent.max_turns_per_hour:  # the newest still count, as seed_turns keeps
-            self._turn_starts.popleft()
         self._log = log.bind(agent=agent.name)
 
     # --- recording -----------------------------------------------------------------
