@@ -68,20 +68,20 @@ class PeerService:
 
     def __init__(self, agents: Sequence[AgentConfig], store: Store, writer: GroupWriter, *,
                  activity: AgentActivity, clock_ms: Callable[[], int] = now_ms) -> None:
-        self.tree = Tree(agents)
         self.store = store
         self.writer = writer
         self.activity = activity
         self.clock_ms = clock_ms
         self.throttles = Throttles()
-        self._locks: dict[str, anyio.Lock] = {name: anyio.Lock() for name in (a.name for a in agents)}
+        self._locks: dict[str, anyio.Lock] = {}  # one admission lock per target
+        self.retree(agents)
         self._queued: dict[str, int] = {}  # target → queued peer entries (guidance not counted)
         self._wakes: dict[str, int] = {}  # target → consecutive agent-caused turns
         #: Admissions by status since start, for status and metrics.
         self.admissions: dict[str, int] = {}
 
     def retree(self, agents: Sequence[AgentConfig]) -> None:
-        """The agents, their parents or titles changed (a config reload): relations follow the new chains."""
+        """The agents and their parents and titles (at construction, and after a config reload)."""
         self.tree = Tree(agents)
         for agent in agents:
             self._locks.setdefault(agent.name, anyio.Lock())
