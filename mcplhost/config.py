@@ -129,6 +129,9 @@ class ConnectorConfig(Base):
     stop_grace_s: Annotated[float, Meta(ge=0)] = 2.0  # after closing stdin, before SIGTERM
     term_grace_s: Annotated[float, Meta(ge=0)] = 3.0  # after SIGTERM, before SIGKILL
     max_line_bytes: Annotated[int, Meta(ge=1024)] = MAX_LINE_BYTES
+    #: Render the host's `from: NAME (ID)` line under the header of this connector's items in agents' context
+    #: (docs/agents.md#who-said-what); false when the connector's text already names its author.
+    author_line: bool = True
     #: Derived when the file is loaded, never written in it: every `api_key_env` of the config, which no
     #: connector's environment may hold (`DERIVED_FIELDS`).
     withheld_env: frozenset[str] = frozenset()
@@ -174,6 +177,10 @@ DEBOUNCE_WAIT_FACTOR = 4
 DEFAULT_DEBOUNCE_MS = 300
 
 
+#: What a stop command is when `stop_commands` is not set: compared trimmed and case-folded.
+DEFAULT_STOP_COMMANDS = ("!stop", "/stop")
+
+
 class AgentConfig(Base):
     """One `[[agents]]` table; docs/agents.md is the rule for every key."""
 
@@ -199,6 +206,13 @@ class AgentConfig(Base):
     max_tool_rounds: Annotated[int, Meta(ge=0)] = 8
     max_turns_per_hour: Annotated[int, Meta(ge=1)] = 120
     catch_up_max_age_s: Annotated[float, Meta(ge=0)] = 3600.0  # 0: no catch-up
+    #: docs/agents.md#steering: a reaction sent with `channels/acknowledge` on each waking addressed item ("": off).
+    ack_reaction: str = ""
+    #: connector/author-id globs whose stop commands this agent obeys (none by default).
+    control_from: list[NonEmpty] = []
+    stop_commands: list[NonEmpty] = msgspec.field(default_factory=lambda: list(DEFAULT_STOP_COMMANDS))
+    #: Published once to the decided route when a turn fails ("": off).
+    failure_reply: str = ""
     backend: BackendConfig = BackendConfig()
 
 
@@ -227,6 +241,27 @@ class InferenceConfig(Base):
     context_window: Annotated[int, Meta(ge=1)] = 128_000
 
 
+class ModerationConfig(Base):
+    """`[moderation]`: every outgoing segment is checked before it is queued, fail-closed (docs/agents.md#moderation).
+
+    `command`: an executable given `{"text", "agent", "destination"}` as JSON
+    on stdin, answering `{"allow": bool, "reason": str}` on stdout. `openai`:
+    the official SDK's moderations endpoint (`model`, `base_url`, `api_key_env`
+    as in a backend).
+    """
+
+    kind: Literal["command", "openai"]
+    command: Annotated[list[NonEmpty], Meta(min_length=1)] | None = None  # kind "command" only
+    timeout_s: Seconds = 5.0
+    model: NonEmpty | None = None  # kind "openai": default DEFAULT_MODERATION_MODEL
+    base_url: NonEmpty | None = None
+    api_key_env: NonEmpty | None = None
+
+
+#: The moderation model asked for when `[moderation] model` is not set (kind "openai").
+DEFAULT_MODERATION_MODEL = "omni-moderation-latest"
+
+
 class Config(Base):
     store: StoreConfig = StoreConfig()
     connectors: list[ConnectorConfig] = []
@@ -234,6 +269,7 @@ class Config(Base):
     inference: InferenceConfig | None = None
     control: ControlConfig = ControlConfig()
     metrics: MetricsConfig = MetricsConfig()
+    moderation: ModerationConfig | None = None
 
 
 def control_socket_path(config: Config) -> Path:
@@ -428,6 +464,8 @@ def agent_problems(agent: dict[str, Any], connector_names: set[str]) -> list[str
         found += [f"wake_on[{j}]: {why}" for why in wake_on_problems(entry, connector_names)]
     for j, entry in _strings(agent.get("wake_from")):
         found += [f"wake_from[{j}]: {why}" for why in wake_from_problems(entry, connector_names)]
+    for j, entry in _strings(agent.get("control_from")):
+        found += [f"control_from[{j}]: {why}" for why in wake_from_problems(entry, connector_names)]
     if agent.get("system_prompt") is not None and agent.get("system_prompt_file") is not None:
         found.append("system_prompt_file: set together with system_prompt; give one of them")
     debounce, max_wait = agent.get("debounce_ms", DEFAULT_DEBOUNCE_MS), agent.get("max_wait_ms")

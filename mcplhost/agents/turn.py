@@ -51,6 +51,7 @@ from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
+from mcplhost.store.turns import REASON_SHUTDOWN, REASON_TOKEN_BUDGET
 from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
@@ -132,14 +133,14 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
         if not services.budget_held:  # one warning per held spell, not one per wake
             services.budget_held = True
             log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
-        await _finish(services, agent, progress, outcome, [], new_cursor)
+        await _finish(services, agent, progress, outcome, [], new_cursor, reason=REASON_TOKEN_BUDGET)
     except anyio.get_cancelled_exc_class():
         outcome = OUTCOME_ABORTED
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):
             await _close_inference(services, agent, progress, "aborted")
             if progress.turn_id:
                 # The cursor stays: the wake was not handled, so a restart's catch-up wakes for it again.
-                await _finish(services, agent, progress, outcome, [], None)
+                await _finish(services, agent, progress, outcome, [], None, reason=REASON_SHUTDOWN)
         raise
     except Exception as exc:  # only Exception: a cancellation (or a group holding one) is the branch above
         outcome = OUTCOME_FAILED
@@ -315,19 +316,20 @@ async def _waking_text(services: TurnServices, wake: Wake, rows: list[StoredItem
 
 async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
                   rows: list[NewItem], cursor: Callable[[], int | None] | None, *,
-                  first: list[Any] | None = None) -> list[Any]:
+                  first: list[Any] | None = None, reason: str | None = None) -> list[Any]:
     """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
 
     `cursor` is asked here, just before the write: the cursor it gives
     counts what was handled up to now. `first`: operations that lead the
     write (the final prose's publishes), so their results lead too.
+    `reason`: why the turn ended other than completed (the turns row's `reason`).
     """
     operations: list[Any] = list(first or ())
     if rows:
         operations.append(InsertItems(rows))
     ended = services.clock_ms()
     operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
-                                 progress.digest, injections=progress.injections))
+                                 progress.digest, injections=progress.injections, reason=reason))
     position = cursor() if cursor is not None else None
     if position is not None:
         operations.append(SetCursor(agent.name, position, ended))
@@ -376,6 +378,6 @@ async def _record_failure(services: TurnServices, agent: AgentConfig, progress: 
             (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, wake_ids, services.clock_ms()))
         notice = notice_row(agent.name, "turn-failed", failure_notice_text(reason, progress),
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
-        await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor)
+        await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, reason=reason)
     except Exception:
         log.error("agent.turn_record_failed", agent=agent.name, turn=progress.turn_id, exc_info=True)

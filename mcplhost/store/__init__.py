@@ -22,6 +22,7 @@ from mcplhost.store.db import (
     open_reader,
     open_store,
 )
+from mcplhost.store.decisions import DECISION_REASONS, DecisionRepository, WakeDecision
 from mcplhost.store.errors import (
     BrokenMigration,
     ForeignDatabase,
@@ -56,6 +57,9 @@ from mcplhost.store.quotas import (
 from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
+    "DECISION_REASONS",
+    "DecisionRepository",
+    "WakeDecision",
     "BUSY_TIMEOUT_MS",
     "DEFAULT_SYNCHRONOUS",
     "DISPATCHES",

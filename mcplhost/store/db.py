@@ -35,6 +35,7 @@ import anyio
 
 from mcplhost.errors import HostStateError
 from mcplhost.store.cursors import CursorRepository
+from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
@@ -228,6 +229,7 @@ class Store:
         self.peers = PeerRepository(database)
         self.retention = RetentionRepository(database)
         self.quotas = QuotaRepository(database)
+        self.decisions = DecisionRepository(database)
         self._database = database
         self._migrations_folder = migrations_folder
 

@@ -11,7 +11,7 @@ behind the same Protocols, not a rewrite
 - `*_nocommit` methods run inside the caller's `transaction()`, so one
   transaction can span repositories.
 
-SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py, quotas.py) is the only implementation.
+SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py, quotas.py, decisions.py) is the only implementation.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from mcplhost.store.cursors import CursorMove
+from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.items import ItemWritten, NewItem, StoredItem
 from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
@@ -173,6 +174,14 @@ class Quotas(Protocol):
     async def usage_since(self, server_id: str, since_bucket: int) -> builtins.list[QuotaUsage]: ...
 
 
+class Decisions(Protocol):
+    """Stateful wake decisions kept for `mcplhost explain` (docs/agents.md#explain)."""
+
+    async def record_many_nocommit(self, decisions: Sequence[WakeDecision]) -> None: ...
+
+    async def for_item(self, item_id: int) -> builtins.list[WakeDecision]: ...
+
+
 class Repositories(Protocol):
     """An open store: its repositories and one transaction across them."""
 
@@ -196,5 +205,8 @@ class Repositories(Protocol):
 
     @property
     def quotas(self) -> Quotas: ...
+
+    @property
+    def decisions(self) -> Decisions: ...
 
     def transaction(self) -> AbstractAsyncContextManager[None]: ...

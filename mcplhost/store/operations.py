@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 import msgspec
 
 from mcplhost.store.cursors import CursorMove
+from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import ItemWritten, NewItem
 from mcplhost.store.outbox import OutboxEntry
@@ -155,17 +156,19 @@ class FinishTurn(msgspec.Struct, frozen=True):
     request_digest: str | None
     #: The hook injections the first request was compiled with (e.g. msgspec.to_builtins(Injections)).
     injections: Any = None
+    reason: str | None = None  # why it ended other than completed (store/turns.py REASON_*)
     STAGE: ClassVar[int] = STAGE_LEDGER
 
     def __post_init__(self) -> None:
-        TurnEnd(self.turn_id, self.ended_at, self.outcome, self.model, self.usage, self.request_digest,
-                self.injections)
+        self._end(self.turn_id)
+
+    def _end(self, turn_id: int) -> TurnEnd:
+        return TurnEnd(turn_id, self.ended_at, self.outcome, self.model, self.usage, self.request_digest,
+                       self.injections, self.reason)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[FinishTurn]) -> list[bool]:
-        return await repos.turns.finish_many_nocommit(
-            [TurnEnd(op.turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest, op.injections)
-             for op in ops])
+        return await repos.turns.finish_many_nocommit([op._end(op.turn_id) for op in ops])
 
 
 class RecordTurn(msgspec.Struct, frozen=True):
@@ -180,19 +183,22 @@ class RecordTurn(msgspec.Struct, frozen=True):
     usage: dict[str, Any] | None = None
     request_digest: str | None = None
     injections: Any = None
+    reason: str | None = None
     STAGE: ClassVar[int] = STAGE_ROWS
 
     def __post_init__(self) -> None:
         TurnStart(self.agent, self.wake_item_ids, self.started_at)
-        TurnEnd(0, self.ended_at, self.outcome, self.model, self.usage, self.request_digest, self.injections)
+        self._end(0)
+
+    def _end(self, turn_id: int) -> TurnEnd:
+        return TurnEnd(turn_id, self.ended_at, self.outcome, self.model, self.usage, self.request_digest,
+                       self.injections, self.reason)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[RecordTurn]) -> list[int]:
         ids = await repos.turns.begin_many_nocommit([TurnStart(op.agent, op.wake_item_ids, op.started_at)
                                                      for op in ops])
-        await repos.turns.finish_many_nocommit(
-            [TurnEnd(turn_id, op.ended_at, op.outcome, op.model, op.usage, op.request_digest, op.injections)
-             for turn_id, op in zip(ids, ops, strict=True)])
+        await repos.turns.finish_many_nocommit([op._end(turn_id) for turn_id, op in zip(ids, ops, strict=True)])
         return ids
 
 
@@ -413,6 +419,18 @@ class SetPeerWakeCounts(msgspec.Struct, frozen=True):
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[SetPeerWakeCounts]) -> list[None]:
         await repos.peers.set_wake_counts_nocommit([count for op in ops for count in op.counts])
+        return [None] * len(ops)
+
+
+class RecordWakeDecisions(msgspec.Struct, frozen=True):
+    """Keep stateful wake decisions for `mcplhost explain` (store/decisions.py); the result is None."""
+
+    decisions: list[WakeDecision]
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[RecordWakeDecisions]) -> list[None]:
+        await repos.decisions.record_many_nocommit([d for op in ops for d in op.decisions])
         return [None] * len(ops)
 
 

@@ -1,8 +1,8 @@
 """The turns ledger: one row per agent turn, what woke it, how it ended, what it cost.
 
 `Turn` encodes (msgspec JSON) to exactly the line of `mcplhost turns --json`
-(README.md#commands): id, agent, wakeItemIds, startedAt, endedAt, outcome, model,
-usage, requestDigest; fields a turn lacks are null, never left out.
+(README.md#commands): id, agent, wakeItemIds, startedAt, endedAt, outcome, reason,
+model, usage, requestDigest; fields a turn lacks are null, never left out.
 
 A turn is written when it begins (`begin_many_nocommit`) and finished once
 (`finish_many_nocommit`), so a host killed mid-turn leaves an open row that
@@ -33,6 +33,11 @@ from mcplhost.store.connection import Connections
 
 #: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
+#: Reasons the host itself writes (docs/agents.md#turns); a failed turn's reason is its cause (e.g. backend_error).
+REASON_STOPPED = "stopped"  # a stop command aborted it
+REASON_SHUTDOWN = "shutdown"  # the host stopped while it ran
+REASON_INTERRUPTED = "interrupted"  # the host was killed while it ran; closed at the next start
+REASON_TOKEN_BUDGET = "token_budget"  # held: max_tokens_per_day is spent
 #: Outcomes of turns that ran (a held wake ran no turn, so it does not count against max_turns_per_hour).
 RAN_OUTCOMES = ("completed", "failed", "aborted")
 #: Rows fetched per round trip when reading the ledger.
@@ -47,7 +52,7 @@ USAGE_KEYS = {"input_tokens": "inputTokens", "output_tokens": "outputTokens", "c
 SPENT_KEYS = ("inputTokens", "outputTokens")
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_COLUMNS = "id, agent, wake_item_ids, started_at, ended_at, outcome, model, usage, request_digest"
+_COLUMNS = "id, agent, wake_item_ids, started_at, ended_at, outcome, reason, model, usage, request_digest"
 _encoder = msgspec.json.Encoder()
 _ids_decoder = msgspec.json.Decoder(builtins.list[int])
 _usage_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -66,6 +71,7 @@ class Turn(msgspec.Struct, frozen=True, rename="camel"):
     started_at: int  # epoch ms
     ended_at: int | None  # None while the turn runs
     outcome: str | None  # one of OUTCOMES; None while the turn runs
+    reason: str | None  # why it ended other than completed (REASON_*); None for a completed or running turn
     model: str | None
     usage: dict[str, Any] | None  # inputTokens, outputTokens, cachedTokens (and whatever else was recorded)
     request_digest: str | None  # 64 lowercase hex
@@ -98,9 +104,12 @@ class TurnEnd(msgspec.Struct, frozen=True):
     usage: dict[str, Any] | None = None
     request_digest: str | None = None
     injections: Any = None  # JSON-encodable; not part of the export line
+    reason: str | None = None  # why it ended other than completed; None for a completed turn
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome)
+        if self.outcome == "completed" and self.reason is not None:
+            raise ValueError(f"a completed turn has no reason, not {self.reason!r}")
         check_digest(self.request_digest)
         msgspec.structs.force_setattr(self, "usage", usage_record(self.usage))
         _json_or_none(self.injections)  # refused now if it cannot be stored
@@ -179,19 +188,20 @@ class TurnRepository:
                 winners.append(end)
         if winners:
             await conn.executemany(
-                "UPDATE turns SET ended_at = ?, outcome = ?, model = ?, usage = ?, request_digest = ?, tokens = ?,"
-                " injections = ? WHERE id = ?",
-                [(e.ended_at, e.outcome, e.model, _json_or_none(e.usage), e.request_digest, e.tokens,
+                "UPDATE turns SET ended_at = ?, outcome = ?, reason = ?, model = ?, usage = ?, request_digest = ?,"
+                " tokens = ?, injections = ? WHERE id = ?",
+                [(e.ended_at, e.outcome, e.reason, e.model, _json_or_none(e.usage), e.request_digest, e.tokens,
                   _json_or_none(e.injections), e.turn_id) for e in winners],
             )
         return done
 
     async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted") -> int:
-        """End every turn still running (left open by a host that was killed); return how many."""
+        """End every turn still running (left open by a host that was killed) with REASON_INTERRUPTED; how many."""
         conn = self._connections.writer("turns.close_unfinished_nocommit")
         check_outcome(outcome)
         async with conn.execute(
-            "UPDATE turns SET ended_at = max(?, started_at), outcome = ? WHERE ended_at IS NULL", (ended_at, outcome)
+            "UPDATE turns SET ended_at = max(?, started_at), outcome = ?, reason = ? WHERE ended_at IS NULL",
+            (ended_at, outcome, REASON_INTERRUPTED),
         ) as cursor:
             return cursor.rowcount
 
@@ -287,7 +297,7 @@ def _json_or_none(value: Any) -> str | None:
 
 
 def _turn(row: Sequence[Any]) -> Turn:
-    turn_id, agent, wake_item_ids, started_at, ended_at, outcome, model, usage, request_digest = row
+    turn_id, agent, wake_item_ids, started_at, ended_at, outcome, reason, model, usage, request_digest = row
     return Turn(
         id=turn_id,
         agent=agent,
@@ -295,6 +305,7 @@ def _turn(row: Sequence[Any]) -> Turn:
         started_at=started_at,
         ended_at=ended_at,
         outcome=outcome,
+        reason=reason,
         model=model,
         usage=None if usage is None else _usage_decoder.decode(usage),
         request_digest=request_digest,

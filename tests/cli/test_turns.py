@@ -19,7 +19,7 @@ from mcplhost.store.writer import GroupWriter
 from ..harness import PYTHON, REPO
 from .support import cli, cli_env
 
-EXPORT_KEYS = ["id", "agent", "wakeItemIds", "startedAt", "endedAt", "outcome", "model", "usage", "requestDigest"]
+EXPORT_KEYS = ["id", "agent", "wakeItemIds", "startedAt", "endedAt", "outcome", "reason", "model", "usage", "requestDigest"]
 DIGEST = "0f" * 32
 STARTED = 1_790_000_000_000  # 2026-09-21T14:13:20Z
 
@@ -52,10 +52,10 @@ class TestTurnsExport:
         turns = exported(tmp_path / "host.db")
         assert [t["id"] for t in turns] == list(range(1, 8)) and all(list(t) == EXPORT_KEYS for t in turns)
         assert turns[0] == {"id": 1, "agent": "scout", "wakeItemIds": [1, 2], "startedAt": STARTED,
-                            "endedAt": STARTED + 1500, "outcome": "completed", "model": "gpt-4o-mini",
+                            "endedAt": STARTED + 1500, "outcome": "completed", "reason": None, "model": "gpt-4o-mini",
                             "usage": {"inputTokens": 100, "outputTokens": 20}, "requestDigest": DIGEST}
         assert turns[-1] == {"id": 7, "agent": "scout", "wakeItemIds": [99], "startedAt": STARTED + 6000,
-                             "endedAt": None, "outcome": None, "model": None, "usage": None, "requestDigest": None}
+                             "endedAt": None, "outcome": None, "reason": None, "model": None, "usage": None, "requestDigest": None}
 
     async def test_agent_and_limit_select_like_messages(self, tmp_path: Path) -> None:
         """--agent keeps one agent's turns; --limit N is the newest N, still oldest first."""

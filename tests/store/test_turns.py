@@ -26,7 +26,7 @@ from .conftest import make_item
 from .test_writer import running, together
 
 # README.md#commands: `mcplhost turns --json` prints these keys, in this order.
-EXPORT_KEYS = ["id", "agent", "wakeItemIds", "startedAt", "endedAt", "outcome", "model", "usage", "requestDigest"]
+EXPORT_KEYS = ["id", "agent", "wakeItemIds", "startedAt", "endedAt", "outcome", "reason", "model", "usage", "requestDigest"]
 DIGEST = "ab" * 32
 HOUR_MS = 3_600_000
 
@@ -45,7 +45,7 @@ class TestBeginAndFinish:
         line = json.loads(turn_line(turn))
         assert list(line) == EXPORT_KEYS
         assert line == {"id": turn_id, "agent": "scout", "wakeItemIds": [3, 5], "startedAt": 1_000, "endedAt": None,
-                        "outcome": None, "model": None, "usage": None, "requestDigest": None}
+                        "outcome": None, "reason": None, "model": None, "usage": None, "requestDigest": None}
 
     async def test_finishing_records_outcome_model_usage_and_digest(self, store: Store):
         """FinishTurn fills the row; the backends' snake_case usage is exported in camelCase."""
@@ -54,7 +54,7 @@ class TestBeginAndFinish:
             usage = {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 100}
             assert await writer.submit(finish(turn_id, usage=usage)) == [True]
         turn = await store.turns.get(turn_id)
-        assert turn == Turn(id=turn_id, agent="scout", wake_item_ids=[7], started_at=1_000, ended_at=2_000,
+        assert turn == Turn(id=turn_id, agent="scout", wake_item_ids=[7], started_at=1_000, ended_at=2_000, reason=None,
                             outcome="completed", model="gpt-4o-mini",
                             usage={"inputTokens": 120, "outputTokens": 30, "cachedTokens": 100},
                             request_digest=DIGEST)
