@@ -110,8 +110,11 @@ class _CommandVerdict(msgspec.Struct):
 
 
 def command_request(text: str, agent: str, destination: str) -> bytes:
-    """What the command reads on stdin: one JSON object, destination as `connector/channel-id`."""
-    return json.dumps({"text": text, "agent": agent, "destination": destination}, ensure_ascii=False).encode()
+    """What the command reads on stdin: one JSON object, destination as `connector/channel-id`.
+
+    ASCII with escapes, so any model text (a lone surrogate included) is valid JSON in valid UTF-8.
+    """
+    return json.dumps({"text": text, "agent": agent, "destination": destination}).encode("ascii")
 
 
 def command_verdict(stdout: bytes, returncode: int | None) -> Verdict:
