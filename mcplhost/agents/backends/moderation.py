@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import structlog
 
 from mcplhost.agents.backends.common import api_key
 from mcplhost.config import DEFAULT_MODERATION_MODEL, ModerationConfig
 from mcplhost.speech.moderation import CommandModerator, Moderator, Verdict, failure, flagged_verdict
+
+log = structlog.get_logger()
 
 #: The SDK's own retries of one moderation call (429, 5xx, connection errors), all within `timeout_s`.
 MODERATION_MAX_RETRIES = 1
@@ -65,6 +68,7 @@ def make_moderator(config: ModerationConfig | None, *, withheld: frozenset[str] 
     """The host's one moderator, or None without `[moderation]`; `withheld`: the host's api key variables."""
     if config is None:
         return None
+    log.info("moderation.enabled", kind=config.kind, timeout_s=config.timeout_s, streaming=False)
     if config.kind == "openai":
         return OpenAIModerator(config, environ=environ)
     return CommandModerator(config, withheld=withheld, environ=environ)
