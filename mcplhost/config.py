@@ -341,7 +341,7 @@ class ConfigMissing(ConfigError):
 def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
     """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
 
-    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`.
+    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path.
     `withheld`: the host's api key variables (`api_key_variables`).
     """
     store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
@@ -356,19 +356,24 @@ def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset(
         if a.system_prompt_file is not None else a
         for a in config.agents
     ]
-    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents)
+    moderation = config.moderation
+    if moderation is not None and moderation.command is not None and "/" in moderation.command[0]:
+        program = str(base / moderation.command[0])  # a path is relative to the config's folder, like check-config's
+        moderation = msgspec.structs.replace(moderation, command=[program, *moderation.command[1:]])
+    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents, moderation=moderation)
 
 
 def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
     """The variables holding the host's own api keys, each with where it is named, read defensively.
 
-    Every `api_key_env` of an agent's backend and of `[inference]`'s: the one
+    Every `api_key_env` of an agent's backend, of `[inference]`'s and of `[moderation]`: the one
     list of where the host keeps keys, which connectors never get.
     """
     places: list[tuple[str, Any]] = [(f"agents[{i}].backend", a.get("backend")) for i, a in _entries(raw, "agents")]
     inference = raw.get("inference")
     if isinstance(inference, dict):
         places.append(("inference.backend", inference.get("backend")))
+    places.append(("moderation", raw.get("moderation")))
     found: dict[str, str] = {}
     for where, table in places:
         name = table.get("api_key_env") if isinstance(table, dict) else None
@@ -429,7 +434,27 @@ def _cross_field(raw: dict[str, Any], unknown_grant: UnknownGrant | None) -> lis
     inference = raw.get("inference")
     if isinstance(inference, dict) and isinstance(inference.get("backend"), dict):
         found += [f"inference.backend.{why}" for why in backend_problems(inference["backend"])]
+    moderation = raw.get("moderation")
+    if isinstance(moderation, dict):
+        found += [f"moderation.{why}" for why in moderation_problems(moderation)]
     return found
+
+
+#: The `[moderation]` keys only kind "openai" reads (kind "command" refuses them rather than ignore them).
+OPENAI_MODERATION_KEYS = ("model", "base_url", "api_key_env")
+
+
+def moderation_problems(moderation: dict[str, Any]) -> list[str]:
+    """`[moderation]`'s cross-field problems: kind "command" needs `command`, each kind refuses the other's keys."""
+    kind = moderation.get("kind")
+    if kind == "command":
+        found = [] if "command" in moderation else ['command: required for kind "command"']
+        return found + [f'{key}: not used by kind "command" (only by kind "openai")'
+                        for key in OPENAI_MODERATION_KEYS if key in moderation]
+    if kind == "openai" and "command" in moderation:
+        return ['command: not used by kind "openai" (it calls the moderations endpoint; set model, base_url, '
+                'api_key_env)']
+    return []
 
 
 def withheld_name_problems(connector: dict[str, Any], api_keys: Mapping[str, str]) -> list[str]:
@@ -610,6 +635,10 @@ def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ
         if backend.api_key_env is not None and not environ.get(backend.api_key_env):
             found.append(f"{where}.api_key_env: the variable {backend.api_key_env} is not set here: "
                          "calls will fail with missing_key")
+    moderation = config.moderation
+    if moderation is not None and moderation.api_key_env is not None and not environ.get(moderation.api_key_env):
+        found.append(f"moderation.api_key_env: the variable {moderation.api_key_env} is not set here: "
+                     "every check will fail, so every segment becomes a draft")
     for i, connector in enumerate(config.connectors):
         for j, name in enumerate(connector.env_pass):
             if name not in environ:
@@ -647,6 +676,13 @@ def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
             except (OSError, UnicodeDecodeError) as exc:
                 fatal.append(f"agents[{i}].system_prompt_file: cannot read {base / prompt}: "
                              f"{exc.strerror if isinstance(exc, OSError) else exc}")
+    moderation = raw.get("moderation")
+    command = moderation.get("command") if isinstance(moderation, dict) else None
+    if isinstance(command, list) and command and isinstance(command[0], str) and command[0]:
+        # Fatal: with its check missing, every segment would become a draft (fail-closed, docs/agents.md#moderation).
+        why = command_problem(command[0], base, os.environ.get("PATH", os.defpath))
+        if why:
+            fatal.append(f"moderation.command: {why}")
     return fatal, starts
 
 

@@ -9,7 +9,7 @@ again; a new name is started, a name that is gone is stopped. Agents are
 updated in place by the runtime (mcplhost/agents/runtime.py `reload`). What a
 reload cannot change in a running host is said in `notes` and left as it
 runs: the store (`store.path` and the rest of `[store]`), `[control]`,
-`[metrics]`, `[inference]`, and agents added to a host started without any (a restart applies those).
+`[metrics]`, `[inference]`, `[moderation]`, and agents added to a host started without any (a restart applies those).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ NOT_RELOADED = {
     "control": "[control] cannot change by reload (the socket is open); restart the daemon to change it",
     "metrics": "[metrics] cannot change by reload (the listener is open); restart the daemon to change it",
     "inference": "[inference] is not reloaded; restart the daemon to change it",
+    "moderation": "[moderation] is not reloaded (its checker is built at start); restart the daemon to change it",
 }
 #: Agents are added, removed and updated in place, but a host started without agents runs no agents runtime.
 FIRST_AGENTS = "[[agents]] added to a host started without agents are not started; restart the daemon for them"

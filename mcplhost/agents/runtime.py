@@ -62,6 +62,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
 from mcplhost.agents.backends import make_backend
+from mcplhost.agents.backends.moderation import make_moderator
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
@@ -77,7 +78,7 @@ from mcplhost.agents.turn import (
     run_turn,
 )
 from mcplhost.agents.wake import Wake, without_late_echoes
-from mcplhost.config import AgentConfig, Config, system_prompt_text
+from mcplhost.config import AgentConfig, Config, api_key_variables, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
@@ -276,6 +277,8 @@ class AgentsRuntime:
         self._rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
         self._outbox = outbox if outbox is not None else {}
         self._timings = timings if timings is not None else NoTimings()
+        #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
+        self.moderator = make_moderator(config.moderation, withheld=frozenset(api_key_variables(msgspec.to_builtins(config))))
         for agent in config.agents:
             self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
@@ -295,7 +298,7 @@ class AgentsRuntime:
         services = TurnServices(self.store, self.writer, self.handles, backend or make_backend(agent.backend), toolbox,
                                 self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
-                                timings=self._timings)
+                                timings=self._timings, moderator=self.moderator)
         return AgentRunner(agent, services, self.seen_through, self.peers)
 
     async def _run_runner(self, runner: AgentRunner) -> None:
@@ -430,6 +433,8 @@ class AgentsRuntime:
                         await runner.services.backend.aclose()
                     except Exception:
                         log.warning("agent.backend_close_failed", agent=runner.agent.name, exc_info=True)
+                if self.moderator is not None:
+                    await self.moderator.aclose()
 
     async def _start_cursors(self) -> None:
         """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.

@@ -17,6 +17,7 @@ from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.tools import ToolBox
 from mcplhost.peers.service import PeerService
 from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.speech.moderation import Moderator
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
 from mcplhost.store.writer import GroupWriter
@@ -64,3 +65,5 @@ class TurnServices:
     peers: PeerService | None = None
     #: Where the turn's seconds and its wake latency are reported (the host's metrics, or nowhere).
     timings: TurnTimings = field(default_factory=NoTimings)
+    #: `[moderation]`'s check of every segment before it is queued (None: no moderation); the host's one, shared.
+    moderator: Moderator | None = None

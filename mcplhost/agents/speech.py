@@ -2,7 +2,7 @@
 
     speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
     await speech.say(prose)              # prose before a round's tool calls: queued before they run
-    operations = speech.operations(text)  # the final prose, committed with the turn's end
+    operations = await speech.operations(text)  # the final prose, committed with the turn's end
     speech.notify(operations)             # wake the senders once that write is in
     answer = await speech.publish(channel, text, thread)   # the channel_publish tool
 
@@ -15,7 +15,9 @@ After the write, each destination connector's sender is notified; a sender
 missing (its connector not started yet) finds the row when it starts.
 
 No double send: once `channel_publish` reached the default destination,
-`route_prose` turns later prose for it into a draft.
+`route_prose` turns later prose for it into a draft. With `[moderation]`,
+every routed segment and every `channel_publish` is checked first; what it
+does not allow is a draft with reason `moderation` (docs/agents.md#moderation).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import structlog
 from mcplhost.agents.rows import draft_row, notice_row, speech_row
 from mcplhost.agents.services import TurnServices
 from mcplhost.config import AgentConfig
+from mcplhost.speech.moderation import MODERATION, check_publish, moderated
 from mcplhost.speech.notices import drafts_notice
 from mcplhost.speech.routing import (
     Destination,
@@ -72,13 +75,18 @@ class TurnSpeech:
         self.published_default = False
         self.queued = 0  # publishes queued so far: a turn that fails later has still said these
 
+    @property
+    def moderated(self) -> bool:
+        """`[moderation]` is on: segments are checked whole, so the turn streams nothing (speech/streaming.py)."""
+        return self.services.moderator is not None
+
     def views(self) -> list[Any]:
         """The channels the agent hears, as routing sees them now (grant and registrations change)."""
         return channel_views(self.services.handles, self.agent.hears)
 
     # --- prose ------------------------------------------------------------------------
 
-    def operations(self, prose: str) -> list[Any]:
+    async def operations(self, prose: str) -> list[Any]:
         """The writes for `prose`: one PublishSpeech per routed segment, then drafts and their one notice."""
         if not prose.strip():
             return []
@@ -86,6 +94,7 @@ class TurnSpeech:
         segments = route_prose(prose, self.current, views,
                                published_default=self.published_default and self.current == self.default)
         self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (docs/agents.md#pins)
+        segments = await moderated(self.services.moderator, segments, self.agent.name)
         now = self.services.clock_ms()
         operations: list[Any] = []
         drafts = []
@@ -107,7 +116,7 @@ class TurnSpeech:
 
     async def say(self, prose: str) -> None:
         """Store `prose` now (routed segments queued, the rest drafts) and wake the senders."""
-        operations = self.operations(prose)
+        operations = await self.operations(prose)
         if operations:
             results = await self.services.writer.submit(*operations)
             self.notify(operations, results)
@@ -144,6 +153,9 @@ class TurnSpeech:
         if isinstance(destination, Refused):
             log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason=destination.reason)
             return {"status": "refused", "reason": destination.reason}
+        if not (await check_publish(self.services.moderator, text, self.agent.name, destination)).allowed:
+            await self._keep_refused(text)
+            return {"status": "refused", "reason": MODERATION}
         operation = self._publish_op(destination, text, self.services.clock_ms())
         results = await self.services.writer.submit(operation)
         if destination == self.default:
@@ -151,3 +163,9 @@ class TurnSpeech:
         self.notify([operation], results)
         outbox_ids = list(results[0].outbox_ids)
         return {"status": "queued", "outboxId": outbox_ids[0]}
+
+    async def _keep_refused(self, text: str) -> None:
+        """A `channel_publish` moderation refused, kept as a draft (the tool's answer is the agent's notice)."""
+        row = draft_row(self.agent.name, self.turn_id, text, MODERATION, created_at=self.services.clock_ms(),
+                        conversation_id=self.conversation)
+        await self.services.writer.submit(InsertItems([row]))

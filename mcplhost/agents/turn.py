@@ -124,7 +124,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
         text = await _converse(agent, wake, services, progress)
         # The final prose is routed and queued in the same commit as the turn's end.
-        final = progress.speech.operations(text) if progress.speech is not None else []
+        final = await progress.speech.operations(text) if progress.speech is not None else []
         results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
         if progress.speech is not None:
             progress.speech.notify(final, results)

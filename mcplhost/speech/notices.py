@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from mcplhost.inbound.header import SEPARATOR
 from mcplhost.inbound.quoting import header_value, label_value, quoted
+from mcplhost.speech.moderation import MODERATION
 from mcplhost.speech.routing import ALREADY_PUBLISHED, ChannelView, Destination, Segment
 
 __all__ = ["MAX_LISTED_CHANNELS", "SHOWN_LABEL_MAX_CHARS", "describe", "drafts_notice", "failed_reply_notice", "not_permitted_reason",
@@ -37,7 +38,10 @@ _REASONS = {
     "not_permitted": "the channel is not permitted for this connector",
     "no_publish": "the connector cannot publish (no channels.publish) now",
     ALREADY_PUBLISHED: "you already published to this conversation with channel_publish this turn",
+    MODERATION: "the host's moderation check did not allow it (or could not check it); it was not sent",
 }
+#: Draft reasons for which suggesting another channel_publish makes no sense (it would be refused again).
+_NOT_RESENDABLE = frozenset({ALREADY_PUBLISHED, MODERATION})
 
 
 #: At send time a channel no longer registered is gone, not a name the agent got wrong.
@@ -88,7 +92,7 @@ def suggested_call(destination: Destination) -> str:
 
 def _suggestions(segment: Segment, views: Sequence[ChannelView]) -> list[Destination]:
     """Where this draft could go: the undecided wake's conversations, or nothing for a refused target."""
-    if segment.reason == ALREADY_PUBLISHED:
+    if segment.reason in _NOT_RESENDABLE:
         return []
     return [dest for dest in segment.candidates
             if any(v.publishable and v.server_id == dest.server_id and v.channel_id == dest.channel_id
@@ -108,13 +112,13 @@ def drafts_notice(segments: Sequence[Segment], views: Sequence[ChannelView]) -> 
         where = f" for {describe(segment.target, _label_of(segment.target, views))}" if segment.target else ""
         lines.append(f"- draft {number}{where}: {_reason_text(segment.reason)}.")
         suggested.extend(dest for dest in _suggestions(segment, views) if dest not in suggested)
-    if not suggested and not all(segment.reason == ALREADY_PUBLISHED for segment in drafts):
+    if not suggested and not all(segment.reason in _NOT_RESENDABLE for segment in drafts):
         suggested = [Destination(server_id=view.server_id, channel_id=view.channel_id)
                      for view in views if view.publishable][:MAX_LISTED_CHANNELS]
     if suggested:
         lines.append("To send a draft, call channel_publish with JSON-string arguments, for example:")
         lines.extend(f"  {describe(dest, _label_of(dest, views))}: {suggested_call(dest)}" for dest in suggested)
-    elif not all(segment.reason == ALREADY_PUBLISHED for segment in drafts):
+    elif not all(segment.reason in _NOT_RESENDABLE for segment in drafts):
         lines.append("No channel you hear can be published to now.")
     return "\n".join(lines)
 

@@ -72,6 +72,7 @@ class TurnRouting(Protocol):
     current: Destination | Undecided
     default: Destination | Undecided
     published_default: bool
+    moderated: bool  # `[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)
 
     def views(self) -> list[ChannelView]: ...
 
@@ -79,12 +80,13 @@ class TurnRouting(Protocol):
 def stream_targets(speech: TurnRouting | None, handles: Mapping[str, ConnectorPort]) -> list[Destination]:
     """Where a turn's next inference may be streamed: where its unpinned prose goes now (agents/speech.TurnSpeech).
 
-    Nothing while routing is undecided, when that connector cannot be
+    Nothing with moderation on (a chunk cannot be unsent once its segment is
+    refused), nothing while routing is undecided, when that connector cannot be
     streamed to, when the channel is not publishable now (routing would
     draft it), or when `channel_publish` already reached the default
     destination (the prose will not be published there again).
     """
-    if speech is None:  # the turn has not read its waking items yet
+    if speech is None or speech.moderated:  # not read its waking items yet, or every segment is checked whole
         return []
     current = speech.current
     if not isinstance(current, Destination) or not streamable(handles.get(current.server_id)):

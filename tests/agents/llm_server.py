@@ -12,6 +12,11 @@ answers (until the server closes), a stream that trickles comments forever,
 or a malformed body. Every request is
 recorded (path, headers, JSON body) before it is answered.
 
+`POST /v1/moderations` answers in the OpenAI shape without touching the
+reply queue: an input holding one of `flag_words` is flagged (category
+`harassment`), any other is not; `moderation_status` other than 200 answers
+that HTTP error instead.
+
 Run on its own (`python -m tests.agents.llm_server`) it prints its base URL and
 answers with the default reply until interrupted.
 """
@@ -37,6 +42,9 @@ STREAM_CHUNK_CHARS = 4
 #: What 429 and 500 replies tell the SDKs to wait before retrying (milliseconds).
 RETRY_AFTER_MS = "5"
 LAST_USER = "{{last_user}}"
+#: The categories a moderations answer lists (a subset of OpenAI's).
+MODERATION_CATEGORIES = ("harassment", "hate", "self-harm", "sexual", "violence")
+MODERATIONS_PATH = "/v1/moderations"
 #: How often the serving thread looks for a shutdown request (the stdlib default, 0.5 s, slows every test's teardown).
 SHUTDOWN_POLL_S = 0.02
 
@@ -145,6 +153,15 @@ def _openai_events(reply: Reply, text: str, model: str) -> list[str]:
     return [f"data: {e}\n\n" for e in events] + ["data: [DONE]\n\n"]
 
 
+def _moderation_json(text: str, flag_words: set[str], model: str) -> dict[str, Any]:
+    """An OpenAI moderations answer: one result, flagged (as harassment) when `text` holds a flag word."""
+    flagged = any(word in text for word in flag_words)
+    categories = {name: flagged and name == "harassment" for name in MODERATION_CATEGORIES}
+    scores = {name: 0.99 if hit else 0.01 for name, hit in categories.items()}
+    return {"id": "modr-test", "model": model,
+            "results": [{"flagged": flagged, "categories": categories, "category_scores": scores}]}
+
+
 # --- Anthropic Messages shapes -----------------------------------------------
 
 
@@ -224,6 +241,8 @@ class LlmServer:
 
     def __init__(self, default: Reply | None = None) -> None:
         self.default = default or Reply()
+        self.flag_words: set[str] = set()  # POST /v1/moderations flags an input holding one
+        self.moderation_status = 200  # POST /v1/moderations answers this error status when not 200
         self._replies: deque[Reply] = deque()
         self._recorded: list[Recorded] = []
         self._lock = threading.Lock()
@@ -260,6 +279,11 @@ class LlmServer:
         with self._lock:
             self._recorded.append(recorded)
             return self._replies.popleft() if self._replies else self.default
+
+    def record(self, recorded: Recorded) -> None:
+        """Record a request that takes no reply from the queue (a moderation)."""
+        with self._lock:
+            self._recorded.append(recorded)
 
     def start(self) -> LlmServer:
         self._thread.start()
@@ -298,6 +322,9 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = None
             headers = {k.lower(): v for k, v in self.headers.items()}
+            if self.path == MODERATIONS_PATH:
+                self._moderate(Recorded(path=self.path, headers=headers, body=body))
+                return
             reply = server.take(Recorded(path=self.path, headers=headers, body=body))
             api = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}.get(self.path)
             if api is None or not isinstance(body, dict):
@@ -325,6 +352,17 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                 self._send_raw(200, b'{"id": "broken", "choices": [', "application/json")
             else:
                 self._send(200, (_openai_json if api == "openai" else _anthropic_json)(reply, text, model))
+
+        def _moderate(self, recorded: Recorded) -> None:
+            server.record(recorded)
+            body = recorded.body
+            if server.moderation_status != 200:
+                self._send(server.moderation_status, _error_body("openai", server.moderation_status),
+                           {"retry-after-ms": RETRY_AFTER_MS})
+            elif not isinstance(body, dict) or not isinstance(body.get("input"), str):
+                self._send(400, _error_body("openai", 400))
+            else:
+                self._send(200, _moderation_json(body["input"], server.flag_words, str(body.get("model", ""))))
 
         def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             self._send_raw(status, json.dumps(body).encode(), "application/json", headers)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from mcplhost.config import Config
+from mcplhost.config import Config, ModerationConfig
 from mcplhost.reload import NOT_RELOADED, reload_plan
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
@@ -69,3 +69,8 @@ class TestPlan:
         new = msgspec.structs.replace(running, store=msgspec.structs.replace(running.store, path="/elsewhere.db"))
         plan = reload_plan(running, new)
         assert plan.empty and plan.notes == (NOT_RELOADED["store"],)
+
+    def test_a_changed_moderation_table_is_said_and_left(self) -> None:
+        """[moderation]'s checker is built at start: a reload says a restart applies it (docs/operations.md)."""
+        new = Config(moderation=ModerationConfig(kind="command", command=["/bin/true"]))
+        assert reload_plan(Config(), new).notes == (NOT_RELOADED["moderation"],)

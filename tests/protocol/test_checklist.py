@@ -5,10 +5,8 @@ through real connector subprocesses where the behaviour is on the wire,
 `tests/protocol/*_wire.py`; hooks, lifecycle, publishing and streaming
 in tests/agents, tests/speech and tests/e2e); the tests below keep the map honest.
 
-Deferred, because the feature is not built yet (no test pretends otherwise):
-
-- 41: moderation before routing or publishing. Nothing moderates what is routed
-  or published (there is no moderation policy to apply).
+Nothing is deferred now: item 41 (moderation) is built for what is published
+(tests/agents/test_moderation.py); its "may" for injected content is not.
 
 Partly deferred, for the same reason: item 29's `suggestedTreatment` (there is no treatment engine; producer
 `implies` edges are tested), and item 30's `namespace` (a hook response
@@ -38,6 +36,7 @@ ROBUST = "test_robustness_wire::"
 HOOKS = "tests.agents.test_hooks::"
 AGENTS_E2E = "tests.e2e.test_agents::TestHooksAndLifecycle::"
 SPEECH = "tests.agents.test_speech::"
+MODERATION = "tests.agents.test_moderation::"
 SPEECH_E2E = "tests.e2e.test_speech::"
 STREAMING = "tests.speech.test_streaming::"
 INFERENCE = "tests.protocol.test_inference_wire::"
@@ -130,10 +129,13 @@ CHECKLIST.update({
          STREAMING + "test_a_connector_without_the_streaming_grant_gets_nothing",
          STREAMING + "TestPinGuard::test_the_streamed_prefix_never_holds_a_pin_line"],
     31: [INFERENCE + "TestLoopGuard::test_a_request_while_its_own_hook_is_pending_is_refused"],
+    41: [MODERATION + "TestRefused::test_a_refused_reply_is_a_draft_with_a_notice_and_nothing_reaches_the_connector",
+         MODERATION + "TestRefused::test_a_refused_channel_publish_answers_refused_and_is_kept_as_a_draft",
+         MODERATION + "TestRefused::test_a_moderations_endpoint_answering_500_refuses",
+         "tests.speech.test_moderation::TestCommand::"
+         "test_a_command_that_hangs_past_timeout_s_is_killed_with_its_group_and_refuses"],
 })
-DEFERRED: dict[int, str] = {
-    41: "moderation, routing and publishing are not built",
-}
+DEFERRED: dict[int, str] = {}
 #: The checklist this map follows, item numbers and all; shipped in the repository.
 CHECKLIST_DOC = REPO / "docs" / "mcpl-checklist.md"
 #: How docs/mcpl-checklist.md marks an item this host has not built.

@@ -185,9 +185,11 @@ async def test_a_failed_turn_still_completes_and_its_error_propagates_as_it_is(t
 class _Speech:
     """What stream_targets reads of a turn's speech (agents/speech.TurnSpeech)."""
 
-    def __init__(self, current: Any, views: list[ChannelView], *, published_default: bool = False) -> None:
+    def __init__(self, current: Any, views: list[ChannelView], *, published_default: bool = False,
+                 moderated: bool = False) -> None:
         self.current = self.default = current
         self.published_default = published_default
+        self.moderated = moderated
         self._views = views
 
     def views(self) -> list[ChannelView]:
@@ -218,6 +220,7 @@ def test_stream_targets_only_a_decided_publishable_route_not_yet_published() -> 
     assert stream_targets(_Speech(room, [open_view], published_default=True), handles) == []
     assert stream_targets(_Speech(Undecided(reason="several"), [open_view]), handles) == []
     assert stream_targets(None, handles) == []
+    assert stream_targets(_Speech(room, [open_view], moderated=True), handles) == []  # docs/agents.md#moderation
 
 
 ROOM = "disc:g1:room"
