@@ -64,3 +64,6 @@ class TurnServices:
     peers: PeerService | None = None
     #: Where the turn's seconds and its wake latency are reported (the host's metrics, or nowhere).
     timings: TurnTimings = field(default_factory=NoTimings)
+    #: The connectors whose items are compiled without the `from:` line (`author_line = false`); a reload
+    #: replaces it (runtime.py `AgentsRuntime.set_connectors`), and the next compile reads the new set.
+    no_author_line: frozenset[str] = frozenset()
