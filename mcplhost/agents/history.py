@@ -35,7 +35,8 @@ IMAGE_CHARS = 4000
 #: Row renderings a `RenderedRows` keeps: everyone's CONTEXT_ROWS (2,000) rows, which every agent with the same
 #: context_chars shares, and as many more for the agents' own rows and a second context_chars.
 RENDERED_ROWS = 4096
-#: Message caps (context_chars // 4) a `RenderedRows` keeps rows for; a further one drops the oldest.
+#: Message caps (context_chars // 4), each with its set of connectors without the `from:` line, a `RenderedRows`
+#: keeps rows for; a further one drops the oldest.
 RENDERED_CAPS = 4
 
 #: How every host line the model reads begins (notices, cut and age lines, synthetic results).
