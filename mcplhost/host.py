@@ -229,6 +229,7 @@ class Host:
             group.start_soon(self._connector, spec)
         self.ingest.set_quotas(connector_quotas(new))
         agents = await self.agents.reload(new.agents)
+        self.agents.set_connectors(new.connectors)  # author_line counts from the next compile
         self.config = msgspec.structs.replace(self.config, connectors=new.connectors, agents=self.agents.config.agents)
         log.info("host.reloaded", added=[s.name for s in plan.added], removed=list(plan.removed),
                  changed=[s.name for s in plan.changed], unchanged=list(plan.unchanged), agents_changed=agents)

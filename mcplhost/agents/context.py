@@ -6,7 +6,11 @@ The system prompt is the agent's own, then the source rule
 agent hears and its own rows, oldest first, in place:
 
 - an item everyone may see: a `user` message, its blocks joined by "\\n"
-  (the stored header line first, exactly as stored);
+  (the stored header line first, exactly as stored; then, for a channel
+  message that carried an author, the host's `from: NAME (ID)` line unless
+  its connector has `author_line = false`; a body whose first line begins
+  with `from:` gets a backslash before it: mcplhost/inbound/author.py,
+  docs/agents.md#who-said-what; rendered here, never stored);
 - the agent's speech and drafts: `assistant`; a tool call: `assistant`
   with `tool_calls` (joined to the speech row of the same turn just before
   it), then its result as a `tool` message, never apart; a call left
@@ -60,7 +64,7 @@ from mcplhost.agents.history import (
 )
 from mcplhost.agents.model import Message, ModelRequest, ToolSpec
 from mcplhost.agents.rows import row_conversation, row_kind
-from mcplhost.config import AgentConfig, BackendConfig
+from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
 from mcplhost.inbound.digest import canonical_json, ecmascript_number
 from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, SOURCE_RULE_TEXT
 from mcplhost.peers.envelope import LESS_THAN_BYTES, neutralise
@@ -77,6 +81,7 @@ __all__ = [
     "Injections",
     "clip_text",
     "compile_request",
+    "connectors_without_author_line",
     "heard_by",
     "needs_notice",
     "notice_text",
@@ -197,10 +202,16 @@ def needs_notice(rows: list[StoredItem], agent: AgentConfig | None = None) -> bo
 # --------------------------------------------------------------------------- the compiler
 
 
+def connectors_without_author_line(connectors: list[ConnectorConfig]) -> frozenset[str]:
+    """The connectors whose items are compiled without the host's `from:` line (`author_line = false`)."""
+    return frozenset(spec.name for spec in connectors if not spec.author_line)
+
+
 def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[StoredItem], wake_item_ids: list[int],
                     tools: list[ToolSpec], injections: Injections | None, now_ms: int, backend: BackendConfig,
                     conversations: list[str | None] | None = None,
-                    rendered: RenderedRows | None = None, turn_rows_after: int | None = None) -> Compiled:
+                    rendered: RenderedRows | None = None, turn_rows_after: int | None = None,
+                    no_author_line: frozenset[str] = frozenset()) -> Compiled:
     """The request for one backend call of `agent`'s turn; same inputs, same bytes (docs/agents.md#compilation).
 
     `rows`: the context rows (everyone's and the agent's own, any order).
@@ -213,12 +224,14 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     (its calls, their results, peer rows delivered into it): a peer trigger
     line stays before them, where the turn's first request ended (None: every
     row was there when the turn began, so the line is last).
+    `no_author_line`: the connectors whose items get no `from:` line
+    (`connectors_without_author_line`).
     """
     injections = injections or Injections()
     message_cap = max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
     result_cap = max(1, min(agent.tool_result_max_chars, message_cap))
     ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations)
-    units = build_units(agent.name, ordered, message_cap, result_cap, rendered)
+    units = build_units(agent.name, ordered, message_cap, result_cap, rendered, no_author_line)
     tools = [_shown_tool(tool) for tool in tools]  # connector tool descriptions are untrusted
 
     # Empty pieces and injections are left out: no backend takes an empty message. Hook text is untrusted.

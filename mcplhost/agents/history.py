@@ -22,6 +22,7 @@ from typing import Any
 
 from mcplhost.agents.model import Message, ToolCall
 from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, turn_of
+from mcplhost.inbound.author import item_author_line, shown_with_author
 from mcplhost.inbound.digest import canonical_json
 from mcplhost.peers.envelope import RELATIONSHIPS, neutralise, parse_envelope
 from mcplhost.store.items import StoredItem
@@ -34,7 +35,8 @@ IMAGE_CHARS = 4000
 #: Row renderings a `RenderedRows` keeps: everyone's CONTEXT_ROWS (2,000) rows, which every agent with the same
 #: context_chars shares, and as many more for the agents' own rows and a second context_chars.
 RENDERED_ROWS = 4096
-#: Message caps (context_chars // 4) a `RenderedRows` keeps rows for; a further one drops the oldest.
+#: Message caps (context_chars // 4), each with its set of connectors without the `from:` line, a `RenderedRows`
+#: keeps rows for; a further one drops the oldest.
 RENDERED_CAPS = 4
 
 #: How every host line the model reads begins (notices, cut and age lines, synthetic results).
@@ -169,13 +171,14 @@ def _is_envelope(row: StoredItem, parts: list[Part]) -> bool:
 
 
 def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap: int,
-                rendered: RenderedRows | None = None) -> list[Unit]:
+                rendered: RenderedRows | None = None, no_author_line: frozenset[str] = frozenset()) -> list[Unit]:
     """The selected rows (oldest first) as units, each message clipped to `message_cap`, results to `result_cap`.
 
     `rendered`: the store's cache of row renderings; the units are the same with or without it.
+    `no_author_line`: the connectors whose items get no `from:` line (`render_row`).
     """
-    entries = rendered.lookup(rows, message_cap) if rendered is not None else [
-        render_row(row, message_cap) for row in rows]
+    entries = rendered.lookup(rows, message_cap, no_author_line) if rendered is not None else [
+        render_row(row, message_cap, no_author_line) for row in rows]
     if str not in set(map(type, entries)):
         return entries  # type: ignore[return-value]  # message rows only (the common case): one unit each
     results: dict[str, StoredItem] = {}
@@ -205,36 +208,41 @@ def build_units(name: str, rows: list[StoredItem], message_cap: int, result_cap:
 
 
 class RenderedRows:
-    """Rows rendered, by message cap and row id, for one store's rows only; bounded, the first rendered out first.
+    """Rows rendered, by message cap (with the connectors without a `from:` line) and row id, for one store's
+    rows only; bounded, the first rendered out first.
 
     A stored row never changes and its id is never given to another row
     (nothing updates or deletes items), so within one store the id names
     the rendering; ids do repeat across stores, hence one per store (the
     host's `RowCache` holds it). Entries hold no row, so rows leave memory
     with the RowCache's window. Up to `size` rows for each of the newest
-    RENDERED_CAPS message caps (agents with the same context_chars share).
+    RENDERED_CAPS message caps (agents with the same context_chars share); a reload that changes which
+    connectors have `author_line = false` renders the rows again under the new set.
     """
 
     def __init__(self, size: int = RENDERED_ROWS) -> None:
         self.size = size
-        self._by_cap: dict[int, dict[int, Rendered]] = {}
+        self._by_cap: dict[tuple[int, frozenset[str]], dict[int, Rendered]] = {}
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._by_cap.values())
 
-    def lookup(self, rows: list[StoredItem], message_cap: int) -> list[Rendered]:
-        """`render_row(row, message_cap)` for each row, each rendered once while it stays in the cache."""
-        entries = self._by_cap.get(message_cap)
+    def lookup(self, rows: list[StoredItem], message_cap: int,
+               no_author_line: frozenset[str] = frozenset()) -> list[Rendered]:
+        """`render_row(row, message_cap, no_author_line)` for each row, each rendered once while it stays in
+        the cache."""
+        key = (message_cap, no_author_line)
+        entries = self._by_cap.get(key)
         if entries is None:
             if len(self._by_cap) >= RENDERED_CAPS:
                 del self._by_cap[next(iter(self._by_cap))]
-            entries = self._by_cap[message_cap] = {}
+            entries = self._by_cap[key] = {}
         found: list[Rendered | None] = list(map(entries.get, map(_row_id, rows)))  # the hits, at C speed
         if NoneType in set(map(type, found)):
             for index, entry in enumerate(found):
                 if entry is None:
                     row = rows[index]
-                    found[index] = entries[row.id] = render_row(row, message_cap)
+                    found[index] = entries[row.id] = render_row(row, message_cap, no_author_line)
             while len(entries) > self.size:
                 del entries[next(iter(entries))]
         return found  # type: ignore[return-value]  # no None is left
@@ -245,14 +253,23 @@ class RenderedRows:
 Rendered = Unit | str
 
 
-def render_row(row: StoredItem, message_cap: int) -> Rendered:
-    """One row as the compiler reads it, whatever the context around it."""
+def render_row(row: StoredItem, message_cap: int, no_author_line: frozenset[str] = frozenset()) -> Rendered:
+    """One row as the compiler reads it, whatever the context around it.
+
+    A heard item is shown with the host's `from:` line under its header, unless its connector is in
+    `no_author_line`, and its body's leading `from:` escaped (docs/agents.md#who-said-what).
+    """
     kind = row_kind(row) if row.agent is not None else "heard"
     if kind in ("tool-result", "tool-call"):
         return kind
     if kind == "other" and row.role not in ("user", "assistant"):
         return "none"
-    parts = parts_of(row.content)
+    if kind == "heard":
+        line = None if row.metadata.get("serverId") in no_author_line else item_author_line(row.metadata,
+                                                                                              row.participant)
+        parts = parts_of(shown_with_author(row.content, row.metadata, line))
+    else:
+        parts = parts_of(row.content)
     if kind == "peer" and _is_envelope(row, parts):
         parts = clip_text(parts, message_cap, "message")  # host-made: its tags are the real ones
     else:

@@ -17,7 +17,9 @@ few rows between turns. `RowCache` is shared by every agent of the host:
   rows it adds to everyone's deque are older than any other agent's window.
 
 It also holds the store's `RenderedRows`, so a row is rendered for the
-compiler once, not on every turn of every agent that hears it.
+compiler once (for each message cap and set of connectors shown without
+the `from:` line, docs/agents.md#who-said-what), not on every turn of
+every agent that hears it.
 
 Bounded: `limit` rows of everyone's plus `limit` of each agent's context
 (references to the same rows), and RENDERED_ROWS renderings.

@@ -63,6 +63,7 @@ from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.moderation import make_moderator
+from mcplhost.agents.context import connectors_without_author_line
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
@@ -78,7 +79,7 @@ from mcplhost.agents.turn import (
     run_turn,
 )
 from mcplhost.agents.wake import Wake, without_late_echoes
-from mcplhost.config import AgentConfig, Config, api_key_variables, system_prompt_text
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_variables, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
@@ -279,6 +280,7 @@ class AgentsRuntime:
         self._timings = timings if timings is not None else NoTimings()
         #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
         self.moderator = make_moderator(config.moderation, withheld=frozenset(api_key_variables(msgspec.to_builtins(config))))
+        self._no_author_line = connectors_without_author_line(config.connectors)
         for agent in config.agents:
             self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
@@ -298,8 +300,16 @@ class AgentsRuntime:
         services = TurnServices(self.store, self.writer, self.handles, backend or make_backend(agent.backend), toolbox,
                                 self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
-                                timings=self._timings, moderator=self.moderator)
+                                timings=self._timings, moderator=self.moderator,
+                                no_author_line=self._no_author_line)
         return AgentRunner(agent, services, self.seen_through, self.peers)
+
+    def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
+        """A reload's connector tables: which of them show the `from:` line counts from every agent's next compile."""
+        self.config = msgspec.structs.replace(self.config, connectors=connectors)
+        self._no_author_line = connectors_without_author_line(connectors)
+        for runner in self.runners.values():
+            runner.services.no_author_line = self._no_author_line
 
     async def _run_runner(self, runner: AgentRunner) -> None:
         with anyio.CancelScope() as scope:

@@ -67,3 +67,6 @@ class TurnServices:
     timings: TurnTimings = field(default_factory=NoTimings)
     #: `[moderation]`'s check of every segment before it is queued (None: no moderation); the host's one, shared.
     moderator: Moderator | None = None
+    #: The connectors whose items are compiled without the `from:` line (`author_line = false`); a reload
+    #: replaces it (runtime.py `AgentsRuntime.set_connectors`), and the next compile reads the new set.
+    no_author_line: frozenset[str] = frozenset()

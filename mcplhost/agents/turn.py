@@ -202,7 +202,7 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
                                backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered,
-                               turn_rows_after=progress.turn_rows_after)
+                               turn_rows_after=progress.turn_rows_after, no_author_line=services.no_author_line)
     request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names

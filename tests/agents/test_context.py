@@ -56,15 +56,21 @@ PIXELS = "iVBORw0KGgo="
 
 def heard(item_id: int, text: str, *, server: str = "discord", channel: str | None = "discord:g1:room",
           label: str | None = "#room", thread: str | None = None, at: int = NOW,
-          images: int = 0) -> StoredItem:
-    """An item everyone may see, built by the real inbound pipeline (header first, body marked)."""
+          images: int = 0, author: str | None = None, author_id: str | None = None,
+          lane: str | None = None) -> StoredItem:
+    """An item everyone may see, built by the real inbound pipeline (header first, body marked).
+
+    `author`/`author_id`: the message's `author.name`/`author.id`, kept as ingest keeps them (the
+    participant is the name, else the id; `metadata.authorId`); none by default.
+    """
     blocks = [{"type": "text", "text": text}] + [{"type": "image", "data": PIXELS, "mimeType": "image/png"}] * images
+    participant = author or author_id
     processed = run_pipeline(Delivered(
-        lane="channels/incoming" if channel else "push/event", kind="channel" if channel else "unscoped",
+        lane=lane or ("channels/incoming" if channel else "push/event"), kind="channel" if channel else "unscoped",
         server_id=server, accepted_at=at, blocks=blocks, channel_id=channel, label=label, thread_id=thread,
-        message_id=f"m{item_id}"))
+        message_id=f"m{item_id}", participant=participant, author_id=author_id))
     assert isinstance(processed, Processed)
-    return StoredItem(id=item_id, agent=None, participant="alice", role="user", content=processed.content,
+    return StoredItem(id=item_id, agent=None, participant=participant, role="user", content=processed.content,
                       metadata=processed.metadata, created_at=at)
 
 

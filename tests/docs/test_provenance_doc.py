@@ -6,6 +6,7 @@ import json
 import re
 
 from mcplhost.inbound import HOST_METADATA_KEYS, body_digest, canonical_json, mark_openings, render_source_header
+from mcplhost.inbound.author import escape_leading_from
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 
 from ..harness import REPO
@@ -64,3 +65,12 @@ class TestProvenancePage:
         assert example["metadata"]["source"] == processed.metadata["source"]
         assert example["content"] == processed.content
         assert example["metadata"]["sourceHeader"] == processed.metadata["sourceHeader"]
+
+
+class TestFromLineExamples:
+    def test_every_from_example_is_what_the_compile_shows(self) -> None:
+        """Each body's first line in the `from:` table is shown to the model as the line beside it."""
+        rows = ROW.findall(section("9. The `from:` line: compiled, never stored"))
+        assert len(rows) >= 8
+        for sent, shown in rows:
+            assert escape_leading_from(sent) == shown, sent

@@ -22,10 +22,12 @@ def text(t: str) -> dict:
 class TestSourceRuleText:
     @pytest.mark.parametrize(
         "phrase",
-        ["[source: \u2026]", "first line", "channel id", "\\[source\u2026", "sender", "tool", "unscoped"],
+        ["[source: \u2026]", "first line", "channel id", "\\[source\u2026", "sender", "tool", "unscoped",
+         "second line", "from: NAME (ID)", "(no id)", "\\from:", "Everything after the header and that line"],
     )
     def test_states_each_part_of_the_rule(self, phrase: str) -> None:
-        """The rule names the header, its place, the id's authority, marked text, tool output and the unscoped form."""
+        """The rule names the header, its place, the id's authority, marked text, tool output and the unscoped form,
+        and the host's `from:` line as the second line, after which everything is the sender's."""
         assert phrase in SOURCE_RULE_TEXT
 
     def test_is_one_paragraph(self) -> None:

@@ -1,0 +1,113 @@
+"""Who said what: the host's `from:` line, and a sender's own `from:` shown escaped (docs/agents.md#who-said-what).
+
+Both are applied when an item is compiled for a model, never stored. The
+line names the author the connector gave with the message (`author.name`,
+kept as the item's `participant`, and `author.id`, kept as
+`metadata.authorId`): `from: NAME (ID)`, NAME written by the header's label
+rule and ID by its value rule (docs/provenance.md §3), so a name cannot
+break the line or fake the parenthesised id after it. The id part is always
+last and always there: `(no id)` when the connector named none.
+
+A sender's body whose first line reads like the host's line is shown with
+one backslash before it, so the line right under the header is only ever
+the host's. "Reads like" follows the header's own forgery rule
+(docs/provenance.md §4): after any run of ignorables (whitespace, line
+breaks, controls, invisible characters; blank lines and leading non-text
+blocks too), the letters `f r o m` under full Unicode case folding, with
+ignorables allowed between them, then ignorables, then `:`. So `From:`,
+` from :`, `\u200bfrom:` and `\\nfrom:` are escaped; `fromage:`, `from`
+and `> from:` are not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+from mcplhost.inbound.mark import MARK
+from mcplhost.inbound.notice import reader_body
+from mcplhost.inbound.patterns import IGNORABLE, folded
+from mcplhost.inbound.quoting import header_value, label_value
+
+__all__ = [
+    "AUTHOR_PART_MAX_CHARS",
+    "NO_AUTHOR_ID",
+    "author_line",
+    "escape_leading_from",
+    "item_author_line",
+    "shown_with_author",
+]
+
+#: A name or id longer than this many characters is cut (with "…") before it is written into the line; the
+#: platforms' own limits are far below it (Discord 32, Slack 80, Zulip 100).
+AUTHOR_PART_MAX_CHARS = 100
+#: What the id part reads when the connector gave the author no id.
+NO_AUTHOR_ID = "no id"
+
+_FROM_LETTERS = "from"
+# The leading ignorables, then the letters (folded) with ignorables between, then ignorables and the colon. No
+# ignorable run can give way to the one next to it (a letter stands between), so a long blank run fails in one pass.
+_LEADING_FROM_RE = regex.compile(
+    rf"\A(?P<lead>{IGNORABLE}*)" + f"{IGNORABLE}*".join(map(folded, _FROM_LETTERS)) + rf"{IGNORABLE}*:")
+# A text of ignorables only reads as blank: the text after it is what follows the header.
+_BLANK_RE = regex.compile(rf"{IGNORABLE}*")
+
+
+def _bounded(value: str) -> str:
+    return value if len(value) <= AUTHOR_PART_MAX_CHARS else value[:AUTHOR_PART_MAX_CHARS] + "…"
+
+
+def author_line(name: str | None, author_id: str | None) -> str | None:
+    """`from: NAME (ID)` for the author a message carried; None when it carried none (no name, no id).
+
+    An empty name or id counts as none. Without a name, NAME is the id;
+    without an id, the id part reads `(no id)`.
+    """
+    name = name or author_id
+    if not name:
+        return None
+    shown_id = header_value(_bounded(author_id)) if author_id else NO_AUTHOR_ID
+    return f"from: {label_value(_bounded(name))} ({shown_id})"
+
+
+def item_author_line(metadata: dict[str, Any], participant: str | None) -> str | None:
+    """The `from:` line of a stored item: only a channel message (lane `channels/incoming`) gets one, and only
+    when it carried an author; a push, an unscoped item or console input never does."""
+    source = metadata.get("source")
+    if not isinstance(source, dict) or source.get("kind") != "channel" or source.get("lane") != "channels/incoming":
+        return None
+    author_id = metadata.get("authorId")
+    return author_line(participant, author_id if isinstance(author_id, str) else None)
+
+
+def escape_leading_from(text: str) -> str:
+    """`text` with one backslash directly before the `f` of a leading `from:` (`text` itself when none)."""
+    match = _LEADING_FROM_RE.match(text)
+    if match is None:
+        return text
+    at = match.end("lead")
+    return text[:at] + MARK + text[at:]
+
+
+def shown_with_author(content: list[dict[str, Any]], metadata: dict[str, Any],
+                      line: str | None) -> list[dict[str, Any]]:
+    """An item's stored blocks as a model is shown them: the stored header, then `line` when given, then the
+    body, its first visible text escaped by `escape_leading_from`; `content` itself when nothing changes."""
+    body = reader_body(content, metadata)
+    header = content[:len(content) - len(body)]
+    shown = list(body)
+    for index, block in enumerate(shown):
+        text = block.get("text") if block.get("type") == "text" else None
+        if not isinstance(text, str):
+            continue  # a leading image or other block: the first text after it is still the first line read
+        if _BLANK_RE.fullmatch(text) is not None:
+            continue  # a blank block: the next one's text is what follows the header
+        escaped = escape_leading_from(text)
+        if escaped is not text:
+            shown[index] = {**block, "text": escaped}
+        break
+    if line is None and all(a is b for a, b in zip(shown, body, strict=True)):
+        return content
+    added = [{"type": "text", "text": line}] if line is not None else []
+    return [*header, *added, *shown]
