@@ -61,6 +61,7 @@ import msgspec
 import structlog
 from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
+from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
@@ -276,6 +277,7 @@ class AgentsRuntime:
         self._rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
         self._outbox = outbox if outbox is not None else {}
         self._timings = timings if timings is not None else NoTimings()
+        self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
         for agent in config.agents:
             self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
@@ -295,7 +297,7 @@ class AgentsRuntime:
         services = TurnServices(self.store, self.writer, self.handles, backend or make_backend(agent.backend), toolbox,
                                 self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
-                                timings=self._timings)
+                                timings=self._timings, acknowledger=self.acknowledger)
         return AgentRunner(agent, services, self.seen_through, self.peers)
 
     async def _run_runner(self, runner: AgentRunner) -> None:
@@ -417,6 +419,7 @@ class AgentsRuntime:
                 await self._start_cursors()
                 await self.peers.start()  # after catch-up: what the queue held is delivered now
                 self._group = tg
+                tg.start_soon(self.acknowledger.run, name="acknowledge")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
                 self._serving = True

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
@@ -64,3 +65,5 @@ class TurnServices:
     peers: PeerService | None = None
     #: Where the turn's seconds and its wake latency are reported (the host's metrics, or nowhere).
     timings: TurnTimings = field(default_factory=NoTimings)
+    #: The host's `channels/acknowledge` sender (agents/acknowledge.py; None: a turn run on its own sends none).
+    acknowledger: Acknowledger | None = None

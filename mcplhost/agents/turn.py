@@ -39,6 +39,7 @@ import anyio
 import msgspec
 import structlog
 
+from mcplhost.agents.acknowledge import acknowledge_wake
 from mcplhost.agents.context import Injections, compile_request, needs_notice
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
@@ -48,7 +49,9 @@ from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
 from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
+from mcplhost.speech.routing import Destination
 from mcplhost.speech.streaming import Streamer, stream_targets
+from mcplhost.speech.typing import Typing
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
 from mcplhost.store.turns import REASON_SHUTDOWN, REASON_TOKEN_BUDGET
@@ -85,6 +88,7 @@ class _Progress:
     conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
     speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
     turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
+    typing: Typing | None = None  # the turn's typing indicator (speech/typing.py), started once routing is decided
 
     def add(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -122,10 +126,11 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
     try:
         (progress.turn_id,) = await services.writer.submit(
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
-        text = await _converse(agent, wake, services, progress)
-        # The final prose is routed and queued in the same commit as the turn's end.
-        final = progress.speech.operations(text) if progress.speech is not None else []
-        results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
+        async with Typing(services.handles) as progress.typing:  # "stop" on leaving, however the turn ends
+            text = await _converse(agent, wake, services, progress)
+            # The final prose is routed and queued in the same commit as the turn's end.
+            final = progress.speech.operations(text) if progress.speech is not None else []
+            results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
         if progress.speech is not None:
             progress.speech.notify(final, results)
     except TokenBudgetSpent:
@@ -167,6 +172,9 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
+    if progress.typing is not None and isinstance(speech.default, Destination):
+        progress.typing.start(speech.default)  # the route is decided: "start", repeated until the turn ends
+    await acknowledge_wake(agent, services.acknowledger, rows, wake.item_ids, services.store.items.get_many)
     await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()
     progress.turn_rows_after = max((row.id for row in rows), default=0)  # later rows are this turn's own
