@@ -41,6 +41,8 @@ compare what was sent with what was stored. Settings (environment):
     DISCORD_OPEN_WAIT_S how long to wait for the host to open the
                         initiallyOpen channels before the burst          (default 5)
     DISCORD_HISTORY     earlier messages each guild channel holds at start  (default 3)
+    DISCORD_ACK         "hang": record each channels/acknowledge and never answer it,
+                        so a test sees that the host does not wait      (default: answer)
     DISCORD_RECORD      path of a JSON-lines record: the policy, every message
                         sent (with the host's answer) or dropped, "typing",
                         "reaction" (acknowledge, with its answer), "opened"
@@ -57,7 +59,7 @@ import sys
 import time
 from typing import Any
 
-from .mcpl_server import McplServer, Recorder, RemoteError, log, text
+from .mcpl_server import NO_ANSWER, McplServer, Recorder, RemoteError, log, text
 
 MESSAGING = "discord.messaging"
 FEATURE_SETS = [
@@ -208,9 +210,13 @@ def on_typing(discord: FakeDiscord, record: Recorder):
     return channels_typing
 
 
-def on_acknowledge(discord: FakeDiscord, record: Recorder):
+def on_acknowledge(discord: FakeDiscord, record: Recorder, *, hang: bool = False):
     async def channels_acknowledge(params: dict[str, Any]) -> Any:
         channel_id, message_id = params.get("channelId"), params.get("messageId")
+        if hang:
+            record("reaction", channelId=channel_id, messageId=message_id, value=params.get("value"),
+                   intent=params.get("intent"), answer=None)
+            return NO_ANSWER
         value = params.get("value")
         value = value.strip() if isinstance(value, str) else ""
         value = value or DEFAULT_REACTION
@@ -341,7 +347,8 @@ def run() -> None:
     server.receipt = on_policy(discord, record)
     server.handlers["channels/open"] = on_open(discord, record)
     server.handlers["channels/close"] = on_close(discord)
-    server.handlers["channels/acknowledge"] = on_acknowledge(discord, record)
+    server.handlers["channels/acknowledge"] = on_acknowledge(discord, record,
+                                                             hang=os.environ.get("DISCORD_ACK") == "hang")
     server.handlers["channels/publish"] = on_publish(discord, record)
     server.notification_handlers["channels/typing"] = on_typing(discord, record)
     server.add_tool("wait_typing", wait_typing(discord), description="Wait until the typing indicator shows in a channel",

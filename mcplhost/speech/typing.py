@@ -47,9 +47,11 @@ def may_type(handle: ConnectorPort | None) -> bool:
 class Typing:
     """The typing indicator of one turn: `start(destination)` once, repeated until the `async with` ends."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], *, repeat_s: float = TYPING_REPEAT_S) -> None:
+    def __init__(self, handles: Mapping[str, ConnectorPort], *, repeat_s: float = TYPING_REPEAT_S,
+                 send_timeout_s: float = TYPING_SEND_TIMEOUT_S) -> None:
         self._handles = handles
         self._repeat_s = repeat_s
+        self._send_timeout_s = send_timeout_s
         self._destination: Destination | None = None
         self._task_group = anyio.create_task_group()  # entered by __aenter__: a Typing is used once
         self.starts = 0  # "start" notifications that went out
@@ -91,7 +93,7 @@ class Typing:
         if not may_type(handle):
             return False
         assert handle is not None
-        with anyio.move_on_after(TYPING_SEND_TIMEOUT_S) as bound:
+        with anyio.move_on_after(self._send_timeout_s) as bound:
             try:
                 await handle.notify(TYPING_METHOD, {"channelId": destination.channel_id, "op": op})
                 return True
@@ -101,5 +103,5 @@ class Typing:
                 return False
         if bound.cancelled_caught:
             log.info("speech.typing_timeout", connector=destination.server_id, channel=destination.channel_id,
-                     op=op, timeout_s=TYPING_SEND_TIMEOUT_S)
+                     op=op, timeout_s=self._send_timeout_s)
         return False
