@@ -49,9 +49,8 @@ from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
 from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
-from mcplhost.speech.routing import Destination
 from mcplhost.speech.streaming import Streamer, stream_targets
-from mcplhost.speech.typing import Typing
+from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
 from mcplhost.store.turns import REASON_SHUTDOWN, REASON_TOKEN_BUDGET
@@ -172,8 +171,8 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
-    if progress.typing is not None and isinstance(speech.default, Destination):
-        progress.typing.start(speech.default)  # the route is decided: "start", repeated until the turn ends
+    if progress.typing is not None:
+        progress.typing.start(typing_target(speech))  # the route is decided: "start", repeated until the turn ends
     await acknowledge_wake(agent, services.acknowledger, rows, wake.item_ids, services.store.items.get_many)
     await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()

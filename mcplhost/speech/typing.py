@@ -8,7 +8,7 @@ every `TYPING_REPEAT_S` while the turn runs.
 
     async with Typing(handles) as typing:
         ...
-        typing.start(destination)   # once routing is decided
+        typing.start(typing_target(speech))   # once routing is decided
         ...
     # leaving: the repeats end and "stop" goes out, however the turn ended
 
@@ -28,6 +28,7 @@ import structlog
 
 from mcplhost.protocol.ports import ConnectorPort, State
 from mcplhost.speech.routing import Destination
+from mcplhost.speech.streaming import TurnRouting
 
 log = structlog.get_logger()
 
@@ -44,6 +45,20 @@ def may_type(handle: ConnectorPort | None) -> bool:
     return handle is not None and handle.state is State.READY and TYPING in handle.grant
 
 
+def typing_target(speech: TurnRouting) -> Destination | None:
+    """Where a turn shows it is typing: its default destination, when routing decided one it may publish to now.
+
+    An undecided route shows nothing (there is no one place the answer goes),
+    nor does a channel the answer would only be drafted for.
+    """
+    default = speech.default
+    if not isinstance(default, Destination):
+        return None
+    publishable = any(v.server_id == default.server_id and v.channel_id == default.channel_id and v.publishable
+                      for v in speech.views())
+    return default if publishable else None
+
+
 class Typing:
     """The typing indicator of one turn: `start(destination)` once, repeated until the `async with` ends."""
 
@@ -56,9 +71,14 @@ class Typing:
         self._task_group = anyio.create_task_group()  # entered by __aenter__: a Typing is used once
         self.starts = 0  # "start" notifications that went out
 
-    def start(self, destination: Destination) -> None:
-        """Routing is decided: show the indicator in `destination` until the turn ends. Once; a later call is ignored."""
-        if self._destination is not None or not may_type(self._handles.get(destination.server_id)):
+    def start(self, destination: Destination | None) -> None:
+        """Routing is decided: show the indicator in `destination` until the turn ends. Once; a later call is ignored.
+
+        None (no decided, publishable route: `typing_target`) shows nothing.
+        """
+        if destination is None or self._destination is not None:
+            return
+        if not may_type(self._handles.get(destination.server_id)):
             return
         self._destination = destination
         self._task_group.start_soon(self._repeat)

@@ -14,8 +14,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from mcplhost.protocol.ports import State
-from mcplhost.speech.routing import Destination
-from mcplhost.speech.typing import TYPING_METHOD, TYPING_REPEAT_S, Typing
+from mcplhost.speech.routing import ChannelView, Destination, Undecided
+from mcplhost.speech.typing import TYPING_METHOD, TYPING_REPEAT_S, Typing, typing_target
 
 CHANNEL = "discord:g1:random"
 WHERE = Destination(server_id="discord", channel_id=CHANNEL)
@@ -135,3 +135,33 @@ class TestTyping:
                     await handle.until(1)
         assert handle.ops() == ["start", "stop"]
         assert [e["op"] for e in logs if e["event"] == "speech.typing_timeout"] == ["stop"]
+
+
+class Routing:
+    """What typing reads of a turn's routing (agents/speech.TurnSpeech implements it)."""
+
+    def __init__(self, default: Destination | Undecided, *, publishable: bool = True) -> None:
+        self.default = self.current = default
+        self.published_default = False
+        self._publishable = publishable
+
+    def views(self) -> list[ChannelView]:
+        return [ChannelView(server_id="discord", channel_id=CHANNEL, label="#random", direction="bidirectional",
+                            publishable=self._publishable)]
+
+
+class TestTarget:
+    def test_a_decided_publishable_route_is_the_target(self) -> None:
+        assert typing_target(Routing(WHERE)) == WHERE
+
+    def test_an_undecided_route_or_a_channel_that_would_be_drafted_shows_nothing(self) -> None:
+        assert typing_target(Routing(Undecided(reason="several_conversations"))) is None
+        assert typing_target(Routing(WHERE, publishable=False)) is None
+        elsewhere = Destination(server_id="discord", channel_id="discord:g1:unknown")
+        assert typing_target(Routing(elsewhere)) is None
+
+    async def test_no_target_sends_nothing(self) -> None:
+        handle = TypingHandle()
+        async with Typing({"discord": handle}, repeat_s=0.01) as typing:
+            typing.start(None)
+        assert handle.sent == []
