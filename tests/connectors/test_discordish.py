@@ -135,3 +135,13 @@ class TestExtensions:
         assert newest["channelId"] == "discord:g1:general" and newest["messageId"] == "m-4"  # its last delivered
         assert len(some.history or []) == 2 and some.historyTruncated is False
         assert none.history is None and none.backscroll() == []
+
+    async def test_with_the_extensions_granted_even_0_5_rules_enable_the_messaging_set(self, tmp_path) -> None:
+        """The legacy `disabled` rule's consequence: a grant with typing, acknowledge and streaming covers
+        discord.messaging's `uses`, so strict rules enable it too; the rule matters only for a narrower grant."""
+        spec = discordish(tmp_path, grant=[*EXTENDED, "channels.streaming"], protocol="0.5")
+        async with running_host(config_with(tmp_path, spec)):
+            await wait_for(lambda: done(tmp_path))
+            await items_when(tmp_path, MESSAGES)
+        (policy,) = [e for e in events(tmp_path) if e["kind"] == "policy"]
+        assert policy["params"]["disabled"] == [] and policy["messaging"] is True
