@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
@@ -36,6 +37,7 @@ class TypingHandle:
         self.changed = anyio.Event()
 
     async def notify(self, method: str, params: Any = None) -> None:
+        await anyio.lowlevel.checkpoint()  # like a write to the pipe: where a cancellation lands
         self.sent.append((method, params))
         self.changed.set()
         self.changed = anyio.Event()
