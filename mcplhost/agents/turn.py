@@ -7,6 +7,9 @@ The steps, each delegated to the module that owns its rule:
 1. `BeginTurn` gives the turn its id (store/operations.py).
 2. The agent's rows are read (store.items.context_rows); the one-time
    provenance notice is stored first when the context needs it (context.py).
+   Then typing starts where the route is decided (speech/typing.py, stopped
+   however the turn ends) and the waking addressed items are acknowledged in
+   the background (agents/acknowledge.py; docs/agents.md#typing-and-acknowledge).
 3. Per backend call: hooks (`before_inference`), lifecycle `started`, the
    pure compile (`compile_request`), the backend, then exactly one terminal
    lifecycle phase (`completed`, `failed` or `aborted`) whatever happens.
