@@ -61,6 +61,7 @@ import msgspec
 import structlog
 from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
+from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.moderation import make_moderator
 from mcplhost.agents.context import connectors_without_author_line
@@ -281,6 +282,7 @@ class AgentsRuntime:
         #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
         self.moderator = make_moderator(config.moderation, withheld=frozenset(api_key_variables(msgspec.to_builtins(config))))
         self._no_author_line = connectors_without_author_line(config.connectors)
+        self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
         for agent in config.agents:
             self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
@@ -301,7 +303,7 @@ class AgentsRuntime:
                                 self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
                                 timings=self._timings, moderator=self.moderator,
-                                no_author_line=self._no_author_line)
+                                no_author_line=self._no_author_line, acknowledger=self.acknowledger)
         return AgentRunner(agent, services, self.seen_through, self.peers)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
@@ -430,6 +432,7 @@ class AgentsRuntime:
                 await self._start_cursors()
                 await self.peers.start()  # after catch-up: what the queue held is delivered now
                 self._group = tg
+                tg.start_soon(self.acknowledger.run, name="acknowledge")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
                 self._serving = True

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
@@ -70,3 +71,5 @@ class TurnServices:
     #: The connectors whose items are compiled without the `from:` line (`author_line = false`); a reload
     #: replaces it (runtime.py `AgentsRuntime.set_connectors`), and the next compile reads the new set.
     no_author_line: frozenset[str] = frozenset()
+    #: The host's `channels/acknowledge` sender (agents/acknowledge.py; None: a turn run on its own sends none).
+    acknowledger: Acknowledger | None = None

@@ -29,10 +29,13 @@ arguments) is a result the model reads (`ToolOutcome.is_error`), never an
 exception: it never fails the turn and never counts against the connector.
 A timed-out `tools/call` is followed by MCP `notifications/cancelled`.
 
-Decided here, since MCPL defines no backscroll: it is the `messages` member
-of the `channels/open` result, entries shaped like `channels/incoming`
-messages (`content` may also be a string), at most `MAX_BACKSCROLL`; an
-entry naming another `channelId` is headed by that channel. Connector tools
+Backscroll is an extension (MCPL defines none; docs/mcpl-compat.md#backscroll-on-channelsopen):
+`channel_open` asks for `history: {limit}` (the `history` argument, default
+`BACKSCROLL_DEFAULT`, at most `MAX_BACKSCROLL`) and reads the answer's
+`history`, entries shaped like `channels/incoming` messages (`content` may
+also be a string), as discord-mcpl sends them; a `messages` member is read
+only when `history` is absent. An entry naming another `channelId` is headed
+by that channel. Connector tools
 are called under the agent's `tool_timeout_s`, not the
 connector's `request_timeout_s`.
 """
@@ -89,8 +92,10 @@ SEARCH_LIMIT_MAX = 50
 #: A notifications/cancelled that cannot be queued within this long is given up.
 CANCEL_SEND_TIMEOUT_S = 1.0
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-#: Backscroll entries read from one channels/open answer; the rest are left out.
+#: Backscroll entries read from one channels/open answer (and the most `channel_open` asks for); the rest are left out.
 MAX_BACKSCROLL = 100
+#: What `channel_open` asks for when its `history` argument is absent.
+BACKSCROLL_DEFAULT = 20
 #: Content blocks read from one tools/call result; the rest are left out, and one line says how many.
 MAX_RESULT_BLOCKS = 256
 #: Longest `thread` argument `channel_publish` takes (an id, not prose).
@@ -217,8 +222,11 @@ HOST_TOOLS: tuple[ToolSpec, ...] = (
         "whether it is open. " + SOURCE_RULE_TEXT)),
     ToolSpec(name="channel_open", description=(
         "Open a channel (connector/channel-id, or a bare id or label naming exactly one channel) and read its "
-        "recent messages, each under its own [source: …] header. " + SOURCE_RULE_TEXT),
-        input_schema={"type": "object", "properties": {"channel": {"type": "string"}}, "required": ["channel"]}),
+        f"recent messages (`history`, default {BACKSCROLL_DEFAULT}, at most {MAX_BACKSCROLL}), each under its own "
+        "[source: …] header. " + SOURCE_RULE_TEXT),
+        input_schema={"type": "object", "properties": {
+            "channel": {"type": "string"},
+            "history": {"type": "integer", "minimum": 0, "maximum": MAX_BACKSCROLL}}, "required": ["channel"]}),
     ToolSpec(name="channel_publish", description=(
         "Send `text` to a channel now (connector/channel-id, or a bare id or label naming exactly one channel; "
         "`thread` optional). Answers {\"status\":\"queued\",\"outboxId\":…} or "
@@ -572,6 +580,10 @@ class ToolBox:
         name = arguments.get("channel")
         if not isinstance(name, str) or not name:
             return failure("channel_open needs `channel`, a string")
+        history = arguments.get("history", BACKSCROLL_DEFAULT)
+        if not isinstance(history, int) or isinstance(history, bool) or history < 0:
+            return failure("channel_open: `history` is a whole number of messages, 0 or more")
+        history = min(history, MAX_BACKSCROLL)
         found = self.resolve(name)
         if isinstance(found, str):
             return failure(f"channel_open: {json.dumps(name, ensure_ascii=False)} {found}")
@@ -581,7 +593,7 @@ class ToolBox:
             return failure(f"channel_open: {where} cannot be opened (its connector does not hold channels.lifecycle)")
         timeout = self.agent.tool_timeout_s
         try:
-            result = await handle.open_channel(channel.id, timeout=timeout)
+            result = await handle.open_channel(channel.id, timeout=timeout, history=history)
         except RequestTimeout as exc:
             await self._cancel(handle, exc)
             return failure(f"channel_open: {where} was not opened within {timeout:g} s")
@@ -590,9 +602,10 @@ class ToolBox:
         except (ConnectorNotReady, KeyError, ConnectorProtocolError) as exc:
             return failure(f"channel_open: {where} was not opened ({type(exc).__name__}: {cut_error(exc)})")
         self._opened.add((handle.name, channel.id))
-        blocks, kept, skipped = backscroll_blocks(handle, channel, result.messages, self.clock_ms())
+        blocks, kept, skipped = backscroll_blocks(handle, channel, result.backscroll(), self.clock_ms())
         summary = f"[host] opened {marked(where)}: {kept} recent message(s)" + (
-            f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "")
+            f", {skipped} malformed entr{'y' if skipped == 1 else 'ies'} skipped" if skipped else "") + (
+            " (the connector sent fewer than asked: its history is truncated)" if result.historyTruncated else "")
         return ToolOutcome(blocks=[{"type": "text", "text": summary}, *blocks])
 
     async def channel_publish(self, arguments: dict[str, Any], speech: Publisher | None) -> ToolOutcome:

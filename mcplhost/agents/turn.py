@@ -7,6 +7,9 @@ The steps, each delegated to the module that owns its rule:
 1. `BeginTurn` gives the turn its id (store/operations.py).
 2. The agent's rows are read (store.items.context_rows); the one-time
    provenance notice is stored first when the context needs it (context.py).
+   Then typing starts where the route is decided (speech/typing.py, stopped
+   however the turn ends) and the waking addressed items are acknowledged in
+   the background (agents/acknowledge.py; docs/agents.md#typing-and-acknowledge).
 3. Per backend call: hooks (`before_inference`), lifecycle `started`, the
    pure compile (`compile_request`), the backend, then exactly one terminal
    lifecycle phase (`completed`, `failed` or `aborted`) whatever happens.
@@ -39,6 +42,7 @@ import anyio
 import msgspec
 import structlog
 
+from mcplhost.agents.acknowledge import acknowledge_wake
 from mcplhost.agents.context import Injections, compile_request, needs_notice
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
@@ -49,6 +53,7 @@ from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
+from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
 from mcplhost.store.turns import REASON_SHUTDOWN, REASON_TOKEN_BUDGET
@@ -85,6 +90,7 @@ class _Progress:
     conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
     speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
     turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
+    typing: Typing | None = None  # the turn's typing indicator (speech/typing.py), started once routing is decided
 
     def add(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -122,10 +128,11 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
     try:
         (progress.turn_id,) = await services.writer.submit(
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
-        text = await _converse(agent, wake, services, progress)
-        # The final prose is routed and queued in the same commit as the turn's end.
-        final = await progress.speech.operations(text) if progress.speech is not None else []
-        results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
+        async with Typing(services.handles) as progress.typing:  # "stop" on leaving, however the turn ends
+            text = await _converse(agent, wake, services, progress)
+            # The final prose is routed and queued in the same commit as the turn's end.
+            final = await progress.speech.operations(text) if progress.speech is not None else []
+            results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
         if progress.speech is not None:
             progress.speech.notify(final, results)
     except TokenBudgetSpent:
@@ -167,6 +174,9 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
+    if progress.typing is not None:
+        progress.typing.start(typing_target(speech))  # the route is decided: "start", repeated until the turn ends
+    await acknowledge_wake(agent, services.acknowledger, rows, wake.item_ids, services.store.items.get_many)
     await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()
     progress.turn_rows_after = max((row.id for row in rows), default=0)  # later rows are this turn's own

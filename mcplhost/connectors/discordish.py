@@ -15,7 +15,22 @@ Deployed habits it reproduces:
 - delivers messages in open channels through `channels/incoming`, and
   mentions in closed channels and DMs through `push/event` with
   `origin.mcplChannelId` (`discord:<guild>:<chan>`, `discord:dm:<chan>`),
-  announcing the DM channel first with `channels/changed`.
+  announcing the DM channel first with `channels/changed`;
+- the extensions (docs/mcpl-compat.md#typing-and-acknowledge): the
+  notification `channels/typing` `{channelId, op}` ("start", or no `op`,
+  shows the indicator; "stop" is a no-op), the request
+  `channels/acknowledge` `{channelId, messageId, value?, intent}` (adds the
+  trimmed `value` as a reaction, 👀 when empty; an unknown channel or message
+  gives `acknowledged: false` with a `reason`), and backscroll on
+  `channels/open`: `history: {limit, beforeMessageId?, sinceLastSeen?}`,
+  clamped to HISTORY_CAP, answered as `history` (plus `historyTruncated:
+  true` when it clamped); no `history` (or limit 0) answers none;
+- answers `channels/publish` (`{delivered: true, messageId}`).
+
+Each guild channel starts with DISCORD_HISTORY earlier messages (Discord's
+history before the connector started); what it delivers joins them. The
+tool `wait_typing` (`channelId`, `timeout_s`) answers once the typing
+indicator was shown there, so a test's turn lasts until the fake saw it.
 
 It runs a finite scripted burst and can record what it sent, so a test can
 compare what was sent with what was stored. Settings (environment):
@@ -25,8 +40,14 @@ compare what was sent with what was stored. Settings (environment):
     DISCORD_INTERVAL_S  seconds between messages                        (default 0.2)
     DISCORD_OPEN_WAIT_S how long to wait for the host to open the
                         initiallyOpen channels before the burst          (default 5)
+    DISCORD_HISTORY     earlier messages each guild channel holds at start  (default 3)
+    DISCORD_ACK         "hang": record each channels/acknowledge and never answer it,
+                        so a test sees that the host does not wait      (default: answer)
     DISCORD_RECORD      path of a JSON-lines record: the policy, every message
-                        sent (with the host's answer) or dropped, then "done"
+                        sent (with the host's answer) or dropped, "typing",
+                        "reaction" (acknowledge, with its answer), "opened"
+                        (with the history asked and answered), "published",
+                        then "done"
 """
 
 from __future__ import annotations
@@ -38,7 +59,7 @@ import sys
 import time
 from typing import Any
 
-from .mcpl_server import McplServer, Recorder, RemoteError, log, text
+from .mcpl_server import NO_ANSWER, McplServer, Recorder, RemoteError, log, text
 
 MESSAGING = "discord.messaging"
 FEATURE_SETS = [
@@ -66,6 +87,12 @@ LINES = [
     ("random", "Alice", "@Scout can you summarise yesterday?"),
 ]
 DM_CHANNEL = "d1"
+#: The most backscroll one channels/open answers (discord-mcpl clamps to its own configured cap the same way).
+HISTORY_CAP = 50
+#: What an empty acknowledge `value` means.
+DEFAULT_REACTION = "👀"
+#: The longest `wait_typing` waits.
+WAIT_TYPING_MAX_S = 30.0
 
 
 class FakeDiscord:
@@ -77,9 +104,30 @@ class FakeDiscord:
         self.opened = asyncio.Event()
         self.messaging = True  # until a policy says otherwise
         self.dm_announced = False
+        #: Each channel's messages, oldest first, shaped like channels/incoming messages.
+        self.history: dict[str, list[dict[str, Any]]] = {"general": [], "random": [], "dm": []}
+        self.seen: dict[str, int] = {}  # channel → how many of its messages were delivered to the host
+        self.typing: dict[str, asyncio.Event] = {}  # channel id → set once the indicator was shown there
+        self.reactions: dict[str, list[str]] = {}  # message id → reactions added
 
     def channel_id(self, name: str) -> str:
         return f"discord:dm:{DM_CHANNEL}" if name == "dm" else f"discord:{self.guild}:{name}"
+
+    def name_of(self, channel_id: Any) -> str | None:
+        """The channel a `channelId` names, or None for one this Discord does not have."""
+        for name in self.history:
+            if channel_id == self.channel_id(name):
+                return name
+        return None
+
+    def seed(self, count: int) -> None:
+        for name in ("general", "random"):
+            for n in range(count):
+                self.history[name].append(message(self.channel_id(name), f"h-{name}-{n}", "Erin",
+                                                  f"Earlier in #{name}, message {n}.", ["chat:ambient"]))
+
+    def shown_typing(self, channel_id: str) -> asyncio.Event:
+        return self.typing.setdefault(channel_id, asyncio.Event())
 
     def descriptor(self, name: str, *, initially_open: bool) -> dict[str, Any]:
         label = "DM" if name == "dm" else f"#{name}"
@@ -106,17 +154,109 @@ def on_policy(discord: FakeDiscord, record: Recorder):
     return receipt
 
 
-def on_open(discord: FakeDiscord):
+def message(channel_id: str, message_id: str, author: str, body: str, tags: list[str]) -> dict[str, Any]:
+    """A message as channels/incoming carries it (and backscroll repeats it)."""
+    return {"channelId": channel_id, "messageId": message_id, "author": {"id": author.lower(), "name": author},
+            "timestamp": now(), "content": text(body), "tags": tags}
+
+
+def backscroll(discord: FakeDiscord, name: str, asked: Any) -> tuple[list[dict[str, Any]], bool]:
+    """discord-mcpl's history read: the newest `limit` (clamped to HISTORY_CAP) before `beforeMessageId`,
+    or only those after what was delivered with `sinceLastSeen`; and whether it clamped."""
+    if not isinstance(asked, dict) or not isinstance(asked.get("limit"), int) or asked["limit"] <= 0:
+        return [], False
+    entries = discord.history[name]
+    if asked.get("sinceLastSeen") is True:
+        entries = entries[discord.seen.get(name, 0):]
+    before = asked.get("beforeMessageId")
+    if isinstance(before, str):
+        ids = [entry["messageId"] for entry in entries]
+        entries = entries[:ids.index(before)] if before in ids else []
+    limit = min(asked["limit"], HISTORY_CAP)
+    return entries[-limit:], asked["limit"] > HISTORY_CAP
+
+
+def on_open(discord: FakeDiscord, record: Recorder):
     async def channels_open(params: dict[str, Any]) -> Any:
         address = params.get("address") or {}
         name = address.get("channel")
-        if not isinstance(name, str):
+        if not isinstance(name, str) or name not in discord.history:
             raise RemoteError({"code": -32024, "message": "Channel open failed", "data": {"reason": "no such channel"}})
         discord.open.add(name)
         discord.opened.set()
-        return {"channel": discord.descriptor(name, initially_open=True)}
+        answer: dict[str, Any] = {"channel": discord.descriptor(name, initially_open=True)}
+        history, truncated = backscroll(discord, name, params.get("history"))
+        if "history" in params:
+            answer["history"] = history
+            if truncated:
+                answer["historyTruncated"] = True
+        record("opened", channelId=discord.channel_id(name), history=params.get("history"),
+               answered=[entry["messageId"] for entry in history], truncated=truncated)
+        return answer
 
     return channels_open
+
+
+def on_typing(discord: FakeDiscord, record: Recorder):
+    async def channels_typing(params: dict[str, Any]) -> None:
+        channel_id = params.get("channelId")
+        op = params.get("op", "start")  # a missing op counts as start
+        name = discord.name_of(channel_id)
+        shown = op == "start" and name is not None  # "stop" is a no-op: the indicator expires by itself
+        record("typing", channelId=channel_id, op=op, indicator=shown)
+        if shown:
+            discord.shown_typing(str(channel_id)).set()
+
+    return channels_typing
+
+
+def on_acknowledge(discord: FakeDiscord, record: Recorder, *, hang: bool = False):
+    async def channels_acknowledge(params: dict[str, Any]) -> Any:
+        channel_id, message_id = params.get("channelId"), params.get("messageId")
+        if hang:
+            record("reaction", channelId=channel_id, messageId=message_id, value=params.get("value"),
+                   intent=params.get("intent"), answer=None)
+            return NO_ANSWER
+        value = params.get("value")
+        value = value.strip() if isinstance(value, str) else ""
+        value = value or DEFAULT_REACTION
+        name = discord.name_of(channel_id)
+        if name is None:
+            answer: dict[str, Any] = {"acknowledged": False, "reason": f"Invalid channel ID: {channel_id}"}
+        elif message_id not in {entry["messageId"] for entry in discord.history[name]}:
+            answer = {"acknowledged": False, "reason": f"Unknown Message: {message_id}"}
+        else:
+            discord.reactions.setdefault(str(message_id), []).append(value)
+            answer = {"acknowledged": True, "representation": value}
+        record("reaction", channelId=channel_id, messageId=message_id, value=value, intent=params.get("intent"),
+               answer=answer)
+        return answer
+
+    return channels_acknowledge
+
+
+def on_publish(discord: FakeDiscord, record: Recorder):
+    count = itertools.count(1)
+
+    async def channels_publish(params: dict[str, Any]) -> Any:
+        message_id = f"p-{next(count)}"
+        record("published", channelId=params.get("channelId"), messageId=message_id, content=params.get("content"))
+        return {"delivered": True, "messageId": message_id}
+
+    return channels_publish
+
+
+def wait_typing(discord: FakeDiscord):
+    async def tool(arguments: dict[str, Any]) -> list[dict[str, Any]]:
+        channel_id = str(arguments.get("channelId"))
+        timeout = min(float(arguments.get("timeout_s", WAIT_TYPING_MAX_S)), WAIT_TYPING_MAX_S)
+        try:
+            await asyncio.wait_for(discord.shown_typing(channel_id).wait(), timeout)
+        except asyncio.TimeoutError:
+            return text(f"no typing indicator in {channel_id} within {timeout:g} s")
+        return text(f"typing indicator shown in {channel_id}")
+
+    return tool
 
 
 def on_close(discord: FakeDiscord):
@@ -142,9 +282,8 @@ async def deliver(server: McplServer, discord: FakeDiscord, record: Recorder, n:
         return
     if name in discord.open:
         method = "channels/incoming"
-        params: dict[str, Any] = {"messages": [{
-            "channelId": channel_id, "messageId": message_id, "author": {"id": author.lower(), "name": author},
-            "timestamp": now(), "content": text(body), "tags": ["chat:ambient", "chat:from-human"]}]}
+        tags = ["chat:ambient", "chat:from-human"]
+        params: dict[str, Any] = {"messages": [message(channel_id, message_id, author, body, tags)]}
     else:
         if name == "dm" and not discord.dm_announced:
             answer = await server.request("channels/changed",
@@ -157,6 +296,8 @@ async def deliver(server: McplServer, discord: FakeDiscord, record: Recorder, n:
                   "origin": {"source": "discord", "mcplChannelId": channel_id, "messageId": message_id,
                              "author": {"id": author.lower(), "name": author}},
                   "payload": {"content": text(body)}, "tags": tags}
+    discord.history[name].append(message(channel_id, message_id, author, body, tags))
+    discord.seen[name] = len(discord.history[name])
     try:
         answer = await server.request(method, params)
         record("sent", method=method, messageId=message_id, channelId=channel_id, text=body, answer=answer)
@@ -200,11 +341,19 @@ def run() -> None:
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
     discord = FakeDiscord(os.environ.get("DISCORD_GUILD", "g1"))
+    discord.seed(int(os.environ.get("DISCORD_HISTORY", "3")))
     record = Recorder(os.environ.get("DISCORD_RECORD"))
     server = McplServer("discord-mcpl", MANIFEST, tools=True)
     server.receipt = on_policy(discord, record)
-    server.handlers["channels/open"] = on_open(discord)
+    server.handlers["channels/open"] = on_open(discord, record)
     server.handlers["channels/close"] = on_close(discord)
+    server.handlers["channels/acknowledge"] = on_acknowledge(discord, record,
+                                                             hang=os.environ.get("DISCORD_ACK") == "hang")
+    server.handlers["channels/publish"] = on_publish(discord, record)
+    server.notification_handlers["channels/typing"] = on_typing(discord, record)
+    server.add_tool("wait_typing", wait_typing(discord), description="Wait until the typing indicator shows in a channel",
+                    input_schema={"type": "object", "properties": {"channelId": {"type": "string"},
+                                                                    "timeout_s": {"type": "number"}}})
     server.run(lambda s: main(s, discord, record))
 
 

@@ -23,7 +23,7 @@ What the host asks, and which type reads the answer:
 | `featureSets/update` | `params.Receipt` (typed there) | protocol/policy.py `judge_receipt` |
 | `mcpl/manifest` | any JSON value, judged whole by the manifest tracker (kept as the document it is) | protocol/manifest.py |
 | `tools/list` | `ToolsPage`, its entries `ListedTool` | protocol/jobs.py `list_tools` |
-| `channels/open` | `OpenedChannel`, its `messages` entries `BackscrollEntry` | protocol/jobs.py, agents/tools.py |
+| `channels/open` | `OpenedChannel`, its `history` (or `messages`) entries `BackscrollEntry` | protocol/jobs.py, agents/tools.py |
 | `tools/call` | `ToolResult`, its `content` entries `ContentBlock` | agents/tools.py |
 | `context/beforeInference` | `HookAnswer`, its entries `Injection` (blocks: `ContentBlock`) | agents/hooks.py |
 | `channels/publish` | `PublishResult` | speech/outbox.py |
@@ -208,12 +208,22 @@ class ToolsPage(Answer, frozen=True):
 
 
 class OpenedChannel(Answer, frozen=True):
-    """The `channels/open` result: a descriptor to register, and the channel's recent messages (backscroll)."""
+    """The `channels/open` result: a descriptor to register, and the channel's recent messages (backscroll).
 
-    LENIENT = frozenset({"messages"})
+    Backscroll is an extension (docs/mcpl-compat.md#backscroll-on-channelsopen):
+    `history` as discord-mcpl answers it, `messages` read only when `history` is absent.
+    """
+
+    LENIENT = frozenset({"messages", "history", "historyTruncated"})
 
     channel: Any = None  # judged like a registration (protocol/channels.py `parse_descriptor`); None: none sent
-    messages: list[Raw] = []  # each a BackscrollEntry, judged on its own
+    history: list[Raw] | None = None  # each a BackscrollEntry, judged on its own; None: not sent
+    historyTruncated: bool = False  # noqa: N815 (the wire's name): the connector clamped the limit asked for
+    messages: list[Raw] = []  # the older shape, each a BackscrollEntry
+
+    def backscroll(self) -> list[Raw]:
+        """The entries to read: `history` when the connector sent it, else `messages`."""
+        return self.history if self.history is not None else self.messages
 
 
 class BackscrollAuthor(Answer, frozen=True):

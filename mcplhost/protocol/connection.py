@@ -435,9 +435,10 @@ class McplConnection:
     def close_jobs(self) -> None:
         self._jobs_in.close()
 
-    async def open_channel(self, channel: Channel, *, timeout: float | None = None) -> OpenedChannel:
-        """channels/open for a channel; the returned descriptor is judged like a registration; its result."""
-        return await jobs.open_channel(self, channel, timeout=timeout)
+    async def open_channel(self, channel: Channel, *, timeout: float | None = None,
+                           history: int = 0) -> OpenedChannel:
+        """channels/open for a channel (asking for `history` entries of backscroll); its result."""
+        return await jobs.open_channel(self, channel, timeout=timeout, history=history)
 
     async def refresh_manifest(self) -> None:
         """mcpl/manifest, then apply what changed: removals now, additions pending (SPEC §17)."""

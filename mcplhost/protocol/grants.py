@@ -55,7 +55,8 @@ _PREFIXES: frozenset[str] = frozenset(
 #: hook leaves and `inferenceLifecycle`; inferenceRequest (and .streaming) and
 #: modelInfo, offered only with `[inference]` (`offered_paths`), and channels.publish
 #: (the speech router, the outbox and its senders), and channels.streaming (a
-#: turn's streamed text, speech/streaming.py). Not yet: channels.acknowledge, channels.typing.
+#: turn's streamed text, speech/streaming.py), and channels.typing and channels.acknowledge, extensions shaped as
+#: discord-mcpl defines them (speech/typing.py, agents/acknowledge.py; docs/mcpl-compat.md#typing-and-acknowledge).
 IMPLEMENTED: frozenset[str] = frozenset({
     "inferenceRequest",
     "inferenceRequest.streaming",
@@ -67,6 +68,8 @@ IMPLEMENTED: frozenset[str] = frozenset({
     "channels.lifecycle",
     "channels.streaming",
     "channels.publish",
+    "channels.typing",
+    "channels.acknowledge",
     "contextHooks.beforeInference.observe",
     "contextHooks.beforeInference.inject.system",
     "contextHooks.beforeInference.inject.beforeUser",

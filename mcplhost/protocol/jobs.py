@@ -103,20 +103,23 @@ def read_tools_page(raw: Raw) -> tuple[ToolsPage, list[ListedTool], int]:
     return page, tools, malformed + max(len(page.tools) - MAX_PAGE_ENTRIES, 0)
 
 
-async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | None = None) -> OpenedChannel:
+async def open_channel(conn: Outbound, channel: Channel, *, timeout: float | None = None,
+                       history: int = 0) -> OpenedChannel:
     """channels/open for a channel; the returned descriptor is judged like a registration.
 
     Returns the decoded result (an agent's `channel_open` reads its backscroll
     from it; a result that is not an object is logged and counts as an empty
-    one); `timeout` None: the connector's request_timeout_s.
+    one); `timeout` None: the connector's request_timeout_s. `history` > 0
+    asks for that much backscroll, `history: {limit}` as discord-mcpl reads
+    it (docs/mcpl-compat.md#backscroll-on-channelsopen); 0 asks for none.
     """
     if "channels.lifecycle" not in conn.grant:
         raise errors.capability_denied("channels.lifecycle")
+    params: dict[str, Any] = {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}}
+    if history > 0:
+        params["history"] = {"limit": history}
     raw = await conn.session.request(
-        "channels/open",
-        {"type": channel.type, "address": channel.address, "metadata": channel.metadata or {}},
-        timeout=conn.spec.request_timeout_s if timeout is None else timeout,
-    )
+        "channels/open", params, timeout=conn.spec.request_timeout_s if timeout is None else timeout)
     try:
         result = decode_answer(raw, OpenedChannel, "channels/open")
     except MalformedAnswer as exc:

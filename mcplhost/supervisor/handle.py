@@ -290,7 +290,8 @@ class ConnectorHandle:
             raise ConnectorGone(self.name, self._state, f"its process life ended before {method} went out ({exc})"
                                 ) from exc
 
-    async def open_channel(self, channel_id: str, *, timeout: float | None = None) -> OpenedChannel:
+    async def open_channel(self, channel_id: str, *, timeout: float | None = None,
+                           history: int = 0) -> OpenedChannel:
         """channels/open for a registered channel; its result (with any backscroll the connector sends).
 
         The same refusals as `request`, plus the protocol's -32002 error when
@@ -302,7 +303,7 @@ class ConnectorHandle:
         if connection is None or channel is None:
             raise KeyError(channel_id)
         try:
-            return await connection.open_channel(channel, timeout=timeout)
+            return await connection.open_channel(channel, timeout=timeout, history=history)
         except ConnectionClosed as exc:
             raise ConnectorGone(self.name, self._state, f"its process life ended before channels/open was answered"
                                 f" ({exc})") from exc

@@ -95,3 +95,53 @@ class TestDiscordish:
             await wait_for(lambda: done(tmp_path))
         (policy,) = [e for e in events(tmp_path) if e["kind"] == "policy"]
         assert "discord.messaging" in policy["params"]["disabled"]
+
+
+#: The grant with the two extensions the stub implements (docs/mcpl-compat.md#typing-and-acknowledge).
+EXTENDED = [*GRANT, "channels.typing", "channels.acknowledge"]
+
+
+class TestExtensions:
+    """Typing, acknowledge and backscroll as discord-mcpl 0.1.4 answers them, driven through the host's own port."""
+
+    async def test_typing_acknowledge_and_history_as_discord_mcpl_answers_them(self, tmp_path) -> None:
+        spec = discordish(tmp_path, grant=EXTENDED)
+        spec.env["DISCORD_HISTORY"] = "60"
+        async with running_host(config_with(tmp_path, spec)) as host:
+            await wait_for(lambda: done(tmp_path))
+            port = host.connectors["discord"]
+            random, general = "discord:g1:random", "discord:g1:general"
+            await port.notify("channels/typing", {"channelId": random})  # no op: start
+            await port.notify("channels/typing", {"channelId": random, "op": "stop"})
+            acks = [await port.request("channels/acknowledge", params) for params in (
+                {"channelId": random, "messageId": "m-1", "value": "  ✅ ", "intent": "seen"},
+                {"channelId": random, "messageId": "m-1", "value": "", "intent": "seen"},
+                {"channelId": random, "messageId": "m-404", "intent": "seen"},
+                {"channelId": "discord:g9:nowhere", "messageId": "m-1", "intent": "seen"})]
+            clamped = await port.open_channel(random, history=80)
+            some = await port.open_channel(general, history=2)
+            none = await port.open_channel(general)
+            await wait_for(lambda: len([e for e in events(tmp_path) if e["kind"] == "typing"]) == 2)
+        record = events(tmp_path)
+        assert [(e["op"], e["indicator"]) for e in record if e["kind"] == "typing"] == [("start", True),
+                                                                                        ("stop", False)]
+        assert acks[0] == {"acknowledged": True, "representation": "✅"}
+        assert acks[1] == {"acknowledged": True, "representation": "👀"}  # empty means 👀
+        assert acks[2]["acknowledged"] is False and "m-404" in acks[2]["reason"]
+        assert acks[3]["acknowledged"] is False and "nowhere" in acks[3]["reason"]
+        # Backscroll: clamped to the stub's cap and said; the newest entries; none unless asked.
+        assert len(clamped.history or []) == 50 and clamped.historyTruncated is True
+        newest = json.loads(bytes((some.history or [])[-1]))
+        assert newest["channelId"] == "discord:g1:general" and newest["messageId"] == "m-4"  # its last delivered
+        assert len(some.history or []) == 2 and some.historyTruncated is False
+        assert none.history is None and none.backscroll() == []
+
+    async def test_with_the_extensions_granted_even_0_5_rules_enable_the_messaging_set(self, tmp_path) -> None:
+        """The legacy `disabled` rule's consequence: a grant with typing, acknowledge and streaming covers
+        discord.messaging's `uses`, so strict rules enable it too; the rule matters only for a narrower grant."""
+        spec = discordish(tmp_path, grant=[*EXTENDED, "channels.streaming"], protocol="0.5")
+        async with running_host(config_with(tmp_path, spec)):
+            await wait_for(lambda: done(tmp_path))
+            await items_when(tmp_path, MESSAGES)
+        (policy,) = [e for e in events(tmp_path) if e["kind"] == "policy"]
+        assert policy["params"]["disabled"] == [] and policy["messaging"] is True

@@ -366,10 +366,10 @@ class TestDeniedPaths:
 class TestImplemented:
     """What the host offers is what it implements, and what it advertises is exactly that (docs/grants.md)."""
 
-    def test_implemented_paths_are_vocabulary_paths_and_exclude_the_unbuilt(self) -> None:
-        """IMPLEMENTED holds only real paths, none of acknowledge or typing; inference only with [inference]."""
+    def test_implemented_paths_are_vocabulary_paths_typing_and_acknowledge_included(self) -> None:
+        """IMPLEMENTED holds only real paths, acknowledge and typing among them; inference only with [inference]."""
         assert IMPLEMENTED <= CAPABILITY_PATHS
-        assert not IMPLEMENTED & {"channels.acknowledge", "channels.typing"}
+        assert {"channels.acknowledge", "channels.typing"} <= offered_paths()
         assert INFERENCE_PATHS <= IMPLEMENTED
         assert not offered_paths() & INFERENCE_PATHS
         assert INFERENCE_PATHS <= offered_paths(inference_configured=True)

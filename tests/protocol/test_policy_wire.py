@@ -174,8 +174,8 @@ class TestEffectiveCapabilities:
         assert effective["system"] == [INJECT_SYSTEM]
         # What goes out is only what this host implements.
         assert policies("star", tmp_path)[0]["params"]["effectiveCapabilities"] == [
-            "channels.incoming", "channels.lifecycle", "channels.publish", "channels.register", "channels.streaming",
-            "inferenceLifecycle", "pushEvents", "tools"]
+            "channels.acknowledge", "channels.incoming", "channels.lifecycle", "channels.publish", "channels.register",
+            "channels.streaming", "channels.typing", "inferenceLifecycle", "pushEvents", "tools"]
         assert policies("inject", tmp_path)[0]["params"]["effectiveCapabilities"] == effective["inject"]
         assert policies("system", tmp_path)[0]["params"]["effectiveCapabilities"] == [INJECT_SYSTEM]
 
