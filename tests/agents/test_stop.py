@@ -31,7 +31,7 @@ from mcplhost.ingest import Ingest, Stored
 from mcplhost.protocol.intake import AdmittedMessage
 from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import NewItem
-from mcplhost.store.operations import PublishSpeech
+from mcplhost.store.operations import PublishSpeech, StartCursor
 from mcplhost.store.outbox import OutboxEntry
 
 from ..harness import config_with, record, running_host, scripted, wait_for
@@ -215,13 +215,18 @@ class TestStopInTheRuntime:
     async def _run(self, tmp_path: Path, agent: AgentConfig, backend: Any,
                    body: Callable[[Ingest, Any], Awaitable[None]]) -> None:
         async with agent_store(tmp_path) as (store, writer, _):
-            send, receive = anyio.create_memory_object_stream[Stored](64)
-            ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
-            runtime = AgentsRuntime(Config(agents=[agent]), store, writer, {}, backends={agent.name: backend})
-            async with send, anyio.create_task_group() as tg:
-                await tg.start(runtime.run, receive)
-                await body(ingest, store)
-                tg.cancel_scope.cancel()
+            await self._run_on(store, writer, agent, backend, body)
+
+    async def _run_on(self, store: Any, writer: Any, agent: AgentConfig, backend: Any,
+                      body: Callable[[Ingest, Any], Awaitable[None]]) -> None:
+        """The runtime fed by an Ingest's real Stored stream, while `body` runs."""
+        send, receive = anyio.create_memory_object_stream[Stored](64)
+        ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
+        runtime = AgentsRuntime(Config(agents=[agent]), store, writer, {}, backends={agent.name: backend})
+        async with send, anyio.create_task_group() as tg:
+            await tg.start(runtime.run, receive)
+            await body(ingest, store)
+            tg.cancel_scope.cancel()
 
     async def test_a_stop_from_outside_control_from_is_an_ordinary_message_and_wakes(self, tmp_path: Path):
         backend = RecordingBackend()
@@ -251,6 +256,25 @@ class TestStopInTheRuntime:
 
         await self._run(tmp_path, agent, backend, body)
         assert backend.requests == []
+
+    async def test_a_stop_found_by_the_start_s_catch_up_wakes_no_one(self, tmp_path: Path):
+        """A stop stored after the cursor while the host was down: the catch-up leaves it out.
+
+        The next ordinary item then wakes a turn of its own alone.
+        """
+        backend = RecordingBackend()
+        agent = agent_config(control_from=[f"disc/{BOSS}"])
+        async with agent_store(tmp_path) as (store, writer, quiet):
+            await writer.submit(StartCursor(agent.name, time.time_ns() // 1_000_000))
+            await say(quiet, " !Stop", BOSS, "m-1")  # stored with no runtime listening
+
+            async def body(ingest: Ingest, store: Any) -> None:
+                hello = await say(ingest, "scout, hello", ALICE, "m-2")
+                (turn,) = await until(lambda: _ended_turns(store))
+                assert turn.wake_item_ids == [hello]
+
+            await self._run_on(store, writer, agent, backend, body)
+
 
 
 class TestSenderNeverSendsAFailedRow:
