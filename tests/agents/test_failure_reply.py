@@ -7,15 +7,18 @@ marked `failureReply` goes through the outbox into the waking conversation.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
+from ..cli.support import daemon, scripted_connector, write_config
+from ..e2e.test_agents import turns, with_agents
 from ..harness import running_host, wait_for
 from .llm_server import LlmServer, Reply
-from .test_stop import ROOM, host_config, incoming, message, published_texts, scout, until
+from .test_stop import GRANT, MANIFEST, REGISTER, ROOM, host_config, incoming, message, published_texts, scout, until
 
 SORRY = "Sorry, something went wrong on my side."
 
@@ -41,7 +44,7 @@ class TestFailureReply:
         speech = [r for r in own if r.metadata.get("kind") == "speech"]
         assert [(r.content[0]["text"], r.metadata.get("failureReply")) for r in speech] == [(SORRY, True)]
         assert [r.metadata.get("kind") for r in own].count("turn-failed") == 1
-        assert turn.reason is not None  # the failure's cause, as turns --json shows it
+        assert turn.reason == "server_error"  # the failure's cause, as turns --json shows it
 
     async def test_no_failure_reply_when_it_is_empty(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("TEST_LLM_KEY", "k")
@@ -65,3 +68,25 @@ class TestFailureReply:
                 assert await host.store.outbox.list() == []
         (skipped,) = [e for e in logs if e["event"] == "agent.failure_reply_skipped"]
         assert skipped["agent"] == "scout"
+
+
+class TestThroughMcplhostRun:
+    async def test_mcplhost_run_posts_the_failure_reply_and_turns_json_shows_the_reason(self, tmp_path: Path):
+        """The documented surfaces: the connector receives the reply; `turns --json` has outcome failed and its reason."""
+        db = tmp_path / "host.db"
+        script = {"manifest": MANIFEST, "steps": [REGISTER, incoming(message("m-1", "scout?"))],
+                  "handlers": {"channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}}}
+        with LlmServer(default=Reply.error(500)) as llm:
+            config = with_agents(
+                write_config(tmp_path, [scripted_connector("disc", script, tmp_path, grant=GRANT,
+                                                           restart={"policy": "never"})]),
+                ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 0, "failure_reply": SORRY},
+                 {"kind": "openai", "model": "m", "base_url": llm.openai_base_url, "api_key_env": "TEST_LLM_KEY",
+                  "max_retries": 0, "timeout_s": 10}))
+            async with daemon(config, tmp_path, env={"TEST_LLM_KEY": "k"}) as run:
+                await wait_for(lambda: published_texts(tmp_path), timeout=30)
+                run.signal(signal.SIGTERM)
+                assert await run.wait() == 0
+        assert published_texts(tmp_path) == [SORRY]
+        (turn,) = turns(db)
+        assert (turn["outcome"], turn["reason"]) == ("failed", "server_error")
