@@ -251,6 +251,8 @@ class TestStopInTheRuntime:
             assert [(d.reason, d.item_id) for d in await store.decisions.for_item(pending)] == [
                 (DROPPED_BY_STOP, pending)]
             assert await store.decisions.for_item(stop) == []  # the stop is no dropped wake: it is the stop
+            read_back = {row.id: row for row in await store.items.get_many([pending, stop])}
+            assert is_stop_command(agent, read_back[stop]) and not is_stop_command(agent, read_back[pending])
             (line,) = [e for e in logs if e["event"] == "agent.stop"]
             assert (line["turn_aborted"], line["dropped"]) == (False, 1)
 
