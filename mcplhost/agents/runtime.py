@@ -159,10 +159,11 @@ class AgentRunner:
         dropped, counted_only = self.scheduler.drop_pending(now)
         self._dropped.extend(dropped)
         self._stop_unwritten = True
-        running = self._turn_scope is not None
-        if running and not self._stopping:
+        scope = self._turn_scope
+        running = scope is not None
+        if scope is not None and not self._stopping:
             self._stopping = True
-            self._turn_scope.cancel()  # type: ignore[union-attr]
+            scope.cancel()
         log.info("agent.stop", agent=self.agent.name, item=item_id, turn_aborted=running, dropped=len(dropped),
                  dropped_counted_only=counted_only)
         self._nudge.set()  # the runner writes the decisions and the cursor
