@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.scheduler import AgentScheduler
 from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.inbound.conversation import conversation_id
@@ -37,6 +38,7 @@ from mcplhost.store.outbox import OutboxEntry
 from ..harness import config_with, record, running_host, scripted, wait_for
 from .llm_server import LlmServer, Reply, ToolUse
 from .support import RecordingBackend, agent_config, agent_store
+from .test_scheduler import addressed
 
 ROOM = "disc:g1:room"
 BOSS, ALICE = "u-boss", "u-alice"
@@ -310,3 +312,20 @@ def _entry(text: str) -> OutboxEntry:
     return OutboxEntry(agent="scout", turn_id=None, server_id="disc", channel_id=ROOM, thread_id=None,
                        conversation_id=conversation_id("disc", ROOM, None), text=text,
                        created_at=time.time_ns() // 1_000_000)
+
+
+class TestSchedulerDropsPendingWakes:
+    @given(ids=st.lists(st.integers(min_value=1, max_value=500), min_size=1, max_size=150, unique=True),
+           conversation_scope=st.booleans())
+    def test_dropped_wakes_are_handled_never_due_and_never_wake_again(self, ids: list[int], conversation_scope: bool):
+        """Whatever pended (several conversations, past MAX_PENDING_IDS): dropped, the mark passes it, nothing is due."""
+        agent = AgentConfig(name="scout", wake_on=["addressed"], max_wakes_per_sender_per_hour=1000,
+                            context_scope="conversation" if conversation_scope else "agent")
+        s = AgentScheduler(agent)
+        for item_id in ids:
+            s.on_item(addressed(item_id, channel=f"room-{item_id % 3}"), 1.0)
+        dropped, counted_only = s.drop_pending(2.0)
+        assert len(dropped) + counted_only == len(ids) and set(dropped) <= set(ids)
+        assert s.due(1_000.0) is None and s.next_deadline() is None
+        assert s.handled_through(max(ids)) == max(ids)
+        assert not any(s.on_item(addressed(item_id), 3.0) for item_id in dropped)
