@@ -33,6 +33,12 @@ An item handled while an older one pended is above the cursor, so the
 start's catch-up leaves out the items the ledger's newest finished turns
 handled (`_handled_above`) rather than waking for them twice.
 
+Stop commands (docs/agents.md#stop, mcplhost/agents/stop.py): a stop item
+acts in `offer`, on arrival: the scheduler drops the pending wakes, the
+running turn's cancel scope is cancelled (the turn, told it was a stop,
+ends aborted with reason `stopped` and moves the cursor), and the runner
+then records the dropped items' `dropped_by_stop` decisions and the cursor.
+
 Exception boundary: an unexpected error while handling one wake (outside
 the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
 with its `turn-failed` notice); the agent goes on serving later wakes.
@@ -55,6 +61,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 import msgspec
@@ -70,6 +77,7 @@ from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
 from mcplhost.agents.services import NoTimings, TurnServices, TurnTimings
+from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
     CONTEXT_ROWS,
@@ -89,7 +97,9 @@ from mcplhost.peers.service import PeerService
 from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store, StoredItem
-from mcplhost.store.operations import CloseUnfinishedTurns, SetCursor, StartCursor
+from mcplhost.store.decisions import WakeDecision
+from mcplhost.store.operations import CloseUnfinishedTurns, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.turns import REASON_STOPPED
 from mcplhost.store.writer import GroupWriter
 
 log = structlog.get_logger()
@@ -106,7 +116,8 @@ RECOVER_S = 1.0
 BACKEND_CLOSE_S = 5.0
 #: An agent's newest turns read at start for items already handled above its cursor (older ones may wake again).
 HANDLED_TURNS_READ = 1000
-#: Turn outcomes that handled their wake (the cursor moves past it); an aborted turn's wake runs again.
+#: Turn outcomes that handled their wake (the cursor moves past it); an aborted turn's wake runs again,
+#: unless a stop aborted it (its reason is REASON_STOPPED: the stop consumed it).
 HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
 
 #: Test seam, None in production: called with the agent's name and the wake just before the wake is
@@ -128,9 +139,17 @@ class AgentRunner:
         self._nudge = anyio.Event()
         #: Held while a wake is handled (its turn included): a reload waits on it, so settings change between turns.
         self._turn_lock = anyio.Lock()
+        #: While a wake is handled: the scope a stop command cancels (docs/agents.md#stop).
+        self._turn_scope: anyio.CancelScope | None = None
+        self._stopping = False  # a stop cancelled the running turn: it ends stopped, not shut down
+        self._dropped: list[int] = []  # items a stop dropped, their decisions not written yet
+        self._stop_unwritten = False  # a stop happened: its decisions and the cursor are written next step
 
     def offer(self, stored: Stored, now: float) -> None:
         try:
+            if is_stop_command(self.agent, stored.item):
+                self._stop(stored.id, now)
+                return
             woke = self.scheduler.on_item(stored, now)
         except Exception:  # a bug for one item must not stop the stream for every agent
             log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
@@ -138,7 +157,31 @@ class AgentRunner:
         if woke:
             self._nudge.set()
 
+    def _stop(self, item_id: int, now: float) -> None:
+        """A stop command on arrival: drop the pending wakes and abort the running turn (docs/agents.md#stop)."""
+        dropped, counted_only = self.scheduler.drop_pending(now)
+        self._dropped.extend(dropped)
+        self._stop_unwritten = True
+        scope = self._turn_scope
+        running = scope is not None
+        if scope is not None and not self._stopping:
+            self._stopping = True
+            scope.cancel()
+        log.info("agent.stop", agent=self.agent.name, item=item_id, turn_aborted=running, dropped=len(dropped),
+                 dropped_counted_only=counted_only)
+        self._nudge.set()  # the runner writes the decisions and the cursor
+
+    async def _write_stop(self) -> None:
+        """After a stop: the dropped items' decisions and the cursor past them (and the stop), in one write."""
+        dropped, self._dropped, self._stop_unwritten = self._dropped, [], False
+        at = self.services.clock_ms()
+        decisions = [WakeDecision(item_id, self.agent.name, DROPPED_BY_STOP, at) for item_id in dropped]
+        operations: list[Any] = [RecordWakeDecisions(decisions)] if decisions else []
+        operations.append(SetCursor(self.agent.name, self._cursor_after_turn(), at))
+        await self.services.writer.submit(*operations)
+
     def catch_up(self, events: list[Stored], now: float) -> None:
+        events = [event for event in events if not is_stop_command(self.agent, event.item)]  # stale: wakes no one
         if events:
             self.scheduler.catch_up(events, now)
             self._nudge.set()
@@ -155,12 +198,16 @@ class AgentRunner:
     async def _step(self) -> None:
         """Run the due wake's turn, or sleep until the next deadline or nudge."""
         async with self._turn_lock:
+            if self._stop_unwritten:
+                await self._write_stop()
             now = anyio.current_time()
             wake = self.scheduler.due(now)
             if wake is not None:
                 try:
-                    await self._handle(wake)
+                    with anyio.CancelScope() as self._turn_scope:  # a stop cancels it (`_stop`)
+                        await self._handle(wake)
                 finally:
+                    self._turn_scope, self._stopping = None, False
                     self.scheduler.turn_ended(anyio.current_time())
                 await self._deliver_peer_messages()
                 return
@@ -198,7 +245,11 @@ class AgentRunner:
         if items:  # the wake latency: from its oldest item's acceptance to this turn's start
             oldest_ms = min(item.created_at for item in items)
             self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
-        await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn)
+        await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
+
+    def _is_stopping(self) -> bool:
+        """Asked by a cancelled turn: a stop (reason stopped, the cursor moves) rather than a shutdown."""
+        return self._stopping
 
     def _cursor_after_turn(self) -> int:
         """The cursor to write with the running turn's end: its low-water mark, asked just before that write.
@@ -501,7 +552,8 @@ class AgentsRuntime:
         handled: dict[str, set[int]] = {}
         for name, cursor in cursors.items():
             handled[name] = {item_id async for turn in self.store.turns.iterate(agent=name, limit=HANDLED_TURNS_READ)
-                             if turn.outcome in HANDLED_OUTCOMES for item_id in turn.wake_item_ids if item_id > cursor}
+                             if turn.outcome in HANDLED_OUTCOMES or turn.reason == REASON_STOPPED
+                             for item_id in turn.wake_item_ids if item_id > cursor}
         return handled
 
     async def _catch_up(self, cursors: dict[str, int], end: int, handled: dict[str, set[int]]) -> None:

@@ -43,6 +43,8 @@ Theory of operation:
   (so an item not yet offered, such as a dropped event still to be read
   back, holds it too). That is the durable cursor
   (docs/agents.md#the-durable-cursor).
+- Stop (`drop_pending`): a stop command lets every pending wake go unrun;
+  its items count as handled (docs/agents.md#stop).
 - Catch-up (`catch_up`) takes the items a restart found after the durable
   cursor (the caller has applied `catch_up_max_age_s`) and makes them one
   wake (one per conversation under `"conversation"`), due at once. It
@@ -280,6 +282,24 @@ class AgentScheduler:
         self._in_flight_floor = group.floor
         self._turn_starts.append(now)
         return group.wake()
+
+    def drop_pending(self, now: float) -> tuple[list[int], int]:
+        """A stop command: every pending wake is let go, unrun; (the ids dropped, the counted-only ones).
+
+        The dropped items are handled from now on (the low-water mark passes
+        them) and remembered, so the same item offered again wakes nothing.
+        The running turn, if any, is the caller's to abort.
+        """
+        self._tick(now)
+        ids = sorted(item_id for group in self._groups.values() for item_id in group.ids)
+        overflow = sum(group.overflow for group in self._groups.values())
+        self._groups.clear()
+        self._pending_ids.clear()
+        for item_id in ids:
+            self._recent[item_id] = None
+        while len(self._recent) > RECENT_WAKE_IDS:
+            self._recent.popitem(last=False)
+        return ids, overflow
 
     def turn_ended(self, now: float) -> None:
         """The turn handed out by `due` is over (whatever its outcome)."""

@@ -27,8 +27,8 @@ The steps, each delegated to the module that owns its rule:
 
 A failed turn stores a `turn-failed` notice and logs the cause; it never
 raises (the runtime keeps serving every agent). A cancelled turn (host
-shutdown) sends lifecycle `aborted` and records outcome `aborted` in a
-shielded, bounded write, then lets the cancellation through.
+shutdown, or a stop command) sends lifecycle `aborted` and records outcome
+`aborted` in a shielded, bounded write, then lets the cancellation through.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import structlog
 
 from mcplhost.agents.acknowledge import acknowledge_wake
 from mcplhost.agents.context import Injections, compile_request, needs_notice
+from mcplhost.agents.failure import failure_reply
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
 from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
@@ -55,8 +56,8 @@ from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
-from mcplhost.store.operations import BeginTurn, FinishTurn, InsertItems, SetCursor
-from mcplhost.store.turns import REASON_SHUTDOWN, REASON_TOKEN_BUDGET
+from mcplhost.store.operations import BeginTurn, FailTurnPublishes, FinishTurn, InsertItems, SetCursor
+from mcplhost.store.turns import REASON_SHUTDOWN, REASON_STOPPED, REASON_TOKEN_BUDGET
 from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
@@ -113,13 +114,17 @@ class TokenBudgetSpent(Exception):
 
 
 async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
-                   cursor: Callable[[], int | None] | None = None) -> str:
+                   cursor: Callable[[], int | None] | None = None,
+                   stopped: Callable[[], bool] | None = None) -> str:
     """Run one turn for `wake`; return its outcome. Never raises except the cancellation of a shutdown.
 
     `cursor`: asked when the turn's end is written, the agent's cursor to
     write with it (the scheduler's low-water mark, counting this turn as
     handled), or None to leave it. Without it (a turn run on its own), the
-    cursor moves to the wake's highest id. An aborted turn never moves it.
+    cursor moves to the wake's highest id. A turn aborted by a shutdown never
+    moves it. `stopped`: asked when the turn is cancelled; True means a stop
+    command aborted it (docs/agents.md#stop): reason `stopped`, the cursor
+    moves as for a handled turn, and its unsent outbox rows fail `stopped`.
     """
     started = anyio.current_time()
     progress = _Progress(conversation=wake_conversation(wake))
@@ -145,7 +150,13 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
         outcome = OUTCOME_ABORTED
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):
             await _close_inference(services, agent, progress, "aborted")
-            if progress.turn_id:
+            if progress.turn_id and stopped is not None and stopped():
+                # The stop consumed the wake: the cursor moves, and nothing more of the turn is sent.
+                unsent = FailTurnPublishes(progress.turn_id, services.clock_ms(), REASON_STOPPED)
+                results = await _finish(services, agent, progress, outcome, [], new_cursor, first=[unsent],
+                                        reason=REASON_STOPPED)
+                log.info("agent.turn_stopped", agent=agent.name, turn=progress.turn_id, unsent_failed=len(results[0]))
+            elif progress.turn_id:
                 # The cursor stays: the wake was not handled, so a restart's catch-up wakes for it again.
                 await _finish(services, agent, progress, outcome, [], None, reason=REASON_SHUTDOWN)
         raise
@@ -382,12 +393,17 @@ def failure_notice_text(reason: str, progress: _Progress) -> str:
 
 async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
                           cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = ()) -> None:
-    """A failed turn: a `turn-failed` notice for the agent and the record; a failing store is only logged."""
+    """A failed turn: a `turn-failed` notice for the agent, its failure reply (agents/failure.py) and the record,
+    in one write; a failing store is only logged."""
     try:
         if not progress.turn_id:
             (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, wake_ids, services.clock_ms()))
         notice = notice_row(agent.name, "turn-failed", failure_notice_text(reason, progress),
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
-        await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, reason=reason)
+        reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=services.clock_ms())
+        results = await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, first=reply,
+                                reason=reason)
+        if reply and progress.speech is not None:
+            progress.speech.notify(reply, results)  # wake the sender: the reply goes out like any speech
     except Exception:
         log.error("agent.turn_record_failed", agent=agent.name, turn=progress.turn_id, exc_info=True)

@@ -11,6 +11,8 @@ each channel, every channel's oldest first). Before every try the sender asks wh
 there now (speech/routing.py `publish_refusal`: it holds `channels.publish`,
 the channel is registered and inside the operator's patterns, and not
 inbound only); a row that may not ends failed with reason `not_permitted`.
+Just before its try the row is read again: one a stop failed since the page
+was read (store/outbox.py `fail_turn_pending_nocommit`) is never sent.
 A channel not registered yet is waited for CHANNEL_GRACE_S after a life
 becomes ready, since a restarted connector registers its channels again
 only after its handshake. Each outcome is committed through the group writer:
@@ -276,6 +278,9 @@ class OutboxSender:
 
     async def _send(self, row: PendingPublish) -> int | None:
         """Try the row once; None when it ended (delivered or failed), else when to try it again (epoch ms)."""
+        if not await self.store.outbox.is_pending(row.id):  # ended since it was read (a stop failed it)
+            log.info("outbox.no_longer_pending", connector=self.server_id, outbox_id=row.id)
+            return None
         started = self.clock_ms()
         try:
             raw = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=Raw)

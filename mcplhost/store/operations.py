@@ -301,6 +301,23 @@ class RecordPublishAttempt(msgspec.Struct, frozen=True):
         return [None] * len(ops)
 
 
+class FailTurnPublishes(msgspec.Struct, frozen=True):
+    """Fail, unsent, every pending outbox row of one turn (a stop aborted it); the result is the ids failed.
+
+    One write for the whole turn, conditional on `pending`: a row already
+    delivered stays delivered. No `failed-reply` notice: the stop was asked for.
+    """
+
+    turn_id: int
+    at: int  # epoch ms
+    reason: str  # the rows' error, e.g. store/turns.py REASON_STOPPED
+    STAGE: ClassVar[int] = STAGE_LEDGER
+
+    @classmethod
+    async def apply_all(cls, repos: Repositories, ops: Sequence[FailTurnPublishes]) -> list[list[int]]:
+        return [await repos.outbox.fail_turn_pending_nocommit(op.turn_id, op.at, op.reason) for op in ops]
+
+
 class EndPublish(msgspec.Struct, frozen=True):
     """End a pending publish as delivered or failed (with its `failed-reply` notice); True when it was pending.
 

@@ -151,6 +151,26 @@ class OutboxRepository:
             results.append(cursor.rowcount == 1)
         return results
 
+    async def fail_turn_pending_nocommit(self, turn_id: int, at: int, reason: str) -> builtins.list[int]:
+        """Fail every still pending row of one turn, unsent, with `reason` as its error; the ids failed.
+
+        One conditional UPDATE: a row a sender ended meanwhile keeps its end,
+        and a sender that picked a row up before this commit sees it no longer
+        pending when it looks again just before sending (speech/outbox.py).
+        """
+        conn = self._connections.writer("outbox.fail_turn_pending_nocommit")
+        rows = await conn.execute_fetchall(
+            "UPDATE outbox SET state = 'failed', delivered_at = ?, last_error = ?"
+            " WHERE turn_id = ? AND state = 'pending' RETURNING id", (at, reason[:LAST_ERROR_MAX_CHARS], turn_id))
+        return sorted(row[0] for row in rows)
+
+    async def is_pending(self, outbox_id: int) -> bool:
+        """Whether the row is still pending (the sender asks just before each try)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall("SELECT 1 FROM outbox WHERE id = ? AND state = 'pending'",
+                                               (outbox_id,))
+        return bool(rows)
+
     async def pending(self, server_id: str, *, limit: int, per_channel: int | None = None,
                       ) -> builtins.list[PendingPublish]:
         """The connector's pending rows, each channel's in id order (at most `limit`).

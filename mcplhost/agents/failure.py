@@ -1,0 +1,48 @@
+"""The failure reply: what a failed turn says in its conversation (docs/agents.md#failure-reply).
+
+    operations = failure_reply(agent, speech, at=now)   # [] or one PublishSpeech
+
+With the agent's `failure_reply` set, a turn that ends `failed` and has a
+decided route (the wake's default destination) publishes that text there,
+as a speech row marked `metadata.failureReply = true` with its outbox row,
+in the same write as the turn's end (agents/turn.py), so it is queued once
+or not at all. No decided route (several conversations, no conversation, or
+the turn failed before its waking items were read): no reply, logged.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import structlog
+
+from mcplhost.agents.rows import speech_row
+from mcplhost.agents.speech import TurnSpeech
+from mcplhost.config import AgentConfig
+from mcplhost.speech.routing import Destination
+from mcplhost.store.operations import PublishSpeech
+from mcplhost.store.outbox import OutboxEntry
+
+log = structlog.get_logger()
+
+#: The speech row's metadata key that marks a failure reply.
+FAILURE_REPLY_KEY = "failureReply"
+
+
+def failure_reply(agent: AgentConfig, speech: TurnSpeech | None, *, turn_id: int, at: int) -> list[PublishSpeech]:
+    """The failed turn's reply as writes: one PublishSpeech to its decided route, or none (logged why)."""
+    text = agent.failure_reply
+    if not text.strip():
+        return []
+    destination = speech.default if speech is not None else None
+    if not isinstance(destination, Destination):
+        log.info("agent.failure_reply_skipped", agent=agent.name, turn=turn_id,
+                 reason=getattr(destination, "reason", None) or "no_route_decided")
+        return []
+    row = speech_row(agent.name, turn_id, text, destination, created_at=at)
+    row = msgspec.structs.replace(row, metadata={**row.metadata, FAILURE_REPLY_KEY: True})
+    entry = OutboxEntry(agent=agent.name, turn_id=turn_id, server_id=destination.server_id,
+                        channel_id=destination.channel_id, thread_id=destination.thread_id,
+                        conversation_id=destination.conversation_id(), text=text, created_at=at)
+    log.info("agent.failure_reply", agent=agent.name, turn=turn_id, connector=destination.server_id,
+             channel=destination.channel_id)
+    return [PublishSpeech(speech=row, entries=[entry])]

@@ -1,0 +1,92 @@
+"""The failure reply (docs/agents.md#failure-reply) against a real host, a real connector and the local model server.
+
+The model's server answers 500 (no SDK retries): the turn fails, its
+`turn-failed` notice is stored, and with `failure_reply` set one speech row
+marked `failureReply` goes through the outbox into the waking conversation.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from ..cli.support import daemon, scripted_connector, write_config
+from ..e2e.test_agents import turns, with_agents
+from ..harness import running_host, wait_for
+from .llm_server import LlmServer, Reply
+from .test_stop import GRANT, MANIFEST, REGISTER, ROOM, host_config, incoming, message, published_texts, scout, until
+
+SORRY = "Sorry, something went wrong on my side."
+
+
+async def failed_turn(store: Any) -> list[Any]:
+    return [t for t in await store.turns.list() if t.outcome == "failed"]
+
+
+class TestFailureReply:
+    async def test_a_failed_turn_publishes_the_failure_reply_once_through_the_outbox(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setenv("TEST_LLM_KEY", "k")
+        with LlmServer(default=Reply.error(500)) as llm:
+            config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=SORRY))
+            async with running_host(config) as host:
+                (turn,) = await until(lambda: failed_turn(host.store))
+                await wait_for(lambda: published_texts(tmp_path))
+                rows = await host.store.outbox.list()
+                own = await host.store.items.list(agent="scout")
+        (row,) = rows
+        assert (row.state, row.turn_id, row.channel_id) == ("delivered", turn.id, ROOM)
+        assert published_texts(tmp_path) == [SORRY]
+        speech = [r for r in own if r.metadata.get("kind") == "speech"]
+        assert [(r.content[0]["text"], r.metadata.get("failureReply")) for r in speech] == [(SORRY, True)]
+        assert [r.metadata.get("kind") for r in own].count("turn-failed") == 1
+        assert turn.reason == "server_error"  # the failure's cause, as turns --json shows it
+
+    async def test_no_failure_reply_when_it_is_empty(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setenv("TEST_LLM_KEY", "k")
+        with LlmServer(default=Reply.error(500)) as llm:
+            config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=""))
+            async with running_host(config) as host:
+                await until(lambda: failed_turn(host.store))
+                assert await host.store.outbox.list() == []
+                kinds = [r.metadata.get("kind") for r in await host.store.items.list(agent="scout")]
+        assert "turn-failed" in kinds and "speech" not in kinds
+
+    async def test_no_failure_reply_without_a_decided_route_and_it_says_so(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """Two waking items of two conversations (a thread and its channel): no single route, no reply, a log line."""
+        monkeypatch.setenv("TEST_LLM_KEY", "k")
+        two_places = incoming(message("m-1", "scout?"), {**message("m-2", "scout!"), "threadId": "t-1"})
+        with LlmServer(default=Reply.error(500)) as llm, capture_logs() as logs:
+            config = host_config(tmp_path, [two_places], scout(llm, failure_reply=SORRY))
+            async with running_host(config) as host:
+                await until(lambda: failed_turn(host.store))
+                assert await host.store.outbox.list() == []
+        (skipped,) = [e for e in logs if e["event"] == "agent.failure_reply_skipped"]
+        assert skipped["agent"] == "scout"
+
+
+class TestThroughMcplhostRun:
+    async def test_mcplhost_run_posts_the_failure_reply_and_turns_json_shows_the_reason(self, tmp_path: Path):
+        """The documented surfaces: the connector receives the reply; `turns --json` has outcome failed and its reason."""
+        db = tmp_path / "host.db"
+        script = {"manifest": MANIFEST, "steps": [REGISTER, incoming(message("m-1", "scout?"))],
+                  "handlers": {"channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}}}
+        with LlmServer(default=Reply.error(500)) as llm:
+            config = with_agents(
+                write_config(tmp_path, [scripted_connector("disc", script, tmp_path, grant=GRANT,
+                                                           restart={"policy": "never"})]),
+                ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 0, "failure_reply": SORRY},
+                 {"kind": "openai", "model": "m", "base_url": llm.openai_base_url, "api_key_env": "TEST_LLM_KEY",
+                  "max_retries": 0, "timeout_s": 10}))
+            async with daemon(config, tmp_path, env={"TEST_LLM_KEY": "k"}) as run:
+                await wait_for(lambda: published_texts(tmp_path), timeout=30)
+                run.signal(signal.SIGTERM)
+                assert await run.wait() == 0
+        assert published_texts(tmp_path) == [SORRY]
+        (turn,) = turns(db)
+        assert (turn["outcome"], turn["reason"]) == ("failed", "server_error")
