@@ -423,6 +423,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     shown = args.verbose or args.log_format is not None or args.log_level is not None
     logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
     db = usable_database(args.db)
+    view.database = str(db)
     with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
         config = dev_config(db.resolve(), console_socket=relay.path)
         view.connectors = [c.name for c in config.connectors]

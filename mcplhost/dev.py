@@ -59,27 +59,36 @@ HOST_EVENTS = {"host.ready": "ready", "host.stopping": "stopping"}
 #: On a terminal (and without NO_COLOR), each kind of line has its colour (SGR codes); item lines keep the default.
 COLOURS = {"agent.wake": "33", "agent.tool_called": "36", "agent.turn": "32", "outbox.delivered": "1;34",
            "peer.delivered": "1;35",
-           "speech.draft": "35", "warning": "31", "error": "1;31", "critical": "1;31"}
+           "speech.draft": "35", "speech.typing": "2", "agent.acknowledged": "2", "agent.stop": "1;33",
+           "warning": "31", "error": "1;31", "critical": "1;31"}
 RESET = "\x1b[0m"
 
 #: The Discord-shaped stub plays its whole scenario once (STUB_MESSAGES 0: every step).
 STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 #: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
-ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "12", "ZULIP_INTERVAL_S": "1.5"}
+ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "16", "ZULIP_INTERVAL_S": "1.5"}
 HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
 #: Passed to dev's connectors only when set in dev's environment (each connector has its own default).
 PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 #: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
 DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
 #: channels.publish only once this host implements it, so dev never grants what nothing serves.
-CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish") if path in IMPLEMENTED]
+CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish", "channels.typing",
+                                 "channels.acknowledge") if path in IMPLEMENTED]
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
 #: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
+#: One reply per backend call, in the order the stubs' scenario makes them: the deploy question (a tool round,
+#: then its answer), scribe's peer message, Dana's DM, the two guilds' mentions, Hana's report (a slow tool
+#: that Alice's `!stop` aborts), then every later call says the waking text back.
 DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [
     {"name": "stub__echo", "arguments": {"text": "ping"}},
     {"name": "task_send_message", "arguments": {"target": "scribe", "message": "Someone asked about the deploy notes."}},
-]}, "You said: {{echo}}"]
+]}, "You said: {{echo}}", "You said: {{echo}}", "You said: {{echo}}", "You said: {{echo}}",
+    {"text": "", "tool_calls": [{"name": "stub__report", "arguments": {}}]}, "You said: {{echo}}"]
+#: Whose stop commands scout obeys: Alice of the stub (connector/author-id, docs/agents.md#stop).
+DEV_CONTROL_FROM = ["stub/alice"]
 DEV_AGENT = AgentConfig(name="scout", wake_on=["addressed", "dm"], system_prompt="You are Scout, the dev agent.",
+                        ack_reaction="\N{EYES}", control_from=DEV_CONTROL_FROM,
                         backend=BackendConfig(kind="scripted", script=DEV_SCRIPT))
 #: dev's second agent, scout's child in one tree (docs/peers.md): woken only by peer messages. Scout's first
 #: turn sends it guidance (task_send_message); it answers scout with a peer message, which starts a turn of
@@ -92,7 +101,9 @@ HELPER_AGENT = AgentConfig(name="scribe", parent="scout", title="Scribe", wake_o
 #: What each stub stages, a line or two each, so nothing it does looks like a fault.
 EXPLAINED = {
     "stub": ["MCPL 0.5, like Discord: guilds, a thread, a DM, a rename, a fake header",
-             "two mentions in two guilds at once: they share no conversation, so a draft"],
+             "two mentions in two guilds at once: they share no conversation, so a draft",
+             "typing while scout answers, a reaction on what woke it; Alice's !stop",
+             "aborts scout's slow report"],
     "zulip": ["MCPL 0.5, like Zulip: streams, each topic a thread"],
     "heartbeat": ["MCPL 0.4, so legacy rules (docs/mcpl-compat.md); a push every {HEARTBEAT_INTERVAL_S} s"],
     "console": ["each line you type is a message; \"@scout ...\" mentions scout,",
@@ -258,6 +269,19 @@ def describe_event(event: dict[str, Any], connectors: list[str],
         return f"publish {event.get('agent')} → {place(server, label, event.get('thread'))}"
     if name == "speech.draft":
         return f"draft {event.get('agent')}: {event.get('reason')}, nothing published"
+    if name == "speech.typing":
+        server, channel = str(event.get("connector")), str(event.get("channel"))
+        label = (labels or {}).get((server, channel), channel)
+        return f"typing {event.get('agent')} → {place(server, label, event.get('thread'))}"
+    if name == "agent.acknowledged":
+        server, channel = str(event.get("connector")), str(event.get("channel"))
+        label = (labels or {}).get((server, channel), channel)
+        return f"ack {event.get('agent')} {event.get('representation')} → {place(server, label, None)}"
+    if name == "agent.stop":
+        aborted = "turn aborted" if event.get("turn_aborted") else "no turn running"
+        dropped = event.get("dropped") or 0
+        wakes = f", {dropped} pending wake{'s' if dropped != 1 else ''} dropped" if dropped else ""
+        return f"stop {event.get('agent')}: {aborted}{wakes}"
     if name == "host.ready":
         return f"ready: {', '.join(connectors)}" if connectors else "ready"
     if name in HOST_EVENTS:
@@ -275,7 +299,8 @@ def describe_event(event: dict[str, Any], connectors: list[str],
         return f"peer {event.get('agent')} → {event.get('target')}: {event.get('status')}{reason}"
     if name == "agent.turn":
         tokens = f", {event['tokens']} tokens" if event.get("tokens") else ""
-        return f"turn {event.get('agent')}: {event.get('outcome')} ({event.get('seconds')} s{tokens})"
+        reason = f", {event['reason']}" if event.get("reason") else ""
+        return f"turn {event.get('agent')}: {event.get('outcome')}{reason} ({event.get('seconds')} s{tokens})"
     level = event.get("level")
     if level not in SHOWN_LEVELS:
         return None
@@ -294,6 +319,9 @@ class LiveView:
         self.now = now
         self.connectors: list[str] = []
         self.labels: dict[tuple[str, str], str] = {}
+        #: Each agent's latest wake, by its first item id: what a draft's explain hint names.
+        self.woken_by: dict[str, int] = {}
+        self.database: str | None = None  # as the operator named it: the explain hint's --db
 
     @classmethod
     def for_stream(cls, out: TextIO) -> LiveView:
@@ -324,10 +352,16 @@ class LiveView:
 
     def event(self, event: dict[str, Any]) -> None:
         """The log tap (logs.configure): host events and warnings as lines of the view."""
+        name = str(event.get("event"))
+        if name == "agent.wake" and isinstance(event.get("first_item"), int):
+            self.woken_by[str(event.get("agent"))] = event["first_item"]
         text = describe_event(event, self.connectors, self.labels)
         if text is not None:
-            name = str(event.get("event"))
             self.line(self.now(), text, name if name in COLOURS else str(event.get("level")))
+        item = self.woken_by.get(str(event.get("agent")))
+        if name == "speech.draft" and item is not None:  # one hint per draft: where to read why
+            database = f" --db {self.database}" if self.database else ""
+            self.line(self.now(), f"  why: mcplhost explain {item}{database}", name)
 
 
 # --- the console -------------------------------------------------------------------

@@ -152,6 +152,7 @@ class Acknowledger:
             if not answer.acknowledged:
                 log.info("agent.acknowledge_refused", **where, reason=cut_error(answer.reason or ""))
                 return False
+            log.info("agent.acknowledged", **where, representation=cut_error(answer.representation or ack.value))
             return True
         if bound.cancelled_caught:
             log.warning("agent.acknowledge_failed", **where, error=f"no answer within {self._timeout_s:g} s")

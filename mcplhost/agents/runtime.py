@@ -241,6 +241,7 @@ class AgentRunner:
         if kept is None:
             return
         log.info("agent.wake", agent=self.agent.name, items=len(kept.item_ids), overflow=kept.overflow,
+                 first_item=min(kept.item_ids, default=None),
                  conversations=len(kept.conversations), several_conversations=kept.several_conversations)
         if items:  # the wake latency: from its oldest item's acceptance to this turn's start
             oldest_ms = min(item.created_at for item in items)

@@ -91,6 +91,7 @@ class _Progress:
     conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
     speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
     turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
+    reason: str | None = None  # why it ended other than completed, once its end is written (the turns row's)
     typing: Typing | None = None  # the turn's typing indicator (speech/typing.py), started once routing is decided
 
     def add(self, usage: Usage) -> None:
@@ -133,7 +134,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
     try:
         (progress.turn_id,) = await services.writer.submit(
             BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
-        async with Typing(services.handles) as progress.typing:  # "stop" on leaving, however the turn ends
+        async with Typing(services.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
             text = await _converse(agent, wake, services, progress)
             # The final prose is routed and queued in the same commit as the turn's end.
             final = await progress.speech.operations(text) if progress.speech is not None else []
@@ -166,7 +167,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
     finally:
         seconds = anyio.current_time() - started
         services.timings.turn_ended(agent.name, outcome, seconds)
-        log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome,
+        log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome, reason=progress.reason,
                  seconds=round(seconds, 3), model=progress.model, tokens=progress.tokens,
                  calls=progress.calls, wake=len(wake.item_ids) + wake.overflow)
     return outcome
@@ -349,6 +350,7 @@ async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progres
     if rows:
         operations.append(InsertItems(rows))
     ended = services.clock_ms()
+    progress.reason = reason
     operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
                                  progress.digest, injections=progress.injections, reason=reason))
     position = cursor() if cursor is not None else None

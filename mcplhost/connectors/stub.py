@@ -7,6 +7,13 @@ would. For agents it also serves two MCP tools (`echo`, `clock`), answers
 has sent), and logs each `inference/lifecycle` it hears on stderr; what of
 that is used is the operator's grant.
 
+It takes `channels/typing` (logged on stderr, like a platform showing the
+indicator) and answers `channels/acknowledge` as discord-mcpl does (docs/mcpl-compat.md#typing-and-acknowledge):
+`{acknowledged: true, representation}` for a channel it registered (an empty
+`value` is 👀), `acknowledged: false` with a `reason` otherwise. Its `report`
+tool is slow on purpose (REPORT_S), so `mcplhost dev` can show a stop
+command aborting a turn.
+
 It answers `channels/publish` Requests with `{delivered, messageId}` and,
 like Discord, then delivers the published message back through
 `channels/incoming` (same messageId, author Scout, the thread of the
@@ -29,6 +36,7 @@ Test-only: MCPL_TEST_CLOCK runs the timed steps on a test's clock
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import sys
@@ -40,13 +48,14 @@ from .stage import Echoes, Said, say
 MANIFEST = {
     "version": "0.5",
     "pushEvents": True,
-    "channels": {"register": True, "incoming": True, "publish": True},
+    "channels": {"register": True, "incoming": True, "publish": True, "typing": True, "acknowledge": True},
     "contextHooks": {"beforeInference": {"inject": {"afterUser": True}}},
     "inferenceLifecycle": True,
     "featureSets": {
         "stub.chat": {
             "description": "Messages from the stub chat platform",
-            "uses": ["channels.register", "channels.incoming", "pushEvents"],
+            "uses": ["channels.register", "channels.incoming", "pushEvents", "channels.typing",
+                     "channels.acknowledge"],
         },
         "stub.notes": {
             "description": "A note after the user's turn, and the agent's inferences observed",
@@ -72,6 +81,14 @@ class Counter:
     sent = 0
 
 
+#: How long the `report` tool takes: long enough that a stop command arrives while it runs.
+REPORT_S = 30.0
+#: What an empty acknowledge `value` means, as on discord-mcpl.
+DEFAULT_REACTION = "\N{EYES}"
+#: The channel ids this stub registered: the ones it acknowledges messages in.
+REGISTERED: set[str] = set()
+
+
 def serve_agents(server: McplServer) -> None:
     """The agent-facing parts: MCP tools, the beforeInference note, lifecycle on stderr."""
 
@@ -85,6 +102,12 @@ def serve_agents(server: McplServer) -> None:
                     input_schema={"type": "object", "properties": {"text": {"type": "string"}}})
     server.add_tool("clock", clock, description="The stub platform's time (UTC)")
 
+    async def report(arguments: dict) -> list[dict]:
+        await asyncio.sleep(REPORT_S)
+        return text("The weekly report is ready.")
+
+    server.add_tool("report", report, description="Compile the weekly report (slow)")
+
     async def before_inference(params: dict) -> dict:
         return {"featureSet": "stub.notes", "contextInjections": [
             {"namespace": "stub", "position": "afterUser", "content": f"(stub: {Counter.sent} messages sent so far)"}]}
@@ -94,6 +117,23 @@ def serve_agents(server: McplServer) -> None:
 
     server.handlers["context/beforeInference"] = before_inference
     server.notification_handlers["inference/lifecycle"] = lifecycle
+
+
+def serve_chat_extensions(server: McplServer, registered: set[str]) -> None:
+    """Typing and acknowledge as discord-mcpl serves them, for the channels in `registered`."""
+
+    async def typing(params: dict) -> None:
+        log(f"stub: typing in {params.get('channelId')} ({params.get('op') or 'start'})")
+
+    async def acknowledge(params: dict) -> dict:
+        channel_id = params.get("channelId")
+        if channel_id not in registered:
+            return {"acknowledged": False, "reason": f"Invalid channel ID: {channel_id}"}
+        value = str(params.get("value") or "").strip() or DEFAULT_REACTION
+        return {"acknowledged": True, "representation": value}
+
+    server.notification_handlers["channels/typing"] = typing
+    server.handlers["channels/acknowledge"] = acknowledge
 
 
 async def main(server: McplServer) -> None:
@@ -111,6 +151,7 @@ async def main(server: McplServer) -> None:
              "address": {"guild": guild, "channel": name}}
             for name in ("general", "random")
         ]
+        REGISTERED.update(c["id"] for c in channels)
         answer = await server.request("channels/register", {"channels": channels})
         log(f"stub: registered {answer}")
     async with timed_steps() as steps:
@@ -163,6 +204,8 @@ DISCORD_STEPS: list[list[Said] | dict] = [
     [Said("stub:g1:random", "Grace", "Renamed this channel to #ops.")],
     [Said("stub:g1:general", "Erin", "@scout which guild is this?", tags=MENTION["tags"]),
      Said("stub:g2:general", "Finn", "@scout and this one?", tags=MENTION["tags"])],
+    [Said("stub:g1:general", "Hana", "@scout please compile the weekly report.", tags=MENTION["tags"])],
+    [Said("stub:g1:general", "Alice", "!stop")],  # dev's scout obeys Alice's stop commands (mcplhost/dev.py)
 ]
 
 
@@ -171,6 +214,7 @@ async def discord_scenario(server: McplServer, count: int, interval: float) -> N
     await server.ready.wait()
     if "channels.register" not in server.grant:
         return
+    REGISTERED.update(c["id"] for c in DISCORD_CHANNELS)
     log(f"stub: registered {await server.request('channels/register', {'channels': DISCORD_CHANNELS})}")
     async with timed_steps() as steps:
         for step in DISCORD_STEPS[:count or None]:
@@ -191,5 +235,6 @@ if __name__ == "__main__":
     else:
         stub = McplServer("stub", MANIFEST, tools=True)
         serve_agents(stub)
+        serve_chat_extensions(stub, REGISTERED)
         Echoes(stub, author={"id": "scout", "name": "Scout"})
         stub.run(main)

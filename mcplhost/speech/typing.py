@@ -63,8 +63,9 @@ class Typing:
     """The typing indicator of one turn: `start(destination)` once, repeated until the `async with` ends."""
 
     def __init__(self, handles: Mapping[str, ConnectorPort], *, repeat_s: float = TYPING_REPEAT_S,
-                 send_timeout_s: float = TYPING_SEND_TIMEOUT_S) -> None:
+                 send_timeout_s: float = TYPING_SEND_TIMEOUT_S, agent: str | None = None) -> None:
         self._handles = handles
+        self._agent = agent  # named in the one `speech.typing` line a turn logs
         self._repeat_s = repeat_s
         self._send_timeout_s = send_timeout_s
         self._destination: Destination | None = None
@@ -81,6 +82,9 @@ class Typing:
         if not may_type(self._handles.get(destination.server_id)):
             return
         self._destination = destination
+        # One line per turn, not per repeat (the `mcplhost dev` view shows it).
+        log.info("speech.typing", agent=self._agent, connector=destination.server_id,
+                 channel=destination.channel_id, thread=destination.thread_id)
         self._task_group.start_soon(self._repeat)
 
     async def __aenter__(self) -> Typing:
