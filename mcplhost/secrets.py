@@ -10,11 +10,18 @@ MIN_SECRET_CHARS is never treated as a secret: redacting "1" or "true"
 everywhere would wreck every text and protect nothing.
 
 The values are matched as literal text by one compiled alternation, longest
-first, so a value that contains another is redacted whole.
+first, so a value that contains another is redacted whole; each value is also
+matched as it is written inside a JSON string (its `"`, `\\` and control
+characters escaped), since stored rows and JSON log lines hold it so.
+
+The host builds one `Secrets` per run and shares it; `update` replaces its
+values in place (a reload re-reads the env files), so every holder sees the
+new set.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -29,16 +36,47 @@ def redaction(name: str) -> str:
 
 
 class Secrets:
-    """An immutable set of secret values by variable name; empty is valid and costs nothing."""
+    """The secret values by variable name, replaced whole by `update`; empty is valid and costs nothing."""
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
-        kept = {name: value for name, value in (values or {}).items() if len(value) >= MIN_SECRET_CHARS}
+        self._pairs: frozenset[tuple[str, str]] = frozenset()
+        self._set(frozenset((values or {}).items()))
+
+    def update(self, values: Mapping[str, str]) -> None:
+        """Hold `values` too, in place: everyone holding this object sees the new set (a reload).
+
+        Values held before are kept (a connector a reload left running still holds its old token). The
+        compiled state is replaced in one assignment, so a reader sees the old set or the new one.
+        """
+        self._set(self._pairs | frozenset(values.items()))
+
+    def _set(self, pairs: frozenset[tuple[str, str]]) -> None:
+        self._pairs = pairs = frozenset((name, value) for name, value in pairs if len(value) >= MIN_SECRET_CHARS)
         # One value named by two variables keeps the first name (sorted, so the choice is stable).
-        self._names: dict[str, str] = {}
-        for name in sorted(kept):
-            self._names.setdefault(kept[name], name)
-        ordered = sorted(self._names, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        names: dict[str, str] = {}
+        for name, value in sorted(pairs):
+            names.setdefault(value, name)
+            # As it appears inside a JSON string too (stored rows, logged JSON): `"`, `\`, controls escaped.
+            names.setdefault(json.dumps(value)[1:-1], name)
+            names.setdefault(json.dumps(value, ensure_ascii=False)[1:-1], name)  # as msgspec writes it
+        ordered = sorted(names, key=len, reverse=True)
+        pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        raw = re.compile(b"|".join(re.escape(v.encode()) for v in ordered)) if ordered else None
+        longest = max((len(value) for value in names), default=0)
+        self._state = (names, pattern, raw, longest)
+
+    @property
+    def _names(self) -> dict[str, str]:
+        return self._state[0]
+
+    @property
+    def _pattern(self) -> re.Pattern[str] | None:
+        return self._state[1]
+
+    @property
+    def longest(self) -> int:
+        """The longest secret's length in characters (0: none): a stream holds back one less (streaming.py)."""
+        return self._state[3]
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -50,16 +88,25 @@ class Secrets:
 
     def find(self, text: str) -> str | None:
         """The name of the variable whose value occurs first in `text`, or None."""
-        if self._pattern is None:
+        names, pattern = self._state[0], self._state[1]
+        if pattern is None:
             return None
-        found = self._pattern.search(text)
-        return None if found is None else self._names[found.group()]
+        found = pattern.search(text)
+        return None if found is None else names[found.group()]
 
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `[redacted:NAME]`."""
-        if self._pattern is None:
+        names, pattern = self._state[0], self._state[1]
+        if pattern is None:
             return text
-        return self._pattern.sub(lambda m: redaction(self._names[m.group()]), text)
+        return pattern.sub(lambda m: redaction(names[m.group()]), text)
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """`data` (UTF-8 text, or not) with every secret value's UTF-8 bytes replaced by `[redacted:NAME]`."""
+        names, raw = self._state[0], self._state[2]
+        if raw is None:
+            return data
+        return raw.sub(lambda m: redaction(names[m.group().decode()]).encode(), data)
 
     def redact_json(self, value: Any) -> Any:
         """A JSON-like value (dicts, lists, strings) with every string redacted; keys too. Other values unchanged."""
