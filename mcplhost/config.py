@@ -407,19 +407,25 @@ def secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> d
         if name is not None and environ.get(name):
             found.setdefault(name, (environ[name], where))
     for i, connector in enumerate(config.connectors):
-        own: dict[str, str] = {}
-        if connector.env_file is not None:
-            try:
-                own = read_env_file(connector.env_file)
-            except EnvFileError:
-                own = {}
-        named = [(f"env.{k}", k, v) for k, v in connector.env.items()]
-        named += [(f"env_pass[{j}]", k, environ[k]) for j, k in enumerate(connector.env_pass) if k in environ]
-        named += [("env_file", k, v) for k, v in own.items()]
-        for where, name, value in named:
-            if secret_name(name) and value:
-                found.setdefault(name, (value, f"connectors[{i}].{where}"))
+        for name, found_at in connector_secret_sources(connector, environ, where=f"connectors[{i}]").items():
+            found.setdefault(name, found_at)
     return found
+
+
+def connector_secret_sources(connector: ConnectorConfig, environ: Mapping[str, str] = os.environ, *,
+                             where: str = "") -> dict[str, tuple[str, str]]:
+    """One connector's secret variables (`secret_sources`), its `env_file` read now: as its spawn reads it."""
+    own: dict[str, str] = {}
+    if connector.env_file is not None:
+        try:
+            own = read_env_file(connector.env_file)
+        except EnvFileError:
+            own = {}  # its spawn fails the same way (docs/operations.md#connector-environments-and-secrets)
+    named = [(f"env.{k}", k, v) for k, v in connector.env.items()]
+    named += [(f"env_pass[{j}]", k, environ[k]) for j, k in enumerate(connector.env_pass) if k in environ]
+    named += [("env_file", k, v) for k, v in own.items()]
+    return {name: (value, f"{where}.{field}") for field, name, value in reversed(named)
+            if secret_name(name) and value}
 
 
 def secret_values(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, str]:

@@ -62,7 +62,7 @@ from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.runtime import AgentsRuntime
 from .agents.turn import CONTEXT_ROWS
-from .config import Config, ConnectorConfig, control_socket_path, secret_values
+from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
 from .control.notify import StatusLine
 from .control.server import serve_control
 from .control.service import ControlService
@@ -269,8 +269,12 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
 
     def new_connector(spec: ConnectorConfig) -> tuple[ConnectorHandle, OutboxSender]:
+        def changed() -> None:
+            status_line.changed()
+            learn_connector_secrets(spec, store)  # its spawn re-reads the env file: so does the host, at each change
+
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
-                                 on_change=status_line.changed, suppressed=suppressed)
+                                 on_change=changed, suppressed=suppressed)
         return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
 
     handles: dict[str, ConnectorHandle] = {}
@@ -298,6 +302,11 @@ def install_secrets(config: Config, store: Store) -> None:
     """
     store.secrets.update(secret_values(config))
     redact_secrets(store.secrets)
+
+
+def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
+    """Add the values of `spec`'s secret variables as they are now (an edited env file's new token)."""
+    store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
 def connector_quotas(config: Config) -> dict[str, QuotaLimits]:

@@ -63,7 +63,7 @@ class Secrets:
         pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
         raw = re.compile(b"|".join(re.escape(v.encode()) for v in ordered)) if ordered else None
         longest = max((len(value) for value in names), default=0)
-        self._state = (names, pattern, raw, longest)
+        self._state = (names, pattern, raw, longest, tuple(ordered), tuple(v.encode() for v in ordered))
 
     @property
     def _names(self) -> dict[str, str]:
@@ -88,23 +88,24 @@ class Secrets:
 
     def find(self, text: str) -> str | None:
         """The name of the variable whose value occurs first in `text`, or None."""
-        names, pattern = self._state[0], self._state[1]
-        if pattern is None:
+        names, pattern, _raw, _longest, values, _ = self._state
+        # `in` first: C substring search per value is many times faster than the alternation on text holding none.
+        if pattern is None or not any(value in text for value in values):
             return None
         found = pattern.search(text)
         return None if found is None else names[found.group()]
 
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `[redacted:NAME]`."""
-        names, pattern = self._state[0], self._state[1]
-        if pattern is None:
+        names, pattern, _raw, _longest, values, _ = self._state
+        if pattern is None or not any(value in text for value in values):
             return text
         return pattern.sub(lambda m: redaction(names[m.group()]), text)
 
     def redact_bytes(self, data: bytes) -> bytes:
         """`data` (UTF-8 text, or not) with every secret value's UTF-8 bytes replaced by `[redacted:NAME]`."""
-        names, raw = self._state[0], self._state[2]
-        if raw is None:
+        names, raw, encoded = self._state[0], self._state[2], self._state[5]
+        if raw is None or not any(value in data for value in encoded):
             return data
         return raw.sub(lambda m: redaction(names[m.group().decode()]).encode(), data)
 

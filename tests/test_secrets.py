@@ -197,3 +197,22 @@ class TestLogRedaction:
     def test_console_lines_too(self) -> None:
         out = self.run("console")
         assert "tok-abcdef" not in out and out.count("[redacted:DISCORD_TOKEN]") >= 4
+
+
+class TestKeptCurrent:
+    async def test_a_connector_start_reads_its_env_file_again_and_the_host_keeps_the_old_value_too(
+            self, tmp_path) -> None:
+        """At each state change (a spawn among them) the host re-reads the connector's env file as the spawn
+        does: an edited token is known from then on, and the one a running connector may still hold stays."""
+        from mcplhost.host import learn_connector_secrets
+        from mcplhost.store import open_store
+
+        write_env(tmp_path, "CHAT_TOKEN=first-token-123\n")
+        (spec,) = load_config(write_config(tmp_path, CONFIG)).connectors
+        async with open_store(tmp_path / "s.db") as store:
+            learn_connector_secrets(spec, store)
+            write_env(tmp_path, "CHAT_TOKEN=second-token-456\n")
+            assert store.secrets.find("second-token-456") is None
+            learn_connector_secrets(spec, store)
+            assert store.secrets.redact("first-token-123 second-token-456 tok-in-env-123") == (
+                "[redacted:CHAT_TOKEN] [redacted:CHAT_TOKEN] [redacted:DISCORD_Token]")

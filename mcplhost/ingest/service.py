@@ -397,7 +397,7 @@ class Ingest:
                 self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
         thread = processed.metadata.get("threadId")
         content, metadata = processed.content, processed.metadata
-        if self.secrets:  # the events the agents read carry this very item, not the stored row
+        if self.secrets and self.secrets.find_json([content, metadata]):  # the agents' events carry this very item
             content, metadata = self.secrets.redact_json(content), self.secrets.redact_json(metadata)
         return NewItem(role="user", content=content, metadata=metadata,
                        created_at=created_at, participant=participant,
