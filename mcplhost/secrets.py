@@ -26,6 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 #: Values shorter than this are not secrets (check-config warns about them).
 MIN_SECRET_CHARS = 8
 
@@ -122,23 +124,43 @@ class Secrets:
         return value
 
     def find_json(self, value: Any) -> str | None:
-        """The name of a secret held anywhere in a JSON-like value (strings and keys), or None."""
+        """The name of a secret held anywhere in a JSON-like value (strings and keys), or None.
+
+        Searched in the value's JSON text, one C encode (each value is held in its JSON-escaped form too); a
+        value JSON cannot encode is walked instead.
+        """
         if self._pattern is None:
             return None
+        try:
+            return self.find(msgspec.json.encode(value).decode())
+        except (TypeError, ValueError, UnicodeDecodeError):
+            return self._walk_find(value)
+
+    def _walk_find(self, value: Any) -> str | None:
         if isinstance(value, str):
             return self.find(value)
         if isinstance(value, dict):
             for k, v in value.items():
-                name = (self.find(k) if isinstance(k, str) else None) or self.find_json(v)
+                name = (self.find(k) if isinstance(k, str) else None) or self._walk_find(v)
                 if name is not None:
                     return name
             return None
         if isinstance(value, list | tuple):
             for v in value:
-                name = self.find_json(v)
+                name = self._walk_find(v)
                 if name is not None:
                     return name
         return None
+
+    def find_in(self, texts: list[str], blobs: list[bytes]) -> bool:
+        """Whether any of `texts` or `blobs` holds a secret: joined, so a row of many values is one search."""
+        if self._pattern is None:
+            return False
+        joined = "\x00".join(texts)  # no value holds NUL (an environment cannot), so none spans two
+        if self.find(joined) is not None:
+            return True
+        raw = b"\x00".join(blobs)
+        return any(value in raw for value in self._state[5])
 
 
 #: No secrets: the default wherever none were given.
