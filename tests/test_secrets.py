@@ -29,6 +29,11 @@ def mixed(secrets: dict[str, str], pieces: list[str], picks: list[int]) -> str:
     return "".join(piece + chosen[pick % len(chosen)] for piece, pick in zip(pieces, picks))
 
 
+def held_values(held: Secrets, secrets: dict[str, str]) -> list[str]:
+    """The values `held` treats as secrets (long enough)."""
+    return [value for name, value in secrets.items() if len(value) >= MIN_SECRET_CHARS]
+
+
 class TestRedaction:
     @settings(max_examples=300, deadline=None)
     @given(secrets=secret_sets, pieces=st.lists(texts, max_size=5), picks=st.lists(st.integers(0, 9), max_size=5))
@@ -60,6 +65,18 @@ class TestRedaction:
         raw = held.redact_bytes(text.encode())
         for value in secrets.values():
             assert value.encode() not in raw
+
+    @settings(max_examples=300, deadline=None)
+    @given(base=values, extra=st.text(min_size=1, max_size=6), cut=st.integers(1, 7), pieces=st.lists(texts, max_size=4),
+           picks=st.lists(st.integers(0, 9), max_size=4))
+    def test_overlapping_values_leave_nothing_behind(self, base, extra, cut, pieces, picks) -> None:
+        """Values that contain, prefix or overlap one another: still no value left, and find agrees."""
+        secrets = {"A_KEY": base, "B_KEY": base + extra, "C_KEY": base[cut:] + extra + base[:cut]}
+        held = Secrets(secrets)
+        text = mixed(secrets, pieces, picks) + base[: len(base) // 2]
+        redacted = held.redact(text)
+        assert all(value not in redacted for value in held_values(held, secrets))
+        assert held.find(redacted) is None and held.redact(redacted) == redacted
 
     def test_a_value_inside_another_is_redacted_whole_under_the_longer_name(self) -> None:
         held = Secrets({"SHORT_KEY": "abcdefgh", "LONG_TOKEN": "xxabcdefghyy"})
