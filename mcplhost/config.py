@@ -25,6 +25,7 @@ from .envfile import EnvFileError, read_env_file
 from .errors import ConfigError
 from .rpc.framing import MAX_LINE_BYTES
 from .rpc.session import DEFAULT_TIMEOUT_S
+from .secrets import MIN_SECRET_CHARS
 from .store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
 
 Seconds = Annotated[float, Meta(gt=0)]
@@ -382,6 +383,68 @@ def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+#: A connector variable whose name holds one of these (upper-cased first, so `discord_token` counts) is a secret.
+SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def secret_name(name: str) -> bool:
+    """Whether a connector's variable is secret by its name (docs/agents.md#secrets)."""
+    upper = name.upper()
+    return any(part in upper for part in SECRET_NAME_PARTS)
+
+
+def secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, tuple[str, str]]:
+    """Every secret variable's value with where it is named, as {name: (value, path)}; unset ones left out.
+
+    The values of every `api_key_env` (agents' backends, `[inference]`,
+    `[moderation]`) and every connector variable whose name is secret
+    (`secret_name`): in `env`, in `env_pass` (from `environ`) and in the
+    `env_file` (read now; unreadable: skipped, `check-config` reports it).
+    Short values are kept here, for the warning; `Secrets` drops them.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    keyed = [(f"agents[{i}].backend.api_key_env", a.backend.api_key_env) for i, a in enumerate(config.agents)]
+    if config.inference is not None:
+        keyed.append(("inference.backend.api_key_env", config.inference.backend.api_key_env))
+    if config.moderation is not None:
+        keyed.append(("moderation.api_key_env", config.moderation.api_key_env))
+    for where, name in keyed:
+        if name is not None and environ.get(name):
+            found.setdefault(name, (environ[name], where))
+    for i, connector in enumerate(config.connectors):
+        for name, found_at in connector_secret_sources(connector, environ, where=f"connectors[{i}]").items():
+            found.setdefault(name, found_at)
+    return found
+
+
+def connector_secret_sources(connector: ConnectorConfig, environ: Mapping[str, str] = os.environ, *,
+                             where: str = "") -> dict[str, tuple[str, str]]:
+    """One connector's secret variables (`secret_sources`), its `env_file` read now: as its spawn reads it."""
+    own: dict[str, str] = {}
+    if connector.env_file is not None:
+        try:
+            own = read_env_file(connector.env_file)
+        except EnvFileError:
+            own = {}  # its spawn fails the same way (docs/operations.md#connector-environments-and-secrets)
+    named = [(f"env.{k}", k, v) for k, v in connector.env.items()]
+    named += [(f"env_pass[{j}]", k, environ[k]) for j, k in enumerate(connector.env_pass) if k in environ]
+    named += [("env_file", k, v) for k, v in own.items()]
+    return {name: (value, f"{where}.{field}") for field, name, value in reversed(named)
+            if secret_name(name) and value}
+
+
+def secret_values(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The secret values the host withholds and redacts, by variable name (docs/agents.md#secrets)."""
+    return {name: value for name, (value, _where) in secret_sources(config, environ).items()}
+
+
+def short_secret_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """A secret variable whose value is too short to be redacted, as ``path: what`` (never the value)."""
+    return [f"{where}: the value of {name} is shorter than {MIN_SECRET_CHARS} characters: it is not treated as a"
+            " secret (never withheld, never redacted)"
+            for name, (value, where) in secret_sources(config, environ).items() if len(value) < MIN_SECRET_CHARS]
+
+
 def problems(raw: Any, *, unknown_grant: UnknownGrant | None = None) -> list[str]:
     """Every problem in a decoded TOML document, as ``path: what is wrong``.
 
@@ -644,7 +707,7 @@ def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ
             if name not in environ:
                 found.append(f"connectors[{i}].env_pass[{j}]: the variable {name} is not set here: "
                              "the connector starts without it")
-    return found
+    return found + short_secret_warnings(config, environ)
 
 
 # --- the machine the config names ----------------------------------------------

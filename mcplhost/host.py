@@ -62,7 +62,7 @@ from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.runtime import AgentsRuntime
 from .agents.turn import CONTEXT_ROWS
-from .config import Config, ConnectorConfig, control_socket_path
+from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
 from .control.notify import StatusLine
 from .control.server import serve_control
 from .control.service import ControlService
@@ -70,7 +70,7 @@ from .errors import HostStateError
 from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
 from .ingest.quotas import QuotaLimits
-from .logs import SuppressedTotals
+from .logs import SuppressedTotals, redact_secrets
 from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .reload import ReloadPlan, reload_plan
@@ -228,6 +228,7 @@ class Host:
             self._handles[spec.name], self._senders[spec.name] = self._new_connector(spec)
             group.start_soon(self._connector, spec)
         self.ingest.set_quotas(connector_quotas(new))
+        install_secrets(new, self.store)  # env files re-read: the changed connectors' new values
         agents = await self.agents.reload(new.agents)
         self.agents.set_connectors(new.connectors)  # author_line counts from the next compile
         self.config = msgspec.structs.replace(self.config, connectors=new.connectors, agents=self.agents.config.agents)
@@ -258,9 +259,10 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     # The histograms exist only when /metrics is served; the counters are the components' own in any case.
     timings = Timings() if config.metrics.listen else None
     suppressed = SuppressedTotals()
+    install_secrets(config, store)
     writer = GroupWriter(store, on_commit=timings.committed if timings is not None else None)
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
-                    suppressed=suppressed, quotas=connector_quotas(config))
+                    suppressed=suppressed, quotas=connector_quotas(config), secrets=store.secrets)
     hooks = HookState()
     inference = connector_inference(config)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
@@ -268,8 +270,12 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
 
     def new_connector(spec: ConnectorConfig) -> tuple[ConnectorHandle, OutboxSender]:
+        def changed() -> None:
+            status_line.changed()
+            learn_connector_secrets(spec, store)  # its spawn re-reads the env file: so does the host, at each change
+
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
-                                 on_change=status_line.changed, suppressed=suppressed)
+                                 on_change=changed, suppressed=suppressed)
         return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
 
     handles: dict[str, ConnectorHandle] = {}
@@ -288,6 +294,20 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 control=ControlService(store, connectors, agents, started_at_ms=now_ms()), status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
                 handles=handles, senders=sender_of)
+
+
+def install_secrets(config: Config, store: Store) -> None:
+    """The config's secret values into the store's `Secrets` (every holder shares it) and the log's redaction.
+
+    Called when the host is built and on each reload (docs/agents.md#secrets).
+    """
+    store.secrets.update(secret_values(config))
+    redact_secrets(store.secrets)
+
+
+def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
+    """Add the values of `spec`'s secret variables as they are now (an edited env file's new token)."""
+    store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
 def connector_quotas(config: Config) -> dict[str, QuotaLimits]:

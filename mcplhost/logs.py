@@ -37,6 +37,7 @@ import msgspec
 import structlog
 
 from .ratelimit import Suppressed, WindowLimiter
+from .secrets import NO_SECRETS, Secrets
 from .tracebacks import cut_middle
 
 LogFormat = Literal["json", "console"]
@@ -196,6 +197,39 @@ class _QueueLogger:
 
 _lines: LineQueue | None = None
 _sink: StreamSink | None = None
+#: The host's secret values, redacted from every line (`redact_secrets`); none until a host installs its own.
+_secrets: Secrets = NO_SECRETS
+
+
+def redact_secrets(secrets: Secrets) -> None:
+    """Redact `secrets`' values from every later log line (the host calls it once it knows them)."""
+    global _secrets
+    _secrets = secrets
+
+
+def _redacting(renderer: structlog.typing.Processor) -> structlog.typing.Processor:
+    """`renderer`, then the rendered line redacted: covers tracebacks, reprs and whatever a value rendered to.
+
+    `_redact_event` ran before already (values, then the formatted traceback); this is the last net.
+    """
+    def processor(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
+        secrets = _secrets
+        if not secrets:
+            return renderer(logger, method, event)
+        line = renderer(logger, method, event)
+        return secrets.redact(line) if isinstance(line, str) else line
+
+    return processor
+
+
+def _redact_event(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Every string value of the event redacted, before the tap sees it and before values are cut to size."""
+    secrets = _secrets
+    if not secrets:
+        return event
+    return {key: secrets.redact(value) if isinstance(value, str) else
+            secrets.redact_json(value) if isinstance(value, (dict, list, tuple)) else value
+            for key, value in event.items()}
 
 
 def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap | None = None,
@@ -210,13 +244,15 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
+        _redact_event,  # before the tap and before any value is cut (a cut secret's first half is still one)
     ]
     if tap is not None:
         processors.append(_tapping(tap))
     if not show:
         processors.append(_drop)
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    processors += [_bound_values, stamp, structlog.processors.format_exc_info, _bound_tracebacks, renderer]
+    processors += [_bound_values, stamp, structlog.processors.format_exc_info, _redact_event, _bound_tracebacks,
+                   _redacting(renderer)]
 
     def dropped_line(count: int) -> str:
         event = {"event": "log.dropped", "level": "warning", "lines": count,

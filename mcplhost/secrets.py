@@ -10,14 +10,23 @@ MIN_SECRET_CHARS is never treated as a secret: redacting "1" or "true"
 everywhere would wreck every text and protect nothing.
 
 The values are matched as literal text by one compiled alternation, longest
-first, so a value that contains another is redacted whole.
+first, so a value that contains another is redacted whole; each value is also
+matched as it is written inside a JSON string (its `"`, `\\` and control
+characters escaped), since stored rows and JSON log lines hold it so.
+
+The host builds one `Secrets` per run and shares it; `update` replaces its
+values in place (a reload re-reads the env files), so every holder sees the
+new set.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 #: Values shorter than this are not secrets (check-config warns about them).
 MIN_SECRET_CHARS = 8
@@ -29,16 +38,47 @@ def redaction(name: str) -> str:
 
 
 class Secrets:
-    """An immutable set of secret values by variable name; empty is valid and costs nothing."""
+    """The secret values by variable name, replaced whole by `update`; empty is valid and costs nothing."""
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
-        kept = {name: value for name, value in (values or {}).items() if len(value) >= MIN_SECRET_CHARS}
+        self._pairs: frozenset[tuple[str, str]] = frozenset()
+        self._set(frozenset((values or {}).items()))
+
+    def update(self, values: Mapping[str, str]) -> None:
+        """Hold `values` too, in place: everyone holding this object sees the new set (a reload).
+
+        Values held before are kept (a connector a reload left running still holds its old token). The
+        compiled state is replaced in one assignment, so a reader sees the old set or the new one.
+        """
+        self._set(self._pairs | frozenset(values.items()))
+
+    def _set(self, pairs: frozenset[tuple[str, str]]) -> None:
+        self._pairs = pairs = frozenset((name, value) for name, value in pairs if len(value) >= MIN_SECRET_CHARS)
         # One value named by two variables keeps the first name (sorted, so the choice is stable).
-        self._names: dict[str, str] = {}
-        for name in sorted(kept):
-            self._names.setdefault(kept[name], name)
-        ordered = sorted(self._names, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        names: dict[str, str] = {}
+        for name, value in sorted(pairs):
+            names.setdefault(value, name)
+            # As it appears inside a JSON string too (stored rows, logged JSON): `"`, `\`, controls escaped.
+            names.setdefault(json.dumps(value)[1:-1], name)
+            names.setdefault(json.dumps(value, ensure_ascii=False)[1:-1], name)  # as msgspec writes it
+        ordered = sorted(names, key=len, reverse=True)
+        pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        raw = re.compile(b"|".join(re.escape(v.encode()) for v in ordered)) if ordered else None
+        longest = max((len(value) for value in names), default=0)
+        self._state = (names, pattern, raw, longest, tuple(ordered), tuple(v.encode() for v in ordered))
+
+    @property
+    def _names(self) -> dict[str, str]:
+        return self._state[0]
+
+    @property
+    def _pattern(self) -> re.Pattern[str] | None:
+        return self._state[1]
+
+    @property
+    def longest(self) -> int:
+        """The longest secret's length in characters (0: none): a stream holds back one less (streaming.py)."""
+        return self._state[3]
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -50,16 +90,26 @@ class Secrets:
 
     def find(self, text: str) -> str | None:
         """The name of the variable whose value occurs first in `text`, or None."""
-        if self._pattern is None:
+        names, pattern, _raw, _longest, values, _ = self._state
+        # `in` first: C substring search per value is many times faster than the alternation on text holding none.
+        if pattern is None or not any(value in text for value in values):
             return None
-        found = self._pattern.search(text)
-        return None if found is None else self._names[found.group()]
+        found = pattern.search(text)
+        return None if found is None else names[found.group()]
 
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `[redacted:NAME]`."""
-        if self._pattern is None:
+        names, pattern, _raw, _longest, values, _ = self._state
+        if pattern is None or not any(value in text for value in values):
             return text
-        return self._pattern.sub(lambda m: redaction(self._names[m.group()]), text)
+        return pattern.sub(lambda m: redaction(names[m.group()]), text)
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """`data` (UTF-8 text, or not) with every secret value's UTF-8 bytes replaced by `[redacted:NAME]`."""
+        names, raw, encoded = self._state[0], self._state[2], self._state[5]
+        if raw is None or not any(value in data for value in encoded):
+            return data
+        return raw.sub(lambda m: redaction(names[m.group().decode()]).encode(), data)
 
     def redact_json(self, value: Any) -> Any:
         """A JSON-like value (dicts, lists, strings) with every string redacted; keys too. Other values unchanged."""
@@ -74,23 +124,43 @@ class Secrets:
         return value
 
     def find_json(self, value: Any) -> str | None:
-        """The name of a secret held anywhere in a JSON-like value (strings and keys), or None."""
+        """The name of a secret held anywhere in a JSON-like value (strings and keys), or None.
+
+        Searched in the value's JSON text, one C encode (each value is held in its JSON-escaped form too); a
+        value JSON cannot encode is walked instead.
+        """
         if self._pattern is None:
             return None
+        try:
+            return self.find(msgspec.json.encode(value).decode())
+        except (TypeError, ValueError, UnicodeDecodeError):
+            return self._walk_find(value)
+
+    def _walk_find(self, value: Any) -> str | None:
         if isinstance(value, str):
             return self.find(value)
         if isinstance(value, dict):
             for k, v in value.items():
-                name = (self.find(k) if isinstance(k, str) else None) or self.find_json(v)
+                name = (self.find(k) if isinstance(k, str) else None) or self._walk_find(v)
                 if name is not None:
                     return name
             return None
         if isinstance(value, list | tuple):
             for v in value:
-                name = self.find_json(v)
+                name = self._walk_find(v)
                 if name is not None:
                     return name
         return None
+
+    def find_in(self, texts: list[str], blobs: list[bytes]) -> bool:
+        """Whether any of `texts` or `blobs` holds a secret: joined, so a row of many values is one search."""
+        if self._pattern is None:
+            return False
+        joined = "\x00".join(texts)  # no value holds NUL (an environment cannot), so none spans two
+        if self.find(joined) is not None:
+            return True
+        raw = b"\x00".join(blobs)
+        return any(value in raw for value in self._state[5])
 
 
 #: No secrets: the default wherever none were given.

@@ -589,7 +589,7 @@ class TestAgentEnvironment:
         _, found = read_config(write(tmp_path, text))
         assert found == ["agents[0].backend.api_key_env: the variable MCPLHOST_TEST_KEY is not set here: "
                          "calls will fail with missing_key"]
-        monkeypatch.setenv("MCPLHOST_TEST_KEY", "k")
+        monkeypatch.setenv("MCPLHOST_TEST_KEY", "k" * 8)  # shorter would be warned about (docs/agents.md#secrets)
         assert read_config(write(tmp_path, text))[1] == []
 
     def test_an_unheard_wake_on_connector_and_a_stray_script_are_warnings(self) -> None:

@@ -40,6 +40,7 @@ from mcplhost.speech.routing import (
     route_after,
     route_prose,
 )
+from mcplhost.speech.withhold import publish_refusal, secret_notice, withhold_secrets
 from mcplhost.store import StoredItem
 from mcplhost.store.operations import InsertItems, PublishSpeech
 from mcplhost.store.outbox import OutboxEntry
@@ -94,7 +95,8 @@ class TurnSpeech:
         segments = route_prose(prose, self.current, views,
                                published_default=self.published_default and self.current == self.default)
         self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (docs/agents.md#pins)
-        segments = await moderated(self.services.moderator, segments, self.agent.name)
+        segments, secret_names = withhold_secrets(segments, self.services.store.secrets)  # docs/agents.md#secrets
+        segments = await moderated(self.services.moderator, segments, self.agent.name)  # after: no secret leaves
         now = self.services.clock_ms()
         operations: list[Any] = []
         drafts = []
@@ -106,7 +108,8 @@ class TurnSpeech:
         if drafts:
             rows = [draft_row(self.agent.name, self.turn_id, d.text, d.reason or "undecided", created_at=now,
                               conversation_id=self.conversation) for d in drafts]
-            rows.append(notice_row(self.agent.name, "drafts", drafts_notice(drafts, views), created_at=now,
+            rows.append(notice_row(self.agent.name, "drafts", drafts_notice(drafts, views) + secret_notice(secret_names),
+                                   created_at=now,
                                    conversation_id=self.conversation, turnId=self.turn_id))
             operations.append(InsertItems(rows))
             for d in drafts:
@@ -149,6 +152,10 @@ class TurnSpeech:
 
     async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]:
         """`channel_publish`: queue `text` for `channel` (thread optional); the tool's JSON answer."""
+        secret = self.services.store.secrets.find_json([channel, text, thread])
+        if secret is not None:  # docs/agents.md#secrets: refused, not sent
+            log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason="secret", variable=secret)
+            return publish_refusal(secret)
         destination = resolve(channel, self.views(), thread=thread)
         if isinstance(destination, Refused):
             log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason=destination.reason)

@@ -76,7 +76,9 @@ from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
 from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.secrets import Secrets
 from mcplhost.speech.notices import shown_label
+from mcplhost.speech.withhold import SECRET
 from mcplhost.store import Store
 from mcplhost.store.items import StoredItem
 from mcplhost.store.readers import SEARCH_DEADLINE_S, SearchError, search_items
@@ -129,6 +131,13 @@ def cut_error(text: object) -> str:
     """A connector's error text (or an exception holding its words) cut at CONNECTOR_ERROR_MAX_CHARS; marked later."""
     words = str(text)
     return words if len(words) <= CONNECTOR_ERROR_MAX_CHARS else words[:CONNECTOR_ERROR_MAX_CHARS] + "…"
+
+
+def redacted_outcome(outcome: ToolOutcome, secrets: Secrets) -> ToolOutcome:
+    """`outcome` with every secret value in its blocks replaced by `[redacted:NAME]` (docs/agents.md#secrets)."""
+    if not secrets or secrets.find_json(outcome.blocks) is None:
+        return outcome
+    return ToolOutcome(blocks=secrets.redact_json(outcome.blocks), is_error=outcome.is_error)
 
 
 def failure(text: str) -> ToolOutcome:
@@ -474,6 +483,7 @@ class ToolBox:
         except Exception as exc:  # a bug of ours must not fail the turn either
             self._log.error("agent.tool_crashed", tool=call.name, exc_info=True)
             outcome = failure(f"{call.name} failed inside the host ({type(exc).__name__})")
+        outcome = redacted_outcome(outcome, self.store.secrets)  # before the model or the store sees it
         self._log.info("agent.tool_called", tool=call.name, call=call.id, error=outcome.is_error,
                        seconds=round(anyio.current_time() - started, 3))
         return outcome
@@ -499,6 +509,11 @@ class ToolBox:
         if tool is None:
             return failure(f"{call.name} is not one of your tools now (unknown, or its connector is not serving)")
         handle, mcp_tool, _spec = tool
+        secret = self.store.secrets.find_json(call.arguments)
+        if secret is not None:  # docs/agents.md#secrets: refused, never sent to the connector
+            self._log.info("agent.tool_refused", tool=call.name, reason=SECRET, variable=secret)
+            return failure(f"{call.name} was not called: its arguments hold the value of the secret {secret}"
+                           f" (refused, reason {SECRET})")
         return await self._connector_call(handle, mcp_tool.name, call.arguments)
 
     async def _connector_call(self, handle: ConnectorPort, tool: str, arguments: dict[str, Any]) -> ToolOutcome:

@@ -235,7 +235,8 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     try:
         targets = stream_targets(progress.speech, services.handles)  # routing decided: stream only there
         if targets:
-            async with Streamer(services.handles, inference_id) as streamer:  # one complete per channel, however it ends
+            # One complete per channel, however it ends; a secret is never streamed (docs/agents.md#secrets).
+            async with Streamer(services.handles, inference_id, secrets=services.store.secrets) as streamer:
                 streamer.open(targets)
                 response = await services.backend.complete(request, on_text=streamer.chunk)
         else:

@@ -61,6 +61,7 @@ from mcplhost.ingest.quotas import QUOTAS, QuotaLimits, QuotaRefusal, QuotaSpell
 from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
+from mcplhost.secrets import NO_SECRETS, Secrets
 from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories, body_bytes
 from mcplhost.store.quotas import oldest_bucket
 from mcplhost.store.writer import GroupWriter
@@ -104,8 +105,10 @@ class Ingest:
     def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
                  events: ObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
-                 quotas: Mapping[str, QuotaLimits] | None = None) -> None:
+                 quotas: Mapping[str, QuotaLimits] | None = None, secrets: Secrets = NO_SECRETS) -> None:
         self.store = store
+        #: Redacted from every item before it is stored or offered to the agents (docs/agents.md#secrets).
+        self.secrets = secrets
         self.echoes = echoes
         #: Set once the echo port is seeded from the store (by the first request, before its items).
         self._echoes_loaded: anyio.Event | None = None
@@ -393,7 +396,10 @@ class Ingest:
                 self._stripped.add((server_id, key))
                 self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
         thread = processed.metadata.get("threadId")
-        return NewItem(role="user", content=processed.content, metadata=processed.metadata,
+        content, metadata = processed.content, processed.metadata
+        if self.secrets and self.secrets.find_json([content, metadata]):  # the agents' events carry this very item
+            content, metadata = self.secrets.redact_json(content), self.secrets.redact_json(metadata)
+        return NewItem(role="user", content=content, metadata=metadata,
                        created_at=created_at, participant=participant,
                        thread_id=thread if isinstance(thread, str) else None,
                        conversation_id=conversation, dedup_digest=dedup_digest)

@@ -32,6 +32,7 @@ import anyio
 import structlog
 
 from mcplhost.protocol.ports import ConnectorPort, State
+from mcplhost.secrets import NO_SECRETS, Secrets
 from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
 
 log = structlog.get_logger()
@@ -117,8 +118,12 @@ class _Channel:
 class Streamer:
     """The streams of one inference (`inference_id`) to the channels routing chose."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], inference_id: str) -> None:
+    def __init__(self, handles: Mapping[str, ConnectorPort], inference_id: str, *,
+                 secrets: Secrets = NO_SECRETS) -> None:
         self._handles = handles
+        #: Never streamed (docs/agents.md#secrets): a tail that may be a secret's start is held back, and once one
+        #: is seen nothing more of this inference is streamed.
+        self._secrets = secrets
         self.inference_id = inference_id
         self._channels: list[_Channel] | None = None  # None until open()
         self._text: list[str] = []  # everything the backend streamed, in order
@@ -156,13 +161,26 @@ class Streamer:
         if self._channels:
             self._release()
 
-    def _release(self) -> None:
-        """Queue what may be streamed now: up to the first line that is or may become a `>>>` pin."""
+    def _release(self, *, final: bool = False) -> None:
+        """Queue what may be streamed now: up to the first line that is or may become a `>>>` pin, and short of
+        the last (longest secret − 1) characters, which may begin a secret the next chunk completes (`final`: the
+        inference ended, nothing can complete it)."""
         if self._sealed or not self._channels:
             return
         whole = "".join(self._text)
         self._text = [whole]
+        limit = len(whole)
+        if self._secrets:
+            secret = self._secrets.find(whole)
+            if secret is not None:
+                self._sealed = True
+                log.info("speech.stream_withheld", inferenceId=self.inference_id, reason="secret", variable=secret)
+                return
+            if not final:
+                limit -= self._secrets.longest - 1
         end, sealed = streamable_end(whole, self._released)
+        if end > limit:
+            end, sealed = limit, False  # held back, not sealed: the rest is judged with the next chunk
         if end > self._released:
             self._queue.append(whole[self._released:end])
             self._released = end
@@ -178,6 +196,8 @@ class Streamer:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> bool | None:
+        if self._secrets and exc_type is None:
+            self._release(final=True)  # the held-back tail, unless it completes a secret
         self._closing = True
         self._wake.set()
         with anyio.CancelScope(shield=True):

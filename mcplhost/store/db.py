@@ -29,11 +29,13 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import anyio
 
 from mcplhost.errors import HostStateError
+from mcplhost.secrets import Secrets
 from mcplhost.store.cursors import CursorRepository
 from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
@@ -126,6 +128,60 @@ class StoreReader:
                 self._free.append(conn)
 
 
+class RedactingWriter:
+    """The writer's connection with every text and blob parameter redacted first: the one place every stored row
+    passes, so no secret value is written whatever its path (docs/agents.md#secrets).
+
+    With no secrets held each call costs one truth test.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection, secrets: Secrets) -> None:
+        self._conn = conn
+        self._secrets = secrets
+
+    def _redacted(self, params: Any) -> Any:
+        secrets = self._secrets
+        if not params:
+            return params
+        values = list(params.values()) if isinstance(params, dict) else params
+        # One search over the row's texts first: most rows hold no secret and are passed on as they are.
+        if not secrets.find_in([v for v in values if type(v) is str],
+                               [bytes(v) for v in values if isinstance(v, _BLOBS)]):
+            return params
+        if isinstance(params, dict):
+            return {key: _redact_value(secrets, value) for key, value in params.items()}
+        return [_redact_value(secrets, value) for value in params]
+
+    def execute(self, sql: str, parameters: Any = None) -> Any:
+        if self._secrets:
+            parameters = self._redacted(parameters)
+        return self._conn.execute(sql, parameters)
+
+    async def execute_fetchall(self, sql: str, parameters: Any = None) -> Any:
+        if self._secrets:
+            parameters = self._redacted(parameters)
+        return await self._conn.execute_fetchall(sql, parameters)
+
+    async def executemany(self, sql: str, parameters: Any) -> Any:
+        if self._secrets:
+            parameters = [self._redacted(row) for row in parameters]
+        return await self._conn.executemany(sql, parameters)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+_BLOBS = (bytes, bytearray, memoryview)  # a tuple: isinstance on a union is several times slower per value
+
+
+def _redact_value(secrets: Secrets, value: Any) -> Any:
+    if isinstance(value, str):
+        return secrets.redact(value)
+    if isinstance(value, _BLOBS):
+        return secrets.redact_bytes(bytes(value))
+    return value
+
+
 class Database:
     """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
 
@@ -136,9 +192,13 @@ class Database:
     for benchmarks).
     """
 
-    def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None) -> None:
+    def __init__(self, conn: aiosqlite.Connection, reader: StoreReader | None = None,
+                 secrets: Secrets | None = None) -> None:
         self.conn = conn  # the writer's; a repository gets it only from `writer()`, inside a transaction
         self.reader = reader
+        #: Redacted from every parameter a repository writes with (the host fills it: `Store.secrets`).
+        self.secrets = secrets if secrets is not None else Secrets()
+        self._redacting = RedactingWriter(conn, self.secrets)
         self._lock = anyio.Lock()
 
     @asynccontextmanager
@@ -179,7 +239,7 @@ class Database:
         """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
         if _current_transaction.get() is not self:
             raise HostStateError(f"{operation} must run inside store.transaction()")
-        return self.conn
+        return self._redacting  # type: ignore[return-value]  # an aiosqlite.Connection to every repository
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -230,6 +290,9 @@ class Store:
         self.retention = RetentionRepository(database)
         self.quotas = QuotaRepository(database)
         self.decisions = DecisionRepository(database)
+        #: The secret values redacted from every row written (docs/agents.md#secrets); the host fills it in place
+        #: (`Secrets.update`) and shares it with whatever withholds them.
+        self.secrets = database.secrets
         self._database = database
         self._migrations_folder = migrations_folder
 

@@ -34,6 +34,11 @@ and written in each commit) and without it (ingest patched back to storing
 unchecked and uncounted, as before quotas), interleaved, as a ratio in one run.
 
     .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] quotas   # only the quota check's cost
+
+Secrets (docs/agents.md#secrets): both workloads with no secret and with 4
+configured, alternating rounds, as a ratio of the best rates in one run.
+
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] secrets
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ import uuid
 from pathlib import Path
 
 import anyio
+import msgspec
 import structlog
 
 import mcplhost.host
@@ -431,8 +437,62 @@ async def quotas(items: int) -> None:
 
 
 
+#: Rounds of the secrets part, each running the workload with no secret and with SECRETS_BENCH_COUNT.
+SECRETS_ROUNDS = 3
+SECRETS_BENCH_COUNT = 4
+
+
+async def secrets_overhead(items: int) -> None:
+    """The whole inbound path with no secret configured and with 4 (connector `env` entries named *_TOKEN), in
+    alternating rounds: the ratio of the best rates (docs/agents.md#secrets: every item is redacted before it is
+    stored)."""
+    print(f"secrets: 1 message per request and batches of 50, with 0 and {SECRETS_BENCH_COUNT} secrets,"
+          f" {SECRETS_ROUNDS} alternating rounds, best of each")
+    for label, connectors_count, batch, inflight in (
+        ("batches of 50, 1 connector", 1, 50, 8),
+        ("1 message per request, 4 connectors", 4, 1, 64),
+    ):
+        rates: dict[int, float] = {0: 0.0, SECRETS_BENCH_COUNT: 0.0}
+        for round_ in range(SECRETS_ROUNDS):
+            for count in (0, SECRETS_BENCH_COUNT) if round_ % 2 == 0 else (SECRETS_BENCH_COUNT, 0):
+                with tempfile.TemporaryDirectory() as name:
+                    folder = Path(name)
+                    per = items // connectors_count
+                    specs = [connector(f"c{i}", folder, per, batch, inflight) for i in range(connectors_count)]
+                    tokens = {f"BENCH_{n}_TOKEN": f"bench-secret-value-{n}-{uuid.uuid4().hex}" for n in range(count)}
+                    specs[0] = msgspec.structs.replace(specs[0], env={**specs[0].env, **tokens})
+                    seconds, accepted = await run_host(folder, specs)
+                    assert accepted == per * connectors_count, f"only {accepted} items were accepted"
+                    rates[count] = max(rates[count], accepted / seconds)
+        without, with_ = rates[0], rates[SECRETS_BENCH_COUNT]
+        print(f"{label:>38}: 0 secrets {without:>9,.0f} items/s | {SECRETS_BENCH_COUNT} secrets {with_:>9,.0f} items/s"
+              f" | ratio {with_ / without:.3f}")
+    # The checks' own CPU per item, steadier than the rates on a loaded machine: ingest's one search over the
+    # item's JSON, and the store writer's one search over the row it writes.
+    from mcplhost.secrets import Secrets
+    from mcplhost.store.db import RedactingWriter
+
+    secrets = Secrets({f"BENCH_{n}_TOKEN": f"bench-secret-value-{n}-{uuid.uuid4().hex}"
+                       for n in range(SECRETS_BENCH_COUNT)})
+    content = [{"type": "text", "text": "[source: c0 · #room · Alice] "},
+               {"type": "text", "text": "an ordinary chat message of an ordinary length, sent to the room"}]
+    metadata = {"serverId": "c0", "channelId": "room", "messageId": "m-1", "timestamp": "2026-01-01T00:00:00Z",
+                "source": {"serverId": "c0", "channelId": "room", "label": "#room", "tags": ["chat:addressed"],
+                           "author": {"id": "u-1", "name": "Alice"}}}
+    row = [None, "u-1", "user", json.dumps(content), json.dumps(metadata), "c0", "room", "m-1", None, "conv-1",
+           "digest-0123456789", 1_790_000_000_000]
+    writer, rounds = RedactingWriter(None, secrets), 50_000  # type: ignore[arg-type]
+    started = time.perf_counter()
+    for _ in range(rounds):
+        secrets.find_json([content, metadata])
+        writer._redacted(row)
+    per_item = (time.perf_counter() - started) / rounds
+    print(f"{'secret checks per item (in process)':>38}: {per_item * 1e6:.2f} µs"
+          f" = {per_item * rates[0]:.1%} of an item's time at the one-message rate without")
+
+
 #: The parts a second argument may name alone.
-PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas}
+PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas, "secrets": secrets_overhead}
 
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000

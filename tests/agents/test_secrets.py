@@ -1,0 +1,107 @@
+"""Secrets withheld from what would leave (docs/agents.md#secrets): the stream's hold-back, speech segments,
+`channel_publish` and connector tool calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mcplhost.agents.tools import ToolOutcome, redacted_outcome
+from mcplhost.secrets import Secrets
+from mcplhost.speech.routing import Destination, Segment
+from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer
+from mcplhost.speech.withhold import SECRET, publish_refusal, secret_notice, withhold_secrets
+from mcplhost.supervisor.handle import State
+
+from ..harness import record, scripted, wait_for
+from ..speech.test_streaming import MANIFEST, streaming_host
+
+TOKEN = "tok-0123456789-abc"
+SECRETS = Secrets({"DISCORD_TOKEN": TOKEN})
+ROOM = Destination(server_id="disc", channel_id="room")
+
+
+class _Port:
+    """A ready connector holding channels.streaming that keeps what it is sent (the property runs thousands of
+    streams; the same Streamer against a real connector is the test below)."""
+
+    def __init__(self) -> None:
+        self.state = State.READY
+        self.grant = frozenset({STREAMING})
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.sent.append((method, params))
+
+
+async def stream(pieces: list[str], secrets: Secrets) -> list[tuple[str, dict[str, Any]]]:
+    port = _Port()
+    async with Streamer({"disc": port}, "inf-1", secrets=secrets) as streamer:  # type: ignore[dict-item]
+        streamer.open([ROOM])
+        for piece in pieces:
+            streamer.chunk(piece)
+            await anyio.sleep(0)  # let the sender run between chunks, as the backend's reads do
+    return port.sent
+
+
+def split(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)]) if b > a]
+
+
+class TestStreamHoldBack:
+    @settings(max_examples=300, deadline=None)
+    @given(before=st.text(max_size=30).filter(lambda t: ">" not in t), after=st.text(max_size=30),
+           cuts=st.lists(st.integers(0, 200), max_size=8))
+    def test_a_secret_split_anywhere_across_chunks_is_never_sent(self, before, after, cuts) -> None:
+        """Wherever the chunks split it, no part of the secret's text that would make it whole is streamed:
+        what went out (chunks and complete) never holds it, and nothing after it goes."""
+        sent = anyio.run(stream, split(before + TOKEN + after, cuts), SECRETS)
+        streamed = "".join(p.get("delta", "") for m, p in sent if m != COMPLETE)
+        assert TOKEN not in streamed and TOKEN[:-1] not in streamed
+        assert before.startswith(streamed)  # only text before the secret, never past its start
+        assert all(TOKEN not in str(p) for _m, p in sent)
+
+    @settings(max_examples=100, deadline=None)
+    @given(text=st.text(max_size=60).filter(lambda t: ">" not in t), cuts=st.lists(st.integers(0, 200), max_size=8))
+    def test_without_a_secret_everything_is_streamed_by_the_end(self, text, cuts) -> None:
+        """The held-back tail goes out when the inference ends: the preview is whole."""
+        sent = anyio.run(stream, split(text, cuts), SECRETS)
+        assert "".join(p.get("delta", "") for m, p in sent if m != COMPLETE) == text
+
+    async def test_a_real_connector_never_receives_a_secret_split_over_two_chunks(self, tmp_path) -> None:
+        spec = scripted("disc", {"manifest": MANIFEST, "steps": []}, tmp_path,
+                        grant=["channels.register", "channels.streaming"])
+        async with streaming_host(tmp_path, spec) as host:
+            async with Streamer(host.connectors, "inf-s", secrets=SECRETS) as streamer:
+                streamer.open([ROOM])
+                streamer.chunk("the token is " + TOKEN[:7])
+                streamer.chunk(TOKEN[7:] + " and more")
+            await wait_for(lambda: any(m.get("method") == COMPLETE for m in record(tmp_path, "disc").received))
+        sent = [m for m in record(tmp_path, "disc").received if str(m.get("method", "")).startswith("channels/out")]
+        assert "tok-" not in str(sent)
+        (complete,) = sent[-1]["params"]["content"]  # what went before the held-back tail, which held the secret
+        assert sent[-1]["method"] == COMPLETE and complete["text"] and "the token is ".startswith(complete["text"])
+
+
+class TestWithheldSpeech:
+    def test_a_routed_segment_holding_a_secret_becomes_a_redacted_draft_and_the_notice_names_the_variable(
+            self) -> None:
+        segments = [Segment(text="hello", destination=ROOM), Segment(text=f"key {TOKEN}", destination=ROOM),
+                    Segment(text=f"{TOKEN} drafted anyway", destination=None, reason="undecided")]
+        kept, names = withhold_secrets(segments, SECRETS)
+        assert kept[0] == segments[0] and kept[2] == segments[2]
+        assert kept[1] == Segment(text="key [redacted:DISCORD_TOKEN]", destination=None, reason=SECRET, target=ROOM)
+        assert names == ["DISCORD_TOKEN"]
+        assert "DISCORD_TOKEN" in secret_notice(names) and TOKEN not in secret_notice(names)
+        assert withhold_secrets(segments, Secrets()) == (segments, [])
+
+    def test_the_refusals_name_the_variable_never_the_value(self) -> None:
+        assert publish_refusal("DISCORD_TOKEN")["reason"] == "secret"
+        assert publish_refusal("DISCORD_TOKEN")["status"] == "refused"
+        outcome = ToolOutcome(blocks=[{"type": "text", "text": f"vault: {TOKEN}"}])
+        assert redacted_outcome(outcome, SECRETS).blocks == [{"type": "text", "text": "vault: [redacted:DISCORD_TOKEN]"}]
+        assert redacted_outcome(outcome, Secrets()) is outcome
