@@ -54,8 +54,13 @@ MANIFEST = {
     "featureSets": {
         "stub.chat": {
             "description": "Messages from the stub chat platform",
-            "uses": ["channels.register", "channels.incoming", "pushEvents", "channels.typing",
-                     "channels.acknowledge"],
+            "uses": ["channels.register", "channels.incoming", "pushEvents"],
+        },
+        # Apart from stub.chat, so a grant without typing or acknowledge still gets every message (0.5 rules
+        # disable a set whose `uses` exceed the grant).
+        "stub.presence": {
+            "description": "The typing indicator and reactions on messages",
+            "uses": ["channels.typing", "channels.acknowledge"],
         },
         "stub.notes": {
             "description": "A note after the user's turn, and the agent's inferences observed",
