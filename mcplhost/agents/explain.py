@@ -37,7 +37,7 @@ from mcplhost.speech.echoes import echo_key
 from mcplhost.store import Store
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.outbox import OutboxRow
-from mcplhost.store.turns import RAN_OUTCOMES, Turn, spent_tokens
+from mcplhost.store.turns import RAN_OUTCOMES, REASON_TOKEN_BUDGET, Turn, spent_tokens
 
 NOT_HEARD = "not_heard"
 NOT_WAKING = "not_waking"
@@ -47,7 +47,6 @@ DECISIONS = (NOT_HEARD, NOT_WAKING, HELD, WOKE)
 
 #: Reasons explain adds to the static and recorded ones (docs/agents.md#explain).
 REASON_STOP_COMMAND = "stop_command"
-REASON_TOKEN_BUDGET = "token_budget"
 REASON_PENDING = "pending"
 REASON_NO_TURN = "no_turn"
 

@@ -62,6 +62,7 @@ import structlog
 from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
 from mcplhost.agents.backends import make_backend
+from mcplhost.agents.decisions import DecisionRecorder
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
@@ -115,8 +116,9 @@ class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
     def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService) -> None:
+                 peers: PeerService, recorder: DecisionRecorder | None = None) -> None:
         self.agent = agent
+        self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
         self.services = services
         self.peers = peers
         self.scheduler = AgentScheduler(agent)
@@ -129,6 +131,7 @@ class AgentRunner:
     def offer(self, stored: Stored, now: float) -> None:
         try:
             woke = self.scheduler.on_item(stored, now)
+            self._report_decisions()
         except Exception:  # a bug for one item must not stop the stream for every agent
             log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
             return
@@ -154,6 +157,7 @@ class AgentRunner:
         async with self._turn_lock:
             now = anyio.current_time()
             wake = self.scheduler.due(now)
+            self._report_decisions()
             if wake is not None:
                 try:
                     await self._handle(wake)
@@ -166,6 +170,11 @@ class AgentRunner:
         with anyio.move_on_after(delay):
             await self._nudge.wait()
         self._nudge = anyio.Event()
+
+    def _report_decisions(self) -> None:
+        decided = self.scheduler.take_decisions()
+        if decided and self._recorder is not None:
+            self._recorder.note(self.agent.name, decided)
 
     async def reconfigure(self, agent: AgentConfig, *, backend: Backend, toolbox: ToolBox, system_prompt: str) -> None:
         """Take new settings once the turn in progress (if any) has ended; the next wake uses them."""
@@ -270,6 +279,7 @@ class AgentsRuntime:
         #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
         self.hooks = hooks if hooks is not None else HookState()
         self.runners: dict[str, AgentRunner] = {}
+        self.decisions = DecisionRecorder(writer, clock_ms)
         #: Peer messaging between this host's agents; the runtime is its view of who is idle or busy.
         self.peers = PeerService(config.agents, store, writer, activity=self, clock_ms=clock_ms)
         self._serving = False  # the runners run (between start and shutdown): peers may reach them
@@ -296,7 +306,7 @@ class AgentsRuntime:
                                 self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
                                 timings=self._timings)
-        return AgentRunner(agent, services, self.seen_through, self.peers)
+        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions)
 
     async def _run_runner(self, runner: AgentRunner) -> None:
         with anyio.CancelScope() as scope:
@@ -417,6 +427,7 @@ class AgentsRuntime:
                 await self._start_cursors()
                 await self.peers.start()  # after catch-up: what the queue held is delivered now
                 self._group = tg
+                tg.start_soon(self.decisions.run, name="wake decisions")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
                 self._serving = True
