@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -21,8 +24,8 @@ from mcplhost.store.operations import (
 from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.writer import GroupWriter
 
-from ..harness import PYTHON
-from .support import cli
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, wait_for
+from .support import cli, daemon, scripted_connector, write_config
 
 KEYS = ["agent", "item", "decision", "reason", "turn", "publishes", "drafts"]
 AT = 1_790_000_000_000
@@ -166,3 +169,39 @@ class TestExplainPlain:
             "quiet: not waking (wake_on)",
             "slacker: not heard (hears)",
         ]
+
+
+class TestExplainAfterRun:
+    async def test_a_run_s_woken_turn_and_recorded_sender_cap_are_explained(self, tmp_path) -> None:
+        """`mcplhost run` stores two messages from one sender with a cap of 1: the first woke, the second is held."""
+        channel = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional",
+                   "address": {}}
+        messages = [{"channelId": channel["id"], "messageId": f"m-{n}", "author": {"id": "u1", "name": "Alice"},
+                     "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": f"message {n}"}]}
+                    for n in (1, 2)]
+        steps = [{"request": "channels/register", "params": {"channels": [channel]}},
+                 {"request": "channels/incoming", "params": {"messages": messages}}]
+        config = write_config(tmp_path, [scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps},
+                                                            tmp_path, grant=CHAT_GRANT)])
+        config.write_text(config.read_text() + '\n[[agents]]\nname = "scout"\nwake_on = ["all"]\ndebounce_ms = 0\n'
+                          'max_wakes_per_sender_per_hour = 1\n[agents.backend]\nkind = "scripted"\nscript = ["ok"]\n')
+        db = tmp_path / "host.db"
+        async with daemon(config, tmp_path) as run:
+            await run.wait_event("agent.turn")
+            await wait_for(lambda: decisions(db) == [(2, "scout", "sender_cap")])
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        result = cli("explain", "--db", str(db), "--config", str(config), "--json", "1")
+        assert result.returncode == 0, result.stderr
+        (first,) = [json.loads(line) for line in result.stdout.splitlines()]
+        assert first["decision"] == "woke" and first["turn"]["outcome"] == "completed"
+        result = cli("explain", "--db", str(db), "--config", str(config), "2")
+        assert result.stdout == "scout: held (sender_cap)\n", result.stderr
+
+
+def decisions(db: Path) -> list[tuple]:
+    with closing(sqlite3.connect(db)) as conn:
+        try:
+            return conn.execute("SELECT item_id, agent, reason FROM wake_decisions").fetchall()
+        except sqlite3.OperationalError:  # not migrated yet
+            return []
