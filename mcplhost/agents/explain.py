@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import Any
 
 import msgspec
 
@@ -37,6 +36,7 @@ from mcplhost.speech.echoes import echo_key
 from mcplhost.store import Store
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.outbox import OutboxRow
+from mcplhost.store.readers import body_text
 from mcplhost.store.turns import RAN_OUTCOMES, REASON_TOKEN_BUDGET, Turn, spent_tokens
 
 NOT_HEARD = "not_heard"
@@ -86,12 +86,6 @@ _encoder = msgspec.json.Encoder()
 
 def explanation_line(explanation: Explanation) -> bytes:
     return _encoder.encode(explanation)
-
-
-def body_text(content: Sequence[Any]) -> str:
-    """The text parts of an item's content, joined."""
-    return "".join(part["text"] for part in content
-                   if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
 
 
 def is_stop_command_for(agent: AgentConfig, view: StoredView, body: str) -> bool:
@@ -167,7 +161,7 @@ async def explain_item(store: Store, agents: Sequence[AgentConfig], item_id: int
     key = echo_key(written.metadata)
     if not view.echo_of and key is not None and await store.outbox.delivered_as(*key) is not None:
         view = msgspec.structs.replace(view, echo_of=True)  # an echo ingest could not know yet: the ledger does
-    body = body_text(written.content)
+    body = body_text(written.content, written.metadata)  # the header dropped: the sender's words only
     turns = await store.turns.waking(item_id)
     recorded = {decision.agent: decision for decision in await store.decisions.for_item(item_id)}
     cursors = await store.cursors.all()

@@ -9,13 +9,13 @@ import anyio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.explain import decide, is_stop_command_for, static_decision
+from mcplhost.agents.explain import decide, explain_item, is_stop_command_for, static_decision
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler
 from mcplhost.agents.wake import view_of, wake_matches
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import now_ms
 from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.operations import RecordTurn
+from mcplhost.store.operations import InsertItems, RecordTurn
 from mcplhost.store.turns import Turn
 
 from .support import RecordingBackend, agent_config, agent_store, heard
@@ -154,3 +154,14 @@ class TestRuntimeRecords:
                 (item,) = await heard(ingest, "costly")
                 (decision,) = await decisions_of(store, item)
         assert (decision.agent, decision.reason) == ("scout", "token_budget")
+
+
+class TestExplainItem:
+    async def test_a_stored_stop_command_is_read_without_its_source_header(self, tmp_path: Path) -> None:
+        """The item as the real pipeline stores it (header block first): the sender's words decide, not the header."""
+        stored = event(1, " !STOP ", tags=ADDRESSED, author_id="boss")
+        assert len(stored.item.content) > 1  # the host's header block, then the body
+        async with agent_store(tmp_path) as (store, writer, _):
+            (written,) = await writer.submit(InsertItems([stored.item]))
+            (answer,) = await explain_item(store, [agent(control_from=["disc/boss"])], written[0].id)
+        assert (answer.decision, answer.reason) == ("not_waking", "stop_command")
