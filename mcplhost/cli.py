@@ -220,6 +220,16 @@ def build_parser() -> argparse.ArgumentParser:
     turns.add_argument("--agent", default=None, help="only this agent's turns")
     turns.add_argument("--limit", type=count, default=None, help="only the newest N turns")
 
+    explain = sub.add_parser("explain", help="per agent, why an item did or did not wake it, and what came of it",
+                             epilog="exit status: 0 done; 1 no item has that id (one line); 2 an unknown --agent "
+                                    "or a usage or config error.")
+    explain.add_argument("item_id", type=count, metavar="ITEM_ID")
+    explain.add_argument("--db", type=path_option, required=True)
+    explain.add_argument("--config", type=path_option, default=None,
+                         help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml): the rules recomputed")
+    explain.add_argument("--agent", default=None, help="only this agent")
+    explain.add_argument("--json", action="store_true", help="one JSON object per agent, one a line")
+
     outbox = sub.add_parser("outbox", help="print publishes and their fate, oldest first", epilog=EPILOG)
     outbox.add_argument("--db", type=path_option, required=True)
     outbox.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -582,6 +592,31 @@ def cmd_outbox(args: argparse.Namespace) -> int:
     return _print_rows(args, lambda store: store.outbox.iterate(state=args.state), outbox_line, outbox_plain_line)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Per agent (config order), why the item did or did not wake it (docs/agents.md#explain)."""
+    from .agents.explain import explain_item, explanation_line, plain_lines
+
+    agents = _run_config(args.config).agents
+    if args.agent is not None:
+        agents = [agent for agent in agents if agent.name == args.agent]
+        if not agents:
+            raise ConfigError(f"no agent named {args.agent!r} in the config")
+
+    async def main() -> list[Any] | None:
+        async with open_reader(existing_database(args.db)) as store:
+            return await explain_item(store, agents, args.item_id)
+
+    answers = anyio.run(main)
+    if answers is None:
+        raise OperatorError(f"no item {args.item_id} in {args.db}")
+    out = sys.stdout.buffer
+    for answer in answers:
+        out.write(explanation_line(answer) + b"\n" if args.json else "".join(
+            line + "\n" for line in plain_lines(answer)).encode())
+    out.flush()
+    return EXIT_OK
+
+
 # --- the control socket ------------------------------------------------------------------
 
 
@@ -668,6 +703,7 @@ COMMANDS = {
     "search": cmd_search,
     "turns": cmd_turns,
     "outbox": cmd_outbox,
+    "explain": cmd_explain,
     "status": cmd_status,
     "restart-connector": cmd_restart_connector,
     "migrate": cmd_migrate,

@@ -72,6 +72,7 @@ from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.moderation import make_moderator
 from mcplhost.agents.context import connectors_without_author_line
+from mcplhost.agents.decisions import DecisionRecorder
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
@@ -129,8 +130,9 @@ class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
     def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService) -> None:
+                 peers: PeerService, recorder: DecisionRecorder | None = None) -> None:
         self.agent = agent
+        self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
         self.services = services
         self.peers = peers
         self.scheduler = AgentScheduler(agent)
@@ -151,6 +153,7 @@ class AgentRunner:
                 self._stop(stored.id, now)
                 return
             woke = self.scheduler.on_item(stored, now)
+            self._report_decisions()
         except Exception:  # a bug for one item must not stop the stream for every agent
             log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
             return
@@ -202,6 +205,7 @@ class AgentRunner:
                 await self._write_stop()
             now = anyio.current_time()
             wake = self.scheduler.due(now)
+            self._report_decisions()
             if wake is not None:
                 try:
                     with anyio.CancelScope() as self._turn_scope:  # a stop cancels it (`_stop`)
@@ -216,6 +220,11 @@ class AgentRunner:
         with anyio.move_on_after(delay):
             await self._nudge.wait()
         self._nudge = anyio.Event()
+
+    def _report_decisions(self) -> None:
+        decided = self.scheduler.take_decisions()
+        if decided and self._recorder is not None:
+            self._recorder.note(self.agent.name, decided)
 
     async def reconfigure(self, agent: AgentConfig, *, backend: Backend, toolbox: ToolBox, system_prompt: str) -> None:
         """Take new settings once the turn in progress (if any) has ended; the next wake uses them."""
@@ -325,6 +334,7 @@ class AgentsRuntime:
         #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
         self.hooks = hooks if hooks is not None else HookState()
         self.runners: dict[str, AgentRunner] = {}
+        self.decisions = DecisionRecorder(writer, clock_ms)
         #: Peer messaging between this host's agents; the runtime is its view of who is idle or busy.
         self.peers = PeerService(config.agents, store, writer, activity=self, clock_ms=clock_ms)
         self._serving = False  # the runners run (between start and shutdown): peers may reach them
@@ -356,7 +366,7 @@ class AgentsRuntime:
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
                                 timings=self._timings, moderator=self.moderator,
                                 no_author_line=self._no_author_line, acknowledger=self.acknowledger)
-        return AgentRunner(agent, services, self.seen_through, self.peers)
+        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
         """A reload's connector tables: which of them show the `from:` line counts from every agent's next compile."""
@@ -485,6 +495,7 @@ class AgentsRuntime:
                 await self.peers.start()  # after catch-up: what the queue held is delivered now
                 self._group = tg
                 tg.start_soon(self.acknowledger.run, name="acknowledge")
+                tg.start_soon(self.decisions.run, name="wake decisions")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
                 self._serving = True

@@ -34,6 +34,9 @@ Theory of operation:
 - Per-sender cap: past `max_wakes_per_sender_per_hour` waking items from one
   sender in a sliding hour, that sender's items are heard but do not wake,
   with one log line per sender and hour.
+- Decisions: each item held by the sender cap, and each pending id held by
+  the turn cap (once per held spell), is reported to `take_decisions`, so
+  the runtime can record it for `mcplhost explain`.
 - Low-water mark (`handled_through`): the highest id such that every
   waking item at or below it is handled (its turn ended, whatever the
   outcome); an item that wakes nobody is handled when it is offered. It
@@ -82,6 +85,12 @@ PEER_GROUP = "peer"
 #: Under context_scope "conversation", where waking items of conversations with no pending group go
 #: once the cap is reached, so the groups stay bounded too (not a conversation id: those begin "conv_").
 OVERFLOW_GROUP = "overflow"
+
+#: Decisions kept for `take_decisions` at most; past it the oldest are forgotten.
+MAX_UNTAKEN_DECISIONS = 10_000
+#: The stateful holds the scheduler reports (store/decisions.py DECISION_REASONS).
+DECISION_SENDER_CAP = "sender_cap"
+DECISION_TURN_CAP = "turn_cap"
 
 _UNSET = object()
 
@@ -166,6 +175,10 @@ class AgentScheduler:
         self._capped_logged: dict[str, float] = {}  # sender -> when its cap was last logged
         self._recent: OrderedDict[int, None] = OrderedDict()
         self._now = 0.0  # the latest time any method was given (statistics has none of its own)
+        #: Stateful holds not yet taken by `take_decisions`: (item id, DECISION_*), at most MAX_PENDING_IDS + one
+        #: per offered item between takes (the runtime takes them after each offer and each `due`).
+        self._decided: list[tuple[int, str]] = []
+        self._held_reported: set[int] = set()  # pending ids already reported held by the turn cap, this spell
 
     def reconfigure(self, agent: AgentConfig) -> None:
         """Take the agent's new settings (a config reload), between turns; what pends stays pending.
@@ -196,6 +209,7 @@ class AgentScheduler:
             return False
         sender = sender_key(view)
         if sender is not None and not self._sender_allows(sender, now):
+            self._report([(view.id, DECISION_SENDER_CAP)])
             return False
         self._add(view.id, view.conversation_id, now, peer=view.peer_trigger)
         return True
@@ -265,6 +279,9 @@ class AgentScheduler:
         if earliest is None or earliest[1] > now:
             return None
         if len(self._turn_starts) >= self.agent.max_turns_per_hour:
+            self._report([(item_id, DECISION_TURN_CAP) for item_id in sorted(self._pending_ids)
+                          if item_id not in self._held_reported])
+            self._held_reported.update(self._pending_ids)
             if not self._held:
                 self._held = True
                 self._log.warning("agent.wakes_held", reason="max_turns_per_hour",
@@ -272,6 +289,7 @@ class AgentScheduler:
                                   resumes_in_s=round(self._turn_starts[0] + HOUR_S - now, 3))
             return None
         self._held = False
+        self._held_reported.clear()
         group = self._groups.pop(earliest[0])
         for item_id in group.ids:
             self._pending_ids.discard(item_id)
@@ -347,6 +365,19 @@ class AgentScheduler:
             self._turn_starts.popleft()
 
     # --- reporting -----------------------------------------------------------------
+
+    def take_decisions(self) -> list[tuple[int, str]]:
+        """The stateful holds decided since the last take, (item id, DECISION_*), oldest first (docs/agents.md#explain).
+
+        A turn-capped item is reported once per held spell; it still runs when
+        the window frees a slot, and explain then says it woke.
+        """
+        taken, self._decided = self._decided, []
+        return taken
+
+    def _report(self, decided: list[tuple[int, str]]) -> None:
+        self._decided.extend(decided)
+        del self._decided[:-MAX_UNTAKEN_DECISIONS]  # nobody taking them (a scheduler driven by hand) stays bounded
 
     def statistics(self) -> SchedulerStats:
         """The state as of the latest time this scheduler was given."""

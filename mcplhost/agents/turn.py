@@ -44,6 +44,7 @@ import structlog
 
 from mcplhost.agents.acknowledge import acknowledge_wake
 from mcplhost.agents.context import Injections, compile_request, needs_notice
+from mcplhost.agents.decisions import decisions_of, record_now
 from mcplhost.agents.failure import failure_reply
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
@@ -147,6 +148,8 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
             services.budget_held = True
             log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
         await _finish(services, agent, progress, outcome, [], new_cursor, reason=REASON_TOKEN_BUDGET)
+        await record_now(services.writer, decisions_of(agent.name, ((i, REASON_TOKEN_BUDGET) for i in wake.item_ids),
+                                                       services.clock_ms()))  # for explain (docs/agents.md#explain)
     except anyio.get_cancelled_exc_class():
         outcome = OUTCOME_ABORTED
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):

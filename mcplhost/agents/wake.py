@@ -157,30 +157,60 @@ def wake_on_matches(agent: AgentConfig, view: StoredView) -> bool:
     return False
 
 
+#: Why an item does not wake an agent, as `wake_refusal` names it (docs/agents.md#explain).
+REFUSED_HEARS = "hears"  # not heard at all
+REFUSED_ECHO = "echo"
+REFUSED_WAKE_ON = "wake_on"
+REFUSED_WAKE_FROM = "wake_from"
+REFUSED_BOT = "bot"
+REFUSED_OWN_ROW = "own_row"  # an agent's own row that is not a peer message between turns
+
+
+def sender_refusal(agent: AgentConfig, view: StoredView) -> str | None:
+    """`wake_from_bots` (REFUSED_BOT), then `wake_from` (channel messages, by author id); None: the sender may wake it."""
+    if FROM_BOT in view.tags and not agent.wake_from_bots:
+        return REFUSED_BOT
+    if agent.wake_from is None or view.lane == PUSH_LANE:
+        return None
+    if view.author_id is not None and view.server_id is not None:
+        for entry in agent.wake_from:
+            name, _, glob = entry.partition("/")
+            if name == view.server_id and fnmatchcase(view.author_id, glob):
+                return None
+    return REFUSED_WAKE_FROM
+
+
 def sender_may_wake(agent: AgentConfig, view: StoredView) -> bool:
     """`wake_from` (channel messages, by author id) and `wake_from_bots`."""
-    if FROM_BOT in view.tags and not agent.wake_from_bots:
-        return False
-    if agent.wake_from is None or view.lane == PUSH_LANE:
-        return True
-    if view.author_id is None or view.server_id is None:
-        return False
-    for entry in agent.wake_from:
-        name, _, glob = entry.partition("/")
-        if name == view.server_id and fnmatchcase(view.author_id, glob):
-            return True
-    return False
+    return sender_refusal(agent, view) is None
+
+
+def wake_refusal(agent: AgentConfig, view: StoredView) -> str | None:
+    """The rule by which the item does not wake the agent (REFUSED_*), before the scheduler's cap and guards; None: it wakes.
+
+    The one statement of the static wake rules: the scheduler asks it through
+    `wake_matches`, `mcplhost explain` (agents/explain.py) for its reason.
+    """
+    if view.source_kind == SURFACE_KIND:
+        if view.agent != agent.name:
+            return REFUSED_HEARS
+        return REFUSED_ECHO if is_echo(view) else None
+    if view.agent is not None:  # an agent's own row, or another agent's: never a wake, but a peer message
+        if view.agent != agent.name:
+            return REFUSED_HEARS
+        return None if view.peer_trigger else REFUSED_OWN_ROW
+    if not hears(agent, view):
+        return REFUSED_HEARS
+    if is_echo(view):
+        return REFUSED_ECHO
+    if not wake_on_matches(agent, view):
+        return REFUSED_WAKE_ON
+    return sender_refusal(agent, view)
 
 
 def wake_matches(agent: AgentConfig, view: StoredView) -> bool:
     """Whether the item wakes the agent, before the scheduler's per-sender cap and guards."""
-    if view.source_kind == SURFACE_KIND:
-        return view.agent == agent.name and not is_echo(view)
-    if view.agent is not None:  # an agent's own row, or another agent's: never a wake, but a peer message
-        return view.agent == agent.name and view.peer_trigger
-    if not hears(agent, view) or is_echo(view):
-        return False
-    return wake_on_matches(agent, view) and sender_may_wake(agent, view)
+    return wake_refusal(agent, view) is None
 
 
 def _place(metadata: dict[str, Any]) -> str | None:

@@ -282,6 +282,15 @@ class ItemRepository:
                 (agent, DRAFT_SCAN_ROWS, agent))
         return next(iter(rows))[0]
 
+    async def turn_drafts(self, agent: str, turn_id: int) -> builtins.list[tuple[int, str | None]]:
+        """(row id, reason) of each draft row (docs/agents.md#drafts) the agent's turn left, by id (explain)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT id, json_extract(metadata, '$.reason') FROM items WHERE agent = ?"
+                " AND json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') = ?"
+                " ORDER BY id", (agent, turn_id))
+        return [(row_id, reason if isinstance(reason, str) else None) for row_id, reason in rows]
+
     async def get_many(self, ids: Sequence[int]) -> builtins.list[StoredItem]:
         """The stored items among `ids`, by ascending id, each once; ids not stored are left out."""
         wanted = sorted(set(ids))

@@ -199,6 +199,21 @@ class OutboxRepository:
                 f"SELECT {_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,))
         return next((OutboxRow(*row) for row in rows), None)
 
+    async def of_turn(self, turn_id: int) -> builtins.list[OutboxRow]:
+        """The publishes a turn queued, by id (for `mcplhost explain`)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM outbox WHERE turn_id = ? ORDER BY id", (turn_id,))
+        return [OutboxRow(*row) for row in rows]
+
+    async def delivered_as(self, server_id: str, channel_id: str, message_id: str) -> int | None:
+        """The outbox id of the delivered publish the platform gave that messageId, or None (the whole ledger)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                "SELECT id FROM outbox WHERE state = 'delivered' AND server_id = ? AND channel_id = ?"
+                " AND message_id = ? ORDER BY id LIMIT 1", (server_id, channel_id, message_id))
+        return next((row[0] for row in rows), None)
+
     async def count(self, state: str = "pending") -> int:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(

@@ -211,6 +211,17 @@ class TurnRepository:
             rows = await conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return next((_turn(row) for row in rows), None)
 
+    async def waking(self, item_id: int) -> builtins.list[Turn]:
+        """The turns whose wake_item_ids hold `item_id` (for `mcplhost explain`), oldest first.
+
+        A scan of the ledger through json_each: fine for the CLI, never on the inbound path.
+        """
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM turns WHERE EXISTS (SELECT 1 FROM json_each(turns.wake_item_ids)"
+                " WHERE json_each.value = ?) ORDER BY id", (item_id,))
+        return [_turn(row) for row in rows]
+
     async def injections(self, turn_id: int) -> Any:
         """The hook injections recorded with the turn (decoded JSON), or None."""
         async with self._connections.read() as conn:

@@ -39,6 +39,14 @@ Secrets (docs/agents.md#secrets): both workloads with no secret and with 4
 configured, alternating rounds, as a ratio of the best rates in one run.
 
     .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] secrets
+
+Explain (docs/agents.md#explain): the in-process workload with no agent, with
+an agent that hears everything and wakes on nothing (what explain recomputes
+later costs the inbound path nothing), and with an agent whose per-sender
+cap refuses every item but the first (one decision recorded for each, in the
+background), interleaved, as ratios to no agent in one run.
+
+    .venv/bin/python tests/bench/bench_inbound_path.py [ITEMS] explain
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ import structlog
 import mcplhost.host
 from mcplhost import logs
 from mcplhost.agents.turn import CONTEXT_ROWS
-from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
+from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
 from mcplhost.inbound.pipeline import Processed
 from mcplhost.ingest import Ingest
@@ -334,10 +342,16 @@ async def watchdog_overhead(items: int) -> None:
 IN_PROCESS_INFLIGHT = 256
 
 
-async def ingest_rate(items: int) -> float:
-    """Items/s of Ingest.store_messages, one message per request, IN_PROCESS_INFLIGHT at once, over a real store."""
+async def ingest_rate(items: int, agents: list[AgentConfig] | None = None, decided: list[int] | None = None) -> float:
+    """Items/s of Ingest.store_messages, one message per request, IN_PROCESS_INFLIGHT at once, over a real store.
+
+    `agents`: an AgentsRuntime with them is fed the Stored events meanwhile
+    (as the host runs it); `decided` then gets the wake decisions written.
+    """
     import structlog
 
+    from mcplhost.agents.runtime import AgentsRuntime
+    from mcplhost.ingest import Stored
     from mcplhost.protocol.intake import AdmittedMessage
     from mcplhost.speech.echoes import EchoMemory
     from mcplhost.store.writer import GroupWriter
@@ -346,7 +360,12 @@ async def ingest_rate(items: int) -> float:
         async with open_store(Path(run) / "host.db") as store, anyio.create_task_group() as tg:
             writer = GroupWriter(store)
             await tg.start(writer.run)
-            intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
+            send, receive = anyio.create_memory_object_stream[Stored](1024)
+            if agents is not None:
+                runtime = AgentsRuntime(Config(agents=agents), store, writer, {})
+                await tg.start(runtime.run, receive)
+            intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox),
+                            events=send if agents is not None else None)
             sent = iter(range(items))
 
             async def one_connector(name: str) -> None:
@@ -360,8 +379,43 @@ async def ingest_rate(items: int) -> float:
                 for lane in range(IN_PROCESS_INFLIGHT):
                     senders.start_soon(one_connector, f"c{lane % 4}")
             seconds = time.perf_counter() - started
+            if decided is not None:
+                with anyio.fail_after(60):  # the background writes catch up (not timed: off the inbound path)
+                    while (count := await _decisions(store)) < items - 4:
+                        await anyio.sleep(0.05)
+                decided.append(count)
             tg.cancel_scope.cancel()
     return items / seconds
+
+
+async def _decisions(store: object) -> int:
+    async with store.reader.connection() as conn:  # type: ignore[attr-defined]
+        ((count,),) = await conn.execute_fetchall("SELECT count(*) FROM wake_decisions")
+    return int(count)
+
+
+#: Rounds of the explain comparison, each running every variant once.
+EXPLAIN_ROUNDS = 5
+
+
+async def explain_cost(items: int) -> None:
+    """The inbound cost of explain's recording: no agent, an agent that wakes on nothing, one capped on every item."""
+    quiet = AgentConfig(name="quiet", wake_on=["push"], backend=BackendConfig(kind="scripted", script=["ok"]))
+    capped = AgentConfig(name="capped", wake_on=["all"], max_wakes_per_sender_per_hour=1,
+                         backend=BackendConfig(kind="scripted", script=["ok"] * 8))
+    variants: list[tuple[str, list[AgentConfig] | None]] = [
+        ("no agent", None), ("agent waking on nothing", [quiet]), ("agent sender-capped on every item", [capped])]
+    rates = {label: 0.0 for label, _ in variants}
+    decided: list[int] = []
+    print(f"1 message per request, {IN_PROCESS_INFLIGHT} in flight, in process (ingest → commit → agents)")
+    for round_number in range(EXPLAIN_ROUNDS):  # interleaved, order alternating, best of each: the machine is noisy
+        for label, agents in variants[:: 1 if round_number % 2 == 0 else -1]:
+            rate = await ingest_rate(items, agents, decided if agents == [capped] else None)
+            rates[label] = max(rates[label], rate)
+    base = rates["no agent"]
+    for label, rate in rates.items():
+        print(f"{label:>38}: {rate:>9,.0f} items/s | ratio to no agent {rate / base:.3f} (best of {EXPLAIN_ROUNDS})")
+    print(f"{'decisions written per capped run':>38}: {min(decided):,} of {items:,} items")
 
 
 async def quotas_in_process(items: int, checked: tuple, unchecked: tuple) -> None:
@@ -492,7 +546,8 @@ async def secrets_overhead(items: int) -> None:
 
 
 #: The parts a second argument may name alone.
-PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas, "secrets": secrets_overhead}
+PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas, "secrets": secrets_overhead,
+         "explain": explain_cost}
 
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000
