@@ -427,7 +427,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from .dev import ConsoleRelay, LiveView, clock_sleep, dev_config, fit, introduction
+    from .dev import ConsoleRelay, LiveView, clock_sleep, config_beside, dev_config, fit, introduction, write_config
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
@@ -436,6 +436,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     view.database = str(db)
     with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
         config = dev_config(db.resolve(), console_socket=relay.path)
+        write_config(config, config_beside(db))
         view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
@@ -595,8 +596,12 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     """Per agent (config order), why the item did or did not wake it (docs/agents.md#explain)."""
     from .agents.explain import explain_item, explanation_line, plain_lines
+    from .dev import config_beside
 
-    agents = _run_config(args.config).agents
+    # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:
+    # it is the one that database was written with (README.md#deviations).
+    beside = config_beside(Path(args.db))
+    agents = _run_config(args.config or (beside if beside.is_file() else None)).agents
     if args.agent is not None:
         agents = [agent for agent in agents if agent.name == args.agent]
         if not agents:

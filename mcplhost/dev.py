@@ -26,6 +26,7 @@ mention of scout (README.md#start-here). stdin is read on the event loop
 from __future__ import annotations
 
 import importlib.resources
+import json
 import os
 import shutil
 import sys
@@ -41,7 +42,15 @@ import anyio
 import anyio.abc
 import msgspec
 
-from .config import DEFAULT_DEBOUNCE_MS, AgentConfig, BackendConfig, Config, ConnectorConfig, StoreConfig
+from .config import (
+    DEFAULT_DEBOUNCE_MS,
+    DERIVED_FIELDS,
+    AgentConfig,
+    BackendConfig,
+    Config,
+    ConnectorConfig,
+    StoreConfig,
+)
 from .connectors.console import LINE_MAX_CHARS
 from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 from .connectors.stage import ECHO_DELAY_ENV
@@ -77,13 +86,18 @@ CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "chann
                                  "channels.acknowledge") if path in IMPLEMENTED]
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
 #: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
+#: The stub's token, a made-up value: a connector variable named *TOKEN* is a secret (docs/agents.md#secrets),
+#: so scout's answer to Dana, which repeats it, is withheld as a draft and the token is stored nowhere.
+DEV_STUB_TOKEN = "dev-token-0f1e2d3c4b5a"
 #: One reply per backend call, in the order the stubs' scenario makes them: the deploy question (a tool round,
-#: then its answer), scribe's peer message, Dana's DM, the two guilds' mentions, Hana's report (a slow tool
-#: that Alice's `!stop` aborts), then every later call says the waking text back.
+#: then its answer), scribe's peer message, Dana's DM (it would post the stub's token), the two guilds'
+#: mentions, Hana's report (a slow tool that Alice's `!stop` aborts), then every later call says the waking
+#: text back.
 DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [
     {"name": "stub__echo", "arguments": {"text": "ping"}},
     {"name": "task_send_message", "arguments": {"target": "scribe", "message": "Someone asked about the deploy notes."}},
-]}, "You said: {{echo}}", "You said: {{echo}}", "You said: {{echo}}", "You said: {{echo}}",
+]}, "You said: {{echo}}", "You said: {{echo}}", f"Dana, the stub's token is {DEV_STUB_TOKEN}.",
+    "You said: {{echo}}",
     {"text": "", "tool_calls": [{"name": "stub__report", "arguments": {}}]}, "You said: {{echo}}"]
 #: Whose stop commands scout obeys: Alice of the stub (connector/author-id, docs/agents.md#stop).
 DEV_CONTROL_FROM = ["stub/alice"]
@@ -102,8 +116,8 @@ HELPER_AGENT = AgentConfig(name="scribe", parent="scout", title="Scribe", wake_o
 EXPLAINED = {
     "stub": ["MCPL 0.5, like Discord: guilds, a thread, a DM, a rename, a fake header",
              "two mentions in two guilds at once: they share no conversation, so a draft",
-             "typing while scout answers, a reaction on what woke it; Alice's !stop",
-             "aborts scout's slow report"],
+             "typing while scout answers, a reaction on what woke it; its answer to",
+             "Dana holds the stub's token: withheld; Alice's !stop aborts a slow report"],
     "zulip": ["MCPL 0.5, like Zulip: streams, each topic a thread"],
     "heartbeat": ["MCPL 0.4, so legacy rules (docs/mcpl-compat.md); a push every {HEARTBEAT_INTERVAL_S} s"],
     "console": ["each line you type is a message; \"@scout ...\" mentions scout,",
@@ -151,7 +165,7 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
             ConnectorConfig(
                 name="stub",
                 command=[python, "-m", "mcplhost.connectors.stub"],
-                env=_settings(STUB_DEFAULTS),
+                env={**_settings(STUB_DEFAULTS), "STUB_TOKEN": DEV_STUB_TOKEN},
                 grant=[*CHAT_GRANT, "pushEvents", "tools"],
             ),
             ConnectorConfig(
@@ -170,6 +184,49 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
         ],
         agents=[dev_agent(), HELPER_AGENT],
     )
+
+
+def config_toml(config: Config) -> str:
+    """The config as a TOML file `load_config` reads back to the same config: what `mcplhost explain` is given.
+
+    Each top-level table is one line of inline tables and arrays (TOML 1.0
+    allows any value there), so this writer needs no general TOML encoder.
+    Derived fields (config.DERIVED_FIELDS) are left out; `None` is left out,
+    which is every optional key's default.
+    """
+    document = msgspec.to_builtins(config)
+    for connector in document.get("connectors", []):
+        for field in DERIVED_FIELDS:
+            connector.pop(field, None)
+    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in document.items() if value is not None)
+
+
+def config_beside(db: Path) -> Path:
+    """Where dev writes its config for `mcplhost explain`, which looks there first: beside the database, never it."""
+    return db.with_name(db.name + ".toml")
+
+
+def write_config(config: Config, path: Path) -> None:
+    """`config_toml(config)` into `path`, readable by its owner only (a connector's env may hold a token)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write("# Written by `mcplhost dev` for `mcplhost explain --config`: the config dev ran with.\n")
+        out.write(config_toml(config))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{json.dumps(k, ensure_ascii=False)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{" + ", ".join(pairs) + "}"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
 def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
@@ -360,7 +417,7 @@ class LiveView:
             self.line(self.now(), text, name if name in COLOURS else str(event.get("level")))
         item = self.woken_by.get(str(event.get("agent")))
         if name == "speech.draft" and item is not None:  # one hint per draft: where to read why
-            database = f" --db {self.database}" if self.database else ""
+            database = f" --db {self.database}" if self.database else ""  # explain finds dev's config beside it
             self.line(self.now(), f"  why: mcplhost explain {item}{database}", name)
 
 

@@ -10,12 +10,14 @@ import os
 import pty
 import struct
 import termios
+import tomllib
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.config import DEFAULT_DEBOUNCE_MS
+from mcplhost.config import DEFAULT_DEBOUNCE_MS, load_config
 from mcplhost.connectors.console import mentioned, typed
 from mcplhost.connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 from mcplhost.connectors.stage import ECHO_DELAY_ENV, ECHO_DELAY_S, echo_delay_s
@@ -25,12 +27,15 @@ from mcplhost.dev import (
     PLAIN_WIDTH,
     LineSplitter,
     LiveView,
+    _toml_value,
     bundled_connectors,
+    config_beside,
     describe_event,
     describe_item,
     dev_config,
     fit,
     printable,
+    write_config,
 )
 from mcplhost.store import NewItem
 
@@ -286,3 +291,30 @@ class TestDevSettings:
             started = loop.time()
             await steps.after(0.05)
         assert loop.time() - started >= 0.05
+
+
+class TestConfigBeside:
+    def test_the_written_config_reads_back_as_the_config_dev_ran_with(self, tmp_path) -> None:
+        """dev's config as TOML: load_config gives the same config (cwd aside, which resolve fills in), 0600."""
+        config = dev_config(tmp_path / "dev.db", console_socket=tmp_path / "console.sock")
+        path = config_beside(tmp_path / "dev.db")
+        write_config(config, path)
+        assert path.name == "dev.db.toml" and path.stat().st_mode & 0o777 == 0o600
+        again = msgspec.to_builtins(load_config(path))
+        expected = msgspec.to_builtins(config)
+        for connector in again["connectors"] + expected["connectors"]:
+            connector.pop("cwd")
+        assert again == expected
+
+    @given(st.recursive(st.booleans() | st.integers(-2**63, 2**63 - 1) | st.text(),
+                        lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=5), st.none() | inner, max_size=3), max_leaves=8))
+    def test_any_value_is_written_as_toml_that_reads_back_the_same(self, value) -> None:
+        """Strings (every code point TOML allows), numbers, lists and tables round-trip; a None member is left out."""
+        def without_none(v):
+            if isinstance(v, dict):
+                return {k: without_none(x) for k, x in v.items() if x is not None}
+            if isinstance(v, list):
+                return [without_none(x) for x in v]
+            return v
+        assert tomllib.loads(f"v = {_toml_value(value)}\n")["v"] == without_none(value)

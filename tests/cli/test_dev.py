@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from mcplhost.connectors.mcpl_server import TEST_CLOCK_ENV
+from mcplhost.dev import DEV_STUB_TOKEN
 
 from ..harness import PYTHON
 from .clock import SteppedClock
@@ -32,7 +33,7 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 #: Spaced, deterministic events on wall time: the Discord-shaped stub's seven steps a second apart, then the
 #: Zulip-shaped stub's three (from 9 s, so the two never interleave), no heartbeat within the run; scout's
 #: debounce and a platform's echo short, since what follows a typed line waits for both.
-DETERMINISTIC = {"STUB_INTERVAL_S": "1", "ZULIP_DELAY_S": "9", "ZULIP_INTERVAL_S": "1",
+DETERMINISTIC = {"STUB_INTERVAL_S": "1", "ZULIP_DELAY_S": "12", "ZULIP_INTERVAL_S": "1",
                  "HEARTBEAT_INTERVAL_S": "3600", "STAGE_ECHO_DELAY_S": "0.02", "DEV_DEBOUNCE_MS": "20"}
 #: The same order on the stepped clock, where a step's seconds cost no wall time: the Zulip-shaped stub long
 #: after the other's last step, the deadline later still. Only the debounce and a platform's echo take wall
@@ -45,6 +46,8 @@ CLOCK = re.compile(r"^\d\d:\d\d:\d\d  ")
 #: A turn's duration and its tokens (its context may or may not hold an echo that is still arriving): the figures
 #: that move from run to run.
 TURN_FIGURES = re.compile(r"\(\d+(\.\d+)? s(, \d+ tokens)?\)")
+#: A draft's explain hint names the item that woke the turn: its id depends on when echoes were stored.
+EXPLAIN_HINT = re.compile(r"why: mcplhost explain (\d+) --db (\S+)")
 #: A line of an item the stubs staged (not an echo of the agent's own words): what starts a block of the feed.
 STAGED = re.compile(r"^HH:MM:SS  (stub|zulip) .*  (?!Scout \(echo\))[^ :]+: ")
 
@@ -130,7 +133,8 @@ class OnPipes(OnPty):
 
 def normalised(text: str) -> str:
     lines = (CLOCK.sub("HH:MM:SS  ", line) for line in text.splitlines())
-    return "\n".join(TURN_FIGURES.sub("(S s, N tokens)", line) for line in lines) + "\n"
+    lines = (TURN_FIGURES.sub("(S s, N tokens)", line) for line in lines)
+    return "\n".join(EXPLAIN_HINT.sub(r"why: mcplhost explain ID --db \2", line) for line in lines) + "\n"
 
 
 def blocks(text: str, *, ordered: bool = False) -> list[list[str]]:
@@ -209,6 +213,25 @@ class TestDev:
         assert [line.split(":")[0] for line in explained if not line.startswith("    ")] == [
             "  stub", "  zulip", "  heartbeat", "  console", "  agents", "  docs"]
         assert last == "mcplhost dev: stopped; read it with: mcplhost messages --db mcplhost-dev.db"
+        self.check_explain_hints(tmp_path, result.stdout)
+
+    @staticmethod
+    def check_explain_hints(tmp_path: Path, feed: str) -> None:
+        """Each draft's hint runs as printed (dev's config found beside the database) and names that draft's
+        reason; the stub's token that scout would have posted is stored nowhere."""
+        drafts = re.findall(r"draft scout: (\S+), nothing published", feed)
+        hints = EXPLAIN_HINT.findall(feed)
+        assert len(hints) == len(drafts) == 3, feed
+        for (item, db), reason in zip(hints, drafts):
+            answer = cli("explain", item, "--db", db, "--json", cwd=tmp_path)
+            assert answer.returncode == 0, answer.stderr
+            scout = json.loads(answer.stdout.splitlines()[0])
+            assert scout["agent"] == "scout" and scout["decision"] == "woke"
+            assert [d["reason"] for d in scout["drafts"]] == [reason]
+        assert "secret" in drafts
+        token = DEV_STUB_TOKEN.encode()
+        assert not any(token in path.read_bytes() for path in tmp_path.glob("mcplhost-dev.db*")
+                       if not path.name.endswith(".toml"))
 
     @pytest.mark.parametrize(("args", "json_lines"), [(["-v"], False), (["--log-format", "json"], True)])
     def test_log_lines_are_shown_when_asked_for(self, tmp_path, args: list[str], json_lines: bool) -> None:
