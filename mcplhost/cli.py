@@ -599,7 +599,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .dev import config_beside
 
     # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:
-    # it is the one that database was written with (README.md#deviations).
+    # it is the one that database was written with (README.md#deviations-and-decisions).
     beside = config_beside(Path(args.db))
     agents = _run_config(args.config or (beside if beside.is_file() else None)).agents
     if args.agent is not None:

@@ -220,11 +220,12 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+        # A JSON string is a TOML basic string once DEL, which JSON leaves bare and TOML refuses, is escaped.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        pairs = (f"{json.dumps(k, ensure_ascii=False)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        pairs = (f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items() if v is not None)
         return "{" + ", ".join(pairs) + "}"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
