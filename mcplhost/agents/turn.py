@@ -58,7 +58,13 @@ from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import BeginTurn, FailTurnPublishes, FinishTurn, InsertItems, SetCursor
-from mcplhost.store.turns import REASON_SHUTDOWN, REASON_STOPPED, REASON_TOKEN_BUDGET
+from mcplhost.store.turns import (
+    REASON_BACKEND_ERROR,
+    REASON_INTERNAL_ERROR,
+    REASON_SHUTDOWN,
+    REASON_STOPPED,
+    REASON_TOKEN_BUDGET,
+)
 from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
@@ -385,7 +391,9 @@ async def _fail(agent: AgentConfig, services: TurnServices, progress: _Progress,
     reason = exc.reason if isinstance(exc, BackendError) else type(exc).__name__
     detail = {} if isinstance(exc, BackendError) else {"traceback": bounded_traceback(exc)}
     log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason, **detail)
-    await _record_failure(services, agent, progress, reason, cursor, wake_ids)
+    # The turns row says which side failed; the finer cause is the notice's and the log line's.
+    recorded = REASON_BACKEND_ERROR if isinstance(exc, BackendError) else REASON_INTERNAL_ERROR
+    await _record_failure(services, agent, progress, reason, cursor, wake_ids, recorded=recorded)
 
 
 def failure_notice_text(reason: str, progress: _Progress) -> str:
@@ -398,9 +406,10 @@ def failure_notice_text(reason: str, progress: _Progress) -> str:
 
 
 async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
-                          cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = ()) -> None:
+                          cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = (), *,
+                          recorded: str = REASON_INTERNAL_ERROR) -> None:
     """A failed turn: a `turn-failed` notice for the agent, its failure reply (agents/failure.py) and the record,
-    in one write; a failing store is only logged."""
+    in one write; a failing store is only logged. `reason` is the notice's cause, `recorded` the turns row's."""
     try:
         if not progress.turn_id:
             (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, wake_ids, services.clock_ms()))
@@ -408,7 +417,7 @@ async def _record_failure(services: TurnServices, agent: AgentConfig, progress: 
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
         reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=services.clock_ms())
         results = await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, first=reply,
-                                reason=reason)
+                                reason=recorded)
         if reply and progress.speech is not None:
             progress.speech.notify(reply, results)  # wake the sender: the reply goes out like any speech
     except Exception:

@@ -38,6 +38,8 @@ REASON_STOPPED = "stopped"  # a stop command aborted it
 REASON_SHUTDOWN = "shutdown"  # the host stopped while it ran
 REASON_INTERRUPTED = "interrupted"  # the host was killed while it ran; closed at the next start
 REASON_TOKEN_BUDGET = "token_budget"  # held: max_tokens_per_day is spent
+REASON_BACKEND_ERROR = "backend_error"  # failed: the model backend failed (after its retries)
+REASON_INTERNAL_ERROR = "internal_error"  # failed: a bug in the host (its traceback is logged)
 #: Outcomes of turns that ran (a held wake ran no turn, so it does not count against max_turns_per_hour).
 RAN_OUTCOMES = ("completed", "failed", "aborted")
 #: Rows fetched per round trip when reading the ledger.

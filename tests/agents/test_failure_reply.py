@@ -44,7 +44,7 @@ class TestFailureReply:
         speech = [r for r in own if r.metadata.get("kind") == "speech"]
         assert [(r.content[0]["text"], r.metadata.get("failureReply")) for r in speech] == [(SORRY, True)]
         assert [r.metadata.get("kind") for r in own].count("turn-failed") == 1
-        assert turn.reason == "server_error"  # the failure's cause, as turns --json shows it
+        assert turn.reason == "backend_error"  # which side failed, as turns --json shows it
 
     async def test_no_failure_reply_when_it_is_empty(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("TEST_LLM_KEY", "k")
@@ -89,4 +89,4 @@ class TestThroughMcplhostRun:
                 assert await run.wait() == 0
         assert published_texts(tmp_path) == [SORRY]
         (turn,) = turns(db)
-        assert (turn["outcome"], turn["reason"]) == ("failed", "server_error")
+        assert (turn["outcome"], turn["reason"]) == ("failed", "backend_error")

@@ -63,6 +63,7 @@ class TestAgentBoundary:
             assert host.connectors["disc"].state is State.READY
         failed, answered = turns
         assert failed.outcome == "failed" and list(failed.wake_item_ids) == list(faults[0])
+        assert failed.reason == "internal_error" and answered.reason is None
         assert answered.outcome == "completed"
         kinds = [row.metadata.get("kind") for row in rows]
         assert "turn-failed" in kinds and kinds.index("turn-failed") < kinds.index("draft")
