@@ -288,7 +288,7 @@ def default_config_path() -> Path:
 #: Why a well-formed grant pattern names no capability, or None when it names one. The capability
 #: vocabulary belongs to the protocol layer, which sits above config (docs/architecture.md#layers), so
 #: config never imports it: whoever loads a config for the host passes
-#: `mcplhost.protocol.grants.unknown_grant_problem` in (cli.py does, for check-config and run), and its
+#: `mcplhost.protocol.grants.unknown_grant_problem` in (mcplhost/cli/ does, for check-config and run), and its
 #: answer is listed in place, as `connectors[i].grant[j]: ...`, with every other problem. Without it
 #: only a pattern's form is checked.
 UnknownGrant = Callable[[str], str | None]

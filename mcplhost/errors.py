@@ -1,6 +1,6 @@
 """Errors the operator has to fix; each carries an `explanation` of what to do.
 
-Only cli.py turns these into the single line on stderr.
+Only mcplhost/cli/ (its `main`) turns these into the single line on stderr.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `StoreError` and its subclasses are the operator's to fix (a path, a version,
 a backup): they are `OperatorError`s, so each carries an `explanation` saying
-what to do, kept apart from the message, and cli.py prints them as one line.
+what to do, kept apart from the message, and mcplhost/cli/ prints them as one line.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.cli import EPOCH_MS_MAX_DIGITS, SINCE_UNITS_MS, parse_since
+from mcplhost.cli.common import EPOCH_MS_MAX_DIGITS, SINCE_UNITS_MS, parse_since
 from mcplhost.store import NewItem, open_reader, open_store
 
 from ..harness import PYTHON, config_with, running_host

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.cli import MAX_COUNT, MAX_SECONDS, count, seconds
+from mcplhost.cli.common import MAX_COUNT, MAX_SECONDS, count, seconds
 
 from ..harness import PYTHON, REPO
 from .support import cli, cli_env

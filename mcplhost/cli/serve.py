@@ -1,0 +1,161 @@
+"""`mcplhost run` and `mcplhost dev`: the host until a signal, SIGHUP a reload (docs/operations.md#reload)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from .. import logs
+from ..config import (
+    Config,
+    ConfigMissing,
+    default_config_path,
+    read_config,
+)
+from ..errors import ConfigError, OperatorError
+from ..hardening import refuse_inspection_by_same_user
+from ..host import open_host
+from ..lock import hold_database
+from ..protocol.grants import unknown_grant_problem
+from ..store.items import NewItem
+from ..supervisor.children import recording_children
+from ..systemd import Notifier, watchdog_interval_s
+from .common import EXIT_OK, usable_database
+
+# --- run / dev -----------------------------------------------------------------
+
+
+async def _serve(config: Config, *, notifier: Notifier | None = None,
+                 on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
+                 console: Callable[[], Awaitable[None]] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+                 reread: Callable[[], Config] | None = None) -> None:
+    """Build the host and run it until SIGTERM/SIGINT (or `seconds` of `sleep`, dev's clock), then stop it
+    gracefully. SIGHUP reads the config again with `reread` and applies it (docs/operations.md#reload)."""
+    stop = anyio.Event()
+    watchdog = watchdog_interval_s()
+    host: Any = None
+
+    async def watch_signals() -> None:
+        # SIGHUP is caught so that it never kills the daemon without its graceful stop.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    await reload(host)
+                    continue
+                structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
+                stop.set()
+                return
+
+    async def reload(running: Any) -> None:
+        """Validate the file again first: an invalid one changes nothing, and each of its problems is logged."""
+        logger = structlog.get_logger()
+        if reread is None or running is None:
+            logger.warning("host.reload_unsupported", signal="SIGHUP", detail="this host has no config file to read")
+            return
+        try:
+            new = reread()
+        except ConfigError as exc:
+            logger.warning("host.reload_refused", error=str(exc), problems=exc.problems,
+                           detail="the new config is not valid; the running config stays")
+            return
+        await running.reload(new)
+
+    async def stop_after(delay: float) -> None:
+        await sleep(delay)
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_signals)
+        if seconds is not None:
+            tg.start_soon(stop_after, seconds)
+        if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
+            tg.start_soon(console)
+        async with open_host(config, notifier=notifier, on_stored=on_stored) as opened:
+            host = opened
+            await opened.run(stop, watchdog_s=watchdog)
+        tg.cancel_scope.cancel()
+
+
+def _run_host(config: Config, *, notifier: Notifier | None = None,
+              on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
+              console: Callable[[], Awaitable[None]] | None = None,
+              sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+              reread: Callable[[], Config] | None = None) -> None:
+    """Run `_serve`; an operator error raised inside its task groups comes out as itself.
+
+    Task groups wrap what their tasks raise in an ExceptionGroup; a store that
+    cannot be opened must still reach `main` as the one-line StoreError.
+    """
+    try:
+        anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console,
+                                 sleep=sleep, reread=reread))
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def _run_config(given: Path | None) -> Config:
+    """The config `run` uses; a missing file says where it was looked for and how to point elsewhere."""
+    path = given or default_config_path()
+    try:
+        return read_config(path, start_problems=False, unknown_grant=unknown_grant_problem)[0]
+    except ConfigMissing as exc:
+        if given is not None:
+            raise
+        origin = "from MCPLHOST_CONFIG" if os.environ.get("MCPLHOST_CONFIG") else "the default"
+        raise ConfigError(exc.message, f"{origin}; pass --config PATH or set MCPLHOST_CONFIG") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_format, args.log_level)
+    config = _run_config(args.config)
+    if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
+        structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "
+                                       "connector running as the same user can read /proc/<pid>/environ")
+    with hold_database(Path(config.store.path)) as lock, recording_children(lock):
+        notifier = Notifier.from_environment(structlog.get_logger())
+        try:
+            _run_host(config, notifier=notifier, reread=lambda: _run_config(args.config))
+        finally:
+            notifier.close()
+    return EXIT_OK
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from ..dev import ConsoleRelay, LiveView, clock_sleep, config_beside, dev_config, fit, introduction, write_config
+
+    view = LiveView.for_stream(sys.stdout)
+    shown = args.verbose or args.log_format is not None or args.log_level is not None
+    logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
+    db = usable_database(args.db)
+    view.database = str(db)
+    with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
+        config = dev_config(db.resolve(), console_socket=relay.path)
+        write_config(config, config_beside(db))
+        view.connectors = [c.name for c in config.connectors]
+        width = LiveView.for_stream(sys.stderr).width
+        for line in introduction(config, db, verbose=shown):
+            print(fit(line, width), file=sys.stderr)
+        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep)
+    logs.shutdown()  # the log lines first, then the last word
+    print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
+    return EXIT_OK
