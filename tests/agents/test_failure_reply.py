@@ -36,7 +36,11 @@ class TestFailureReply:
             async with running_host(config) as host:
                 (turn,) = await until(lambda: failed_turn(host.store))
                 await wait_for(lambda: published_texts(tmp_path))
-                rows = await host.store.outbox.list()
+
+                async def delivered() -> list[Any]:  # the connector has it; its answer is recorded just after
+                    return [r for r in await host.store.outbox.list() if r.state == "delivered"]
+
+                rows = await until(delivered)
                 own = await host.store.items.list(agent="scout")
         (row,) = rows
         assert (row.state, row.turn_id, row.channel_id) == ("delivered", turn.id, ROOM)
