@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -35,6 +35,17 @@ MIN_SECRET_CHARS = 8
 def redaction(name: str) -> str:
     """What a secret's value is replaced by: its variable's name, never the value."""
     return f"[redacted:{name}]"
+
+
+class _Compiled(NamedTuple):
+    """What `Secrets` searches with, replaced whole on each update (a reader sees the old set or the new one)."""
+
+    names: dict[str, str]  # each form a value is found in (plain, JSON-escaped) → its variable
+    pattern: re.Pattern[str] | None  # every form, longest first; None: no secret
+    raw: re.Pattern[bytes] | None  # the same over UTF-8 bytes
+    longest: int  # the longest form's length in characters
+    forms: tuple[str, ...]  # longest first
+    encoded: tuple[bytes, ...]  # the forms as UTF-8
 
 
 class Secrets:
@@ -62,58 +73,53 @@ class Secrets:
             names.setdefault(json.dumps(value)[1:-1], name)
             names.setdefault(json.dumps(value, ensure_ascii=False)[1:-1], name)  # as msgspec writes it
         ordered = sorted(names, key=len, reverse=True)
-        pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
-        raw = re.compile(b"|".join(re.escape(v.encode()) for v in ordered)) if ordered else None
-        longest = max((len(value) for value in names), default=0)
-        self._state = (names, pattern, raw, longest, tuple(ordered), tuple(v.encode() for v in ordered))
-
-    @property
-    def _names(self) -> dict[str, str]:
-        return self._state[0]
-
-    @property
-    def _pattern(self) -> re.Pattern[str] | None:
-        return self._state[1]
+        self._state = _Compiled(
+            names=names,
+            pattern=re.compile("|".join(map(re.escape, ordered))) if ordered else None,
+            raw=re.compile(b"|".join(re.escape(v.encode()) for v in ordered)) if ordered else None,
+            longest=max((len(value) for value in names), default=0),
+            forms=tuple(ordered),
+            encoded=tuple(v.encode() for v in ordered))
 
     @property
     def longest(self) -> int:
         """The longest secret's length in characters (0: none): a stream holds back one less (streaming.py)."""
-        return self._state[3]
+        return self._state.longest
 
     def __bool__(self) -> bool:
-        return self._pattern is not None
+        return self._state.pattern is not None
 
     @property
     def names(self) -> frozenset[str]:
         """The variables whose values are held."""
-        return frozenset(self._names.values())
+        return frozenset(self._state.names.values())
 
     def find(self, text: str) -> str | None:
         """The name of the variable whose value occurs first in `text`, or None."""
-        names, pattern, _raw, _longest, values, _ = self._state
+        state = self._state
         # `in` first: C substring search per value is many times faster than the alternation on text holding none.
-        if pattern is None or not any(value in text for value in values):
+        if state.pattern is None or not any(form in text for form in state.forms):
             return None
-        found = pattern.search(text)
-        return None if found is None else names[found.group()]
+        found = state.pattern.search(text)
+        return None if found is None else state.names[found.group()]
 
     def redact(self, text: str) -> str:
         """`text` with every secret value replaced by `[redacted:NAME]`."""
-        names, pattern, _raw, _longest, values, _ = self._state
-        if pattern is None or not any(value in text for value in values):
+        state = self._state
+        if state.pattern is None or not any(form in text for form in state.forms):
             return text
-        return pattern.sub(lambda m: redaction(names[m.group()]), text)
+        return state.pattern.sub(lambda m: redaction(state.names[m.group()]), text)
 
     def redact_bytes(self, data: bytes) -> bytes:
         """`data` (UTF-8 text, or not) with every secret value's UTF-8 bytes replaced by `[redacted:NAME]`."""
-        names, raw, encoded = self._state[0], self._state[2], self._state[5]
-        if raw is None or not any(value in data for value in encoded):
+        state = self._state
+        if state.raw is None or not any(form in data for form in state.encoded):
             return data
-        return raw.sub(lambda m: redaction(names[m.group().decode()]).encode(), data)
+        return state.raw.sub(lambda m: redaction(state.names[m.group().decode()]).encode(), data)
 
     def redact_json(self, value: Any) -> Any:
         """A JSON-like value (dicts, lists, strings) with every string redacted; keys too. Other values unchanged."""
-        if self._pattern is None:
+        if not self:
             return value
         if isinstance(value, str):
             return self.redact(value)
@@ -129,7 +135,7 @@ class Secrets:
         Searched in the value's JSON text, one C encode (each value is held in its JSON-escaped form too); a
         value JSON cannot encode is walked instead.
         """
-        if self._pattern is None:
+        if not self:
             return None
         try:
             return self.find(msgspec.json.encode(value).decode())
@@ -154,13 +160,13 @@ class Secrets:
 
     def find_in(self, texts: list[str], blobs: list[bytes]) -> bool:
         """Whether any of `texts` or `blobs` holds a secret: joined, so a row of many values is one search."""
-        if self._pattern is None:
+        if not self:
             return False
         joined = "\x00".join(texts)  # no value holds NUL (an environment cannot), so none spans two
         if self.find(joined) is not None:
             return True
         raw = b"\x00".join(blobs)
-        return any(value in raw for value in self._state[5])
+        return any(form in raw for form in self._state.encoded)
 
 
 #: No secrets: the default wherever none were given.
