@@ -32,7 +32,8 @@ def decisions_of(agent: str, held: Iterable[tuple[int, str]], at: int) -> list[W
 
 
 async def record_now(writer: GroupWriter, decisions: list[WakeDecision]) -> None:
-    """Write decisions at once (a turn's own, such as the token budget's hold); a failure is logged, never raised."""
+    """Write one batch of decisions; a failure is logged, never raised (the token budget's hold commits its own
+    with the held turn's record instead, agents/turn.py)."""
     if not decisions:
         return
     try:

@@ -44,7 +44,7 @@ import structlog
 
 from mcplhost.agents.acknowledge import acknowledge_wake
 from mcplhost.agents.context import Injections, compile_request, needs_notice
-from mcplhost.agents.decisions import decisions_of, record_now
+from mcplhost.agents.decisions import decisions_of
 from mcplhost.agents.failure import failure_reply
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
@@ -57,7 +57,14 @@ from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
-from mcplhost.store.operations import BeginTurn, FailTurnPublishes, FinishTurn, InsertItems, SetCursor
+from mcplhost.store.operations import (
+    BeginTurn,
+    FailTurnPublishes,
+    FinishTurn,
+    InsertItems,
+    RecordWakeDecisions,
+    SetCursor,
+)
 from mcplhost.store.turns import (
     REASON_BACKEND_ERROR,
     REASON_INTERNAL_ERROR,
@@ -153,9 +160,11 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
         if not services.budget_held:  # one warning per held spell, not one per wake
             services.budget_held = True
             log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
-        await _finish(services, agent, progress, outcome, [], new_cursor, reason=REASON_TOKEN_BUDGET)
-        await record_now(services.writer, decisions_of(agent.name, ((i, REASON_TOKEN_BUDGET) for i in wake.item_ids),
-                                                       services.clock_ms()))  # for explain (docs/agents.md#explain)
+        # The held items' decisions (for explain, docs/agents.md#explain) commit with the held turn's record.
+        held_items = RecordWakeDecisions(decisions_of(agent.name, ((i, REASON_TOKEN_BUDGET) for i in wake.item_ids),
+                                                      services.clock_ms()))
+        await _finish(services, agent, progress, outcome, [], new_cursor, first=[held_items],
+                      reason=REASON_TOKEN_BUDGET)
     except anyio.get_cancelled_exc_class():
         outcome = OUTCOME_ABORTED
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):
