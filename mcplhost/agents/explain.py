@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from mcplhost.agents.stop import CHANNEL_KIND, MAX_STOP_TEXT_CHARS, controls, normalized_commands
+from mcplhost.agents.stop import CHANNEL_KIND, MAX_STOP_TEXT_CHARS, command_text, controls, normalized_commands
 from mcplhost.agents.wake import REFUSED_ECHO, REFUSED_HEARS, REFUSED_OWN_ROW, StoredView, view_of, wake_refusal
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored
@@ -36,7 +36,6 @@ from mcplhost.speech.echoes import echo_key
 from mcplhost.store import Store
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.outbox import OutboxRow
-from mcplhost.store.readers import body_text
 from mcplhost.store.turns import RAN_OUTCOMES, REASON_TOKEN_BUDGET, Turn, spent_tokens
 
 NOT_HEARD = "not_heard"
@@ -160,7 +159,8 @@ async def explain_item(store: Store, agents: Sequence[AgentConfig], item_id: int
     key = echo_key(written.metadata)
     if not view.echo_of and key is not None and await store.outbox.delivered_as(*key) is not None:
         view = msgspec.structs.replace(view, echo_of=True)  # an echo ingest could not know yet: the ledger does
-    body = body_text(written.content, written.metadata)  # the header dropped: the sender's words only
+    # The text the stop rule compares, read as the runner reads it (header dropped; None: too long to be one).
+    body = command_text(written.content, written.metadata) or ""
     turns = await store.turns.waking(item_id)
     recorded = {decision.agent: decision for decision in await store.decisions.for_item(item_id)}
     cursors = await store.cursors.all()

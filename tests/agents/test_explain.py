@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.agents.explain import decide, explain_item, is_stop_command_for, static_decision
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler
+from mcplhost.agents.stop import is_stop_command
 from mcplhost.agents.wake import view_of, wake_matches
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import now_ms
@@ -165,3 +167,15 @@ class TestExplainItem:
             (written,) = await writer.submit(InsertItems([stored.item]))
             (answer,) = await explain_item(store, [agent(control_from=["disc/boss"])], written[0].id)
         assert (answer.decision, answer.reason) == ("not_waking", "stop_command")
+
+    async def test_a_stop_split_over_two_blocks_is_no_stop_here_as_for_the_runner(self, tmp_path: Path) -> None:
+        """Explain reads the body as the stop path does (blocks joined by newlines), so "!st" + "op" is no stop
+        command for explain either: it agrees with `is_stop_command`, which the runner asks."""
+        stored = event(1, "!st", tags=ADDRESSED, author_id="boss")
+        split = msgspec.structs.replace(stored.item, content=[*stored.item.content, {"type": "text", "text": "op"}])
+        config = agent(control_from=["disc/boss"])
+        assert not is_stop_command(config, split)
+        async with agent_store(tmp_path) as (store, writer, _):
+            (written,) = await writer.submit(InsertItems([split]))
+            (answer,) = await explain_item(store, [config], written[0].id)
+        assert answer.reason != "stop_command"
