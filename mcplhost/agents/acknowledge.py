@@ -159,14 +159,7 @@ class Acknowledger:
         return False
 
 
-async def acknowledge_wake(agent: AgentConfig, acknowledger: Acknowledger | None, rows: list[StoredItem],
-                           wake_ids: Iterable[int], read: Any) -> None:
-    """Offer the acknowledgements of a wake; its items are taken from `rows`, the rest read with `read(ids)`."""
-    if acknowledger is None or not agent.ack_reaction.strip():
-        return
-    wanted = set(wake_ids)
-    items = [row for row in rows if row.id in wanted]
-    missing = wanted - {item.id for item in items}
-    if missing:
-        items.extend(await read(sorted(missing)))
-    acknowledger.offer(acknowledgements(agent, sorted(items, key=lambda item: item.id)))
+def acknowledge_wake(agent: AgentConfig, acknowledger: Acknowledger | None, items: list[StoredItem]) -> None:
+    """Offer the acknowledgements of a wake's items (agents/turn.py reads them once for the whole turn)."""
+    if acknowledger is not None:
+        acknowledger.offer(acknowledgements(agent, items))

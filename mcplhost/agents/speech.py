@@ -47,14 +47,6 @@ from mcplhost.store.outbox import OutboxEntry
 
 log = structlog.get_logger()
 
-def waking_sources(rows: list[StoredItem], wake_item_ids: tuple[int, ...]) -> list[dict[str, Any]] | None:
-    """The frozen `metadata.source` of each waking item among `rows`, or None when one is not among them."""
-    wanted = set(wake_item_ids)
-    found = {row.id: row for row in rows if row.id in wanted}
-    if len(found) < len(wanted):
-        return None
-    return [source_of(found[item_id]) for item_id in sorted(wanted)]
-
 
 def source_of(item: StoredItem) -> dict[str, Any]:
     """An item's frozen source envelope (an empty one when it has none: it then decides nothing)."""

@@ -50,7 +50,7 @@ from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
 from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
 from mcplhost.agents.services import TurnServices
-from mcplhost.agents.speech import TurnSpeech, source_of, waking_sources
+from mcplhost.agents.speech import TurnSpeech, source_of
 from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
@@ -198,15 +198,13 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         await services.writer.submit(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
         rows = await _rows(agent, wake, services)
     system_prompt = services.system_prompt
-    user_message = await _waking_text(services, wake, rows)
-    sources = waking_sources(rows, wake.item_ids)
-    if sources is None:
-        sources = [source_of(item) for item in await services.store.items.get_many(list(wake.item_ids))]
-    speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, sources,
+    waking = await _waking_items(services, wake, rows)
+    user_message = _waking_text(waking)
+    speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, [source_of(item) for item in waking],
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
     if progress.typing is not None:
         progress.typing.start(typing_target(speech))  # the route is decided: "start", repeated until the turn ends
-    await acknowledge_wake(agent, services.acknowledger, rows, wake.item_ids, services.store.items.get_many)
+    acknowledge_wake(agent, services.acknowledger, waking)
     await services.toolbox.judge_new_tools()
     tools = services.toolbox.specs()
     progress.turn_rows_after = max((row.id for row in rows), default=0)  # later rows are this turn's own
@@ -345,12 +343,20 @@ async def _rows(agent: AgentConfig, wake: Wake, services: TurnServices) -> list[
     return await services.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
 
 
-async def _waking_text(services: TurnServices, wake: Wake, rows: list[StoredItem]) -> str:
-    """The waking items' body text (no headers), for hooks' `userMessage`; read only if the context lacks one."""
+async def _waking_items(services: TurnServices, wake: Wake, rows: list[StoredItem]) -> list[StoredItem]:
+    """The waking items by ascending id: taken from the context rows, or read once when one is not among them.
+
+    What the turn's speech routing, the hooks' `userMessage` and the acknowledgements all read.
+    """
     wanted = set(wake.item_ids)
-    items = [row for row in reversed(rows) if row.id in wanted][::-1] if wanted else []
-    if len(items) < len(wanted):
-        items = await services.store.items.get_many(list(wake.item_ids))
+    found = [row for row in rows if row.id in wanted]
+    if len(found) < len(wanted):
+        return await services.store.items.get_many(sorted(wanted))
+    return sorted(found, key=lambda item: item.id)
+
+
+def _waking_text(items: list[StoredItem]) -> str:
+    """The waking items' body text (no headers), for hooks' `userMessage`."""
     texts = [reader_text(item.content, item.metadata) for item in items]
     return "\n\n".join(t for t in texts if t)
 
