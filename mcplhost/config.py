@@ -364,6 +364,20 @@ def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset(
     return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents, moderation=moderation)
 
 
+def api_key_places(config: Config) -> list[tuple[str, str]]:
+    """Where a loaded config names the host's own api keys, as (path of the `api_key_env`, variable name).
+
+    The same places `api_key_variables` reads in the raw document: agents' backends, `[inference]`,
+    `[moderation]`.
+    """
+    places = [(f"agents[{i}].backend.api_key_env", a.backend.api_key_env) for i, a in enumerate(config.agents)]
+    if config.inference is not None:
+        places.append(("inference.backend.api_key_env", config.inference.backend.api_key_env))
+    if config.moderation is not None:
+        places.append(("moderation.api_key_env", config.moderation.api_key_env))
+    return [(where, name) for where, name in places if name is not None]
+
+
 def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
     """The variables holding the host's own api keys, each with where it is named, read defensively.
 
@@ -403,13 +417,8 @@ def secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> d
     Short values are kept here, for the warning; `Secrets` drops them.
     """
     found: dict[str, tuple[str, str]] = {}
-    keyed = [(f"agents[{i}].backend.api_key_env", a.backend.api_key_env) for i, a in enumerate(config.agents)]
-    if config.inference is not None:
-        keyed.append(("inference.backend.api_key_env", config.inference.backend.api_key_env))
-    if config.moderation is not None:
-        keyed.append(("moderation.api_key_env", config.moderation.api_key_env))
-    for where, name in keyed:
-        if name is not None and environ.get(name):
+    for where, name in api_key_places(config):
+        if environ.get(name):
             found.setdefault(name, (environ[name], where))
     for i, connector in enumerate(config.connectors):
         for name, found_at in connector_secret_sources(connector, environ, where=f"connectors[{i}]").items():
@@ -691,17 +700,11 @@ def _agent_warnings(agent: dict[str, Any]) -> list[str]:
 def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
     """What the resolved config names in the environment that is not set now (it may be, under systemd)."""
     found: list[str] = []
-    backends = [(f"agents[{i}].backend", a.backend) for i, a in enumerate(config.agents)]
-    if config.inference is not None:
-        backends.append(("inference.backend", config.inference.backend))
-    for where, backend in backends:
-        if backend.api_key_env is not None and not environ.get(backend.api_key_env):
-            found.append(f"{where}.api_key_env: the variable {backend.api_key_env} is not set here: "
-                         "calls will fail with missing_key")
-    moderation = config.moderation
-    if moderation is not None and moderation.api_key_env is not None and not environ.get(moderation.api_key_env):
-        found.append(f"moderation.api_key_env: the variable {moderation.api_key_env} is not set here: "
-                     "every check will fail, so every segment becomes a draft")
+    for where, name in api_key_places(config):
+        if not environ.get(name):
+            consequence = ("every check will fail, so every segment becomes a draft" if where.startswith("moderation")
+                           else "calls will fail with missing_key")
+            found.append(f"{where}: the variable {name} is not set here: {consequence}")
     for i, connector in enumerate(config.connectors):
         for j, name in enumerate(connector.env_pass):
             if name not in environ:

@@ -89,7 +89,7 @@ from mcplhost.agents.turn import (
     run_turn,
 )
 from mcplhost.agents.wake import Wake, without_late_echoes
-from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_variables, system_prompt_text
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
@@ -342,7 +342,7 @@ class AgentsRuntime:
         self._outbox = outbox if outbox is not None else {}
         self._timings = timings if timings is not None else NoTimings()
         #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
-        self.moderator = make_moderator(config.moderation, withheld=frozenset(api_key_variables(msgspec.to_builtins(config))))
+        self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
         self._no_author_line = connectors_without_author_line(config.connectors)
         self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
         for agent in config.agents:
