@@ -12,15 +12,12 @@ the turn failed before its waking items were read): no reply, logged.
 
 from __future__ import annotations
 
-import msgspec
 import structlog
 
-from mcplhost.agents.rows import speech_row
-from mcplhost.agents.speech import TurnSpeech
+from mcplhost.agents.speech import TurnSpeech, publish_operation
 from mcplhost.config import AgentConfig
 from mcplhost.speech.routing import Destination
 from mcplhost.store.operations import PublishSpeech
-from mcplhost.store.outbox import OutboxEntry
 
 log = structlog.get_logger()
 
@@ -38,11 +35,6 @@ def failure_reply(agent: AgentConfig, speech: TurnSpeech | None, *, turn_id: int
         log.info("agent.failure_reply_skipped", agent=agent.name, turn=turn_id,
                  reason=getattr(destination, "reason", None) or "no_route_decided")
         return []
-    row = speech_row(agent.name, turn_id, text, destination, created_at=at)
-    row = msgspec.structs.replace(row, metadata={**row.metadata, FAILURE_REPLY_KEY: True})
-    entry = OutboxEntry(agent=agent.name, turn_id=turn_id, server_id=destination.server_id,
-                        channel_id=destination.channel_id, thread_id=destination.thread_id,
-                        conversation_id=destination.conversation_id(), text=text, created_at=at)
     log.info("agent.failure_reply", agent=agent.name, turn=turn_id, connector=destination.server_id,
              channel=destination.channel_id)
-    return [PublishSpeech(speech=row, entries=[entry])]
+    return [publish_operation(agent.name, turn_id, destination, text, at, marks={FAILURE_REPLY_KEY: True})]

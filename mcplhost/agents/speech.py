@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import structlog
 
 from mcplhost.agents.rows import draft_row, notice_row, speech_row
@@ -46,6 +47,18 @@ from mcplhost.store.operations import InsertItems, PublishSpeech
 from mcplhost.store.outbox import OutboxEntry
 
 log = structlog.get_logger()
+
+
+def publish_operation(agent: str, turn_id: int, destination: Destination, text: str, at: int, *,
+                      marks: dict[str, Any] | None = None) -> PublishSpeech:
+    """One publish as a write: the speech row (with `marks` added to its metadata) and its outbox entry."""
+    row = speech_row(agent, turn_id, text, destination, created_at=at)
+    if marks:
+        row = msgspec.structs.replace(row, metadata={**row.metadata, **marks})
+    entry = OutboxEntry(agent=agent, turn_id=turn_id, server_id=destination.server_id,
+                        channel_id=destination.channel_id, thread_id=destination.thread_id,
+                        conversation_id=destination.conversation_id(), text=text, created_at=at)
+    return PublishSpeech(speech=row, entries=[entry])
 
 
 def source_of(item: StoredItem) -> dict[str, Any]:
@@ -134,11 +147,7 @@ class TurnSpeech:
                     senders[entry.server_id].notify()
 
     def _publish_op(self, destination: Destination, text: str, now: int) -> PublishSpeech:
-        row = speech_row(self.agent.name, self.turn_id, text, destination, created_at=now)
-        entry = OutboxEntry(agent=self.agent.name, turn_id=self.turn_id, server_id=destination.server_id,
-                            channel_id=destination.channel_id, thread_id=destination.thread_id,
-                            conversation_id=destination.conversation_id(), text=text, created_at=now)
-        return PublishSpeech(speech=row, entries=[entry])
+        return publish_operation(self.agent.name, self.turn_id, destination, text, now)
 
     # --- channel_publish -----------------------------------------------------------------
 
