@@ -128,6 +128,7 @@ class Streamer:
         self._channels: list[_Channel] | None = None  # None until open()
         self._text: list[str] = []  # everything the backend streamed, in order
         self._released = 0  # characters of it handed to the sender (the rest is held)
+        self._searched = 0  # characters of it already searched for a secret: only what follows is searched again
         self._sealed = False  # a pin line began: nothing more is streamed in this inference
         self._queue: list[str] = []  # text waiting for the sender task
         self._wake = anyio.Event()
@@ -171,7 +172,9 @@ class Streamer:
         self._text = [whole]
         limit = len(whole)
         if self._secrets:
-            secret = self._secrets.find(whole)
+            # A secret not wholly inside what was searched ends after it, so it starts at most longest − 1 before.
+            secret = self._secrets.find(whole[max(0, self._searched - self._secrets.longest + 1):])
+            self._searched = len(whole)
             if secret is not None:
                 self._sealed = True
                 log.info("speech.stream_withheld", inferenceId=self.inference_id, reason="secret", variable=secret)
