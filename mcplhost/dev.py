@@ -313,6 +313,12 @@ def describe_item(item: NewItem) -> str:
     return f"{where}  {who}{' (echo)' if meta.get('echoOf') else ''}: " + " ".join(texts)
 
 
+def event_place(event: dict[str, Any], labels: dict[tuple[str, str], str] | None, thread: Any) -> str:
+    """Where a host event's `connector` and `channel` are, named by the label last seen on an item from there."""
+    server, channel = str(event.get("connector")), str(event.get("channel"))
+    return place(server, (labels or {}).get((server, channel), channel), thread)
+
+
 def describe_event(event: dict[str, Any], connectors: list[str],
                    labels: dict[tuple[str, str], str] | None = None) -> str | None:
     """A host event or a warning as one line of the view; None for what the view leaves out.
@@ -322,19 +328,13 @@ def describe_event(event: dict[str, Any], connectors: list[str],
     """
     name = event.get("event")
     if name == "outbox.delivered":
-        server, channel = str(event.get("connector")), str(event.get("channel"))
-        label = (labels or {}).get((server, channel), channel)
-        return f"publish {event.get('agent')} → {place(server, label, event.get('thread'))}"
+        return f"publish {event.get('agent')} → {event_place(event, labels, event.get('thread'))}"
     if name == "speech.draft":
         return f"draft {event.get('agent')}: {event.get('reason')}, nothing published"
     if name == "speech.typing":
-        server, channel = str(event.get("connector")), str(event.get("channel"))
-        label = (labels or {}).get((server, channel), channel)
-        return f"typing {event.get('agent')} → {place(server, label, event.get('thread'))}"
+        return f"typing {event.get('agent')} → {event_place(event, labels, event.get('thread'))}"
     if name == "agent.acknowledged":
-        server, channel = str(event.get("connector")), str(event.get("channel"))
-        label = (labels or {}).get((server, channel), channel)
-        return f"ack {event.get('agent')} {event.get('representation')} → {place(server, label, None)}"
+        return f"ack {event.get('agent')} {event.get('representation')} → {event_place(event, labels, None)}"
     if name == "agent.stop":
         aborted = "turn aborted" if event.get("turn_aborted") else "no turn running"
         dropped = event.get("dropped") or 0

@@ -33,7 +33,7 @@ from mcplhost.store.connection import Connections
 
 #: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
-#: Reasons the host itself writes (docs/agents.md#turns); a failed turn's reason is its cause (e.g. backend_error).
+#: Every reason the host writes (docs/agents.md#turns); a failed turn's is REASON_BACKEND_ERROR or REASON_INTERNAL_ERROR.
 REASON_STOPPED = "stopped"  # a stop command aborted it
 REASON_SHUTDOWN = "shutdown"  # the host stopped while it ran
 REASON_INTERRUPTED = "interrupted"  # the host was killed while it ran; closed at the next start
