@@ -176,7 +176,8 @@ class TestStopMidTurn:
                 m2, m3 = await item_id(store, "m-2"), await item_id(store, "m-3")
                 cursor = await until(lambda: _cursor_at_least(store, m3))
                 await wait_for(lambda: "aborted" in lifecycle_phases(tmp_path))
-                decisions = await store.decisions.for_item(m2)
+                # Written by the runner's next step, after the aborted turn's own end (which may move the cursor first).
+                decisions = await until(lambda: store.decisions.for_item(m2))
                 rows = await store.outbox.list()
                 assert (await store.turns.list()) == [turn]  # neither m-2 nor the stop woke another turn
         assert (turn.outcome, turn.reason) == ("aborted", "stopped")
