@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta
@@ -161,7 +162,7 @@ class BackendConfig(Base):
 
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     model: NonEmpty | None = None  # required for openai and anthropic (problems() says so)
-    base_url: NonEmpty | None = None  # handed to the SDK unchanged
+    base_url: NonEmpty | None = None  # handed to the SDK unchanged; `base_url_problem` says what it refuses
     api_key_env: NonEmpty | None = None  # the variable's name, never the key
     max_tokens: Annotated[int, Meta(ge=1)] = 1024
     timeout_s: Seconds = 60.0  # per attempt
@@ -526,7 +527,7 @@ def moderation_problems(moderation: dict[str, Any]) -> list[str]:
     if kind == "openai" and "command" in moderation:
         return ['command: not used by kind "openai" (it calls the moderations endpoint; set model, base_url, '
                 'api_key_env)']
-    return []
+    return _base_url_problems(moderation) if kind == "openai" else []
 
 
 def withheld_name_problems(connector: dict[str, Any], api_keys: Mapping[str, str]) -> list[str]:
@@ -580,11 +581,38 @@ def _is_int(value: Any) -> bool:
 
 
 def backend_problems(backend: dict[str, Any]) -> list[str]:
-    """A backend table's cross-field problems: a network backend names its model."""
+    """A backend table's cross-field problems: a network backend names its model; its base_url can be used."""
     kind = backend.get("kind", "scripted")
-    if kind in ("openai", "anthropic") and backend.get("model") is None:
-        return [f"model: required for kind {kind!r}"]
-    return []
+    found = [f"model: required for kind {kind!r}"] if kind in ("openai", "anthropic") and backend.get("model") is None \
+        else []
+    return found + _base_url_problems(backend)
+
+
+def _base_url_problems(table: dict[str, Any]) -> list[str]:
+    url = table.get("base_url")
+    why = base_url_problem(url) if isinstance(url, str) and url else None
+    return [f"base_url: {why}"] if why else []
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why a backend's `base_url` cannot be used, or None.
+
+    The SDKs' HTTP client refuses a URL with a control character, a port that
+    is not a number or an unclosed `[` in its constructor (the backend is never
+    built: a start or a reload fails on it); a URL that is not absolute
+    http(s) with a host fails every call. Both are refused here, the way
+    check-config refuses everything else it can see.
+    """
+    if any(not ch.isprintable() or ch.isspace() for ch in url):
+        return f"{url!r} holds a space or a control character"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it is the check: a port outside 0-65535 or not a number raises
+    except ValueError as exc:
+        return f"{url!r} is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an absolute http:// or https:// URL with a host (e.g. http://127.0.0.1:8000/v1)"
+    return None
 
 
 #: Most ancestors an agent may have (its depth below its tree's root); docs/peers.md#trees.

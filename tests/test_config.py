@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from mcplhost.config import (
     MAX_TREE_DEPTH,
     AgentConfig,
+    BackendConfig,
     Config,
     ConnectorConfig,
     RestartConfig,
     ScriptReply,
     ScriptToolCall,
     StoreConfig,
+    base_url_problem,
     default_config_path,
     effective_max_wait_ms,
     listen_address,
@@ -553,10 +555,37 @@ class TestAgentProblems:
         ('script = [{ text = "x", mood = "y" }]', ["agents[0].backend.script[0]: Object contains unknown field `mood`"]),
         ('script = [{ tool_calls = [{ arguments = {} }] }]',
          ["agents[0].backend.script[0].tool_calls[0]: Object missing required field `name`"]),
+        ('kind = "openai"\nmodel = "m"\nbase_url = "::::"',
+         ["agents[0].backend.base_url: '::::' is not an absolute http:// or https:// URL with a host "
+          "(e.g. http://127.0.0.1:8000/v1)"]),
+        ('kind = "anthropic"\nmodel = "m"\nbase_url = "http://h:abc/"',
+         ["agents[0].backend.base_url: 'http://h:abc/' is not a URL (Port could not be cast to integer value as "
+          "'abc')"]),
+        ('kind = "openai"\nmodel = "m"\nbase_url = "http://[::1/v1"',
+         ["agents[0].backend.base_url: 'http://[::1/v1' is not a URL (Invalid IPv6 URL)"]),
+        ('kind = "openai"\nmodel = "m"\nbase_url = "http://h/\\n"',
+         ["agents[0].backend.base_url: 'http://h/\\n' holds a space or a control character"]),
+        ('kind = "openai"\nmodel = "m"\nbase_url = "127.0.0.1:8000"',
+         ["agents[0].backend.base_url: '127.0.0.1:8000' is not an absolute http:// or https:// URL with a host "
+          "(e.g. http://127.0.0.1:8000/v1)"]),
+        ('kind = "openai"\nmodel = "m"\nbase_url = "https://[::1]:8443/v1"', []),
     ])
     def test_backend_tables_are_checked(self, backend: str, expected: list[str]) -> None:
-        """A network backend names its model; numbers are bounded; script tables are strict."""
+        """A network backend names its model; numbers are bounded; script tables are strict; its base_url is an
+        absolute http(s) URL the SDKs' HTTP client can parse (docs/agents.md#backends)."""
         assert problems_of(agent() + "[agents.backend]\n" + backend + "\n") == expected
+
+    @given(st.one_of(st.text(), st.builds("".join, st.lists(st.sampled_from(
+        ["http", "https", "ftp", "://", ":", "/", "[", "]", "::1", "h", "127.0.0.1", "8000", "99999", "-1", "@", "?",
+         "#", "%", " ", "\n", "v1", "é", "\x00"]), max_size=12))))
+    def test_a_base_url_config_accepts_is_one_the_sdks_accept(self, url: str) -> None:
+        """What base_url_problem lets through, both SDKs' constructors take (a reload builds them: an exception
+        there would refuse it); what they refuse, check-config refuses first."""
+        from mcplhost.agents.backends import make_backend
+
+        if base_url_problem(url) is None:
+            for kind in ("openai", "anthropic"):
+                make_backend(BackendConfig(kind=kind, model="m", base_url=url), environ={})
 
     @pytest.mark.parametrize(("text", "expected"), [
         ("[inference]\ncontext_window = 1000\n", ["inference.backend: required"]),

@@ -30,6 +30,8 @@ def write(folder: Path, text: str) -> Path:
     ('kind = "openai"\ncommand = ["sh"]\n', ['moderation.command: not used by kind "openai" (it calls the '
                                              'moderations endpoint; set model, base_url, api_key_env)']),
     ('kind = "openai"\nmodel = "omni-moderation-latest"\nbase_url = "http://127.0.0.1:1/v1"\n', []),
+    ('kind = "openai"\nbase_url = "::::"\n', ["moderation.base_url: '::::' is not an absolute http:// or https:// URL "
+                                              "with a host (e.g. http://127.0.0.1:8000/v1)"]),
     ('kind = "command"\ncommand = ["sh"]\ntimeout_s = 2\n', []),
     ('kind = "other"\n', ["moderation.kind: Invalid enum value 'other'"]),
 ])
