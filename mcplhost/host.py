@@ -60,13 +60,14 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStat
 
 from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
+from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
 from .agents.turn import CONTEXT_ROWS
 from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
 from .control.notify import StatusLine
 from .control.server import serve_control
 from .control.service import ControlService
-from .errors import HostStateError
+from .errors import ConfigError, HostStateError
 from .inbound.patterns import fast_opening_re
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
 from .ingest.quotas import QuotaLimits
@@ -210,31 +211,78 @@ class Host:
                 ended.set()
 
     async def reload(self, new: Config) -> ReloadPlan:
-        """Apply a validated new config while running (SIGHUP): connectors added, removed and changed.
+        """Apply a validated new config while running (SIGHUP): connectors added, removed and changed; agents.
 
-        An unchanged connector keeps its process. What a reload cannot change
-        is logged and left as it runs (mcplhost/reload.py).
+        All or nothing: every connector handle and sender, every agent's
+        backend, tools and prompt the new config needs is built first; a
+        ConfigError (each problem named) leaves everything running as it was.
+        Then: the new secrets are known, connectors stop and start (a changed
+        one keeps its counts, as restart-connector does), and each agent takes
+        its settings between two of its turns. An unchanged connector keeps its
+        process. What a reload cannot change is logged and left as it runs
+        (mcplhost/reload.py).
         """
         plan = reload_plan(self.config, new)
         for note in plan.notes:
             log.warning("host.reload_partial", detail=note)
-        group = self._connector_group
-        if group is None or self._new_connector is None:
+        if self._connector_group is None or self._new_connector is None:
             log.warning("host.reload_skipped", detail="the host is not running its connectors")
             return plan
-        for name in (*plan.removed, *(spec.name for spec in plan.changed)):
-            await self._stop_connector(name)
-        for spec in (*plan.changed, *plan.added):
-            self._handles[spec.name], self._senders[spec.name] = self._new_connector(spec)
-            group.start_soon(self._connector, spec)
+        built, problems = self._build(plan, new)
+        try:
+            agents = await self.agents.prepare_reload(new.agents)  # it closed what it built
+        except ConfigError as exc:
+            problems += exc.problems
+            raise ConfigError(f"{len(problems)} problem(s)", problems=problems) from None
+        if problems:
+            await close_backends(agents.built())
+            raise ConfigError(f"{len(problems)} problem(s)", problems=problems)
+        install_secrets(new, self.store)  # before the changed connectors start: their new tokens are redacted
+        try:
+            await self._replace_connectors(plan, built)
+        except BaseException:  # cancelled (the host stops): the agents' new backends are not handed over
+            await close_backends(agents.built())
+            raise
         self.ingest.set_quotas(connector_quotas(new))
-        install_secrets(new, self.store)  # env files re-read: the changed connectors' new values
-        agents = await self.agents.reload(new.agents)
+        changed = await self.agents.apply_reload(agents)
         self.agents.set_connectors(new.connectors)  # author_line counts from the next compile
         self.config = msgspec.structs.replace(self.config, connectors=new.connectors, agents=self.agents.config.agents)
         log.info("host.reloaded", added=[s.name for s in plan.added], removed=list(plan.removed),
-                 changed=[s.name for s in plan.changed], unchanged=list(plan.unchanged), agents_changed=agents)
+                 changed=[s.name for s in plan.changed], unchanged=list(plan.unchanged), agents_changed=changed)
         return plan
+
+    def _build(self, plan: ReloadPlan, new: Config) -> tuple[dict[str, tuple[ConnectorHandle, OutboxSender]], list[str]]:
+        """The handle and sender of each connector a reload starts, and a problem for each that cannot be built."""
+        assert self._new_connector is not None
+        built: dict[str, tuple[ConnectorHandle, OutboxSender]] = {}
+        problems: list[str] = []
+        for spec in (*plan.changed, *plan.added):
+            try:
+                built[spec.name] = self._new_connector(spec)
+            except Exception as exc:  # a bug of ours for this table: refused, never half-applied
+                problems.append(f"connectors[{new.connectors.index(spec)}]: cannot be built: "
+                                f"{type(exc).__name__}: {exc}")
+        return built, problems
+
+    async def _replace_connectors(self, plan: ReloadPlan, built: Mapping[str, tuple[ConnectorHandle, OutboxSender]]
+                                  ) -> None:
+        """Stop the removed and changed connectors, start the changed and added ones with what was built.
+
+        A changed connector's new handle and sender continue the old ones'
+        counts (restarts, refusals, last error, inbound and publish times,
+        publishes by outcome), as one handle does across restart-connector.
+        """
+        assert self._connector_group is not None
+        for name in plan.removed:
+            await self._stop_connector(name)
+        for spec in plan.changed:
+            handle, sender = self.connectors[spec.name], self.outbox_senders[spec.name]
+            await self._stop_connector(spec.name)
+            built[spec.name][0].carry_over(handle)
+            built[spec.name][1].stats = sender.stats  # mcplhost_publish_total goes on counting
+        for spec in (*plan.changed, *plan.added):
+            self._handles[spec.name], self._senders[spec.name] = built[spec.name]
+            self._connector_group.start_soon(self._connector, spec)
 
     async def _stop_connector(self, name: str) -> None:
         """Stop one connector (its shutdown ladder, as at the host's stop) and forget it."""

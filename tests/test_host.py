@@ -10,9 +10,10 @@ import pytest
 
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.config import AgentConfig, BackendConfig
-from mcplhost.errors import HostStateError
+from mcplhost.errors import ConfigError, HostStateError
 from mcplhost.host import open_host
 from mcplhost.ingest import Ingest, stored_event_stream
+from mcplhost.protocol.ports import State
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import StoreError
 from mcplhost.store.writer import GroupWriter
@@ -71,3 +72,47 @@ class TestRun:
             pass
         with pytest.raises(HostStateError, match="runs once"):
             await host.run(anyio.Event())
+
+
+class TestReloadAllOrNothing:
+    async def test_a_backend_its_sdk_refuses_leaves_every_connector_and_agent_as_they_run(self, tmp_path: Path):
+        """A config check-config could not fault (built here without it) whose agent backend the SDK refuses: the
+        reload raises ConfigError naming it, and nothing changed: the changed connector keeps its process, the
+        agent its backend and prompt (docs/operations.md#reload)."""
+        spec = scripted("a", {"manifest": None}, tmp_path)
+        config = msgspec.structs.replace(config_with(tmp_path, spec), agents=[SCOUT])
+        async with running_host(config) as host:
+            handle, backend = host.connectors["a"], host.agents.runners["scout"].services.backend
+            pid = handle.statistics().pid
+            broken = msgspec.structs.replace(SCOUT, system_prompt="new", backend=BackendConfig(
+                kind="openai", model="m", base_url="::::"))
+            new = msgspec.structs.replace(config, connectors=[msgspec.structs.replace(spec, request_timeout_s=7)],
+                                          agents=[broken])
+            with pytest.raises(ConfigError) as refused:
+                await host.reload(new)
+            assert refused.value.problems == ["agents[0].backend: cannot be built: InvalidURL: Relative URLs cannot "
+                                              "have a path starting with ':'"]
+            assert host.connectors["a"] is handle and handle.statistics().pid == pid and host.config == config
+            runner = host.agents.runners["scout"]
+            assert runner.agent == SCOUT and runner.services.backend is backend and runner.services.system_prompt == ""
+
+    async def test_a_changed_connector_keeps_its_counts(self, tmp_path: Path):
+        """Restarted by a reload, a connector's new handle goes on from the old one's restarts, refusals and times,
+        and its sender from the old one's publish counts, as one handle does across restart-connector."""
+        spec = scripted("a", {"manifest": None}, tmp_path)
+        config = config_with(tmp_path, spec)
+        async with running_host(config) as host:
+            old, sender = host.connectors["a"], host.outbox_senders["a"]
+            old.refusals.request("nosuch/method", -32601)
+            old.published()
+            sender.stats["delivered"] += 2
+            before = old.statistics()
+            await host.reload(msgspec.structs.replace(config, connectors=[msgspec.structs.replace(
+                spec, request_timeout_s=7)]))
+            new = host.connectors["a"]
+            await new.wait_state(State.MCP_ONLY)
+            after = new.statistics()
+        assert new is not old and after.pid != before.pid and after.restarts == before.restarts + 1
+        assert new.refusals.requests == {("nosuch/method", -32601): 1}
+        assert after.last_publish_at == before.last_publish_at is not None
+        assert host.outbox_senders["a"] is not sender and host.outbox_senders["a"].stats["delivered"] == 2

@@ -69,12 +69,12 @@ import structlog
 from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
 from mcplhost.agents.acknowledge import Acknowledger
-from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.moderation import make_moderator
 from mcplhost.agents.context import connectors_without_author_line
 from mcplhost.agents.decisions import DecisionRecorder
 from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
+from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
 from mcplhost.agents.services import NoTimings, TurnServices, TurnTimings
@@ -228,6 +228,8 @@ class AgentRunner:
 
     async def reconfigure(self, agent: AgentConfig, *, backend: Backend, toolbox: ToolBox, system_prompt: str) -> None:
         """Take new settings once the turn in progress (if any) has ended; the next wake uses them."""
+        if self._turn_lock.locked():
+            log.info("agent.reload_waits", agent=agent.name, detail="its turn in progress ends first")
         async with self._turn_lock:
             self.agent = agent
             self.scheduler.reconfigure(agent)
@@ -319,6 +321,23 @@ class AgentRunner:
             log.error("agent.peer_delivery_failed", agent=self.agent.name, exc_info=True)
 
 
+class AgentsReload(msgspec.Struct, frozen=True):
+    """What a reload changes among the agents, with everything it needs built (`AgentsRuntime.prepare_reload`)."""
+
+    removed: list[str]  # agents gone from the config
+    updates: list[AgentUpdate]  # running agents' new settings, in config order
+    added: list[AgentRunner]  # new agents' runners, not started
+    names: list[str]  # every configured agent, in config order
+
+    @property
+    def changed(self) -> list[str]:
+        return [*self.removed, *(u.agent.name for u in self.updates), *(r.agent.name for r in self.added)]
+
+    def built(self) -> list[Backend]:
+        """Every backend this reload built (none is in use until `apply_reload` hands it over)."""
+        return [u.backend for u in self.updates if u.backend is not None] + [r.services.backend for r in self.added]
+
+
 class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
@@ -345,8 +364,9 @@ class AgentsRuntime:
         self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
         self._no_author_line = connectors_without_author_line(config.connectors)
         self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
-        for agent in config.agents:
-            self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
+        for i, agent in enumerate(config.agents):
+            given = (backends or {}).get(agent.name)
+            self.runners[agent.name] = self._runner(agent, given or build_backend(f"agents[{i}].backend", agent.backend))
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
         self._group: TaskGroup | None = None
         self._runner_scopes: dict[str, anyio.CancelScope] = {}
@@ -358,12 +378,13 @@ class AgentsRuntime:
         #: no cursor passes it before the next start's catch-up.
         self._unoffered: float = math.inf
 
-    def _runner(self, agent: AgentConfig, backend: Backend | None = None) -> AgentRunner:
-        """One agent's runner with its services (its backend made from its table unless one is given)."""
+    def _runner(self, agent: AgentConfig, backend: Backend, prompt: str | None = None) -> AgentRunner:
+        """One agent's runner with its services (`prompt`: its system prompt, read now when not given)."""
         toolbox = ToolBox(agent, self.handles, self.store, peers=self.peers)
-        services = TurnServices(self.store, self.writer, self.handles, backend or make_backend(agent.backend), toolbox,
+        services = TurnServices(self.store, self.writer, self.handles, backend, toolbox,
                                 self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
-                                system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
+                                system_prompt=start_prompt(agent) if prompt is None else prompt, hooks=self.hooks,
+                                peers=self.peers,
                                 timings=self._timings, moderator=self.moderator,
                                 no_author_line=self._no_author_line, acknowledger=self.acknowledger)
         return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions)
@@ -386,61 +407,84 @@ class AgentsRuntime:
         return offered if self._unoffered > offered else int(self._unoffered) - 1
 
     async def reload(self, agents: list[AgentConfig]) -> list[str]:
-        """Apply changed settings of the configured agents in place (a config reload); the names changed.
+        """Apply the configured agents' new settings in place (a config reload); the names changed.
 
-        Each agent waits for its turn in progress to end. A changed backend
-        table gets a new backend (the old one is closed); the prompt file is
-        read again. An agent gone from the config stops once its turn in
-        progress has ended; a new one starts with a cursor at the store's end.
-        An agent whose prompt file cannot be read keeps its settings, logged.
+        `prepare_reload`, then `apply_reload`: a ConfigError (every problem
+        named) changes nothing.
         """
-        changed: list[str] = []
-        wanted = {agent.name for agent in agents}
-        for name in [name for name in self.runners if name not in wanted]:
-            await self._remove(name)
-            changed.append(name)
-        for agent in agents:
+        return await self.apply_reload(await self.prepare_reload(agents))
+
+    async def prepare_reload(self, agents: list[AgentConfig]) -> AgentsReload:
+        """Build everything the new agent tables need, touching nothing that runs (agents/reconfigure.py).
+
+        Every prompt is read again: an edited `system_prompt_file` is a
+        changed agent. A changed backend table gets a new backend; a new agent
+        (in a running runtime) its whole runner. Raises ConfigError listing
+        every problem, after closing what was built.
+        """
+        problems: list[str] = []
+        updates: list[AgentUpdate] = []
+        added: list[AgentRunner] = []
+        for i, agent in enumerate(agents):
             runner = self.runners.get(agent.name)
-            if runner is None:
-                if await self._add(agent):
-                    changed.append(agent.name)
-                continue
-            if runner.agent == agent:
-                continue
             try:
                 prompt = start_prompt(agent)
-            except ConfigError as exc:
-                log.warning("agent.reload_refused", agent=agent.name, error=str(exc))
-                continue
-            old_backend = runner.services.backend
-            backend = make_backend(agent.backend) if agent.backend != runner.agent.backend else old_backend
-            await runner.reconfigure(agent, backend=backend, system_prompt=prompt,
-                                     toolbox=ToolBox(agent, self.handles, self.store, peers=self.peers))
-            if backend is not old_backend:
-                try:
-                    await old_backend.aclose()
-                except Exception:
-                    log.warning("agent.backend_close_failed", agent=agent.name, exc_info=True)
-            changed.append(agent.name)
-        applied = [self.runners[agent.name].agent for agent in agents if agent.name in self.runners]
+                if runner is None:
+                    if self._group is not None:  # a runtime that does not run starts no agent (mcplhost/reload.py)
+                        added.append(self._runner(agent, build_backend(f"agents[{i}].backend", agent.backend), prompt))
+                elif runner.agent != agent or runner.services.system_prompt != prompt:
+                    backend = None if agent.backend == runner.agent.backend else \
+                        build_backend(f"agents[{i}].backend", agent.backend)
+                    updates.append(AgentUpdate(agent, prompt, backend,
+                                               ToolBox(agent, self.handles, self.store, peers=self.peers)))
+            except ConfigError as exc:  # start_prompt's names no path; build_backend's problem does
+                problems += exc.problems or [f"agents[{i}].system_prompt_file: {exc.message} ({exc.explanation})"]
+        wanted = {agent.name for agent in agents}
+        plan = AgentsReload([name for name in self.runners if name not in wanted], updates, added,
+                            [agent.name for agent in agents])
+        if problems:
+            await close_backends(plan.built())
+            raise ConfigError(f"{len(problems)} agent problem(s)", problems=problems)
+        return plan
+
+    async def apply_reload(self, plan: AgentsReload) -> list[str]:
+        """Hand a prepared reload over; the names changed.
+
+        Each agent takes its settings once its turn in progress has ended; an
+        agent gone stops then; a new one starts with a cursor at the store's
+        end. Cancelled halfway (the host stops), the backends not handed over
+        are closed.
+        """
+        unused = {id(backend): backend for backend in plan.built()}
+        try:
+            for name in plan.removed:
+                await self._remove(name)
+            for update in plan.updates:
+                runner = self.runners[update.agent.name]
+                old = runner.services.backend
+                await runner.reconfigure(update.agent, backend=update.backend or old, toolbox=update.toolbox,
+                                         system_prompt=update.prompt)
+                if update.backend is not None:
+                    unused.pop(id(update.backend))
+                    await close_backends([old])
+            for runner in plan.added:
+                await self._add(runner)
+                unused.pop(id(runner.services.backend))
+        finally:
+            await close_backends(unused.values())
+        applied = [self.runners[name].agent for name in plan.names if name in self.runners]
         self.config = msgspec.structs.replace(self.config, agents=applied)
         self.peers.retree(applied)
-        return changed
+        return plan.changed
 
-    async def _add(self, agent: AgentConfig) -> bool:
+    async def _add(self, runner: AgentRunner) -> None:
         """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
-        if self._group is None:
-            return False
-        try:
-            runner = self._runner(agent)
-        except ConfigError as exc:
-            log.warning("agent.reload_refused", agent=agent.name, error=str(exc))
-            return False
-        (runner.cursor,) = await self.writer.submit(StartCursor(agent.name, self.clock_ms()))
-        self.runners[agent.name] = runner
-        self._group.start_soon(self._run_runner, runner, name=f"agent {agent.name}")
-        log.info("agent.added", agent=agent.name, cursor=runner.cursor)
-        return True
+        name = runner.agent.name
+        (runner.cursor,) = await self.writer.submit(StartCursor(name, self.clock_ms()))
+        self.runners[name] = runner
+        assert self._group is not None  # prepare_reload builds new runners only while the runtime runs
+        self._group.start_soon(self._run_runner, runner, name=f"agent {name}")
+        log.info("agent.added", agent=name, cursor=runner.cursor)
 
     async def _remove(self, name: str) -> None:
         """An agent gone from the config (a reload): stopped once its turn in progress has ended."""
@@ -656,7 +700,8 @@ def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
 
 
 def start_prompt(agent: AgentConfig) -> str:
-    """The agent's own prompt, read once as the agents are built: an edit of the file counts after a restart."""
+    """The agent's own prompt, read as the agents are built and again at each reload (an edited file is a changed
+    agent, docs/operations.md#reload); ConfigError when the file cannot be read."""
     try:
         return system_prompt_text(agent)
     except (OSError, UnicodeDecodeError) as exc:

@@ -58,7 +58,7 @@ class TurnServices:
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     #: connector name → its outbox sender (speech/outbox.py); `notify()` it after queuing a publish.
     outbox: Mapping[str, OutboxSender] = field(default_factory=dict)
-    #: The agent's own prompt, read once when the agents are built (a file edit counts after a restart).
+    #: The agent's own prompt, read when the agents are built and again at each reload (docs/operations.md#reload).
     system_prompt: str = ""
     #: The host's hook and lifecycle bookkeeping (hooks.py), shared by its agents and no other host.
     hooks: HookState = field(default_factory=HookState)

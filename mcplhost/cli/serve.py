@@ -25,6 +25,7 @@ from ..hardening import refuse_inspection_by_same_user
 from ..host import open_host
 from ..lock import hold_database
 from ..protocol.grants import unknown_grant_problem
+from ..reload import Reloads
 from ..store.items import NewItem
 from ..supervisor.children import recording_children
 from ..systemd import Notifier, watchdog_interval_s
@@ -42,32 +43,19 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
     gracefully. SIGHUP reads the config again with `reread` and applies it (docs/operations.md#reload)."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
-    host: Any = None
+    reloads = Reloads(reread)
 
     async def watch_signals() -> None:
-        # SIGHUP is caught so that it never kills the daemon without its graceful stop.
+        # SIGHUP is caught so that it never kills the daemon without its graceful stop; its reload runs in a
+        # task of its own (mcplhost/reload.py), so SIGTERM is read, and stops the daemon, while one waits.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
-                if signum == signal.SIGHUP:
-                    await reload(host)
-                    continue
                 structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
+                if signum == signal.SIGHUP:
+                    reloads.request()
+                    continue
                 stop.set()
                 return
-
-    async def reload(running: Any) -> None:
-        """Validate the file again first: an invalid one changes nothing, and each of its problems is logged."""
-        logger = structlog.get_logger()
-        if reread is None or running is None:
-            logger.warning("host.reload_unsupported", signal="SIGHUP", detail="this host has no config file to read")
-            return
-        try:
-            new = reread()
-        except ConfigError as exc:
-            logger.warning("host.reload_refused", error=str(exc), problems=exc.problems,
-                           detail="the new config is not valid; the running config stays")
-            return
-        await running.reload(new)
 
     async def stop_after(delay: float) -> None:
         await sleep(delay)
@@ -79,9 +67,9 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
             tg.start_soon(stop_after, seconds)
         if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
             tg.start_soon(console)
-        async with open_host(config, notifier=notifier, on_stored=on_stored) as opened:
-            host = opened
-            await opened.run(stop, watchdog_s=watchdog)
+        async with open_host(config, notifier=notifier, on_stored=on_stored) as host:
+            tg.start_soon(reloads.run, host, stop)
+            await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
 
 

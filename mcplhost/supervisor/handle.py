@@ -223,6 +223,16 @@ class ConnectorHandle:
         """A channels/publish was delivered now (the outbox sender's word), for `statistics().last_publish_at`."""
         self._last_publish_at = self._clock_ms()
 
+    def carry_over(self, previous: ConnectorHandle) -> None:
+        """Continue `previous`'s counts, as one handle does across `restart()`: a reload that changed this
+        connector's table replaces its handle, yet what it counted since the host started is kept (restarts,
+        refusals, the last error, inbound and publish times). Called before this handle's first life."""
+        self._lives = previous._lives  # this handle's first start counts as one more restart
+        self.refusals = previous.refusals
+        self._last_error = previous._last_error
+        self._last_inbound_at, self._last_inbound_mono = previous._last_inbound_at, previous._last_inbound_mono
+        self._last_publish_at = previous._last_publish_at
+
     def restart(self) -> None:
         """End the current life, or the wait before the next, now; start again at once with a fresh budget.
 

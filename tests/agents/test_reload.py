@@ -7,8 +7,11 @@ from pathlib import Path
 
 import anyio
 import msgspec
+import pytest
 
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
+from mcplhost.config import BackendConfig
+from mcplhost.errors import ConfigError
 
 from ..peers.test_runtime import completed, runtime_of
 from .support import agent_config, heard, scripted
@@ -86,3 +89,31 @@ class TestReload:
             (turn,) = await completed(store, "writer", 1)
             assert len(turn.wake_item_ids) == 1  # only the item after the reload
             assert len(await store.turns.list(agent="scout")) == 1
+
+    async def test_an_edited_prompt_file_is_a_changed_agent(self, tmp_path: Path) -> None:
+        """The same table, another text in its system_prompt_file: the reload changes the agent's prompt."""
+        prompt = tmp_path / "scout.md"
+        prompt.write_text("You are A.")
+        scout = agent_config("scout", system_prompt_file=str(prompt))
+        async with runtime_of(tmp_path, [scout], {}) as (runtime, _ingest, _store):
+            assert await runtime.reload([scout]) == []
+            prompt.write_text("You are B.")
+            assert await runtime.reload([scout]) == ["scout"]
+            assert runtime.runners["scout"].services.system_prompt == "You are B."
+
+    async def test_a_problem_with_one_agent_changes_no_agent(self, tmp_path: Path) -> None:
+        """All or nothing: scout's new backend cannot be built, writer's new prompt file is gone, and reader's new
+        settings are fine: none of them changes, and the error names each problem by its path."""
+        scout, writer = agent_config("scout", backend=scripted("s")), agent_config("writer", system_prompt="W")
+        reader = agent_config("reader")
+        async with runtime_of(tmp_path, [scout, writer, reader], {}) as (runtime, _ingest, _store):
+            before = {name: (r.agent, r.services.backend, r.services.system_prompt)
+                      for name, r in runtime.runners.items()}
+            broken = msgspec.structs.replace(scout, backend=BackendConfig(kind="openai", model="m", base_url="::::"))
+            gone = msgspec.structs.replace(writer, system_prompt=None, system_prompt_file=str(tmp_path / "gone.md"))
+            with pytest.raises(ConfigError) as refused:
+                await runtime.reload([broken, gone, msgspec.structs.replace(reader, debounce_ms=9)])
+            assert [p.split(":")[0] for p in refused.value.problems] == ["agents[0].backend",
+                                                                         "agents[1].system_prompt_file"]
+            assert {name: (r.agent, r.services.backend, r.services.system_prompt)
+                    for name, r in runtime.runners.items()} == before
