@@ -146,7 +146,8 @@ class Host:
         try:
             async with anyio.create_task_group() as base:
                 await base.start(self.writer.run)
-                await base.start(serve_control, control_socket_path(self.config), self.control.answer)
+                await base.start(partial(serve_control, redact=self.store.secrets.redact_bytes),
+                                 control_socket_path(self.config), self.control.answer)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)

@@ -14,12 +14,11 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..config import (
-    read_config,
-)
+from ..config import read_config, secret_values
 from ..errors import ConfigError, OperatorError
 from ..lock import hold_database
 from ..protocol.grants import unknown_grant_problem
+from ..secrets import Secrets
 from ..store import open_reader, open_store
 from ..store.items import StoredItem, export_line
 from .common import EXIT_OK, EXIT_USAGE, FOLLOW_POLL_S, existing_database, usable_database
@@ -179,7 +178,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:
     # it is the one that database was written with (README.md#deviations-and-decisions).
     beside = config_beside(Path(args.db))
-    agents = _run_config(args.config or (beside if beside.is_file() else None)).agents
+    config = _run_config(args.config or (beside if beside.is_file() else None))
+    agents = config.agents
     if args.agent is not None:
         agents = [agent for agent in agents if agent.name == args.agent]
         if not agents:
@@ -193,9 +193,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if answers is None:
         raise OperatorError(f"no item {args.item_id} in {args.db}")
     out = sys.stdout.buffer
+    secrets = Secrets(secret_values(config))  # what the daemon redacts, from the same config (docs/agents.md#secrets)
     for answer in answers:
-        out.write(explanation_line(answer) + b"\n" if args.json else "".join(
-            line + "\n" for line in plain_lines(answer)).encode())
+        out.write(secrets.redact_bytes(explanation_line(answer) + b"\n" if args.json else "".join(
+            line + "\n" for line in plain_lines(answer)).encode()))
     out.flush()
     return EXIT_OK
 

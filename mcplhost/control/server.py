@@ -11,6 +11,8 @@
 - Each client gets its own task and `CLIENT_DEADLINE_S` for its whole
   exchange; at most `MAX_CLIENTS` at once (one more is closed at once), so a
   stuck or flooding client never holds the daemon.
+- Every answer line passes `redact` as it is written (the host's secret
+  values: docs/agents.md#secrets), whatever the answer holds.
 - On exit the socket file is removed, if it is still the one bound here.
 """
 
@@ -98,8 +100,10 @@ def bind_control_socket(path: Path) -> socket.socket:
 
 
 async def serve_control(path: Path, answer: Callable[[Request], Awaitable[Answer]], *,
+                        redact: Callable[[bytes], bytes] | None = None,
                         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-    """Serve the control socket at `path` until cancelled; started once it listens."""
+    """Serve the control socket at `path` until cancelled; started once it listens. `redact`: applied to each
+    answer line."""
     sock = bind_control_socket(path)
     bound = os.stat(path)
     try:
@@ -111,7 +115,7 @@ async def serve_control(path: Path, answer: Callable[[Request], Awaitable[Answer
         async def client(stream: SocketStream) -> None:
             nonlocal active
             try:
-                await serve_client(stream, answer)
+                await serve_client(stream, answer, redact)
             finally:
                 active -= 1
 
@@ -137,7 +141,8 @@ def _remove_if_ours(path: Path, bound: os.stat_result) -> None:
         pass
 
 
-async def serve_client(stream: SocketStream, answer: Callable[[Request], Awaitable[Answer]]) -> None:
+async def serve_client(stream: SocketStream, answer: Callable[[Request], Awaitable[Answer]],
+                       redact: Callable[[bytes], bytes] | None = None) -> None:
     """One exchange: a request line in, one answer line out, within CLIENT_DEADLINE_S; then close."""
     with anyio.move_on_after(CLIENT_DEADLINE_S):
         async with stream:
@@ -158,6 +163,7 @@ async def serve_client(stream: SocketStream, answer: Callable[[Request], Awaitab
                     log.error("control.answer_failed", exc_info=True)
                     reply = Answer(ok=False, error="internal error in the daemon (its log has the traceback)")
             try:
-                await stream.send(encode(reply))
+                line = encode(reply)
+                await stream.send(line if redact is None else redact(line))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass  # the client left before the answer

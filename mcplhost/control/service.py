@@ -3,6 +3,12 @@
 Every figure comes from a component that already keeps it: the connector
 handles' `statistics()`, the agents runtime's `statistics()`, the peer
 service's queue counts and a few store reads. Nothing here counts anything.
+
+Secrets never leave through the socket (docs/agents.md#secrets): the status
+object is redacted whole as it is built, before anything is cut from it
+for a `--check` line, and the server redacts every answer line it writes
+(`serve_control(redact=...)`), as a log line is redacted in its values and
+then whole.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .wire import Answer, Request, RestartRequest, StatusRequest
 log = structlog.get_logger()
 
 _status_encoder = msgspec.json.Encoder()
+_status_decoder = msgspec.json.Decoder(Status)
 
 
 def database_bytes(path: Path) -> int:
@@ -59,8 +66,15 @@ class ControlService:
                                     drafts=await self.store.items.newest_turn_drafts(name),
                                     outbox_pending=pending.get(name, 0))
                   for name in self.agents.runners}
-        return build_status(host, (handle.statistics() for handle in self.connectors.values()),
-                            self.agents.statistics(), counts)
+        return self._redacted(build_status(host, (handle.statistics() for handle in self.connectors.values()),
+                                           self.agents.statistics(), counts))
+
+    def _redacted(self, status: Status) -> Status:
+        """`status` with every secret value in any of its strings replaced by `[redacted:NAME]` (one pass over its
+        JSON: a connector's last error can hold its token)."""
+        encoded = _status_encoder.encode(status)
+        redacted = self.store.secrets.redact_bytes(encoded)
+        return status if redacted is encoded else _status_decoder.decode(redacted)
 
     async def answer(self, request: Request) -> Answer:
         match request:

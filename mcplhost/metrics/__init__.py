@@ -52,9 +52,11 @@ class Metrics:
         self._limiter = anyio.CapacityLimiter(MAX_CLIENTS)
 
     async def render(self) -> tuple[bytes, str]:
-        """The text format of every metric now, and its content type."""
+        """The text format of every metric now, and its content type; secret values redacted, as in a log line
+        (docs/agents.md#secrets: a label is a connector's or agent's name, or a word the host chose, but a
+        name can still be a token pasted in the wrong place)."""
         self.collector.outbox_pending = await self._store.outbox.count("pending")
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return self._store.secrets.redact_bytes(generate_latest(self.registry)), CONTENT_TYPE_LATEST
 
     async def listen(self, listen: str) -> SocketListener:
         """Bind `listen` (HOST:PORT, validated by check-config); OperatorError when it cannot be bound."""

@@ -170,6 +170,16 @@ class TestExplainPlain:
             "slacker: not heard (hears)",
         ]
 
+    async def test_the_output_is_redacted_like_a_log_line(self, tmp_path) -> None:
+        """A value the config makes secret is redacted in what explain prints, though the database was written
+        before it was one (a token put in an env file later), as every operator surface does."""
+        await seed(tmp_path / "host.db")
+        secret = CONFIG.replace('name = "discord"\n', f'name = "discord"\nenv = {{ DISCORD_TOKEN = "{CHANNEL}" }}\n')
+        (tmp_path / "mcplhost.toml").write_text(secret)
+        result = cli("explain", "--db", str(tmp_path / "host.db"), "--config", str(tmp_path / "mcplhost.toml"), "1")
+        assert result.returncode == 0, result.stderr
+        assert "discord/[redacted:DISCORD_TOKEN]: delivered" in result.stdout and CHANNEL not in result.stdout
+
 
 class TestExplainAfterRun:
     async def test_a_run_s_woken_turn_and_recorded_sender_cap_are_explained(self, tmp_path) -> None:
