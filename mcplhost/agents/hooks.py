@@ -52,7 +52,7 @@ from mcplhost.protocol.answers import (
 )
 from mcplhost.protocol.grants import HOOK_PATHS
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
-from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 
 log = structlog.get_logger()
 
@@ -223,7 +223,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     except RemoteError as exc:
         clog.warning("agent.hook_error", code=exc.code, error=exc.message)
         return []
-    except ConnectorNotReady as exc:
+    except (ConnectorNotReady, LineTooLong) as exc:  # LineTooLong: a userMessage past the connector's line cap
         clog.info("agent.hook_skipped", reason=str(exc))
         return []
     except Exception:
