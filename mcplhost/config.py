@@ -200,6 +200,8 @@ class AgentConfig(Base):
     tool_result_max_chars: Annotated[int, Meta(ge=1)] = 20_000
     max_tokens_per_day: Annotated[int, Meta(ge=0)] = 0  # 0: no limit
     publish_max_age_s: Seconds = 3600.0
+    #: docs/agents.md#bounds: segments one turn may publish; the same text to one destination once per turn.
+    max_publishes_per_turn: Annotated[int, Meta(ge=1)] = 20
     debounce_ms: Annotated[int, Meta(ge=0)] = DEFAULT_DEBOUNCE_MS
     max_wait_ms: Annotated[int, Meta(ge=0)] | None = None  # None: effective_max_wait_ms decides
     system_prompt: str | None = None

@@ -313,7 +313,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
                     suppressed=suppressed, quotas=connector_quotas(config), secrets=store.secrets)
     hooks = HookState()
-    inference = connector_inference(config)
+    inference = connector_inference(config, secrets=store.secrets)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
     status_line = StatusLine()
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}

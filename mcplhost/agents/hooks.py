@@ -20,8 +20,11 @@ Decisions the spec leaves open: `conversationId` is the turn's conversation
 when the caller names one, else `agent:<name>` (the agent's one context
 under `context_scope = "agent"`); an injection's content becomes text (a
 string, or its text blocks joined by newlines; media is left out) and is
-marked like a sender's words, since a connector could imitate a header; an
-injection longer than `MAX_INJECTION_CHARS` is dropped whole, never cut.
+marked like a sender's words, since a connector could imitate a header, and
+framed as the connector's: a line that reads like the host's (`[host]`,
+`Guidance from`, `from:`) gets one backslash (inbound/author.py
+`escape_host_lines`); an injection longer than `MAX_INJECTION_CHARS` is
+dropped whole, never cut.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from mcplhost.agents.context import Injections
 from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
+from mcplhost.inbound.author import escape_host_lines
 from mcplhost.protocol.answers import (
     ContentBlock,
     HookAnswer,
@@ -48,7 +52,7 @@ from mcplhost.protocol.answers import (
 )
 from mcplhost.protocol.grants import HOOK_PATHS
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
-from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 
 log = structlog.get_logger()
 
@@ -115,7 +119,8 @@ def hook_params(*, inference_id: str, conversation_id: str, turn_index: int, use
 
 
 def injection_text(content: str | list[Raw]) -> str | None:
-    """An injection's content as text (a string, or text blocks joined by newlines), marked; None if malformed.
+    """An injection's content as text (a string, or text blocks joined by newlines), marked and its host-like
+    lines escaped; None if malformed.
 
     Non-text blocks of a known shape are left out (hooks add words, not
     media); a block that is not an object with a string `type`, or a text
@@ -132,8 +137,9 @@ def injection_text(content: str | list[Raw]) -> str | None:
                 if block.text is None:
                     return None
                 blocks.append({"type": "text", "text": block.text})
-    # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4).
-    text = "\n".join(b["text"] for b in mark_openings(blocks))
+    # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4),
+    # and each line that reads like a host notice, a parent's guidance or the speaker line escaped.
+    text = escape_host_lines("\n".join(b["text"] for b in mark_openings(blocks)))
     return text if text.strip() else None
 
 
@@ -217,7 +223,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     except RemoteError as exc:
         clog.warning("agent.hook_error", code=exc.code, error=exc.message)
         return []
-    except ConnectorNotReady as exc:
+    except (ConnectorNotReady, LineTooLong) as exc:  # LineTooLong: a userMessage past the connector's line cap
         clog.info("agent.hook_skipped", reason=str(exc))
         return []
     except Exception:

@@ -15,7 +15,10 @@ After the write, each destination connector's sender is notified; a sender
 missing (its connector not started yet) finds the row when it starts.
 
 No double send: once `channel_publish` reached the default destination,
-`route_prose` turns later prose for it into a draft. With `[moderation]`,
+`route_prose` turns later prose for it into a draft. Bounded: a turn
+publishes at most `max_publishes_per_turn` segments, and the same text to
+the same destination once (speech/budget.py); past either, prose is a draft
+and `channel_publish` a refusal (docs/agents.md#bounds). With `[moderation]`,
 every routed segment and every `channel_publish` is checked first; what it
 does not allow is a draft with reason `moderation` (docs/agents.md#moderation).
 """
@@ -30,6 +33,7 @@ import structlog
 from mcplhost.agents.rows import draft_row, notice_row, speech_row
 from mcplhost.agents.services import TurnServices
 from mcplhost.config import AgentConfig
+from mcplhost.speech.budget import PublishBudget
 from mcplhost.speech.moderation import MODERATION, check_publish, moderated
 from mcplhost.speech.notices import drafts_notice
 from mcplhost.speech.routing import (
@@ -80,6 +84,7 @@ class TurnSpeech:
         self.current = self.default  # where unpinned prose goes: a pin holds for the rest of the turn
         self.published_default = False
         self.queued = 0  # publishes queued so far: a turn that fails later has still said these
+        self.budget = PublishBudget(agent.max_publishes_per_turn)  # docs/agents.md#bounds
 
     @property
     def moderated(self) -> bool:
@@ -101,12 +106,14 @@ class TurnSpeech:
                                published_default=self.published_default and self.current == self.default)
         self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (docs/agents.md#pins)
         segments, secret_names = withhold_secrets(segments, self.services.store.secrets)  # docs/agents.md#secrets
+        segments = self.budget.bounded(segments)  # before moderation: what is past the bounds is never checked
         segments = await moderated(self.services.moderator, segments, self.agent.name)  # after: no secret leaves
         now = self.services.clock_ms()
         operations: list[Any] = []
         drafts = []
         for segment in segments:
             if segment.destination is not None:
+                self.budget.spend(segment.destination, segment.text)
                 operations.append(self._publish_op(segment.destination, segment.text, now))
             else:
                 drafts.append(segment)
@@ -161,9 +168,14 @@ class TurnSpeech:
         if isinstance(destination, Refused):
             log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason=destination.reason)
             return {"status": "refused", "reason": destination.reason}
+        bound = self.budget.refusal(destination, text)
+        if bound is not None:  # docs/agents.md#bounds: the model is told; nothing is stored or sent
+            log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason=bound)
+            return self.budget.answer(bound)
         if not (await check_publish(self.services.moderator, text, self.agent.name, destination)).allowed:
             await self._keep_refused(text)
             return {"status": "refused", "reason": MODERATION}
+        self.budget.spend(destination, text)
         operation = self._publish_op(destination, text, self.services.clock_ms())
         results = await self.services.writer.submit(operation)
         if destination == self.default:

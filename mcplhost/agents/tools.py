@@ -75,7 +75,7 @@ from mcplhost.protocol.answers import (
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
-from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 from mcplhost.secrets import Secrets
 from mcplhost.speech.notices import shown_label
 from mcplhost.speech.withhold import SECRET
@@ -526,7 +526,7 @@ class ToolBox:
             return failure(f"{handle.name}{SEPARATOR}{tool} timed out after {timeout:g} s; the call was cancelled")
         except RemoteError as exc:
             return failure(f"{handle.name}{SEPARATOR}{tool} answered error {exc.code}: {cut_error(exc.message)}")
-        except ConnectorNotReady as exc:
+        except (ConnectorNotReady, LineTooLong) as exc:  # LineTooLong: the arguments pass the connector's line cap
             return failure(f"{handle.name}{SEPARATOR}{tool} was not called: {cut_error(exc)}")
         # In a worker thread: a result of a million blocks costs the connector's call, not the loop.
         blocks, is_error = await anyio.to_thread.run_sync(call_result_blocks, raw, abandon_on_cancel=True)

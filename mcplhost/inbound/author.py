@@ -17,6 +17,12 @@ blocks too), the letters `f r o m` under full Unicode case folding, with
 ignorables allowed between them, then ignorables, then `:`. So `From:`,
 ` from :`, `\u200bfrom:` and `\\nfrom:` are escaped; `fromage:`, `from`
 and `> from:` are not.
+
+`escape_host_lines` applies the same reading to every line of a text the
+host shows as another party's (a hook's injection): a line that reads like
+the host's `from:` line, a `[host]` notice or a parent's `Guidance from`
+gets one backslash before its first visible character
+(docs/agents.md#hooks-and-lifecycle).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "AUTHOR_PART_MAX_CHARS",
     "NO_AUTHOR_ID",
     "author_line",
+    "escape_host_lines",
     "escape_leading_from",
     "item_author_line",
     "shown_with_author",
@@ -45,11 +52,26 @@ AUTHOR_PART_MAX_CHARS = 100
 #: What the id part reads when the connector gave the author no id.
 NO_AUTHOR_ID = "no id"
 
-_FROM_LETTERS = "from"
+
+def _spelled(word: str) -> str:
+    """`word` as the forgery rule reads it: each letter under full case folding, any other character as
+    itself, with any run of ignorables between them (a space in `word` is one of those ignorables)."""
+    return f"{IGNORABLE}*".join(folded(c) if c.isalpha() else regex.escape(c) for c in word if not c.isspace())
+
+
+# The host's speaker line: the letters `f r o m`, then ignorables and the colon.
+_FROM = _spelled("from") + f"{IGNORABLE}*:"
 # The leading ignorables, then the letters (folded) with ignorables between, then ignorables and the colon. No
 # ignorable run can give way to the one next to it (a letter stands between), so a long blank run fails in one pass.
-_LEADING_FROM_RE = regex.compile(
-    rf"\A(?P<lead>{IGNORABLE}*)" + f"{IGNORABLE}*".join(map(folded, _FROM_LETTERS)) + rf"{IGNORABLE}*:")
+_LEADING_FROM_RE = regex.compile(rf"\A(?P<lead>{IGNORABLE}*){_FROM}")
+# Where a line begins: str.splitlines' line boundaries (what a model reads as a new line).
+_LINE_BREAK = "[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]"
+# A line's leading ignorables (never past its end), then the opening of a host line: the speaker line, a
+# notice (`[host]`) or a parent's guidance (`Guidance from`). Linear: the lookbehind fails at once inside a
+# line, and a line's lead is read by one attempt.
+_HOST_LINE_RE = regex.compile(
+    rf"(?:\A|(?<={_LINE_BREAK}))(?P<lead>(?:(?!{_LINE_BREAK}){IGNORABLE})*)"
+    rf"(?={_FROM}|{_spelled('[host]')}|{_spelled('Guidance from')})")
 # A text of ignorables only reads as blank: the text after it is what follows the header.
 _BLANK_RE = regex.compile(rf"{IGNORABLE}*")
 
@@ -88,6 +110,14 @@ def escape_leading_from(text: str) -> str:
         return text
     at = match.end("lead")
     return text[:at] + MARK + text[at:]
+
+
+def escape_host_lines(text: str) -> str:
+    """`text` with one backslash before the first visible character of each line that reads like the host's
+    own (`from:`, `[host]`, `Guidance from`, by the forgery rule); `text` itself when none does."""
+    if _HOST_LINE_RE.search(text) is None:
+        return text
+    return _HOST_LINE_RE.sub(lambda m: m.group("lead") + MARK, text)
 
 
 def shown_with_author(content: list[dict[str, Any]], metadata: dict[str, Any],

@@ -21,6 +21,9 @@ only after its handshake. Each outcome is committed through the group writer:
   echo suppression: `store.outbox.remember_delivered`);
 - a permanent error ends it failed at once; a retryable one (timeout, dead
   connection, -32603) records the try and waits its backoff (speech/retry.py);
+- a publish whose line would pass the connector's line cap (`max_line_bytes`)
+  is never written: it ends failed at once, reason `too_large` (trying again
+  cannot make it fit);
 - a row pending longer than its agent's `publish_max_age_s` fails unsent,
   also while the connector is down or stopped for good (checked every AGE_CHECK_S).
 
@@ -49,7 +52,7 @@ from msgspec import Raw
 
 from mcplhost.protocol.answers import MalformedAnswer, PublishResult, decode_answer
 from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorPort, ConnectorStopped
-from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
@@ -75,6 +78,8 @@ DEFAULT_MAX_AGE_S = 3600.0
 AGE_CHECK_S = 60.0
 #: The reason, in the row and its notice's metadata, of a row the send-time check refused.
 NOT_PERMITTED = "not_permitted"
+#: The reason, in the row and its notice's metadata, of a row whose line would pass the connector's line cap.
+TOO_LARGE = "too_large"
 #: How long after its life became ready a connector may take to register a row's channel (again).
 CHANNEL_GRACE_S = 10.0
 #: While a row waits for its channel to be registered, how often the sender looks again.
@@ -294,6 +299,9 @@ class OutboxSender:
             return await self._retry(row, f"no answer ({exc})", started)
         except ConnectorGone as exc:
             return await self._retry(row, f"the connection ended before the answer ({exc})", started)
+        except LineTooLong as exc:  # never written: no try, and no retry could make it fit
+            return await self._fail(row, f"it is too large to send ({exc.size} bytes as a line; the connector's"
+                                         f" line cap is {exc.limit})", attempted=False, code=TOO_LARGE)
         try:
             result = decode_answer(raw, PublishResult, PUBLISH_METHOD)
         except MalformedAnswer as exc:  # its detail is bounded: it reaches the row and the notice

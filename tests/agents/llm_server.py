@@ -6,7 +6,8 @@ the test's own event loop and a host subprocess can reach it. It answers
 one JSON body or as SSE when the request says `"stream": true`. Replies are
 queued with `push` and used in order by any endpoint; when the queue is empty
 the `default` reply answers. A reply is text (where `{{last_user}}` stands for
-the last user message's text), tool calls, an HTTP error status (429 and 500
+the last user message's text and `{{key}}` for the api key the request
+carried, as a proxy echoing its headers would), tool calls, an HTTP error status (429 and 500
 carry a short `retry-after-ms`, so the SDKs retry at once), a hang that never
 answers (until the server closes), a stream that trickles comments forever,
 or a malformed body. Every request is
@@ -42,6 +43,7 @@ STREAM_CHUNK_CHARS = 4
 #: What 429 and 500 replies tell the SDKs to wait before retrying (milliseconds).
 RETRY_AFTER_MS = "5"
 LAST_USER = "{{last_user}}"
+KEY = "{{key}}"
 #: The categories a moderations answer lists (a subset of OpenAI's).
 MODERATION_CATEGORIES = ("harassment", "hate", "self-harm", "sexual", "violence")
 MODERATIONS_PATH = "/v1/moderations"
@@ -98,6 +100,12 @@ def _last_user_text(api: str, body: dict[str, Any]) -> str:
             continue  # a user turn holding only tool results
         return "\n".join(texts)
     return ""
+
+
+def _request_key(headers: dict[str, str]) -> str:
+    """The api key a request carried: OpenAI's bearer token, or Anthropic's x-api-key."""
+    bearer = headers.get("authorization", "")
+    return bearer.removeprefix("Bearer ") if bearer else headers.get("x-api-key", "")
 
 
 def _pieces(text: str) -> list[str]:
@@ -337,7 +345,7 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             if reply.status != 200:
                 self._send(reply.status, _error_body(api, reply.status), {"retry-after-ms": RETRY_AFTER_MS})
                 return
-            text = reply.text.replace(LAST_USER, _last_user_text(api, body))
+            text = reply.text.replace(LAST_USER, _last_user_text(api, body)).replace(KEY, _request_key(headers))
             model = str(body.get("model", ""))
             if body.get("stream"):
                 events = (_openai_events if api == "openai" else _anthropic_events)(reply, text, model)

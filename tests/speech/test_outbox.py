@@ -17,7 +17,7 @@ from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.ports import State
 from mcplhost.rpc import RemoteError
-from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, OutboxSender
+from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, TOO_LARGE, OutboxSender
 from mcplhost.speech.retry import RetryRules
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
@@ -244,6 +244,21 @@ class TestBounds:
         notice = (await stored_items(tmp_path))[-1].content[0]["text"]
         assert row.state == "failed" and len(row.last_error) <= LAST_ERROR_MAX_CHARS
         assert "no no" in notice and len(notice) < 1000
+
+
+    async def test_a_publish_past_the_line_cap_fails_at_once_unsent_and_the_next_goes_out(self, tmp_path: Path):
+        """A row whose channels/publish line would pass the connector's max_line_bytes is never written: it fails
+        with reason too_large and no try, its notice says so, and the channel's next row is delivered."""
+        spec = connector(tmp_path, {"channels/publish": DELIVERED}, max_line_bytes=4096)
+        async with running_host(config_with(tmp_path, spec)) as host:
+            big = await queue(host, "x" * 5000)
+            small = await queue(host, "fits")
+            row, after = await ended(host.writer.store, big), await ended(host.writer.store, small)
+        assert (row.state, row.attempts, after.state) == ("failed", 0, "delivered")
+        assert row.last_error.startswith(f"{TOO_LARGE}: it is too large to send")
+        assert [m["params"]["content"][0]["text"] for m in publishes(tmp_path)] == ["fits"]
+        (notice,) = [i for i in await stored_items(tmp_path) if i.metadata.get("kind") == "failed-reply"]
+        assert notice.metadata["reason"] == TOO_LARGE and "too large to send" in notice.content[0]["text"]
 
 
 class TestRestarts:
