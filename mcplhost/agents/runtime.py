@@ -88,7 +88,7 @@ from mcplhost.agents.turn import (
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.wake import Wake, without_late_echoes
+from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
 from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
@@ -130,12 +130,13 @@ class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
     def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService, recorder: DecisionRecorder | None = None) -> None:
+                 peers: PeerService, recorder: DecisionRecorder | None = None,
+                 addressing: Addressing = NO_ADDRESSING) -> None:
         self.agent = agent
         self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
         self.services = services
         self.peers = peers
-        self.scheduler = AgentScheduler(agent)
+        self.scheduler = AgentScheduler(agent, addressing)
         self.cursor: int | None = None  # the durable cursor as last written
         self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
         self._nudge = anyio.Event()
@@ -344,6 +345,8 @@ class AgentsRuntime:
         #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
         self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
         self._no_author_line = connectors_without_author_line(config.connectors)
+        #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
+        self.addressing = addressing_of(config.connectors, config.agents)
         self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
         for agent in config.agents:
             self.runners[agent.name] = self._runner(agent, (backends or {}).get(agent.name))
@@ -366,14 +369,22 @@ class AgentsRuntime:
                                 system_prompt=start_prompt(agent), hooks=self.hooks, peers=self.peers,
                                 timings=self._timings, moderator=self.moderator,
                                 no_author_line=self._no_author_line, acknowledger=self.acknowledger)
-        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions)
+        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions, self.addressing)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
-        """A reload's connector tables: which of them show the `from:` line counts from every agent's next compile."""
+        """A reload's connector tables: which of them show the `from:` line, and whom their addressed items address,
+        count from every agent's next compile and offer."""
         self.config = msgspec.structs.replace(self.config, connectors=connectors)
         self._no_author_line = connectors_without_author_line(connectors)
         for runner in self.runners.values():
             runner.services.no_author_line = self._no_author_line
+        self._readdress()
+
+    def _readdress(self) -> None:
+        """Whom addressed items address, again from the config in force (a reload's agents and connectors)."""
+        self.addressing = addressing_of(self.config.connectors, self.config.agents)
+        for runner in self.runners.values():
+            runner.scheduler.addressing = self.addressing
 
     async def _run_runner(self, runner: AgentRunner) -> None:
         with anyio.CancelScope() as scope:
@@ -425,6 +436,7 @@ class AgentsRuntime:
         applied = [self.runners[agent.name].agent for agent in agents if agent.name in self.runners]
         self.config = msgspec.structs.replace(self.config, agents=applied)
         self.peers.retree(applied)
+        self._readdress()
         return changed
 
     async def _add(self, agent: AgentConfig) -> bool:

@@ -166,7 +166,7 @@ class TestIsolation:
         """Agent slow's server never answers; agent quick, woken by the same message, completes its turn at once."""
         db = tmp_path / "host.db"
         with LlmServer(default=Reply(hang=True)) as llm:
-            config = with_agents(chat(tmp_path, incoming("m-1", "both of you", ["chat:addressed"])),
+            config = with_agents(chat(tmp_path, incoming("m-1", "@slow @quick, both of you", ["chat:addressed"])),
                                  ({"name": "slow", "wake_on": ["addressed"], "debounce_ms": 0},
                                   {"kind": "openai", "model": "m", "base_url": llm.openai_base_url,
                                    "api_key_env": "TEST_LLM_KEY", "timeout_s": 60, "max_retries": 0}),
