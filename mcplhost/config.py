@@ -740,6 +740,16 @@ def _agent_warnings(agent: dict[str, Any]) -> list[str]:
     return found
 
 
+#: Backends that call a model server with a key (the scripted one reads none).
+KEYED_BACKENDS = ("openai", "anthropic")
+
+
+def unset_api_key(agent: AgentConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The variable the agent's backend takes its key from, when it is unset or empty: every call fails `missing_key`."""
+    name = agent.backend.api_key_env
+    return name if agent.backend.kind in KEYED_BACKENDS and name is not None and not environ.get(name) else None
+
+
 def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
     """What the resolved config names in the environment that is not set now (it may be, under systemd)."""
     found: list[str] = []

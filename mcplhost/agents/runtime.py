@@ -89,7 +89,7 @@ from mcplhost.agents.turn import (
     run_turn,
 )
 from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
-from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
@@ -425,6 +425,8 @@ class AgentsRuntime:
                 continue
             old_backend = runner.services.backend
             backend = make_backend(agent.backend) if agent.backend != runner.agent.backend else old_backend
+            if backend is not old_backend:
+                warn_unset_key(agent)
             await runner.reconfigure(agent, backend=backend, system_prompt=prompt,
                                      toolbox=ToolBox(agent, self.handles, self.store, peers=self.peers))
             if backend is not old_backend:
@@ -448,6 +450,7 @@ class AgentsRuntime:
         except ConfigError as exc:
             log.warning("agent.reload_refused", agent=agent.name, error=str(exc))
             return False
+        warn_unset_key(agent)
         (runner.cursor,) = await self.writer.submit(StartCursor(agent.name, self.clock_ms()))
         self.runners[agent.name] = runner
         self._group.start_soon(self._run_runner, runner, name=f"agent {agent.name}")
@@ -501,6 +504,8 @@ class AgentsRuntime:
     async def run(self, stored: ObjectReceiveStream[Stored], *,
                   task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start the cursors and the agents, then offer every event of `stored` until cancelled or it ends."""
+        for agent in self.config.agents:
+            warn_unset_key(agent)
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
@@ -665,6 +670,15 @@ def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
             events.append(stored.receive_nowait())
         except (anyio.WouldBlock, anyio.EndOfStream):
             return events
+
+
+def warn_unset_key(agent: AgentConfig) -> None:
+    """One warning when the agent's backend has no key to call with (docs/operations.md#when-an-agent-misbehaves)."""
+    variable = unset_api_key(agent)
+    if variable is not None:
+        log.warning("agent.api_key_unset", agent=agent.name, variable=variable,
+                    detail="every turn will fail with backend_error: missing_key until the variable is set "
+                           "in the host's environment and the host restarted")
 
 
 def start_prompt(agent: AgentConfig) -> str:

@@ -363,13 +363,14 @@ def _waking_text(items: list[StoredItem]) -> str:
 
 async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
                   rows: list[NewItem], cursor: Callable[[], int | None] | None, *,
-                  first: list[Any] | None = None, reason: str | None = None) -> list[Any]:
+                  first: list[Any] | None = None, reason: str | None = None, cause: str | None = None) -> list[Any]:
     """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
 
     `cursor` is asked here, just before the write: the cursor it gives
     counts what was handled up to now. `first`: operations that lead the
     write (the final prose's publishes), so their results lead too.
-    `reason`: why the turn ended other than completed (the turns row's `reason`).
+    `reason`: why the turn ended other than completed (the turns row's `reason`); `cause`: a failed turn's
+    finer cause (the turns row's `cause`, read back as status's `lastError`).
     """
     operations: list[Any] = list(first or ())
     if rows:
@@ -377,7 +378,7 @@ async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progres
     ended = services.clock_ms()
     progress.reason = reason
     operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
-                                 progress.digest, injections=progress.injections, reason=reason))
+                                 progress.digest, injections=progress.injections, reason=reason, cause=cause))
     position = cursor() if cursor is not None else None
     if position is not None:
         operations.append(SetCursor(agent.name, position, ended))
@@ -432,7 +433,7 @@ async def _record_failure(services: TurnServices, agent: AgentConfig, progress: 
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
         reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=services.clock_ms())
         results = await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, first=reply,
-                                reason=recorded)
+                                reason=recorded, cause=reason)
         if reply and progress.speech is not None:
             progress.speech.notify(reply, results)  # wake the sender: the reply goes out like any speech
     except Exception:

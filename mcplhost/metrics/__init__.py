@@ -31,6 +31,7 @@ from mcplhost.supervisor.handle import ConnectorHandle
 from .collector import HostCollector
 from .http import MAX_CLIENTS, serve_client
 from .timings import Timings
+from .turns import TurnTally
 
 __all__ = ["Metrics", "Timings"]
 
@@ -49,11 +50,13 @@ class Metrics:
         self.collector = HostCollector(connectors=connectors, ingest=ingest, outbox_senders=outbox_senders,
                                        peer_admissions=peer_admissions, suppressed=suppressed)
         registry.register(self.collector)
+        self._turns = TurnTally()
         self._limiter = anyio.CapacityLimiter(MAX_CLIENTS)
 
     async def render(self) -> tuple[bytes, str]:
         """The text format of every metric now, and its content type."""
         self.collector.outbox_pending = await self._store.outbox.count("pending")
+        self.collector.turns = await self._turns.read(self._store)
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     async def listen(self, listen: str) -> SocketListener:
