@@ -1,9 +1,13 @@
 """Compile one backend call's request from stored rows: pure, deterministic, bounded (docs/agents.md#compilation).
 
-The system prompt is the agent's own, then the source rule
-(docs/provenance.md §4, `SOURCE_RULE_TEXT`), then the peer trust section
-(docs/agents.md#compilation), then any `system` hook injections. The messages are the rows the
-agent hears and its own rows, oldest first, in place:
+The system prompt is the agent's own, then the `from:` rule
+(`AUTHOR_RULE_TEXT`), then the peer trust section (docs/agents.md#compilation),
+then any `system` hook injections; the source rule itself (docs/provenance.md
+§4, `SOURCE_RULE_TEXT`) is told once, in the one-time notice (which always
+stands first, whatever the cut) and in the channel tools' descriptions. The
+messages are the rows the agent hears and its own rows, oldest first, in
+place (but for the items echoing the agent's own delivered publishes: its
+speech rows say those words already):
 
 - an item everyone may see: a `user` message, its blocks joined by "\\n"
   (the stored header line first, exactly as stored; then, for a channel
@@ -33,8 +37,12 @@ any one message within a quarter of `context_chars`; when the whole exceeds
 of it: the cut lands on an anchor row chosen by the row's own id and size
 (see `_cut`), so the turns that follow keep the same first message, and
 prompt caches keep working, until the context overflows again, whatever
-window of rows the store handed over. Only the newest 4 images keep
-their pixels; older ones read "[image]".
+window of rows the store handed over. The cut never takes what the turn is
+about: when that block would hold a waking item or a row of the running
+turn (its tool calls and results), the other messages (ambient) are dropped
+instead, oldest first (`_keep_turn`); when the waking items alone do not
+fit, the newest of them are kept and a `[host]` line says how many are not
+shown. Only the newest 4 images keep their pixels; older ones read "[image]".
 """
 
 from __future__ import annotations
@@ -65,9 +73,11 @@ from mcplhost.agents.history import (
 from mcplhost.agents.model import Message, ModelRequest, ToolSpec
 from mcplhost.agents.rows import row_conversation, row_kind
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
+from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.digest import canonical_json, ecmascript_number
 from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, SOURCE_RULE_TEXT
 from mcplhost.peers.envelope import LESS_THAN_BYTES, neutralise
+from mcplhost.speech.echoes import Lookup, echo_key
 from mcplhost.store.items import StoredItem
 
 __all__ = [
@@ -107,6 +117,14 @@ CUT_NOTE_RESERVE = 120
 AGE_NOTE_AFTER_MS = 60_000
 
 CUT_NOTE = f"{HOST}Earlier messages are not shown, to keep the context within its limit."
+#: Room kept for the line saying how many waking messages did not fit (`left_out_note`).
+LEFT_OUT_NOTE_RESERVE = 160
+
+
+def left_out_note(left_out: int, waking: int) -> str:
+    """The line a request carries when the waking items alone exceed the budget: how many are not shown."""
+    return (f"{HOST}{left_out} of the {waking} messages that woke you are not shown, to keep the context within "
+            "its limit; the newest of them are.")
 
 # The peer trust boundary (docs/agents.md#compilation): fixed, and it uses the word "peer".
 PEER_TRUST_TEXT = (
@@ -141,11 +159,13 @@ class Injections(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Compiled(msgspec.Struct, frozen=True, kw_only=True):
-    """A compiled request, its digest (sha256 hex of its canonical JSON), and how many rows the limit left out."""
+    """A compiled request, its digest (sha256 hex of its canonical JSON), and how many rows the limit left out
+    (`waking_left_out`: of them, waking items, when those alone did not fit)."""
 
     request: ModelRequest
     digest: str
     dropped: int
+    waking_left_out: int = 0
 
 
 # --------------------------------------------------------------------------- what an agent hears
@@ -184,6 +204,29 @@ def _is_source_notice(row: StoredItem) -> bool:
     return row_kind(row) == "notice" and row.metadata.get("kind") == SOURCE_HEADER_NOTICE_KIND
 
 
+def _own_outbox_ids(name: str, rows: list[StoredItem]) -> set[int]:
+    """The outbox ids of the agent's speech rows among `rows`: its publishes."""
+    ids = set()
+    for row in rows:
+        if row.agent == name:
+            outbox_id = row.metadata.get("outboxId")
+            if isinstance(outbox_id, int) and not isinstance(outbox_id, bool) and row_kind(row) == "speech":
+                ids.add(outbox_id)
+    return ids
+
+
+def _echoes_own(row: StoredItem, own: set[int], delivered: Lookup | None) -> bool:
+    """Whether a heard item is the echo of one of `own` publishes: marked so at ingest (`echoOf`), or, for an
+    echo stored before its publish was answered, known by its messageId to `delivered` (the outbox's window)."""
+    echo = row.metadata.get("echoOf")
+    if isinstance(echo, int) and not isinstance(echo, bool):
+        return echo in own
+    if echo is None and delivered is not None:
+        key = echo_key(row.metadata)
+        return key is not None and delivered(*key) in own
+    return False  # `true`: tagged chat:from-self only, whose publish it echoes is not known
+
+
 def needs_notice(rows: list[StoredItem], agent: AgentConfig | None = None) -> bool:
     """Whether the turn over `rows` must first store the source notice (docs/provenance.md §8).
 
@@ -211,7 +254,8 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
                     tools: list[ToolSpec], injections: Injections | None, now_ms: int, backend: BackendConfig,
                     conversations: list[str | None] | None = None,
                     rendered: RenderedRows | None = None, turn_rows_after: int | None = None,
-                    no_author_line: frozenset[str] = frozenset()) -> Compiled:
+                    no_author_line: frozenset[str] = frozenset(), turn_id: int | None = None,
+                    delivered: Lookup | None = None) -> Compiled:
     """The request for one backend call of `agent`'s turn; same inputs, same bytes (docs/agents.md#compilation).
 
     `rows`: the context rows (everyone's and the agent's own, any order).
@@ -226,17 +270,24 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     row was there when the turn began, so the line is last).
     `no_author_line`: the connectors whose items get no `from:` line
     (`connectors_without_author_line`).
+    `turn_id`: the running turn, whose own rows (calls, results) the cut never drops.
+    `delivered`: the outbox's window of delivered publishes (speech/echoes.py `Lookup`), so an echo of
+    the agent's own publish stored before it was answered is known too.
     """
     injections = injections or Injections()
     message_cap = max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
     result_cap = max(1, min(agent.tool_result_max_chars, message_cap))
-    ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations)
+    ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations, delivered)
+    notices = [row for row in ordered if row.agent == agent.name and _is_source_notice(row)]
+    if notices:  # the one-time notice stands first, whatever is cut: it is told once
+        ordered = [row for row in ordered if not (row.agent == agent.name and _is_source_notice(row))]
+    pinned = build_units(agent.name, notices, message_cap, result_cap, rendered, no_author_line)
     units = build_units(agent.name, ordered, message_cap, result_cap, rendered, no_author_line)
     tools = [_shown_tool(tool) for tool in tools]  # connector tool descriptions are untrusted
 
     # Empty pieces and injections are left out: no backend takes an empty message. Hook text is untrusted.
     hooked = [str(shown_text([t], message_cap, "injection")[0]) for t in injections.system if t]
-    system = "\n\n".join(s for s in (system_prompt, SOURCE_RULE_TEXT, PEER_TRUST_TEXT, *hooked) if s)
+    system = "\n\n".join(s for s in (system_prompt, AUTHOR_RULE_TEXT, PEER_TRUST_TEXT, *hooked) if s)
     wake_ids = set(wake_item_ids)
     age = _age_note(ordered, wake_ids, now_ms)
     before = [Draft("user", shown_text([t], message_cap, "injection")) for t in injections.before_user if t]
@@ -246,14 +297,23 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     trigger = _trigger(agent, ordered, wake_ids)
     last = [Draft("user", [trigger])] if trigger is not None else []
     fixed = (len(system) + sum(map(tool_chars, tools)) + sum(draft_chars(d) for d in before + after + last)
-             + CUT_NOTE_RESERVE)
-    start = _cut(units, high=agent.context_chars - fixed, low=int(agent.context_chars * DROP_TO_SHARE) - fixed,
-                 spacing=(1 - DROP_TO_SHARE) * agent.context_chars)
-    kept = units[start:]
-    dropped = sum(u.rows for u in units[:start])
+             + CUT_NOTE_RESERVE + sum(map(_unit_chars, pinned)))
+    high, low = agent.context_chars - fixed, int(agent.context_chars * DROP_TO_SHARE) - fixed
+    spacing = (1 - DROP_TO_SHARE) * agent.context_chars
+    start = _cut(units, high=high, low=low, spacing=spacing)
+    about = [i for i, u in enumerate(units) if _waking(u, wake_ids) or _own_turn(u, turn_id)]
+    waking_left_out = 0
+    if about and about[0] < start:  # the plain cut would take what the turn is about: drop ambient rows instead
+        kept, waking_left_out = _keep_turn(units, about, wake_ids, turn_id, high=high, low=low, spacing=spacing)
+        if waking_left_out:
+            waking = sum(len(wake_ids.intersection(units[i].item_ids)) for i in about)
+            before.append(Draft("user", [left_out_note(waking_left_out, waking)]))
+    else:
+        kept = units[start:]
+    dropped = sum(u.rows for u in units) - sum(u.rows for u in kept)
 
-    drafts: list[Draft] = []
-    if dropped or (kept and kept[0].drafts[0].role != "user"):
+    drafts: list[Draft] = list(_drafts_of(pinned))
+    if dropped or (not pinned and kept and kept[0].drafts[0].role != "user"):
         drafts.append(Draft("user", [CUT_NOTE]))  # no count: the same bytes whatever window the rows came in
     wake_units = [i for i, u in enumerate(kept) if wake_ids.intersection(u.item_ids)]
     first_wake = wake_units[0] if wake_units else len(kept)
@@ -274,7 +334,45 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
         model=backend.model or "", system=system, messages=messages, tools=list(tools),
         max_tokens=backend.max_tokens or 1024, temperature=backend.temperature,
         stable_prefix=min(first_injected, oldest_pixels))
-    return Compiled(request=request, digest=_digest(request, unchecked, drafts), dropped=dropped)
+    return Compiled(request=request, digest=_digest(request, unchecked, drafts), dropped=dropped,
+                    waking_left_out=waking_left_out)
+
+
+def _waking(unit: Unit, wake_ids: set[int]) -> bool:
+    return not wake_ids.isdisjoint(unit.item_ids)
+
+
+def _own_turn(unit: Unit, turn_id: int | None) -> bool:
+    return turn_id is not None and unit.turn == turn_id
+
+
+def _keep_turn(units: list[Unit], about: list[int], wake_ids: set[int], turn_id: int | None, *, high: int, low: int,
+               spacing: float) -> tuple[list[Unit], int]:
+    """The units kept when the plain cut would drop what the turn is about; and how many waking items did not fit.
+
+    First the running turn's own units, then the waking ones, each newest
+    first while they fit under `high` (less room for the line saying how many
+    did not: one message is at most a quarter of the limit, so the newest
+    fits but with giant tools or hooks); then the ambient units (all the
+    others) by the plain cut (`_cut`) in the room left.
+    """
+    budget = high - LEFT_OUT_NOTE_RESERVE
+    keep: set[int] = set()
+    used = 0
+    own = [i for i in about if _own_turn(units[i], turn_id)]
+    mine = set(own)
+    for group in (own, [i for i in about if i not in mine]):
+        for index in reversed(group):
+            if used + units[index].chars > budget:
+                break
+            keep.add(index)
+            used += units[index].chars
+    left_out = sum(len(wake_ids.intersection(units[i].item_ids)) for i in about if i not in keep)
+    protected = set(about)
+    ambient = [i for i in range(len(units)) if i not in protected]
+    first = _cut([units[i] for i in ambient], high=high - used, low=low - used, spacing=spacing)
+    keep.update(ambient[first:])
+    return [units[i] for i in sorted(keep)], left_out
 
 
 def _drafts_of(units: list[Unit]) -> Iterator[Draft]:
@@ -407,13 +505,19 @@ def request_chars(request: ModelRequest) -> int:
 
 
 def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
-            conversations: list[str | None] | None) -> list[StoredItem]:
-    """The rows this agent's turn sees: heard items, its own rows; one conversation's under that scope."""
+            conversations: list[str | None] | None, delivered: Lookup | None = None) -> list[StoredItem]:
+    """The rows this agent's turn sees: heard items, its own rows; one conversation's under that scope.
+
+    An item echoing one of the agent's own publishes is left out: its speech row is there already.
+    """
     seen: set[int] = set()
     heard: list[StoredItem] = []
     hears_all = not agent.hears
+    own = _own_outbox_ids(agent.name, rows)
     for row in rows:
         if row.id in seen:
+            continue
+        if row.agent is None and own and _echoes_own(row, own, delivered):
             continue
         if (row.agent is None and (hears_all or _heard(agent, row))) or row.agent == agent.name:
             seen.add(row.id)

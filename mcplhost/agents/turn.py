@@ -199,6 +199,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         rows = await _rows(agent, wake, services)
     system_prompt = services.system_prompt
     waking = await _waking_items(services, wake, rows)
+    rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, [source_of(item) for item in waking],
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
@@ -222,7 +223,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
             await speech.say(response.text)  # queued before this round's calls run
         await _tool_round(agent, services, progress, response)
         await _deliver_at_tool_boundary(agent, services, progress)
-        rows = await _rows(agent, wake, services)
+        rows = await _turn_rows(agent, wake, services, progress, waking)
     return ""  # not reached: the last round returns above
 
 
@@ -240,7 +241,11 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
                                backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered,
-                               turn_rows_after=progress.turn_rows_after, no_author_line=services.no_author_line)
+                               turn_rows_after=progress.turn_rows_after, no_author_line=services.no_author_line,
+                               turn_id=progress.turn_id, delivered=services.store.outbox.recent_delivered)
+    if compiled.waking_left_out:
+        log.warning("agent.waking_items_cut", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
+                    left_out=compiled.waking_left_out, context_chars=agent.context_chars)
     request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
@@ -341,6 +346,22 @@ async def _rows(agent: AgentConfig, wake: Wake, services: TurnServices) -> list[
     if services.rows is not None:
         return await services.rows.rows_for(agent.name)
     return await services.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
+
+
+async def _turn_rows(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress,
+                     waking: list[StoredItem]) -> list[StoredItem]:
+    """The rows for a call after a tool round: the context's, and always the waking items and the rows this turn
+    wrote (its calls and results), which a flood of newer items can push out of the window of newest rows."""
+    rows = await _rows(agent, wake, services)
+    own = await services.store.items.own_after(agent.name, progress.turn_rows_after or 0, limit=CONTEXT_ROWS)
+    return _merged(rows, [*waking, *own])
+
+
+def _merged(rows: list[StoredItem], more: list[StoredItem]) -> list[StoredItem]:
+    """`rows` and those of `more` not among them (the compiler orders them by id)."""
+    have = {row.id for row in rows}
+    missing = [row for row in more if row.id not in have]
+    return [*rows, *missing] if missing else rows
 
 
 async def _waking_items(services: TurnServices, wake: Wake, rows: list[StoredItem]) -> list[StoredItem]:
