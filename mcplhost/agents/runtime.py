@@ -71,6 +71,7 @@ from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.moderation import make_moderator
+from mcplhost.agents.catchup import wait_for_routes
 from mcplhost.agents.context import connectors_without_author_line
 from mcplhost.agents.decisions import DecisionRecorder
 from mcplhost.agents.hooks import HookState
@@ -242,6 +243,8 @@ class AgentRunner:
         try:
             if test_fault_before_wake is not None:
                 test_fault_before_wake(self.agent.name, wake)
+            if wake.catch_up:
+                await self._wait_for_routes(wake)
             kept, items = await self._without_late_echoes(wake)
             if kept is not None and await self._held_as_loop(kept, items):
                 return
@@ -257,6 +260,18 @@ class AgentRunner:
             oldest_ms = min(item.created_at for item in items)
             self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
         await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
+
+    async def _wait_for_routes(self, wake: Wake) -> None:
+        """A catch-up wake: wait until its connectors registered its items' channels, or gave up (catchup.py)."""
+        items = await self.services.store.items.get_many(wake.item_ids)
+        started = anyio.current_time()
+        missing = await wait_for_routes(self.services.handles, items)
+        waited = round(anyio.current_time() - started, 3)
+        if missing:
+            log.warning("agent.catch_up_unrouted", agent=self.agent.name, waited_s=waited, channels=missing[:10],
+                        detail="their connectors have not registered these channels: a reply there is a draft")
+        elif waited:
+            log.info("agent.catch_up_routed", agent=self.agent.name, waited_s=waited)
 
     def _is_stopping(self) -> bool:
         """Asked by a cancelled turn: a stop (reason stopped, the cursor moves) rather than a shutdown."""

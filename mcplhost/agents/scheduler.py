@@ -147,7 +147,7 @@ class _Pending:
     def wake(self) -> Wake:
         return Wake(item_ids=tuple(sorted(self.ids)), overflow=self.overflow,
                     conversations=tuple(sorted(self.conversations)), several_conversations=self.several,
-                    first_at=self.first_at)
+                    first_at=self.first_at, catch_up=self.due_now)
 
 
 def low_water_mark(seen_through: int, outstanding_floors: Iterable[int | None]) -> int:

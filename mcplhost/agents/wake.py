@@ -74,6 +74,8 @@ class Wake(msgspec.Struct, frozen=True):
     #: an unscoped push, counts as a place of its own): routing has no one destination.
     several_conversations: bool
     first_at: float  # when the first of them arrived (scheduler time)
+    #: Found after the durable cursor at start (catch-up): its turn first waits for its routes (catchup.py).
+    catch_up: bool = False
 
 
 #: How much of an addressed body is read for the names it addresses (a name past it is not seen).
