@@ -35,12 +35,12 @@ room for fewer rows; a tool result keeps head and tail within `tool_result_max_c
 any one message within a quarter of `context_chars`; when the whole exceeds
 `context_chars`, the oldest messages go in one block, down to about 70%
 of it: the cut lands on an anchor row chosen by the row's own id and size
-(see `_cut`), so the turns that follow keep the same first message, and
+(mcplhost/agents/cut.py), so the turns that follow keep the same first message, and
 prompt caches keep working, until the context overflows again, whatever
 window of rows the store handed over. The cut never takes what the turn is
 about: when that block would hold a waking item or a row of the running
 turn (its tool calls and results), the other messages (ambient) are dropped
-instead, oldest first (`_keep_turn`); when the waking items alone do not
+instead, oldest first (cut.py `kept_units`); when the waking items alone do not
 fit, the newest of them are kept and a `[host]` line says how many are not
 shown. Only the newest 4 images keep their pixels; older ones read "[image]".
 """
@@ -48,15 +48,21 @@ shown. Only the newest 4 images keep their pixels; older ones read "[image]".
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
-from itertools import accumulate, chain
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 import msgspec
 
+from mcplhost.agents.cut import (
+    CUT_NOTE,
+    CUT_NOTE_RESERVE,
+    DROP_TO_SHARE,
+    kept_units,
+    left_out_note,
+)
 from mcplhost.agents.history import (
     HOST,
     IMAGE_CHARS,
@@ -81,7 +87,6 @@ from mcplhost.speech.echoes import Lookup, echo_key
 from mcplhost.store.items import StoredItem
 
 __all__ = [
-    "DROP_TO_SHARE",
     "GUIDANCE_TRIGGER_TEXT",
     "IMAGE_CHARS",
     "IMAGES_WITH_PIXELS",
@@ -101,30 +106,14 @@ __all__ = [
     "tool_chars",
 ]
 
-#: What an over-long context is cut down to, as a share of `context_chars`.
-DROP_TO_SHARE = 0.7
 #: No single message may take more than this share of `context_chars` (1/4); a longer one keeps head and tail.
 MESSAGE_MAX_DIVISOR = 4
 #: An agent's connector tools together take at most this share of `context_chars` (1/2); the rest are not offered.
 TOOLS_MAX_DIVISOR = 2
-#: An anchor (see `_cut`) must keep at least this share of the 70%; else the cut falls back to the plain rule.
-ANCHOR_FLOOR_SHARE = 0.5
-#: Knuth's multiplicative hash constant (2^32 / golden ratio), for anchors.
-ANCHOR_HASH = 2654435761
-#: Room kept for CUT_NOTE, the line the cut adds in front.
-CUT_NOTE_RESERVE = 120
 #: Waking items older than this get an age line (docs/agents.md#compilation).
 AGE_NOTE_AFTER_MS = 60_000
 
-CUT_NOTE = f"{HOST}Earlier messages are not shown, to keep the context within its limit."
-#: Room kept for the line saying how many waking messages did not fit (`left_out_note`).
-LEFT_OUT_NOTE_RESERVE = 160
 
-
-def left_out_note(left_out: int, waking: int) -> str:
-    """The line a request carries when the waking items alone exceed the budget: how many are not shown."""
-    return (f"{HOST}{left_out} of the {waking} messages that woke you are not shown, to keep the context within "
-            "its limit; the newest of them are.")
 
 # The peer trust boundary (docs/agents.md#compilation): fixed, and it uses the word "peer".
 PEER_TRUST_TEXT = (
@@ -300,16 +289,10 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
              + CUT_NOTE_RESERVE + sum(map(_unit_chars, pinned)))
     high, low = agent.context_chars - fixed, int(agent.context_chars * DROP_TO_SHARE) - fixed
     spacing = (1 - DROP_TO_SHARE) * agent.context_chars
-    start = _cut(units, high=high, low=low, spacing=spacing)
-    about = [i for i, u in enumerate(units) if _waking(u, wake_ids) or _own_turn(u, turn_id)]
-    waking_left_out = 0
-    if about and about[0] < start:  # the plain cut would take what the turn is about: drop ambient rows instead
-        kept, waking_left_out = _keep_turn(units, about, wake_ids, turn_id, high=high, low=low, spacing=spacing)
-        if waking_left_out:
-            waking = sum(len(wake_ids.intersection(units[i].item_ids)) for i in about)
-            before.append(Draft("user", [left_out_note(waking_left_out, waking)]))
-    else:
-        kept = units[start:]
+    kept, waking_left_out = kept_units(units, wake_ids, turn_id, high=high, low=low, spacing=spacing)
+    if waking_left_out:
+        waking = sum(len(wake_ids.intersection(unit.item_ids)) for unit in units)
+        before.append(Draft("user", [left_out_note(waking_left_out, waking)]))
     dropped = sum(u.rows for u in units) - sum(u.rows for u in kept)
 
     drafts: list[Draft] = list(_drafts_of(pinned))
@@ -336,43 +319,6 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
         stable_prefix=min(first_injected, oldest_pixels))
     return Compiled(request=request, digest=_digest(request, unchecked, drafts), dropped=dropped,
                     waking_left_out=waking_left_out)
-
-
-def _waking(unit: Unit, wake_ids: set[int]) -> bool:
-    return not wake_ids.isdisjoint(unit.item_ids)
-
-
-def _own_turn(unit: Unit, turn_id: int | None) -> bool:
-    return turn_id is not None and unit.turn == turn_id
-
-
-def _keep_turn(units: list[Unit], about: list[int], wake_ids: set[int], turn_id: int | None, *, high: int, low: int,
-               spacing: float) -> tuple[list[Unit], int]:
-    """The units kept when the plain cut would drop what the turn is about; and how many waking items did not fit.
-
-    First the running turn's own units, then the waking ones, each newest
-    first while they fit under `high` (less room for the line saying how many
-    did not: one message is at most a quarter of the limit, so the newest
-    fits but with giant tools or hooks); then the ambient units (all the
-    others) by the plain cut (`_cut`) in the room left.
-    """
-    budget = high - LEFT_OUT_NOTE_RESERVE
-    keep: set[int] = set()
-    used = 0
-    own = [i for i in about if _own_turn(units[i], turn_id)]
-    mine = set(own)
-    for group in (own, [i for i in about if i not in mine]):
-        for index in reversed(group):
-            if used + units[index].chars > budget:
-                break
-            keep.add(index)
-            used += units[index].chars
-    left_out = sum(len(wake_ids.intersection(units[i].item_ids)) for i in about if i not in keep)
-    protected = set(about)
-    ambient = [i for i in range(len(units)) if i not in protected]
-    first = _cut([units[i] for i in ambient], high=high - used, low=low - used, spacing=spacing)
-    keep.update(ambient[first:])
-    return [units[i] for i in sorted(keep)], left_out
 
 
 def _drafts_of(units: list[Unit]) -> Iterator[Draft]:
@@ -530,37 +476,6 @@ def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
         if row.id in wake_ids and (row.agent is None or row_kind(row) == "peer")}
     return [row for row in heard if row_conversation(row) in scope
             or (row.agent is not None and _is_source_notice(row))]
-
-
-def _cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
-    """Index of the first unit kept: the oldest anchor whose units from there on fit under `high`.
-
-    Whether a unit is an anchor depends on nothing but its own first row id
-    and size (each character has the same chance, one in `spacing`), so the
-    cut does not move with the window of rows the store hands over, nor
-    from one turn to the next, until the context from the anchor overflows;
-    then it jumps to the next anchor, on average `spacing` further on. An
-    anchor that would keep less than `low` * ANCHOR_FLOOR_SHARE, or none
-    at all, gives way to the plain rule: the oldest unit under `low`.
-    """
-    floor = low * ANCHOR_FLOOR_SHARE
-    prefix = list(accumulate(map(_unit_chars, units), initial=0))  # prefix[i]: the chars of units[:i]
-    total = prefix[-1]
-    if total <= high:
-        return 0
-    # The chars of units[i:] (total - prefix[i]) only shrink as i grows: where they fit is a range of i.
-    fits = bisect_left(prefix, total - high, 0, len(units))  # the first i whose units from there fit under high
-    floored = bisect_right(prefix, total - floor, 0, len(units))  # the first i that keeps less than floor
-    for index in range(fits, floored):
-        if _is_anchor(units[index], spacing):
-            return index
-    return bisect_left(prefix, total - low, 0, len(units))  # the first i whose units fit under low
-
-
-def _is_anchor(unit: Unit, spacing: float) -> bool:
-    # Fibonacci hashing spreads consecutive ids evenly over [0, 1).
-    draw = ((unit.item_ids[0] * ANCHOR_HASH) & 0xFFFFFFFF) / 2**32 if unit.item_ids else 1.0
-    return draw * spacing < unit.chars
 
 
 def _age_note(rows: list[StoredItem], wake_ids: set[int], now_ms: int) -> str | None:

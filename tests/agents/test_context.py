@@ -13,14 +13,12 @@ from hypothesis import strategies as st
 from mcplhost.agents.backends import anthropic as anthropic_shapes
 from mcplhost.agents.backends import openai as openai_shapes
 from mcplhost.agents.context import (
-    CUT_NOTE,
     GUIDANCE_TRIGGER_TEXT,
     IMAGE_CHARS,
     PEER_TRIGGER_TEXT,
     PEER_TRUST_TEXT,
     Compiled,
     Injections,
-    _cut,
     compile_request,
     heard_by,
     needs_notice,
@@ -29,6 +27,7 @@ from mcplhost.agents.context import (
     request_digest,
     tool_chars,
 )
+from mcplhost.agents.cut import CUT_NOTE, anchored_cut
 from mcplhost.agents.history import RenderedRows, Unit
 from mcplhost.agents.model import Message, ToolCall, ToolSpec
 from mcplhost.agents.rows import (
@@ -819,8 +818,8 @@ def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: 
 
 
 def _plain_cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
-    """The cut's rule as a plain scan from the oldest unit (what `_cut` finds by bisection)."""
-    from mcplhost.agents.context import _is_anchor
+    """The cut's rule as a plain scan from the oldest unit (what `anchored_cut` finds by bisection)."""
+    from mcplhost.agents.cut import _is_anchor
 
     suffix = sum(unit.chars for unit in units)
     if suffix <= high:
@@ -841,4 +840,5 @@ def _plain_cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int
 def test_the_cut_is_the_plain_scan(units: list[tuple[int, int]], high: int, low: int, spacing: float) -> None:
     """Whatever the sizes and bounds, the bisecting cut picks the unit a scan from the oldest picks."""
     built = [Unit([], 1, [row_id], chars=chars) for row_id, chars in units]
-    assert _cut(built, high=high, low=low, spacing=spacing) == _plain_cut(built, high=high, low=low, spacing=spacing)
+    assert anchored_cut(built, high=high, low=low, spacing=spacing) == _plain_cut(built, high=high, low=low,
+                                                                                spacing=spacing)
