@@ -190,7 +190,7 @@ def notice_text() -> str:
 
 
 def _is_source_notice(row: StoredItem) -> bool:
-    return row_kind(row) == "notice" and row.metadata.get("kind") == SOURCE_HEADER_NOTICE_KIND
+    return row.metadata.get("kind") == SOURCE_HEADER_NOTICE_KIND and row_kind(row) == "notice"
 
 
 def _own_outbox_ids(name: str, rows: list[StoredItem]) -> set[int]:
@@ -266,10 +266,8 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     injections = injections or Injections()
     message_cap = max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
     result_cap = max(1, min(agent.tool_result_max_chars, message_cap))
-    ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations, delivered)
-    notices = [row for row in ordered if row.agent == agent.name and _is_source_notice(row)]
-    if notices:  # the one-time notice stands first, whatever is cut: it is told once
-        ordered = [row for row in ordered if not (row.agent == agent.name and _is_source_notice(row))]
+    # The one-time notice stands first, whatever is cut: it is told once.
+    notices, ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations, delivered)
     pinned = build_units(agent.name, notices, message_cap, result_cap, rendered, no_author_line)
     units = build_units(agent.name, ordered, message_cap, result_cap, rendered, no_author_line)
     tools = [_shown_tool(tool) for tool in tools]  # connector tool descriptions are untrusted
@@ -450,32 +448,35 @@ def request_chars(request: ModelRequest) -> int:
     return total
 
 
-def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
-            conversations: list[str | None] | None, delivered: Lookup | None = None) -> list[StoredItem]:
-    """The rows this agent's turn sees: heard items, its own rows; one conversation's under that scope.
+def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int], conversations: list[str | None] | None,
+            delivered: Lookup | None = None) -> tuple[list[StoredItem], list[StoredItem]]:
+    """The rows this agent's turn sees: (its one-time notices, the heard items and its other own rows), by id;
+    one conversation's rows under that scope (and every notice).
 
     An item echoing one of the agent's own publishes is left out: its speech row is there already.
     """
     seen: set[int] = set()
     heard: list[StoredItem] = []
+    notices: list[StoredItem] = []
     hears_all = not agent.hears
     own = _own_outbox_ids(agent.name, rows)
     for row in rows:
         if row.id in seen:
             continue
-        if row.agent is None and own and _echoes_own(row, own, delivered):
+        if row.agent is None:
+            if (own and _echoes_own(row, own, delivered)) or not (hears_all or _heard(agent, row)):
+                continue
+        elif row.agent != agent.name:
             continue
-        if (row.agent is None and (hears_all or _heard(agent, row))) or row.agent == agent.name:
-            seen.add(row.id)
-            heard.append(row)
+        seen.add(row.id)
+        (notices if row.agent is not None and _is_source_notice(row) else heard).append(row)
     if agent.context_scope != "conversation":
-        return heard
+        return notices, heard
     # A waking peer message names its turn's conversation like a waking item (none: the no-conversation one).
     scope = set(conversations) if conversations is not None else {
         row_conversation(row) for row in heard
         if row.id in wake_ids and (row.agent is None or row_kind(row) == "peer")}
-    return [row for row in heard if row_conversation(row) in scope
-            or (row.agent is not None and _is_source_notice(row))]
+    return notices, [row for row in heard if row_conversation(row) in scope]
 
 
 def _age_note(rows: list[StoredItem], wake_ids: set[int], now_ms: int) -> str | None:

@@ -50,14 +50,15 @@ def kept_units(units: list[Unit], wake_ids: set[int], turn_id: int | None, *, hi
     `high` / `low`: the room for units (the limit, and 70% of it, less what else the request holds).
     """
     start = anchored_cut(units, high=high, low=low, spacing=spacing)
-    about = [i for i, u in enumerate(units) if _waking(u, wake_ids) or _own_turn(u, turn_id)]
-    if not about or about[0] >= start:
+    if not any(_about(unit, wake_ids, turn_id) for unit in units[:start]):  # the common case: only what is cut
         return units[start:], 0
+    about = [i for i, unit in enumerate(units) if _about(unit, wake_ids, turn_id)]
     return _keep_turn(units, about, wake_ids, turn_id, high=high, low=low, spacing=spacing)
 
 
-def _waking(unit: Unit, wake_ids: set[int]) -> bool:
-    return not wake_ids.isdisjoint(unit.item_ids)
+def _about(unit: Unit, wake_ids: set[int], turn_id: int | None) -> bool:
+    """Whether the turn is about the unit: it holds a waking item, or the running turn wrote it."""
+    return (turn_id is not None and unit.turn == turn_id) or not wake_ids.isdisjoint(unit.item_ids)
 
 
 def _own_turn(unit: Unit, turn_id: int | None) -> bool:
