@@ -155,13 +155,14 @@ class TestCatchUpWaitsForItsRoute:
                                            "handlers": publish}, tmp_path, grant=grant, restart={"policy": "never"})
         quick = with_agents(write_config(tmp_path, [late], name="quick.toml"), ({**agent, "debounce_ms": 10}, backend))
         async with daemon(quick, tmp_path) as second:
-            routed = await second.wait_event("agent.catch_up_routed", agent="scout", timeout=30)
+            await second.wait_event("agent.turn", agent="scout", timeout=30)
+            kinds = [row["metadata"]["kind"] for row in agent_rows(db, "scout")]
+            assert kinds == ["source-header-notice", "speech"]  # routed and queued, no draft
             await second.wait_event("outbox.delivered", connector="disc", timeout=30)
+            (routed,) = second.events("agent.catch_up_routed", agent="scout")
             second.signal(signal.SIGTERM)
             assert await second.wait() == 0
         assert routed["waited_s"] >= 2.5  # the turn waited out the connector's 3 s, from its start
-        kinds = [row["metadata"]["kind"] for row in agent_rows(db, "scout")]
-        assert kinds == ["source-header-notice", "speech"]  # published, no draft
         outbox = [json.loads(line) for line in cli("outbox", "--db", str(db), "--json").stdout.splitlines()]
         assert [(row["channelId"], row["state"]) for row in outbox] == [(ROOM, "delivered")]
 
