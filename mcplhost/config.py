@@ -134,6 +134,9 @@ class ConnectorConfig(Base):
     #: Render the host's `from: NAME (ID)` line under the header of this connector's items in agents' context
     #: (docs/agents.md#who-said-what); false when the connector's text already names its author.
     author_line: bool = True
+    #: The agent this connector's bot identity speaks for: its addressed items address that agent only
+    #: (docs/agents.md#addressing). None: addressed by name when several agents wake on `addressed` here.
+    agent: NonEmpty | None = None
     #: Derived when the file is loaded, never written in it: every `api_key_env` of the config, which no
     #: connector's environment may hold (`DERIVED_FIELDS`).
     withheld_env: frozenset[str] = frozenset()
@@ -181,6 +184,8 @@ DEFAULT_DEBOUNCE_MS = 300
 
 #: What a stop command is when `stop_commands` is not set: compared trimmed and case-folded.
 DEFAULT_STOP_COMMANDS = ("!stop", "/stop")
+#: What wakes an agent unless its `wake_on` says otherwise (docs/agents.md#wakes).
+DEFAULT_WAKE_ON = ("addressed", "dm")
 
 
 class AgentConfig(Base):
@@ -190,7 +195,7 @@ class AgentConfig(Base):
     parent: NonEmpty | None = None
     title: str | None = None
     hears: list[NonEmpty] | None = None  # connectors or connector/channel-globs; None: every connector
-    wake_on: list[NonEmpty] = msgspec.field(default_factory=lambda: ["addressed", "dm"])
+    wake_on: list[NonEmpty] = msgspec.field(default_factory=lambda: list(DEFAULT_WAKE_ON))
     wake_from: list[NonEmpty] | None = None  # connector/author-id globs; None: anyone
     wake_from_bots: bool = False
     max_wakes_per_sender_per_hour: Annotated[int, Meta(ge=1)] = 30
@@ -496,6 +501,12 @@ def _cross_field(raw: dict[str, Any], unknown_grant: UnknownGrant | None) -> lis
                           for why in grant_pattern_problems(pattern, unknown_grant)]
         found += [f"connectors[{i}].{why}" for why in withheld_name_problems(connector, api_keys)]
     connector_names = {c.get("name") for _, c in _entries(raw, "connectors") if isinstance(c.get("name"), str)}
+    agent_names = {a.get("name") for _, a in _entries(raw, "agents") if isinstance(a.get("name"), str)}
+    for i, connector in _entries(raw, "connectors"):
+        speaks_for = connector.get("agent")
+        if isinstance(speaks_for, str) and speaks_for and speaks_for not in agent_names:
+            known = ", ".join(sorted(agent_names)) or "none"
+            found.append(f"connectors[{i}].agent: no agent is named {speaks_for!r} (configured: {known})")
     for i, agent in _entries(raw, "agents"):
         found += [f"agents[{i}].{why}" for why in agent_problems(agent, connector_names)]
     found += _parent_problems(_entries(raw, "agents"))
@@ -708,6 +719,38 @@ def warnings(raw: Any) -> list[str]:
             found.append(f"connectors[{i}].grant: empty: no item from this connector will ever be accepted")
     for i, agent in _entries(raw, "agents"):
         found += [f"agents[{i}].{why}" for why in _agent_warnings(agent)]
+    found += _addressing_warnings(raw)
+    return found
+
+
+def addressed_wakers(connector: str, agents: list[tuple[str, Any, Any]]) -> list[str]:
+    """The agents that hear `connector` and wake on `addressed`, from (name, hears, wake_on) read defensively.
+
+    The one statement of who shares a connector's addressed items (docs/agents.md#addressing):
+    mcplhost/agents/wake.py builds its `Addressing` with it, check-config its warning.
+    """
+    found = []
+    for name, hears, wake_on in agents:
+        heard = hears is None or any(isinstance(h, str) and h.partition("/")[0] == connector for h in hears)
+        if heard and isinstance(wake_on, list) and "addressed" in wake_on:
+            found.append(name)
+    return found
+
+
+def _addressing_warnings(raw: dict[str, Any]) -> list[str]:
+    """A connector without `agent` whose addressed items several agents wake on: they are addressed by name."""
+    agents = [(a.get("name"), a.get("hears"), a.get("wake_on", list(DEFAULT_WAKE_ON))) for _, a in _entries(raw, "agents")
+              if isinstance(a.get("name"), str)]
+    found = []
+    for i, connector in _entries(raw, "connectors"):
+        name = connector.get("name")
+        if not isinstance(name, str) or connector.get("agent") is not None:
+            continue
+        wakers = addressed_wakers(name, agents)
+        if len(wakers) > 1:
+            found.append(f"connectors[{i}].agent: not set, and {', '.join(wakers)} all wake on addressed items of "
+                         f"{name!r}: an addressed item wakes only the agents it names (@NAME, or NAME: at its "
+                         "start); set agent = \"NAME\" for the agent this connector's bot speaks for")
     return found
 
 
@@ -725,6 +768,16 @@ def _agent_warnings(agent: dict[str, Any]) -> list[str]:
     if isinstance(backend, dict) and backend.get("script") and backend.get("kind", "scripted") != "scripted":
         found.append(f"backend.script: ignored by kind {backend.get('kind')!r} (scripted only)")
     return found
+
+
+#: Backends that call a model server with a key (the scripted one reads none).
+KEYED_BACKENDS = ("openai", "anthropic")
+
+
+def unset_api_key(agent: AgentConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The variable the agent's backend takes its key from, when it is unset or empty: every call fails `missing_key`."""
+    name = agent.backend.api_key_env
+    return name if agent.backend.kind in KEYED_BACKENDS and name is not None and not environ.get(name) else None
 
 
 def environment_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:

@@ -635,6 +635,28 @@ class TestAgentEnvironment:
             "agents[0].backend.script: ignored by kind 'openai' (scripted only)"]
 
 
+class TestConnectorAgent:
+    """`[[connectors]] agent` (docs/agents.md#addressing): it names a configured agent; shared addressing is warned."""
+
+    def test_agent_must_name_a_configured_agent(self) -> None:
+        text = one_connector(agent='"ghost"') + agent()
+        assert problems_of(text) == ["connectors[0].agent: no agent is named 'ghost' (configured: scout)"]
+        assert problems_of(one_connector(agent='"scout"') + agent()) == []
+
+    def test_several_addressed_wakers_without_agent_are_a_warning(self) -> None:
+        """Two agents wake on the connector's addressed items (by default), none named: said once, with the fix."""
+        import tomllib
+
+        two = agent() + '[[agents]]\nname = "ada"\n'
+        assert warnings(tomllib.loads(one_connector() + two))[1:] == [
+            "connectors[0].agent: not set, and scout, ada all wake on addressed items of 'a': an addressed item "
+            "wakes only the agents it names (@NAME, or NAME: at its start); set agent = \"NAME\" for the agent "
+            "this connector's bot speaks for"]
+        assert warnings(tomllib.loads(one_connector(agent='"ada"') + two))[1:] == []
+        one_waker = agent() + '[[agents]]\nname = "ada"\nwake_on = ["dm"]\n'
+        assert warnings(tomllib.loads(one_connector() + one_waker))[1:] == []
+
+
 class TestConnectorEnvironment:
     """`env`, `env_pass` and `env_file` (docs/connectors.md §10): what check-config and run refuse."""
 

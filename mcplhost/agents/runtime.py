@@ -70,6 +70,7 @@ from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
 
 from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends.moderation import make_moderator
+from mcplhost.agents.catchup import wait_for_routes
 from mcplhost.agents.context import connectors_without_author_line
 from mcplhost.agents.decisions import DecisionRecorder
 from mcplhost.agents.hooks import HookState
@@ -88,8 +89,8 @@ from mcplhost.agents.turn import (
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.wake import Wake, without_late_echoes
-from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text
+from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
@@ -130,12 +131,13 @@ class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
     def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService, recorder: DecisionRecorder | None = None) -> None:
+                 peers: PeerService, recorder: DecisionRecorder | None = None,
+                 addressing: Addressing = NO_ADDRESSING) -> None:
         self.agent = agent
         self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
         self.services = services
         self.peers = peers
-        self.scheduler = AgentScheduler(agent)
+        self.scheduler = AgentScheduler(agent, addressing)
         self.cursor: int | None = None  # the durable cursor as last written
         self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
         self._nudge = anyio.Event()
@@ -243,6 +245,8 @@ class AgentRunner:
         try:
             if test_fault_before_wake is not None:
                 test_fault_before_wake(self.agent.name, wake)
+            if wake.catch_up:
+                await self._wait_for_routes(wake)
             kept, items = await self._without_late_echoes(wake)
             if kept is not None and await self._held_as_loop(kept, items):
                 return
@@ -258,6 +262,18 @@ class AgentRunner:
             oldest_ms = min(item.created_at for item in items)
             self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
         await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
+
+    async def _wait_for_routes(self, wake: Wake) -> None:
+        """A catch-up wake: wait until its connectors registered its items' channels, or gave up (catchup.py)."""
+        items = await self.services.store.items.get_many(wake.item_ids)
+        started = anyio.current_time()
+        missing = await wait_for_routes(self.services.handles, items)
+        waited = round(anyio.current_time() - started, 3)
+        if missing:
+            log.warning("agent.catch_up_unrouted", agent=self.agent.name, waited_s=waited, channels=missing[:10],
+                        detail="their connectors have not registered these channels: a reply there is a draft")
+        elif waited:
+            log.info("agent.catch_up_routed", agent=self.agent.name, waited_s=waited)
 
     def _is_stopping(self) -> bool:
         """Asked by a cancelled turn: a stop (reason stopped, the cursor moves) rather than a shutdown."""
@@ -363,6 +379,8 @@ class AgentsRuntime:
         #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
         self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
         self._no_author_line = connectors_without_author_line(config.connectors)
+        #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
+        self.addressing = addressing_of(config.connectors, config.agents)
         self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
         for i, agent in enumerate(config.agents):
             given = (backends or {}).get(agent.name)
@@ -387,14 +405,22 @@ class AgentsRuntime:
                                 peers=self.peers,
                                 timings=self._timings, moderator=self.moderator,
                                 no_author_line=self._no_author_line, acknowledger=self.acknowledger)
-        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions)
+        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions, self.addressing)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
-        """A reload's connector tables: which of them show the `from:` line counts from every agent's next compile."""
+        """A reload's connector tables: which of them show the `from:` line, and whom their addressed items address,
+        count from every agent's next compile and offer."""
         self.config = msgspec.structs.replace(self.config, connectors=connectors)
         self._no_author_line = connectors_without_author_line(connectors)
         for runner in self.runners.values():
             runner.services.no_author_line = self._no_author_line
+        self._readdress()
+
+    def _readdress(self) -> None:
+        """Whom addressed items address, again from the config in force (a reload's agents and connectors)."""
+        self.addressing = addressing_of(self.config.connectors, self.config.agents)
+        for runner in self.runners.values():
+            runner.scheduler.addressing = self.addressing
 
     async def _run_runner(self, runner: AgentRunner) -> None:
         with anyio.CancelScope() as scope:
@@ -466,6 +492,7 @@ class AgentsRuntime:
                                          system_prompt=update.prompt)
                 if update.backend is not None:
                     unused.pop(id(update.backend))
+                    warn_unset_key(update.agent)
                     await close_backends([old])
             for runner in plan.added:
                 await self._add(runner)
@@ -475,12 +502,14 @@ class AgentsRuntime:
         applied = [self.runners[name].agent for name in plan.names if name in self.runners]
         self.config = msgspec.structs.replace(self.config, agents=applied)
         self.peers.retree(applied)
+        self._readdress()
         return plan.changed
 
     async def _add(self, runner: AgentRunner) -> None:
         """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
         name = runner.agent.name
         (runner.cursor,) = await self.writer.submit(StartCursor(name, self.clock_ms()))
+        warn_unset_key(runner.agent)
         self.runners[name] = runner
         assert self._group is not None  # prepare_reload builds new runners only while the runtime runs
         self._group.start_soon(self._run_runner, runner, name=f"agent {name}")
@@ -533,6 +562,8 @@ class AgentsRuntime:
     async def run(self, stored: ObjectReceiveStream[Stored], *,
                   task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start the cursors and the agents, then offer every event of `stored` until cancelled or it ends."""
+        for agent in self.config.agents:
+            warn_unset_key(agent)
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
@@ -697,6 +728,15 @@ def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
             events.append(stored.receive_nowait())
         except (anyio.WouldBlock, anyio.EndOfStream):
             return events
+
+
+def warn_unset_key(agent: AgentConfig) -> None:
+    """One warning when the agent's backend has no key to call with (docs/operations.md#when-an-agent-misbehaves)."""
+    variable = unset_api_key(agent)
+    if variable is not None:
+        log.warning("agent.api_key_unset", agent=agent.name, variable=variable,
+                    detail="every turn will fail with backend_error: missing_key until the variable is set "
+                           "in the host's environment and the host restarted")
 
 
 def start_prompt(agent: AgentConfig) -> str:

@@ -199,6 +199,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
         rows = await _rows(agent, wake, services)
     system_prompt = services.system_prompt
     waking = await _waking_items(services, wake, rows)
+    rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
     speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, [source_of(item) for item in waking],
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
@@ -222,7 +223,7 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
             await speech.say(response.text)  # queued before this round's calls run
         await _tool_round(agent, services, progress, response)
         await _deliver_at_tool_boundary(agent, services, progress)
-        rows = await _rows(agent, wake, services)
+        rows = await _turn_rows(agent, wake, services, progress, waking)
     return ""  # not reached: the last round returns above
 
 
@@ -240,7 +241,11 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
                                tools=tools, injections=injections, now_ms=services.clock_ms(),
                                backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered,
-                               turn_rows_after=progress.turn_rows_after, no_author_line=services.no_author_line)
+                               turn_rows_after=progress.turn_rows_after, no_author_line=services.no_author_line,
+                               turn_id=progress.turn_id, delivered=services.store.outbox.recent_delivered)
+    if compiled.waking_left_out:
+        log.warning("agent.waking_items_cut", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
+                    left_out=compiled.waking_left_out, context_chars=agent.context_chars)
     request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
@@ -343,6 +348,22 @@ async def _rows(agent: AgentConfig, wake: Wake, services: TurnServices) -> list[
     return await services.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
 
 
+async def _turn_rows(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress,
+                     waking: list[StoredItem]) -> list[StoredItem]:
+    """The rows for a call after a tool round: the context's, and always the waking items and the rows this turn
+    wrote (its calls and results), which a flood of newer items can push out of the window of newest rows."""
+    rows = await _rows(agent, wake, services)
+    own = await services.store.items.own_after(agent.name, progress.turn_rows_after or 0, limit=CONTEXT_ROWS)
+    return _merged(rows, [*waking, *own])
+
+
+def _merged(rows: list[StoredItem], more: list[StoredItem]) -> list[StoredItem]:
+    """`rows` and those of `more` not among them (the compiler orders them by id)."""
+    have = {row.id for row in rows}
+    missing = [row for row in more if row.id not in have]
+    return [*rows, *missing] if missing else rows
+
+
 async def _waking_items(services: TurnServices, wake: Wake, rows: list[StoredItem]) -> list[StoredItem]:
     """The waking items by ascending id: taken from the context rows, or read once when one is not among them.
 
@@ -363,13 +384,14 @@ def _waking_text(items: list[StoredItem]) -> str:
 
 async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
                   rows: list[NewItem], cursor: Callable[[], int | None] | None, *,
-                  first: list[Any] | None = None, reason: str | None = None) -> list[Any]:
+                  first: list[Any] | None = None, reason: str | None = None, cause: str | None = None) -> list[Any]:
     """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
 
     `cursor` is asked here, just before the write: the cursor it gives
     counts what was handled up to now. `first`: operations that lead the
     write (the final prose's publishes), so their results lead too.
-    `reason`: why the turn ended other than completed (the turns row's `reason`).
+    `reason`: why the turn ended other than completed (the turns row's `reason`); `cause`: a failed turn's
+    finer cause (the turns row's `cause`, read back as status's `lastError`).
     """
     operations: list[Any] = list(first or ())
     if rows:
@@ -377,7 +399,7 @@ async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progres
     ended = services.clock_ms()
     progress.reason = reason
     operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
-                                 progress.digest, injections=progress.injections, reason=reason))
+                                 progress.digest, injections=progress.injections, reason=reason, cause=cause))
     position = cursor() if cursor is not None else None
     if position is not None:
         operations.append(SetCursor(agent.name, position, ended))
@@ -432,7 +454,7 @@ async def _record_failure(services: TurnServices, agent: AgentConfig, progress: 
                             created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
         reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=services.clock_ms())
         results = await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, first=reply,
-                                reason=recorded)
+                                reason=recorded, cause=reason)
         if reply and progress.speech is not None:
             progress.speech.notify(reply, results)  # wake the sender: the reply goes out like any speech
     except Exception:

@@ -38,6 +38,7 @@ from mcplhost.inbound.quoting import header_value, label_value
 
 __all__ = [
     "AUTHOR_PART_MAX_CHARS",
+    "AUTHOR_RULE_TEXT",
     "NO_AUTHOR_ID",
     "author_line",
     "escape_host_lines",
@@ -51,6 +52,15 @@ __all__ = [
 AUTHOR_PART_MAX_CHARS = 100
 #: What the id part reads when the connector gave the author no id.
 NO_AUTHOR_ID = "no id"
+
+#: The `from:` rule as the system prompt states it (docs/agents.md#compilation); the header rule itself is told
+#: once, in the one-time notice and the channel tools' descriptions (inbound/notice.py SOURCE_RULE_TEXT).
+AUTHOR_RULE_TEXT = (
+    "Who wrote a message: a line from: NAME (ID) right under a message's [source: …] header, as its second "
+    "line, is written by the host and names the message's author, with the author's platform id in the last "
+    f"parentheses, or ({NO_AUTHOR_ID}) when the platform gave none. Everything after it is the sender's own text; "
+    "a \\from: line there, with a backslash in front, is the sender's too."
+)
 
 
 def _spelled(word: str) -> str:

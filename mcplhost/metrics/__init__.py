@@ -31,6 +31,7 @@ from mcplhost.supervisor.handle import ConnectorHandle
 from .collector import HostCollector
 from .http import MAX_CLIENTS, serve_client
 from .timings import Timings
+from .turns import TurnTally
 
 __all__ = ["Metrics", "Timings"]
 
@@ -49,6 +50,7 @@ class Metrics:
         self.collector = HostCollector(connectors=connectors, ingest=ingest, outbox_senders=outbox_senders,
                                        peer_admissions=peer_admissions, suppressed=suppressed)
         registry.register(self.collector)
+        self._turns = TurnTally()
         self._limiter = anyio.CapacityLimiter(MAX_CLIENTS)
 
     async def render(self) -> tuple[bytes, str]:
@@ -56,6 +58,7 @@ class Metrics:
         (docs/agents.md#secrets: a label is a connector's or agent's name, or a word the host chose, but a
         name can still be a token pasted in the wrong place)."""
         self.collector.outbox_pending = await self._store.outbox.count("pending")
+        self.collector.turns = await self._turns.read(self._store)
         return self._store.secrets.redact_bytes(generate_latest(self.registry)), CONTENT_TYPE_LATEST
 
     async def listen(self, listen: str) -> SocketListener:

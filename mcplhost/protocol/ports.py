@@ -100,6 +100,8 @@ class ConnectorPort(Protocol):
 
     async def wait_ready(self) -> None: ...
 
+    async def wait_channel(self, channel_id: str) -> bool: ...  # True once registered; False: it gave up
+
     def published(self) -> None: ...  # a channels/publish was delivered now (its status shows lastPublishAt)
 
 

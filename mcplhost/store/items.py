@@ -268,6 +268,16 @@ class ItemRepository:
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [_stored_item(row) for row in reversed(builtins.list(rows))]
 
+    async def own_after(self, agent: str, item_id: int, *, limit: int) -> builtins.list[StoredItem]:
+        """The agent's own rows with an id above `item_id`, oldest first, at most `limit` (items_by_agent).
+
+        A running turn reads its own rows with it, however many items others stored meanwhile.
+        """
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?", (agent, item_id, limit))
+        return [_stored_item(row) for row in rows]
+
     async def newest_turn_drafts(self, agent: str) -> int:
         """The draft rows (prose not sent, docs/agents.md#drafts) of the agent's newest turn.
 

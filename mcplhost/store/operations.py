@@ -157,6 +157,7 @@ class FinishTurn(msgspec.Struct, frozen=True):
     #: The hook injections the first request was compiled with (e.g. msgspec.to_builtins(Injections)).
     injections: Any = None
     reason: str | None = None  # why it ended other than completed (store/turns.py REASON_*)
+    cause: str | None = None  # a failed turn's finer cause (the backend's reason, or the exception's type name)
     STAGE: ClassVar[int] = STAGE_LEDGER
 
     def __post_init__(self) -> None:
@@ -164,7 +165,7 @@ class FinishTurn(msgspec.Struct, frozen=True):
 
     def _end(self, turn_id: int) -> TurnEnd:
         return TurnEnd(turn_id, self.ended_at, self.outcome, self.model, self.usage, self.request_digest,
-                       self.injections, self.reason)
+                       self.injections, self.reason, self.cause)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[FinishTurn]) -> list[bool]:

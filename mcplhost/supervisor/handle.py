@@ -12,7 +12,7 @@ as long as the host:
   (ready, or mcp_only for plain MCP calls such as `tools/call`), else a
   typed `ConnectorNotReady`; a call caught by the end of a life gets
   `ConnectorGone`, never a hang;
-- `wait_ready()` / `wait_state()`: awaitable conditions, so senders never poll;
+- `wait_ready()` / `wait_state()` / `wait_channel()`: awaitable conditions, so senders and catch-up never poll;
 - `statistics()`: the frozen snapshot the status socket reports;
 - `quiet()` / `wait_activity()`: the quiet rule on this handle's times
   (liveness.py), and what the life's quiet watcher (watch.py) waits on.
@@ -65,6 +65,8 @@ log = structlog.get_logger()
 
 #: The states of a running process life, which hold only while its connection does.
 LIVE = frozenset({State.HANDSHAKING, State.POLICY_PENDING, State.READY, State.MCP_ONLY})
+#: States in which no channel is coming soon: stopped for good, a crash loop's slow lane, plain MCP.
+GAVE_UP = frozenset({State.STOPPED, State.SLOW_LANE, State.MCP_ONLY})
 #: Where a life can end: whatever it was doing, the supervisor then waits, or stops for good.
 _LIFE_ENDS = frozenset({State.BACKOFF, State.SLOW_LANE, State.STOPPED})
 
@@ -345,6 +347,20 @@ class ConnectorHandle:
     async def wait_ready(self) -> None:
         """Wait until MCPL is in force (ready); ConnectorStopped if that cannot happen any more."""
         await self.wait_state(State.READY)
+
+    async def wait_channel(self, channel_id: str) -> bool:
+        """Wait until `channel_id` is registered (True), or the connector gave up on it (False): stopped for good,
+        in the slow lane of a crash loop, or serving plain MCP, which registers no channel."""
+        while self.channel(channel_id) is None:
+            if self._state in GAVE_UP:
+                return False
+            await self._changed.wait()
+        return True
+
+    def channels_changed(self) -> None:
+        """The life's registered channels changed (the connection says so): waiters look again."""
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
 
     # --- driven by supervise ---------------------------------------------------------
 

@@ -175,7 +175,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         try:
             connection = McplConnection(spec, _session(spec, process, plog, limited), intake, plog,
                                         on_mode=handle.mode_entered, inference=handle.inference, hooks=handle.hooks,
-                                        limited=limited, counts=handle.refusals,
+                                        limited=limited, counts=handle.refusals, on_channels=handle.channels_changed,
                                         **({} if handle.offered is None else {"offered": handle.offered}))
             handle.spawned(process.pid, connection, command=spec.command)
             ended = await _serve_life(spec, process, connection, plog, limited, handle, on_ready)

@@ -27,7 +27,7 @@ from mcplhost.store.writer import GroupWriter
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, wait_for
 from .support import cli, daemon, scripted_connector, write_config
 
-KEYS = ["agent", "item", "decision", "reason", "turn", "publishes", "drafts"]
+KEYS = ["agent", "item", "decision", "reason", "turn", "publishes", "drafts", "tags", "wakeOn"]
 AT = 1_790_000_000_000
 CHANNEL = "discord:g1:111"
 
@@ -115,9 +115,10 @@ class TestExplainJson:
                          "turn": {"id": made["turn"], "outcome": "completed", "model": "gpt-4o-mini", "tokens": 907},
                          "publishes": [{"outboxId": made["outbox"], "destination": f"discord/{CHANNEL}",
                                         "state": "delivered"}],
-                         "drafts": [{"id": made["draft"], "reason": "moderation"}]}
+                         "drafts": [{"id": made["draft"], "reason": "moderation"}], "tags": None, "wakeOn": None}
+        # What the wake_on rule compared, side by side: the item's tags and the agent's wake_on.
         assert quiet == {"agent": "quiet", "item": 1, "decision": "not_waking", "reason": "wake_on", "turn": None,
-                         "publishes": [], "drafts": []}
+                         "publishes": [], "drafts": [], "tags": ["chat:addressed"], "wakeOn": ["dm"]}
         assert slacker["decision"] == "not_heard" and slacker["reason"] == "hears" and slacker["turn"] is None
 
     async def test_each_decision_names_its_rule(self, tmp_path) -> None:
@@ -166,7 +167,7 @@ class TestExplainPlain:
             f"scout: woke turn {made['turn']} (completed, gpt-4o-mini, 907 tokens)",
             f"  publish {made['outbox']} → discord/{CHANNEL}: delivered",
             f"  draft {made['draft']}: moderation",
-            "quiet: not waking (wake_on)",
+            "quiet: not waking (wake_on; item tags: chat:addressed; wake_on: dm)",
             "slacker: not heard (hears)",
         ]
 

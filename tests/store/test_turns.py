@@ -179,6 +179,41 @@ class TestSpendReads:
         assert await store.turns.count_since("scout", 0) == 4
         assert await store.turns.count_since("other", 0) == 1
 
+    async def test_health_is_the_newest_failure_until_a_turn_completes(self, store: Store):
+        """lastError: the newest completed-or-failed turn, when it failed, as "reason: cause"; aborted and held
+        turns neither set nor clear it; failed turns counted from the time asked (docs/operations.md)."""
+        async with running(store) as writer:
+            assert (await store.turns.health("scout", 0)).last_error is None
+            await writer.submit(RecordTurn("scout", (), 0, 1, "failed", reason="backend_error"))
+            (turn_id,) = await writer.submit(BeginTurn("scout", (), HOUR_MS))
+            await writer.submit(FinishTurn(turn_id, HOUR_MS + 1, "failed", None, None, None, reason="backend_error",
+                                           cause="missing_key"))
+            await writer.submit(RecordTurn("scout", (), HOUR_MS + 2, HOUR_MS + 3, "aborted", reason="shutdown"))
+            await writer.submit(RecordTurn("scout", (), HOUR_MS + 4, HOUR_MS + 4, "held", reason="token_budget"))
+            await writer.submit(RecordTurn("other", (), HOUR_MS, HOUR_MS + 1, "completed"))
+            health = await store.turns.health("scout", HOUR_MS)
+            assert (health.last_error, health.failed_since) == ("backend_error: missing_key", 1)
+            assert (await store.turns.health("scout", 0)).failed_since == 2
+            assert await store.turns.health("other", 0) == turns_module.TurnHealth(None, 0)
+            await writer.submit(RecordTurn("scout", (), HOUR_MS + 5, HOUR_MS + 6, "completed"))
+            assert (await store.turns.health("scout", HOUR_MS)).last_error is None
+            assert (await store.turns.health("scout", HOUR_MS)).failed_since == 1
+
+    async def test_outcome_counts_settle_below_the_oldest_running_turn(self, store: Store):
+        """Counts above an id, split at the oldest running turn: what lies below it never changes again."""
+        async with running(store) as writer:
+            (first,) = await writer.submit(RecordTurn("scout", (), 0, 1, "completed"))
+            (running_id,) = await writer.submit(BeginTurn("scout", (), 2))
+            await writer.submit(RecordTurn("scout", (), 3, 4, "failed"), RecordTurn("lead", (), 3, 4, "failed"))
+            counts = await store.turns.outcome_counts(0)
+            assert counts.through == first and counts.settled == {("scout", "completed"): 1}
+            assert counts.unsettled == {("scout", "failed"): 1, ("lead", "failed"): 1}
+            await writer.submit(finish(running_id, outcome="aborted"))
+            later = await store.turns.outcome_counts(counts.through)
+            assert later.through == running_id + 2 and later.unsettled == {}
+            assert later.settled == {("scout", "aborted"): 1, ("scout", "failed"): 1, ("lead", "failed"): 1}
+            assert (await store.turns.outcome_counts(later.through)).settled == {}
+
     async def test_started_since_gives_the_start_times_count_since_counts(self, store: Store):
         """started_since lists the ran turns' start times since the time, oldest first; limit keeps the newest."""
         async with running(store) as writer:

@@ -66,7 +66,7 @@ def retire(connections: list[McplConnection]) -> None:
 
 def connect(handle: ConnectorHandle, built: list[McplConnection] = _BUILT) -> McplConnection:
     connection = McplConnection(SPEC, gone_session(), None, structlog.get_logger(),  # type: ignore[arg-type]
-                                on_mode=handle.mode_entered)
+                                on_mode=handle.mode_entered, on_channels=handle.channels_changed)
     built.append(connection)
     return connection
 
@@ -243,6 +243,31 @@ class TestCalls:
             again.mode = Mode.READY
             with anyio.fail_after(5):
                 await done.wait()
+
+    async def test_wait_channel_returns_once_the_channel_is_registered_or_the_connector_gave_up(self) -> None:
+        """Catch-up's wait (docs/agents.md#catch-up): True when the channel is registered, False on stopped."""
+        handle = ConnectorHandle(SPEC)
+        connection = live(handle)
+        connection.mode = Mode.POLICY_PENDING
+        connection.mode = Mode.READY
+        answers: list[bool] = []
+
+        async def waiter(channel: str) -> None:
+            answers.append(await handle.wait_channel(channel))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, "room")
+            await anyio.wait_all_tasks_blocked()
+            connection.registry.add([{"id": "other", "type": "t", "direction": "bidirectional", "address": {}}])
+            await anyio.wait_all_tasks_blocked()
+            assert answers == []
+            connection.registry.add([{"id": "room", "type": "t", "direction": "bidirectional", "address": {}}])
+        assert answers == [True]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, "gone")
+            await anyio.wait_all_tasks_blocked()
+            handle.stopped("restart policy is never")
+        assert answers == [True, False]
 
     def test_a_second_stop_logs_nothing(self) -> None:
         """The host stopping after the supervisor gave up adds no line."""
