@@ -9,7 +9,7 @@ again; a new name is started, a name that is gone is stopped. Agents are
 updated in place by the runtime (mcplhost/agents/runtime.py `reload`). What a
 reload cannot change in a running host is said in `notes` and left as it
 runs: the store (`store.path` and the rest of `[store]`), `[control]`,
-`[metrics]`, `[inference]`, `[moderation]`, and agents added to a host started without any (a restart applies those).
+`[metrics]`, `[console]`, `[inference]`, `[moderation]`, and agents added to a host started without any (a restart applies those).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ NOT_RELOADED = {
     "store": "[store] cannot change by reload (the database is open); restart the daemon to change it",
     "control": "[control] cannot change by reload (the socket is open); restart the daemon to change it",
     "metrics": "[metrics] cannot change by reload (the listener is open); restart the daemon to change it",
+    "console": "[console] cannot change by reload (the listener is open); restart the daemon to change it",
     "inference": "[inference] is not reloaded; restart the daemon to change it",
     "moderation": "[moderation] is not reloaded (its checker is built at start); restart the daemon to change it",
 }
