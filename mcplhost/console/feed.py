@@ -87,7 +87,8 @@ class Feed:
     def __init__(self, fmt: FeedFormat, *, lines: int = FEED_LINES) -> None:
         self._format = fmt
         self._lines: deque[FeedLine] = deque(maxlen=lines)
-        self._subscribers: set[ObjectSendStream[FeedLine]] = set()
+        #: Each subscriber's receiving end (what it was given) → the sending end the feed writes to.
+        self._subscribers: dict[ObjectReceiveStream[FeedLine], ObjectSendStream[FeedLine]] = {}
         self._seq = 0
         self._last = 0  # the newest item id read
         self._labels: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -130,7 +131,7 @@ class Feed:
                 await self._read(store, self._last)
         finally:
             self._loop = None
-            for stream in list(self._subscribers):
+            for stream in self._subscribers.values():
                 stream.close()
             self._subscribers.clear()
 
@@ -160,19 +161,20 @@ class Feed:
         self._seq += 1
         line = FeedLine(seq=self._seq, at=at, kind=kind, text=text, href=href)
         self._lines.append(line)
-        for stream in list(self._subscribers):
+        for receiver, stream in list(self._subscribers.items()):
             try:
                 stream.send_nowait(line)
             except anyio.WouldBlock:  # fell SUBSCRIBER_BUFFER lines behind: dropped, never buffered for
-                self._drop(stream)
+                self._forget(receiver)
+                self.dropped += 1
+                log.info("console.feed_client_dropped", behind=SUBSCRIBER_BUFFER)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._subscribers.discard(stream)
+                self._forget(receiver)
 
-    def _drop(self, stream: ObjectSendStream[FeedLine]) -> None:
-        self._subscribers.discard(stream)
-        stream.close()
-        self.dropped += 1
-        log.info("console.feed_client_dropped", behind=SUBSCRIBER_BUFFER)
+    def _forget(self, receiver: ObjectReceiveStream[FeedLine]) -> None:
+        stream = self._subscribers.pop(receiver, None)
+        if stream is not None:
+            stream.close()  # its reader gets the lines still buffered, then the end
 
     # --- readers -------------------------------------------------------------------
 
@@ -192,18 +194,14 @@ class Feed:
         if self._loop is None:
             send.close()  # not running: the backlog, then the end
         else:
-            self._subscribers.add(send)
+            self._subscribers[receive] = send
         return receive
 
-    def unsubscribe(self, stream: ObjectReceiveStream[FeedLine]) -> None:
-        """Forget a subscriber whose client left (its receiving end is closed; the send side is found by that)."""
-        stream.close()
-        self._subscribers = {s for s in self._subscribers if not _closed_peer(s)}
+    def unsubscribe(self, receiver: ObjectReceiveStream[FeedLine]) -> None:
+        """Forget a subscriber whose client left: both ends closed."""
+        self._forget(receiver)
+        receiver.close()
 
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)
-
-
-def _closed_peer(stream: ObjectSendStream[FeedLine]) -> bool:
-    return stream.statistics().open_receive_streams == 0

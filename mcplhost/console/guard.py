@@ -6,7 +6,7 @@ In order, for each HTTP request (docs/operations.md#console):
 2. a loopback console answers only a loopback Host (access.host_allowed: no DNS rebinding), else 421;
 3. a body over MAX_BODY_BYTES is refused (413), by its Content-Length or as it arrives (a body is read
    whole, bounded, before the page sees it: the forms are small);
-4. every response carries SECURITY_HEADERS (the CSP, X-Frame-Options, nosniff, no referrer);
+4. every response carries SECURITY_HEADERS (the CSP, X-Frame-Options, nosniff, no referrer to another site);
 5. with a token, a visitor without a session sees only the sign-in page and the static files;
 6. a page (not a live stream, which has its own bounds) gets REQUEST_TIMEOUT_S, then 503;
 7. an exception in a page is logged once and answered 500: one page's bug never reaches the server.
@@ -47,7 +47,7 @@ SECURITY_HEADERS = [
                                  b"frame-ancestors 'none'"),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make a form's Origin "null"
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
@@ -64,12 +64,14 @@ def session_id(scope: Scope) -> str | None:
 class Guard:
     """The ASGI middleware of the module docstring, around the console's Starlette app."""
 
-    def __init__(self, app: ASGIApp, gate: Gate, *, loopback: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, app: ASGIApp, gate: Gate, *, loopback: bool, clock: Callable[[], float] = time.monotonic,
+                 max_requests: int = MAX_REQUESTS, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.app = app
         self.gate = gate
         self.loopback = loopback
         self.clock = clock
+        self.max_requests = max_requests
+        self.timeout_s = timeout_s
         self.active = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -89,7 +91,7 @@ class Guard:
                 message = {**message, "headers": headers}
             await send(message)
 
-        if self.active >= MAX_REQUESTS:
+        if self.active >= self.max_requests:
             await _plain(guarded_send, 503, "the console is busy; try again")
             return
         self.active += 1
@@ -128,7 +130,7 @@ class Guard:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        with anyio.move_on_after(REQUEST_TIMEOUT_S) as scope_:
+        with anyio.move_on_after(self.timeout_s) as scope_:
             if scope["method"] not in ("GET", "HEAD"):
                 body = await _read_body(receive)
                 if body is None:
@@ -137,9 +139,9 @@ class Guard:
                 receive = _replay(body, receive)
             await self.app(scope, receive, noting_send)
         if scope_.cancelled_caught:
-            log.warning("console.request_timeout", path=path, timeout_s=REQUEST_TIMEOUT_S)
+            log.warning("console.request_timeout", path=path, timeout_s=self.timeout_s)
             if not started:
-                await _plain(send, 503, f"the page took longer than {REQUEST_TIMEOUT_S:g} s")
+                await _plain(send, 503, f"the page took longer than {self.timeout_s:g} s")
 
 
 #: Headers the guard sets itself (a page's own value of one is replaced).

@@ -52,12 +52,16 @@ class _Gone(Exception):
 class _Stream:
     """The shared part: the cap, the response head, bounded writes, and ending when the client leaves."""
 
-    def __init__(self, secrets: Secrets) -> None:
+    def __init__(self, secrets: Secrets, *, max_streams: int = MAX_STREAMS, send_timeout_s: float = SEND_TIMEOUT_S,
+                 keepalive_s: float = KEEPALIVE_S) -> None:
         self.secrets = secrets
+        self.max_streams = max_streams
+        self.send_timeout_s = send_timeout_s
+        self.keepalive_s = keepalive_s
         self.open = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.open >= MAX_STREAMS:
+        if self.open >= self.max_streams:
             body = b"too many live views are open; close one\n"
             await send({"type": "http.response.start", "status": 503,
                         "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
@@ -74,7 +78,7 @@ class _Stream:
                 except _Gone:
                     pass
                 tg.cancel_scope.cancel()
-            with anyio.move_on_after(SEND_TIMEOUT_S):
+            with anyio.move_on_after(self.send_timeout_s):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (_Gone, OSError):
             pass
@@ -85,7 +89,7 @@ class _Stream:
         raise NotImplementedError
 
     async def _write(self, send: Send, data: bytes) -> None:
-        with anyio.move_on_after(SEND_TIMEOUT_S) as scope:
+        with anyio.move_on_after(self.send_timeout_s) as scope:
             try:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             except OSError as exc:
@@ -111,8 +115,8 @@ async def _until_gone(receive: Receive, scope: anyio.CancelScope) -> None:
 class FeedEvents(_Stream):
     """`/feed/events`: the feed's lines after the one the client last had (Last-Event-ID, or `?after=`)."""
 
-    def __init__(self, feed: Feed, secrets: Secrets) -> None:
-        super().__init__(secrets)
+    def __init__(self, feed: Feed, secrets: Secrets, **bounds: float) -> None:
+        super().__init__(secrets, **bounds)  # type: ignore[arg-type]
         self.feed = feed
 
     async def events(self, scope: Scope, send: Send) -> None:
@@ -121,7 +125,7 @@ class FeedEvents(_Stream):
         try:
             while True:
                 line: FeedLine | None = None
-                with anyio.move_on_after(KEEPALIVE_S):
+                with anyio.move_on_after(self.keepalive_s):
                     try:
                         line = await lines.receive()
                     except anyio.EndOfStream:  # dropped, or the console stops: the browser reconnects
@@ -137,8 +141,8 @@ class FeedEvents(_Stream):
 class StatusEvents(_Stream):
     """`/status/events`: the status object (as `status --json` prints it) every STATUS_INTERVAL_S."""
 
-    def __init__(self, views: Views, secrets: Secrets) -> None:
-        super().__init__(secrets)
+    def __init__(self, views: Views, secrets: Secrets, **bounds: float) -> None:
+        super().__init__(secrets, **bounds)  # type: ignore[arg-type]
         self.views = views
 
     async def events(self, scope: Scope, send: Send) -> None:
