@@ -3,10 +3,11 @@
 Two sources, each formatted by dev's own functions (`FeedFormat`, passed in
 by the CLI, since dev sits above the console: docs/architecture.md#layers):
 
-- items: read through the console's own read-only connection after each
+- items: read through the console's own read-only connection after a
   commit (`stored()` is the host's on_stored hook: it only wakes the
-  reader) and every FEED_POLL_S besides; everyone's items only (agent
-  rows are told by the events), each linking to its page;
+  reader; at most every READ_INTERVAL_S, at most READ_BATCH items a read)
+  and every FEED_POLL_S besides; everyone's items only (agent rows are
+  told by the events), each linking to its page;
 - host events: the log tap (`event()`), called where the event is logged:
   a wake, a tool call, a turn, a publish, a draft, a stop, a warning; each
   links to its item, its turn, or its agent's turns.
@@ -41,9 +42,13 @@ FEED_LINES = 500
 PRELOAD_ITEMS = 200
 #: Lines a subscriber may fall behind before it is dropped.
 SUBSCRIBER_BUFFER = 64
-#: Items read per query; the reader loops until it has caught up.
-READ_BATCH = 200
-#: How often the reader looks for new items when no commit woke it (items another writer stored).
+#: Items the reader turns into lines per read, at most: the newest of those committed since the last read.
+#: More than that (a flood no one reads line by line) is one line saying how many were passed over, so the
+#: feed's work on the event loop stays bounded whatever the inbound rate.
+READ_BATCH = 50
+#: The reader reads at most this often (commits in between are read together), and at least this often
+#: when no commit woke it (items another writer stored).
+READ_INTERVAL_S = 0.1
 FEED_POLL_S = 1.0
 #: A line of these levels is kind "warning", "error" or "critical" (dev colours it so), whatever its event.
 WARNING_LEVELS = frozenset({"warning", "error", "critical"})
@@ -123,29 +128,32 @@ class Feed:
         self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         try:
             last = await store.items.last_id()
-            await self._read(store, max(0, last - PRELOAD_ITEMS))
+            await self._read(store, max(0, last - PRELOAD_ITEMS), PRELOAD_ITEMS)
             while True:
                 with anyio.move_on_after(FEED_POLL_S):
                     await self._committed.wait()
                 self._committed = anyio.Event()
-                await self._read(store, self._last)
+                await self._read(store, self._last, READ_BATCH)
+                await anyio.sleep(READ_INTERVAL_S)
         finally:
             self._loop = None
             for stream in self._subscribers.values():
                 stream.close()
             self._subscribers.clear()
 
-    async def _read(self, store: Store, after: int) -> None:
-        self._last = after
-        while True:
-            rows = await store.items.after_as_written(self._last, limit=READ_BATCH)
-            for item_id, item in rows:
-                self._last = item_id
-                if item.agent is None:
-                    self._learn_label(item)
-                    self._add(item.created_at, "item", self._format.item(item), f"/items/{item_id}")
-            if len(rows) < READ_BATCH:
-                return
+    async def _read(self, store: Store, after: int, most: int) -> None:
+        """Lines for the items above `after`: the newest `most` of them, and one line for any passed over."""
+        newest = await store.items.last_id()
+        start = max(after, newest - most)
+        if start > after:
+            self._add(now_ms(), "skipped", f"… {start - after} more stored items not shown one by one", "/items")
+        rows = await store.items.after_as_written(start, limit=most)
+        for item_id, item in rows:
+            self._last = item_id
+            if item.agent is None:
+                self._learn_label(item)
+                self._add(item.created_at, "item", self._format.item(item), f"/items/{item_id}")
+        self._last = max(self._last, start)
 
     def _learn_label(self, item: NewItem) -> None:
         """The label an item's channel goes by, for naming a publish to it (as dev's view does)."""

@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from mcplhost.secrets import Secrets
 
-from .feed import Feed, FeedLine
+from .feed import SUBSCRIBER_BUFFER, Feed, FeedLine
 from .views import Views
 
 #: Live streams (feed and status together) open at once.
@@ -97,10 +97,11 @@ class _Stream:
         if scope.cancelled_caught:
             raise _Gone
 
-    async def event(self, send: Send, name: str, data: Any, event_id: int | None = None) -> None:
+    def event_bytes(self, name: str, data: Any, event_id: int | None = None) -> bytes:
+        """One event: its id (what a reconnecting client says it had), its name, its data as JSON, redacted."""
         payload = _encoder.encode(self.secrets.redact_json(data) if self.secrets else data)
         head = f"id: {event_id}\n" if event_id is not None else ""
-        await self._write(send, f"{head}event: {name}\ndata: ".encode() + payload + b"\n\n")
+        return f"{head}event: {name}\ndata: ".encode() + payload + b"\n\n"
 
 
 async def _until_gone(receive: Receive, scope: anyio.CancelScope) -> None:
@@ -132,8 +133,15 @@ class FeedEvents(_Stream):
                         return
                 if line is None:
                     await self._write(send, b": keepalive\n\n")
-                else:
-                    await self.event(send, "line", msgspec.to_builtins(line), line.seq)
+                    continue
+                batch = [line]  # and whatever else is waiting: one write for them all
+                while len(batch) < SUBSCRIBER_BUFFER:
+                    try:
+                        batch.append(lines.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                await self._write(send, b"".join(self.event_bytes("line", msgspec.to_builtins(one), one.seq)
+                                                 for one in batch))
         finally:
             self.feed.unsubscribe(lines)
 
@@ -147,5 +155,5 @@ class StatusEvents(_Stream):
 
     async def events(self, scope: Scope, send: Send) -> None:
         while True:
-            await self.event(send, "status", await self.views.status())
+            await self._write(send, self.event_bytes("status", await self.views.status()))
             await anyio.sleep(STATUS_INTERVAL_S)
