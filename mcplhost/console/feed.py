@@ -197,6 +197,8 @@ class Feed:
         are (a page shows the newest on top).
         """
         send, receive = anyio.create_memory_object_stream[FeedLine](SUBSCRIBER_BUFFER)
+        if after > self._seq:
+            after = 0  # a line of an earlier run of the daemon: this run's lines are all new to it
         for line in self.lines(after)[-SUBSCRIBER_BUFFER:]:
             send.send_nowait(line)
         if self._loop is None:

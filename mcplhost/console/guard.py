@@ -6,7 +6,9 @@ In order, for each HTTP request (docs/operations.md#console):
 2. a loopback console answers only a loopback Host (access.host_allowed: no DNS rebinding), else 421;
 3. a body over MAX_BODY_BYTES is refused (413), by its Content-Length or as it arrives (a body is read
    whole, bounded, before the page sees it: the forms are small);
-4. every response carries SECURITY_HEADERS (the CSP, X-Frame-Options, nosniff, no referrer to another site);
+4. every response carries SECURITY_HEADERS (the CSP, X-Frame-Options, nosniff, no referrer to another
+   site): the server adds them (server.py, so its own error answers have them too), and a page's own
+   copy of one is removed here, so it can neither weaken nor double them;
 5. with a token, a visitor without a session sees only the sign-in page and the static files;
 6. a page (not a live stream, which has its own bounds) gets REQUEST_TIMEOUT_S, then 503;
 7. an exception in a page is logged once and answered 500: one page's bug never reaches the server.
@@ -85,7 +87,6 @@ class Guard:
             if message["type"] == "http.response.start":
                 started = True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _OURS]
-                headers += SECURITY_HEADERS
                 if not scope["path"].startswith("/static/"):
                     headers.append(NO_STORE)
                 message = {**message, "headers": headers}

@@ -44,14 +44,8 @@ log = structlog.get_logger()
 
 #: The distributions the console needs (the extra `console` in pyproject.toml), by the module each provides.
 WEB_MODULES = ("starlette", "hypercorn", "jinja2")
-#: How long open connections get to finish when the host stops (then Hypercorn cancels them).
-SHUTDOWN_GRACE_S = 1.0
-#: Pending connections the kernel holds for the console.
+#: Pending connections the kernel holds for the console (the socket is bound here, before Hypercorn serves it).
 BACKLOG = 64
-#: A request head (request line and headers) is at most this long (h11 and nginx allow 8 KiB and more).
-MAX_HEAD_BYTES = 16 * 1024
-#: A connection with no request in flight is closed after this long (a slow head counts as none).
-KEEP_ALIVE_S = 5.0
 #: The token's name where it is redacted (logs, stored rows, pages): it is a secret like any other.
 TOKEN_SECRET = "console.token_file"
 
@@ -151,21 +145,12 @@ class Console:
             raise OperatorError("the console was not bound before it ran")
         # The web packages, imported here: only a host with [console] listen needs them (module docstring).
         from hypercorn.asyncio import serve
-        from hypercorn.config import Config as ServerConfig
 
         from .app import Pages, build_app
+        from .server import SHUTDOWN_GRACE_S, server_config
 
-        server_config = ServerConfig()
         # Hypercorn takes its own descriptor of the socket, and closes that one; `close` closes ours.
-        server_config.bind = [f"fd://{os.dup(self._socket.fileno())}"]
-        server_config.accesslog = None  # no request line is logged: a sign-in's body never is either
-        server_config.errorlog = None
-        server_config.include_server_header = False
-        server_config.graceful_timeout = SHUTDOWN_GRACE_S
-        server_config.keep_alive_timeout = KEEP_ALIVE_S
-        server_config.h11_max_incomplete_size = MAX_HEAD_BYTES
-        server_config.backlog = BACKLOG
-        server_config.alpn_protocols = ["http/1.1"]
+        settings = server_config(os.dup(self._socket.fileno()))
         async with open_reader(self.store_path) as reads, anyio.create_task_group() as tg:
             views = Views(reads, self.operated, self.agents)
             pages = Pages(views, self.feed, self.gate, self.secrets, actions=frozenset(self.settings.actions))
@@ -176,7 +161,7 @@ class Console:
 
             async def server() -> None:
                 with shielded:  # its own graceful stop below, bounded, not a cancellation mid-write
-                    await serve(app, server_config, shutdown_trigger=stop.wait, mode="asgi")  # type: ignore[arg-type]
+                    await serve(app, settings, shutdown_trigger=stop.wait, mode="asgi")  # type: ignore[arg-type]
 
             with logs.tapping(self.feed.event):
                 tg.start_soon(server)

@@ -239,13 +239,14 @@ class TestHeaders:
         requests = ["GET /items/999999 HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # 404
                     "GET / HTTP/1.1\r\nHost: rebound.example\r\n",  # 421: not a loopback name
                     "POST /connectors/evil/restart HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n",  # 403
-                    "POST /signin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99999\r\n"]  # 413
+                    "POST /signin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99999\r\n",  # 413
+                    "GET /\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\n"]  # 400, from the server itself
         statuses = []
         for request in requests:
             status, headers, _ = await raw_http(running.address, request + "Connection: close\r\n\r\n")
             statuses.append(status)
             assert not header_problems(headers), (request, header_problems(headers))
-        assert statuses == [404, 421, 403, 413]
+        assert statuses == [404, 421, 403, 413, 400]
 
 
 class TestFeed:
