@@ -10,7 +10,9 @@ Served by Hypercorn on the daemon's own event loop (`hypercorn.asyncio.serve`
 with a shutdown trigger, so it installs no signal handler of its own: the
 host's signals stay the host's), on the socket `bind` made. When the host
 stops, the trigger fires and Hypercorn closes the listener and gives open
-connections SHUTDOWN_GRACE_S, all inside the host's stop.
+connections SHUTDOWN_GRACE_S (server.py), all inside the host's stop. The
+console is a boundary: should its server or its feed fail, that is logged
+once and the console stops serving; the daemon goes on.
 
 The web packages (Starlette, Hypercorn, Jinja2) are the optional extra
 `console`: they are imported only when the console is configured, and their
@@ -22,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -32,7 +34,7 @@ from anyio.abc import TaskStatus
 from mcplhost import logs
 from mcplhost.config import AgentConfig, ConsoleConfig, is_loopback, listen_address
 from mcplhost.envfile import EnvFileError, read_token_file
-from mcplhost.errors import OperatorError
+from mcplhost.errors import HostStateError, OperatorError
 from mcplhost.secrets import Secrets
 from mcplhost.store import NewItem, open_reader
 
@@ -140,9 +142,10 @@ class Console:
             self._socket = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled; started once the server accepts (bind first)."""
+        """Serve until cancelled. Started at once: the socket listens since `bind`, so a first visitor's
+        connection waits in the backlog until Hypercorn takes it."""
         if self._socket is None:
-            raise OperatorError("the console was not bound before it ran")
+            raise HostStateError("the console was not bound before it ran")
         # The web packages, imported here: only a host with [console] listen needs them (module docstring).
         from hypercorn.asyncio import serve
 
@@ -155,7 +158,7 @@ class Console:
             views = Views(reads, self.operated, self.agents)
             pages = Pages(views, self.feed, self.gate, self.secrets, actions=frozenset(self.settings.actions))
             app = build_app(pages, loopback=self.loopback)
-            tg.start_soon(self.feed.run, reads)
+            tg.start_soon(_boundary, "feed", self.feed.run, reads)
             stop = anyio.Event()
             shielded = anyio.CancelScope(shield=True)
 
@@ -164,7 +167,7 @@ class Console:
                     await serve(app, settings, shutdown_trigger=stop.wait, mode="asgi")  # type: ignore[arg-type]
 
             with logs.tapping(self.feed.event):
-                tg.start_soon(server)
+                tg.start_soon(_boundary, "server", server)
                 task_status.started()
                 try:
                     await anyio.sleep_forever()
@@ -172,3 +175,11 @@ class Console:
                     stop.set()
                     shielded.deadline = anyio.current_time() + SHUTDOWN_GRACE_S * 3
                     tg.cancel_scope.cancel()
+
+
+async def _boundary(part: str, run: Callable[..., Awaitable[None]], *args: object) -> None:
+    """Run one part of the console; its failure is logged once and ends that part only, never the daemon."""
+    try:
+        await run(*args)
+    except Exception:  # the boundary: the console is an operator's window, not something the host needs
+        log.error("console.failed", part=part, exc_info=True)

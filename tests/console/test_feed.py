@@ -154,3 +154,18 @@ class TestSlowClients:
             tg.cancel_scope.cancel()
         body = b"".join(sent)
         assert b"sekrit-value-123" not in body and b"[redacted:X_TOKEN]" in body
+
+
+class TestBoundary:
+    async def test_a_failing_part_of_the_console_is_logged_once_and_ends_alone(self) -> None:
+        """The server's or the feed's exception stops that part, logged once; it never reaches the host."""
+        from structlog.testing import capture_logs
+
+        from mcplhost.console.service import _boundary
+
+        async def broken() -> None:
+            raise RuntimeError("a bug in the console")
+
+        with capture_logs() as logs:
+            await _boundary("feed", broken)
+        assert [(e["event"], e["part"]) for e in logs] == [("console.failed", "feed")]
