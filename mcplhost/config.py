@@ -7,6 +7,7 @@ at the first). Relative paths are resolved against the config file's folder.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import msgspec
 from msgspec import Meta
 
 from .envfile import NAME as ENV_NAME
-from .envfile import EnvFileError, read_env_file
+from .envfile import EnvFileError, read_env_file, read_token_file
 from .errors import ConfigError
 from .rpc.framing import MAX_LINE_BYTES
 from .rpc.session import DEFAULT_TIMEOUT_S
@@ -62,7 +63,7 @@ class MetricsConfig(Base):
 
 
 def listen_address(listen: str) -> tuple[str, int]:
-    """`[metrics] listen` as (host, port): `HOST:PORT`, an IPv6 host in brackets (`[::1]:9464`).
+    """`[metrics] listen` or `[console] listen` as (host, port): `HOST:PORT`, an IPv6 host in brackets (`[::1]:9464`).
 
     Always both parts, so the address bound is the one written (docs/operations.md#metrics);
     ValueError saying what is wrong otherwise.
@@ -77,6 +78,32 @@ def listen_address(listen: str) -> tuple[str, int]:
     if not (port.isascii() and port.isdigit() and int(port) < 65536):
         raise ValueError(f"{listen!r}: the port must be a number from 0 to 65535 (0: any free port, logged)")
     return host, int(port)
+
+
+#: What `[console] actions` may enable (docs/operations.md#console); none is on by default.
+CONSOLE_ACTIONS = ("restart-connector",)
+
+
+class ConsoleConfig(Base):
+    """`[console]`: the web console (docs/operations.md#console), off unless `listen` is set (HOST:PORT).
+
+    A `listen` that is not a loopback address needs `token_file` (mode 0600 or
+    stricter), whose token every visitor signs in with.
+    """
+
+    listen: NonEmpty | None = None
+    token_file: NonEmpty | None = None  # relative to the config's folder
+    actions: list[Literal[CONSOLE_ACTIONS]] = []  # type: ignore[valid-type]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a `listen` host is reached from this machine only: `localhost`, 127.0.0.0/8 or ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve to anything
 
 
 #: Per-connector quotas' defaults: generous enough that no ordinary community reaches them.
@@ -278,6 +305,7 @@ class Config(Base):
     inference: InferenceConfig | None = None
     control: ControlConfig = ControlConfig()
     metrics: MetricsConfig = MetricsConfig()
+    console: ConsoleConfig = ConsoleConfig()
     moderation: ModerationConfig | None = None
 
 
@@ -350,7 +378,8 @@ class ConfigMissing(ConfigError):
 def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
     """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
 
-    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path.
+    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path,
+    `[console] token_file`.
     `withheld`: the host's api key variables (`api_key_variables`).
     """
     store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
@@ -369,7 +398,11 @@ def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset(
     if moderation is not None and moderation.command is not None and "/" in moderation.command[0]:
         program = str(base / moderation.command[0])  # a path is relative to the config's folder, like check-config's
         moderation = msgspec.structs.replace(moderation, command=[program, *moderation.command[1:]])
-    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents, moderation=moderation)
+    console = config.console
+    if console.token_file is not None:
+        console = msgspec.structs.replace(console, token_file=str(base / console.token_file))
+    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents, moderation=moderation,
+                                   console=console)
 
 
 def api_key_places(config: Config) -> list[tuple[str, str]]:
@@ -517,6 +550,9 @@ def _cross_field(raw: dict[str, Any], unknown_grant: UnknownGrant | None) -> lis
             listen_address(listen)
         except ValueError as exc:
             found.append(f"metrics.listen: {exc}")
+    console = raw.get("console")
+    if isinstance(console, dict):
+        found += [f"console.{why}" for why in console_problems(console)]
     inference = raw.get("inference")
     if isinstance(inference, dict) and isinstance(inference.get("backend"), dict):
         found += [f"inference.backend.{why}" for why in backend_problems(inference["backend"])]
@@ -524,6 +560,21 @@ def _cross_field(raw: dict[str, Any], unknown_grant: UnknownGrant | None) -> lis
     if isinstance(moderation, dict):
         found += [f"moderation.{why}" for why in moderation_problems(moderation)]
     return found
+
+
+def console_problems(console: dict[str, Any]) -> list[str]:
+    """`[console]`'s cross-field problems: `listen` is HOST:PORT, and off loopback it needs `token_file`."""
+    listen = console.get("listen")
+    if not isinstance(listen, str) or not listen:
+        return []
+    try:
+        host, _port = listen_address(listen)
+    except ValueError as exc:
+        return [f"listen: {exc}"]
+    if not is_loopback(host) and console.get("token_file") is None:
+        return [f"token_file: required when listen ({listen}) is not a loopback address: every visitor signs in "
+                "with its token (a file of mode 0600 holding one line, e.g. from `openssl rand -hex 32`)"]
+    return []
 
 
 #: The `[moderation]` keys only kind "openai" reads (kind "command" refuses them rather than ignore them).
@@ -825,6 +876,14 @@ def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
             except (OSError, UnicodeDecodeError) as exc:
                 fatal.append(f"agents[{i}].system_prompt_file: cannot read {base / prompt}: "
                              f"{exc.strerror if isinstance(exc, OSError) else exc}")
+    console = raw.get("console")
+    if isinstance(console, dict) and isinstance(console.get("listen"), str) and console["listen"]:
+        token_file = console.get("token_file")
+        if isinstance(token_file, str) and token_file:
+            try:
+                read_token_file(base / token_file)  # the host reads it again at start: the same refusals
+            except EnvFileError as exc:
+                fatal.append(f"console.token_file: {exc}")
     moderation = raw.get("moderation")
     command = moderation.get("command") if isinstance(moderation, dict) else None
     if isinstance(command, list) and command and isinstance(command[0], str) and command[0]:

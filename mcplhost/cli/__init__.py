@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog=LOCK_EPILOG)
     dev.add_argument("--seconds", type=seconds, default=None, help="stop after this many seconds")
     dev.add_argument("--db", type=path_option, default=Path(DEV_DB), help=f"SQLite file (default: ./{DEV_DB})")
+    dev.add_argument("--console", action="store_true",
+                     help="also serve the web console on a free loopback port (its address is on the banner)")
     dev.add_argument("-v", "--verbose", action="store_true", help="also show the log lines on stderr (hidden "
                      "by default; giving --log-format or --log-level shows them too)")
     dev.add_argument("--log-format", choices=["json", "console"], default=None,

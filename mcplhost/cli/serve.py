@@ -11,18 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 
 from .. import logs
 from ..config import (
     Config,
     ConfigMissing,
+    ConsoleConfig,
     default_config_path,
     read_config,
 )
+from ..console import FeedFormat
 from ..errors import ConfigError, OperatorError
 from ..hardening import refuse_inspection_by_same_user
-from ..host import open_host
+from ..host import Host, open_host
 from ..lock import hold_database
 from ..protocol.grants import unknown_grant_problem
 from ..reload import Reloads
@@ -38,9 +41,12 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
                  on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
                  console: Callable[[], Awaitable[None]] | None = None,
                  sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-                 reread: Callable[[], Config] | None = None) -> None:
+                 reread: Callable[[], Config] | None = None,
+                 opened: Callable[[Host], None] | None = None) -> None:
     """Build the host and run it until SIGTERM/SIGINT (or `seconds` of `sleep`, dev's clock), then stop it
-    gracefully. SIGHUP reads the config again with `reread` and applies it (docs/operations.md#reload)."""
+    gracefully. SIGHUP reads the config again with `reread` and applies it (docs/operations.md#reload).
+    `opened`: called with the host once it is built and bound, before it runs (dev's banner names the
+    console's address)."""
     stop = anyio.Event()
     watchdog = watchdog_interval_s()
     reloads = Reloads(reread)
@@ -67,7 +73,10 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
             tg.start_soon(stop_after, seconds)
         if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
             tg.start_soon(console)
-        async with open_host(config, notifier=notifier, on_stored=on_stored) as host:
+        async with open_host(config, notifier=notifier, on_stored=on_stored,
+                             feed_format=console_lines() if config.console.listen else None) as host:
+            if opened is not None:
+                opened(host)
             tg.start_soon(reloads.run, host, stop)
             await host.run(stop, watchdog_s=watchdog)
         tg.cancel_scope.cancel()
@@ -77,7 +86,7 @@ def _run_host(config: Config, *, notifier: Notifier | None = None,
               on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
               console: Callable[[], Awaitable[None]] | None = None,
               sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-              reread: Callable[[], Config] | None = None) -> None:
+              reread: Callable[[], Config] | None = None, opened: Callable[[Host], None] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
 
     Task groups wrap what their tasks raise in an ExceptionGroup; a store that
@@ -85,7 +94,7 @@ def _run_host(config: Config, *, notifier: Notifier | None = None,
     """
     try:
         anyio.run(lambda: _serve(config, notifier=notifier, on_stored=on_stored, seconds=seconds, console=console,
-                                 sleep=sleep, reread=reread))
+                                 sleep=sleep, reread=reread, opened=opened))
     except BaseExceptionGroup as group:
         leaves = list(_leaves(group))
         if len(leaves) == 1 and isinstance(leaves[0], OperatorError):
@@ -99,6 +108,18 @@ def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
             yield from _leaves(exc)
         else:
             yield exc
+
+
+def console_lines() -> FeedFormat:
+    """The web console's live feed reads as dev's live view: mcplhost/dev.py formats both (passed down, since the
+    console sits below dev: docs/architecture.md#layers)."""
+    from ..dev import describe_event, describe_item
+
+    return FeedFormat(item=describe_item, event=describe_event)
+
+
+#: The address `dev --console` serves the console on: loopback, and a free port (printed on the banner).
+DEV_CONSOLE_LISTEN = "127.0.0.1:0"
 
 
 def _run_config(given: Path | None) -> Config:
@@ -128,6 +149,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _announce_console(host: Host, width: int) -> None:
+    """The banner's last line under `dev --console`: where the web console is (never cut: it is copied)."""
+    if host.console is not None and host.console.address is not None:
+        print(f"  web console: http://{host.console.address}/ (docs/operations.md#console)",
+              file=sys.stderr)
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from ..dev import ConsoleRelay, LiveView, clock_sleep, config_beside, dev_config, fit, introduction, write_config
 
@@ -138,12 +166,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
     view.database = str(db)
     with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
         config = dev_config(db.resolve(), console_socket=relay.path)
+        if args.console:
+            config = msgspec.structs.replace(config, console=ConsoleConfig(listen=DEV_CONSOLE_LISTEN))
         write_config(config, config_beside(db))
         view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width
         for line in introduction(config, db, verbose=shown):
             print(fit(line, width), file=sys.stderr)
-        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep)
+        _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep,
+                  opened=lambda host: _announce_console(host, width))
     logs.shutdown()  # the log lines first, then the last word
     print(f"mcplhost dev: stopped; read it with: mcplhost messages --db {db}", file=sys.stderr)  # not cut: copied
     return EXIT_OK

@@ -33,6 +33,8 @@ from mcplhost.store.connection import Connections
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
 READ_PAGE_SIZE = 1000
+#: Rows the console's reads look through at most for one page (`newest`, `turn_rows`, `recent_drafts`).
+CONSOLE_WINDOW_ROWS = 10_000
 #: How many of an agent's newest rows `newest_turn_drafts` looks through: one turn writes far fewer.
 DRAFT_SCAN_ROWS = 1000
 
@@ -313,6 +315,52 @@ class ItemRepository:
                 found.extend(_stored_item(row) for row in rows)
         return found
 
+
+    # --- reads for the console: bounded windows of the newest rows --------------------
+
+    async def newest(self, limit: int, *, before: int | None = None, server_id: str | None = None,
+                     channel: str | None = None, agent: str | None = None,
+                     window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
+        """Up to `limit` items with ids below `before` (default: all), newest first, among the `window` ids below it.
+
+        The id window bounds the scan whatever the filters (`server_id`,
+        `channel`, `agent`: exact), so a filter that matches nothing costs
+        `window` rows at most; the next page starts below the window.
+        """
+        if before is None:
+            before = await self.last_id() + 1
+        clauses, params = ["id < ?", "id >= ?"], [before, before - window]
+        for column, value in (("server_id", server_id), ("channel_id", channel), ("agent", agent)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM items WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
+                (*params, limit))
+        return [_stored_item(row) for row in rows]
+
+    async def turn_rows(self, agent: str, turn_id: int, *, after: int = 0,
+                        window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
+        """The agent's rows a turn wrote (metadata `turnId`: speech, drafts, tool calls and results), by id.
+
+        Looked for among the agent's first `window` rows above `after`: give an id just below the turn's
+        (its first waking item's), since its rows follow them.
+        """
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?)"
+                " WHERE json_extract(metadata, '$.turnId') = ? ORDER BY id", (agent, after, window, turn_id))
+        return [_stored_item(row) for row in rows]
+
+    async def recent_drafts(self, agent: str, limit: int,
+                            window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
+        """The agent's newest draft rows (docs/agents.md#drafts), newest first, among its newest `window` rows."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
+                " WHERE json_extract(metadata, '$.kind') = 'draft' ORDER BY id DESC LIMIT ?", (agent, window, limit))
+        return [_stored_item(row) for row in rows]
 
 async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""

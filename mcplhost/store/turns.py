@@ -30,6 +30,7 @@ import aiosqlite
 import msgspec
 
 from mcplhost.store.connection import Connections
+from mcplhost.store.retention import DAY_MS
 
 #: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
@@ -349,6 +350,17 @@ class TurnRepository:
                 " GROUP BY agent, outcome", (through,))
         return OutcomeCounts(through=through, settled={(a, o): n for a, o, n in settled},
                              unsettled={(a, o): n for a, o, n in unsettled})
+
+    async def daily(self, agent: str, since_ms: int) -> builtins.list[tuple[int, int, int]]:
+        """(day start, turns that ran, tokens) for each UTC day with a turn of the agent begun at or after `since_ms`,
+        oldest first (the console's week chart; a held wake is no turn but its tokens, none, count)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT started_at - started_at % {DAY_MS} AS day, sum(outcome IS NULL OR outcome IN"
+                f" ({', '.join('?' * len(RAN_OUTCOMES))})), coalesce(sum(tokens), 0) FROM turns"
+                " WHERE agent = ? AND started_at >= ? GROUP BY day ORDER BY day",
+                (*RAN_OUTCOMES, agent, since_ms))
+        return [(day, ran, tokens) for day, ran, tokens in rows]
 
     async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
         async with self._connections.read() as conn:
