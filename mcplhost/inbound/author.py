@@ -11,12 +11,13 @@ last and always there: `(no id)` when the connector named none.
 A sender's body whose first line reads like the host's line is shown with
 one backslash before it, so the line right under the header is only ever
 the host's. "Reads like" follows the header's own forgery rule
-(docs/provenance.md §4): after any run of ignorables (whitespace, line
-breaks, controls, invisible characters; blank lines and leading non-text
-blocks too), the letters `f r o m` under full Unicode case folding, with
-ignorables allowed between them, then ignorables, then `:`. So `From:`,
-` from :`, `\u200bfrom:` and `\\nfrom:` are escaped; `fromage:`, `from`
-and `> from:` are not.
+(docs/provenance.md §4 and §4a): after any run of ignorables (whitespace,
+line breaks, controls, invisible characters; blank lines and leading
+non-text blocks too), characters that read as the letters `f r o m` (under
+case folding, or as look-alikes: `ｆ`, Cyrillic `о`), with ignorables allowed
+between them, then ignorables, then one that reads as `:`. So `From:`,
+` from :`, `\u200bfrom:`, `\\nfrom:` and `ｆrоm：` are escaped; `fromage:`,
+`from` and `> from:` are not.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 
 import regex
 
+from mcplhost.inbound.lookalikes import reads_as
 from mcplhost.inbound.mark import MARK
 from mcplhost.inbound.notice import reader_body
-from mcplhost.inbound.patterns import IGNORABLE, folded
+from mcplhost.inbound.patterns import IGNORABLE
 from mcplhost.inbound.quoting import header_value, label_value
 
 __all__ = [
@@ -46,10 +48,12 @@ AUTHOR_PART_MAX_CHARS = 100
 NO_AUTHOR_ID = "no id"
 
 _FROM_LETTERS = "from"
-# The leading ignorables, then the letters (folded) with ignorables between, then ignorables and the colon. No
-# ignorable run can give way to the one next to it (a letter stands between), so a long blank run fails in one pass.
+# The leading ignorables, then what reads as the letters with ignorables between, then ignorables and what reads as
+# the colon. No ignorable run can give way to the one next to it (a letter stands between, and none is an
+# ignorable), so a long blank run fails in one pass.
 _LEADING_FROM_RE = regex.compile(
-    rf"\A(?P<lead>{IGNORABLE}*)" + f"{IGNORABLE}*".join(map(folded, _FROM_LETTERS)) + rf"{IGNORABLE}*:")
+    rf"\A(?P<lead>{IGNORABLE}*)" + f"{IGNORABLE}*".join(map(reads_as, _FROM_LETTERS))
+    + rf"{IGNORABLE}*{reads_as(':')}")
 # A text of ignorables only reads as blank: the text after it is what follows the header.
 _BLANK_RE = regex.compile(rf"{IGNORABLE}*")
 
