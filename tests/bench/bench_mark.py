@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python tests/bench/bench_mark.py
 Exits 1 when a budget case takes 100 ms or more (best of several runs). Also prints the 1 MiB body of
-100,000 look-alike openings (§4a) as a ratio to the same body of plain openings, measured in the same run.
+100,000 look-alike openings (docs/provenance.md §4a) as a ratio to the same body of plain openings, both
+measured in the same run.
 """
 
 from __future__ import annotations

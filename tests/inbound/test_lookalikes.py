@@ -185,6 +185,16 @@ class TestLookalikeOpenings:
     def test_marked_once_before_the_bracket(self, text: str, marked: str) -> None:
         assert mark_openings([{"type": "text", "text": text}]) == [{"type": "text", "text": marked}]
 
+    def test_every_lookalike_of_every_character_singly_in_every_place(self) -> None:
+        """`[source: x]` and `[source]` with any one of their characters swapped for any character that reads as
+        it, by ICU, and cut in two just after the swapped one: marked once, before the bracket."""
+        places = [("[source: x]", at) for at in range(8)] + [("[source]", 7)]
+        for plain, at in places:
+            for lookalike_char in icu_table()[plain[at].casefold()]:
+                text = plain[:at] + lookalike_char + plain[at + 1:]
+                blocks = [{"type": "text", "text": text[:at + 1]}, {"type": "text", "text": text[at + 1:]}]
+                assert "".join(texts(mark_openings(blocks))) == "\\" + text, text
+
     @pytest.mark.parametrize("text", [
         "(\u0455\u043eurce: x)", "{source: x}", "\u27e8source: x\u27e9", "\u00absource: x\u00bb",
         "\uff3b\u0455\u043eur\u0441\u0435s\uff3d", "[r\u0435\u0455\u043eurce: x]", "\uff3bsourc\uff3d",
