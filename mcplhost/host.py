@@ -67,7 +67,7 @@ from .control.notify import StatusLine
 from .control.server import serve_control
 from .control.service import ControlService
 from .errors import HostStateError
-from .inbound.patterns import fast_opening_re
+from .inbound.mark import compile_patterns
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
 from .ingest.quotas import QuotaLimits
 from .logs import SuppressedTotals, redact_secrets
@@ -325,7 +325,7 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
     after each commit with the items new in it (`mcplhost dev`'s live view).
     `events`: see the module docstring.
     """
-    fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
+    compile_patterns()  # derives the marking patterns' classes (~0.2 s) now, not on the first message
     inference: ConnectorInference | None = None
     try:
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
