@@ -65,8 +65,8 @@ ignorable_run = st.lists(st.sampled_from(IGNORABLES), max_size=2).map("".join)
 
 @functools.cache
 def lookalike(char: str) -> st.SearchStrategy[str]:
-    """Any character that reads as `char`, by ICU."""
-    return st.sampled_from(list(icu_table()[char]))
+    """Any character that reads as `char`, by ICU (asked on the first draw, not at import)."""
+    return st.deferred(lambda: st.sampled_from(list(icu_table()[char])))
 
 
 @st.composite
@@ -96,7 +96,7 @@ def near_miss(draw: st.DrawFn) -> str:
 
 
 # Text without any character that reads as `[`: no opening can start in it.
-bracket_free_text = st.text(st.characters(exclude_characters=list(icu_table()["["]), exclude_categories=["Cs"]))
+bracket_free_text = st.deferred(lambda: st.text(st.characters(exclude_characters=list(icu_table()["["]))))
 
 # Text dense in openings, near-misses, look-alikes of their characters and ignorables, and any text (plain
 # openings and their near-misses are tests/inbound/test_mark.py's).
