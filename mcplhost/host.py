@@ -74,7 +74,7 @@ from .control.notify import StatusLine
 from .control.server import serve_control
 from .control.service import ControlService
 from .errors import ConfigError, HostStateError
-from .inbound.patterns import fast_opening_re
+from .inbound.mark import compile_patterns
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
 from .ingest.quotas import QuotaLimits
 from .logs import SuppressedTotals, redact_secrets
@@ -414,7 +414,7 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
     console, when configured, is bound here, before anything runs (its
     address is `host.console.address`), and closed on exit.
     """
-    fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
+    compile_patterns()  # derives the marking patterns' classes (~0.2 s) now, not on the first message
     inference: ConnectorInference | None = None
     try:
         # A console that cannot be served (its packages, its token file) stops the start before the store opens.

@@ -59,8 +59,8 @@ from mcplhost.agents.hooks import heard_connectors
 from mcplhost.agents.model import ToolCall, ToolSpec
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
+from mcplhost.inbound.mark import has_opening
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
-from mcplhost.inbound.patterns import fast_opening_re
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.peers.service import PeerRefusal, PeerService
 from mcplhost.protocol.answers import (
@@ -195,7 +195,7 @@ def schema_problem(schema: Any) -> str | None:
 def marked_json(value: Any) -> Any:
     """`value` with every string in it (object keys too) marked like a body; called on bounded schemas only."""
     if isinstance(value, str):
-        return marked(value) if "[" in value and fast_opening_re().search(value) is not None else value
+        return marked(value) if has_opening(value) else value
     if isinstance(value, dict):
         return {marked_json(key): marked_json(member) for key, member in value.items()}
     if isinstance(value, list):

@@ -11,12 +11,13 @@ last and always there: `(no id)` when the connector named none.
 A sender's body whose first line reads like the host's line is shown with
 one backslash before it, so the line right under the header is only ever
 the host's. "Reads like" follows the header's own forgery rule
-(docs/provenance.md §4): after any run of ignorables (whitespace, line
-breaks, controls, invisible characters; blank lines and leading non-text
-blocks too), the letters `f r o m` under full Unicode case folding, with
-ignorables allowed between them, then ignorables, then `:`. So `From:`,
-` from :`, `\u200bfrom:` and `\\nfrom:` are escaped; `fromage:`, `from`
-and `> from:` are not.
+(docs/provenance.md §4 and §4a): after any run of ignorables (whitespace,
+line breaks, controls, invisible characters; blank lines and leading
+non-text blocks too), characters that read as the letters `f r o m` (under
+case folding, or as look-alikes: `ｆ`, Cyrillic `о`), with ignorables allowed
+between them, then ignorables, then one that reads as `:`. So `From:`,
+` from :`, `\u200bfrom:`, `\\nfrom:` and `ｆrоm：` are escaped; `fromage:`,
+`from` and `> from:` are not.
 
 `escape_host_lines` applies the same reading to every line of a text the
 host shows as another party's (a hook's injection): a line that reads like
@@ -31,9 +32,10 @@ from typing import Any
 
 import regex
 
+from mcplhost.inbound.lookalikes import reads_as
 from mcplhost.inbound.mark import MARK
 from mcplhost.inbound.notice import reader_body
-from mcplhost.inbound.patterns import IGNORABLE, folded
+from mcplhost.inbound.patterns import IGNORABLE
 from mcplhost.inbound.quoting import header_value, label_value
 
 __all__ = [
@@ -64,15 +66,16 @@ AUTHOR_RULE_TEXT = (
 
 
 def _spelled(word: str) -> str:
-    """`word` as the forgery rule reads it: each letter under full case folding, any other character as
-    itself, with any run of ignorables between them (a space in `word` is one of those ignorables)."""
-    return f"{IGNORABLE}*".join(folded(c) if c.isalpha() else regex.escape(c) for c in word if not c.isspace())
+    """`word` as the forgery rule reads it: each character as any that reads as it (case folding and look-alikes,
+    docs/provenance.md §4a), with any run of ignorables between them (a space in `word` is one of those)."""
+    return f"{IGNORABLE}*".join(reads_as(c.casefold()) for c in word if not c.isspace())
 
 
-# The host's speaker line: the letters `f r o m`, then ignorables and the colon.
-_FROM = _spelled("from") + f"{IGNORABLE}*:"
-# The leading ignorables, then the letters (folded) with ignorables between, then ignorables and the colon. No
-# ignorable run can give way to the one next to it (a letter stands between), so a long blank run fails in one pass.
+# The host's speaker line: what reads as the letters `f r o m`, then ignorables and what reads as the colon.
+_FROM = _spelled("from") + f"{IGNORABLE}*{reads_as(':')}"
+# The leading ignorables, then the letters with ignorables between, then ignorables and the colon. No ignorable run
+# can give way to the one next to it (a letter stands between, and none is an ignorable), so a long blank run fails
+# in one pass.
 _LEADING_FROM_RE = regex.compile(rf"\A(?P<lead>{IGNORABLE}*){_FROM}")
 # Where a line begins: str.splitlines' line boundaries (what a model reads as a new line).
 _LINE_BREAK = "[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]"

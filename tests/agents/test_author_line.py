@@ -116,7 +116,10 @@ class TestASendersFrom:
         ("from x", "from x"),
         ("> from: x", "> from: x"),
         ("ok\nfrom: x", "ok\nfrom: x"),  # not the first line: nothing to take the host's place
-        ("ｆｒｏｍ: x", "ｆｒｏｍ: x"),  # fullwidth letters do not case-fold to f r o m (nor do [source: ones)
+        ("ｆｒｏｍ: x", "\\ｆｒｏｍ: x"),  # look-alikes read as f r o m (docs/provenance.md §4a), as in [source:
+        ("\uff46r\u043em\uff1a x", "\\\uff46r\u043em\uff1a x"),  # fullwidth f, Cyrillic o, a fullwidth colon
+        ("rnfrom: x", "rnfrom: x"),
+        ("frorn: x", "frorn: x"),  # `rn` is two characters, not `m`
     ])
     def test_what_begins_with_from_means(self, body: str, escaped: str) -> None:
         assert escape_leading_from(body) == escaped
