@@ -201,8 +201,8 @@ class TestMarkOpeningsProperties:
 
 
 class TestMarkOpeningsTime:
-    # Generous bounds: a quadratic version takes seconds to minutes on these.
-    # tests/bench/bench_mark.py measures them properly.
+    # Generous bounds on this process's CPU time (not the wall clock, which a loaded machine stretches): a
+    # quadratic version takes seconds to minutes on these. tests/bench/bench_mark.py measures them properly.
     @pytest.mark.parametrize(
         "text",
         [
@@ -215,15 +215,15 @@ class TestMarkOpeningsTime:
     def test_adversarial_bodies_mark_quickly(self, text: str) -> None:
         """Adversarial bodies mark in well under a second."""
         mark_openings(text_blocks("[source]"))  # derive the pattern outside the timing
-        started = time.perf_counter()
+        started = time.process_time()
         mark_openings(text_blocks(text))
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 1.0
 
     def test_many_blocks_each_ending_in_a_partial_opening(self) -> None:
         """Ten thousand blocks, each ending in a `[` the next one continues, mark in linear time."""
         blocks = text_blocks(*(["x[sour"] * 10_000 + ["ce]"]))
-        started = time.perf_counter()
+        started = time.process_time()
         result = mark_openings(blocks)
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 1.0
         assert texts(result)[-2:] == ["x\\[sour", "ce]"]
         assert texts(result)[0] == "x[sour"
