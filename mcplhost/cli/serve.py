@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +44,15 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
     watchdog = watchdog_interval_s()
     host: Any = None
 
-    async def watch_signals() -> None:
+    async def watch_signals(signals: AsyncIterator[int]) -> None:
         # SIGHUP is caught so that it never kills the daemon without its graceful stop.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for signum in signals:
-                if signum == signal.SIGHUP:
-                    await reload(host)
-                    continue
-                structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
-                stop.set()
-                return
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                await reload(host)
+                continue
+            structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
+            stop.set()
+            return
 
     async def reload(running: Any) -> None:
         """Validate the file again first: an invalid one changes nothing, and each of its problems is logged."""
@@ -73,16 +72,20 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
         await sleep(delay)
         stop.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals)
-        if seconds is not None:
-            tg.start_soon(stop_after, seconds)
-        if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
-            tg.start_soon(console)
-        async with open_host(config, notifier=notifier, on_stored=on_stored) as opened:
-            host = opened
-            await opened.run(stop, watchdog_s=watchdog)
-        tg.cancel_scope.cancel()
+    # The handlers are ours before anything else runs and until the host is closed: a signal that comes while
+    # the store opens waits in the receiver (the stop follows as soon as the host runs), and none is left to
+    # the event loop, which would turn it into a cancellation that the start swallows.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_signals, signals)
+            if seconds is not None:
+                tg.start_soon(stop_after, seconds)
+            if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
+                tg.start_soon(console)
+            async with open_host(config, notifier=notifier, on_stored=on_stored) as opened:
+                host = opened
+                await opened.run(stop, watchdog_s=watchdog)
+            tg.cancel_scope.cancel()
 
 
 def _run_host(config: Config, *, notifier: Notifier | None = None,
