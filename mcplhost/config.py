@@ -7,12 +7,13 @@ at the first). Relative paths are resolved against the config file's folder.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import shutil
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -828,6 +829,9 @@ def _check(value: Any, expected: Any, path: str) -> list[str]:
             name = key if _BARE_KEY.match(key) else json.dumps(key)
             found += _check(item, value_type, f"{path}.{name}")
         return found
+    choices = _literal_choices(expected)
+    if choices and isinstance(value, str) and value not in choices:
+        return [f"{path}: {value!r} is not one of {', '.join(map(repr, choices))}{_did_you_mean(value, choices)}"]
     try:
         msgspec.convert(value, expected)
     except msgspec.ValidationError as exc:
@@ -836,13 +840,29 @@ def _check(value: Any, expected: Any, path: str) -> list[str]:
     return []
 
 
+def _literal_choices(tp: Any) -> tuple[str, ...]:
+    """The strings a `Literal[...]` (or an optional one) allows; () for any other type."""
+    if get_origin(tp) in (Union, UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        tp = options[0] if len(options) == 1 else None
+    if get_origin(tp) is Literal:
+        return tuple(str(choice) for choice in get_args(tp))
+    return ()
+
+
+def _did_you_mean(typed: str, known: Iterable[str]) -> str:
+    """` (did you mean 'X'?)` for the closest of `known` to a mistyped key or value, or "" when none is close."""
+    close = difflib.get_close_matches(typed, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _check_struct(value: dict[str, Any], struct: type[msgspec.Struct], path: str) -> list[str]:
     found: list[str] = []
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
     prefix = f"{path}." if path else ""
     for key in value:
         if key not in fields or key in DERIVED_FIELDS:
-            found.append(f"{prefix}{key}: unknown key")
+            found.append(f"{prefix}{key}: unknown key" + _did_you_mean(key, fields.keys() - DERIVED_FIELDS))
     for name, field in fields.items():
         if name in DERIVED_FIELDS:
             continue
