@@ -627,6 +627,20 @@ class TestAgentEnvironment:
             "agents[0].backend.script: ignored by kind 'openai' (scripted only)"]
 
 
+class TestAgentsThatHearNothing:
+    @pytest.mark.parametrize(("text", "warned"), [
+        ('[[agents]]\nname = "a"\nhears = []\n', True),
+        ('[[agents]]\nname = "lead"\n[[agents]]\nname = "a"\nparent = "lead"\nhears = []\n', False),
+        ('[[agents]]\nname = "a"\nhears = []\n[[agents]]\nname = "helper"\nparent = "a"\n', False),
+    ])
+    def test_only_an_agent_outside_any_tree_is_warned_it_never_wakes(self, text: str, warned: bool) -> None:
+        """Hearing nothing, an agent with a parent or a child is still woken by their peer messages
+        (docs/peers.md): no "never wakes" warning for it; alone, it is warned."""
+        found = [w for w in warnings(tomllib.loads(text)) if ".hears:" in w]
+        assert found == (["agents[0].hears: empty: the agent hears nothing and never wakes (it has no parent nor "
+                          "child whose peer messages would wake it)"] if warned else [])
+
+
 class TestConnectorEnvironment:
     """`env`, `env_pass` and `env_file` (docs/connectors.md §10): what check-config and run refuse."""
 
