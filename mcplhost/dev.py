@@ -209,6 +209,7 @@ def config_beside(db: Path) -> Path:
 def write_config(config: Config, path: Path) -> None:
     """`config_toml(config)` into `path`, readable by its owner only (a connector's env may hold a token)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its own mode through O_CREAT
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write("# Written by `mcplhost dev` for `mcplhost explain --config`: the config dev ran with.\n")
         out.write(config_toml(config))

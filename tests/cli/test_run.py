@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,25 @@ class TestSignals:
         acknowledged = accepted()
         assert len(acknowledged) < 1000, "the stream finished before the stop: nothing was in flight"
         assert acknowledged <= stored_message_ids(tmp_path / "host.db")
+
+
+class TestFilesArePrivate:
+    async def test_every_file_a_run_makes_under_umask_022_is_closed_to_others(self, tmp_path) -> None:
+        """Started by hand under umask 022 (which made the database, WAL and SHM -rw-r--r--): the database, its
+        WAL and SHM, the children file and the control socket are 0600, the lock 0640 (its group reads the
+        pid); none gives others any access. A store file left readable by an older version is closed too."""
+        config = write_config(tmp_path, [idle_chat("disc", tmp_path)])
+        (tmp_path / "host.db.lock").write_text("", encoding="ascii")
+        os.chmod(tmp_path / "host.db.lock", 0o644)  # as an older version left it
+        async with daemon(config, tmp_path, umask=0o022) as run:
+            await run.wait_event("host.ready")
+            await wait_for(lambda: record(tmp_path, "disc").done)
+            modes = {name: stat.S_IMODE(os.stat(tmp_path / name).st_mode) for name in
+                     ("host.db", "host.db-wal", "host.db-shm", "host.db.children", "mcplhost.sock", "host.db.lock")}
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        assert modes == {"host.db": 0o600, "host.db-wal": 0o600, "host.db-shm": 0o600, "host.db.children": 0o600,
+                         "mcplhost.sock": 0o600, "host.db.lock": 0o640}
 
 
 class TestConfig:
