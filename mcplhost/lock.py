@@ -59,6 +59,27 @@ def read_holder(path: Path) -> int | None:
     return int(text) if text.isdecimal() else None
 
 
+def refuse_if_held(database: Path) -> None:
+    """Raise DatabaseInUse when another process holds the database's lock now, creating nothing.
+
+    A start asks this before anything else another daemon may hold (its control socket, its metrics port), so a
+    second daemon on one database is told that, not the symptom; `hold_database` still decides.
+    """
+    path = lock_path(database)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file yet (or none this user may read): hold_database says what is wrong
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            raise
+        raise DatabaseInUse(database, read_holder(path)) from None
+    finally:
+        os.close(fd)  # releases the shared lock, if it was taken
+
+
 @contextmanager
 def hold_database(database: Path) -> Iterator[Path]:
     """Hold the database's lock for the block, or raise DatabaseInUse naming the holder."""

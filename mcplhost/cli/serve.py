@@ -17,13 +17,16 @@ from .. import logs
 from ..config import (
     Config,
     ConfigMissing,
+    control_socket_path,
     default_config_path,
     read_config,
 )
+from ..control.server import refuse_taken_socket
 from ..errors import ConfigError, OperatorError
 from ..hardening import refuse_inspection_by_same_user
 from ..host import open_host
-from ..lock import hold_database
+from ..lock import hold_database, refuse_if_held
+from ..metrics import refuse_taken_listen
 from ..protocol.grants import unknown_grant_problem
 from ..store.items import NewItem
 from ..supervisor.children import recording_children
@@ -128,9 +131,20 @@ def _run_config(given: Path | None) -> Config:
         raise ConfigError(exc.message, f"{origin}; pass --config PATH or set MCPLHOST_CONFIG") from None
 
 
+def refuse_taken(config: Config) -> None:
+    """Refuse a start whose database, control socket or metrics address another daemon holds, before it creates
+    anything: the lock, the children file and the database are made only by a start that can go on (the lock
+    is taken, and the socket and the address are bound, after this all the same)."""
+    refuse_if_held(Path(config.store.path))
+    refuse_taken_socket(control_socket_path(config))
+    if config.metrics.listen:
+        refuse_taken_listen(config.metrics.listen)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
+    refuse_taken(config)
     if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
         structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "
                                        "connector running as the same user can read /proc/<pid>/environ")
@@ -151,6 +165,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
     db = usable_database(args.db)
     view.database = str(db)
+    refuse_taken(dev_config(db.resolve()))
     with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
         config = dev_config(db.resolve(), console_socket=relay.path)
         write_config(config, config_beside(db))

@@ -13,6 +13,7 @@ pyproject.toml).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 
 import anyio
@@ -62,8 +63,7 @@ class Metrics:
         try:
             listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
         except OSError as exc:
-            raise OperatorError(f"metrics.listen: cannot listen on {listen}: {exc.strerror or exc}",
-                                "choose a free address in [metrics] listen, or remove it") from None
+            raise cannot_listen(listen, exc) from None
         log.info("metrics.listening", address=bound_address(listener))
         return listener
 
@@ -76,6 +76,28 @@ class Metrics:
 
     async def _client(self, stream: SocketStream) -> None:
         await serve_client(stream, self.render, self._limiter)
+
+
+def cannot_listen(listen: str, exc: OSError) -> OperatorError:
+    return OperatorError(f"metrics.listen: cannot listen on {listen}: {exc.strerror or exc}",
+                         "choose a free address in [metrics] listen, or remove it")
+
+
+def refuse_taken_listen(listen: str) -> None:
+    """Raise what `Metrics.listen` would when `listen` cannot be bound now (another daemon's port, say), before
+    the start creates anything; each address it resolves to is bound and let go as the listener binds it
+    (SO_REUSEADDR, so a port just let go by a stopped daemon is free). Port 0 is always free."""
+    host, port = listen_address(listen)
+    if port == 0:
+        return
+    try:
+        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                        flags=socket.AI_PASSIVE):
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+    except OSError as exc:
+        raise cannot_listen(listen, exc) from None
 
 
 def bound_address(listener: SocketListener) -> str:
