@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mcplhost.config import listen_address
 from mcplhost.errors import OperatorError
 from mcplhost.ingest import Ingest
-from mcplhost.logs import SuppressedTotals
+from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
 from mcplhost.supervisor.handle import ConnectorHandle
@@ -51,6 +51,7 @@ class Metrics:
                                        peer_admissions=peer_admissions, suppressed=suppressed)
         registry.register(self.collector)
         self._limiter = anyio.CapacityLimiter(MAX_CLIENTS)
+        self._client_events = LimitedLog(log)  # clients choose how often they time out: a bounded log
 
     async def render(self) -> tuple[bytes, str]:
         """The text format of every metric now, and its content type."""
@@ -71,11 +72,12 @@ class Metrics:
         """Answer scrapes and sample the loop's lag until cancelled; the listener is closed on the way out."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.timings.sample_loop_lag)
+            tg.start_soon(self._client_events.run)
             async with listener:
                 await listener.serve(self._client, task_group=tg)
 
     async def _client(self, stream: SocketStream) -> None:
-        await serve_client(stream, self.render, self._limiter)
+        await serve_client(stream, self.render, self._limiter, self._client_events)
 
 
 def cannot_listen(listen: str, exc: OSError) -> OperatorError:
