@@ -158,7 +158,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from ..dev import ConsoleRelay, LiveView, clock_sleep, config_beside, dev_config, fit, introduction, write_config
+    from ..dev import (
+        ConsoleRelay,
+        LiveView,
+        clock_sleep,
+        config_beside,
+        dev_config,
+        fit,
+        introduction,
+        start_fresh,
+        write_config,
+    )
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
@@ -167,11 +177,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     view.database = str(db)
     refuse_taken(dev_config(db.resolve()))
     with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
+        replaced = start_fresh(db)
         config = dev_config(db.resolve(), console_socket=relay.path)
         write_config(config, config_beside(db))
         view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width
-        for line in introduction(config, db, verbose=shown):
+        for line in introduction(config, db, verbose=shown, replaced=replaced):
             print(fit(line, width), file=sys.stderr)
         _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep)
     logs.shutdown()  # the log lines first, then the last word
