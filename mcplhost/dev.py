@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import math
 import os
 import shutil
 import sys
@@ -56,6 +57,7 @@ from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 from .connectors.stage import ECHO_DELAY_ENV
 from .errors import OperatorError
 from .inbound.notice import reader_body
+from .logs import LINES_PER_WINDOW, WINDOW_S
 from .protocol.grants import IMPLEMENTED
 from .store import NewItem
 from .store.files import database_files
@@ -78,7 +80,10 @@ RESET = "\x1b[0m"
 STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 #: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
 ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "16", "ZULIP_INTERVAL_S": "1.5"}
-HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
+#: The heartbeat stub's pace: each push is one `mcpl.push` log line, and the host writes at most LINES_PER_WINDOW
+#: of one event per connector in WINDOW_S (a push every 4 s tripped that flood guard, and every dev stop then
+#: showed its `log.suppressed` warning); at this pace one window holds at most LINES_PER_WINDOW - 1 of them.
+HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": str(math.ceil(WINDOW_S / (LINES_PER_WINDOW - 1)))}
 #: Passed to dev's connectors only when set in dev's environment (each connector has its own default).
 PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 #: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
