@@ -7,13 +7,15 @@ at the first). Relative paths are resolved against the config file's folder.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import os
+import pwd
 import re
 import shutil
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -25,10 +27,12 @@ from msgspec import Meta
 from .envfile import NAME as ENV_NAME
 from .envfile import EnvFileError, read_env_file, read_token_file
 from .errors import ConfigError
+from .lock import lock_path
 from .rpc.framing import MAX_LINE_BYTES
 from .rpc.session import DEFAULT_TIMEOUT_S
 from .secrets import MIN_SECRET_CHARS
 from .store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
+from .store.files import database_files
 
 Seconds = Annotated[float, Meta(gt=0)]
 NonEmpty = Annotated[str, Meta(min_length=1)]
@@ -768,8 +772,12 @@ def warnings(raw: Any) -> list[str]:
     for i, connector in _entries(raw, "connectors"):
         if not connector.get("grant"):
             found.append(f"connectors[{i}].grant: empty: no item from this connector will ever be accepted")
-    for i, agent in _entries(raw, "agents"):
-        found += [f"agents[{i}].{why}" for why in _agent_warnings(agent)]
+    agents = _entries(raw, "agents")
+    parents = {agent.get("parent") for _, agent in agents}
+    for i, agent in agents:
+        # Peer messages wake an agent in a tree (docs/peers.md), whatever it hears.
+        in_tree = isinstance(agent.get("parent"), str) or agent.get("name") in parents
+        found += [f"agents[{i}].{why}" for why in _agent_warnings(agent, in_tree=in_tree)]
     found += _addressing_warnings(raw)
     return found
 
@@ -805,7 +813,7 @@ def _addressing_warnings(raw: dict[str, Any]) -> list[str]:
     return found
 
 
-def _agent_warnings(agent: dict[str, Any]) -> list[str]:
+def _agent_warnings(agent: dict[str, Any], *, in_tree: bool) -> list[str]:
     found: list[str] = []
     hears = agent.get("hears")
     if isinstance(hears, list):
@@ -813,8 +821,9 @@ def _agent_warnings(agent: dict[str, Any]) -> list[str]:
         for j, entry in _strings(agent.get("wake_on")):
             if entry not in WAKE_ON_KEYWORDS and entry.partition("/")[0] not in heard:
                 found.append(f"wake_on[{j}]: {entry!r} names a connector the agent does not hear: it never wakes it")
-        if not hears:
-            found.append("hears: empty: the agent hears nothing and never wakes")
+        if not hears and not in_tree:
+            found.append("hears: empty: the agent hears nothing and never wakes (it has no parent nor child "
+                         "whose peer messages would wake it)")
     backend = agent.get("backend")
     if isinstance(backend, dict) and backend.get("script") and backend.get("kind", "scripted") != "scripted":
         found.append(f"backend.script: ignored by kind {backend.get('kind')!r} (scripted only)")
@@ -863,7 +872,9 @@ def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
     store = raw.get("store", {})
     db = store.get("path", StoreConfig().path) if isinstance(store, dict) else None
     if isinstance(db, str) and db:
-        fatal += [f"store.path: {why}" for why in database_path_problems(base / db)]
+        database = base / db
+        fatal += [f"store.path: {why}" for why in database_path_problems(database)]
+        fatal += [f"control.socket: {why}" for why in socket_path_problems(raw.get("control"), database.parent)]
     api_keys = api_key_variables(raw)
     starts: list[str] = []
     for i, connector in _entries(raw, "connectors"):
@@ -892,6 +903,21 @@ def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
         if why:
             fatal.append(f"moderation.command: {why}")
     return fatal, starts
+
+
+def socket_path_problems(control: Any, state: Path) -> list[str]:
+    """Why the control socket could not be made at `[control] socket` (relative to the database's folder,
+    `state`), read defensively: its folder must let this user create it, and nothing but a socket may be there.
+    The database's own folder is the database check's to report."""
+    socket = control.get("socket", DEFAULT_CONTROL_SOCKET) if isinstance(control, dict) else DEFAULT_CONTROL_SOCKET
+    if not isinstance(socket, str) or not socket:
+        return []
+    path = Path(os.path.normpath(state / socket))
+    if path.parent != Path(os.path.normpath(state)) and (why := folder_problems(path.parent)):
+        return why
+    if path.exists() and not path.is_socket():
+        return [f"{path} exists and is not a socket (move it away, or set [control] socket to another path)"]
+    return []
 
 
 def connector_start_problems(connector: dict[str, Any], base: Path, api_keys: Mapping[str, str]) -> list[str]:
@@ -924,7 +950,12 @@ def connector_start_problems(connector: dict[str, Any], base: Path, api_keys: Ma
 
 
 def database_path_problems(path: Path) -> list[str]:
-    """Why the daemon could not create or use a database at `path` (its folder is never created for it)."""
+    """Why the daemon could not create or use a database at `path` (its folder is never created for it).
+
+    As this process's user sees it: the folder must let it create files (the database, SQLite's WAL and
+    shared-memory files and the lock are made there), and each of those files that exists must be readable
+    and writable.
+    """
     if str(path) == "":
         return ["empty path"]
     if path.is_dir():
@@ -934,7 +965,30 @@ def database_path_problems(path: Path) -> list[str]:
         return [f"the folder {folder} does not exist (create it; under systemd StateDirectory= does)"]
     if not folder.is_dir():
         return [f"{folder} is not a folder"]
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=True):
+        return [f"the folder {folder} is not writable by {current_user()}: the database, its WAL and its lock "
+                "are made there (run as the user who owns it, or give that user the folder)"]
+    return [f"{file} is not readable and writable by {current_user()}"
+            for file in (*database_files(path), lock_path(path))
+            if file.exists() and not os.access(file, os.R_OK | os.W_OK, effective_ids=True)]
+
+
+def folder_problems(folder: Path) -> list[str]:
+    """Why this process's user could not make a file in `folder` (a socket, say)."""
+    if not folder.is_dir():
+        return [f"the folder {folder} " + ("is not a folder" if folder.exists() else "does not exist")]
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=True):
+        return [f"the folder {folder} is not writable by {current_user()}"]
     return []
+
+
+def current_user() -> str:
+    """This process's (effective) user by name, as a problem names who lacks a permission."""
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def command_problem(program: str, cwd: Path, search: str) -> str | None:
@@ -970,6 +1024,9 @@ def _check(value: Any, expected: Any, path: str) -> list[str]:
             name = key if _BARE_KEY.match(key) else json.dumps(key)
             found += _check(item, value_type, f"{path}.{name}")
         return found
+    choices = _literal_choices(expected)
+    if choices and isinstance(value, str) and value not in choices:
+        return [f"{path}: {value!r} is not one of {', '.join(map(repr, choices))}{_did_you_mean(value, choices)}"]
     try:
         msgspec.convert(value, expected)
     except msgspec.ValidationError as exc:
@@ -978,13 +1035,29 @@ def _check(value: Any, expected: Any, path: str) -> list[str]:
     return []
 
 
+def _literal_choices(tp: Any) -> tuple[str, ...]:
+    """The strings a `Literal[...]` (or an optional one) allows; () for any other type."""
+    if get_origin(tp) in (Union, UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        tp = options[0] if len(options) == 1 else None
+    if get_origin(tp) is Literal:
+        return tuple(str(choice) for choice in get_args(tp))
+    return ()
+
+
+def _did_you_mean(typed: str, known: Iterable[str]) -> str:
+    """` (did you mean 'X'?)` for the closest of `known` to a mistyped key or value, or "" when none is close."""
+    close = difflib.get_close_matches(typed, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _check_struct(value: dict[str, Any], struct: type[msgspec.Struct], path: str) -> list[str]:
     found: list[str] = []
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
     prefix = f"{path}." if path else ""
     for key in value:
         if key not in fields or key in DERIVED_FIELDS:
-            found.append(f"{prefix}{key}: unknown key")
+            found.append(f"{prefix}{key}: unknown key" + _did_you_mean(key, fields.keys() - DERIVED_FIELDS))
     for name, field in fields.items():
         if name in DERIVED_FIELDS:
             continue

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import math
 import os
 import shutil
 import sys
@@ -54,9 +55,12 @@ from .config import (
 from .connectors.console import LINE_MAX_CHARS
 from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 from .connectors.stage import ECHO_DELAY_ENV
+from .errors import OperatorError
 from .inbound.notice import reader_body
+from .logs import LINES_PER_WINDOW, WINDOW_S
 from .protocol.grants import IMPLEMENTED
 from .store import NewItem
+from .store.files import database_files
 
 #: The live view's width when stdout is not a terminal (a pipe, a file, a test) or one with no width (0 columns).
 PLAIN_WIDTH = 80
@@ -76,7 +80,10 @@ RESET = "\x1b[0m"
 STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 #: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
 ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "16", "ZULIP_INTERVAL_S": "1.5"}
-HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
+#: The heartbeat stub's pace: each push is one `mcpl.push` log line, and the host writes at most LINES_PER_WINDOW
+#: of one event per connector in WINDOW_S (a push every 4 s tripped that flood guard, and every dev stop then
+#: showed its `log.suppressed` warning); at this pace one window holds at most LINES_PER_WINDOW - 1 of them.
+HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": str(math.ceil(WINDOW_S / (LINES_PER_WINDOW - 1)))}
 #: Passed to dev's connectors only when set in dev's environment (each connector has its own default).
 PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 #: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
@@ -89,6 +96,8 @@ CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "chann
 #: The stub's token, a made-up value: a connector variable named *TOKEN* is a secret (docs/agents.md#secrets),
 #: so scout's answer to Dana, which repeats it, is withheld as a draft and the token is stored nowhere.
 DEV_STUB_TOKEN = "dev-token-0f1e2d3c4b5a"
+#: The first line of the config dev writes beside its database: what marks a database as one dev made.
+CONFIG_HEADER = "# Written by `mcplhost dev` for `mcplhost explain --config`: the config dev ran with.\n"
 #: One reply per backend call, in the order the stubs' scenario makes them: the deploy question (a tool round,
 #: then its answer), scribe's peer message, Dana's DM (it would post the stub's token), the two guilds'
 #: mentions, Hana's report (a slow tool that Alice's `!stop` aborts), then every later call says the waking
@@ -209,9 +218,35 @@ def config_beside(db: Path) -> Path:
 def write_config(config: Config, path: Path) -> None:
     """`config_toml(config)` into `path`, readable by its owner only (a connector's env may hold a token)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its own mode through O_CREAT
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("# Written by `mcplhost dev` for `mcplhost explain --config`: the config dev ran with.\n")
+        out.write(CONFIG_HEADER)
         out.write(config_toml(config))
+
+
+def made_by_dev(db: Path) -> bool:
+    """Whether an earlier dev run made the database at `db`: dev's config stands beside it (`config_beside`)."""
+    try:
+        with open(config_beside(db), encoding="utf-8") as config:
+            return config.readline() == CONFIG_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def start_fresh(db: Path) -> bool:
+    """Remove what an earlier dev run left at `db` (the database, its WAL and SHM), so the stubs' scenario is
+    stored, and shown, whole again instead of deduplicated against it; whether there was one. Called with the
+    database's lock held. A database dev did not make is never removed: OperatorError saying what to do."""
+    found = [file for file in database_files(db) if file.exists()]
+    if not found:
+        return False
+    if not made_by_dev(db):
+        raise OperatorError(f"{db}: not a database an earlier mcplhost dev made (no {config_beside(db).name} of "
+                            "dev's beside it)", "dev starts from a fresh database on every run and removes only "
+                            "its own: pass --db with a new file, or move that one away")
+    for file in found:
+        file.unlink(missing_ok=True)
+    return True
 
 
 def _toml_value(value: Any) -> str:
@@ -230,9 +265,12 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
-def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
-    """The lines dev prints on stderr before it starts: what runs, and what each stub stages."""
+def introduction(config: Config, db: Path, *, verbose: bool, replaced: bool = False) -> list[str]:
+    """The lines dev prints on stderr before it starts: what runs, and what each stub stages (`replaced`: the
+    last run's database was removed for this one, `start_fresh`)."""
     lines = [f"mcplhost dev: database {db}; Ctrl-C stops" + ("" if verbose else "; -v shows the log")]
+    if replaced:
+        lines.append("  a fresh database each run: the last run's was replaced, so it all plays again")
     for connector in config.connectors:
         first, *more = EXPLAINED.get(connector.name) or [None]
         if first:

@@ -24,6 +24,7 @@ from mcplhost.connectors.stage import ECHO_DELAY_ENV, ECHO_DELAY_S, echo_delay_s
 from mcplhost.dev import (
     DEBOUNCE_ENV,
     ELLIPSIS,
+    HEARTBEAT_DEFAULTS,
     PLAIN_WIDTH,
     LineSplitter,
     LiveView,
@@ -37,6 +38,8 @@ from mcplhost.dev import (
     printable,
     write_config,
 )
+from mcplhost.logs import LINES_PER_WINDOW, WINDOW_S
+from mcplhost.ratelimit import WindowLimiter
 from mcplhost.store import NewItem
 
 
@@ -277,6 +280,17 @@ class TestDevSettings:
             started = loop.time()
             await steps.after(0.05)
         assert loop.time() - started >= 0.05
+
+
+class TestHeartbeatPace:
+    def test_the_heartbeat_stub_never_trips_the_hosts_log_flood_guard(self) -> None:
+        """Ten minutes of dev's heartbeat pushes (one `mcpl.push` line each) through the host's limiter of one
+        event's lines: none is held back, so no dev run ends with a `log.suppressed` warning about its own stub
+        (a push every 4 s was 15 a minute against an allowance of 10)."""
+        interval = float(HEARTBEAT_DEFAULTS["HEARTBEAT_INTERVAL_S"])
+        limiter = WindowLimiter(LINES_PER_WINDOW, WINDOW_S)
+        pushes = [limiter.admit("mcpl.push", n * interval)[0] for n in range(int(600 / interval))]
+        assert all(pushes) and limiter.drain() == []
 
 
 class TestConfigBeside:

@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,17 @@ from ..config import (
     Config,
     ConfigMissing,
     ConsoleConfig,
+    control_socket_path,
     default_config_path,
     read_config,
 )
 from ..console import FeedFormat
+from ..control.server import refuse_taken_socket
 from ..errors import ConfigError, OperatorError
 from ..hardening import refuse_inspection_by_same_user
 from ..host import Host, open_host
-from ..lock import hold_database
+from ..lock import hold_database, refuse_if_held
+from ..metrics import refuse_taken_listen
 from ..protocol.grants import unknown_grant_problem
 from ..reload import Reloads
 from ..store.items import NewItem
@@ -51,35 +54,38 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
     watchdog = watchdog_interval_s()
     reloads = Reloads(reread)
 
-    async def watch_signals() -> None:
+    async def watch_signals(signals: AsyncIterator[int]) -> None:
         # SIGHUP is caught so that it never kills the daemon without its graceful stop; its reload runs in a
         # task of its own (mcplhost/reload.py), so SIGTERM is read, and stops the daemon, while one waits.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for signum in signals:
-                structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
-                if signum == signal.SIGHUP:
-                    reloads.request()
-                    continue
-                stop.set()
-                return
+        async for signum in signals:
+            structlog.get_logger().info("host.signal", signal=signal.Signals(signum).name)
+            if signum == signal.SIGHUP:
+                reloads.request()
+                continue
+            stop.set()
+            return
 
     async def stop_after(delay: float) -> None:
         await sleep(delay)
         stop.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals)
-        if seconds is not None:
-            tg.start_soon(stop_after, seconds)
-        if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
-            tg.start_soon(console)
-        async with open_host(config, notifier=notifier, on_stored=on_stored,
-                             feed_format=console_lines() if config.console.listen else None) as host:
-            if opened is not None:
-                opened(host)
-            tg.start_soon(reloads.run, host, stop)
-            await host.run(stop, watchdog_s=watchdog)
-        tg.cancel_scope.cancel()
+    # The handlers are ours before anything else runs and until the host is closed: a signal that comes while
+    # the store opens waits in the receiver (the stop follows as soon as the host runs), and none is left to
+    # the event loop, which would turn it into a cancellation that the start swallows.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_signals, signals)
+            if seconds is not None:
+                tg.start_soon(stop_after, seconds)
+            if console is not None:  # dev's console relay (dev.ConsoleRelay), cancelled with the rest
+                tg.start_soon(console)
+            async with open_host(config, notifier=notifier, on_stored=on_stored,
+                                 feed_format=console_lines() if config.console.listen else None) as host:
+                if opened is not None:
+                    opened(host)
+                tg.start_soon(reloads.run, host, stop)
+                await host.run(stop, watchdog_s=watchdog)
+            tg.cancel_scope.cancel()
 
 
 def _run_host(config: Config, *, notifier: Notifier | None = None,
@@ -134,9 +140,20 @@ def _run_config(given: Path | None) -> Config:
         raise ConfigError(exc.message, f"{origin}; pass --config PATH or set MCPLHOST_CONFIG") from None
 
 
+def refuse_taken(config: Config) -> None:
+    """Refuse a start whose database, control socket or metrics address another daemon holds, before it creates
+    anything: the lock, the children file and the database are made only by a start that can go on (the lock
+    is taken, and the socket and the address are bound, after this all the same)."""
+    refuse_if_held(Path(config.store.path))
+    refuse_taken_socket(control_socket_path(config))
+    if config.metrics.listen:
+        refuse_taken_listen(config.metrics.listen)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
+    refuse_taken(config)
     if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
         structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "
                                        "connector running as the same user can read /proc/<pid>/environ")
@@ -157,21 +174,33 @@ def _announce_console(host: Host, width: int) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from ..dev import ConsoleRelay, LiveView, clock_sleep, config_beside, dev_config, fit, introduction, write_config
+    from ..dev import (
+        ConsoleRelay,
+        LiveView,
+        clock_sleep,
+        config_beside,
+        dev_config,
+        fit,
+        introduction,
+        start_fresh,
+        write_config,
+    )
 
     view = LiveView.for_stream(sys.stdout)
     shown = args.verbose or args.log_format is not None or args.log_level is not None
     logs.configure(args.log_format or "console", args.log_level or "info", tap=view.event, show=shown)
     db = usable_database(args.db)
     view.database = str(db)
+    refuse_taken(dev_config(db.resolve()))
     with hold_database(db.resolve()) as lock, recording_children(lock), ConsoleRelay() as relay:
+        replaced = start_fresh(db)
         config = dev_config(db.resolve(), console_socket=relay.path)
         if args.console:
             config = msgspec.structs.replace(config, console=ConsoleConfig(listen=DEV_CONSOLE_LISTEN))
         write_config(config, config_beside(db))
         view.connectors = [c.name for c in config.connectors]
         width = LiveView.for_stream(sys.stderr).width
-        for line in introduction(config, db, verbose=shown):
+        for line in introduction(config, db, verbose=shown, replaced=replaced):
             print(fit(line, width), file=sys.stderr)
         _run_host(config, on_stored=view.items, seconds=args.seconds, console=relay.run, sleep=clock_sleep,
                   opened=lambda host: _announce_console(host, width))

@@ -39,6 +39,7 @@ from mcplhost.secrets import Secrets
 from mcplhost.store.cursors import CursorRepository
 from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
+from mcplhost.store.files import make_private
 from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
@@ -331,6 +332,8 @@ async def open_store(
 ) -> AsyncIterator[Store]:
     """Open (creating folders and file if needed) the daemon's read-write store, and its `StoreReader`.
 
+    The database file and SQLite's files beside it are private to this user (mcplhost/store/files.py).
+
     With `migrate` (the default) pending migrations are applied; without it
     the schema is only checked not to be newer than the code. Either way a
     newer database raises SchemaTooNew, and a file holding another
@@ -343,6 +346,11 @@ async def open_store(
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"{path}: cannot create its folder: {exc}", explanation=_OPEN_EXPLANATION) from exc
+    if not path.is_dir():  # a folder is SQLite's to refuse, in its own words
+        try:
+            make_private(path)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot open: {exc.strerror or exc}", explanation=_OPEN_EXPLANATION) from exc
     async with _connection(path, str(path), uri=False) as conn:
         try:
             await refuse_foreign(conn, path=str(path))

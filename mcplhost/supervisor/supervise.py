@@ -42,7 +42,7 @@ from mcplhost.envfile import EnvFileError
 from mcplhost.logs import LimitedLog
 from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
-from mcplhost.rpc import ConnectionClosed, Session
+from mcplhost.rpc import ConnectionClosed, RequestTimeout, Session
 from mcplhost.tracebacks import bounded_traceback
 
 from .handle import ConnectorHandle, State
@@ -308,7 +308,15 @@ async def _handshake_failure(exc: HandshakeFailed, mode: Mode, process: Process)
     if isinstance(exc.__cause__, ConnectionClosed) and await wait_exited(process, EXIT_CODE_WAIT_S):
         unanswered = "initialize" if mode is Mode.HANDSHAKE else "featureSets/update"
         return f"the process {exit_description(process.returncode)} before answering {unanswered}"
+    if isinstance(exc.__cause__, RequestTimeout) and mode is Mode.HANDSHAKE:
+        return f"{exc}{UNFLUSHED_HINT}"
     return str(exc)
+
+
+#: A live connector that never answers initialize has most often written its answer into a stdout buffer that a
+#: pipe (unlike a terminal) flushes only when full.
+UNFLUSHED_HINT = ("; a connector must flush stdout after each line it writes (a pipe is not a terminal: "
+                  "docs/connectors.md#1-wire-rules)")
 
 
 #: After the child's output ends, how long its last stderr lines (often the traceback) may take.
