@@ -65,7 +65,7 @@ class TestProblems:
         """listen is HOST:PORT; an unknown key or action is named where it is."""
         found = problems({"console": {"listen": "8787", "actions": ["drop-database"], "tokn_file": "x"}})
         assert any(p.startswith("console.listen: ") for p in found)
-        assert "console.tokn_file: unknown key" in found
+        assert "console.tokn_file: unknown key (did you mean 'token_file'?)" in found
         assert any(p.startswith("console.actions[0]: ") for p in found)
 
 
