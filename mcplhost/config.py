@@ -1024,6 +1024,8 @@ def _check(value: Any, expected: Any, path: str) -> list[str]:
             name = key if _BARE_KEY.match(key) else json.dumps(key)
             found += _check(item, value_type, f"{path}.{name}")
         return found
+    if inner is not None and _literal_choices(inner) and isinstance(value, list):
+        return [problem for i, item in enumerate(value) for problem in _check(item, inner, f"{path}[{i}]")]
     choices = _literal_choices(expected)
     if choices and isinstance(value, str) and value not in choices:
         return [f"{path}: {value!r} is not one of {', '.join(map(repr, choices))}{_did_you_mean(value, choices)}"]

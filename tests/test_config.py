@@ -231,6 +231,9 @@ class TestProblems:
           "'openai'?)"]),
         ('[[connectors]]\nname = "a"\ncommand = ["a"]\n[connectors.restart]\npolicy = "sometimes"',
          ["connectors[0].restart.policy: 'sometimes' is not one of 'always', 'on-failure', 'never'"]),
+        ('[console]\nactions = ["restart-connectr"]',
+         ["console.actions[0]: 'restart-connectr' is not one of 'restart-connector' (did you mean "
+          "'restart-connector'?)"]),
     ])
     def test_a_misspelt_key_or_choice_names_what_was_meant(self, text: str, expected: list[str]) -> None:
         """An unknown key gets the closest known key of its table; a value outside a fixed set of choices lists
