@@ -181,6 +181,11 @@ DEFAULT_DEBOUNCE_MS = 300
 #: What a stop command is when `stop_commands` is not set: compared trimmed and case-folded.
 DEFAULT_STOP_COMMANDS = ("!stop", "/stop")
 
+#: docs/agents.md#bounds: a backend answer's text is cut at `max_output_chars`; `max_tool_calls_per_round` of its
+#: tool calls run, the rest get a "not run" result.
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
+DEFAULT_MAX_TOOL_CALLS_PER_ROUND = 16
+
 
 class AgentConfig(Base):
     """One `[[agents]]` table; docs/agents.md is the rule for every key."""
@@ -214,6 +219,8 @@ class AgentConfig(Base):
     stop_commands: list[NonEmpty] = msgspec.field(default_factory=lambda: list(DEFAULT_STOP_COMMANDS))
     #: Published once to the decided route when a turn fails ("": off).
     failure_reply: str = ""
+    max_output_chars: Annotated[int, Meta(ge=1)] = DEFAULT_MAX_OUTPUT_CHARS
+    max_tool_calls_per_round: Annotated[int, Meta(ge=1)] = DEFAULT_MAX_TOOL_CALLS_PER_ROUND
     backend: BackendConfig = BackendConfig()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from mcplhost.agents.backends.common import block_text, estimated_tokens
+from mcplhost.agents.bounds import cut_answer
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -130,19 +131,19 @@ class ScriptedBackend:
         reply = self._replies[min(call, len(self._replies) - 1)]
         text = reply.text.replace(ECHO, echo_text(request.messages, request.waking_text)) if ECHO in reply.text else reply.text
         if on_text is not None and text:
-            on_text(text)
+            on_text(text[: request.max_output_chars])  # as a real stream, read no further than the bound
         tool_calls = [
             ToolCall(id=f"scripted-{call}-{i}", name=c.name, arguments=dict(c.arguments))
             for i, c in enumerate(reply.tool_calls)
         ]
         usage = Usage(input_tokens=estimated_tokens(_request_chars(request)), output_tokens=estimated_tokens(len(text)))
-        return ModelResponse(
+        return cut_answer(ModelResponse(
             text=text,
             tool_calls=tool_calls,
             finish_reason="tool_calls" if tool_calls else "stop",
             usage=usage,
             model=request.model or MODEL_NAME,
-        )
+        ), request.max_output_chars)
 
     async def aclose(self) -> None:
         return None
