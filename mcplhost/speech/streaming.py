@@ -20,6 +20,10 @@ stops where such a line begins (`PinGuard`): a preview never shows a
 channel words routed to another. Chunks are advisory: delivery is only ever the outbox's `channels/publish`.
 A connector that cannot take a notification costs its own stream (logged),
 never the turn.
+
+Each chunk costs its own length, never the text so far (docs/agents.md#streaming):
+the pin rule and the secret search look only at what is new plus a bounded
+window before it, and only what has not been sent yet is held.
 """
 
 from __future__ import annotations

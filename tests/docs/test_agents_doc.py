@@ -30,7 +30,7 @@ OWNERS = ["mcplhost.config", "mcplhost.agents.wake", "mcplhost.agents.scheduler"
           "mcplhost.speech.retry", "mcplhost.speech.streaming", "mcplhost.speech.notices",
           "mcplhost.store.outbox", "mcplhost.store.readers", "mcplhost.speech.moderation",
           "mcplhost.agents.backends.moderation", "mcplhost.speech.typing", "mcplhost.agents.acknowledge",
-          "mcplhost.agents.backends.http"]
+          "mcplhost.agents.backends.http", "mcplhost.agents.backends.common"]
 #: "`NAME` (100)", "`NAME`, 16", "`NAME` (5 s)", "`NAME` (16 KiB)", "`NAME` (16 MiB)", "`NAME` (10 000)".
 BOUND = re.compile(r"`([A-Z][A-Z0-9_]{2,})`(?:,\s+|\s+\()(\d[\d ]*)(?:\s?(s|KiB|MiB)\b)?")
 UNITS = {"": 1, "s": 1, "KiB": 1024, "MiB": 1024 * 1024}

@@ -1,7 +1,9 @@
 """The `anthropic` backend: the Messages API via the official SDK (docs/agents.md#backends).
 
 One `complete` is one Messages call: streamed (`stream=True`, its raw events)
-when the caller listens (`on_text` gets each text delta), whole otherwise. Retries are the
+when the caller listens (`on_text` gets each text delta, up to
+`max_output_chars`), whole otherwise; a streamed answer that came back empty
+is asked for once more, unstreamed (backends/common.py `SdkBackend`). Retries are the
 SDK's (`max_retries`), `timeout_s` per attempt, one overall bound over all
 attempts; every failure becomes `BackendError`.
 

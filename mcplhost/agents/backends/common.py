@@ -36,11 +36,17 @@ RETRY_BACKOFF_ALLOWANCE_S = 8.0
 
 #: Text standing in for an image where the target shape takes no pixels (docs/agents.md#compilation).
 IMAGE_PLACEHOLDER = "[image]"
+#: What one streamed tool call counts for against the answer's bound besides its text (StreamedAnswer): about
+#: what its entry costs in memory, so the 4 MiB bound is at most some 16,000 calls.
+CALL_CHARS = 256
 #: How deep `sdk_error` looks through an exception's causes for a BackendError (the SDKs wrap once or twice).
 MAX_CAUSES = 8
 #: Reading a stream gives the event loop its turn at least this often (docs/agents.md#bounds): the SDK's event
-#: iterator rarely waits while a fast server's bytes are buffered, and would hold the loop for seconds.
+#: iterator rarely waits while a fast server's bytes are buffered, and would hold the loop for seconds. The turn is
+#: a real sleep of STREAM_PAUSE_S, not a bare checkpoint: only a loop that waits lets go of the interpreter, so the
+#: store's reader threads run too (a bare checkpoint left `status` round trips six times slower).
 STREAM_YIELD_S = 0.005
+STREAM_PAUSE_S = 0.001
 
 
 def api_key(api_key_env: str | None, environ: Mapping[str, str]) -> str | None:
@@ -205,8 +211,10 @@ class StreamedAnswer:
     `text(piece)` hands `on_text` each piece up to `max_chars` of text and
     says False once the text passed it: the reader stops there (nothing after
     is read, docs/agents.md#bounds). Tool calls are gathered by index from
-    their pieces, their arguments at most `max_arguments` characters in all
-    (backends/http.py bounds one event; this bounds their sum).
+    their pieces, at most `max_arguments` characters in all (backends/http.py
+    bounds one event; this bounds their sum), each call counting
+    `CALL_CHARS` besides its id, name and arguments, so a stream of empty
+    calls cannot grow the table of calls without bound either.
     """
 
     def __init__(self, on_text: OnText, max_chars: int, *, max_arguments: int) -> None:
@@ -229,15 +237,18 @@ class StreamedAnswer:
 
     def tool_piece(self, index: int, *, call_id: str | None = None, name: str | None = None,
                    arguments: str | None = None) -> None:
-        call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        call = self.calls.get(index)
+        if call is None:
+            call = self.calls[index] = {"id": "", "name": "", "arguments": []}
+            self._arguments += CALL_CHARS
+        self._arguments += len(call_id or "") + len(name or "") + len(arguments or "")
+        if self._arguments > self._max_arguments:
+            raise BackendError("too_large", f"the answer's tool calls passed {self._max_arguments} characters")
         if call_id:
             call["id"] = call_id
         if name:
             call["name"] += name
         if arguments:
-            self._arguments += len(arguments)
-            if self._arguments > self._max_arguments:
-                raise BackendError("too_large", f"the answer's tool calls passed {self._max_arguments} characters")
             call["arguments"].append(arguments)
 
     def tool_calls(self) -> list[ToolCall]:
@@ -261,14 +272,13 @@ class StreamedAnswer:
 
 
 class LoopTurns:
-    """Gives the event loop its turn at least every `STREAM_YIELD_S` while a stream's events are read."""
+    """Gives the event loop (and the other threads) a `STREAM_PAUSE_S` turn at least every `STREAM_YIELD_S` while a
+    stream's events are read; `tick` after each event."""
 
-    def __init__(self, every_s: float = STREAM_YIELD_S) -> None:
-        self._every_s = every_s
-        self._due = time.perf_counter() + every_s
+    def __init__(self) -> None:
+        self._due = time.perf_counter() + STREAM_YIELD_S
 
     async def tick(self) -> None:
-        now = time.perf_counter()
-        if now >= self._due:
-            await anyio.sleep(0)
-            self._due = time.perf_counter() + self._every_s
+        if time.perf_counter() >= self._due:
+            await anyio.sleep(STREAM_PAUSE_S)
+            self._due = time.perf_counter() + STREAM_YIELD_S

@@ -8,14 +8,21 @@ the environment and redirects, and takes `event_hooks`. The response hook
 runs when the headers are in, before any of the body is read, and swaps the
 response's byte stream for `BoundedBody`, which counts what it hands on:
 
-- a body (JSON) longer than `RESPONSE_MAX_BYTES` (16 MiB) fails the call with
+- a body (JSON) longer than `RESPONSE_MAX_BYTES` (4 MiB) fails the call with
   `BackendError("too_large")` as soon as it passes the bound (a declared
   `content-length` past it, before reading a byte), so an answer is never
   held whole past it;
 - an event stream may run as long as its text is wanted (the backend stops
   reading at `max_output_chars`), but one line of it (one event) longer than
-  `EVENT_LINE_MAX_BYTES` (16 MiB) fails the same way: the SDK's event
+  `EVENT_LINE_MAX_BYTES` (4 MiB) fails the same way: the SDK's event
   decoder holds a line whole.
+
+Why 4 MiB: an answer of the default bounds (100,000 characters, even all
+escaped, and 16 tool calls) is well under 1 MiB, while the SDK's objects for
+a body of tiny tool calls weigh some 25 times the body (4 MiB of them: about
+100 MB at the peak; 16 MiB: 360 MB). An agent that raises `max_output_chars`
+past about a million characters streams its answers (a stream's length is
+bounded by its text, not by this).
 
 The client asks for `Accept-Encoding: identity` and refuses a compressed
 answer (`malformed`): a few KiB of gzip can inflate to gigabytes, and the
@@ -40,8 +47,8 @@ from mcplhost.agents.model import BackendError
 
 __all__ = ["EVENT_LINE_MAX_BYTES", "RESPONSE_MAX_BYTES", "BoundedBody", "bounded_http_client"]
 
-RESPONSE_MAX_BYTES = 16 * 2**20
-EVENT_LINE_MAX_BYTES = 16 * 2**20
+RESPONSE_MAX_BYTES = 4 * 2**20
+EVENT_LINE_MAX_BYTES = 4 * 2**20
 EVENT_STREAM = "text/event-stream"
 IDENTITY = "identity"
 

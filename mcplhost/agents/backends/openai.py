@@ -1,10 +1,12 @@
 """The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (docs/agents.md#backends).
 
 One `complete` is one `chat.completions.create`: streamed when the caller
-listens (`on_text` gets each text delta), a single JSON answer otherwise. The
-SDK does the retries (`max_retries`, for 429, 5xx and connection errors) with
-`timeout_s` per attempt; an overall bound over all attempts stops a server
-that trickles bytes forever. Every failure becomes `BackendError`.
+listens (`on_text` gets each text delta, up to `max_output_chars`), a single
+JSON answer otherwise; a streamed answer that came back empty is asked for
+once more, unstreamed (backends/common.py `SdkBackend`). The SDK does the
+retries (`max_retries`, for 429, 5xx and connection errors) with `timeout_s`
+per attempt; an overall bound over all attempts stops a server that trickles
+bytes forever. Every failure becomes `BackendError`.
 
 Shapes: the system prompt is the first `system` message; a user message is a
 string, or parts when it holds images (`image_url` with a data URL); an

@@ -13,6 +13,9 @@ agent `mcplhost dev` shows). A reply is either
   written as a JSON string or, in TOML, as a table (config.ScriptReply). `{{echo}}` works in
   its text too. Tool call ids are `scripted-<call>-<index>`, unique per backend.
 
+A reply's text is cut at the request's `max_output_chars` like any backend's
+(agents/bounds.py); an empty reply is answered as it is (the script says so).
+
 `script_problems` names what is wrong with a script, for check-config.
 """
 

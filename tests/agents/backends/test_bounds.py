@@ -8,10 +8,11 @@ shows the client stopped reading.
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 import pytest
 
-from mcplhost.agents.backends import make_backend
+from mcplhost.agents.backends import common, make_backend
 from mcplhost.agents.backends import openai as openai_backend
 from mcplhost.agents.backends.http import EVENT_LINE_MAX_BYTES, RESPONSE_MAX_BYTES
 from mcplhost.agents.model import BackendError, ModelRequest
@@ -129,14 +130,47 @@ async def test_3000_tool_calls_come_back_all_for_the_turn_to_bound(llm_server: L
     assert [c.id for c in response.tool_calls] == [c.id for c in calls]
 
 
-async def test_streamed_tool_arguments_are_bounded_in_all(llm_server: LlmServer,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each piece of a streamed call is small, their sum is not: past the bound the call fails too_large."""
+@pytest.mark.parametrize("arguments", [{"text": "y" * 100}, {}], ids=["long arguments", "no arguments"])
+async def test_streamed_tool_calls_are_bounded_in_all(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch,
+                                                      arguments: dict[str, str]) -> None:
+    """Each piece of a streamed call is small, their sum is not: past the bound the call fails too_large; a call
+    with no arguments counts too (CALL_CHARS), so many empty calls cannot fill the table of calls."""
     monkeypatch.setattr(openai_backend, "RESPONSE_MAX_BYTES", 1000)
-    calls = tuple(ToolUse(f"call_{n}", "channel_publish", {"text": "y" * 100}) for n in range(20))
+    calls = tuple(ToolUse(f"call_{n}", "channel_publish", arguments) for n in range(20))
     llm_server.push(Reply(text="", tool_calls=calls))
     backend = backend_for(llm_server, "openai")
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request(), on_text=lambda _: None)
     await backend.aclose()
     assert failed.value.reason == "too_large" and "tool calls" in failed.value.detail
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reading_a_stream_ticks_after_every_event(llm_server: LlmServer, kind: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader offers the loop its turn after each event (`LoopTurns.tick`): a fast server's events come
+    buffered, many to one network read, and the SDK's iterator does not wait between them."""
+    ticks = [0]
+    tick = common.LoopTurns.tick
+
+    async def counted(self: common.LoopTurns) -> None:
+        ticks[0] += 1
+        await tick(self)
+
+    monkeypatch.setattr(common.LoopTurns, "tick", counted)
+    llm_server.push(Reply(text="x" * 1600, chunk_chars=8))
+    backend = backend_for(llm_server, kind)
+    response = await backend.complete(simple_request(), on_text=lambda _: None)
+    await backend.aclose()
+    assert len(response.text) == 1600 and ticks[0] >= 200  # 200 text events, and the others around them
+
+
+async def test_a_due_tick_sleeps_so_the_loop_and_the_threads_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tick past STREAM_YIELD_S is a real sleep of STREAM_PAUSE_S (the interpreter is let go), not a bare
+    checkpoint: 50 due ticks take at least 50 pauses."""
+    monkeypatch.setattr(common, "STREAM_YIELD_S", 0.0)
+    turns = common.LoopTurns()
+    began = anyio.current_time()
+    for _ in range(50):
+        await turns.tick()
+    assert anyio.current_time() - began >= 50 * common.STREAM_PAUSE_S
