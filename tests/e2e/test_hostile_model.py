@@ -118,7 +118,8 @@ async def test_3000_tool_calls_and_a_150_mb_answer_leave_memory_disk_and_lines_b
     spammer = agent_rows(db, "spammer")
     results = [r for r in spammer if r["metadata"]["kind"] == "tool-result"]
     assert len(results) == 3000
-    assert sum(r["content"][0]["text"] == not_run_text(3000, 16) for r in results) == 3000 - 16
+    limit = DEFAULT_MAX_TOOL_CALLS_PER_ROUND
+    assert sum(r["content"][0]["text"] == not_run_text(3000, limit) for r in results) == 3000 - limit
     (notice,) = [r for r in agent_rows(db, "talker") if r["metadata"]["kind"] == "turn-failed"]
     assert notice["metadata"]["reason"] == "too_large"
 
