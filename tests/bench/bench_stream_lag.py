@@ -16,11 +16,15 @@ max loop lag under 50 ms, every status round trip under 0.5 s.
 `--no-yield` runs the same with the stream readers' loop turns taken out
 (`LoopTurns.tick` does nothing): the ratio between the two runs is what
 yielding to the loop buys. Total time is mostly the SDK's own work per event
-(it builds a model object for each).
+(it builds a model object for each). The longest garbage-collector pause is
+printed too, so a stall can be told from a collection; on a machine shared
+with other work the max lag is mostly the scheduler's (compare p99s and the
+--no-yield ratio).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -91,6 +95,21 @@ anyio.run(main)
 """
 
 
+class GcPauses:
+    """The longest pause of each garbage-collector generation while installed (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.longest[generation] = max(self.longest[generation], time.perf_counter() - self._began)
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
@@ -127,28 +146,39 @@ async def measure(folder: Path, chars: int, base_url: str) -> None:
     agent = AgentConfig(name="bot", wake_on=["all"], debounce_ms=0, max_output_chars=chars + 1, backend=backend)
     config = Config(store=StoreConfig(path=str(folder / "bench.db")), connectors=[connector], agents=[agent])
     stop = anyio.Event()
+    pauses = GcPauses()
     async with open_host(config) as host, anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
         with anyio.fail_after(60):
             await host.ready.wait()
-        probe_process = subprocess.Popen([sys.executable, "-c", PROBE, str(REPO), str(control_socket_path(config))],
-                                         stdout=subprocess.PIPE, text=True)
+        # Its answers go to a file: a pipe nobody reads until the end would fill and stop the prober.
+        with (folder / "status.jsonl").open("w") as answers_file:
+            probe_process = subprocess.Popen(
+                [sys.executable, "-c", PROBE, str(REPO), str(control_socket_path(config))], stdout=answers_file)
         try:
+            gc.callbacks.append(pauses)
             async with LoopLagProbe() as probe:
                 with anyio.fail_after(RUN_TIMEOUT_S):
                     turn = await ended_turn(host)
+                    while not result.exists():  # the connector writes it once the publish arrived
+                        await anyio.sleep(0.25)
         finally:
+            gc.callbacks.remove(pauses)
             probe_process.terminate()
-            answers, _ = probe_process.communicate(timeout=30)
+            probe_process.wait(timeout=30)
             stop.set()
+    answers = (folder / "status.jsonl").read_text()
+    answers = answers[: answers.rfind("\n") + 1]  # the prober may have been stopped mid-line
     started_s, ended_s = turn.started_at / 1000, turn.ended_at / 1000
     trips = [rtt for sent, rtt in map(json.loads, answers.splitlines()) if started_s <= sent <= ended_s]
-    streamed = json.loads(result.read_text()) if result.exists() else {}
+    streamed = json.loads(result.read_text())
     print(f"turn {turn.outcome} in {ended_s - started_s:.1f} s: {chars:,} characters in {chars // CHUNK_CHARS:,} "
           f"events; the connector got {streamed.get('chunks', 0):,} chunks, "
           f"{streamed.get('streamed_chars', 0):,} characters")
     worst = probe.lags_s.index(probe.max_s) / max(1, len(probe.lags_s) - 1)
     print(probe.summary() + f", the max at {worst:.0%} of the turn (goal: max under {LAG_GOAL_S * 1000:.0f} ms)")
+    print("longest garbage-collector pause by generation: "
+          + ", ".join(f"{g}: {p * 1000:.1f} ms" for g, p in enumerate(pauses.longest)))
     print(f"status round trips during the stream: {len(trips)}, p50 {percentile(trips, 50) * 1000:.1f} ms, "
           f"p99 {percentile(trips, 99) * 1000:.1f} ms, max {max(trips, default=0) * 1000:.1f} ms "
           f"(goal: under {STATUS_GOAL_S * 1000:.0f} ms)")
