@@ -382,6 +382,7 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             return None
 
         def do_POST(self) -> None:  # noqa: N802 - the base class's name
+            self._sent = 0  # body bytes of this answer written so far (`_write`)
             raw = self.rfile.read(int(self.headers.get("content-length", "0")))
             try:
                 body = json.loads(raw)
@@ -405,7 +406,6 @@ def _handler_for(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                 return
             text = HUGE_MARK if reply.huge else reply.text.replace(LAST_USER, _last_user_text(api, body))
             model = str(body.get("model", ""))
-            self._sent = 0
             try:
                 self._answer(api, reply, text, model, stream=bool(body.get("stream")))
             finally:
