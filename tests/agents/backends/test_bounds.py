@@ -109,8 +109,9 @@ async def test_one_150_mb_event_fails_too_large(llm_server: LlmServer, kind: str
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_identity_is_asked_for_and_a_compressed_answer_is_refused(llm_server: LlmServer, kind: str) -> None:
-    """150 MB of gzip is a few hundred KiB on the wire: the bound counts what arrives, so compression is refused."""
-    llm_server.push(Reply(huge=HUGE, gzip=True))
+    """A few KiB of gzip can inflate to gigabytes and the bound counts what arrives: a compressed answer is refused
+    whatever it holds (here 8 MiB of text in some 8 KiB)."""
+    llm_server.push(Reply(huge=8 * 2**20, gzip=True))
     backend = backend_for(llm_server, kind)
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request())
