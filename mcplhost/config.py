@@ -218,6 +218,11 @@ DEFAULT_STOP_COMMANDS = ("!stop", "/stop")
 #: What wakes an agent unless its `wake_on` says otherwise (docs/agents.md#wakes).
 DEFAULT_WAKE_ON = ("addressed", "dm")
 
+#: docs/agents.md#bounds: a backend answer's text is cut at `max_output_chars`; `max_tool_calls_per_round` of its
+#: tool calls run, the rest get a "not run" result.
+DEFAULT_MAX_OUTPUT_CHARS = 100_000
+DEFAULT_MAX_TOOL_CALLS_PER_ROUND = 16
+
 
 class AgentConfig(Base):
     """One `[[agents]]` table; docs/agents.md is the rule for every key."""
@@ -253,6 +258,8 @@ class AgentConfig(Base):
     stop_commands: list[NonEmpty] = msgspec.field(default_factory=lambda: list(DEFAULT_STOP_COMMANDS))
     #: Published once to the decided route when a turn fails ("": off).
     failure_reply: str = ""
+    max_output_chars: Annotated[int, Meta(ge=1)] = DEFAULT_MAX_OUTPUT_CHARS
+    max_tool_calls_per_round: Annotated[int, Meta(ge=1)] = DEFAULT_MAX_TOOL_CALLS_PER_ROUND
     backend: BackendConfig = BackendConfig()
 
 

@@ -43,6 +43,7 @@ import msgspec
 import structlog
 
 from mcplhost.agents.acknowledge import acknowledge_wake
+from mcplhost.agents.bounds import not_run_text, split_tool_calls
 from mcplhost.agents.context import Injections, compile_request, needs_notice
 from mcplhost.agents.decisions import decisions_of
 from mcplhost.agents.failure import failure_reply
@@ -246,7 +247,9 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     if compiled.waking_left_out:
         log.warning("agent.waking_items_cut", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
                     left_out=compiled.waking_left_out, context_chars=agent.context_chars)
-    request = msgspec.structs.replace(compiled.request, waking_text=waking_text)  # after the digest: not in it
+    # Set after the digest is taken: neither is sent to the model, and the digest stays the compiled request's.
+    request = msgspec.structs.replace(compiled.request, waking_text=waking_text,
+                                      max_output_chars=agent.max_output_chars)
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
         progress.injections = msgspec.to_builtins(injections)
@@ -289,11 +292,23 @@ async def _close_inference(services: TurnServices, agent: AgentConfig, progress:
 
 async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Progress,
                       response: ModelResponse) -> None:
-    """Store the round's calls (its prose is stored as speech just before), run each in order, store each result."""
-    calls = [tool_call_row(agent.name, progress.turn_id, call, created_at=services.clock_ms(),
-                           conversation_id=progress.conversation) for call in response.tool_calls]
-    await services.writer.submit(InsertItems(calls))
-    for call in response.tool_calls:
+    """Store the round's calls (its prose is stored as speech just before), run each in order, store each result.
+
+    Only the first `max_tool_calls_per_round` run (docs/agents.md#bounds); the others are stored without their
+    arguments, each with a result saying it was not run, in the same write as the calls.
+    """
+    run, skipped = split_tool_calls(response.tool_calls, agent.max_tool_calls_per_round)
+    rows = [tool_call_row(agent.name, progress.turn_id, call, created_at=services.clock_ms(),
+                          conversation_id=progress.conversation) for call in [*run, *skipped]]
+    if skipped:
+        log.warning("agent.tool_calls_not_run", agent=agent.name, turn=progress.turn_id,
+                    calls=len(response.tool_calls), limit=agent.max_tool_calls_per_round)
+        not_run = [{"type": "text", "text": not_run_text(len(response.tool_calls), agent.max_tool_calls_per_round)}]
+        rows += [tool_result_row(agent.name, progress.turn_id, call.id, call.name, not_run, True,
+                                 created_at=services.clock_ms(), conversation_id=progress.conversation)
+                 for call in skipped]
+    await services.writer.submit(InsertItems(rows))
+    for call in run:
         outcome = await services.toolbox.call(call, speech=progress.speech)
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
                                  created_at=services.clock_ms(), conversation_id=progress.conversation)
