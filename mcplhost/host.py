@@ -79,6 +79,7 @@ from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
+from .store.search_index import run_indexer
 from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
 from .supervisor.supervise import supervise
@@ -151,6 +152,9 @@ class Host:
                     self.metrics_address = bound_address(listener)
                     base.start_soon(self.metrics.serve, listener)
                 base.start_soon(_prune, self.store.pushes)
+                # The search index follows the items off the ack path; a store migrated with items in it is indexed
+                # in the background while connectors are served (docs/operations.md#searching).
+                base.start_soon(run_indexer, self.store.search_index)
                 if self.config.store.retention_days > 0:  # 0: items are kept for good (docs/operations.md#retention)
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
