@@ -6,15 +6,18 @@ the mark and the newest id:
 1. every item above the mark (not indexed yet: a few, or most of a store whose index is being built),
    read row by row;
 2. then, when the query requires strings of 3 or more characters (store/search_query.py `required`),
-   the indexed items that hold all their trigrams (`fts_match`); otherwise every item at or below the
-   mark, read row by row as before the index.
+   the indexed items that hold the rarest few of their trigrams (`rarest`: each probed on its newest
+   rows; a common trigram costs the lookup more than it narrows); otherwise every item at or below the
+   mark, row by row, as before the index. The candidates are a superset of the matches; the search tests
+   each against its own row's text.
 
-The filter (`SearchFilter`) is part of each statement's WHERE, so rows it excludes are never decoded,
-and `channel_id = ?` (an exact channel, `--channel` or a `hears` entry without wildcards) is answered by
-the index items_by_channel. Each statement reads one page of SEARCH_PAGE_ROWS rows and ends before the
-next begins, so WAL checkpoints go on; rows are decoded one at a time. A statement that runs long (a
-filter that excludes most of the index's candidates) is stopped by SQLite's progress handler, which the
-caller sets (`SearchInterrupted`).
+The filter (`SearchFilter`) is part of each statement's WHERE, so rows it excludes are never decoded, and
+each condition is answered from an index: a connector's rows through items_by_server, an exact channel
+through items_by_channel, `--since` from the lowest id items_by_time gives (`since_floor`). With several
+`hears` entries, each has its own statement and the rows are merged here, newest first. Each statement
+reads one page of SEARCH_PAGE_ROWS rows and ends before the next begins, so WAL checkpoints go on; rows are
+decoded one at a time. A statement that runs long (a filter that excludes most of the candidates) is
+stopped by SQLite's progress handler, which the caller sets (`SearchInterrupted`).
 """
 
 from __future__ import annotations
