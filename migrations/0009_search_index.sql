@@ -26,6 +26,12 @@ CREATE TABLE search_index (
 );
 INSERT INTO search_index (id, indexed_to) VALUES (1, 0);
 
+-- FTS5 merges the index's segments in the transaction of the write that
+-- adds one (automerge), a few hundred milliseconds at times on a large index:
+-- that would hold up inbound commits. Off: the indexer merges in short
+-- transactions of its own, a bounded number of pages each.
+INSERT INTO items_search (items_search, rank) VALUES ('automerge', 0);
+
 -- The filters of a search are conditions in its statements, answered from
 -- indexes (store/search_reader.py): a `hears` entry naming a connector reads
 -- that connector's rows newest first, and `--since` finds the lowest id

@@ -239,6 +239,10 @@ class Database:
             finally:
                 _current_transaction.reset(token)
 
+    def writers_waiting(self) -> int:
+        """How many tasks wait now for the writer's lock (for their transaction or `reading()`)."""
+        return self._lock.statistics().tasks_waiting
+
     def writer(self, operation: str) -> aiosqlite.Connection:
         """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
         if _current_transaction.get() is not self:

@@ -29,8 +29,7 @@ from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
 from mcplhost.store.quotas import QuotaCharge, QuotaUsage
-from mcplhost.store.search_index import IndexProgress
-from mcplhost.store.search_query import Required, SearchFilter
+from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
 from mcplhost.store.turns import Turn, TurnEnd, TurnStart
 
 
@@ -193,10 +192,17 @@ class SearchIndex(Protocol):
     """The index searches answer from, kept off the ack path (docs/operations.md#searching).
 
     An indexer follows the items by id and keeps a high-water mark: every item at or below it is
-    indexed. SQLite's is FTS5 trigrams (search_index.py); a PostgreSQL store's would be pg_trgm, a second class.
+    indexed; `merge_step` tidies the index's structure a bounded step at a time (False: nothing left to do, as
+    for an engine that keeps its index itself). SQLite's is FTS5 trigrams (search_index.py); a PostgreSQL
+    store's would be pg_trgm, a second class.
     """
 
+    #: Seconds its writes have held the writer while another writer waited, so far (the indexer paces itself by it).
+    contended_s: float
+
     async def index_next(self, limit: int) -> int: ...
+
+    async def merge_step(self) -> bool: ...
 
     async def forget_nocommit(self, ids: Sequence[int]) -> None: ...
 

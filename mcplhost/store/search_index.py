@@ -28,7 +28,8 @@ index is built again under the new rule.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiosqlite
@@ -38,6 +39,8 @@ import structlog
 
 from mcplhost.inbound.notice import reader_body
 from mcplhost.store.connection import Connections
+from mcplhost.store.interfaces import SearchIndex
+from mcplhost.store.search_query import IndexProgress
 
 log = structlog.get_logger()
 
@@ -47,9 +50,18 @@ BODY_FUNCTION = "mcplhost_body_text"
 INDEX_BATCH_ROWS = 500
 #: How often the indexer looks for new items once it has caught up (a search reads the rows above the mark).
 INDEX_POLL_S = 0.25
-#: While items arrive, the indexer pauses after a full batch this many times as long as the batch took: building
-#: or catching up beside inbound, it takes at most 1 / (1 + this) of the writer's time, inbound the rest.
-INDEX_PAUSE_FACTOR = 4.0
+#: After a round whose transactions kept other writers waiting, the indexer pauses this many times as long as
+#: they took: building or catching up beside inbound, it takes at most 1 / (1 + this) of the writer's time.
+INDEX_PAUSE_FACTOR = 2.0
+#: ... but never longer than this (a WAL checkpoint in a round's commit can make one round long).
+INDEX_PAUSE_MAX_S = 0.5
+#: Pages one merge of the index's segments writes at most (FTS5 'merge'): a transaction of a few milliseconds.
+INDEX_MERGE_PAGES = 64
+#: Merges after a batch that caught up, at most, while there is merging to do (a batch behind gets one): enough
+#: to keep up with the segments the batches add (each row is merged again once per level, a handful of levels at
+#: a million rows). New items come first, so a flood leaves merging for after it; FTS5's crisis merge (16
+#: segments on one level) bounds how far behind it gets.
+INDEX_MERGES_PER_BATCH = 4
 #: How long the indexer waits after a failed batch (a locked or full disk) before it tries again.
 INDEX_RETRY_S = 5.0
 #: Items behind the mark at which the indexer logs that it is building (and then when it has caught up).
@@ -66,18 +78,6 @@ class _Header(msgspec.Struct):
 
 
 _header_decoder = msgspec.json.Decoder(_Header)
-
-
-class IndexProgress(msgspec.Struct, frozen=True):
-    """How far the index has got: every item with an id at or below `indexed_to` is in it."""
-
-    indexed_to: int
-    newest: int  # the newest item's id (0: none)
-
-    @property
-    def behind(self) -> int:
-        """Ids above the mark: at most this many items a search reads row by row."""
-        return max(0, self.newest - self.indexed_to)
 
 
 def body_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
@@ -112,11 +112,23 @@ class SqliteSearchIndex:
 
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
+        #: Seconds the index's transactions (BEGIN to COMMIT, not the wait for the writer) took so far, counting
+        #: only those that ended with another writer waiting: the time they held inbound commits up.
+        self.contended_s = 0.0
+
+    @asynccontextmanager
+    async def _holding(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
+        """A transaction on the writer's connection, counted in `contended_s` when another writer waits at its end."""
+        async with self._connections.transaction():
+            began = time.monotonic()
+            yield self._connections.writer(operation)
+            waiting = self._connections.writers_waiting()
+        if waiting:
+            self.contended_s += time.monotonic() - began
 
     async def index_next(self, limit: int = INDEX_BATCH_ROWS) -> int:
         """Index the next `limit` items above the mark and move it past them, in one transaction; how many."""
-        async with self._connections.transaction():
-            conn = self._connections.writer("search_index.index_next")
+        async with self._holding("search_index.index_next") as conn:
             ((mark, count, last),) = await conn.execute_fetchall(
                 "SELECT indexed_to, (SELECT count(*) FROM (SELECT id FROM items WHERE id > indexed_to"
                 " ORDER BY id LIMIT ?)), (SELECT max(id) FROM (SELECT id FROM items WHERE id > indexed_to"
@@ -127,6 +139,14 @@ class SqliteSearchIndex:
                                " FROM items WHERE id > ? AND id <= ?", (mark, last))
             await conn.execute("UPDATE search_index SET indexed_to = ?", (last,))
             return int(count)
+
+    async def merge_step(self, pages: int = INDEX_MERGE_PAGES) -> bool:
+        """Merge some of the index's segments (at most about `pages` pages written), in one transaction; whether
+        there was any to merge (FTS5: fewer than 2 changes means none)."""
+        async with self._holding("search_index.merge_step") as conn:
+            before = conn.total_changes
+            await conn.execute("INSERT INTO items_search (items_search, rank) VALUES ('merge', ?)", (pages,))
+            return conn.total_changes - before >= 2
 
     async def forget_nocommit(self, ids: Sequence[int]) -> None:
         """Take the items `ids` out of the index, inside the caller's transaction, before it deletes them."""
@@ -146,37 +166,42 @@ class SqliteSearchIndex:
         return IndexProgress(indexed_to=mark, newest=newest)
 
 
-async def run_indexer(index: SqliteSearchIndex, *, batch_rows: int = INDEX_BATCH_ROWS,
+async def run_indexer(index: SearchIndex, *, batch_rows: int = INDEX_BATCH_ROWS,
                       poll_s: float = INDEX_POLL_S) -> None:
     """The daemon's task: index what is above the mark, a batch at a time, and then what arrives.
 
-    Behind by more than a batch (a build, or a catch-up after a flood), it goes on at once while no item
-    arrives, and while items do, it pauses after each batch INDEX_PAUSE_FACTOR times as long as the batch
-    took, leaving most of the writer to inbound. Caught up, it looks again every `poll_s`.
+    Each batch is followed by merges of the index's segments (INDEX_MERGES_PER_BATCH), each its own short
+    transaction (FTS5's own merging, in the transaction of each write, would hold inbound commits up).
+    Behind (a build, or a catch-up after a flood) or with merging left, it goes on at once, but after a round
+    whose transactions kept other writers waiting (inbound commits, retention) it pauses INDEX_PAUSE_FACTOR
+    times as long as those transactions took, so under load it takes at most 1 / (1 + INDEX_PAUSE_FACTOR) of
+    the writer. Caught up, it looks again every `poll_s`.
     """
     building: tuple[float, int] | None = None  # (started, items indexed so far) while a large backlog is built
-    last_newest = -1
     while True:
         try:
             progress = await index.progress()
-            arriving = progress.newest != last_newest  # items came in since the last batch began: inbound is busy
-            last_newest = progress.newest
             if building is None and progress.behind >= INDEX_BUILD_LOG_ROWS:
                 log.info("store.index_building", behind=progress.behind)
                 building = (time.monotonic(), 0)
-            began = time.monotonic()
+            contended = index.contended_s
             indexed = await index.index_next(batch_rows)
-            took = time.monotonic() - began
+            merging = True  # new items first: behind, one merge per batch; caught up, as many as there is work
+            for _ in range(INDEX_MERGES_PER_BATCH if indexed < batch_rows else 1):
+                merging = await index.merge_step()
+                if not merging:
+                    break
+            held_up = index.contended_s - contended  # the writer's time others waited for while the round had it
         except Exception:  # a failed batch (disk full, a locked file) is tried again; the host goes on
             log.error("store.index_failed", exc_info=True)
             await anyio.sleep(INDEX_RETRY_S)
             continue
         if building is not None:
             building = (building[0], building[1] + indexed)
-        if indexed < batch_rows:
+        if indexed < batch_rows and not merging:
             if building is not None:
                 log.info("store.index_built", items=building[1], seconds=round(time.monotonic() - building[0], 1))
                 building = None
             await anyio.sleep(poll_s)
         else:
-            await anyio.sleep(took * INDEX_PAUSE_FACTOR if arriving else 0)
+            await anyio.sleep(min(held_up * INDEX_PAUSE_FACTOR, INDEX_PAUSE_MAX_S))

@@ -66,6 +66,18 @@ class SearchFilter(msgspec.Struct, frozen=True):
     since_ms: int | None = None
 
 
+class IndexProgress(msgspec.Struct, frozen=True):
+    """How far the index has got: every item with an id at or below `indexed_to` is in it."""
+
+    indexed_to: int
+    newest: int  # the newest item's id (0: none)
+
+    @property
+    def behind(self) -> int:
+        """Ids above the mark: at most this many items a search reads row by row."""
+        return max(0, self.newest - self.indexed_to)
+
+
 class _Unsure(Exception):
     """The expression may not mean to `regex` what the standard parser read: take no run."""
 
