@@ -11,7 +11,8 @@ An item is acknowledged to its connector when it is committed, as before; the in
 `SqliteSearchIndex.index_next` indexes the next items above the high-water mark
 (`search_index.indexed_to`: every item at or below it is indexed) in one short write transaction
 on the writer's connection, and moves the mark with them; `run_indexer` is the daemon's task that calls it
-in small batches, pausing between them so inbound commits keep most of the writer. A search answers
+in small batches, and merges the index's segments in steps as short (`merge_step`), pausing when inbound
+commits had to wait for it. A search answers
 from the index at or below the mark and reads the rows above it (store/search_reader.py), so a fresh
 item is found at once, and a store migrated with items in it is searchable, only slower, while its index
 is built in the background.
@@ -21,8 +22,10 @@ writer's connection: the bodies never pass through Python parameters, so the wri
 (db.py RedactingWriter) does not search them again; they were redacted when stored. A contentless table
 forgets a row only when told its exact text: retention (store/retention.py) calls `forget_nocommit`
 in its delete's transaction, which gives the text again from the same stored row with the same function.
-A release that changes `body_text` must empty the table and set the mark to 0 in a migration, so the
-index is built again under the new rule.
+Were the text given then to differ from the text indexed (a release that changes `body_text` or
+`reader_body`), the row's old trigrams would stay: candidates for an id no longer in items, which the
+search's join drops, so no result is wrong, but the index holds them. Such a release empties the table and
+sets the mark to 0 in a migration, so the index is built again under the new rule.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What a search asks for, as the search index reads it: the strings every match contains, and the rows searched.
 
-Pure functions and plain data (docs/operations.md#searching). The index answers "which bodies contain all of these
+Pure functions and plain data, whatever the engine (docs/operations.md#searching); also how far an index has
+got (`IndexProgress`). The index answers "which bodies contain all of these
 strings"; it can serve a query only if every body the query matches contains some strings of
 INDEX_RUN_MIN_CHARS or more that can be named before reading any body:
 

@@ -140,6 +140,7 @@ class TestTheIndexAgreesWithTheScan:
         searches = [(*data.draw(queries(items)), data.draw(FILTERS), data.draw(st.integers(0, 5)))
                     for _ in range(SEARCHES_PER_STORE)]
         marked, pruned, later = (data.draw(st.integers(0, len(items))) for _ in range(3))
+        merge = data.draw(st.booleans())
         path = tmp_path_factory.mktemp("example") / "host.db"
         shutil.copyfile(template, path)
 
@@ -147,11 +148,11 @@ class TestTheIndexAgreesWithTheScan:
             async with open_store(path) as store:
                 if items:
                     await store.items.insert_many(items)
-                await index_up_to(store, marked)
+                await index_up_to(store, marked, merge=merge)
                 if pruned:  # every item is old: retention deletes ids 1..pruned, indexed or not
                     await store.retention.prune_batch(after_id=0, cutoff_ms=BASE_MS * 2, floor_id=pruned,
                                                       now_ms=BASE_MS * 2)
-                await index_up_to(store, later)
+                await index_up_to(store, later, merge=merge)
                 found: list[SearchResult | None] = []
                 for query, as_regex, ignore_case, where, limit in searches:
                     try:
@@ -194,10 +195,13 @@ class TestTheIndexAgreesWithTheScan:
         conn.close()
 
 
-async def index_up_to(store: Store, count: int) -> None:
-    """Index `count` more items (if there are that many above the mark), in batches of a few."""
+async def index_up_to(store: Store, count: int, *, merge: bool = False) -> None:
+    """Index `count` more items (if there are that many above the mark), in batches of a few; with `merge`, a
+    small merge of the index's segments after each (each batch adds a segment: they merge four at a time)."""
     while count > 0:
         done = await store.search_index.index_next(min(count, 4))
+        if merge:
+            await store.search_index.merge_step(1)
         if not done:
             return
         count -= done
@@ -224,6 +228,24 @@ class TestFreshAndRemovedItems:
             rows = await conn.execute_fetchall("SELECT rowid FROM items_search WHERE items_search MATCH ?",
                                                (" AND ".join(fts_terms(Required(("needle",), False))),))
         assert [row[0] for row in rows] == [ids[4], ids[5]]
+
+
+class TestMerging:
+    async def test_merged_segments_answer_as_before_and_retention_still_deletes_from_them(
+            self, store: Store, db_path: Path) -> None:
+        """Batches of a few items make many segments; the indexer's merges fold them (with work to do, then
+        none), and the searches and retention's deletes are the same either side."""
+        ids = await store.items.insert_many([make_item(f"needle {n}", created_at=BASE_MS) for n in range(40)])
+        await index_up_to(store, 40)
+        before = await search_items(store, "needle", limit=100)
+        worked = [await store.search_index.merge_step(1) for _ in range(40)]
+        assert worked[0] and not worked[-1]
+        assert (await search_items(store, "needle", limit=100)).hits == before.hits
+        await store.retention.prune_batch(after_id=0, cutoff_ms=BASE_MS + 1, floor_id=ids[29], now_ms=BASE_MS + 1)
+        assert [hit["id"] for hit in (await search_items(store, "needle", limit=100)).hits] == ids[30:][::-1]
+        with sqlite3.connect(db_path) as conn:
+            conn.execute("INSERT INTO items_search (items_search) VALUES ('integrity-check')")
+        conn.close()
 
 
 class TestPagesAndStatements:
