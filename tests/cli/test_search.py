@@ -236,19 +236,18 @@ BACKLOG = 12_000
 
 class TestAStoreFromThePreviousRelease:
     async def test_run_serves_it_at_once_and_indexes_it_in_the_background(self, tmp_path) -> None:
-        """A store the migrations before 0009 made, with items: `run` migrates it without indexing, serves the
+        """A store the migrations before the search index's made, with items: `run` migrates it without indexing, serves the
         connector (host.ready) before the indexer starts, and builds the index in the background; a search
         beside it, wherever the build has got to, finds the fresh item and the old ones."""
-        from mcplhost.store.migrate import default_folder, load_migrations
         from mcplhost.store.search_index import INDEX_BUILD_LOG_ROWS
+
+        from ..store.test_search_index import previous_release
 
         assert BACKLOG >= INDEX_BUILD_LOG_ROWS
         previous = tmp_path / "previous-release"
         previous.mkdir()
-        for migration in load_migrations()[:8]:
-            name = f"{migration.version:04d}_{migration.name}.sql"
-            (previous / name).write_text(migration.sql)
-        assert (Path(str(default_folder())) / "0009_search_index.sql").exists()
+        for migration in previous_release():
+            (previous / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql)
         db = tmp_path / "host.db"
         await seed(db, [f"{'old needle' if n % 1000 == 0 else 'hay'} {n}" for n in range(BACKLOG)],
                    migrations_folder=previous)

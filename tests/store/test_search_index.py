@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from mcplhost.agents.context import heard_by
 from mcplhost.store import NewItem, Store, StoredItem, open_store
 from mcplhost.store.items import STORED_COLUMNS, stored_item
-from mcplhost.store.migrate import default_folder, load_migrations
+from mcplhost.store.migrate import Migration, default_folder, load_migrations
 from mcplhost.store.readers import SearchError, SearchResult, compile_query, scan, search_items
 from mcplhost.store.search_index import run_indexer
 from mcplhost.store.search_query import Required, SearchFilter
@@ -322,11 +322,12 @@ class TestPagesAndStatements:
 class TestAStoreFromBeforeTheIndex:
     async def test_it_opens_at_once_answers_correctly_while_it_builds_and_is_indexed_in_the_background(
             self, tmp_path: Path) -> None:
-        """Migrations before 0009 made the store; today's opens it without indexing, searches it by scan, and the
-        indexer, a background task, builds the index, after which the same search tests only candidates."""
+        """The migrations before the search index's made the store; today's opens it without indexing, searches
+        it by scan, and the indexer, a background task, builds the index, after which the same search tests only
+        candidates."""
         old = tmp_path / "previous-release"
         old.mkdir()
-        for migration in load_migrations()[:8]:
+        for migration in previous_release():
             name = f"{migration.version:04d}_{migration.name}.sql"
             shutil.copy(Path(str(default_folder())) / name, old / name)
         db = tmp_path / "host.db"
@@ -345,6 +346,13 @@ class TestAStoreFromBeforeTheIndex:
             after = await search_items(store, "needle")
         assert during.hits == after.hits and [hit["id"] for hit in after.hits] == list(range(1101, 0, -100))
         assert during.searched == 1200 and after.searched == 12
+
+
+def previous_release() -> list[Migration]:
+    """The migrations of the release before the search index: every one before it."""
+    migrations = load_migrations()
+    (index,) = [n for n, migration in enumerate(migrations) if migration.name == "search_index"]
+    return migrations[:index]
 
 
 async def wait_for_progress(store: Store) -> None:
