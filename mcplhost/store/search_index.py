@@ -178,18 +178,25 @@ async def run_indexer(index: SearchIndex, *, batch_rows: int = INDEX_BATCH_ROWS,
     Behind (a build, or a catch-up after a flood) or with merging left, it goes on at once, but after a round
     whose transactions kept other writers waiting (inbound commits, retention) it pauses INDEX_PAUSE_FACTOR
     times as long as those transactions took, so under load it takes at most 1 / (1 + INDEX_PAUSE_FACTOR) of
-    the writer. Caught up, it looks again every `poll_s`.
+    the writer. Caught up with nothing to merge, it writes nothing and looks again every `poll_s`.
     """
     building: tuple[float, int] | None = None  # (started, items indexed so far) while a large backlog is built
+    merging = True  # whether the last merge found more to do (at start: look)
     while True:
         try:
             progress = await index.progress()
+            if not progress.behind and not merging:  # caught up and tidy: no transaction at all
+                if building is not None:
+                    log.info("store.index_built", items=building[1], seconds=round(time.monotonic() - building[0], 1))
+                    building = None
+                await anyio.sleep(poll_s)
+                continue
             if building is None and progress.behind >= INDEX_BUILD_LOG_ROWS:
                 log.info("store.index_building", behind=progress.behind)
                 building = (time.monotonic(), 0)
             contended = index.contended_s
-            indexed = await index.index_next(batch_rows)
-            merging = True  # new items first: behind, one merge per batch; caught up, as many as there is work
+            indexed = await index.index_next(batch_rows) if progress.behind else 0
+            # New items first: behind, one merge per batch; caught up, as many as there is work for.
             for _ in range(INDEX_MERGES_PER_BATCH if indexed < batch_rows else 1):
                 merging = await index.merge_step()
                 if not merging:
@@ -201,10 +208,4 @@ async def run_indexer(index: SearchIndex, *, batch_rows: int = INDEX_BATCH_ROWS,
             continue
         if building is not None:
             building = (building[0], building[1] + indexed)
-        if indexed < batch_rows and not merging:
-            if building is not None:
-                log.info("store.index_built", items=building[1], seconds=round(time.monotonic() - building[0], 1))
-                building = None
-            await anyio.sleep(poll_s)
-        else:
-            await anyio.sleep(min(held_up * INDEX_PAUSE_FACTOR, INDEX_PAUSE_MAX_S))
+        await anyio.sleep(min(held_up * INDEX_PAUSE_FACTOR, INDEX_PAUSE_MAX_S))

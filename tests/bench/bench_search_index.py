@@ -17,6 +17,8 @@ Over the cached stores of tests/bench/search_corpus.py (ITEMS items of varied ch
   from the ack to found, and the rows above the index's mark then. Goal: found within 1 s.
 - inbound: tests/bench/bench_inbound_path.py's two workloads through `mcplhost run`'s host, with the indexer and
   without it (patched out), in alternating rounds of one run; best of each. Goal: with >= 80% of without.
+  ingest: the same comparison in process (Ingest and the group writer, one message per request, no connector
+  process), less noisy on a shared machine.
 - size: the index's pages (dbstat) against the bodies it holds (their text as searched, UTF-8) and the items table.
 - build: `mcplhost run` (a subprocess, no connector) over a copy of the store without its index: seconds until
   `host.ready`, seconds to build, the daemon's RSS sampled meanwhile, and a search while it builds.
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 from search_corpus import (  # beside this file: the script's folder is on sys.path
     ABSENT_WORD,
     COMMON_WORD,
@@ -68,6 +71,9 @@ LAG_SECONDS = int(os.environ.get("LAG_SECONDS", "20"))
 PROBE_EVERY = 250
 INBOUND_ITEMS = 40_000
 INBOUND_ROUNDS = 3
+INGEST_ITEMS = 30_000
+INGEST_ROUNDS = 5
+IN_PROCESS_INFLIGHT = 256
 #: (label, arguments of `mcplhost search` after the query, the query)
 QUERIES = (
     ("present word", COMMON_WORD, ()),
@@ -245,6 +251,56 @@ async def inbound(items: int) -> None:
               f" {', '.join(f'{r:,.0f}' for r in rates['without'])})")
 
 
+async def ingest(items: int) -> None:
+    """Inbound in this process (Ingest.store_messages, one message per request, IN_PROCESS_INFLIGHT at once, the
+    group writer), with the indexer running beside it and without, alternating rounds: the daemon's own cost of
+    the index without the connectors' processes and the wire."""
+    from mcplhost.ingest import Ingest
+    from mcplhost.protocol.intake import AdmittedMessage
+    from mcplhost.speech.echoes import EchoMemory
+    from mcplhost.store.search_index import run_indexer
+    from mcplhost.store.writer import GroupWriter
+
+    async def rate(indexer: bool) -> tuple[float, int]:
+        with tempfile.TemporaryDirectory() as name:
+            async with open_store(Path(name) / "host.db") as store, anyio.create_task_group() as tg:
+                writer = GroupWriter(store)
+                await tg.start(writer.run)
+                if indexer:
+                    tg.start_soon(run_indexer, store.search_index)
+                intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox))
+                sent = iter(range(INGEST_ITEMS))
+
+                async def one_connector(lane: int) -> None:
+                    for n in sent:
+                        await intake.store_messages(f"c{lane % 4}", "channels/incoming", [AdmittedMessage(
+                            channel_id="disc:g1:room", label="#room", message_id=f"m-{n}", participant="Alice",
+                            content=[{"type": "text", "text": f"an ordinary chat message of an ordinary length {n}"}])])
+
+                started = time.perf_counter()
+                async with anyio.create_task_group() as senders:
+                    for lane in range(IN_PROCESS_INFLIGHT):
+                        senders.start_soon(one_connector, lane)
+                seconds = time.perf_counter() - started
+                behind = (await store.search_index.progress()).behind
+                tg.cancel_scope.cancel()
+        return INGEST_ITEMS / seconds, behind
+
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    behind: list[int] = []
+    for _ in range(INGEST_ROUNDS):
+        for indexer in (False, True):
+            value, left = await rate(indexer)
+            rates[indexer].append(value)
+            if indexer:
+                behind.append(left)
+    best = {indexer: max(values) for indexer, values in rates.items()}
+    print(f"  in process, 1 message per request: with the indexer {best[True]:,.0f} items/s, without"
+          f" {best[False]:,.0f} | ratio {best[True] / best[False]:.0%} (best of {INGEST_ROUNDS} each, alternating;"
+          f" medians {statistics.median(rates[True]):,.0f} / {statistics.median(rates[False]):,.0f}); the index"
+          f" {statistics.median(behind):,.0f} items behind when the flood ended")
+
+
 def size(items: int) -> None:
     conn = sqlite3.connect(f"file:{indexed_store(items)}?mode=ro", uri=True)
     conn.create_function("body_text", 2, index_text, deterministic=True)
@@ -305,7 +361,8 @@ def build(items: int) -> None:
     print(f"  a search while it builds: {searched}")
 
 
-PARTS = {"queries": queries, "tool": tool, "lag": lag, "inbound": inbound, "size": size, "build": build}
+PARTS = {"queries": queries, "tool": tool, "lag": lag, "inbound": inbound, "ingest": ingest, "size": size,
+         "build": build}
 
 
 def main() -> None:
