@@ -80,8 +80,8 @@ from mcplhost.secrets import Secrets
 from mcplhost.speech.notices import shown_label
 from mcplhost.speech.withhold import SECRET
 from mcplhost.store import Store
-from mcplhost.store.items import StoredItem
 from mcplhost.store.readers import SEARCH_DEADLINE_S, SearchError, search_items
+from mcplhost.store.search_query import SearchFilter
 
 log = structlog.get_logger()
 
@@ -375,14 +375,14 @@ class ToolBox:
     """One agent's tools: `specs()` offers them, `call()` runs one and never raises for a tool's failure."""
 
     def __init__(self, agent: AgentConfig, handles: Mapping[str, ConnectorPort], store: Store, *,
-                 heard: Callable[[StoredItem], bool] | None = None,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  peers: PeerService | None = None) -> None:
         self.agent = agent
         self.peers = peers  # the host's peer messaging (None: no peer tools)
         self.handles = handles
         self.store = store
-        self.heard = heard if heard is not None else self._hears
+        #: What history_search reads: items everyone may see (no agent's own rows) from what the agent hears.
+        self.heard = SearchFilter(heard=tuple(agent.hears or ()))
         self.clock_ms = clock_ms
         self._log = log.bind(agent=agent.name)
         self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
@@ -390,11 +390,6 @@ class ToolBox:
         # offered name → (the MCP tool as listed, what it is offered as, its chars): judged once per listing
         self._judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
-
-    def _hears(self, item: StoredItem) -> bool:
-        """Items everyone may see (no agent's own rows) from what the agent hears."""
-        return item.agent is None and heard_by(self.agent.hears, item.metadata.get("serverId"),
-                                               item.metadata.get("channelId"))
 
     # --- what is offered -------------------------------------------------------------
 

@@ -67,6 +67,7 @@ from mcplhost.store.operations import (
     SetCursor,
 )
 from mcplhost.store.turns import (
+    DAY_MS,
     REASON_BACKEND_ERROR,
     REASON_INTERNAL_ERROR,
     REASON_SHUTDOWN,
@@ -81,8 +82,6 @@ log = structlog.get_logger()
 CONTEXT_ROWS = 2000
 #: How long the final write of a cancelled turn (lifecycle aborted, outcome aborted) may take.
 ABORT_WRITE_S = 5.0
-#: The window `max_tokens_per_day` counts over.
-DAY_MS = 86_400_000
 
 OUTCOME_COMPLETED = "completed"
 OUTCOME_FAILED = "failed"

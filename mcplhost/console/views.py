@@ -29,8 +29,7 @@ from mcplhost.store import Store, StoredItem, Turn
 from mcplhost.store.outbox import OutboxRow
 from mcplhost.store.quotas import QUOTA_BUCKET_MS, QUOTA_WINDOW_BUCKETS, oldest_bucket
 from mcplhost.store.readers import SearchError, search_items, stopped_early_warning, timed_out_warning
-from mcplhost.store.retention import DAY_MS
-from mcplhost.store.turns import spent_tokens
+from mcplhost.store.turns import DAY_MS, spent_tokens
 
 from .charts import Chart, bar_chart
 

@@ -21,8 +21,7 @@ see the last commit and never take the writer's lock
 from __future__ import annotations
 
 import builtins
-import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiosqlite
@@ -58,7 +57,9 @@ _ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
 # only when all four are non-null, i.e. a channel item carrying its digest.
 _KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
 _KEY_POSITIONS = tuple([c.strip() for c in _INSERT_COLUMNS.split(",")].index(k) for k in _KEY_COLUMNS)
-_COLUMNS = "id, agent, participant, role, content, metadata, created_at"
+#: The columns a `StoredItem` is read from (`stored_item`), in its field order.
+STORED_COLUMNS = ("id", "agent", "participant", "role", "content", "metadata", "created_at")
+_COLUMNS = ", ".join(STORED_COLUMNS)
 _WRITTEN_COLUMNS = ("id, agent, participant, role, content, metadata, thread_id, conversation_id, dedup_digest,"
                     " created_at")
 _FIND_ORIGINAL = f"SELECT id, conversation_id FROM items WHERE {' AND '.join(f'{k} = ?' for k in _KEY_COLUMNS)}"
@@ -209,7 +210,7 @@ class ItemRepository:
                 )
             rows = builtins.list(rows)
             for row in rows:
-                yield _stored_item(row)
+                yield stored_item(row)
             if len(rows) < READ_PAGE_SIZE:
                 return
             after = rows[-1][0]
@@ -228,7 +229,7 @@ class ItemRepository:
 
         With `limit`, the first `limit` of them; page on by passing the last id returned.
         """
-        return [_stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
+        return [stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
 
     async def after_as_written(self, item_id: int, *, since_ms: int = 0,
                                limit: int | None = None) -> builtins.list[tuple[int, NewItem]]:
@@ -268,7 +269,7 @@ class ItemRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
-        return [_stored_item(row) for row in reversed(builtins.list(rows))]
+        return [stored_item(row) for row in reversed(builtins.list(rows))]
 
     async def own_after(self, agent: str, item_id: int, *, limit: int) -> builtins.list[StoredItem]:
         """The agent's own rows with an id above `item_id`, oldest first, at most `limit` (items_by_agent).
@@ -278,7 +279,7 @@ class ItemRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?", (agent, item_id, limit))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
     async def newest_turn_drafts(self, agent: str) -> int:
         """The draft rows (prose not sent, docs/agents.md#drafts) of the agent's newest turn.
@@ -312,7 +313,7 @@ class ItemRepository:
                 chunk = wanted[start : start + IDS_PER_QUERY]
                 rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
-                found.extend(_stored_item(row) for row in rows)
+                found.extend(stored_item(row) for row in rows)
         return found
 
 
@@ -338,7 +339,7 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
                 (*params, limit))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
     async def turn_rows(self, agent: str, turn_id: int, *, after: int = 0,
                         window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
@@ -351,7 +352,7 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?)"
                 " WHERE json_extract(metadata, '$.turnId') = ? ORDER BY id", (agent, after, window, turn_id))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
     async def recent_drafts(self, agent: str, limit: int,
                             window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
@@ -360,7 +361,7 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
                 " WHERE json_extract(metadata, '$.kind') = 'draft' ORDER BY id DESC LIMIT ?", (agent, window, limit))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
 async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
@@ -397,30 +398,6 @@ async def _original(conn: aiosqlite.Connection, key: tuple[Any, ...]) -> ItemWri
     for item_id, conversation in rows:
         return ItemWritten(item_id, True, conversation)
     raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
-
-
-def newest_first(conn: sqlite3.Connection, *, page_rows: int = READ_PAGE_SIZE) -> Iterator[StoredItem]:
-    """Every item stored before the scan began, newest first, on a plain sqlite3 connection (a worker thread's).
-
-    A page of `page_rows` per statement, each statement ended before the
-    next begins; rows are decoded one at a time as they are taken, so
-    memory is one row whatever the bodies' sizes. Close the generator to
-    stop early.
-    """
-    ((before,),) = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM items").fetchall()
-    while True:
-        cursor = conn.execute(f"SELECT {_COLUMNS} FROM items WHERE id < ? ORDER BY id DESC LIMIT ?",
-                              (before, page_rows))
-        try:
-            taken = 0
-            for row in cursor:
-                taken += 1
-                before = row[0]
-                yield _stored_item(row)
-        finally:
-            cursor.close()
-        if taken < page_rows:
-            return
 
 
 def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = None) -> tuple[str, tuple[Any, ...]]:
@@ -467,7 +444,8 @@ def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return None if None in key else key
 
 
-def _stored_item(row: Sequence[Any]) -> StoredItem:
+def stored_item(row: Sequence[Any]) -> StoredItem:
+    """A row of `STORED_COLUMNS` as its `StoredItem`."""
     item_id, agent, participant, role, content, metadata, created_at = row
     return StoredItem(
         id=item_id,
