@@ -1,6 +1,6 @@
 """The live handle of one configured connector: one object for the daemon's whole run, across restarts.
 
-It is the read-only view that implements `ConnectorPort`
+It is the read-only view that implements the connector ports
 (mcplhost/protocol/ports.py): the speech router, the outbox sender, the
 agents and the status socket hold a handle, never a connection, because a
 connection lasts one process life and a handle lasts as long as the host.
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import UNSET
@@ -45,12 +45,19 @@ from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.counts import RefusalCounts
 from mcplhost.protocol.ports import (
     SERVING,
+    AcknowledgePort,
+    CatchUpPort,
+    ChannelListing,
     ConnectorGone,
     ConnectorNotReady,
     ConnectorStopped,
+    HookPort,
     InferenceService,
+    NotifyPort,
+    OutboxPort,
     PendingHooks,
     State,
+    ToolPort,
 )
 from mcplhost.rpc import ConnectionClosed, RemoteError, Session
 
@@ -144,6 +151,11 @@ class ConnectorHandle:
         if connection is None or self.life.state not in SERVING or "tools" not in connection.grant:
             return []
         return list(connection.tools or [])
+
+    @property
+    def lives(self) -> int:
+        """Process lives started since the host started: a new number is a new life (the outbox sender's grace)."""
+        return self.life.lives
 
     def statistics(self) -> ConnectorStatistics:
         life, traffic = self.life, self.traffic
@@ -298,3 +310,14 @@ class ConnectorHandle:
             await self.life.wait_change()
         return True
 
+
+if TYPE_CHECKING:  # the type checker holds the handle to every port the host hands it in as
+
+    def _implements_the_ports(handle: ConnectorHandle) -> None:
+        _outbox: OutboxPort = handle
+        _notify: NotifyPort = handle
+        _acknowledge: AcknowledgePort = handle
+        _hooks: HookPort = handle
+        _catch_up: CatchUpPort = handle
+        _listing: ChannelListing = handle
+        _tools: ToolPort = handle
