@@ -28,7 +28,7 @@ import structlog
 
 from mcplhost.agents.tools import cut_error
 from mcplhost.config import AgentConfig
-from mcplhost.protocol.ports import ConnectorPort, State
+from mcplhost.protocol.ports import AcknowledgePort, State
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.rpc import RemoteError
 from mcplhost.store.items import StoredItem
@@ -89,7 +89,7 @@ def acknowledgements(agent: AgentConfig, items: Iterable[StoredItem]) -> list[Ac
     return found
 
 
-def may_acknowledge(handle: ConnectorPort | None) -> bool:
+def may_acknowledge(handle: AcknowledgePort | None) -> bool:
     """Whether a connector may be asked `channels/acknowledge` now: it serves and holds channels.acknowledge."""
     return handle is not None and handle.state is State.READY and ACKNOWLEDGE in handle.grant
 
@@ -97,7 +97,7 @@ def may_acknowledge(handle: ConnectorPort | None) -> bool:
 class Acknowledger:
     """The host's acknowledgements: turns `offer` them, `run` (one task) sends them one at a time."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], *, timeout_s: float = ACK_TIMEOUT_S) -> None:
+    def __init__(self, handles: Mapping[str, AcknowledgePort], *, timeout_s: float = ACK_TIMEOUT_S) -> None:
         self._handles = handles
         self._timeout_s = timeout_s
         self._queue: deque[Acknowledgement] = deque()

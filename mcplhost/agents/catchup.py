@@ -4,7 +4,7 @@ After a restart the catch-up wakes are due at once, while the connectors
 are still starting: a turn run then finds its item's channel not registered
 yet, so its reply is routed `unknown` and kept as a draft. So before a
 catch-up wake's turn, the runner waits until every connector its items came
-through has registered their channels again (`ConnectorPort.wait_channel`),
+through has registered their channels again (`CatchUpPort.wait_channel`),
 or has given up (stopped, in the slow lane, plain MCP only), at most
 CATCH_UP_ROUTE_WAIT_S. Live wakes never wait: their items came through a
 connector that was serving. An item of no channel (an unscoped push) has no
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 
-from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.protocol.ports import CatchUpPort
 from mcplhost.store import StoredItem
 
 #: How long a catch-up wake waits for its connectors to register the channels of its items, at most.
@@ -36,7 +36,7 @@ def routes_of(items: Sequence[StoredItem]) -> list[tuple[str, str]]:
     return sorted(found)
 
 
-async def wait_for_routes(handles: Mapping[str, ConnectorPort], items: Sequence[StoredItem], *,
+async def wait_for_routes(handles: Mapping[str, CatchUpPort], items: Sequence[StoredItem], *,
                           timeout: float = CATCH_UP_ROUTE_WAIT_S) -> list[str]:
     """Wait until the items' channels are registered or their connectors gave up, at most `timeout` in all.
 

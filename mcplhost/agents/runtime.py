@@ -66,7 +66,8 @@ from typing import Any
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends.moderation import make_moderator
@@ -78,7 +79,7 @@ from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
-from mcplhost.agents.services import NoTimings, TurnServices, TurnTimings
+from mcplhost.agents.services import AgentConnector, NoTimings, TurnServices, TurnTimings
 from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
@@ -96,7 +97,6 @@ from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
 from mcplhost.peers.ports import Activity
 from mcplhost.peers.service import PeerService
-from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store, StoredItem
 from mcplhost.store.decisions import WakeDecision
@@ -357,7 +357,7 @@ class AgentsReload(msgspec.Struct, frozen=True):
 class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
-    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, ConnectorPort], *,
+    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
                  timings: TurnTimings | None = None) -> None:
@@ -559,7 +559,7 @@ class AgentsRuntime:
             stats[name] = snapshot
         return stats
 
-    async def run(self, stored: ObjectReceiveStream[Stored], *,
+    async def run(self, stored: MemoryObjectReceiveStream[Stored], *,
                   task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start the cursors and the agents, then offer every event of `stored` until cancelled or it ends."""
         for agent in self.config.agents:
@@ -676,7 +676,7 @@ class AgentsRuntime:
         for name, cursor in cursors.items():
             log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
-    async def _dispatch(self, stored: ObjectReceiveStream[Stored]) -> None:
+    async def _dispatch(self, stored: MemoryObjectReceiveStream[Stored]) -> None:
         """Offer each event; everything the stream holds at once is one batch, offered in id order."""
         async with stored:
             async for first in stored:
@@ -720,7 +720,7 @@ class AgentsRuntime:
             runner.offer(event, now)
 
 
-def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
+def _buffered(stored: MemoryObjectReceiveStream[Stored]) -> list[Stored]:
     """The events already waiting in the stream (at most its buffer), taken without a yield."""
     events: list[Stored] = []
     while True:

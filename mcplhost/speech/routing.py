@@ -35,7 +35,7 @@ import msgspec
 
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.channels import Channel, permitted
-from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.protocol.ports import ChannelListing, ChannelPatterns, PublishCheck
 
 __all__ = [
     "ALREADY_PUBLISHED",
@@ -160,12 +160,12 @@ def _refusal(direction: str, channel_allowed: bool, grant: frozenset[str]) -> st
     return None
 
 
-def _channel_refusal(handle: ConnectorPort, channel: Channel, grant: frozenset[str]) -> str | None:
-    """Why `handle`'s connector cannot publish to its registered `channel` now, or None: it can."""
-    return _refusal(channel.direction, permitted(channel.id, handle.spec.channels), grant)
+def _channel_refusal(spec: ChannelPatterns, channel: Channel, grant: frozenset[str]) -> str | None:
+    """Why a connector (its `spec`'s patterns) cannot publish to its registered `channel` now, or None: it can."""
+    return _refusal(channel.direction, permitted(channel.id, spec.channels), grant)
 
 
-def publish_refusal(handle: ConnectorPort, channel_id: str) -> str | None:
+def publish_refusal(handle: PublishCheck, channel_id: str) -> str | None:
     """Why the connector cannot publish to `channel_id` now (`unknown`: not registered), or None.
 
     The rule `channel_views` applies, for one channel and whoever hears it:
@@ -175,10 +175,11 @@ def publish_refusal(handle: ConnectorPort, channel_id: str) -> str | None:
     channel = handle.channel(channel_id)
     if channel is None:
         return "unknown"
-    return _channel_refusal(handle, channel, frozenset(handle.grant))
+    return _channel_refusal(handle.spec, channel, frozenset(handle.grant))
 
 
-def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[str] | None) -> list[ChannelView]:
+def channel_views(handles: Mapping[str, ChannelListing] | Iterable[ChannelListing],
+                  hears: Sequence[str] | None) -> list[ChannelView]:
     """The channels the agent hears, from each handle's registered channels and grant, as they are now."""
     views: list[ChannelView] = []
     for handle in handles.values() if isinstance(handles, Mapping) else handles:
@@ -186,7 +187,7 @@ def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[st
         for channel in handle.channels():
             if not _hears_channel(hears, handle.name, channel.id):
                 continue
-            refusal = _channel_refusal(handle, channel, grant)
+            refusal = _channel_refusal(handle.spec, channel, grant)
             views.append(ChannelView(server_id=handle.name, channel_id=channel.id, label=channel.label,
                                      direction=channel.direction, publishable=refusal is None, refusal=refusal))
     return views

@@ -35,7 +35,7 @@ class Spec:
 
 @dataclass
 class Handle:
-    """A stand-in for ConnectorHandle's read-only view: its name, grant, patterns and registered channels."""
+    """A ChannelListing: its name, patterns, grant and registered channels."""
 
     name: str
     registered: list[Channel]
