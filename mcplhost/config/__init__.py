@@ -1,7 +1,8 @@
 """The configuration file: TOML decoded into frozen, strict msgspec Structs (docs/architecture.md#layers).
 
 By job: schema.py is the file's shape, load.py reads and resolves it,
-check.py walks the raw document for every type problem at once, rules.py and
+check.py walks the raw document for every type problem at once (the only
+module that reads it) and hands the rest a typed config, rules.py and
 values.py hold the rules across and within fields, machine.py the folders,
 files and commands the config names, environment.py the variables it names
 (the host's api keys, connectors' secrets). The names other packages use are

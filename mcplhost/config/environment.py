@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from ..envfile import EnvFileError, read_env_file
 from ..secrets import MIN_SECRET_CHARS
-from .check import entries
 from .schema import AgentConfig, Config, ConnectorConfig
 
 
 def api_key_places(config: Config) -> list[tuple[str, str]]:
-    """Where a loaded config names the host's own api keys, as (path of the `api_key_env`, variable name).
+    """Where the config names the host's own api keys, as (path of the `api_key_env`, variable name).
 
-    The same places `api_key_variables` reads in the raw document: agents' backends, `[inference]`,
-    `[moderation]`.
+    Agents' backends, `[inference]`'s and `[moderation]`: the one list of
+    where the host keeps keys, which connectors never get.
     """
     places = [(f"agents[{i}].backend.api_key_env", a.backend.api_key_env) for i, a in enumerate(config.agents)]
     if config.inference is not None:
@@ -31,22 +29,12 @@ def api_key_places(config: Config) -> list[tuple[str, str]]:
     return [(where, name) for where, name in places if name is not None]
 
 
-def api_key_variables(raw: dict[str, Any]) -> dict[str, str]:
-    """The variables holding the host's own api keys, each with where it is named, read defensively.
-
-    Every `api_key_env` of an agent's backend, of `[inference]`'s and of `[moderation]`: the one
-    list of where the host keeps keys, which connectors never get.
-    """
-    places: list[tuple[str, Any]] = [(f"agents[{i}].backend", a.get("backend")) for i, a in entries(raw, "agents")]
-    inference = raw.get("inference")
-    if isinstance(inference, dict):
-        places.append(("inference.backend", inference.get("backend")))
-    places.append(("moderation", raw.get("moderation")))
+def api_key_variables(config: Config) -> dict[str, str]:
+    """The variables holding the host's own api keys, each with the first place that names it."""
     found: dict[str, str] = {}
-    for where, table in places:
-        name = table.get("api_key_env") if isinstance(table, dict) else None
-        if isinstance(name, str) and name:
-            found.setdefault(name, f"{where}.api_key_env")
+    for where, name in api_key_places(config):
+        if name:  # an empty name is a type problem, and names no variable
+            found.setdefault(name, where)
     return found
 
 

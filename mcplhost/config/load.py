@@ -13,9 +13,10 @@ from pathlib import Path
 import msgspec
 
 from ..errors import ConfigError
+from .check import check
 from .environment import api_key_variables, environment_warnings
 from .machine import machine_problems
-from .rules import problems, warnings
+from .rules import config_warnings, cross_field_problems
 from .schema import Config
 from .values import UnknownGrant
 
@@ -53,12 +54,15 @@ def read_config(path: str | os.PathLike[str], *, start_problems: bool = True,
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = path.resolve().parent
-    fatal, per_connector = machine_problems(raw, base)
-    found = problems(raw, unknown_grant=unknown_grant) + fatal + (per_connector if start_problems else [])
+    checked = check(raw)
+    fatal, per_connector = machine_problems(checked, base)
+    found = (checked.problems + cross_field_problems(checked, unknown_grant) + fatal
+             + (per_connector if start_problems else []))
     if found:
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
-    config = resolve(msgspec.convert(raw, Config), base, withheld=frozenset(api_key_variables(raw)))
-    return config, warnings(raw) + environment_warnings(config)
+    decoded = msgspec.convert(raw, Config)  # no problem found: msgspec decodes it, as the one authority
+    config = resolve(decoded, base, withheld=frozenset(api_key_variables(decoded)))
+    return config, config_warnings(decoded) + environment_warnings(config)
 
 
 class ConfigMissing(ConfigError):

@@ -10,57 +10,52 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from ..envfile import EnvFileError, read_env_file, read_token_file
 from ..lock import lock_path
 from ..store.files import database_files
-from .check import entries
+from .check import Checked
 from .environment import api_key_variables
-from .schema import DEFAULT_CONTROL_SOCKET, StoreConfig
+from .schema import ConnectorConfig
 
 
-def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
-    """What the config names that is not there, read defensively beside the type checks.
+def machine_problems(checked: Checked, base: Path) -> tuple[list[str], list[str]]:
+    """What the config names that is not there, checked beside the type checks (relative to `base`).
 
     Two lists: what stops the host (the database's folder, an agent's prompt
     file) and what stops only one connector from starting (its cwd, command
     or env file). A value of the wrong type is the type checks' to report:
     the checks that need it are skipped.
     """
-    raw = raw if isinstance(raw, dict) else {}
+    config = checked.config
     fatal: list[str] = []
-    store = raw.get("store", {})
-    db = store.get("path", StoreConfig().path) if isinstance(store, dict) else None
-    if isinstance(db, str) and db:
-        database = base / db
+    if config.store.path and checked.usable("store.path"):
+        database = base / config.store.path
         fatal += [f"store.path: {why}" for why in database_path_problems(database)]
-        fatal += [f"control.socket: {why}" for why in socket_path_problems(raw.get("control"), database.parent)]
-    api_keys = api_key_variables(raw)
+        fatal += [f"control.socket: {why}" for why in socket_path_problems(config.control.socket, database.parent)]
+    api_keys = api_key_variables(config)
     starts: list[str] = []
-    for i, connector in entries(raw, "connectors"):
-        starts += [f"connectors[{i}].{why}" for why in connector_start_problems(connector, base, api_keys)]
-    for i, agent in entries(raw, "agents"):
-        prompt = agent.get("system_prompt_file")
-        if isinstance(prompt, str) and prompt:
+    for i, connector in enumerate(config.connectors):
+        usable = checked.usable_in(f"connectors[{i}]")
+        starts += [f"connectors[{i}].{why}" for why in connector_start_problems(connector, base, api_keys,
+                                                                                 usable=usable)]
+    for i, agent in enumerate(config.agents):
+        if agent.system_prompt_file:
+            prompt = base / agent.system_prompt_file
             try:
-                (base / prompt).read_text(encoding="utf-8")
+                prompt.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
-                fatal.append(f"agents[{i}].system_prompt_file: cannot read {base / prompt}: "
+                fatal.append(f"agents[{i}].system_prompt_file: cannot read {prompt}: "
                              f"{exc.strerror if isinstance(exc, OSError) else exc}")
-    console = raw.get("console")
-    if isinstance(console, dict) and isinstance(console.get("listen"), str) and console["listen"]:
-        token_file = console.get("token_file")
-        if isinstance(token_file, str) and token_file:
-            try:
-                read_token_file(base / token_file)  # the host reads it again at start: the same refusals
-            except EnvFileError as exc:
-                fatal.append(f"console.token_file: {exc}")
-    moderation = raw.get("moderation")
-    command = moderation.get("command") if isinstance(moderation, dict) else None
-    if isinstance(command, list) and command and isinstance(command[0], str) and command[0]:
+    if config.console.listen and config.console.token_file:
+        try:
+            read_token_file(base / config.console.token_file)  # the host reads it again at start: the same refusals
+        except EnvFileError as exc:
+            fatal.append(f"console.token_file: {exc}")
+    command = config.moderation.command if config.moderation is not None else None
+    if command and command[0]:
         # Fatal: with its check missing, every segment would become a draft (fail-closed, docs/agents.md#moderation).
         why = command_problem(command[0], base, os.environ.get("PATH", os.defpath))
         if why:
@@ -68,12 +63,11 @@ def machine_problems(raw: Any, base: Path) -> tuple[list[str], list[str]]:
     return fatal, starts
 
 
-def socket_path_problems(control: Any, state: Path) -> list[str]:
+def socket_path_problems(socket: str, state: Path) -> list[str]:
     """Why the control socket could not be made at `[control] socket` (relative to the database's folder,
-    `state`), read defensively: its folder must let this user create it, and nothing but a socket may be there.
+    `state`): its folder must let this user create it, and nothing but a socket may be there.
     The database's own folder is the database check's to report."""
-    socket = control.get("socket", DEFAULT_CONTROL_SOCKET) if isinstance(control, dict) else DEFAULT_CONTROL_SOCKET
-    if not isinstance(socket, str) or not socket:
+    if not socket:
         return []
     path = Path(os.path.normpath(state / socket))
     if path.parent != Path(os.path.normpath(state)) and (why := folder_problems(path.parent)):
@@ -83,30 +77,32 @@ def socket_path_problems(control: Any, state: Path) -> list[str]:
     return []
 
 
-def connector_start_problems(connector: dict[str, Any], base: Path, api_keys: Mapping[str, str]) -> list[str]:
-    """Why one connector would not start: its env file, its cwd, its command (as ``field: why``)."""
+def connector_start_problems(connector: ConnectorConfig, base: Path, api_keys: Mapping[str, str], *,
+                             usable: Callable[[str], bool] = lambda field: True) -> list[str]:
+    """Why one connector would not start: its env file, its cwd, its command (as ``field: why``).
+
+    `usable(field)`: whether the connector's `field` holds the document's value (`Checked.usable`); a check
+    that needs one that does not is skipped.
+    """
     found: list[str] = []
     own: dict[str, str] = {}
-    env_file = connector.get("env_file")
-    if isinstance(env_file, str) and env_file:
+    if connector.env_file:
         try:
-            own = read_env_file(base / env_file)
+            own = read_env_file(base / connector.env_file)
         except EnvFileError as exc:
             found.append(f"env_file: {exc}")
         for name in sorted(own.keys() & api_keys.keys()):
-            found.append(f"env_file: {base / env_file} sets {name}, which holds an api key of this host "
+            found.append(f"env_file: {base / connector.env_file} sets {name}, which holds an api key of this host "
                          f"(named by {api_keys[name]}); connectors never get it")
-    cwd_value = connector.get("cwd")
-    if cwd_value is not None and not isinstance(cwd_value, str):
+    if not usable("cwd"):
         return found
-    cwd = base / cwd_value if cwd_value is not None else base
+    cwd = base / connector.cwd if connector.cwd is not None else base
     if not cwd.is_dir():
         return found + [f"cwd: {cwd} " + ("is not a folder" if cwd.exists() else "does not exist")]
-    command, env = connector.get("command"), connector.get("env", {})
-    if isinstance(command, list) and command and isinstance(command[0], str) and command[0] and isinstance(env, dict):
+    if connector.command and connector.command[0] and usable("env.PATH"):
         # The child's PATH decides (subprocess searches the environment it is given): `env`, then the file, then ours.
-        search = env.get("PATH") or own.get("PATH") or os.environ.get("PATH", os.defpath)
-        why = command_problem(command[0], cwd, search if isinstance(search, str) else os.defpath)
+        search = connector.env.get("PATH") or own.get("PATH") or os.environ.get("PATH", os.defpath)
+        why = command_problem(connector.command[0], cwd, search)
         if why:
             found.append(f"command: {why}")
     return found
