@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from ..envfile import NAME as ENV_NAME
-from ..rpc.framing import MAX_LINE_BYTES
+from ..rpc.limits import MAX_LINE_BYTES
 from ..rpc.session import DEFAULT_TIMEOUT_S
 from ..store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
 
@@ -27,10 +27,13 @@ NonEmpty = Annotated[str, Meta(min_length=1)]
 
 
 class Base(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """Typos fail loudly (forbid_unknown_fields); instances are safe to share (frozen)."""
+    """Typos fail loudly (forbid_unknown_fields); instances are safe to share (frozen).
+
+    Each subclass says `frozen=True` again: msgspec inherits it, type checkers do not (PEP 681).
+    """
 
 
-class StoreConfig(Base):
+class StoreConfig(Base, frozen=True):
     path: NonEmpty = "mcplhost.db"
     # NORMAL survives a killed host process (WAL); FULL also survives power loss.
     synchronous: Literal[SYNCHRONOUS_LEVELS] = DEFAULT_SYNCHRONOUS  # type: ignore[valid-type]
@@ -42,13 +45,13 @@ class StoreConfig(Base):
 DEFAULT_CONTROL_SOCKET = "mcplhost.sock"
 
 
-class ControlConfig(Base):
+class ControlConfig(Base, frozen=True):
     """`[control]`: the Unix socket `mcplhost status` and `restart-connector` talk to (mode 0600, never TCP)."""
 
     socket: NonEmpty = DEFAULT_CONTROL_SOCKET  # relative to the database's folder
 
 
-class MetricsConfig(Base):
+class MetricsConfig(Base, frozen=True):
     """`[metrics]`: Prometheus text format at /metrics, off unless `listen` is set (host:port; loopback by default)."""
 
     listen: NonEmpty | None = None
@@ -58,7 +61,7 @@ class MetricsConfig(Base):
 CONSOLE_ACTIONS = ("restart-connector",)
 
 
-class ConsoleConfig(Base):
+class ConsoleConfig(Base, frozen=True):
     """`[console]`: the web console (docs/operations.md#console), off unless `listen` is set (HOST:PORT).
 
     A `listen` that is not a loopback address needs `token_file` (mode 0600 or
@@ -81,7 +84,7 @@ DEFAULT_MAX_BYTES_PER_HOUR = 1 << 30  # stored body bytes (1 GiB)
 DEFAULT_PING_TIMEOUT_S = 10.0
 
 
-class RestartConfig(Base):
+class RestartConfig(Base, frozen=True):
     policy: Literal["always", "on-failure", "never"] = "on-failure"
     backoff_initial_s: Seconds = 0.5
     backoff_max_s: Seconds = 30.0
@@ -89,7 +92,7 @@ class RestartConfig(Base):
     window_s: Seconds = 60.0
 
 
-class FeatureSetSelection(Base):
+class FeatureSetSelection(Base, frozen=True):
     enabled: list[NonEmpty] | None = None  # None: selection not restricted
     disabled: list[NonEmpty] = []
 
@@ -98,7 +101,7 @@ class FeatureSetSelection(Base):
 EnvName = Annotated[str, Meta(pattern=f"^{ENV_NAME.pattern}$")]
 
 
-class ConnectorConfig(Base):
+class ConnectorConfig(Base, frozen=True):
     name: NonEmpty
     command: Annotated[list[NonEmpty], Meta(min_length=1)]
     env: dict[str, str] = {}  # added to the child's environment (docs/connectors.md §10)
@@ -141,21 +144,21 @@ class ConnectorConfig(Base):
 DERIVED_FIELDS = frozenset({"withheld_env"})
 
 
-class ScriptToolCall(Base):
+class ScriptToolCall(Base, frozen=True):
     """A tool call a scripted reply makes: the tool's name and its arguments object."""
 
     name: NonEmpty
     arguments: dict[str, Any] = {}
 
 
-class ScriptReply(Base):
+class ScriptReply(Base, frozen=True):
     """A scripted reply written as a TOML table: prose and the tool calls after it (docs/agents.md#backends)."""
 
     text: str = ""
     tool_calls: list[ScriptToolCall] = []
 
 
-class BackendConfig(Base):
+class BackendConfig(Base, frozen=True):
     """One model backend ([agents.backend], [inference.backend]); docs/agents.md#backends."""
 
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
@@ -189,7 +192,7 @@ DEFAULT_STOP_COMMANDS = ("!stop", "/stop")
 DEFAULT_WAKE_ON = ("addressed", "dm")
 
 
-class AgentConfig(Base):
+class AgentConfig(Base, frozen=True):
     """One `[[agents]]` table; docs/agents.md is the rule for every key."""
 
     name: NonEmpty
@@ -244,14 +247,14 @@ def system_prompt_text(agent: AgentConfig) -> str:
     return agent.system_prompt or ""
 
 
-class InferenceConfig(Base):
+class InferenceConfig(Base, frozen=True):
     """`[inference]`: the backend serving connectors' inference/request and model/info (docs/agents.md#inference)."""
 
     backend: BackendConfig
     context_window: Annotated[int, Meta(ge=1)] = 128_000
 
 
-class ModerationConfig(Base):
+class ModerationConfig(Base, frozen=True):
     """`[moderation]`: every outgoing segment is checked before it is queued, fail-closed (docs/agents.md#moderation).
 
     `command`: an executable given `{"text", "agent", "destination"}` as JSON
@@ -272,7 +275,7 @@ class ModerationConfig(Base):
 DEFAULT_MODERATION_MODEL = "omni-moderation-latest"
 
 
-class Config(Base):
+class Config(Base, frozen=True):
     store: StoreConfig = StoreConfig()
     connectors: list[ConnectorConfig] = []
     agents: list[AgentConfig] = []
