@@ -24,7 +24,8 @@ are left out, not written as null; a notice's `kind` and `system` follow its oth
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeVar, get_args
+from types import UnionType
+from typing import Any, TypeVar, get_args, get_origin
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -297,12 +298,20 @@ def _lenient(obj: Any, cls: type[S]) -> S | None:
 
 
 def _member(value: Any, type_: Any) -> tuple[bool, Any]:
-    """(True, `value` as `type_`), a Struct read leniently where it is one; (False, None) when it is neither."""
+    """(True, `value` as `type_`), a Struct read leniently where it is one and a list of its members that are
+    (tags among other values keep the tags); (False, None) when it is neither."""
     try:
         return True, msgspec.convert(value, type_)
     except msgspec.ValidationError:
         pass
-    for choice in get_args(type_) or (type_,):
+    choices = get_args(type_) if isinstance(type_, UnionType) else (type_,)
+    if isinstance(value, list):
+        for choice in choices:
+            if get_origin(choice) in (list, tuple):
+                element = get_args(choice)[0]
+                kept = [found for ok, found in (_member(v, element) for v in value) if ok]
+                return True, msgspec.convert(kept, choice)
+    for choice in choices:
         if isinstance(choice, type) and issubclass(choice, msgspec.Struct):
             found = _lenient(value, choice)
             if found is not None:

@@ -22,17 +22,8 @@ from typing import Any
 import anyio
 import structlog
 
-from mcplhost.agents.failure import FAILURE_REPLY_KEY
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.rows import (
-    Destination,
-    draft_row,
-    notice_row,
-    source_notice_row,
-    speech_row,
-    tool_call_row,
-    tool_result_row,
-)
+from mcplhost.agents.rows import draft_row, speech_row, tool_call_row, tool_result_row
 from mcplhost.agents.speech import publish_operation
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Ingest, Stored
@@ -54,6 +45,8 @@ from mcplhost.store.operations import (
     SetCursor,
 )
 from mcplhost.store.outbox import OutboxEntry
+from mcplhost.store.own_rows import notice_row, source_notice_row
+from mcplhost.store.rows import Destination, DraftsNotice, TurnFailedNotice
 from mcplhost.store.turns import REASON_BACKEND_ERROR, REASON_STOPPED
 from mcplhost.store.writer import GroupWriter
 
@@ -160,7 +153,7 @@ async def _turns(writer: GroupWriter, clock: Clock) -> int:
     room = Destination(server_id="disc", channel_id=ROOM)
     thread = Destination(server_id="disc", channel_id=ROOM, thread_id="t-9")
     conversation = thread.conversation_id()
-    (turn,) = await writer.submit(BeginTurn("scout", (1, 2), clock()))
+    turn = await writer.write(BeginTurn("scout", (1, 2), clock()))
     call = ToolCall(id="call-1", name="weather__now", arguments={"city": "Oslo"})
     await writer.submit(InsertItems([
         source_notice_row("scout", created_at=clock()),                                        # 6
@@ -172,15 +165,15 @@ async def _turns(writer: GroupWriter, clock: Clock) -> int:
         tool_result_row("scout", turn, "call-2", "web__get", [{"type": "text", "text": "refused"}], True,
                         created_at=clock(), conversation_id=conversation),                  # 10
     ]))
-    (published,) = await writer.submit(publish_operation("scout", turn, room, "It is 12 C in Oslo.", clock()))  # 11
-    (both,) = await writer.submit(PublishSpeech(                                               # 12
+    published = await writer.write(publish_operation("scout", turn, room, "It is 12 C in Oslo.", clock()))  # 11
+    both = await writer.write(PublishSpeech(                                               # 12
         speech_row("scout", turn, "Twice.", thread, created_at=clock()),
         [OutboxEntry(agent="scout", turn_id=turn, server_id="disc", channel_id=channel, thread_id=None,
                      conversation_id=Destination(server_id="disc", channel_id=channel).conversation_id(),
                      text="Twice.", created_at=clock()) for channel in (ROOM, HALL)]))
     await writer.submit(InsertItems([
         draft_row("scout", turn, "Maybe elsewhere?", "several conversations", created_at=clock()),  # 13
-        notice_row("scout", "drafts", "Not sent: one draft.", created_at=clock(), turnId=turn),        # 14
+        notice_row("scout", DraftsNotice(turn_id=turn), "Not sent: one draft.", created_at=clock()),  # 14
     ]))
     await writer.submit(FinishTurn(turn, clock(), "completed", "gpt-4o-mini",
                                    {"input_tokens": 900, "output_tokens": 7}, "ab" * 32,
@@ -194,20 +187,21 @@ async def _turns(writer: GroupWriter, clock: Clock) -> int:
     await writer.submit(EndPublish(failed, "failed", clock(), error="not permitted", notice=failed_reply_notice(
         pending, "#hall", "the connector refused it", at=clock(), code="not_permitted")))
     # A failed turn: its notice (16) and its failure reply (17), written with its end; the reply stays pending.
-    (failing,) = await writer.submit(BeginTurn("scout", (3,), clock()))
+    failing = await writer.write(BeginTurn("scout", (3,), clock()))
     await writer.submit(
-        publish_operation("scout", failing, room, "Sorry, that failed.", clock(), marks={FAILURE_REPLY_KEY: True}),
-        InsertItems([notice_row("scout", "turn-failed", "Your last turn failed (timeout); nothing of it was sent.",
-                                created_at=clock(), conversation_id=room.conversation_id(), reason="timeout")]),
+        publish_operation("scout", failing, room, "Sorry, that failed.", clock(), failure_reply=True),
+        InsertItems([notice_row("scout", TurnFailedNotice(reason="timeout"),
+                                "Your last turn failed (timeout); nothing of it was sent.",
+                                created_at=clock(), conversation_id=room.conversation_id())]),
         FinishTurn(failing, clock(), "failed", "gpt-4o-mini", {"input_tokens": 10, "output_tokens": 0}, None,
                    reason=REASON_BACKEND_ERROR, cause="timeout"))
     # A stopped turn: its publish (18) failed unsent; a held wake; a turn still running.
-    (stopped,) = await writer.submit(BeginTurn("scout", (4,), clock()))
+    stopped = await writer.write(BeginTurn("scout", (4,), clock()))
     await writer.submit(publish_operation("scout", stopped, room, "On it.", clock()))
     await writer.submit(FailTurnPublishes(stopped, clock(), REASON_STOPPED),
                         FinishTurn(stopped, clock(), "aborted", None, None, None, reason=REASON_STOPPED))
     await writer.submit(RecordTurn("lead", (5,), clock(), clock(), "held", reason="token_budget"))
-    (running,) = await writer.submit(BeginTurn("writer", (3,), clock()))
+    running = await writer.write(BeginTurn("writer", (3,), clock()))
     await writer.submit(InsertItems([draft_row("writer", running, "unsent", "undecided", created_at=clock())]))  # 19
     return running
 

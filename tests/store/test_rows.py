@@ -70,6 +70,7 @@ class TestItemMeta:
 
     def test_absent_and_malformed_members_read_as_absent_alone(self) -> None:
         """A member of the wrong type reads as its default, the rest of the row as stored (as the probes read)."""
+        assert item_meta({"tags": ["chat:addressed", 3, None, "x"]}).tags == ("chat:addressed", "x")
         meta = item_meta({**CHANNEL_ITEM, "serverId": 7, "tags": "chat:addressed",
                           "source": {**CHANNEL_ITEM["source"], "acceptedAt": True, "label": ["x"]}})
         assert meta.server_id is None and meta.tags == () and meta.channel_id == "d:g:room"
