@@ -120,6 +120,8 @@ class ItemMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     tags: tuple[str, ...] = ()
     source: Source | None = None
     source_header: str | None = None
+    source_body_digest: str | None = None  # docs/provenance.md §5
+    stored_body_digest: str | None = None
     author_id: str | None = None  # the sender's platform id (docs/provenance.md §1)
     echo_of: int | bool | None = None  # the outbox id of the publish it echoes, or True: tagged from-self only
     conversation_id: str | None = None  # an agent row's own (docs/agents.md#compilation)
