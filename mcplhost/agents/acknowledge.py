@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import anyio
 import msgspec
@@ -69,10 +68,6 @@ class AcknowledgeAnswer(msgspec.Struct, frozen=True):
     reason: str | None = None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 def acknowledgements(agent: AgentConfig, items: Iterable[StoredItem]) -> list[Acknowledgement]:
     """The acknowledgements `agent` sends for its waking `items` (pure): none when `ack_reaction` is empty."""
     value = agent.ack_reaction.strip()
@@ -80,11 +75,9 @@ def acknowledgements(agent: AgentConfig, items: Iterable[StoredItem]) -> list[Ac
         return []
     found = []
     for item in items:
-        meta = item.metadata
-        tags = meta.get("tags")
-        connector, channel, message = _text(meta.get("serverId")), _text(meta.get("channelId")), _text(
-            meta.get("messageId"))
-        if isinstance(tags, list) and ADDRESSED in tags and connector and channel and message:
+        meta = item.meta
+        connector, channel, message = meta.server_id, meta.channel_id, meta.message_id
+        if ADDRESSED in meta.tags and connector and channel and message:
             found.append(Acknowledgement(agent.name, connector, channel, message, value))
     return found
 

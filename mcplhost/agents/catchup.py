@@ -19,6 +19,7 @@ import anyio
 
 from mcplhost.protocol.ports import CatchUpPort
 from mcplhost.store import StoredItem
+from mcplhost.store.rows import ChannelSource
 
 #: How long a catch-up wake waits for its connectors to register the channels of its items, at most.
 CATCH_UP_ROUTE_WAIT_S = 30.0
@@ -28,11 +29,9 @@ def routes_of(items: Sequence[StoredItem]) -> list[tuple[str, str]]:
     """(connector, channel id) of each channel item, once each, in a stable order."""
     found = set()
     for item in items:
-        source = item.metadata.get("source")
-        server, channel = item.metadata.get("serverId"), item.metadata.get("channelId")
-        if isinstance(source, dict) and source.get("kind") == "channel" and isinstance(server, str) and isinstance(
-                channel, str):
-            found.add((server, channel))
+        meta = item.meta
+        if isinstance(meta.source, ChannelSource) and meta.server_id is not None and meta.channel_id is not None:
+            found.add((meta.server_id, meta.channel_id))
     return sorted(found)
 
 

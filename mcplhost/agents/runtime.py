@@ -100,7 +100,8 @@ from mcplhost.peers.service import PeerService
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store, StoredItem
 from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.operations import CloseUnfinishedTurns, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.rows import PeerMeta
 from mcplhost.store.turns import REASON_STOPPED
 from mcplhost.store.writer import GroupWriter
 
@@ -181,7 +182,7 @@ class AgentRunner:
         dropped, self._dropped, self._stop_unwritten = self._dropped, [], False
         at = self.services.clock_ms()
         decisions = [WakeDecision(item_id, self.agent.name, DROPPED_BY_STOP, at) for item_id in dropped]
-        operations: list[Any] = [RecordWakeDecisions(decisions)] if decisions else []
+        operations: list[Operation[Any]] = [RecordWakeDecisions(decisions)] if decisions else []
         operations.append(SetCursor(self.agent.name, self._cursor_after_turn(), at))
         await self.services.writer.submit(*operations)
 
@@ -307,8 +308,8 @@ class AgentRunner:
 
     async def _let_go(self) -> None:
         """A wake that runs no turn: the cursor moves past it."""
-        await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
-                                                    self.services.clock_ms()))
+        await self.services.writer.write(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                   self.services.clock_ms()))
 
     async def _held_as_loop(self, wake: Wake, items: list[StoredItem]) -> bool:
         """Count the wake by its cause (mcplhost/peers/loops.py); True when agents alone caused it past the cap.
@@ -320,7 +321,7 @@ class AgentRunner:
         name = self.agent.name
         cause = wake_cause(name, items, self.services.store.outbox.recent_speaker)
         count = self.peers.consecutive_wakes(name)
-        peer_rows = any(item.agent == name and isinstance(item.metadata.get("peer"), dict) for item in items)
+        peer_rows = any(item.agent == name and isinstance(item.host, PeerMeta) for item in items)
         if held(count, cause, admitted_peer_rows=peer_rows):
             log.warning("agent.loop_held", agent=name, consecutive_wakes=count, items=len(wake.item_ids),
                         detail="agents alone woke this agent again and again; a user or its parent must speak")
@@ -508,7 +509,7 @@ class AgentsRuntime:
     async def _add(self, runner: AgentRunner) -> None:
         """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
         name = runner.agent.name
-        (runner.cursor,) = await self.writer.submit(StartCursor(name, self.clock_ms()))
+        runner.cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
         warn_unset_key(runner.agent)
         self.runners[name] = runner
         assert self._group is not None  # prepare_reload builds new runners only while the runtime runs
@@ -593,7 +594,7 @@ class AgentsRuntime:
         Turns a killed host left running are closed as aborted first; their
         wakes are after the cursor, so the catch-up runs them again.
         """
-        (closed,) = await self.writer.submit(CloseUnfinishedTurns(self.clock_ms()))
+        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms()))
         if closed:
             log.info("agent.unfinished_turns_closed", turns=closed)
         await self._seed_turn_guards()
@@ -611,9 +612,10 @@ class AgentsRuntime:
                 runner.cursor = behind[name] = cursor
         await self._catch_up(behind, end, await self._handled_above(behind))
         if fresh:
-            started = await self.writer.submit(*[StartCursor(name, self.clock_ms()) for name in fresh])
-            for name, cursor in zip(fresh, started, strict=True):
-                self.runners[name].cursor = cursor
+            starts = {name: StartCursor(name, self.clock_ms()) for name in fresh}
+            started = await self.writer.submit(*starts.values())
+            for name, start in starts.items():
+                self.runners[name].cursor = cursor = started[start]
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
 
     async def _seed_turn_guards(self) -> None:

@@ -36,8 +36,8 @@ CRASHES_PER_ROW times in a row ends failed, with its notice, so one bad row
 cannot hold its connector's queue for good. Cancellation passes through.
 
 A failed row stores a `failed-reply` notice for its agent (an agent row:
-it wakes no one). The notice is built here, not with agents/rows.py, since
-speech must not import agents; its shape is `rows.notice_row`'s.
+it wakes no one), built by the store's notice builder (store/own_rows.py),
+the one the agents' notices are built by.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
+from mcplhost.store.own_rows import notice_row
+from mcplhost.store.rows import FailedReplyNotice
 from mcplhost.store.writer import GroupWriter
 
 from .notices import failed_reply_notice as failed_reply_notice_text
@@ -108,13 +110,11 @@ def failed_reply_text(row: PendingPublish, label: str | None, reason: str) -> st
 
 def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, at: int,
                         code: str | None = None) -> NewItem:
-    """The `failed-reply` notice row for the row's agent (rows.notice_row's shape); `code` names the reason."""
-    metadata = {"outboxId": row.id, "turnId": row.turn_id, "reason": code or reason,
-                "destination": {"serverId": row.server_id, "channelId": row.channel_id, "threadId": row.thread_id},
-                "kind": "failed-reply", "system": True, "conversationId": row.conversation_id}
-    return NewItem(role="user", content=[{"type": "text", "text": failed_reply_text(row, label, reason)}],
-                   metadata=metadata, created_at=at, agent=row.agent, participant=row.agent,
-                   conversation_id=row.conversation_id)
+    """The `failed-reply` notice row for the row's agent; `code` names the reason."""
+    destination = Destination(server_id=row.server_id, channel_id=row.channel_id, thread_id=row.thread_id)
+    notice = FailedReplyNotice(outbox_id=row.id, turn_id=row.turn_id, reason=code or reason, destination=destination)
+    return notice_row(row.agent, notice, failed_reply_text(row, label, reason), created_at=at,
+                      conversation_id=row.conversation_id)
 
 
 class OutboxSender:
@@ -313,7 +313,7 @@ class OutboxSender:
         if not result.delivered:
             return await self._retry(row, "the connector answered delivered: false", started)
         at = self.clock_ms()
-        (ended,) = await self.writer.submit(EndPublish(row.id, "delivered", at, message_id=result.messageId))
+        ended = await self.writer.write(EndPublish(row.id, "delivered", at, message_id=result.messageId))
         if ended:
             self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id,
                                                  agent=row.agent, text=row.text)
@@ -330,7 +330,7 @@ class OutboxSender:
         if isinstance(step, GiveUp):
             await self._fail(row, step.reason)
             return None
-        await self.writer.submit(RecordPublishAttempt(row.id, now, step.at, error))
+        await self.writer.write(RecordPublishAttempt(row.id, now, step.at, error))
         self.stats["retried"] += 1
         log.warning("outbox.retry", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
                     attempts=attempts, retry_in_ms=step.at - now, error=error)
@@ -343,7 +343,7 @@ class OutboxSender:
         channel = self.handle.channel(row.channel_id)
         notice = failed_reply_notice(row, channel.label if channel is not None else None, reason, at=at, code=code)
         error = reason if code is None else f"{code}: {reason}"
-        await self.writer.submit(EndPublish(row.id, "failed", at, error=error, attempted=attempted, notice=notice))
+        await self.writer.write(EndPublish(row.id, "failed", at, error=error, attempted=attempted, notice=notice))
         self.stats["failed"] += 1
         log.warning("outbox.failed", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
                     agent=row.agent, reason=error)

@@ -29,13 +29,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
-from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.channels import Channel, permitted
 from mcplhost.protocol.ports import ChannelListing, ChannelPatterns, PublishCheck
+from mcplhost.store.rows import ChannelSource, Destination, Source  # Destination: a speech row's, re-exported
 
 __all__ = [
     "ALREADY_PUBLISHED",
@@ -73,20 +73,6 @@ OVERFLOW = "overflow"
 NO_WAKE = "no_wake"
 UNSCOPED = "unscoped"
 SEVERAL = "several_conversations"
-
-
-class Destination(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a speech row was sent: one conversation of one connector."""
-
-    server_id: str
-    channel_id: str
-    thread_id: str | None = None
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {"serverId": self.server_id, "channelId": self.channel_id, "threadId": self.thread_id}
-
-    def conversation_id(self) -> str:
-        return conversation_id(self.server_id, self.channel_id, self.thread_id)
 
 
 class Undecided(msgspec.Struct, frozen=True, kw_only=True):
@@ -196,11 +182,7 @@ def channel_views(handles: Mapping[str, ChannelListing] | Iterable[ChannelListin
 # --------------------------------------------------------------------------- destinations
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def default_destination(sources: list[dict[str, Any]], *, overflow: bool) -> Destination | Undecided:
+def default_destination(sources: Sequence[Source | None], *, overflow: bool) -> Destination | Undecided:
     """The one conversation every waking item shares (its frozen `metadata.source`), or why there is none.
 
     A push naming a channel is a `channel` source, so it counts as that
@@ -209,12 +191,10 @@ def default_destination(sources: list[dict[str, Any]], *, overflow: bool) -> Des
     conversations: list[Destination] = []
     unscoped = False
     for source in sources:
-        source = source if isinstance(source, dict) else {}
-        server, channel = _text(source.get("serverId")), _text(source.get("channelId"))
-        if source.get("kind") != "channel" or server is None or channel is None:
+        if not isinstance(source, ChannelSource) or source.server_id is None or source.channel_id is None:
             unscoped = True
             continue
-        here = Destination(server_id=server, channel_id=channel, thread_id=_text(source.get("threadId")))
+        here = Destination(server_id=source.server_id, channel_id=source.channel_id, thread_id=source.thread_id)
         if here not in conversations:
             conversations.append(here)
     candidates = tuple(conversations[:MAX_CANDIDATES])

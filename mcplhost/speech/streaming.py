@@ -38,7 +38,7 @@ import structlog
 
 from mcplhost.protocol.ports import NotifyPort, State
 from mcplhost.secrets import NO_SECRETS, Secrets
-from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
+from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Route, Undecided
 
 log = structlog.get_logger()
 
@@ -115,10 +115,13 @@ class PinGuard:
 class TurnRouting(Protocol):
     """What streaming reads of a turn's routing (mcplhost/agents/speech.py `TurnSpeech` implements it)."""
 
-    current: Destination | Undecided
+    current: Route  # a refused pin holds too: then nothing streams
     default: Destination | Undecided
     published_default: bool
-    moderated: bool  # `[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)
+
+    @property
+    def moderated(self) -> bool:
+        """`[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)."""
 
     def views(self) -> list[ChannelView]: ...
 

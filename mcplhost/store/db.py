@@ -97,7 +97,7 @@ async def apply_pragmas(
     level = synchronous.upper()
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, not {synchronous!r}")
-    (mode,) = (await conn.execute_fetchall("PRAGMA journal_mode = WAL"))[0]
+    (mode,) = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))[0]
     if mode.lower() != "wal":
         raise StoreError(
             f"the database refused WAL mode (journal mode is {mode!r})",
@@ -326,7 +326,7 @@ class Store:
     async def pragmas(self) -> dict[str, int | str]:
         """The writer connection's REPORTED_PRAGMAS as SQLite reports them now (synchronous as 0-3)."""
         async with self._database.reading():
-            return {name: (await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
+            return {name: list(await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
                     for name in REPORTED_PRAGMAS}
 
     async def schema_version(self) -> int:

@@ -18,7 +18,7 @@ search_index.py, search_reader.py) is the only implementation.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -213,7 +213,7 @@ class SearchIndex(Protocol):
 class SearchReads(Protocol):
     """One search's reads, in its worker thread (search_reader.py): the items to test, newest first."""
 
-    def newest_first(self, needs: Required | None, where: SearchFilter) -> Iterator[StoredItem]: ...
+    def newest_first(self, needs: Required | None, where: SearchFilter) -> Generator[StoredItem, None, None]: ...
 
     def close(self) -> None: ...
 

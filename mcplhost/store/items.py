@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Sequence
+from functools import cached_property
 from typing import Any
 
 import aiosqlite
@@ -29,6 +30,7 @@ import msgspec
 
 from mcplhost.errors import HostStateError
 from mcplhost.store.connection import Connections
+from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
 READ_PAGE_SIZE = 1000
@@ -65,8 +67,28 @@ _WRITTEN_COLUMNS = ("id, agent, participant, role, content, metadata, thread_id,
 _FIND_ORIGINAL = f"SELECT id, conversation_id FROM items WHERE {' AND '.join(f'{k} = ?' for k in _KEY_COLUMNS)}"
 
 
-class NewItem(msgspec.Struct, frozen=True):
-    """An item about to be stored; the store assigns its id."""
+class _TypedMetadata:
+    """`meta` and `host`: an item's metadata read typed (store/rows.py), each decoded on first read and kept.
+
+    They are no Struct fields (the item's `__dict__` holds them), so no encoding of the item holds them.
+    """
+
+    __slots__ = ()
+    metadata: dict[str, Any]
+
+    @cached_property
+    def meta(self) -> ItemMeta:
+        """The host-written keys of its metadata: ids, tags, the frozen source, header, author, echo mark."""
+        return item_meta(self.metadata)
+
+    @cached_property
+    def host(self) -> HostRow | None:
+        """What it is when it is a host row (an agent's speech, draft, tool call or result, notice, peer message)."""
+        return host_row(self.metadata)
+
+
+class NewItem(_TypedMetadata, msgspec.Struct, frozen=True, dict=True):
+    """An item about to be stored; the store assigns its id. Its metadata reads typed as `meta` and `host`."""
 
     role: str
     content: builtins.list[dict[str, Any]]
@@ -88,11 +110,12 @@ class ItemWritten(msgspec.Struct, frozen=True):
     conversation_id: str | None  # the stored row's (the original's for a duplicate; None on rows before 0002)
 
 
-class StoredItem(msgspec.Struct, frozen=True, rename="camel"):
+class StoredItem(_TypedMetadata, msgspec.Struct, frozen=True, rename="camel", dict=True):
     """An item as stored; its JSON encoding is the `mcplhost messages --json` line.
 
     Field order is the export's key order, and no field has a default, so
-    a null agent or participant is written as null, never left out.
+    a null agent or participant is written as null, never left out. Its
+    metadata reads typed as `meta` and `host`, which the export never holds.
     """
 
     id: int
@@ -222,7 +245,7 @@ class ItemRepository:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
         async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-        return last
+        return int(last)
 
     async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
         """Items with an id above `item_id` created at or after `since_ms`, oldest first (catch-up).
@@ -246,10 +269,10 @@ class ItemRepository:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         async with self._connections.read() as conn:
-            return await conn.execute_fetchall(
+            return builtins.list(await conn.execute_fetchall(
                 f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
                 (item_id, since_ms, -1 if limit is None else limit),
-            )
+            ))
 
     async def context_rows(self, agent: str, *, limit: int,
                            conversation_id: str | None = None) -> builtins.list[StoredItem]:
@@ -293,7 +316,7 @@ class ItemRepository:
                 " WHERE json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') ="
                 " (SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)",
                 (agent, DRAFT_SCAN_ROWS, agent))
-        return next(iter(rows))[0]
+        return int(next(iter(rows))[0])
 
     async def turn_drafts(self, agent: str, turn_id: int) -> builtins.list[tuple[int, str | None]]:
         """(row id, reason) of each draft row (docs/agents.md#drafts) the agent's turn left, by id (explain)."""
@@ -330,7 +353,7 @@ class ItemRepository:
         """
         if before is None:
             before = await self.last_id() + 1
-        clauses, params = ["id < ?", "id >= ?"], [before, before - window]
+        clauses, params = ["id < ?", "id >= ?"], builtins.list[int | str]([before, before - window])
         for column, value in (("server_id", server_id), ("channel_id", channel), ("agent", agent)):
             if value is not None:
                 clauses.append(f"{column} = ?")

@@ -37,6 +37,7 @@ from mcplhost.inbound.quoting import header_value
 from .db import Store
 from .items import StoredItem
 from .outbox import OutboxRow
+from .rows import PeerMeta
 from .search_index import body_text
 from .search_query import SearchFilter, required
 from .search_reader import SearchInterrupted
@@ -165,7 +166,7 @@ def _scan(window: NewestHits, items: Iterable[StoredItem], pattern: regex.Patter
             return window.result(stopped_early=True)
         if where is not None and not where(item):
             continue
-        text = body_text(item.content, item.metadata)
+        text = body_text(item.content, item.meta.source_header)
         try:
             match = pattern.search(text, timeout=min(REGEX_TIMEOUT_S, remaining))
         except TimeoutError:
@@ -177,7 +178,7 @@ def _scan(window: NewestHits, items: Iterable[StoredItem], pattern: regex.Patter
             window.miss(item.id)
             continue
         window.hit(item.id, {
-            "id": item.id, "serverId": item.metadata.get("serverId"), "channelId": item.metadata.get("channelId"),
+            "id": item.id, "serverId": item.meta.server_id, "channelId": item.meta.channel_id,
             "participant": item.participant, "createdAt": item.created_at,
             "snippet": _snippet(text, match.start(), match.end()),
         })
@@ -281,8 +282,8 @@ def turn_trigger(items: list[StoredItem]) -> str | None:
     one peer row among the items names the trigger; NAME is the sender the
     host recorded in `metadata.peer.from` (docs/peers.md#seeing-it).
     """
-    senders = dict.fromkeys(str(peer["from"]) for item in items if item.agent is not None
-                            and isinstance(peer := item.metadata.get("peer"), dict) and isinstance(peer.get("from"), str))
+    senders = dict.fromkeys(host.peer.sender for item in items if item.agent is not None
+                            and isinstance(host := item.host, PeerMeta) and host.peer.sender is not None)
     return f"peer from {header_value(','.join(senders))}" if senders else None
 
 

@@ -133,7 +133,7 @@ class RetentionRepository:
         names = sorted(set(agents))
         async with self._connections.read() as conn:
             ((newest,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-            floor = newest - 1
+            floor = int(newest) - 1
             if names:
                 marks = ", ".join("?" * len(names))
                 ((lowest,),) = await conn.execute_fetchall(
@@ -144,7 +144,7 @@ class RetentionRepository:
                 rows = await conn.execute_fetchall(
                     "SELECT id FROM items WHERE agent IS NULL OR agent = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
                     (name, context_rows - 1))
-                oldest_in_context = next((row[0] for row in rows), 0)  # 0: fewer rows than a context holds
+                oldest_in_context = int(next((row[0] for row in rows), 0))  # 0: fewer rows than a context holds
                 floor = min(floor, oldest_in_context - 1)
         return max(floor, 0)
 

@@ -83,9 +83,10 @@ class _Header(msgspec.Struct):
 _header_decoder = msgspec.json.Decoder(_Header)
 
 
-def body_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
-    """The body's text blocks joined with nothing between, header dropped: what a search reads, and indexes."""
-    return "".join(b["text"] for b in reader_body(content, metadata) if b.get("type") == "text")
+def body_text(content: list[dict[str, Any]], header: str | None) -> str:
+    """The body's text blocks joined with nothing between, header (`metadata.sourceHeader`) dropped: what a
+    search reads, and indexes."""
+    return "".join(b["text"] for b in reader_body(content, header) if b.get("type") == "text")
 
 
 def index_text(content: str, metadata: str) -> str:
@@ -95,7 +96,8 @@ def index_text(content: str, metadata: str) -> str:
     An unpaired surrogate becomes "?", one character for one, so no trigram around it moves.
     """
     try:
-        text = body_text(_content_decoder.decode(content), {"sourceHeader": _header_decoder.decode(metadata).sourceHeader})
+        header = _header_decoder.decode(metadata).sourceHeader
+        text = body_text(_content_decoder.decode(content), header if isinstance(header, str) else None)
         if not text.isascii():
             text.encode()
     except UnicodeEncodeError:

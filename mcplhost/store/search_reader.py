@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from fnmatch import fnmatchcase
 from itertools import product
 from typing import Any
@@ -128,7 +128,7 @@ class IndexReader:
             "SELECT (SELECT indexed_to FROM search_index), (SELECT coalesce(max(id), 0) FROM items)", ())
         return min(mark, newest), newest
 
-    def newest_first(self, needs: Required | None, where: SearchFilter) -> Iterator[StoredItem]:
+    def newest_first(self, needs: Required | None, where: SearchFilter) -> Generator[StoredItem, None, None]:
         """The items to test for a query requiring `needs` (None: nothing the index can use), newest first."""
         mark, newest = self.bounds()
         floor = self.since_floor(where.since_ms) if where.since_ms is not None else 0
@@ -146,8 +146,8 @@ class IndexReader:
             "SELECT count(*), min(id), (SELECT coalesce(max(id), 0) FROM items) FROM (SELECT id FROM items"
             " INDEXED BY items_by_time WHERE created_at >= ? LIMIT ?)", (since_ms, SINCE_FLOOR_ROWS))
         if count == 0:
-            return newest
-        return lowest - 1 if count < SINCE_FLOOR_ROWS else 0
+            return int(newest)
+        return int(lowest) - 1 if count < SINCE_FLOOR_ROWS else 0
 
     def rows(self, where: SearchFilter, *, above: int, through: int) -> Iterator[StoredItem]:
         """Every item `where` takes with an id in (above, through], newest first.
