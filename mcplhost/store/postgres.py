@@ -42,7 +42,7 @@ from mcplhost.store.errors import BrokenMigration, SchemaBehind, StoreError, Sto
 from mcplhost.store.interfaces import SearchReads
 from mcplhost.store.migrate import Migration, applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.order import MIGRATION_KEY
-from mcplhost.store.pg_search import PgSearchIndex
+from mcplhost.store.pg_search import PgSearchIndex, PgSearchReads
 from mcplhost.store.redacting import RedactingWriter
 
 log = structlog.get_logger()
@@ -221,8 +221,8 @@ class PgStore(Store):
         return int(size)
 
     def open_search_reads(self, interrupt: Callable[[], bool]) -> SearchReads:
-        raise StoreError(f"{self.location}: search is not available on PostgreSQL yet",
-                         explanation="search an SQLite store, or list rows with `mcplhost messages`")
+        """A search's reads for the calling worker thread: pages on pooled connections (pg_search.py)."""
+        return PgSearchReads(self._database, interrupt)
 
     async def migrate(self) -> list[int]:
         async with self._database.pool.acquire() as conn:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import msgspec
 
@@ -129,3 +131,38 @@ class TestIdsVisibleInOrder:
                 tg.start_soon(write, host_b, "b")
                 tg.start_soon(follow)
             assert seen == list(range(1, 4 * rounds + 1))
+
+
+class TestSearchOnPostgresql:
+    """The search on pg_trgm (store/pg_search.py) returns what the bounded scan of every row returns."""
+
+    async def test_indexed_and_fresh_rows_answer_as_the_scan_does(self, migrated_db: PostgresDatabase) -> None:
+        from mcplhost.store.readers import compile_query, scan, search_items
+        from mcplhost.store.search_query import SearchFilter
+        from tests.store.test_search_index import BASE_MS, accepts, index_up_to, new_item
+
+        bodies = ["a needle here", "NEEDLE upper", "hay only", "needle_100% sure", "ne edle", "the needle's eye",
+                  "İstanbul needle", "nothing", "kelvin K sign", "needles twice needle"]
+        servers = ["disc", "zulip", None]
+        channels = ["disc:g1:a", "disc:g1:b", "zulip:x", None]
+        items = [new_item([body], n % 2 == 0, "scout" if n % 5 == 4 else None, servers[n % 3], channels[n % 4], n)
+                 for n, body in enumerate(bodies * 3)]
+        async with open_store(migrated_db.url) as store:
+            await store.items.insert_many(items)
+            await index_up_to(store, 17)  # a mark in the middle: rows above it are read, rows below it looked up
+            everything = [item async for item in store.items.iterate()][::-1]
+            queries = [("needle", False, False), ("needle", False, True), ("100%", False, False), ("_1", False, False),
+                       (r"ne+dle\b", True, False), ("xyz", False, False)]
+            # Every kind of hears entry (none, a connector, an exact channel, globs) and the other two filters.
+            wheres = [SearchFilter(heard=heard) for heard in (None, ("disc",), ("disc/disc:g1:a",),
+                                                              ("zulip", "disc/disc:g1:?"), ("disc/*[!a]",))] + [
+                SearchFilter(channel="disc:g1:a"), SearchFilter(since_ms=BASE_MS + 5 * 60_000)]
+            for query, as_regex, ignore_case in queries:
+                pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
+                for where in wheres:
+                    found = await search_items(store, query, as_regex=as_regex, ignore_case=ignore_case, limit=100,
+                                               where=where)
+                    expected = scan(everything, pattern, 100, deadline=float("inf"), stop=threading.Event(),
+                                    where=lambda item, where=where: accepts(where, item))
+                    assert found.hits == expected.hits, (query, where)
+            assert (await search_items(store, "needle", limit=100)).hits  # the comparison compared something
