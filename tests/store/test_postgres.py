@@ -19,7 +19,8 @@ from mcplhost.store import (
     open_reader,
     open_store,
 )
-from mcplhost.store.postgres import numbered, redacted_url, rowcount, server_of
+from mcplhost.store.open import redacted_url, server_of
+from mcplhost.store.postgres import numbered, rowcount
 from tests.postgres import PostgresDatabase
 
 
