@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from contextlib import closing
+from pathlib import Path
 
 import anyio
+import asyncpg
 import msgspec
 
 from mcplhost.store import Store, export_line, open_store, turn_line
@@ -166,3 +170,33 @@ class TestSearchOnPostgresql:
                                     where=lambda item, where=where: accepts(where, item))
                     assert found.hits == expected.hits, (query, where)
             assert (await search_items(store, "needle", limit=100)).hits  # the comparison compared something
+
+
+async def test_both_engines_migrate_to_the_same_columns(migrated_db: PostgresDatabase, tmp_path: Path) -> None:
+    """Every table's columns (name, NULL allowed, integer or text) are the same after either engine's migrations:
+    a column added to one engine's file and not the other's fails here. The search index's own table differs by
+    design (an FTS5 table on SQLite)."""
+    async with open_store(tmp_path / "schema.db"):
+        pass
+    sqlite_columns: set[tuple[str, str, bool, str]] = set()
+    with closing(sqlite3.connect(tmp_path / "schema.db")) as conn:
+        tables = [name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+            " AND name NOT LIKE 'items_search%'")]
+        for table in tables:
+            for _, column, declared, notnull, _, primary in conn.execute(f"PRAGMA table_info({table})"):
+                sqlite_columns.add((table, column, not (notnull or primary), SQLITE_CLASSES[declared]))
+    conn_pg = await asyncpg.connect(migrated_db.url)
+    try:
+        rows = await conn_pg.fetch("SELECT table_name, column_name, is_nullable, data_type FROM information_schema.columns"
+                                   " WHERE table_schema = current_schema() AND table_name <> 'items_search'")
+    finally:
+        await conn_pg.close()
+    pg_columns = {(table, column, nullable == "YES", PG_CLASSES[kind]) for table, column, nullable, kind in rows}
+    assert sqlite_columns == pg_columns
+    assert ("items", "metadata", False, "text") in pg_columns
+
+
+#: Each engine's declared column types, by the class both read and write them as.
+SQLITE_CLASSES = {"INTEGER": "integer", "TEXT": "text"}
+PG_CLASSES = {"bigint": "integer", "text": "text", "json": "text"}

@@ -129,3 +129,21 @@ class TestRefusals:
         finally:
             await conn.execute("DELETE FROM schema_version WHERE version = 999")
             await conn.close()
+
+
+async def test_two_hosts_migrating_a_new_database_at_once_apply_each_step_once(postgres_db: PostgresDatabase):
+    """Each step takes the migration lock and looks at its version again: both opens succeed, each step once."""
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            tg.start_soon(_open_and_close, postgres_db.url)
+    conn = await asyncpg.connect(postgres_db.url)
+    try:
+        versions = [row[0] for row in await conn.fetch("SELECT version FROM schema_version ORDER BY version")]
+    finally:
+        await conn.close()
+    assert versions == list(range(1, len(versions) + 1)) and len(versions) >= 10
+
+
+async def _open_and_close(url: str) -> None:
+    async with open_store(url):
+        pass
