@@ -91,7 +91,8 @@ class PinGuard:
                 self._next_line(base + i)
                 continue
             if not self._opening:
-                i = _BLANKS.match(piece, i).end()  # type: ignore[union-attr]  # leading blanks decide nothing
+                blanks = _BLANKS.match(piece, i)  # leading blanks decide nothing (`*`: it always matches)
+                i = i if blanks is None else blanks.end()
                 if i == n:
                     break
             char = piece[i]
