@@ -1,4 +1,4 @@
-"""JSON-RPC 2.0 over stdio: framing, messages, the request table and the session."""
+"""JSON-RPC 2.0 over stdio: framing, messages, the request table and the session; every wire bound in limits.py."""
 
 from .errors import ConnectionClosed, LineTooLong, RemoteError, ReplyError, RequestTimeout, error_for
 from .framing import LineBuffer, Oversized
