@@ -25,6 +25,9 @@ import msgspec
 from mcplhost.rpc import Session
 from mcplhost.rpc.framing import LineBuffer
 
+#: Runs of each side, interleaved; the best of each is compared (the machine is shared and noisy).
+ROUNDS = 5
+
 CAT = "import shutil, sys; shutil.copyfileobj(open(sys.argv[1], 'rb'), sys.stdout.buffer, 1 << 20)"
 
 
@@ -89,7 +92,7 @@ async def main(lines: int) -> None:
             path = Path(folder) / f"{kind}.jsonl"
             path.write_bytes(make_lines(lines, kind))
             best_raw = best_reader = 0.0
-            for _ in range(3):  # interleaved, best of three: the machine is noisy
+            for _ in range(ROUNDS):  # interleaved, best of each: the machine is noisy
                 n, seconds = await raw(path)
                 best_raw = max(best_raw, n / seconds)
                 n2, seconds2 = await reader(path)
