@@ -153,22 +153,36 @@ def _openers(line: bytes) -> int:
     return len(line.translate(None, _NOT_OPENERS))
 
 
-def _outside_strings(line: bytes) -> bytes:
-    """`line` with its JSON strings cut out, as `_STRING.sub(b"", line)` cuts them, for any bytes.
+_NOT_QUOTES_BRACKETS_OR_BACKSLASHES = bytes(b for b in range(256) if b not in b'"[]{}\\')
+
+
+def _brackets_outside_strings(line: bytes) -> bytes:
+    """The brackets of `line` outside its JSON strings, in order, `{}` as `[]`: those `_STRING.sub(b"", line)`
+    leaves, for any bytes.
 
     Where no backslash stands before a quote or a backslash, no quote is escaped, so
-    the strings are exactly the pieces between consecutive quotes: a split, all in
-    C (the regex costs a match object per string, and a batch line holds hundreds).
-    A last quote with no partner opens no string (the regex finds no match there),
-    so what follows it stays.
+    a string is exactly what lies between two consecutive quotes, and only the
+    quotes and brackets matter: the rest is dropped first, in one C pass. A last
+    quote with no partner opens no string (the regex finds no match there), so
+    what follows it stays. Then two adjacent quotes go (an empty string, or two
+    strings meeting: no character changes side), which leaves none in the usual
+    line, whose strings hold no bracket; what is left is split at its quotes.
+    The regex costs a match object per string, and a batch line holds hundreds.
     """
-    if b'\\"' in line or b"\\\\" in line:
-        return _STRING.sub(b"", line)
-    pieces = line.split(b'"')
-    outside = pieces[::2]
-    if len(pieces) % 2 == 0:  # an odd number of quotes: the text after the last one is outside
-        outside.append(pieces[-1])
-    return b"".join(outside)
+    kept = line.translate(None, _NOT_QUOTES_BRACKETS_OR_BACKSLASHES)
+    if b"\\" in kept:  # a backslash somewhere: the line itself says whether one escapes a quote
+        if b'\\"' in line or b"\\\\" in line:
+            return _STRING.sub(b"", line).translate(_AS_BRACKETS, _NOT_BRACKETS)
+        kept = kept.replace(b"\\", b"")  # none escapes a quote
+    tail = b""
+    if kept.count(b'"') % 2:  # the last quote opens no string: what follows it is outside
+        last = kept.rindex(b'"')
+        kept, tail = kept[:last], kept[last + 1 :]
+    kept = kept.replace(b'""', b"")
+    if b'"' in kept:
+        kept = b"".join(kept.split(b'"')[::2])
+    kept += tail
+    return kept.translate(_AS_BRACKETS)
 
 
 def nesting_exceeds(line: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
@@ -184,7 +198,7 @@ def nesting_exceeds(line: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
     """
     if _openers(line) <= limit:
         return False
-    brackets = _outside_strings(line).translate(_AS_BRACKETS, _NOT_BRACKETS)
+    brackets = _brackets_outside_strings(line)
     if b"[" * (limit + 1) in brackets:  # a chain, the usual attack
         return True
     peeled = 0

@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 from mcplhost.rpc.messages import (
+    _AS_BRACKETS,
+    _NOT_BRACKETS,
     _STRING,
     PARSE_ERROR,
     Invalid,
     Notification,
     Request,
-    _outside_strings,
+    _brackets_outside_strings,
     decode_line,
     nesting_exceeds,
 )
@@ -61,11 +63,10 @@ class TestNestingExceeds:
     @settings(max_examples=1000)
     @given(st.lists(st.sampled_from([b'"', b"\\", b"[", b"]", b"{", b"}", b"a", b":", b","]), max_size=60).map(b"".join))
     def test_the_split_keeps_what_the_regex_keeps_on_any_bytes(self, line: bytes) -> None:
-        """The split without escapes leaves the brackets the string regex leaves, valid JSON or not: a line
-        judged too deep is answered -32700 and an invalid one is not, so the two must agree everywhere."""
-        def brackets(data: bytes) -> bytes:
-            return bytes(b for b in data if b in b"[]{}")
-        assert brackets(_outside_strings(line)) == brackets(_STRING.sub(b"", line))
+        """Without escapes, the quotes-and-brackets cut leaves the brackets the string regex leaves, valid JSON or
+        not: a line judged too deep is answered -32700 and an invalid one is not, so the two must agree
+        everywhere."""
+        assert _brackets_outside_strings(line) == _STRING.sub(b"", line).translate(_AS_BRACKETS, _NOT_BRACKETS)
 
     def test_the_bound_itself_passes_and_one_more_is_refused(self) -> None:
         assert not nesting_exceeds(b"[" * MAX_NESTING_DEPTH + b"]" * MAX_NESTING_DEPTH)
