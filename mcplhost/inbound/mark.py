@@ -40,6 +40,11 @@ def mark_openings(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     changed). A block whose `type` is `"text"` must have a string `text`.
     """
     marked = [dict(block) for block in blocks]
+    for block in marked:
+        if block.get("type") == "text" and "[" in block["text"]:
+            break
+    else:
+        return marked  # nothing to mark, the usual case: no `[` in any text
     text_blocks = [block for block in marked if block.get("type") == "text"]
     texts = [block["text"] for block in text_blocks]
     joined = "".join(texts)
