@@ -41,6 +41,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from itertools import chain
 from typing import Any
 
 import anyio
@@ -62,7 +63,16 @@ from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
 from mcplhost.secrets import NO_SECRETS, Secrets
-from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories, body_bytes
+from mcplhost.store import (
+    ItemRow,
+    ItemWritten,
+    NewItem,
+    PushClaim,
+    Repositories,
+    body_bytes,
+    item_row,
+    row_content,
+)
 from mcplhost.store.quotas import oldest_bucket
 from mcplhost.store.writer import GroupWriter
 
@@ -90,6 +100,15 @@ class Stored(msgspec.Struct, frozen=True):
     id: int
     item: NewItem
     missed_before: int = 0
+
+
+def _new_item(processed: Processed, participant: str | None, created_at: int, conversation: str | None,
+              dedup_digest: str | None) -> NewItem:
+    """The row to store for a processed item."""
+    thread = processed.metadata.get("threadId")
+    return NewItem(role="user", content=processed.content, metadata=processed.metadata, created_at=created_at,
+                   participant=participant, thread_id=thread if isinstance(thread, str) else None,
+                   conversation_id=conversation, dedup_digest=dedup_digest)
 
 
 def now_ms() -> int:
@@ -141,11 +160,19 @@ class Ingest:
 
     async def store_messages(self, server_id: str, lane: str, messages: list[AdmittedMessage]) -> list[dict[str, Any]]:
         accepted_at = self.clock_ms()
-        await self._load_echoes(accepted_at)
-        window = await self._window(server_id, accepted_at)
+        if self._echoes_loaded is None or not self._echoes_loaded.is_set():
+            await self._load_echoes(accepted_at)
+        window = self._windows.get(server_id)
+        if window is None:
+            window = await self._window(server_id, accepted_at)
         outcomes: list[Processed | Rejected | QuotaRefusal] = []
         threads: list[str | None] = []
-        for m in messages:
+        # Each processed message's row, built once: its content's size is what the quota counts, its texts are
+        # what the secret search reads, and its values are what the INSERT writes (docs/architecture.md#the-inbound-hot-path).
+        built: dict[int, tuple[NewItem, ItemRow]] = {}
+        sizes: dict[int, int] = {}
+        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
+        for index, m in enumerate(messages):
             thread_id = m.thread_id
             if thread_id is None and EDITED_TAG in m.tags:
                 thread_id = await self._original_thread(server_id, m.channel_id, m.message_id)
@@ -155,26 +182,47 @@ class Ingest:
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
                 tags=list(m.tags), participant=m.participant, author_id=m.author_id))
-            outcomes.append(self._echo_marked(server_id, outcome) if isinstance(outcome, Processed) else outcome)
-        admitted = await self._reserve_messages(server_id, window, accepted_at, messages, outcomes)
-        rows: list[NewItem] = []
-        sizes: list[int] = []
+            if isinstance(outcome, Processed):
+                outcome = self._echo_marked(server_id, outcome)
+                place = (m.channel_id, outcome.metadata["threadId"])
+                conversation = conversations.get(place)
+                if conversation is None:
+                    conversation = conversations[place] = conversation_id(server_id, *place)
+                item = _new_item(outcome, m.participant, accepted_at, conversation,
+                                 outcome.metadata["sourceBodyDigest"])
+                row = item_row(item)
+                built[index] = (item, row)
+                sizes[index] = len(row_content(row))  # body_bytes: the content as stored
+            outcomes.append(outcome)
+        admitted = self._reserve_fitting(server_id, window, accepted_at, sizes)
+        if admitted is None:
+            admitted = await self._reserve_messages(server_id, window, accepted_at, messages, outcomes, sizes)
+        items: list[NewItem] = []
+        rows: list[ItemRow] = []
+        charged: list[int] = []
         reserved: list[bool] = []
-        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
         for index, (m, thread_id, outcome) in enumerate(zip(messages, threads, outcomes, strict=True)):
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
-                place = (m.channel_id, outcome.metadata["threadId"])
-                if place not in conversations:
-                    conversations[place] = conversation_id(server_id, *place)
-                rows.append(self._item(server_id, outcome, m.participant, accepted_at,
-                                       conversation=conversations[place],
-                                       dedup_digest=outcome.metadata["sourceBodyDigest"]))
+                self._log_stripped(server_id, outcome)
+                item, row = built[index]
+                items.append(item)
+                rows.append(row)
                 size, held = admitted[index]
-                sizes.append(size)
+                charged.append(size)
                 reserved.append(held)
-        written = await self._store_charged(server_id, window, accepted_at, rows, sizes, reserved) if rows else []
-        self._emit(rows, written)
+        searched = None
+        if self.secrets:
+            version = self.secrets.version
+            # One search over the request's rows, the store writer's own (store/db.py), which then skips it.
+            if not self.secrets.find_in_values(chain.from_iterable(rows)):
+                searched = version
+            else:  # a secret somewhere in them: each item as before, redacted here and its row by the writer
+                items = [self._redacted(item) for item in items]
+                rows = [item_row(item) for item in items]
+        written = (await self._store_charged(server_id, window, accepted_at, items, charged, reserved, rows, searched)
+                   if items else [])
+        self._emit(items, written)
         repeats = [w.id for w in written if w.duplicate]
         self._count(server_id, lane, accepted=len(written) - len(repeats), duplicate=len(repeats))
         if repeats:  # one line per request, however many it repeated (a replay after a restart can be long)
@@ -182,7 +230,7 @@ class Ingest:
             self._limited_for(server_id).info("ingest.redelivered", duplicates=len(repeats),
                                               first_original=repeats[0])
         results = []
-        stored = iter(zip(rows, written))
+        stored = iter(zip(items, written))
         for message, outcome in zip(messages, outcomes):
             if isinstance(outcome, QuotaRefusal):
                 refused = errors.quota_reached(outcome.quota, outcome.retry_after_ms)
@@ -293,27 +341,35 @@ class Ingest:
                              retry_after_ms=refusal.retry_after_ms)
         return refusal
 
-    async def _reserve_messages(self, server_id: str, window: QuotaWindow, now: int,
-                                messages: list[AdmittedMessage],
-                                outcomes: list[Processed | Rejected | QuotaRefusal]) -> dict[int, tuple[int, bool]]:
-        """Reserve each processed message in the connector's hour, or replace its outcome by the refusal.
+    def _reserve_fitting(self, server_id: str, window: QuotaWindow, now: int,
+                         sizes: dict[int, int]) -> dict[int, tuple[int, bool]] | None:
+        """Reserve the whole request at once when it fits (the usual case: one check, nothing read), or None.
 
-        Returns, per admitted message's index, its body bytes and whether it holds a reservation. When the whole batch
-        fits (the usual case) nothing is read. Near the quota, a redelivery (stored already, or earlier
-        in this batch) stores nothing, so it passes unreserved instead of being refused: one indexed
-        read per message, only then.
+        Returns, per processed message's index, its body bytes and True (it holds a reservation).
         """
-        processed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)]
-        sizes = [body_bytes(outcome.content) for _, outcome in processed]
-        if window.fits(now, len(sizes), sum(sizes)):  # the usual case: all reserved at once
-            window.reserve_all(now, len(sizes), sum(sizes))
-            spell = self._spells.get(server_id)
-            if spell is not None:
-                self._spell_admission(server_id, spell, now)
-            return {index: (size, True) for (index, _), size in zip(processed, sizes, strict=True)}
+        total = sum(sizes.values())
+        if not window.fits(now, len(sizes), total):
+            return None
+        window.reserve_all(now, len(sizes), total)
+        spell = self._spells.get(server_id)
+        if spell is not None:
+            self._spell_admission(server_id, spell, now)
+        return {index: (size, True) for index, size in sizes.items()}
+
+    async def _reserve_messages(self, server_id: str, window: QuotaWindow, now: int,
+                                messages: list[AdmittedMessage], outcomes: list[Processed | Rejected | QuotaRefusal],
+                                sizes: dict[int, int]) -> dict[int, tuple[int, bool]]:
+        """Near the quota: reserve each processed message, or replace its outcome by the refusal.
+
+        Returns, per admitted message's index, its body bytes and whether it holds a reservation. A
+        redelivery (stored already, or earlier in this batch) stores nothing, so it passes unreserved
+        instead of being refused: one indexed read per message, only here.
+        """
         admitted: dict[int, tuple[int, bool]] = {}
         passed: set[tuple[str, str, str]] = set()
-        for (index, outcome), size in zip(processed, sizes, strict=True):
+        for index, size in sizes.items():
+            outcome = outcomes[index]
+            assert isinstance(outcome, Processed)
             m = messages[index]
             key = (m.channel_id, m.message_id, outcome.metadata["sourceBodyDigest"])
             if key in passed or await self.store.items.is_stored(server_id, *key):
@@ -332,11 +388,13 @@ class Ingest:
             self.log.info("connector.quota_ended", connector=server_id,
                           **{f"refused_{quota}": spell.refused[quota] for quota in QUOTAS})
 
-    async def _store_charged(self, server_id: str, window: QuotaWindow, accepted_at: int, rows: list[NewItem],
-                             sizes: list[int], reserved: list[bool]) -> list[ItemWritten]:
-        """Store rows counted in the connector's quota; a reservation that stored nothing is given back."""
+    async def _store_charged(self, server_id: str, window: QuotaWindow, accepted_at: int, items: list[NewItem],
+                             sizes: list[int], reserved: list[bool], rows: list[ItemRow],
+                             searched: object) -> list[ItemWritten]:
+        """Store items counted in the connector's quota; a reservation that stored nothing is given back."""
         try:
-            written = await self.writer.store_items(rows, charged_to=server_id, body_bytes=sizes)
+            written = await self.writer.store_items(items, charged_to=server_id, body_bytes=sizes, rows=rows,
+                                                    searched=searched)
         except Exception:  # the commit failed: nothing is stored, nothing counted
             for size, held in zip(sizes, reserved, strict=True):
                 if held:
@@ -390,19 +448,22 @@ class Ingest:
 
     def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int, *,
               conversation: str | None = None, dedup_digest: str | None = None) -> NewItem:
+        self._log_stripped(server_id, processed)
+        return self._redacted(_new_item(processed, participant, created_at, conversation, dedup_digest))
+
+    def _log_stripped(self, server_id: str, processed: Processed) -> None:
         for key in processed.stripped_keys:
             if (server_id, key) not in self._stripped:
                 # Once per (connector, key) per process; the key, never its value.
                 self._stripped.add((server_id, key))
                 self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
-        thread = processed.metadata.get("threadId")
-        content, metadata = processed.content, processed.metadata
-        if self.secrets and self.secrets.find_json([content, metadata]):  # the agents' events carry this very item
-            content, metadata = self.secrets.redact_json(content), self.secrets.redact_json(metadata)
-        return NewItem(role="user", content=content, metadata=metadata,
-                       created_at=created_at, participant=participant,
-                       thread_id=thread if isinstance(thread, str) else None,
-                       conversation_id=conversation, dedup_digest=dedup_digest)
+
+    def _redacted(self, item: NewItem) -> NewItem:
+        """`item` with the secrets in its content and metadata redacted: the agents' events carry this very item."""
+        if not self.secrets or not self.secrets.find_json([item.content, item.metadata]):
+            return item
+        return msgspec.structs.replace(item, content=self.secrets.redact_json(item.content),
+                                       metadata=self.secrets.redact_json(item.metadata))
 
     def statistics(self) -> dict[str, int]:
         """Stored events offered and dropped so far (dropped: the consumer was behind); redelivered items."""

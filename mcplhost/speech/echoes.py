@@ -41,19 +41,16 @@ FROM_SELF = "chat:from-self"
 Lookup = Callable[[str, str, str], "int | None"]
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def echo_key(metadata: Any) -> tuple[str, str, str] | None:
     """(connector, channel, messageId) of a stored item's host-written fields; None when one is missing."""
     if not isinstance(metadata, dict):
         return None
-    server_id, channel_id = _text(metadata.get("serverId")), _text(metadata.get("channelId"))
-    message_id = _text(metadata.get("messageId"))
-    if server_id is None or channel_id is None or message_id is None:
-        return None
-    return server_id, channel_id, message_id
+    server_id, channel_id = metadata.get("serverId"), metadata.get("channelId")
+    message_id = metadata.get("messageId")
+    # Inline type tests, no helper per field: ingest asks this of every inbound item.
+    if isinstance(server_id, str) and isinstance(channel_id, str) and isinstance(message_id, str):
+        return server_id, channel_id, message_id
+    return None
 
 
 def echo_of(metadata: Any, lookup: Lookup | None) -> int | bool | None:

@@ -32,7 +32,16 @@ from mcplhost.store.errors import (
     StoreMissing,
 )
 from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Quotas, Repositories, Turns
-from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
+from mcplhost.store.items import (
+    ItemRepository,
+    ItemRow,
+    ItemWritten,
+    NewItem,
+    StoredItem,
+    export_line,
+    item_row,
+    row_content,
+)
 from mcplhost.store.peers import (
     DISPATCHES,
     RELATIONSHIPS,
@@ -79,6 +88,7 @@ __all__ = [
     "Cursors",
     "ForeignDatabase",
     "ItemRepository",
+    "ItemRow",
     "ItemWritten",
     "Items",
     "NewItem",
@@ -113,6 +123,8 @@ __all__ = [
     "bucket_of",
     "connect_read_only",
     "export_line",
+    "item_row",
+    "row_content",
     "open_reader",
     "open_store",
     "turn_line",

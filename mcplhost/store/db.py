@@ -35,7 +35,7 @@ import aiosqlite
 import anyio
 
 from mcplhost.errors import HostStateError
-from mcplhost.secrets import Secrets
+from mcplhost.secrets import BLOB_TYPES, Secrets
 from mcplhost.store.cursors import CursorRepository
 from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
@@ -132,7 +132,10 @@ class RedactingWriter:
     """The writer's connection with every text and blob parameter redacted first: the one place every stored row
     passes, so no secret value is written whatever its path (docs/agents.md#secrets).
 
-    With no secrets held each call costs one truth test.
+    With no secrets held each call costs one truth test. `execute_fetchall(..., searched=version)`: the
+    caller searched exactly these parameters with `Secrets.find_in_values` and found none, while the
+    secrets were at `version` (`Secrets.version`); the search is not made again unless the set changed
+    since (ingest searches a request's rows once, for its own events too: docs/architecture.md#the-inbound-hot-path).
     """
 
     def __init__(self, conn: aiosqlite.Connection, secrets: Secrets) -> None:
@@ -145,8 +148,7 @@ class RedactingWriter:
             return params
         values = list(params.values()) if isinstance(params, dict) else params
         # One search over the row's texts first: most rows hold no secret and are passed on as they are.
-        if not secrets.find_in([v for v in values if type(v) is str],
-                               [bytes(v) for v in values if isinstance(v, _BLOBS)]):
+        if not secrets.find_in_values(values):
             return params
         if isinstance(params, dict):
             return {key: _redact_value(secrets, value) for key, value in params.items()}
@@ -157,8 +159,8 @@ class RedactingWriter:
             parameters = self._redacted(parameters)
         return self._conn.execute(sql, parameters)
 
-    async def execute_fetchall(self, sql: str, parameters: Any = None) -> Any:
-        if self._secrets:
+    async def execute_fetchall(self, sql: str, parameters: Any = None, *, searched: object = None) -> Any:
+        if self._secrets and (searched is None or searched is not self._secrets.version):
             parameters = self._redacted(parameters)
         return await self._conn.execute_fetchall(sql, parameters)
 
@@ -171,13 +173,10 @@ class RedactingWriter:
         return getattr(self._conn, name)
 
 
-_BLOBS = (bytes, bytearray, memoryview)  # a tuple: isinstance on a union is several times slower per value
-
-
 def _redact_value(secrets: Secrets, value: Any) -> Any:
     if isinstance(value, str):
         return secrets.redact(value)
-    if isinstance(value, _BLOBS):
+    if isinstance(value, BLOB_TYPES):
         return secrets.redact_bytes(bytes(value))
     return value
 

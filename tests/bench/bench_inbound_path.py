@@ -143,15 +143,24 @@ async def run_host(folder: Path, connectors: list[ConnectorConfig], *, reads: li
     return max(r["seconds"] for r in reports), sum(r["accepted"] for r in reports)
 
 
-def plain_insert(rows_db: Path, folder: Path) -> float:
-    """Rows/s of a plain batched insert of the rows the host stored (50 per transaction), same columns and indexes."""
+def plain_insert(rows_db: Path, folder: Path, *, indexes: bool = True) -> float:
+    """Rows/s of a plain batched insert of the rows the host stored (50 per transaction), same columns.
+
+    `indexes`: into the same schema, the items table's indexes included; else into the bare table (its
+    integer primary key only), the cheapest store of the same rows SQLite has.
+    """
     source = sqlite3.connect(rows_db)
     columns = ("agent, participant, role, content, metadata, server_id, channel_id, message_id, thread_id,"
                " conversation_id, dedup_digest, created_at")
     rows = source.execute(f"SELECT {columns} FROM items ORDER BY id").fetchall()
-    schema = [r[0] for r in source.execute("SELECT sql FROM sqlite_master WHERE name LIKE 'items%' AND sql IS NOT NULL")]
+    kinds = "('table', 'index')" if indexes else "('table')"
+    schema = [r[0] for r in source.execute(
+        f"SELECT sql FROM sqlite_master WHERE tbl_name = 'items' AND type IN {kinds} AND sql IS NOT NULL"
+        " ORDER BY type = 'index'")]
     source.close()
-    target = sqlite3.connect(folder / "plain.db", isolation_level=None)
+    target_path = folder / ("plain.db" if indexes else "plain-bare.db")
+    target_path.unlink(missing_ok=True)
+    target = sqlite3.connect(target_path, isolation_level=None)
     target.execute("PRAGMA journal_mode = WAL")
     target.execute("PRAGMA synchronous = NORMAL")
     for statement in schema:
@@ -167,12 +176,13 @@ def plain_insert(rows_db: Path, folder: Path) -> float:
     return len(rows) / seconds
 
 
-async def main(items: int) -> None:
+async def ratios(items: int) -> None:
+    """Both workloads, each as a ratio to a plain batched insert of the same rows, with and without the indexes."""
     for label, connectors_count, batch, inflight in (
         ("batches of 50, 1 connector", 1, 50, 8),
         ("1 message per request, 4 connectors", 4, 1, 64),
     ):
-        rate = plain = 0.0
+        rate = plain = bare = 0.0
         for _ in range(ROUNDS):  # interleaved, best of each: the machine is noisy
             with tempfile.TemporaryDirectory() as name:
                 folder = Path(name)
@@ -182,10 +192,14 @@ async def main(items: int) -> None:
                 assert accepted == per * connectors_count, f"only {accepted} items were accepted"
                 rate = max(rate, accepted / seconds)
                 plain = max(plain, plain_insert(folder / "host.db", folder))
-        print(f"{label:>38}: {rate:>9,.0f} items/s | plain batched insert {plain:>9,.0f} rows/s"
-              f" | ratio {rate / plain:.0%}  ({accepted:,} items, best of {ROUNDS})")
+                bare = max(bare, plain_insert(folder / "host.db", folder, indexes=False))
+        print(f"{label:>38}: {rate:>9,.0f} items/s | plain batched insert {plain:>9,.0f} rows/s, ratio {rate / plain:.0%}"
+              f" | into a table with no index {bare:>9,.0f} rows/s, ratio {rate / bare:.0%}"
+              f"  ({accepted:,} items, best of {ROUNDS})")
 
 
+async def main(items: int) -> None:
+    await ratios(items)
     await beside_reads(items)
     await watchdog_overhead(items)
 
@@ -546,7 +560,7 @@ async def secrets_overhead(items: int) -> None:
 
 
 #: The parts a second argument may name alone.
-PARTS = {"reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas, "secrets": secrets_overhead,
+PARTS = {"ratio": ratios, "reads": beside_reads, "watchdog": watchdog_overhead, "quotas": quotas, "secrets": secrets_overhead,
          "explain": explain_cost}
 
 if __name__ == "__main__":
