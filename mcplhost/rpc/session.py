@@ -203,6 +203,7 @@ class Session:
         self._max_workers = max_concurrent
         self._workers = 0
         self._idle_workers = 0
+        self._untaken = 0  # items queued for the workers that no worker has taken yet
         self._deferred_send, self._deferred_receive = anyio.create_memory_object_stream[_Queued](max_concurrent)
         # Cancellable work by the peer's request id, queued or running (`cancel_peer_request`).
         self._cancellable: dict[RequestId, _Queued] = {}
@@ -574,10 +575,12 @@ class Session:
             self._done_with(queued)
             result.dropped()
             return True
-        # One worker per queued item not yet taken: requests read in one chunk start together.
-        # A fresh worker counts as idle until it takes an item.
-        if self._deferred_send.statistics().current_buffer_used > self._idle_workers \
-                and self._workers < self._max_workers:
+        # One worker per queued item not yet taken: requests read in one chunk start together, and a
+        # quick one is never left behind slow ones (a push behind inferences: issue 24). A worker
+        # counts as idle until it takes an item, and an item as untaken until then, also one handed
+        # straight to a waiting worker (the stream's buffer never holds that one).
+        self._untaken += 1
+        if self._untaken > self._idle_workers and self._workers < self._max_workers:
             self._workers += 1
             self._idle_workers += 1
             handlers.start_soon(self._deferred_worker)
@@ -586,6 +589,7 @@ class Session:
     async def _deferred_worker(self) -> None:
         async with self._deferred_receive.clone() as receive:
             async for queued in receive:
+                self._untaken -= 1
                 self._idle_workers -= 1
                 try:
                     if queued.cancelled:
