@@ -576,7 +576,7 @@ class Session:
             result.dropped()
             return True
         # One worker per queued item not yet taken: requests read in one chunk start together, and a
-        # quick one is never left behind slow ones (a push behind inferences: issue 24). A worker
+        # quick one is never left behind slow ones (a push written after inferences). A worker
         # counts as idle until it takes an item, and an item as untaken until then, also one handed
         # straight to a waiting worker (the stream's buffer never holds that one).
         self._untaken += 1

@@ -176,7 +176,7 @@ class TestAPeerOverItsBudget:
 class TestAPushBehindInference:
     async def test_a_push_written_after_eight_inference_requests_is_acked_while_the_model_holds_them(
             self, tmp_path) -> None:
-        """Issue 24: through `mcplhost run`, a hostile connector writes 8 inference/request and a push/event in
+        """Through `mcplhost run`, a hostile connector writes 8 inference/request and a push/event in
         one write, the model answering none of them: the push is acked on its own commit, before any admitted
         inference is answered (it was held until the 4 admitted ones ended)."""
         from ..agents.llm_server import LlmServer, Reply

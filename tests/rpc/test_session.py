@@ -388,8 +388,8 @@ class TestDeferredWork:
 
     async def test_quick_work_read_behind_slow_work_gets_a_worker_of_its_own(self) -> None:
         """An idle worker left by earlier work takes the first of a burst straight from the queue: the burst's
-        last item, a quick one, still gets its own worker and is answered while the slow ones wait (issue 24:
-        a push held behind four inferences)."""
+        last item, a quick one, still gets its own worker and is answered while the slow ones wait (it was held
+        until one of them ended: a push behind four inferences)."""
         release = anyio.Event()
 
         async def handler(method: str, params: Any) -> Any:
