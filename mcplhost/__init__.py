@@ -1,8 +1,18 @@
-"""mcplhost: a long-running host for MCPL connectors."""
+"""mcplhost: a long-running host for MCPL connectors.
 
-from importlib.metadata import PackageNotFoundError, version
+`__version__` is looked up when first read, not on import: finding it loads importlib.metadata (~75 ms),
+and the command keeps the moments before its Ctrl-C handling starts short (mcplhost/__main__.py).
+"""
 
-try:
-    __version__ = version("mcplhost")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+
+def __getattr__(name: str) -> str:
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("mcplhost")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        found = "0.0.0+unknown"
+    globals()["__version__"] = found
+    return found

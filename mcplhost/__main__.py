@@ -1,5 +1,34 @@
+"""`mcplhost` and `python -m mcplhost`: the command, quiet when Ctrl-C comes at any moment.
+
+The command's modules take up to a second to load on a busy machine, and a
+Ctrl-C then would print the traceback of whatever import it landed in. So
+they are loaded here, under the same catch `main` has for the rest
+(mcplhost/cli/__init__.py): an interrupt before the command did anything is
+the same quiet exit 0 as a graceful stop. Once the command has its exit
+status, a late Ctrl-C is ignored: nothing is left to stop.
+"""
+
 import sys
 
-from .cli import main
+#: The exit status of a command interrupted while it loads: nothing was started, so nothing failed.
+EXIT_INTERRUPTED = 0
 
-sys.exit(main())
+
+def main() -> int:
+    try:
+        from .cli import main as command
+
+        status = command()
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    try:
+        import signal  # here, not above: importing it takes long enough to be interrupted
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the interpreter's own exit must not print one either
+    except KeyboardInterrupt:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import math
 import os
 import shutil
 import sys
@@ -54,9 +55,14 @@ from .config import (
 from .connectors.console import LINE_MAX_CHARS
 from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 from .connectors.stage import ECHO_DELAY_ENV
+from .errors import OperatorError
 from .inbound.notice import reader_body
+from .inbound.source import PUSH_LANE
+from .logs import LINES_PER_WINDOW, WINDOW_S
 from .protocol.grants import IMPLEMENTED
 from .store import NewItem
+from .store.files import database_files
+from .store.rows import UnscopedSource
 
 #: The live view's width when stdout is not a terminal (a pipe, a file, a test) or one with no width (0 columns).
 PLAIN_WIDTH = 80
@@ -76,24 +82,29 @@ RESET = "\x1b[0m"
 STUB_DEFAULTS = {"STUB_SCENARIO": "discord", "STUB_MESSAGES": "0", "STUB_INTERVAL_S": "1.5"}
 #: The Zulip-shaped stub starts once the Discord-shaped one is done, so their lines never interleave.
 ZULIP_DEFAULTS = {"ZULIP_MESSAGES": "0", "ZULIP_DELAY_S": "16", "ZULIP_INTERVAL_S": "1.5"}
-HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": "4"}
+#: The heartbeat stub's pace: each push is one `mcpl.push` log line, and the host writes at most LINES_PER_WINDOW
+#: of one event per connector in WINDOW_S (a push every 4 s tripped that flood guard, and every dev stop then
+#: showed its `log.suppressed` warning); at this pace one window holds at most LINES_PER_WINDOW - 1 of them.
+HEARTBEAT_DEFAULTS = {"HEARTBEAT_INTERVAL_S": str(math.ceil(WINDOW_S / (LINES_PER_WINDOW - 1)))}
 #: Passed to dev's connectors only when set in dev's environment (each connector has its own default).
 PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 #: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
 DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
 #: channels.publish only once this host implements it, so dev never grants what nothing serves.
-CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish", "channels.typing",
-                                 "channels.acknowledge") if path in IMPLEMENTED]
+CHAT_GRANT: list[str] = [path for path in ("channels.register", "channels.incoming", "channels.publish",
+                                            "channels.typing", "channels.acknowledge") if path in IMPLEMENTED]
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
 #: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
 #: The stub's token, a made-up value: a connector variable named *TOKEN* is a secret (docs/agents.md#secrets),
 #: so scout's answer to Dana, which repeats it, is withheld as a draft and the token is stored nowhere.
 DEV_STUB_TOKEN = "dev-token-0f1e2d3c4b5a"
+#: The first line of the config dev writes beside its database: what marks a database as one dev made.
+CONFIG_HEADER = "# Written by `mcplhost dev` for `mcplhost explain --config`: the config dev ran with.\n"
 #: One reply per backend call, in the order the stubs' scenario makes them: the deploy question (a tool round,
 #: then its answer), scribe's peer message, Dana's DM (it would post the stub's token), the two guilds'
 #: mentions, Hana's report (a slow tool that Alice's `!stop` aborts), then every later call says the waking
 #: text back.
-DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [
+DEV_SCRIPT: list[Any] = [{"text": "Let me check the stub.", "tool_calls": [
     {"name": "stub__echo", "arguments": {"text": "ping"}},
     {"name": "task_send_message", "arguments": {"target": "scribe", "message": "Someone asked about the deploy notes."}},
 ]}, "You said: {{echo}}", "You said: {{echo}}", f"Dana, the stub's token is {DEV_STUB_TOKEN}.",
@@ -107,7 +118,7 @@ DEV_AGENT = AgentConfig(name="scout", wake_on=["addressed", "dm"], system_prompt
 #: dev's second agent, scout's child in one tree (docs/peers.md): woken only by peer messages. Scout's first
 #: turn sends it guidance (task_send_message); it answers scout with a peer message, which starts a turn of
 #: scout's whose prose has no chat to go to (a draft).
-HELPER_SCRIPT: list = [{"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
+HELPER_SCRIPT: list[Any] = [{"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
     "target": "scout", "message": "Noted: I will keep the deploy notes in mind."}}]}, ""]
 HELPER_AGENT = AgentConfig(name="scribe", parent="scout", title="Scribe", wake_on=[],
                            system_prompt="You are Scribe, who keeps notes for Scout.",
@@ -209,9 +220,35 @@ def config_beside(db: Path) -> Path:
 def write_config(config: Config, path: Path) -> None:
     """`config_toml(config)` into `path`, readable by its owner only (a connector's env may hold a token)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its own mode through O_CREAT
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("# Written by `mcplhost dev` for `mcplhost explain --config`: the config dev ran with.\n")
+        out.write(CONFIG_HEADER)
         out.write(config_toml(config))
+
+
+def made_by_dev(db: Path) -> bool:
+    """Whether an earlier dev run made the database at `db`: dev's config stands beside it (`config_beside`)."""
+    try:
+        with open(config_beside(db), encoding="utf-8") as config:
+            return config.readline() == CONFIG_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def start_fresh(db: Path) -> bool:
+    """Remove what an earlier dev run left at `db` (the database, its WAL and SHM), so the stubs' scenario is
+    stored, and shown, whole again instead of deduplicated against it; whether there was one. Called with the
+    database's lock held. A database dev did not make is never removed: OperatorError saying what to do."""
+    found = [file for file in database_files(db) if file.exists()]
+    if not found:
+        return False
+    if not made_by_dev(db):
+        raise OperatorError(f"{db}: not a database an earlier mcplhost dev made (no {config_beside(db).name} of "
+                            "dev's beside it)", "dev starts from a fresh database on every run and removes only "
+                            "its own: pass --db with a new file, or move that one away")
+    for file in found:
+        file.unlink(missing_ok=True)
+    return True
 
 
 def _toml_value(value: Any) -> str:
@@ -230,11 +267,14 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
-def introduction(config: Config, db: Path, *, verbose: bool) -> list[str]:
-    """The lines dev prints on stderr before it starts: what runs, and what each stub stages."""
+def introduction(config: Config, db: Path, *, verbose: bool, replaced: bool = False) -> list[str]:
+    """The lines dev prints on stderr before it starts: what runs, and what each stub stages (`replaced`: the
+    last run's database was removed for this one, `start_fresh`)."""
     lines = [f"mcplhost dev: database {db}; Ctrl-C stops" + ("" if verbose else "; -v shows the log")]
+    if replaced:
+        lines.append("  a fresh database each run: the last run's was replaced, so it all plays again")
     for connector in config.connectors:
-        first, *more = EXPLAINED.get(connector.name) or [None]
+        first, *more = EXPLAINED.get(connector.name) or [""]
         if first:
             lines.append(f"  {connector.name}: " + first.format(**connector.env))
             lines.extend("    " + line.format(**connector.env) for line in more)
@@ -303,14 +343,13 @@ def place(server: str, label: str, thread: Any) -> str:
 
 def describe_item(item: NewItem) -> str:
     """`where  who: body` for one stored item, the body without its source header; an echo says so."""
-    meta = item.metadata
-    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-    server = meta.get("serverId") or source.get("serverId") or "-"
-    label = source.get("label") or meta.get("channelId") or ("push" if source.get("lane") == "push/event" else "")
-    where = place(server, label, meta.get("threadId") or source.get("threadId"))
-    texts = [b.get("text", f"<{b.get('type')}>") for b in reader_body(item.content, meta)]
+    meta, source = item.meta, item.meta.source or UnscopedSource()
+    server = meta.server_id or source.server_id or "-"
+    label = source.label or meta.channel_id or ("push" if source.lane == PUSH_LANE else "")
+    where = place(server, label, meta.thread_id or source.thread_id)
+    texts = [b.get("text", f"<{b.get('type')}>") for b in reader_body(item.content, meta.source_header)]
     who = item.participant or item.agent or "-"
-    return f"{where}  {who}{' (echo)' if meta.get('echoOf') else ''}: " + " ".join(texts)
+    return f"{where}  {who}{' (echo)' if meta.echo_of else ''}: " + " ".join(texts)
 
 
 def event_place(event: dict[str, Any], labels: dict[tuple[str, str], str] | None, thread: Any) -> str:
@@ -403,9 +442,9 @@ class LiveView:
     def items(self, items: list[NewItem]) -> None:
         """Host's on_stored hook: one line per item just committed."""
         for item in items:
-            source = item.metadata.get("source")
-            if isinstance(source, dict) and source.get("label") and item.metadata.get("channelId"):
-                self.labels[(str(item.metadata.get("serverId")), str(item.metadata["channelId"]))] = source["label"]
+            meta = item.meta
+            if meta.source is not None and meta.source.label and meta.channel_id:
+                self.labels[(str(meta.server_id), meta.channel_id)] = meta.source.label
             self.line(item.created_at / 1000, describe_item(item))
 
     def event(self, event: dict[str, Any]) -> None:

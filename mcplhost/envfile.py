@@ -1,4 +1,5 @@
-"""A connector's `env_file`: KEY=VALUE lines the host reads at each spawn (docs/operations.md#connector-environments-and-secrets).
+"""A connector's `env_file`: KEY=VALUE lines the host reads at each spawn (docs/operations.md#connector-environments-and-secrets);
+and the console's `token_file` (docs/operations.md#console), kept the same way.
 
 The syntax, the whole of it:
 
@@ -70,11 +71,13 @@ def format_env_file(variables: dict[str, str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read and parse an env file, refusing one others may read or write; EnvFileError says why.
+def read_private_file(path: str | os.PathLike[str], *, max_bytes: int, holds: str = "secrets",
+                      refused_bits: int = SHARED_BITS) -> bytes:
+    """The first `max_bytes` + 1 bytes of a file that holds secrets, refusing one whose mode has `refused_bits`.
 
     Opened without blocking and checked on the open descriptor, so a FIFO
     cannot stall the event loop and a file swapped after the check is not read.
+    EnvFileError says why it is refused (never a byte of it).
     """
     path = Path(path)
     try:
@@ -85,14 +88,20 @@ def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise EnvFileError(f"{path}: not a regular file")
-        if info.st_mode & SHARED_BITS:
+        if info.st_mode & refused_bits:
             raise EnvFileError(f"{path}: mode {stat.S_IMODE(info.st_mode):04o} lets the group or others read "
-                               "or write it; it holds secrets: chmod 600 it (owned by the user mcplhost runs as)")
-        data = os.read(fd, ENV_FILE_MAX_BYTES + 1)
+                               f"or write it; it holds {holds}: chmod 600 it (owned by the user mcplhost runs as)")
+        return os.read(fd, max_bytes + 1)
     except OSError as exc:
         raise EnvFileError(f"{path}: cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read and parse an env file, refusing one others may read or write; EnvFileError says why."""
+    path = Path(path)
+    data = read_private_file(path, max_bytes=ENV_FILE_MAX_BYTES)
     if len(data) > ENV_FILE_MAX_BYTES:
         raise EnvFileError(f"{path}: larger than {ENV_FILE_MAX_BYTES} bytes; not a list of variables")
     try:
@@ -103,3 +112,37 @@ def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
         return parse_env_file(text.replace("\r\n", "\n"))
     except EnvFileError as exc:
         raise EnvFileError(f"{path}: {exc}") from None
+
+
+# --- the console's token file ---------------------------------------------------------
+
+#: A token file is one line; more than this is not a token.
+TOKEN_FILE_MAX_BYTES = 4096
+#: The token file's mode is 0600 or stricter: no permission at all for the group or others.
+TOKEN_REFUSED_BITS = stat.S_IRWXG | stat.S_IRWXO
+#: Fewer characters than this are guessable: refused (`openssl rand -hex 32` writes 64).
+MIN_TOKEN_CHARS = 16
+
+
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    """The `[console] token_file`'s token: its text without surrounding whitespace (docs/operations.md#console).
+
+    Refused like an env file when others may read or write it, and when it
+    is not one line of at least MIN_TOKEN_CHARS printable characters;
+    EnvFileError says why, never what it holds.
+    """
+    path = Path(path)
+    data = read_private_file(path, max_bytes=TOKEN_FILE_MAX_BYTES, holds="the console's token",
+                             refused_bits=TOKEN_REFUSED_BITS)
+    if len(data) > TOKEN_FILE_MAX_BYTES:
+        raise EnvFileError(f"{path}: larger than {TOKEN_FILE_MAX_BYTES} bytes; not a token")
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise EnvFileError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    if not token.isprintable():
+        raise EnvFileError(f"{path}: the token must be one line of printable characters")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise EnvFileError(f"{path}: the token is shorter than {MIN_TOKEN_CHARS} characters "
+                           "(make one with: openssl rand -hex 32)")
+    return token

@@ -34,6 +34,10 @@ mcplhost/control/), served by `run` once the writer runs and before any
 connector starts, and removed when `run` ends; `Host.status_line` sends
 systemd's STATUS= line with the connectors counted by state after changes.
 
+`Host.console` is the web console (mcplhost/console/), when `[console]
+listen` is set: bound by `open_host`, served by `run` beside the control
+socket, and stopped with the rest of the base group, after the connectors.
+
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
 
@@ -51,6 +55,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from types import MappingProxyType
 
 import anyio
@@ -64,11 +69,12 @@ from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
 from .agents.turn import CONTEXT_ROWS
 from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
+from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
 from .control.server import serve_control
 from .control.service import ControlService
 from .errors import ConfigError, HostStateError
-from .inbound.patterns import fast_opening_re
+from .inbound.mark import compile_patterns
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
 from .ingest.quotas import QuotaLimits
 from .logs import SuppressedTotals, redact_secrets
@@ -80,6 +86,7 @@ from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
+from .store.search_index import run_indexer
 from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
 from .supervisor.supervise import supervise
@@ -102,7 +109,7 @@ class Host:
                  events: ObjectSendStream[Stored] | None, metrics: Metrics | None = None,
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
-                 senders: dict[str, OutboxSender] | None = None) -> None:
+                 senders: dict[str, OutboxSender] | None = None, console: Console | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -120,6 +127,8 @@ class Host:
         #: `/metrics` (None: `[metrics] listen` is not set); `metrics_address` is where it listens once running.
         self.metrics = metrics
         self.metrics_address: str | None = None
+        #: The web console (None: `[console] listen` is not set); `console.address` once `open_host` bound it.
+        self.console = console
         self.notifier = notifier
         self.control = control
         self.status_line = status_line
@@ -148,11 +157,14 @@ class Host:
                 await base.start(self.writer.run)
                 await base.start(partial(serve_control, redact=self.store.secrets.redact_bytes),
                                  control_socket_path(self.config), self.control.answer)
+                if self.console is not None:
+                    await base.start(self.console.run)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
                     base.start_soon(self.metrics.serve, listener)
                 base.start_soon(_prune, self.store.pushes)
+                base.start_soon(self._index_when_ready)
                 if self.config.store.retention_days > 0:  # 0: items are kept for good (docs/operations.md#retention)
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
@@ -177,6 +189,13 @@ class Host:
         finally:
             self.close_events()
         log.info("host.stopped", **self.writer.stats)
+
+    async def _index_when_ready(self) -> None:
+        """The search index follows the items off the ack path, from once every connector's first start is done:
+        a store migrated with items in it is indexed in the background, never before a connector is served
+        (docs/operations.md#the-search-index)."""
+        await self.ready.wait()
+        await run_indexer(self.store.search_index)
 
     def close_events(self) -> None:
         """End the Stored stream: its consumer sees the end once everything is committed (idempotent)."""
@@ -298,10 +317,17 @@ class Host:
 
 def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
                on_stored: Callable[[list[NewItem]], None] | None = None,
-               events: ObjectSendStream[Stored] | None = None) -> Host:
-    """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store)."""
+               events: ObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
+               console_token: str | None = None) -> Host:
+    """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
+
+    `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
+    when `[console] listen` is set, with `console_token` (mcplhost/console/service.py `console_token`).
+    """
     if config.agents and events is not None:
         raise HostStateError("stored events have one consumer; this host's agents take them")
+    if config.console.listen and feed_format is None:
+        raise HostStateError("the console's live feed needs its line format (mcplhost/dev.py's, from the CLI)")
     agent_events: ObjectReceiveStream[Stored] | None = None
     if config.agents:
         events, agent_events = stored_event_stream()
@@ -313,7 +339,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
                     suppressed=suppressed, quotas=connector_quotas(config), secrets=store.secrets)
     hooks = HookState()
-    inference = connector_inference(config)
+    inference = connector_inference(config, secrets=store.secrets)
     offered = offered_paths(IMPLEMENTED, inference_configured=inference is not None)
     status_line = StatusLine()
     max_age_s = {agent.name: agent.publish_max_age_s for agent in config.agents}
@@ -337,12 +363,32 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
+    control = ControlService(store, connectors, agents, started_at_ms=now_ms())
+    console = None
+    if config.console.listen and feed_format is not None:
+        console = Console(config.console, token=console_token, store_path=Path(store.path), secrets=store.secrets,
+                          operated=control,
+                          agents=lambda: agents.config.agents, lines=feed_format,
+                          connectors=[spec.name for spec in config.connectors])
+        ingest.on_stored = _both(on_stored, console.stored)  # the console's feed reads after each commit too
     return Host(config, store=store, writer=writer, ingest=ingest, hooks=hooks, inference=inference,
                 connectors=connectors, outbox_senders=senders, agents=agents,
                 notifier=notifier if notifier is not None else Notifier(None, log),
-                control=ControlService(store, connectors, agents, started_at_ms=now_ms()), status_line=status_line,
+                control=control, status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
-                handles=handles, senders=sender_of)
+                handles=handles, senders=sender_of, console=console)
+
+
+def _both(first: Callable[[list[NewItem]], None] | None,
+          second: Callable[[list[NewItem]], None]) -> Callable[[list[NewItem]], None]:
+    if first is None:
+        return second
+
+    def both(items: list[NewItem]) -> None:
+        first(items)
+        second(items)
+
+    return both
 
 
 def install_secrets(config: Config, store: Store) -> None:
@@ -367,22 +413,32 @@ def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
 @asynccontextmanager
 async def open_host(config: Config, *, notifier: Notifier | None = None,
                     on_stored: Callable[[list[NewItem]], None] | None = None,
-                    events: ObjectSendStream[Stored] | None = None) -> AsyncIterator[Host]:
+                    events: ObjectSendStream[Stored] | None = None,
+                    feed_format: FeedFormat | None = None) -> AsyncIterator[Host]:
     """Open the store and build the host over it; on exit close the store, then the `[inference]` backend.
 
     `notifier`: systemd's (none: notifications go nowhere). `on_stored`: called
     after each commit with the items new in it (`mcplhost dev`'s live view).
-    `events`: see the module docstring.
+    `events`: see the module docstring. `feed_format`: see `build_host`. The
+    console, when configured, is bound here, before anything runs (its
+    address is `host.console.address`), and closed on exit.
     """
-    fast_opening_re()  # derives the marking pattern's classes (~0.2 s) now, not on the first message
+    compile_patterns()  # derives the marking patterns' classes (~0.2 s) now, not on the first message
     inference: ConnectorInference | None = None
     try:
+        # A console that cannot be served (its packages, its token file) stops the start before the store opens.
+        token = console_token(config.console) if config.console.listen else None
         async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
-            host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events)
+            host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
+                              feed_format=feed_format, console_token=token)
             inference = host.inference
             try:
+                if host.console is not None:
+                    host.console.bind()  # an address in use is the operator's to fix, said before anything starts
                 yield host
             finally:
+                if host.console is not None:
+                    host.console.close()
                 host.close_events()
                 host.writer.close()  # a host that ran already drained it; one that never ran has nothing queued
     finally:

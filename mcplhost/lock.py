@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,8 +24,10 @@ from pathlib import Path
 from .errors import OperatorError
 
 LOCK_SUFFIX = ".lock"
-#: The lock file is readable by the service's group, so an operator sees the pid.
+#: The lock file is readable by the service's group, so an operator sees the pid; others get nothing.
 LOCK_FILE_MODE = 0o640
+#: Permission bits a lock file left by an older version loses: everything for others.
+OTHERS = stat.S_IRWXO
 #: The pid is a handful of digits; more than this in the file is not ours.
 PID_TEXT_MAX_BYTES = 64
 
@@ -56,6 +59,27 @@ def read_holder(path: Path) -> int | None:
     return int(text) if text.isdecimal() else None
 
 
+def refuse_if_held(database: Path) -> None:
+    """Raise DatabaseInUse when another process holds the database's lock now, creating nothing.
+
+    A start asks this before anything else another daemon may hold (its control socket, its metrics port), so a
+    second daemon on one database is told that, not the symptom; `hold_database` still decides.
+    """
+    path = lock_path(database)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file yet (or none this user may read): hold_database says what is wrong
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            raise
+        raise DatabaseInUse(database, read_holder(path)) from None
+    finally:
+        os.close(fd)  # releases the shared lock, if it was taken
+
+
 @contextmanager
 def hold_database(database: Path) -> Iterator[Path]:
     """Hold the database's lock for the block, or raise DatabaseInUse naming the holder."""
@@ -72,6 +96,9 @@ def hold_database(database: Path) -> Iterator[Path]:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
             raise DatabaseInUse(database, read_holder(path)) from None
+        mode = os.fstat(fd).st_mode
+        if mode & OTHERS:
+            os.fchmod(fd, stat.S_IMODE(mode) & ~OTHERS)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield path

@@ -2,7 +2,8 @@
 
 Only the CLI calls `configure` (and `shutdown` on its way out); modules take
 `structlog.get_logger()` at import. `mcplhost dev` passes a `tap` (its live
-view sees every event) and may hide the log lines themselves (`show=False`).
+view sees every event) and may hide the log lines themselves (`show=False`);
+the web console adds its own while it runs (`tapping`).
 
 Rendered lines never touch the sink from the event loop: they go into a
 bounded queue that one writer thread empties (`LineQueue`), so a sink that
@@ -29,7 +30,8 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import IO, Any, Literal
 
 import anyio
@@ -248,6 +250,7 @@ def configure(log_format: LogFormat = "json", level: str = "info", *, tap: Tap |
     ]
     if tap is not None:
         processors.append(_tapping(tap))
+    processors.append(_added_taps)
     if not show:
         processors.append(_drop)
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
@@ -297,6 +300,27 @@ def shutdown(timeout: float | None = None) -> bool:
 
 
 atexit.register(shutdown)  # a safety net: the CLI calls shutdown itself, before its last words
+
+
+#: Taps added while something runs (`tapping`: the web console's feed), beside `configure`'s own.
+_taps: tuple[Tap, ...] = ()
+
+
+@contextmanager
+def tapping(tap: Tap) -> Iterator[None]:
+    """`tap` sees every event `configure`'s tap would, redacted, while inside (events below the level never come)."""
+    global _taps
+    _taps = (*_taps, tap)
+    try:
+        yield
+    finally:
+        _taps = tuple(t for t in _taps if t is not tap)
+
+
+def _added_taps(logger: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    for tap in _taps:
+        tap(dict(event))
+    return event
 
 
 def _tapping(tap: Tap) -> structlog.typing.Processor:

@@ -11,7 +11,7 @@ again; a new name is started, a name that is gone is stopped. Agents are
 updated in place by the runtime (mcplhost/agents/runtime.py `prepare_reload`,
 `apply_reload`). What a reload cannot change in a running host is said in `notes` and left as it
 runs: the store (`store.path` and the rest of `[store]`), `[control]`,
-`[metrics]`, `[inference]`, `[moderation]`, and agents added to a host started without any (a restart applies those).
+`[metrics]`, `[console]`, `[inference]`, `[moderation]`, and agents added to a host started without any (a restart applies those).
 
 `Reloads` runs them one at a time beside the signal watcher, so a reload
 waiting for a turn never holds up SIGTERM: the stop cancels it. Several
@@ -53,6 +53,7 @@ NOT_RELOADED = {
     "store": "[store] cannot change by reload (the database is open); restart the daemon to change it",
     "control": "[control] cannot change by reload (the socket is open); restart the daemon to change it",
     "metrics": "[metrics] cannot change by reload (the listener is open); restart the daemon to change it",
+    "console": "[console] cannot change by reload (the listener is open); restart the daemon to change it",
     "inference": "[inference] is not reloaded; restart the daemon to change it",
     "moderation": "[moderation] is not reloaded (its checker is built at start); restart the daemon to change it",
 }

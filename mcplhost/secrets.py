@@ -3,9 +3,10 @@
     secrets = Secrets({"DISCORD_TOKEN": "…", "OPENAI_API_KEY": "…"})
     secrets.find(text)    # the variable whose value `text` holds, or None
     secrets.redact(text)  # every value replaced by `[redacted:NAME]`
+    guard = StreamGuard(secrets); guard.feed(piece) ... guard.finish()  # text streamed in pieces
 
 Which values are secret is decided where the config and the environment are
-read (mcplhost/config.py); this module only holds them. A value shorter than
+read (mcplhost/config/environment.py); this module only holds them. A value shorter than
 MIN_SECRET_CHARS is never treated as a secret: redacting "1" or "true"
 everywhere would wreck every text and protect nothing.
 
@@ -197,3 +198,41 @@ BLOB_TYPES = (bytes, bytearray, memoryview)
 
 #: No secrets: the default wherever none were given.
 NO_SECRETS = Secrets()
+
+
+class StreamGuard:
+    """Text that arrives in pieces, released only where no secret can hold it (docs/agents.md#secrets).
+
+    The last (longest secret − 1) characters are held back, since the next
+    piece may complete a secret they begin; `finish` releases them once
+    nothing can. Each piece is searched with only the held-back characters
+    before it (a secret not wholly inside what was searched before ends in
+    the new piece, so it starts at most longest − 1 before it): the work is
+    linear in the text streamed. Once a secret is seen, `found` names its
+    variable and nothing more is released.
+    """
+
+    def __init__(self, secrets: Secrets) -> None:
+        self._secrets = secrets
+        self._held = ""  # the last (longest − 1) characters: not released yet
+        self.found: str | None = None
+
+    def feed(self, piece: str) -> str:
+        """Add `piece`; the text that may be released now ("" for none, and always once a secret was seen)."""
+        if self.found is not None:
+            return ""
+        if not self._secrets:
+            return piece
+        window = self._held + piece
+        self.found = self._secrets.find(window)
+        if self.found is not None:
+            self._held = ""
+            return ""
+        keep = min(len(window), self._secrets.longest - 1)
+        self._held = window[len(window) - keep:]
+        return window[:len(window) - keep]
+
+    def finish(self) -> str:
+        """The end of the text: what was held back ("" once a secret was seen)."""
+        held, self._held = self._held, ""
+        return "" if self.found is not None else held

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# A real PostgreSQL server per session and a fresh database per test that asks for one (tests/postgres.py).
+from .postgres import postgres_db, postgres_server  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 
 settings.register_profile("mcplhost", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""mcplhost/config.py: strict TOML decoding, every problem with its path, paths relative to the file."""
+"""mcplhost/config/: strict TOML decoding, every problem with its path, paths relative to the file."""
 
 from __future__ import annotations
 
@@ -220,6 +220,30 @@ class TestProblems:
     def test_unknown_keys_are_errors_at_every_level(self, text: str, expected: str) -> None:
         """A typo anywhere is reported with its path, never ignored."""
         assert problems_of(text) == [expected]
+
+    @pytest.mark.parametrize(("text", "expected"), [
+        ('[[connectors]]\nname = "a"\ncomand = ["a"]',
+         ["connectors[0].comand: unknown key (did you mean 'command'?)", "connectors[0].command: required"]),
+        ('[store]\npaht = "x.db"', ["store.paht: unknown key (did you mean 'path'?)"]),
+        ('[[agents]]\nname = "a"\nwake_onn = []', ["agents[0].wake_onn: unknown key (did you mean 'wake_on'?)"]),
+        ('[[agents]]\nname = "a"\n[agents.backend]\nkind = "openia"',
+         ["agents[0].backend.kind: 'openia' is not one of 'scripted', 'openai', 'anthropic' (did you mean "
+          "'openai'?)"]),
+        ('[[connectors]]\nname = "a"\ncommand = ["a"]\n[connectors.restart]\npolicy = "sometimes"',
+         ["connectors[0].restart.policy: 'sometimes' is not one of 'always', 'on-failure', 'never'"]),
+        ('[console]\nactions = ["restart-connectr"]',
+         ["console.actions[0]: 'restart-connectr' is not one of 'restart-connector' (did you mean "
+          "'restart-connector'?)"]),
+    ])
+    def test_a_misspelt_key_or_choice_names_what_was_meant(self, text: str, expected: list[str]) -> None:
+        """An unknown key gets the closest known key of its table; a value outside a fixed set of choices lists
+        them all, and the closest when one is close."""
+        assert problems_of(text) == expected
+
+    def test_a_choice_of_the_wrong_type_is_a_type_problem(self) -> None:
+        """Only a string is compared with the choices: `kind = 1` says what type was expected."""
+        (found,) = problems_of('[[agents]]\nname = "a"\n[agents.backend]\nkind = 1')
+        assert found.startswith("agents[0].backend.kind: Expected `str`"), found
 
     @pytest.mark.parametrize(("text", "field"), [
         ('[[connectors]]\ncommand = ["a"]', "connectors[0].name: required"),
@@ -633,6 +657,42 @@ class TestAgentEnvironment:
         assert warnings(raw)[1:] == [
             "agents[0].wake_on[1]: 'b/x:*' names a connector the agent does not hear: it never wakes it",
             "agents[0].backend.script: ignored by kind 'openai' (scripted only)"]
+
+
+class TestConnectorAgent:
+    """`[[connectors]] agent` (docs/agents.md#addressing): it names a configured agent; shared addressing is warned."""
+
+    def test_agent_must_name_a_configured_agent(self) -> None:
+        text = one_connector(agent='"ghost"') + agent()
+        assert problems_of(text) == ["connectors[0].agent: no agent is named 'ghost' (configured: scout)"]
+        assert problems_of(one_connector(agent='"scout"') + agent()) == []
+
+    def test_several_addressed_wakers_without_agent_are_a_warning(self) -> None:
+        """Two agents wake on the connector's addressed items (by default), none named: said once, with the fix."""
+        import tomllib
+
+        two = agent() + '[[agents]]\nname = "ada"\n'
+        assert warnings(tomllib.loads(one_connector() + two))[1:] == [
+            "connectors[0].agent: not set, and scout, ada all wake on addressed items of 'a': an addressed item "
+            "wakes only the agents it names (@NAME, or NAME: at its start); set agent = \"NAME\" for the agent "
+            "this connector's bot speaks for"]
+        assert warnings(tomllib.loads(one_connector(agent='"ada"') + two))[1:] == []
+        one_waker = agent() + '[[agents]]\nname = "ada"\nwake_on = ["dm"]\n'
+        assert warnings(tomllib.loads(one_connector() + one_waker))[1:] == []
+
+
+class TestAgentsThatHearNothing:
+    @pytest.mark.parametrize(("text", "warned"), [
+        ('[[agents]]\nname = "a"\nhears = []\n', True),
+        ('[[agents]]\nname = "lead"\n[[agents]]\nname = "a"\nparent = "lead"\nhears = []\n', False),
+        ('[[agents]]\nname = "a"\nhears = []\n[[agents]]\nname = "helper"\nparent = "a"\n', False),
+    ])
+    def test_only_an_agent_outside_any_tree_is_warned_it_never_wakes(self, text: str, warned: bool) -> None:
+        """Hearing nothing, an agent with a parent or a child is still woken by their peer messages
+        (docs/peers.md): no "never wakes" warning for it; alone, it is warned."""
+        found = [w for w in warnings(tomllib.loads(text)) if ".hears:" in w]
+        assert found == (["agents[0].hears: empty: the agent hears nothing and never wakes (it has no parent nor "
+                          "child whose peer messages would wake it)"] if warned else [])
 
 
 class TestConnectorEnvironment:

@@ -33,7 +33,7 @@ def write(folder: Path, text: str) -> Path:
     ('kind = "openai"\nbase_url = "::::"\n', ["moderation.base_url: '::::' is not an absolute http:// or https:// URL "
                                               "with a host (e.g. http://127.0.0.1:8000/v1)"]),
     ('kind = "command"\ncommand = ["sh"]\ntimeout_s = 2\n', []),
-    ('kind = "other"\n', ["moderation.kind: Invalid enum value 'other'"]),
+    ('kind = "other"\n', ["moderation.kind: 'other' is not one of 'command', 'openai'"]),
 ])
 def test_each_kind_takes_its_own_keys(table: str, expected: list[str]) -> None:
     found = problems(tomllib.loads("[moderation]\n" + table))

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcplhost.config import load_config, secret_values, short_secret_warnings
-from mcplhost.secrets import MIN_SECRET_CHARS, NO_SECRETS, Secrets, redaction
+from mcplhost.secrets import MIN_SECRET_CHARS, NO_SECRETS, Secrets, StreamGuard, redaction
 
 from .harness import REPO
 
@@ -100,6 +100,30 @@ class TestRedaction:
         value = {"sk-12345678": ["a", {"b": "x sk-12345678 y"}], "n": 3}
         assert held.find_json(value) == "API_KEY"
         assert held.redact_json(value) == {"[redacted:API_KEY]": ["a", {"b": "x [redacted:API_KEY] y"}], "n": 3}
+
+
+class TestStreamGuard:
+    @settings(max_examples=100, deadline=None)
+    @given(secrets=secret_sets, pieces=st.lists(texts, max_size=4), picks=st.lists(st.integers(0, 9), max_size=4),
+           tail=texts, cuts=st.lists(st.integers(0, 400), max_size=12))
+    def test_nothing_from_a_secret_on_is_released_and_a_clean_text_comes_out_whole(self, secrets, pieces, picks,
+                                                                                   tail, cuts) -> None:
+        """Cut anywhere: what is released is the text before its first secret (a prefix of it); without a
+        secret, the released pieces and the finish rebuild the text exactly."""
+        held = Secrets(secrets)
+        text = mixed(secrets, pieces, picks) + tail
+        guard = StreamGuard(held)
+        bounds = [0, *sorted(min(c, len(text)) for c in cuts), len(text)]
+        released = "".join(guard.feed(text[a:b]) for a, b in zip(bounds, bounds[1:])) + guard.finish()
+        first = held._state.pattern.search(text) if held else None
+        if first is None:
+            assert released == text and guard.found is None
+        else:
+            assert text[:first.start()].startswith(released) and guard.found == held.find(text)
+
+    def test_no_secret_passes_everything_at_once(self) -> None:
+        guard = StreamGuard(NO_SECRETS)
+        assert guard.feed("abc") == "abc" and guard.finish() == ""
 
 
 def write_env(folder: Path, text: str) -> None:

@@ -1,9 +1,13 @@
 """Compile one backend call's request from stored rows: pure, deterministic, bounded (docs/agents.md#compilation).
 
-The system prompt is the agent's own, then the source rule
-(docs/provenance.md §4, `SOURCE_RULE_TEXT`), then the peer trust section
-(docs/agents.md#compilation), then any `system` hook injections. The messages are the rows the
-agent hears and its own rows, oldest first, in place:
+The system prompt is the agent's own, then the `from:` rule
+(`AUTHOR_RULE_TEXT`), then the peer trust section (docs/agents.md#compilation),
+then any `system` hook injections; the source rule itself (docs/provenance.md
+§4, `SOURCE_RULE_TEXT`) is told once, in the one-time notice (which always
+stands first, whatever the cut) and in the channel tools' descriptions. The
+messages are the rows the agent hears and its own rows, oldest first, in
+place (but for the items echoing the agent's own delivered publishes: its
+speech rows say those words already):
 
 - an item everyone may see: a `user` message, its blocks joined by "\\n"
   (the stored header line first, exactly as stored; then, for a channel
@@ -31,24 +35,34 @@ room for fewer rows; a tool result keeps head and tail within `tool_result_max_c
 any one message within a quarter of `context_chars`; when the whole exceeds
 `context_chars`, the oldest messages go in one block, down to about 70%
 of it: the cut lands on an anchor row chosen by the row's own id and size
-(see `_cut`), so the turns that follow keep the same first message, and
+(mcplhost/agents/cut.py), so the turns that follow keep the same first message, and
 prompt caches keep working, until the context overflows again, whatever
-window of rows the store handed over. Only the newest 4 images keep
-their pixels; older ones read "[image]".
+window of rows the store handed over. The cut never takes what the turn is
+about: when that block would hold a waking item or a row of the running
+turn (its tool calls and results), the other messages (ambient) are dropped
+instead, oldest first (cut.py `kept_units`); when the waking items alone do not
+fit, the newest of them are kept and a `[host]` line says how many are not
+shown. Only the newest 4 images keep their pixels; older ones read "[image]".
 """
 
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
-from itertools import accumulate, chain
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 import msgspec
 
+from mcplhost.agents.cut import (
+    CUT_NOTE,
+    CUT_NOTE_RESERVE,
+    DROP_TO_SHARE,
+    kept_units,
+    left_out_note,
+)
 from mcplhost.agents.history import (
     HOST,
     IMAGE_CHARS,
@@ -65,13 +79,15 @@ from mcplhost.agents.history import (
 from mcplhost.agents.model import Message, ModelRequest, ToolSpec
 from mcplhost.agents.rows import row_conversation, row_kind
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
+from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.digest import canonical_json, ecmascript_number
-from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, SOURCE_RULE_TEXT
+from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.peers.envelope import LESS_THAN_BYTES, neutralise
+from mcplhost.speech.echoes import Lookup, echo_key
 from mcplhost.store.items import StoredItem
+from mcplhost.store.rows import PeerMeta, SourceHeaderNotice, SpeechMeta
 
 __all__ = [
-    "DROP_TO_SHARE",
     "GUIDANCE_TRIGGER_TEXT",
     "IMAGE_CHARS",
     "IMAGES_WITH_PIXELS",
@@ -91,22 +107,14 @@ __all__ = [
     "tool_chars",
 ]
 
-#: What an over-long context is cut down to, as a share of `context_chars`.
-DROP_TO_SHARE = 0.7
 #: No single message may take more than this share of `context_chars` (1/4); a longer one keeps head and tail.
 MESSAGE_MAX_DIVISOR = 4
 #: An agent's connector tools together take at most this share of `context_chars` (1/2); the rest are not offered.
 TOOLS_MAX_DIVISOR = 2
-#: An anchor (see `_cut`) must keep at least this share of the 70%; else the cut falls back to the plain rule.
-ANCHOR_FLOOR_SHARE = 0.5
-#: Knuth's multiplicative hash constant (2^32 / golden ratio), for anchors.
-ANCHOR_HASH = 2654435761
-#: Room kept for CUT_NOTE, the line the cut adds in front.
-CUT_NOTE_RESERVE = 120
 #: Waking items older than this get an age line (docs/agents.md#compilation).
 AGE_NOTE_AFTER_MS = 60_000
 
-CUT_NOTE = f"{HOST}Earlier messages are not shown, to keep the context within its limit."
+
 
 # The peer trust boundary (docs/agents.md#compilation): fixed, and it uses the word "peer".
 PEER_TRUST_TEXT = (
@@ -141,11 +149,13 @@ class Injections(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Compiled(msgspec.Struct, frozen=True, kw_only=True):
-    """A compiled request, its digest (sha256 hex of its canonical JSON), and how many rows the limit left out."""
+    """A compiled request, its digest (sha256 hex of its canonical JSON), and how many rows the limit left out
+    (`waking_left_out`: of them, waking items, when those alone did not fit)."""
 
     request: ModelRequest
     digest: str
     dropped: int
+    waking_left_out: int = 0
 
 
 # --------------------------------------------------------------------------- what an agent hears
@@ -169,7 +179,7 @@ def heard_by(hears: list[str] | None, server_id: Any, channel_id: Any) -> bool:
 
 
 def _heard(agent: AgentConfig, row: StoredItem) -> bool:
-    return heard_by(agent.hears, row.metadata.get("serverId"), row.metadata.get("channelId"))
+    return heard_by(agent.hears, row.meta.server_id, row.meta.channel_id)
 
 
 # --------------------------------------------------------------------------- the one-time notice
@@ -181,7 +191,30 @@ def notice_text() -> str:
 
 
 def _is_source_notice(row: StoredItem) -> bool:
-    return row_kind(row) == "notice" and row.metadata.get("kind") == SOURCE_HEADER_NOTICE_KIND
+    return isinstance(row.host, SourceHeaderNotice) and row_kind(row) == "notice"
+
+
+def _own_outbox_ids(name: str, rows: list[StoredItem]) -> set[int]:
+    """The outbox ids of the agent's speech rows among `rows`: its publishes."""
+    ids = set()
+    for row in rows:
+        host = row.host
+        if row.agent == name and row_kind(row) == "speech" and isinstance(host, SpeechMeta) \
+                and host.outbox_id is not None:
+            ids.add(host.outbox_id)
+    return ids
+
+
+def _echoes_own(row: StoredItem, own: set[int], delivered: Lookup | None) -> bool:
+    """Whether a heard item is the echo of one of `own` publishes: marked so at ingest (`echoOf`), or, for an
+    echo stored before its publish was answered, known by its messageId to `delivered` (the outbox's window)."""
+    echo = row.meta.echo_of
+    if isinstance(echo, int) and not isinstance(echo, bool):
+        return echo in own
+    if echo is None and delivered is not None:
+        key = echo_key(row.meta)
+        return key is not None and delivered(*key) in own
+    return False  # `true`: tagged chat:from-self only, whose publish it echoes is not known
 
 
 def needs_notice(rows: list[StoredItem], agent: AgentConfig | None = None) -> bool:
@@ -195,7 +228,7 @@ def needs_notice(rows: list[StoredItem], agent: AgentConfig | None = None) -> bo
                for row in rows)
     if told:
         return False
-    return any(row.agent is None and isinstance(row.metadata.get("sourceHeader"), str)
+    return any(row.agent is None and row.meta.source_header is not None
                and (agent is None or _heard(agent, row)) for row in rows)
 
 
@@ -211,7 +244,8 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
                     tools: list[ToolSpec], injections: Injections | None, now_ms: int, backend: BackendConfig,
                     conversations: list[str | None] | None = None,
                     rendered: RenderedRows | None = None, turn_rows_after: int | None = None,
-                    no_author_line: frozenset[str] = frozenset()) -> Compiled:
+                    no_author_line: frozenset[str] = frozenset(), turn_id: int | None = None,
+                    delivered: Lookup | None = None) -> Compiled:
     """The request for one backend call of `agent`'s turn; same inputs, same bytes (docs/agents.md#compilation).
 
     `rows`: the context rows (everyone's and the agent's own, any order).
@@ -226,17 +260,22 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     row was there when the turn began, so the line is last).
     `no_author_line`: the connectors whose items get no `from:` line
     (`connectors_without_author_line`).
+    `turn_id`: the running turn, whose own rows (calls, results) the cut never drops.
+    `delivered`: the outbox's window of delivered publishes (speech/echoes.py `Lookup`), so an echo of
+    the agent's own publish stored before it was answered is known too.
     """
     injections = injections or Injections()
     message_cap = max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
     result_cap = max(1, min(agent.tool_result_max_chars, message_cap))
-    ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations)
+    # The one-time notice stands first, whatever is cut: it is told once.
+    notices, ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations, delivered)
+    pinned = build_units(agent.name, notices, message_cap, result_cap, rendered, no_author_line)
     units = build_units(agent.name, ordered, message_cap, result_cap, rendered, no_author_line)
     tools = [_shown_tool(tool) for tool in tools]  # connector tool descriptions are untrusted
 
     # Empty pieces and injections are left out: no backend takes an empty message. Hook text is untrusted.
     hooked = [str(shown_text([t], message_cap, "injection")[0]) for t in injections.system if t]
-    system = "\n\n".join(s for s in (system_prompt, SOURCE_RULE_TEXT, PEER_TRUST_TEXT, *hooked) if s)
+    system = "\n\n".join(s for s in (system_prompt, AUTHOR_RULE_TEXT, PEER_TRUST_TEXT, *hooked) if s)
     wake_ids = set(wake_item_ids)
     age = _age_note(ordered, wake_ids, now_ms)
     before = [Draft("user", shown_text([t], message_cap, "injection")) for t in injections.before_user if t]
@@ -246,14 +285,17 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     trigger = _trigger(agent, ordered, wake_ids)
     last = [Draft("user", [trigger])] if trigger is not None else []
     fixed = (len(system) + sum(map(tool_chars, tools)) + sum(draft_chars(d) for d in before + after + last)
-             + CUT_NOTE_RESERVE)
-    start = _cut(units, high=agent.context_chars - fixed, low=int(agent.context_chars * DROP_TO_SHARE) - fixed,
-                 spacing=(1 - DROP_TO_SHARE) * agent.context_chars)
-    kept = units[start:]
-    dropped = sum(u.rows for u in units[:start])
+             + CUT_NOTE_RESERVE + sum(map(_unit_chars, pinned)))
+    high, low = agent.context_chars - fixed, int(agent.context_chars * DROP_TO_SHARE) - fixed
+    spacing = (1 - DROP_TO_SHARE) * agent.context_chars
+    kept, waking_left_out = kept_units(units, wake_ids, turn_id, high=high, low=low, spacing=spacing)
+    if waking_left_out:
+        waking = sum(len(wake_ids.intersection(unit.item_ids)) for unit in units)
+        before.append(Draft("user", [left_out_note(waking_left_out, waking)]))
+    dropped = sum(u.rows for u in units) - sum(u.rows for u in kept)
 
-    drafts: list[Draft] = []
-    if dropped or (kept and kept[0].drafts[0].role != "user"):
+    drafts: list[Draft] = list(_drafts_of(pinned))
+    if dropped or (not pinned and kept and kept[0].drafts[0].role != "user"):
         drafts.append(Draft("user", [CUT_NOTE]))  # no count: the same bytes whatever window the rows came in
     wake_units = [i for i, u in enumerate(kept) if wake_ids.intersection(u.item_ids)]
     first_wake = wake_units[0] if wake_units else len(kept)
@@ -274,7 +316,8 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
         model=backend.model or "", system=system, messages=messages, tools=list(tools),
         max_tokens=backend.max_tokens or 1024, temperature=backend.temperature,
         stable_prefix=min(first_injected, oldest_pixels))
-    return Compiled(request=request, digest=_digest(request, unchecked, drafts), dropped=dropped)
+    return Compiled(request=request, digest=_digest(request, unchecked, drafts), dropped=dropped,
+                    waking_left_out=waking_left_out)
 
 
 def _drafts_of(units: list[Unit]) -> Iterator[Draft]:
@@ -313,8 +356,8 @@ def _trigger(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int]) -> 
     return GUIDANCE_TRIGGER_TEXT if all(r == "ancestor" for r in relationships) else PEER_TRIGGER_TEXT
 
 
-def _peer_relationship(row: StoredItem) -> Any:
-    return row.metadata["peer"].get("relationship")  # row_kind "peer": `peer` is a dict
+def _peer_relationship(row: StoredItem) -> str | None:
+    return row.host.peer.relationship if isinstance(row.host, PeerMeta) else None
 
 
 def request_digest(request: ModelRequest) -> str:
@@ -406,57 +449,35 @@ def request_chars(request: ModelRequest) -> int:
     return total
 
 
-def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int],
-            conversations: list[str | None] | None) -> list[StoredItem]:
-    """The rows this agent's turn sees: heard items, its own rows; one conversation's under that scope."""
+def _select(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int], conversations: list[str | None] | None,
+            delivered: Lookup | None = None) -> tuple[list[StoredItem], list[StoredItem]]:
+    """The rows this agent's turn sees: (its one-time notices, the heard items and its other own rows), by id;
+    one conversation's rows under that scope (and every notice).
+
+    An item echoing one of the agent's own publishes is left out: its speech row is there already.
+    """
     seen: set[int] = set()
     heard: list[StoredItem] = []
+    notices: list[StoredItem] = []
     hears_all = not agent.hears
+    own = _own_outbox_ids(agent.name, rows)
     for row in rows:
         if row.id in seen:
             continue
-        if (row.agent is None and (hears_all or _heard(agent, row))) or row.agent == agent.name:
-            seen.add(row.id)
-            heard.append(row)
+        if row.agent is None:
+            if (own and _echoes_own(row, own, delivered)) or not (hears_all or _heard(agent, row)):
+                continue
+        elif row.agent != agent.name:
+            continue
+        seen.add(row.id)
+        (notices if row.agent is not None and _is_source_notice(row) else heard).append(row)
     if agent.context_scope != "conversation":
-        return heard
+        return notices, heard
     # A waking peer message names its turn's conversation like a waking item (none: the no-conversation one).
     scope = set(conversations) if conversations is not None else {
         row_conversation(row) for row in heard
         if row.id in wake_ids and (row.agent is None or row_kind(row) == "peer")}
-    return [row for row in heard if row_conversation(row) in scope
-            or (row.agent is not None and _is_source_notice(row))]
-
-
-def _cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
-    """Index of the first unit kept: the oldest anchor whose units from there on fit under `high`.
-
-    Whether a unit is an anchor depends on nothing but its own first row id
-    and size (each character has the same chance, one in `spacing`), so the
-    cut does not move with the window of rows the store hands over, nor
-    from one turn to the next, until the context from the anchor overflows;
-    then it jumps to the next anchor, on average `spacing` further on. An
-    anchor that would keep less than `low` * ANCHOR_FLOOR_SHARE, or none
-    at all, gives way to the plain rule: the oldest unit under `low`.
-    """
-    floor = low * ANCHOR_FLOOR_SHARE
-    prefix = list(accumulate(map(_unit_chars, units), initial=0))  # prefix[i]: the chars of units[:i]
-    total = prefix[-1]
-    if total <= high:
-        return 0
-    # The chars of units[i:] (total - prefix[i]) only shrink as i grows: where they fit is a range of i.
-    fits = bisect_left(prefix, total - high, 0, len(units))  # the first i whose units from there fit under high
-    floored = bisect_right(prefix, total - floor, 0, len(units))  # the first i that keeps less than floor
-    for index in range(fits, floored):
-        if _is_anchor(units[index], spacing):
-            return index
-    return bisect_left(prefix, total - low, 0, len(units))  # the first i whose units fit under low
-
-
-def _is_anchor(unit: Unit, spacing: float) -> bool:
-    # Fibonacci hashing spreads consecutive ids evenly over [0, 1).
-    draw = ((unit.item_ids[0] * ANCHOR_HASH) & 0xFFFFFFFF) / 2**32 if unit.item_ids else 1.0
-    return draw * spacing < unit.chars
+    return notices, [row for row in heard if row_conversation(row) in scope]
 
 
 def _age_note(rows: list[StoredItem], wake_ids: set[int], now_ms: int) -> str | None:
@@ -470,9 +491,9 @@ def _age_note(rows: list[StoredItem], wake_ids: set[int], now_ms: int) -> str | 
 
 
 def _accepted_at(row: StoredItem) -> int:
-    source = row.metadata.get("source")
-    accepted = source.get("acceptedAt") if isinstance(source, dict) else None
-    return accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else row.created_at
+    source = row.meta.source
+    accepted = source.accepted_at if source is not None else None
+    return accepted if accepted is not None else row.created_at
 
 
 def _duration(ms: int) -> str:

@@ -20,15 +20,18 @@ Decisions the spec leaves open: `conversationId` is the turn's conversation
 when the caller names one, else `agent:<name>` (the agent's one context
 under `context_scope = "agent"`); an injection's content becomes text (a
 string, or its text blocks joined by newlines; media is left out) and is
-marked like a sender's words, since a connector could imitate a header; an
-injection longer than `MAX_INJECTION_CHARS` is dropped whole, never cut.
+marked like a sender's words, since a connector could imitate a header, and
+framed as the connector's: a line that reads like the host's (`[host]`,
+`Guidance from`, `from:`) gets one backslash (inbound/author.py
+`escape_host_lines`); an injection longer than `MAX_INJECTION_CHARS` is
+dropped whole, never cut.
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -38,6 +41,7 @@ from mcplhost.agents.context import Injections
 from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
+from mcplhost.inbound.author import escape_host_lines
 from mcplhost.protocol.answers import (
     ContentBlock,
     HookAnswer,
@@ -47,8 +51,8 @@ from mcplhost.protocol.answers import (
     decode_each,
 )
 from mcplhost.protocol.grants import HOOK_PATHS
-from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
-from mcplhost.rpc import RemoteError, RequestTimeout
+from mcplhost.protocol.ports import ConnectorNotReady, HookPort, State
+from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 
 log = structlog.get_logger()
 
@@ -74,8 +78,11 @@ POSITIONS = ("system", "beforeUser", "afterUser")
 TERMINAL_PHASES = frozenset({"completed", "aborted", "failed"})
 PHASES = TERMINAL_PHASES | {"started"}
 
+#: Whatever a caller holds of each connector (heard_connectors reads only the map's names).
+Port = TypeVar("Port")
 
-def heard_connectors(handles: Mapping[str, ConnectorPort], agent: AgentConfig) -> list[ConnectorPort]:
+
+def heard_connectors(handles: Mapping[str, Port], agent: AgentConfig) -> list[Port]:
     """The handles of the connectors the agent hears, in config order (no `hears`: every connector)."""
     if not agent.hears:
         return list(handles.values())
@@ -102,7 +109,7 @@ def model_info(agent: AgentConfig) -> dict[str, Any]:
 # --- context/beforeInference -----------------------------------------------------
 
 
-def hook_targets(handles: Mapping[str, ConnectorPort], agent: AgentConfig) -> list[ConnectorPort]:
+def hook_targets(handles: Mapping[str, HookPort], agent: AgentConfig) -> list[HookPort]:
     """Ready connectors the agent hears that hold at least one hook leaf now."""
     return [h for h in heard_connectors(handles, agent) if h.state is State.READY and h.grant & HOOK_PATHS]
 
@@ -115,7 +122,8 @@ def hook_params(*, inference_id: str, conversation_id: str, turn_index: int, use
 
 
 def injection_text(content: str | list[Raw]) -> str | None:
-    """An injection's content as text (a string, or text blocks joined by newlines), marked; None if malformed.
+    """An injection's content as text (a string, or text blocks joined by newlines), marked and its host-like
+    lines escaped; None if malformed.
 
     Non-text blocks of a known shape are left out (hooks add words, not
     media); a block that is not an object with a string `type`, or a text
@@ -132,8 +140,9 @@ def injection_text(content: str | list[Raw]) -> str | None:
                 if block.text is None:
                     return None
                 blocks.append({"type": "text", "text": block.text})
-    # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4).
-    text = "\n".join(b["text"] for b in mark_openings(blocks))
+    # A connector's words could imitate a host header: marked like any sender's text (docs/provenance.md §4),
+    # and each line that reads like a host notice, a parent's guidance or the speaker line escaped.
+    text = escape_host_lines("\n".join(b["text"] for b in mark_openings(blocks)))
     return text if text.strip() else None
 
 
@@ -204,7 +213,7 @@ def merged(contributions: Iterable[list[tuple[str, str]]]) -> Injections:
                       after_user=by_position["afterUser"])
 
 
-async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, params: dict[str, Any],
+async def _ask(state: HookState, handle: HookPort, agent: AgentConfig, params: dict[str, Any],
                inference_id: str) -> list[tuple[str, str]]:
     """One connector's authorized injections; nothing (logged) on a timeout, an error or a refusal."""
     clog = log.bind(agent=agent.name, connector=handle.name, inferenceId=inference_id)
@@ -217,7 +226,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     except RemoteError as exc:
         clog.warning("agent.hook_error", code=exc.code, error=exc.message)
         return []
-    except ConnectorNotReady as exc:
+    except (ConnectorNotReady, LineTooLong) as exc:  # LineTooLong: a userMessage past the connector's line cap
         clog.info("agent.hook_skipped", reason=str(exc))
         return []
     except Exception:
@@ -232,7 +241,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     return kept
 
 
-async def _cancel(handle: ConnectorPort, exc: RequestTimeout, reason: str) -> None:
+async def _cancel(handle: HookPort, exc: RequestTimeout, reason: str) -> None:
     """MCP notifications/cancelled for a request we stopped waiting for (best effort)."""
     if exc.request_id is None:
         return
@@ -243,7 +252,7 @@ async def _cancel(handle: ConnectorPort, exc: RequestTimeout, reason: str) -> No
         pass  # gone meanwhile: nothing left to cancel
 
 
-async def before_inference(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *, state: HookState,
+async def before_inference(handles: Mapping[str, HookPort], agent: AgentConfig, *, state: HookState,
                            inference_id: str, turn_index: int, user_message: str | None,
                            conversation_id: str | None = None) -> Injections:
     """Ask every hook holder the agent hears, in parallel; the injections their grants permitted at receipt."""
@@ -255,7 +264,7 @@ async def before_inference(handles: Mapping[str, ConnectorPort], agent: AgentCon
     model = model_info(agent)
     answers: list[list[tuple[str, str]]] = [[] for _ in targets]
 
-    async def ask(index: int, handle: ConnectorPort) -> None:
+    async def ask(index: int, handle: HookPort) -> None:
         params = hook_params(inference_id=inference_id, conversation_id=conversation, turn_index=turn_index,
                              user_message=user_message, grant=handle.grant, model=model)
         answers[index] = await _ask(state, handle, agent, params, inference_id)
@@ -332,7 +341,7 @@ class HookState:
         """Whether a `context/beforeInference` call to this connector is outstanding now."""
         return self._pending.get(server_id, 0) > 0
 
-    async def request_hook(self, handle: ConnectorPort, params: dict[str, Any]) -> tuple[Raw, frozenset[str]]:
+    async def request_hook(self, handle: HookPort, params: dict[str, Any]) -> tuple[Raw, frozenset[str]]:
         """The `context/beforeInference` call, counted as pending while it is outstanding; its answer undecoded."""
         self._pending[handle.name] += 1
         try:
@@ -355,7 +364,7 @@ def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int
     return params
 
 
-async def lifecycle(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *, state: HookState,
+async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, state: HookState,
                     inference_id: str, phase: str, usage: Usage | None = None, turn_index: int | None = None,
                     conversation_id: str | None = None) -> None:
     """Send one lifecycle phase to the lifecycle holders the agent hears; never raises for a connector.
@@ -384,7 +393,7 @@ async def lifecycle(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *,
                if name in handles and handles[name].state is State.READY and LIFECYCLE in handles[name].grant]
     model = model_info(agent)
 
-    async def send(handle: ConnectorPort) -> None:
+    async def send(handle: HookPort) -> None:
         params = lifecycle_params(inference_id=inference_id, conversation_id=entry.conversation_id,
                                   turn_index=entry.turn_index, phase=phase, grant=handle.grant, model=model,
                                   usage=usage)

@@ -17,6 +17,11 @@ backend's `max_tokens` caps `preferences.maxTokens`, and at most
 the place is taken at receipt (`admit`), so a burst read in one chunk cannot
 reach the model all together, and given back when the request ends, is
 cancelled by the connector, or never starts.
+
+Secrets never reach a connector this way either (docs/agents.md#secrets): an
+answer holding a secret value is refused with reason `secret`, and a stream
+holds back what may begin one (secrets.py `StreamGuard`), so its chunks stop
+before the one that would carry it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from mcplhost.agents.model import Backend, BackendError, Message, ModelRequest, 
 from mcplhost.config import InferenceConfig
 from mcplhost.protocol.params import InferenceRequest
 from mcplhost.protocol.ports import InferenceInvalid, InferenceRefused, SendChunk
+from mcplhost.secrets import NO_SECRETS, Secrets, StreamGuard
+from mcplhost.speech.withhold import SECRET
 
 log = structlog.get_logger()
 
@@ -45,6 +52,9 @@ FINISH_REASONS = {"stop": "end_turn", "end_turn": "end_turn", "length": "max_tok
                   "stop_sequence": "stop_sequence"}
 #: Roles a connector's message may take; `system` ones become the system text.
 ROLES = frozenset({"user", "assistant", "system"})
+#: Characters of one `inference/chunk` delta: text that piled up while a chunk was written goes out in pieces
+#: this long, so no chunk's line nears the outgoing line cap (rpc/limits.py MAX_OUTGOING_LINE_BYTES).
+MAX_DELTA_CHARS = 256 * 1024
 
 
 def message_of(raw: Any, index: int) -> Message | str:
@@ -115,19 +125,35 @@ class _ChunkPump:
     """Streamed text to `inference/chunk` notifications, in order, from the backend's synchronous callback.
 
     Text that arrives while a chunk is being written is joined into the next
-    one, so the pending text is bounded by the answer itself, and nothing is dropped.
+    one (cut at MAX_DELTA_CHARS), so the pending text is bounded by the answer
+    itself, and nothing is dropped. Text passes the `StreamGuard` first: the
+    tail that may begin a secret is sent only by `release_tail`, once the
+    whole answer is known to hold none.
     """
 
-    def __init__(self, request_id: Any, send: SendChunk) -> None:
+    def __init__(self, request_id: Any, send: SendChunk, secrets: Secrets) -> None:
         self._request_id = request_id
         self._send = send
+        self._guard = StreamGuard(secrets)
         self._pending: list[str] = []
         self._wake = anyio.Event()
         self._done = False
         self.index = 0
 
+    @property
+    def withheld(self) -> str | None:
+        """The variable whose value the stream held (nothing from it on was sent), or None."""
+        return self._guard.found
+
     def on_text(self, text: str) -> None:
-        if text:
+        self._queue(self._guard.feed(text))
+
+    def release_tail(self) -> None:
+        """The answer is complete and holds no secret: the held-back tail goes out too."""
+        self._queue(self._guard.finish())
+
+    def _queue(self, text: str) -> None:
+        if text and not self._done:
             self._pending.append(text)
             self._wake.set()
 
@@ -140,9 +166,11 @@ class _ChunkPump:
             await self._wake.wait()
             self._wake = anyio.Event()
             while self._pending:
-                delta, self._pending = "".join(self._pending), []
-                await self._send({"requestId": self._request_id, "index": self.index, "delta": delta})
-                self.index += 1
+                text, self._pending = "".join(self._pending), []
+                for start in range(0, len(text), MAX_DELTA_CHARS):
+                    delta = text[start:start + MAX_DELTA_CHARS]
+                    await self._send({"requestId": self._request_id, "index": self.index, "delta": delta})
+                    self.index += 1
             if self._done:
                 return
 
@@ -150,9 +178,11 @@ class _ChunkPump:
 class ConnectorInference:
     """The `[inference]` backend as connectors reach it (the `InferenceService` port): one per host, shared."""
 
-    def __init__(self, config: InferenceConfig, backend: Backend) -> None:
+    def __init__(self, config: InferenceConfig, backend: Backend, *, secrets: Secrets = NO_SECRETS) -> None:
         self.config = config
         self.backend = backend
+        #: The host's secret values (shared, updated in place on reload): never sent (docs/agents.md#secrets).
+        self.secrets = secrets
         self._running: dict[str, int] = {}
 
     def model_info(self) -> dict[str, Any]:
@@ -194,27 +224,38 @@ class ConnectorInference:
                        request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
         """Run one request `admit` let in (its caller gives the place back); streamed chunks all go out first.
 
-        Raises InferenceRefused, with the backend's reason, when the backend fails.
+        Raises InferenceRefused, with the backend's reason, when the backend
+        fails, and with reason `secret` when the answer holds a secret value.
         """
         clog = log.bind(connector=server_id, featureSet=params.featureSet, conversationId=params.conversationId,
                         stream=params.stream)
+        withheld: str | None = None
         try:
             if params.stream and send_chunk is not None:
-                pump = _ChunkPump(request_id, send_chunk)
+                pump = _ChunkPump(request_id, send_chunk, self.secrets)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(pump.run)
                     try:
                         response = await self.backend.complete(request, on_text=pump.on_text)
+                        result = inference_result(response, request.model)
+                        withheld = pump.withheld or self.secrets.find_json(result)
+                        if withheld is None:
+                            pump.release_tail()
                     finally:
                         pump.finish()
                 chunks = pump.index
             else:
                 response = await self.backend.complete(request)
+                result = inference_result(response, request.model)
+                withheld = self.secrets.find_json(result)
                 chunks = 0
         except BackendError as exc:
             clog.warning("inference.failed", reason=exc.reason, detail=exc.detail)
             raise InferenceRefused(exc.reason, exc.detail) from None
-        result = inference_result(response, request.model)
+        if withheld is not None:
+            # The variable is named in the log only; the connector learns the reason, never the value.
+            clog.warning("inference.withheld", reason=SECRET, variable=withheld, chunks=chunks)
+            raise InferenceRefused(SECRET, f"the answer holds the value of {withheld}; not sent")
         clog.info("inference.completed", model=result["model"], finishReason=result["finishReason"], chunks=chunks,
                   inputTokens=response.usage.input_tokens, outputTokens=response.usage.output_tokens)
         return result
@@ -239,8 +280,8 @@ class AdmittedInference:
                                             send_chunk=send_chunk)
 
 
-def connector_inference(config: Any) -> ConnectorInference | None:
+def connector_inference(config: Any, *, secrets: Secrets = NO_SECRETS) -> ConnectorInference | None:
     """The service for a host's `Config`: None without `[inference]` (then nothing is offered or granted)."""
     if config.inference is None:
         return None
-    return ConnectorInference(config.inference, make_backend(config.inference.backend))
+    return ConnectorInference(config.inference, make_backend(config.inference.backend), secrets=secrets)

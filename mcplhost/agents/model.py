@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from mcplhost.config import DEFAULT_MAX_OUTPUT_CHARS
+
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A tool offered to the model: a host tool, or a connector's MCP tool as `<connector>__<tool>`."""
@@ -61,6 +63,9 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: The waking items' text without source headers (hooks' userMessage); None outside a turn. Never sent
     #: to a model (the messages hold it) and not in the request digest: the scripted backend's `{{echo}}`.
     waking_text: str | None = None
+    #: The answer's text is cut here (the agent's `max_output_chars`, docs/agents.md#bounds): a stream is read no
+    #: further. Never sent to a model; the turn sets it after taking the request digest (which sees the default).
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,7 +87,8 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
 class BackendError(Exception):
     """A backend call failed after the SDK's own retries; the turn fails with `reason`.
 
-    reason: "timeout", "rate_limited", "server_error", "malformed", "connection", "auth",
+    reason: "timeout", "rate_limited", "server_error", "malformed" (an answer not in the API's shape, or one
+    with no text and no tool call), "too_large" (an answer's body past the HTTP bound), "connection", "auth",
     "bad_request", "missing_key", "unavailable" (SDK not installed).
     """
 

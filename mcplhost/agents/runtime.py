@@ -66,10 +66,12 @@ from typing import Any
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends.moderation import make_moderator
+from mcplhost.agents.catchup import wait_for_routes
 from mcplhost.agents.context import connectors_without_author_line
 from mcplhost.agents.decisions import DecisionRecorder
 from mcplhost.agents.hooks import HookState
@@ -77,7 +79,7 @@ from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
-from mcplhost.agents.services import NoTimings, TurnServices, TurnTimings
+from mcplhost.agents.services import AgentConnector, NoTimings, TurnServices, TurnTimings
 from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
@@ -88,18 +90,18 @@ from mcplhost.agents.turn import (
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.wake import Wake, without_late_echoes
-from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text
+from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
 from mcplhost.peers.ports import Activity
 from mcplhost.peers.service import PeerService
-from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store, StoredItem
 from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.operations import CloseUnfinishedTurns, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.rows import PeerMeta
 from mcplhost.store.turns import REASON_STOPPED
 from mcplhost.store.writer import GroupWriter
 
@@ -130,12 +132,13 @@ class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
     def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService, recorder: DecisionRecorder | None = None) -> None:
+                 peers: PeerService, recorder: DecisionRecorder | None = None,
+                 addressing: Addressing = NO_ADDRESSING) -> None:
         self.agent = agent
         self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
         self.services = services
         self.peers = peers
-        self.scheduler = AgentScheduler(agent)
+        self.scheduler = AgentScheduler(agent, addressing)
         self.cursor: int | None = None  # the durable cursor as last written
         self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
         self._nudge = anyio.Event()
@@ -179,7 +182,7 @@ class AgentRunner:
         dropped, self._dropped, self._stop_unwritten = self._dropped, [], False
         at = self.services.clock_ms()
         decisions = [WakeDecision(item_id, self.agent.name, DROPPED_BY_STOP, at) for item_id in dropped]
-        operations: list[Any] = [RecordWakeDecisions(decisions)] if decisions else []
+        operations: list[Operation[Any]] = [RecordWakeDecisions(decisions)] if decisions else []
         operations.append(SetCursor(self.agent.name, self._cursor_after_turn(), at))
         await self.services.writer.submit(*operations)
 
@@ -243,6 +246,8 @@ class AgentRunner:
         try:
             if test_fault_before_wake is not None:
                 test_fault_before_wake(self.agent.name, wake)
+            if wake.catch_up:
+                await self._wait_for_routes(wake)
             kept, items = await self._without_late_echoes(wake)
             if kept is not None and await self._held_as_loop(kept, items):
                 return
@@ -258,6 +263,18 @@ class AgentRunner:
             oldest_ms = min(item.created_at for item in items)
             self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
         await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
+
+    async def _wait_for_routes(self, wake: Wake) -> None:
+        """A catch-up wake: wait until its connectors registered its items' channels, or gave up (catchup.py)."""
+        items = await self.services.store.items.get_many(wake.item_ids)
+        started = anyio.current_time()
+        missing = await wait_for_routes(self.services.handles, items)
+        waited = round(anyio.current_time() - started, 3)
+        if missing:
+            log.warning("agent.catch_up_unrouted", agent=self.agent.name, waited_s=waited, channels=missing[:10],
+                        detail="their connectors have not registered these channels: a reply there is a draft")
+        elif waited:
+            log.info("agent.catch_up_routed", agent=self.agent.name, waited_s=waited)
 
     def _is_stopping(self) -> bool:
         """Asked by a cancelled turn: a stop (reason stopped, the cursor moves) rather than a shutdown."""
@@ -291,8 +308,8 @@ class AgentRunner:
 
     async def _let_go(self) -> None:
         """A wake that runs no turn: the cursor moves past it."""
-        await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
-                                                    self.services.clock_ms()))
+        await self.services.writer.write(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                   self.services.clock_ms()))
 
     async def _held_as_loop(self, wake: Wake, items: list[StoredItem]) -> bool:
         """Count the wake by its cause (mcplhost/peers/loops.py); True when agents alone caused it past the cap.
@@ -304,7 +321,7 @@ class AgentRunner:
         name = self.agent.name
         cause = wake_cause(name, items, self.services.store.outbox.recent_speaker)
         count = self.peers.consecutive_wakes(name)
-        peer_rows = any(item.agent == name and isinstance(item.metadata.get("peer"), dict) for item in items)
+        peer_rows = any(item.agent == name and isinstance(item.host, PeerMeta) for item in items)
         if held(count, cause, admitted_peer_rows=peer_rows):
             log.warning("agent.loop_held", agent=name, consecutive_wakes=count, items=len(wake.item_ids),
                         detail="agents alone woke this agent again and again; a user or its parent must speak")
@@ -341,7 +358,7 @@ class AgentsReload(msgspec.Struct, frozen=True):
 class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
-    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, ConnectorPort], *,
+    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
                  timings: TurnTimings | None = None) -> None:
@@ -363,6 +380,8 @@ class AgentsRuntime:
         #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
         self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
         self._no_author_line = connectors_without_author_line(config.connectors)
+        #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
+        self.addressing = addressing_of(config.connectors, config.agents)
         self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
         for i, agent in enumerate(config.agents):
             given = (backends or {}).get(agent.name)
@@ -387,14 +406,22 @@ class AgentsRuntime:
                                 peers=self.peers,
                                 timings=self._timings, moderator=self.moderator,
                                 no_author_line=self._no_author_line, acknowledger=self.acknowledger)
-        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions)
+        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions, self.addressing)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
-        """A reload's connector tables: which of them show the `from:` line counts from every agent's next compile."""
+        """A reload's connector tables: which of them show the `from:` line, and whom their addressed items address,
+        count from every agent's next compile and offer."""
         self.config = msgspec.structs.replace(self.config, connectors=connectors)
         self._no_author_line = connectors_without_author_line(connectors)
         for runner in self.runners.values():
             runner.services.no_author_line = self._no_author_line
+        self._readdress()
+
+    def _readdress(self) -> None:
+        """Whom addressed items address, again from the config in force (a reload's agents and connectors)."""
+        self.addressing = addressing_of(self.config.connectors, self.config.agents)
+        for runner in self.runners.values():
+            runner.scheduler.addressing = self.addressing
 
     async def _run_runner(self, runner: AgentRunner) -> None:
         with anyio.CancelScope() as scope:
@@ -466,6 +493,7 @@ class AgentsRuntime:
                                          system_prompt=update.prompt)
                 if update.backend is not None:
                     unused.pop(id(update.backend))
+                    warn_unset_key(update.agent)
                     await close_backends([old])
             for runner in plan.added:
                 await self._add(runner)
@@ -475,12 +503,14 @@ class AgentsRuntime:
         applied = [self.runners[name].agent for name in plan.names if name in self.runners]
         self.config = msgspec.structs.replace(self.config, agents=applied)
         self.peers.retree(applied)
+        self._readdress()
         return plan.changed
 
     async def _add(self, runner: AgentRunner) -> None:
         """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
         name = runner.agent.name
-        (runner.cursor,) = await self.writer.submit(StartCursor(name, self.clock_ms()))
+        runner.cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
+        warn_unset_key(runner.agent)
         self.runners[name] = runner
         assert self._group is not None  # prepare_reload builds new runners only while the runtime runs
         self._group.start_soon(self._run_runner, runner, name=f"agent {name}")
@@ -530,9 +560,11 @@ class AgentsRuntime:
             stats[name] = snapshot
         return stats
 
-    async def run(self, stored: ObjectReceiveStream[Stored], *,
+    async def run(self, stored: MemoryObjectReceiveStream[Stored], *,
                   task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start the cursors and the agents, then offer every event of `stored` until cancelled or it ends."""
+        for agent in self.config.agents:
+            warn_unset_key(agent)
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
@@ -562,7 +594,7 @@ class AgentsRuntime:
         Turns a killed host left running are closed as aborted first; their
         wakes are after the cursor, so the catch-up runs them again.
         """
-        (closed,) = await self.writer.submit(CloseUnfinishedTurns(self.clock_ms()))
+        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms()))
         if closed:
             log.info("agent.unfinished_turns_closed", turns=closed)
         await self._seed_turn_guards()
@@ -580,9 +612,10 @@ class AgentsRuntime:
                 runner.cursor = behind[name] = cursor
         await self._catch_up(behind, end, await self._handled_above(behind))
         if fresh:
-            started = await self.writer.submit(*[StartCursor(name, self.clock_ms()) for name in fresh])
-            for name, cursor in zip(fresh, started, strict=True):
-                self.runners[name].cursor = cursor
+            starts = {name: StartCursor(name, self.clock_ms()) for name in fresh}
+            started = await self.writer.submit(*starts.values())
+            for name, start in starts.items():
+                self.runners[name].cursor = cursor = started[start]
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
 
     async def _seed_turn_guards(self) -> None:
@@ -645,7 +678,7 @@ class AgentsRuntime:
         for name, cursor in cursors.items():
             log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
-    async def _dispatch(self, stored: ObjectReceiveStream[Stored]) -> None:
+    async def _dispatch(self, stored: MemoryObjectReceiveStream[Stored]) -> None:
         """Offer each event; everything the stream holds at once is one batch, offered in id order."""
         async with stored:
             async for first in stored:
@@ -689,7 +722,7 @@ class AgentsRuntime:
             runner.offer(event, now)
 
 
-def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
+def _buffered(stored: MemoryObjectReceiveStream[Stored]) -> list[Stored]:
     """The events already waiting in the stream (at most its buffer), taken without a yield."""
     events: list[Stored] = []
     while True:
@@ -697,6 +730,15 @@ def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
             events.append(stored.receive_nowait())
         except (anyio.WouldBlock, anyio.EndOfStream):
             return events
+
+
+def warn_unset_key(agent: AgentConfig) -> None:
+    """One warning when the agent's backend has no key to call with (docs/operations.md#when-an-agent-misbehaves)."""
+    variable = unset_api_key(agent)
+    if variable is not None:
+        log.warning("agent.api_key_unset", agent=agent.name, variable=variable,
+                    detail="every turn will fail with backend_error: missing_key until the variable is set "
+                           "in the host's environment and the host restarted")
 
 
 def start_prompt(agent: AgentConfig) -> str:

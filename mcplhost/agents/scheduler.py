@@ -64,7 +64,7 @@ from typing import Literal
 import msgspec
 import structlog
 
-from mcplhost.agents.wake import Wake, sender_key, view_of, wake_matches
+from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, sender_key, view_of, wake_matches
 from mcplhost.config import AgentConfig, effective_max_wait_ms
 from mcplhost.ingest import Stored
 
@@ -147,7 +147,7 @@ class _Pending:
     def wake(self) -> Wake:
         return Wake(item_ids=tuple(sorted(self.ids)), overflow=self.overflow,
                     conversations=tuple(sorted(self.conversations)), several_conversations=self.several,
-                    first_at=self.first_at)
+                    first_at=self.first_at, catch_up=self.due_now)
 
 
 def low_water_mark(seen_through: int, outstanding_floors: Iterable[int | None]) -> int:
@@ -163,8 +163,10 @@ def low_water_mark(seen_through: int, outstanding_floors: Iterable[int | None]) 
 class AgentScheduler:
     """The wake state of one agent; every method takes the time it decides at."""
 
-    def __init__(self, agent: AgentConfig) -> None:
+    def __init__(self, agent: AgentConfig, addressing: Addressing = NO_ADDRESSING) -> None:
         self._settings(agent)
+        #: Whom addressed items address (docs/agents.md#addressing); the runtime sets it again at a reload.
+        self.addressing = addressing
         self._groups: OrderedDict[str | None, _Pending] = OrderedDict()
         self._pending_ids: set[int] = set()
         self._in_turn = False
@@ -204,8 +206,9 @@ class AgentScheduler:
     def on_item(self, stored: Stored, now: float) -> bool:
         """Record a just-stored item; True when it wakes the agent (now pending)."""
         self._tick(now)
-        view = view_of(stored)
-        if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view):
+        view = view_of(stored, self.addressing)
+        if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view,
+                                                                                         self.addressing):
             return False
         sender = sender_key(view)
         if sender is not None and not self._sender_allows(sender, now):
@@ -218,8 +221,9 @@ class AgentScheduler:
         """Record the items found after the durable cursor: one wake for those that match, due at once."""
         self._tick(now)
         for stored in stored_list:
-            view = view_of(stored)
-            if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view):
+            view = view_of(stored, self.addressing)
+            if view.id in self._pending_ids or view.id in self._recent or not wake_matches(self.agent, view,
+                                                                                             self.addressing):
                 continue
             self._add(view.id, view.conversation_id, now, peer=view.peer_trigger).due_now = True
 

@@ -28,27 +28,38 @@ Decisions beyond the letter of the spec, kept here so they have one home:
   messages. Such a message wakes only when `connector/authorId` matches an
   entry, so one without an author id never does (fail closed). Pushes have
   no sender and are not gated by it.
+- Addressing (docs/agents.md#addressing): a connector is one bot identity,
+  so its `chat:addressed` says the bot was addressed, not which agent. With
+  `[[connectors]] agent` set, an addressed item of that connector addresses
+  that agent only; without it, when several agents hearing the connector
+  wake on `addressed`, it addresses the agents its body names
+  (mcplhost/connectors/addressing.py), and no other. The `addressed` entry of
+  `wake_on` matches only an item that addresses the agent; one that matched
+  but for this is refused as `not_addressed`. `Addressing` says which
+  connectors have which rule, built from the config (`addressing_of`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import Any
 
 import msgspec
 
-from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig
+from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig, ConnectorConfig, addressed_wakers
+from mcplhost.connectors.addressing import addressed_names
 from mcplhost.inbound.conversation import conversation_id
+from mcplhost.inbound.notice import reader_text
+from mcplhost.inbound.source import PUSH_LANE
 from mcplhost.ingest import Stored
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.speech.echoes import Lookup, echo_of
 from mcplhost.store.items import StoredItem
+from mcplhost.store.rows import ChannelSource, HostRow, ItemMeta, PeerMeta
 
 PRIVATE = "chat:private"
 FROM_SELF = "chat:from-self"  # the same tag speech/echoes.py marks as an echo at ingest
 FROM_BOT = "chat:from-bot"
-PUSH_LANE = "push/event"
 SURFACE_KIND = "surface"
 assert set(WAKE_ON_KEYWORDS) == {"all", "addressed", "dm", "push"}, "wake_on_matches knows these keywords"
 
@@ -63,6 +74,38 @@ class Wake(msgspec.Struct, frozen=True):
     #: an unscoped push, counts as a place of its own): routing has no one destination.
     several_conversations: bool
     first_at: float  # when the first of them arrived (scheduler time)
+    #: Found after the durable cursor at start (catch-up): its turn first waits for its routes (catchup.py).
+    catch_up: bool = False
+
+
+#: How much of an addressed body is read for the names it addresses (a name past it is not seen).
+ADDRESSING_SCAN_CHARS = 100_000
+
+
+class Addressing(msgspec.Struct, frozen=True):
+    """Whom an addressed item of each connector addresses (docs/agents.md#addressing); built by `addressing_of`.
+
+    A connector in neither map: every agent that wakes on `addressed` (one such agent at most, or none).
+    """
+
+    speaks_for: dict[str, str] = {}  # connector → the agent its `agent` key names
+    by_name: dict[str, tuple[str, ...]] = {}  # connector → the agents an addressed item must name there
+
+
+#: No connector has a rule: an addressed item addresses every agent (tests, and hosts of one agent per connector).
+NO_ADDRESSING = Addressing()
+
+
+def addressing_of(connectors: Sequence[ConnectorConfig], agents: Sequence[AgentConfig]) -> Addressing:
+    """The rules of a config: its connectors' `agent` keys, and the connectors several agents wake on addressed."""
+    speaks_for = {c.name: c.agent for c in connectors if c.agent is not None}
+    heard = [(agent.name, agent.hears, agent.wake_on) for agent in agents]
+    by_name = {}
+    for connector in connectors:
+        wakers = addressed_wakers(connector.name, heard)
+        if connector.agent is None and len(wakers) > 1:
+            by_name[connector.name] = tuple(wakers)
+    return Addressing(speaks_for=speaks_for, by_name=by_name)
 
 
 class StoredView(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,41 +125,47 @@ class StoredView(msgspec.Struct, frozen=True, kw_only=True):
     echo_of: bool  # metadata.echoOf set: the echo of this host's own publish
     accepted_at: int | None  # metadata.source.acceptedAt, host epoch ms
     peer_trigger: bool = False  # a peer message delivered between turns: it wakes the agent it belongs to
+    #: The agents an addressed item of a connector in `Addressing.by_name` names; None: not read (see `addresses`).
+    named: frozenset[str] | None = None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def view_of(stored: Stored, addressing: Addressing = NO_ADDRESSING) -> StoredView:
+    """The view of a `Stored` event (or a stored row turned into one, as catch-up does).
 
-
-def view_of(stored: Stored) -> StoredView:
-    """The view of a `Stored` event (or a stored row turned into one, as catch-up does)."""
+    With `addressing`, an addressed item of a connector whose items are
+    addressed by name has its body read for the names (`named`).
+    """
     item = stored.item
-    meta = item.metadata if isinstance(item.metadata, dict) else {}
-    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-    tags = meta.get("tags")
-    accepted = source.get("acceptedAt")
-    echo = meta.get("echoOf")
+    meta, source = item.meta, item.meta.source
+    server_id = meta.server_id
+    tag_set = frozenset(meta.tags)
+    named = None
+    candidates = addressing.by_name.get(server_id) if server_id is not None else None
+    if candidates and ADDRESSED in tag_set and isinstance(item.content, list):
+        body = reader_text(item.content, meta.source_header)[:ADDRESSING_SCAN_CHARS]
+        named = frozenset(addressed_names(body, candidates))
     return StoredView(
         id=stored.id,
-        server_id=_text(meta.get("serverId")),
-        channel_id=_text(meta.get("channelId")),
-        tags=frozenset(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else frozenset(),
-        lane=_text(source.get("lane")),
-        source_kind=_text(source.get("kind")),
+        server_id=server_id,
+        channel_id=meta.channel_id,
+        tags=tag_set,
+        lane=source.lane if source is not None else None,
+        source_kind=source.kind if source is not None else None,
         agent=item.agent,
         participant=item.participant,
-        author_id=_text(meta.get("authorId")),
+        author_id=meta.author_id,
         conversation_id=item.conversation_id,
         thread_id=item.thread_id,
-        echo_of=echo is not None and echo is not False,
-        accepted_at=accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else None,
-        peer_trigger=is_peer_trigger(item.agent, item.role, meta),
+        echo_of=meta.echo_of is not None and meta.echo_of is not False,
+        accepted_at=source.accepted_at if source is not None else None,
+        peer_trigger=is_peer_trigger(item.agent, item.role, item.host),
+        named=named,
     )
 
 
-def is_peer_trigger(agent: str | None, role: str, metadata: dict[str, Any]) -> bool:
+def is_peer_trigger(agent: str | None, role: str, host: HostRow | None) -> bool:
     """An agent's peer row delivered between turns (no `turnId`): it wakes that agent."""
-    return agent is not None and role == "user" and isinstance(metadata.get("peer"), dict) and "turnId" not in metadata
+    return agent is not None and role == "user" and isinstance(host, PeerMeta) and host.between_turns
 
 
 def _place_matches(entry: str, view: StoredView) -> bool:
@@ -141,12 +190,26 @@ def is_echo(view: StoredView) -> bool:
     return FROM_SELF in view.tags or view.echo_of
 
 
-def wake_on_matches(agent: AgentConfig, view: StoredView) -> bool:
+def addresses(agent: AgentConfig, view: StoredView, addressing: Addressing) -> bool:
+    """Whether an addressed item addresses this agent (the module's docstring, Addressing).
+
+    Fail closed: an item of a by-name connector whose view was built
+    without reading its names addresses no one.
+    """
+    speaks_for = addressing.speaks_for.get(view.server_id) if view.server_id is not None else None
+    if speaks_for is not None:
+        return speaks_for == agent.name
+    if view.server_id in addressing.by_name:
+        return view.named is not None and agent.name in view.named
+    return True
+
+
+def wake_on_matches(agent: AgentConfig, view: StoredView, addressing: Addressing = NO_ADDRESSING) -> bool:
     """Whether one `wake_on` entry matches the item."""
     for entry in agent.wake_on:
         if entry == "all":
             return True
-        if entry == "addressed" and ADDRESSED in view.tags:
+        if entry == "addressed" and ADDRESSED in view.tags and addresses(agent, view, addressing):
             return True
         if entry == "dm" and PRIVATE in view.tags:
             return True
@@ -161,6 +224,7 @@ def wake_on_matches(agent: AgentConfig, view: StoredView) -> bool:
 REFUSED_HEARS = "hears"  # not heard at all
 REFUSED_ECHO = "echo"
 REFUSED_WAKE_ON = "wake_on"
+REFUSED_NOT_ADDRESSED = "not_addressed"  # addressed, but to another agent (docs/agents.md#addressing)
 REFUSED_WAKE_FROM = "wake_from"
 REFUSED_BOT = "bot"
 REFUSED_OWN_ROW = "own_row"  # an agent's own row that is not a peer message between turns
@@ -185,7 +249,7 @@ def sender_may_wake(agent: AgentConfig, view: StoredView) -> bool:
     return sender_refusal(agent, view) is None
 
 
-def wake_refusal(agent: AgentConfig, view: StoredView) -> str | None:
+def wake_refusal(agent: AgentConfig, view: StoredView, addressing: Addressing = NO_ADDRESSING) -> str | None:
     """The rule by which the item does not wake the agent (REFUSED_*), before the scheduler's cap and guards; None: it wakes.
 
     The one statement of the static wake rules: the scheduler asks it through
@@ -203,23 +267,22 @@ def wake_refusal(agent: AgentConfig, view: StoredView) -> str | None:
         return REFUSED_HEARS
     if is_echo(view):
         return REFUSED_ECHO
-    if not wake_on_matches(agent, view):
-        return REFUSED_WAKE_ON
+    if not wake_on_matches(agent, view, addressing):
+        addressed_elsewhere = "addressed" in agent.wake_on and ADDRESSED in view.tags
+        return REFUSED_NOT_ADDRESSED if addressed_elsewhere else REFUSED_WAKE_ON
     return sender_refusal(agent, view)
 
 
-def wake_matches(agent: AgentConfig, view: StoredView) -> bool:
+def wake_matches(agent: AgentConfig, view: StoredView, addressing: Addressing = NO_ADDRESSING) -> bool:
     """Whether the item wakes the agent, before the scheduler's per-sender cap and guards."""
-    return wake_refusal(agent, view) is None
+    return wake_refusal(agent, view, addressing) is None
 
 
-def _place(metadata: dict[str, Any]) -> str | None:
+def _place(meta: ItemMeta) -> str | None:
     """The item's conversation as ingest gave it (a channel's, or a thread's in it); None: of no conversation."""
-    source = metadata.get("source") if isinstance(metadata.get("source"), dict) else {}
-    server_id, channel_id = _text(metadata.get("serverId")), _text(metadata.get("channelId"))
-    if source.get("kind") != "channel" or server_id is None or channel_id is None:
+    if not isinstance(meta.source, ChannelSource) or meta.server_id is None or meta.channel_id is None:
         return None
-    return conversation_id(server_id, channel_id, _text(metadata.get("threadId")))
+    return conversation_id(meta.server_id, meta.channel_id, meta.thread_id)
 
 
 def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Lookup) -> Wake | None:
@@ -231,7 +294,7 @@ def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Look
     The conversations become those of the items kept; an overflowed wake keeps
     the scheduler's (routing may only get narrower than it was, never wider).
     """
-    echoes = {item.id for item in items if echo_of(item.metadata, delivered) is not None}
+    echoes = {item.id for item in items if echo_of(item.meta, delivered) is not None}
     if not echoes:
         return wake
     kept = tuple(item_id for item_id in wake.item_ids if item_id not in echoes)
@@ -239,7 +302,7 @@ def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Look
         return None
     if wake.overflow:  # the counted-only items' places are unknown: keep what the scheduler saw
         return msgspec.structs.replace(wake, item_ids=kept)
-    places = {_place(item.metadata) for item in items if item.id not in echoes}
+    places = {_place(item.meta) for item in items if item.id not in echoes}
     return msgspec.structs.replace(wake, item_ids=kept, conversations=tuple(sorted(p for p in places if p is not None)),
                                    several_conversations=len(places) > 1)
 

@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog=LOCK_EPILOG)
     dev.add_argument("--seconds", type=seconds, default=None, help="stop after this many seconds")
     dev.add_argument("--db", type=path_option, default=Path(DEV_DB), help=f"SQLite file (default: ./{DEV_DB})")
+    dev.add_argument("--console", action="store_true",
+                     help="also serve the web console on a free loopback port (its address is on the banner)")
     dev.add_argument("-v", "--verbose", action="store_true", help="also show the log lines on stderr (hidden "
                      "by default; giving --log-format or --log-level shows them too)")
     dev.add_argument("--log-format", choices=["json", "console"], default=None,
@@ -110,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--regex", action="store_true", help="QUERY is a regular expression")
     search.add_argument("--ignore-case", "-i", action="store_true")
     search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
+    search.add_argument("--channel", default=None, help="only items of this channel id")
+    search.add_argument("--since", type=since_option, default=None, metavar="TIME",
+                        help=f"only items created at or after TIME: {SINCE_FORMS}")
     search.add_argument("--timeout", type=seconds, default=CLI_SEARCH_DEADLINE_S, metavar="SECONDS",
                         help="stop after this long with the hits found so far (default %(default)g)")
     search.add_argument("--json", action="store_true")

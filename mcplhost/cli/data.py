@@ -128,11 +128,13 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ..store.readers import SearchError, SearchResult, search_items, stopped_early_warning, timed_out_warning
+    from ..store.search_query import SearchFilter
 
     async def main() -> SearchResult:
         async with open_reader(existing_database(args.db)) as store:
             return await search_items(store, args.query, as_regex=args.regex, ignore_case=args.ignore_case,
-                                      limit=args.limit, deadline_s=args.timeout)
+                                      limit=args.limit, deadline_s=args.timeout,
+                                      where=SearchFilter(channel=args.channel, since_ms=args.since))
 
     try:
         found = anyio.run(main)
@@ -173,6 +175,7 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     """Per agent (config order), why the item did or did not wake it (docs/agents.md#explain)."""
     from ..agents.explain import explain_item, explanation_line, plain_lines
+    from ..agents.wake import addressing_of
     from ..dev import config_beside
 
     # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:
@@ -180,6 +183,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     beside = config_beside(Path(args.db))
     config = _run_config(args.config or (beside if beside.is_file() else None))
     agents = config.agents
+    addressing = addressing_of(config.connectors, config.agents)
     if args.agent is not None:
         agents = [agent for agent in agents if agent.name == args.agent]
         if not agents:
@@ -187,7 +191,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     async def main() -> list[Any] | None:
         async with open_reader(existing_database(args.db)) as store:
-            return await explain_item(store, agents, args.item_id)
+            return await explain_item(store, agents, args.item_id, addressing)
 
     answers = anyio.run(main)
     if answers is None:

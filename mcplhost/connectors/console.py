@@ -3,19 +3,21 @@
 `mcplhost dev` relays each line typed on its terminal to this connector over
 a Unix socket; the connector registers one bidirectional channel, `console`,
 and delivers each line through `channels/incoming` as a message from
-`operator`. A line that opens with `@NAME`, NAME one of the agents it is
-told of, is a mention of that agent: tagged `chat:mention` (which implies
-`chat:addressed`), with `metadata.mentions`, so `wake_on = ["addressed"]`
-wakes it as a mention on a chat platform would. Any other line is stored and
-heard, and wakes only an agent whose `wake_on` matches it otherwise (`all`,
-or `console`). See docs/connectors.md §12 and README.md#start-here.
+`operator`. A line that names one of the agents it is told of (`@NAME`
+anywhere, or `NAME:` / `NAME,` at its start: addressing.py, the rule the
+host's wake rules use too) is a mention: tagged `chat:mention` (which
+implies `chat:addressed`), with `metadata.mentions`, so `wake_on =
+["addressed"]` wakes it as a mention on a chat platform would. Any other
+line is stored and heard, and wakes only an agent whose `wake_on` matches it
+otherwise (`all`, or `console`). See docs/connectors.md §12 and
+README.md#start-here.
 
 It answers `channels/publish` as a platform does (`{delivered, messageId}`),
 then delivers the published text back as an echo, which is how the reply
 shows in dev's live view. Settings (environment):
 
     CONSOLE_SOCKET   the Unix socket dev relays typed lines on (required)
-    CONSOLE_AGENTS   comma list of the agents a leading @NAME mentions
+    CONSOLE_AGENTS   comma list of the agents a line can name
                      (default "scout"); the first is the author of echoes
     STAGE_ECHO_DELAY_S  seconds before a published message comes back (default 0.2)
 """
@@ -24,9 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 
+from .addressing import addressed_names
 from .mcpl_server import McplServer, RemoteError, log
 from .stage import Echoes, Said, say
 
@@ -39,24 +41,13 @@ MENTION_TAG = "chat:mention"
 LINE_MAX_CHARS = 4000
 #: How long to wait for dev's socket to accept a connection (it listens before the host starts).
 CONNECT_TIMEOUT_S = 5.0
-#: `@name` at the very start, then a space, punctuation or the end: `@scout, hi` and `@scout` mention scout.
-_MENTION = re.compile(r"\A\s*@([\w.-]+?)(?=[\s,:;!?]|\Z)")
-
-
-def mentioned(line: str, agents: list[str]) -> str | None:
-    """The agent (as configured) a line opens with `@NAME` of, NAME matched without case; None for no mention."""
-    match = _MENTION.match(line)
-    if match is None:
-        return None
-    wanted = match.group(1).casefold()
-    return next((agent for agent in agents if agent.casefold() == wanted), None)
 
 
 def typed(line: str, agents: list[str]) -> Said:
-    """One typed line as the message the console sends: a mention when it opens with an agent's @NAME."""
-    agent = mentioned(line, agents)
-    return Said(CHANNEL_ID, OPERATOR, line, tags=[MENTION_TAG] if agent else [],
-                metadata={"mentions": [f"@{agent}"]} if agent else None)
+    """One typed line as the message the console sends: a mention when it names one of the agents."""
+    named = addressed_names(line, agents)
+    return Said(CHANNEL_ID, OPERATOR, line, tags=[MENTION_TAG] if named else [],
+                metadata={"mentions": [f"@{agent}" for agent in named]} if named else None)
 
 
 def agents_from(value: str) -> list[str]:

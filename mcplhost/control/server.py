@@ -71,20 +71,27 @@ def _answering(address: str) -> bool:
         probe.close()
 
 
+def refuse_taken_socket(path: Path) -> bool:
+    """Raise ControlSocketError when `path` is another daemon's socket or not a socket; else whether a stale
+    socket (a killed daemon's) is there. `run` asks before it creates anything, and again as it binds."""
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISSOCK(existing.st_mode):
+        raise ControlSocketError(f"control socket {path}: the path exists and is not a socket",
+                                 "move that file away, or set [control] socket to another path")
+    with socket_address(path) as address:
+        if _answering(address):
+            raise ControlSocketError(f"control socket {path}: another daemon answers on it",
+                                     "stop the other daemon, or give this one its own [control] socket")
+    return True
+
+
 def bind_control_socket(path: Path) -> socket.socket:
     """A listening socket at `path`, mode 0600 before it listens; a stale one replaced (module docstring)."""
     with socket_address(path) as address:
-        try:
-            existing = os.lstat(path)
-        except FileNotFoundError:
-            existing = None
-        if existing is not None:
-            if not stat.S_ISSOCK(existing.st_mode):
-                raise ControlSocketError(f"control socket {path}: the path exists and is not a socket",
-                                         "move that file away, or set [control] socket to another path")
-            if _answering(address):
-                raise ControlSocketError(f"control socket {path}: another daemon answers on it",
-                                         "stop the other daemon, or give this one its own [control] socket")
+        if refuse_taken_socket(path):
             os.unlink(path)  # a killed daemon's: nothing answers on it
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -33,6 +33,8 @@ log = structlog.get_logger()
 
 _status_encoder = msgspec.json.Encoder()
 _status_decoder = msgspec.json.Decoder(Status)
+#: The window of an agent's `failedTurnsLastHour`.
+HOUR_MS = 3_600_000
 
 
 def database_bytes(path: Path) -> int:
@@ -62,10 +64,14 @@ class ControlService:
                           schema_version=await self.store.schema_version(), db=str(self._db),
                           db_bytes=database_bytes(self._db))
         pending = await self.store.outbox.pending_by_agent()
-        counts = {name: AgentCounts(queued_peer_messages=self.agents.peers.queued(name),
-                                    drafts=await self.store.items.newest_turn_drafts(name),
-                                    outbox_pending=pending.get(name, 0))
-                  for name in self.agents.runners}
+        hour_ago = self.agents.clock_ms() - HOUR_MS
+        counts = {}
+        for name in self.agents.runners:
+            health = await self.store.turns.health(name, hour_ago)  # the ledger's: a restart forgets nothing
+            counts[name] = AgentCounts(queued_peer_messages=self.agents.peers.queued(name),
+                                       drafts=await self.store.items.newest_turn_drafts(name),
+                                       outbox_pending=pending.get(name, 0), last_error=health.last_error,
+                                       failed_turns_last_hour=health.failed_since)
         return self._redacted(build_status(host, (handle.statistics() for handle in self.connectors.values()),
                                            self.agents.statistics(), counts))
 

@@ -55,6 +55,8 @@ class AgentStatus(_Camel):
     outbox_pending: int
     turns_last_hour: int
     held: bool
+    last_error: str | None  # "reason: cause" of its newest failed turn, until a later turn completes
+    failed_turns_last_hour: int
 
 
 class Status(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,11 +66,13 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AgentCounts(msgspec.Struct, frozen=True):
-    """What the store and the peer queue count for one agent."""
+    """What the store and the peer queue count for one agent (the turns ledger's health included)."""
 
     queued_peer_messages: int = 0
     drafts: int = 0
     outbox_pending: int = 0
+    last_error: str | None = None
+    failed_turns_last_hour: int = 0
 
 
 def connector_status(stats: ConnectorStatistics) -> ConnectorStatus:
@@ -84,6 +88,7 @@ def agent_status(name: str, stats: SchedulerStats, counts: AgentCounts) -> Agent
         name=name, state=stats.state, pending_wakes=stats.pending_wakes,
         queued_peer_messages=counts.queued_peer_messages, drafts=counts.drafts,
         outbox_pending=counts.outbox_pending, turns_last_hour=stats.turns_last_hour, held=stats.held,
+        last_error=counts.last_error, failed_turns_last_hour=counts.failed_turns_last_hour,
     )
 
 
@@ -114,11 +119,12 @@ UNHEALTHY_WHY = {
 
 
 def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
-    """One line per problem, each beginning with its connector's name and a colon; none: healthy.
+    """One line per problem, each beginning with its connector's or agent's name and a colon; none: healthy.
 
     A connector is fine when ready, mcp_only or in backoff, and not quiet;
     `stopped` is fine only under restart policy `never` (`policies`: name →
-    policy), since nothing was meant to start it again.
+    policy), since nothing was meant to start it again. An agent is fine
+    unless its newest turn failed (`last_error` set).
     """
     problems = []
     for connector in status.connectors:
@@ -129,6 +135,11 @@ def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
             problems.append(f"{connector.name}: {why}" + (f"; last error: {error}" if error else ""))
         if connector.quiet:
             problems.append(f"{connector.name}: quiet (ready, no inbound item for longer than expect_traffic_within_s)")
+    for agent in status.agents:
+        if agent.last_error is not None:
+            failed = agent.failed_turns_last_hour
+            problems.append(f"{agent.name}: its newest turn failed ({printable(agent.last_error, PROBLEM_ERROR_CHARS)});"
+                            f" {failed} failed turn{'' if failed == 1 else 's'} in the last hour")
     return problems
 
 
@@ -183,9 +194,10 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
     ) if status.connectors else ["no connectors configured"]
     lines.append("")
     lines += _table(
-        ["AGENT", "STATE", "WAKES", "PEER QUEUE", "DRAFTS", "OUTBOX", "TURNS/H", "HELD"],
+        ["AGENT", "STATE", "WAKES", "PEER QUEUE", "DRAFTS", "OUTBOX", "TURNS/H", "FAILED/H", "HELD", "LAST ERROR"],
         [[_cell(a.name), a.state, str(a.pending_wakes), str(a.queued_peer_messages), str(a.drafts),
-          str(a.outbox_pending), str(a.turns_last_hour), "held" if a.held else "-"] for a in status.agents],
+          str(a.outbox_pending), str(a.turns_last_hour), str(a.failed_turns_last_hour), "held" if a.held else "-",
+          _cell(a.last_error)] for a in status.agents],
     ) if status.agents else ["no agents configured"]
     return lines
 

@@ -4,16 +4,17 @@ Every pattern here is built from small named pieces, each under the words of
 the docs/provenance.md rule it implements, and compiled once (the way h11/_abnf.py
 writes RFC 7230): at import, except the fast opening pattern, on first use. Unicode data always comes from the `regex`
 package's property tables (``\\p{Cf}``, ``\\p{Default_Ignorable_Code_Point}``
-and so on); the only lists written out by hand are the ones docs/provenance.md
-itself spells out as definitions (the ECMAScript whitespace set, the control
-ranges of "structural").
+and so on), and what a character reads as from mcplhost/inbound/lookalikes.py
+(ICU's confusables data); the only lists written out by hand are the ones
+docs/provenance.md itself spells out as definitions (the ECMAScript whitespace
+set, the control ranges of "structural").
 
 Two deliberate departures, each explained where it is made:
 
 * lone surrogates (which a Python ``str`` can hold, a UTF-8 store cannot) are
   quoted and escaped like unseen characters;
-* the opening pattern runs on the stdlib ``re`` engine, with character
-  classes derived from the ``regex`` tables on first use, because ``regex``
+* the opening pattern runs on the stdlib ``re`` engine, with the ignorable
+  class derived from the ``regex`` tables on first use, because ``regex``
   is about three times slower on it and misses the 100 ms budget.
 """
 
@@ -23,9 +24,10 @@ import functools
 import re
 import sys
 from array import array
-from collections.abc import Callable
 
 import regex
+
+from mcplhost.inbound.lookalikes import reads_as
 
 # ---------------------------------------------------------------------------
 # Character class bodies (the text between ``[`` and ``]``).
@@ -126,37 +128,34 @@ LABEL_HEADER_WORD_RE = regex.compile(rf"\A[{WHITESPACE}]*{HEADER_WORD}(?:[{WHITE
 VISIBLE_CHAR_RE = regex.compile(rf"[^{WHITESPACE}{INVISIBLE}]")
 
 # ---------------------------------------------------------------------------
-# Openings (docs/provenance.md §4, mark).
+# Openings (docs/provenance.md §4 and §4a: mark, and visible look-alikes).
 # ---------------------------------------------------------------------------
 
-# The letters `s o u r c e`, compared under full Unicode case folding (so `S` and `ſ`
-# count).
+# The letters `s o u r c e`, each any character that reads as it (mcplhost/inbound/lookalikes.py: under full
+# Unicode case folding `S` and `ſ` count, and so do look-alikes such as Cyrillic `ѕ` and fullwidth `ｓ`).
 SOURCE_LETTERS = "source"
 
 
-def folded(letter: str) -> str:
-    """One letter under full Unicode case folding."""
-    return rf"(?fi:{letter})"
+def opening_pattern(ignorable: str, bracket: str | None = None) -> str:
+    """The bracket of an opening (any that reads as `[`, or only `bracket`), with the rest checked by a lookahead.
 
+    docs/provenance.md §4 and §4a: an opening is a character that reads as
+    `[`, then any run of ignorables, then characters that read as the
+    letters `s o u r c e`, with any run of ignorables allowed between them,
+    then any run of ignorables, then a character that reads as `:` or `]`.
 
-def opening_pattern(ignorable: str, letter: Callable[[str], str]) -> str:
-    """The `[` of an opening, with the rest checked by a lookahead.
-
-    docs/provenance.md §4: an opening is `[`, then any run of ignorables, then
-    the letters `s o u r c e` under full case folding, with any run of
-    ignorables allowed between the letters, then any run of ignorables, then
-    `:` or `]`.
-
-    Linear time: `[` is neither an ignorable nor a letter, so the lookahead
-    started at one `[` never reads past the next `[`; every character is read
-    by at most one attempt.
+    Linear time: no character that reads as `[` is an ignorable or reads as
+    a letter, `:` or `]` (tests/inbound/test_lookalikes.py), so the
+    lookahead started at one bracket never reads past the next one; every
+    character is read by at most one attempt.
     """
-    letters = "".join(f"{ignorable}*{letter(c)}" for c in SOURCE_LETTERS)
-    return rf"\[(?={letters}{ignorable}*[:\]])"
+    first = reads_as("[") if bracket is None else re.escape(bracket)
+    letters = "".join(f"{ignorable}*{reads_as(c)}" for c in SOURCE_LETTERS)
+    return rf"{first}(?={letters}{ignorable}*{reads_as(':', ']')})"
 
 
-# The reference pattern, written with `regex` properties and case folding.
-OPENING_RE = regex.compile(opening_pattern(IGNORABLE, folded))
+# The reference pattern, with the `regex` property classes.
+OPENING_RE = regex.compile(opening_pattern(IGNORABLE))
 
 
 def _all_code_points() -> str:
@@ -177,24 +176,24 @@ def _as_re_class(pattern: str, universe: str) -> str:
 
 
 @functools.cache
-def derived_re_classes() -> tuple[str, dict[str, str]]:
-    """The ignorable class and each folded letter of `source`, as `re` classes.
+def derived_ignorable_class() -> str:
+    """The ignorable class, as an `re` class.
 
     Derived from the `regex` tables by reading every code point once (about
-    0.15 s), so it happens on first use rather than at import.
+    0.1 s), so it happens on first use rather than at import.
     """
-    universe = _all_code_points()
-    letters = {c: _as_re_class(folded(c), universe) for c in SOURCE_LETTERS}
-    return _as_re_class(IGNORABLE, universe), letters
+    return _as_re_class(IGNORABLE, _all_code_points())
 
 
 @functools.cache
-def fast_opening_re() -> re.Pattern[str]:
-    """OPENING_RE, compiled for the stdlib `re` engine.
+def fast_opening_re(bracket: str | None = None) -> re.Pattern[str]:
+    """OPENING_RE, compiled for the stdlib `re` engine; with `bracket`, only the openings that begin with it.
 
     On a 1 MiB body of 100,000 openings `regex` took 100–130 ms, `re` about
-    a third of that. The classes come from `derived_re_classes`, so no range
-    is written by hand and both patterns follow the same Unicode tables.
+    a third of that. The ignorable class comes from `derived_ignorable_class`,
+    so no range is written by hand and both patterns follow the same Unicode
+    tables. A pattern that begins with one literal bracket is searched for
+    with a fast literal scan; one that begins with a class reads every
+    character (about 20 ms a megabyte).
     """
-    ignorable, letters = derived_re_classes()
-    return re.compile(opening_pattern(ignorable, letters.__getitem__))
+    return re.compile(opening_pattern(derived_ignorable_class(), bracket))

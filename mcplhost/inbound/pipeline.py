@@ -243,11 +243,11 @@ def _metadata(item: InFlight) -> dict[str, Any]:
 def _metadata_of(d: Delivered, source: dict[str, Any], header: str | None, content: list[dict[str, Any]],
                  stored: list[dict[str, Any]], adapter: dict[str, Any] | None) -> dict[str, Any]:
     metadata: dict[str, Any] = {
-        "serverId": source["serverId"],
-        "channelId": source.get("channelId"),
-        "messageId": source.get("messageId"),
-        "threadId": source.get("threadId"),
-        "eventId": source.get("eventId"),
+        "serverId": d.server_id,  # the ids as the frozen envelope holds them, null where it has none
+        "channelId": d.channel_id,
+        "messageId": d.message_id,
+        "threadId": d.thread_id,
+        "eventId": d.event_id,
         "featureSet": d.feature_set,
         "tags": list(d.tags),
         "source": source,

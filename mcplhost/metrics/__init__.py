@@ -13,6 +13,7 @@ pyproject.toml).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 
 import anyio
@@ -23,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mcplhost.config import listen_address
 from mcplhost.errors import OperatorError
 from mcplhost.ingest import Ingest
-from mcplhost.logs import SuppressedTotals
+from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
 from mcplhost.supervisor.handle import ConnectorHandle
@@ -31,6 +32,7 @@ from mcplhost.supervisor.handle import ConnectorHandle
 from .collector import HostCollector
 from .http import MAX_CLIENTS, serve_client
 from .timings import Timings
+from .turns import TurnTally
 
 __all__ = ["Metrics", "Timings"]
 
@@ -49,13 +51,16 @@ class Metrics:
         self.collector = HostCollector(connectors=connectors, ingest=ingest, outbox_senders=outbox_senders,
                                        peer_admissions=peer_admissions, suppressed=suppressed)
         registry.register(self.collector)
+        self._turns = TurnTally()
         self._limiter = anyio.CapacityLimiter(MAX_CLIENTS)
+        self._client_events = LimitedLog(log)  # clients choose how often they time out: a bounded log
 
     async def render(self) -> tuple[bytes, str]:
         """The text format of every metric now, and its content type; secret values redacted, as in a log line
         (docs/agents.md#secrets: a label is a connector's or agent's name, or a word the host chose, but a
         name can still be a token pasted in the wrong place)."""
         self.collector.outbox_pending = await self._store.outbox.count("pending")
+        self.collector.turns = await self._turns.read(self._store)
         return self._store.secrets.redact_bytes(generate_latest(self.registry)), CONTENT_TYPE_LATEST
 
     async def listen(self, listen: str) -> SocketListener:
@@ -64,8 +69,7 @@ class Metrics:
         try:
             listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
         except OSError as exc:
-            raise OperatorError(f"metrics.listen: cannot listen on {listen}: {exc.strerror or exc}",
-                                "choose a free address in [metrics] listen, or remove it") from None
+            raise cannot_listen(listen, exc) from None
         log.info("metrics.listening", address=bound_address(listener))
         return listener
 
@@ -73,11 +77,34 @@ class Metrics:
         """Answer scrapes and sample the loop's lag until cancelled; the listener is closed on the way out."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.timings.sample_loop_lag)
+            tg.start_soon(self._client_events.run)
             async with listener:
                 await listener.serve(self._client, task_group=tg)
 
     async def _client(self, stream: SocketStream) -> None:
-        await serve_client(stream, self.render, self._limiter)
+        await serve_client(stream, self.render, self._limiter, self._client_events)
+
+
+def cannot_listen(listen: str, exc: OSError) -> OperatorError:
+    return OperatorError(f"metrics.listen: cannot listen on {listen}: {exc.strerror or exc}",
+                         "choose a free address in [metrics] listen, or remove it")
+
+
+def refuse_taken_listen(listen: str) -> None:
+    """Raise what `Metrics.listen` would when `listen` cannot be bound now (another daemon's port, say), before
+    the start creates anything; each address it resolves to is bound and let go as the listener binds it
+    (SO_REUSEADDR, so a port just let go by a stopped daemon is free). Port 0 is always free."""
+    host, port = listen_address(listen)
+    if port == 0:
+        return
+    try:
+        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                        flags=socket.AI_PASSIVE):
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+    except OSError as exc:
+        raise cannot_listen(listen, exc) from None
 
 
 def bound_address(listener: SocketListener) -> str:

@@ -13,7 +13,8 @@ asks, so a scrape says exactly what the store and `mcplhost status` say
   read before each scrape (`refresh`);
 - peer admissions: the peer service's `admissions`;
 - suppressed log lines: the host's `SuppressedTotals` (mcplhost/logs.py);
-- quota refusals: ingest's `quota_statistics()` (refusedItems, refusedBytes).
+- quota refusals: ingest's `quota_statistics()` (refusedItems, refusedBytes);
+- turns by outcome: the turns ledger, read before each scrape (metrics/turns.py).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class HostCollector(Collector):
         self._suppressed = suppressed
         #: Pending outbox rows as the store said at the last `refresh` (the store is read off the scrape's path).
         self.outbox_pending = 0
+        #: Finished turns by (agent, outcome) as the ledger said before this scrape (metrics/turns.py).
+        self.turns: Mapping[tuple[str, str], int] = {}
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # nothing to check at registration: the families are built at each collect
@@ -108,6 +111,11 @@ class HostCollector(Collector):
             suppressed.add_metric([connector, event], count)
         yield suppressed
         yield self._quota_refusals()
+        turns = CounterMetricFamily("mcplhost_turns", "Agent turns in the ledger by agent and outcome "
+                                    "(completed, failed, aborted, held).", labels=["agent", "outcome"])
+        for (agent, outcome), count in sorted(self.turns.items()):
+            turns.add_metric([agent, outcome], count)
+        yield turns
 
     def _items(self) -> Metric:
         family = CounterMetricFamily("mcplhost_items", "Inbound items by connector, lane and outcome.",

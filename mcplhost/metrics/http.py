@@ -4,14 +4,20 @@ prometheus_client's own server runs in a thread; this one runs on the
 loop, so a scrape reads the components' counters between two of the loop's
 steps, never halfway through one. It answers only `GET /metrics` (and
 HEAD), and treats every client as hostile (docs/operations.md#metrics): the
-request head is read up to `MAX_HEAD_BYTES` within `REQUEST_TIMEOUT_S`, at
-most `MAX_CLIENTS` are served at once, and the connection is closed after
-each answer. `parse_head` is the pure part: bytes in, a decision out.
+request head is read up to `MAX_HEAD_BYTES` within `HEAD_TIMEOUT_S` of the
+connection (a scraper sends it at once; an idle or trickling client loses
+its place within that second), the whole exchange takes at most
+`REQUEST_TIMEOUT_S`, at most `MAX_CLIENTS` are served at once, and the
+connection is closed after each answer. So slow local clients, however
+they pace their bytes, hold a place for a second each and take a few of
+many: a scrape beside two dozen of them is answered at once.
+`parse_head` is the pure part: bytes in, a decision out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import msgspec
@@ -24,10 +30,13 @@ log = structlog.get_logger()
 
 #: The request line and headers together; Prometheus sends a few hundred bytes (h11 and nginx allow 8 KiB+).
 MAX_HEAD_BYTES = 8192
+#: A client must have sent its whole request head within this time of connecting (Prometheus sends it at once).
+HEAD_TIMEOUT_S = 1.0
 #: A client must have sent its whole request head and taken the answer within this time.
 REQUEST_TIMEOUT_S = 5.0
-#: Scrapes served at once; a further client gets 503 at once (Prometheus scrapes one at a time).
-MAX_CLIENTS = 8
+#: Clients served at once; a further one gets 503 at once. Prometheus scrapes one at a time: the rest are
+#: room for clients that hold a place without asking, each for HEAD_TIMEOUT_S at most.
+MAX_CLIENTS = 64
 #: The one path served.
 METRICS_PATH = "/metrics"
 #: Read per receive call.
@@ -87,8 +96,10 @@ async def read_head(stream: SocketStream) -> bytes | int:
 Render = Callable[[], Awaitable[tuple[bytes, str]]]
 
 
-async def serve_client(stream: SocketStream, render: Render, limiter: anyio.CapacityLimiter) -> None:
-    """Answer one client and close; never raises (a client's failure is its own)."""
+async def serve_client(stream: SocketStream, render: Render, limiter: anyio.CapacityLimiter,
+                       events: Any = log) -> None:
+    """Answer one client and close; never raises (a client's failure is its own). `events` logs what clients
+    cause (Metrics passes a LimitedLog: a client decides how often it times out)."""
     async with stream:
         try:
             limiter.acquire_nowait()
@@ -97,7 +108,11 @@ async def serve_client(stream: SocketStream, render: Render, limiter: anyio.Capa
             return
         try:
             with anyio.move_on_after(REQUEST_TIMEOUT_S) as scope:
-                head = await read_head(stream)
+                with anyio.move_on_after(HEAD_TIMEOUT_S) as waiting:
+                    head = await read_head(stream)
+                if waiting.cancelled_caught:
+                    events.info("metrics.client_timeout", timeout_s=HEAD_TIMEOUT_S, waiting_for="request head")
+                    return
                 if isinstance(head, int):
                     await _send(stream, response(head))
                     return
@@ -108,7 +123,7 @@ async def serve_client(stream: SocketStream, render: Render, limiter: anyio.Capa
                 body, content_type = await render()
                 await _send(stream, response(200, body if answer.body else b"", content_type, length=len(body)))
             if scope.cancelled_caught:
-                log.info("metrics.client_timeout", timeout_s=REQUEST_TIMEOUT_S)
+                events.info("metrics.client_timeout", timeout_s=REQUEST_TIMEOUT_S)
         finally:
             limiter.release()
 

@@ -4,8 +4,8 @@ Pure. A message to an ancestor or a sibling is an *envelope*: three lines,
 OPEN_TAG, one line of JSON, CLOSE_TAG. The JSON is written so that no
 sender text can end, reopen or forge the envelope and `json.loads` still
 gives every field back exactly: each `</` is written `<\\/`, each `<` that
-begins a lookalike tag `\\u003c` (its own escape for the fullwidth and small
-forms), and the characters `str.splitlines` breaks on that JSON leaves raw
+begins a lookalike tag `\\u003c` (its own escape for the look-alike forms of
+`<`), and the characters `str.splitlines` breaks on that JSON leaves raw
 (U+0085, U+2028, U+2029) and lone surrogates (which UTF-8 cannot store) as
 `\\uXXXX`. So the JSON line holds no line break: no line of an envelope can
 begin with a `[source:` header.
@@ -27,7 +27,8 @@ import re
 from typing import Any, Literal, get_args
 
 from mcplhost.inbound import mark_openings
-from mcplhost.inbound.patterns import derived_re_classes
+from mcplhost.inbound.lookalikes import forms, reads_as
+from mcplhost.inbound.patterns import derived_ignorable_class
 
 __all__ = [
     "CLOSE_TAG",
@@ -59,44 +60,41 @@ PAYLOAD_KEYS = ("from", "fromTitle", "relationship", "message")
 # Lookalikes (docs/peers.md#the-envelope-and-lookalikes).
 # ---------------------------------------------------------------------------
 
-#: `<`, and its fullwidth (U+FF1C) and small (U+FE64) forms, which read the same.
-LESS_THAN_FORMS = "<\uff1c\ufe64"
+#: Every character that reads as `<` (docs/provenance.md §4a): `<`, its fullwidth and small forms, `‹`, `ᐸ` …
+LESS_THAN_FORMS = forms("<")
 #: The same, each as UTF-8 (as in JSON bytes): bytes holding none of them hold no lookalike.
 LESS_THAN_BYTES = tuple(form.encode() for form in LESS_THAN_FORMS)
-LESS_THAN = f"[{LESS_THAN_FORMS}]"
-# `/`, and its fullwidth form (U+FF0F).
-SOLIDUS = "[/\uff0f]"
 
-# A lookalike is the `<` of `<` then optionally `/`, then the letters of the tag's name under case folding,
-# with any run of ignorables (as in a `[source:` opening, docs/provenance.md §4) between any two of them.
+# A lookalike is the `<` of `<` then optionally `/`, then the letters of the tag's name, with any run of
+# ignorables (as in a `[source:` opening, docs/provenance.md §4) between any two of them; each of those
+# characters may be any that reads as it (docs/provenance.md §4a: case folding, and the look-alikes of the confusables data).
 # Nothing needs to follow the name. The `<` is matched, the rest only looked at.
 #
-# Linear time: a `<` is neither an ignorable, a `/` nor a letter, so the lookahead started at one `<` never
-# reads past the next `<`; and no two `*` runs stand side by side (with the `/` absent too), so no run is
-# split two ways: each attempt backtracks over each character at most once.
+# Linear time: nothing that reads as `<` is an ignorable or reads as `/` or a letter
+# (tests/inbound/test_lookalikes.py), so the lookahead started at one `<` never reads past the next `<`; and
+# no two `*` runs stand side by side (with the `/` absent too), so no run is split two ways: each attempt
+# backtracks over each character at most once.
 #
 # On the stdlib `re` engine, like the opening pattern (mcplhost/inbound/patterns.py `fast_opening_re`), with
 # the same ignorable class derived from the `regex` tables: `regex` took about three times as long on a
-# megabyte of `<`. `re`'s case folding of these letters is the full one: each letter matches its ASCII
-# cases, and `s` also U+017F (long s), as `str.casefold` has it; the name holds no letter (`i`, `k`) that
-# the two engines fold apart.
+# megabyte of `<`.
 
 
 def _lookalike(ignorable: str) -> str:
-    letters = f"(?i:{TAG_NAME[0]})" + "".join(f"{ignorable}*(?i:{letter})" for letter in TAG_NAME[1:])
-    return rf"{LESS_THAN}(?={ignorable}*(?:{SOLIDUS}{ignorable}*)?{letters})"
+    letters = reads_as(TAG_NAME[0]) + "".join(f"{ignorable}*{reads_as(letter)}" for letter in TAG_NAME[1:])
+    return rf"{reads_as('<')}(?={ignorable}*(?:{reads_as('/')}{ignorable}*)?{letters})"
 
 
 @functools.cache
 def lookalike_re() -> re.Pattern[str]:
     """The `<` of every lookalike tag, the real tags included (compiled on first use)."""
-    return re.compile(_lookalike(derived_re_classes()[0]))
+    return re.compile(_lookalike(derived_ignorable_class()))
 
 
 @functools.cache
 def _unescaped_lookalike_re() -> re.Pattern[str]:
     """The same, without a backslash directly before it: `neutralise` leaves an escaped lookalike as it is."""
-    return re.compile(rf"(?<!\\){_lookalike(derived_re_classes()[0])}")
+    return re.compile(rf"(?<!\\){_lookalike(derived_ignorable_class())}")
 
 
 # re.sub template for "the matched `<`, with a backslash before it".
@@ -126,7 +124,9 @@ def neutralise(text: str) -> str:
 
 
 def _json_escape(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
+    """The matched character as JSON `\\uXXXX` escapes: one per UTF-16 code unit (two past U+FFFF, as `𝈶` is)."""
+    units = match.group().encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{int.from_bytes(units[at:at + 2], 'big'):04x}" for at in range(0, len(units), 2))
 
 
 def envelope(sender: str, title: str | None, relationship: Relationship, message: str) -> str:

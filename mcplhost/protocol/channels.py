@@ -27,7 +27,7 @@ exactly what the connector sent (docs/connectors.md §15).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -114,10 +114,17 @@ def _result(raw: Any, accepted: bool, reason: str | None = None) -> dict[str, An
 
 
 class ChannelRegistry:
-    def __init__(self, patterns: Sequence[str] | None = None, *, limit: int = MAX_CHANNELS) -> None:
+    def __init__(self, patterns: Sequence[str] | None = None, *, limit: int = MAX_CHANNELS,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.patterns = list(patterns) if patterns is not None else None
         self.limit = limit
         self._channels: dict[str, Channel] = {}
+        #: Called after the registered channels changed (whoever waits for a channel looks again).
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     def get(self, channel_id: str) -> Channel | None:
         return self._channels.get(channel_id)
@@ -126,7 +133,9 @@ class ChannelRegistry:
         return list(self._channels.values())
 
     def clear(self) -> None:
-        self._channels.clear()
+        if self._channels:
+            self._channels.clear()
+            self._changed()
 
     def add(self, descriptors: Iterable[Any], *, must_exist: bool = False) -> tuple[list[dict[str, Any]], list[Channel]]:
         """Judge and apply descriptors; return itemized results and the accepted channels.
@@ -153,15 +162,20 @@ class ChannelRegistry:
                 self._channels[channel.id] = channel
                 accepted.append(channel)
                 results.append(_result(raw, True))
+        if accepted:
+            self._changed()
         return results, accepted
 
     def remove(self, ids: Iterable[Any]) -> list[dict[str, Any]]:
         """Removals only narrow, so they always succeed; echo each."""
         results = []
+        removed = False
         for ident in ids:
             if isinstance(ident, str):
-                self._channels.pop(ident, None)
+                removed = self._channels.pop(ident, None) is not None or removed
                 results.append({"id": ident, "accepted": True})
             else:
                 results.append({"id": None, "accepted": False, "reason": "invalid_descriptor"})
+        if removed:
+            self._changed()
         return results

@@ -84,7 +84,8 @@ class McplConnection:
                  clock: Callable[[], float] = time.monotonic, offered: frozenset[str] = OFFERED,
                  inference: InferenceService | None = None, hooks: PendingHooks | None = None,
                  on_mode: Callable[[McplConnection, Mode], None] | None = None,
-                 limited: LimitedLog | None = None, counts: RefusalCounts | None = None) -> None:
+                 limited: LimitedLog | None = None, counts: RefusalCounts | None = None,
+                 on_channels: Callable[[], None] | None = None) -> None:
         self._on_mode = on_mode
         #: The `[inference]` service inference/request and model/info use, None when none is configured.
         self.inference = inference
@@ -113,7 +114,8 @@ class McplConnection:
         self._requested: frozenset[str] = frozenset()  # the grant of the latest featureSets/update sent
         self.feature_sets: dict[str, FeatureSetState] = {}
         self.declared: dict[str, dict[str, Any]] = {}
-        self.registry = ChannelRegistry(spec.channels)
+        #: `on_channels` hears every change of the registered channels (the handle's waiters, catch-up's routes).
+        self.registry = ChannelRegistry(spec.channels, on_change=on_channels)
         #: The connector's MCP tools as its latest `tools/list` gave them (None: not listed in this life).
         self.tools: list[ListedTool] | None = None
         self.accepted_implies: dict[str, list[str]] | None = None

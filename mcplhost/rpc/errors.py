@@ -33,6 +33,16 @@ class ConnectionClosed(Exception):
     """The peer's output ended (or our writes fail) while a request was outstanding."""
 
 
+class LineTooLong(Exception):
+    """A message of ours would be a line longer than the cap; it was not written (nothing of it was)."""
+
+    def __init__(self, method: str, size: int, limit: int) -> None:
+        super().__init__(f"{method} not sent: its line would be {size} bytes, over the {limit}-byte line cap")
+        self.method = method
+        self.size = size
+        self.limit = limit
+
+
 class RequestTimeout(TimeoutError):
     """The peer did not answer one of our requests in time."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 #: 16 MiB. Content blocks carry base64 images and audio, so a line of several
 #: MiB is normal (asyncio's 64 KiB default is the classic trap); the cap only
 #: exists so a connector that never sends a newline cannot exhaust memory.
+#: It bounds the lines the host writes too (a reader with the same cap would
+#: drop a longer one): such a message is never written (rpc/session.py).
 MAX_LINE_BYTES = 16 * 1024 * 1024
 #: Arrays and objects nested deeper than this refuse the whole line (-32700).
 #: Real messages nest under 10 levels; the decoder and everything that walks a

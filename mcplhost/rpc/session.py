@@ -31,6 +31,12 @@ its answers), so a peer that does not read its answers stops being read.
 
 Our requests: `request(timeout)` bounds queueing, writing and the answer
 together. A line still queued when its request times out is never written.
+
+Our lines are bounded like the peer's (`max_line_bytes`): a request or
+notification whose line would be longer is never written and raises
+`LineTooLong` to its caller; an answer that would be longer is replaced by
+a -32603 error saying so (`data.reason` "too_large"), so the peer's request
+still gets exactly one answer.
 A write the peer does not take within `write_stall_s` breaks the connection
 (the line may be cut in the middle, so nothing more can follow it): `run`
 returns as if the peer's output had ended.
@@ -58,7 +64,7 @@ from msgspec import UNSET, Raw, UnsetType
 
 from mcplhost.logs import LimitedLog
 
-from .errors import ConnectionClosed, RemoteError, ReplyError, RequestTimeout, error_for
+from .errors import ConnectionClosed, LineTooLong, RemoteError, ReplyError, RequestTimeout, error_for
 from .framing import LineBuffer, Oversized
 from .limits import (
     MAX_CONCURRENT_REQUESTS,
@@ -87,6 +93,9 @@ from .messages import (
 )
 from .outgoing import OutgoingLines
 from .table import RequestTable, Settled
+
+#: The reason an answer too long to write is replaced by (-32603, docs/connectors.md §15).
+TOO_LARGE = "too_large"
 
 #: The id of the peer's request whose handler is running (read in the handler, e.g. for `inference/chunk`).
 CURRENT_REQUEST_ID: ContextVar[RequestId | None] = ContextVar("CURRENT_REQUEST_ID", default=None)
@@ -197,6 +206,7 @@ class Session:
         self.limited = limited if limited is not None else LimitedLog(self.log)
         self._owns_limited = limited is None
         self._buffer = LineBuffer(max_line_bytes)
+        self.max_line_bytes = max_line_bytes  # our own lines too: a longer one is never written
         # Deferred work runs on a pool of worker tasks that grows on demand up
         # to `max_concurrent`: starting a task per request costs more (in
         # anyio) than the work it waits for. The queue holds as many again.
@@ -233,7 +243,8 @@ class Session:
         self.stats = {"lines": 0, "requests": 0, "notifications": 0, "responses": 0, "junk": 0, "oversized": 0,
                       "too_deep": 0, "undecodable": 0, "cancelled": 0, "budget_pauses": 0, "write_stalls": 0,
                       "invalid_requests": 0, "responses_unknown": 0, "responses_late": 0,
-                      "notifications_failed": 0, "handler_failures": 0, "replies_undeliverable": 0}
+                      "notifications_failed": 0, "handler_failures": 0, "replies_undeliverable": 0,
+                      "outgoing_too_long": 0}
 
     def statistics(self) -> dict[str, Any]:
         """The exact counts (`stats`), and the budget as it stands: bytes held, and whether reading waits for it."""
@@ -263,9 +274,13 @@ class Session:
             raise ConnectionClosed(f"connection closed before {method}")
         wait = self.timeout if timeout is None else timeout
         request_id = self._table.open(method)
+        data = encode_request(request_id, method, params)
+        if self._too_long(data, method):
+            self._table.forget(request_id)
+            raise LineTooLong(method, len(data) - 1, self.max_line_bytes)
         send, receive = anyio.create_memory_object_stream[Any](1)
         self._waiters[request_id] = (send, at_receipt)
-        line = _RequestLine(encode_request(request_id, method, params))
+        line = _RequestLine(data)
         try:
             try:
                 with anyio.fail_after(wait):  # the whole request: queueing, writing, the answer
@@ -284,18 +299,33 @@ class Session:
         return outcome
 
     async def notify(self, method: str, params: Any = UNSET) -> None:
-        await self._write(encode_notification(method, params))
+        """Send a notification; LineTooLong (nothing written) when its line would pass the cap."""
+        await self._write(self._notification(method, params))
+
+    def _notification(self, method: str, params: Any) -> bytes:
+        data = encode_notification(method, params)
+        if self._too_long(data, method):
+            raise LineTooLong(method, len(data) - 1, self.max_line_bytes)
+        return data
+
+    def _too_long(self, data: bytes, method: str | None) -> bool:
+        """Whether `data` (one line, its newline included) is longer than the cap; counted and logged if so."""
+        if len(data) - 1 <= self.max_line_bytes:
+            return False
+        self.stats["outgoing_too_long"] += 1
+        self.limited.warning("rpc.outgoing_too_long", method=method, bytes=len(data) - 1, limit=self.max_line_bytes)
+        return True
 
     def notify_nowait(self, method: str, params: Any = UNSET) -> None:
         """Queue a notification without waiting (e.g. from an `at_receipt` function).
 
         Lines leave in the order they were queued, so a notification queued at
         receipt goes out before any answer to the messages that follow.
-        Raises ConnectionClosed if it cannot be queued.
+        Raises ConnectionClosed if it cannot be queued, LineTooLong if its line would pass the cap.
         """
         if self._closed:
             raise ConnectionClosed("connection closed")
-        data = encode_notification(method, params)
+        data = self._notification(method, params)
         try:
             self._outgoing.put_nowait(data)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -452,7 +482,7 @@ class Session:
         """Handle the lines of one read in order (one call for them all: this is the loop every line takes)."""
         stats = self.stats
         for item in items:
-            if type(item) is Oversized:
+            if isinstance(item, Oversized):
                 stats["oversized"] += 1
                 self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
                                      action="dropped; the connection goes on")
@@ -635,16 +665,23 @@ class Session:
         await self._send_reply(self._result_line(request, result), request.method)
 
     def _result_line(self, request: Request, result: Any) -> bytes:
-        """The answer's line: `result`, or -32603 when the handler returned something unencodable."""
+        """The answer's line: `result`, or -32603 when the handler returned something unencodable or too long."""
         try:
-            return encode_result(request.id, result)
+            data = encode_result(request.id, result)
         except (TypeError, ValueError) as exc:
             self.stats["handler_failures"] += 1
             self.limited.error("rpc.result_unencodable", method=request.method, error=repr(exc))
             return encode_error(request.id, INTERNAL_ERROR, "internal error")
+        if self._too_long(data, request.method):
+            return encode_error(request.id, INTERNAL_ERROR, "result too large to send",
+                                {"reason": TOO_LARGE, "bytes": len(data) - 1, "limit": self.max_line_bytes})
+        return data
 
     async def _reply_error(self, request_id: RequestId | None, code: int, message: str, data: Any = UNSET) -> None:
-        await self._send_reply(encode_error(request_id, code, message, data), None)
+        line = encode_error(request_id, code, message, data)
+        if self._too_long(line, None):  # a handler's error data: the bare error still answers the request
+            line = encode_error(request_id, code, "error too large to send", {"reason": TOO_LARGE})
+        await self._send_reply(line, None)
 
     async def _send_reply(self, data: bytes, method: str | None) -> None:
         if self._queued_nowait(data):  # the usual case: no wait, so no coroutine for the write

@@ -48,6 +48,10 @@ class RequestTable:
                 return Settled.LATE, method
         return Settled.UNKNOWN, None
 
+    def forget(self, request_id: int) -> None:
+        """`request_id` was never sent: it leaves the table (an answer naming it is unknown)."""
+        self._outstanding.pop(request_id, None)
+
     def abandon(self, request_id: int) -> None:
         """We stopped waiting for `request_id`; a later answer is late, not unknown."""
         method = self._outstanding.pop(request_id, None)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from mcplhost.inbound.header import SEPARATOR
 from mcplhost.inbound.quoting import header_value, label_value, quoted
+from mcplhost.speech.budget import DUPLICATE, PUBLISH_CAP
 from mcplhost.speech.moderation import MODERATION
 from mcplhost.speech.routing import ALREADY_PUBLISHED, ChannelView, Destination, Segment
 
@@ -39,9 +40,11 @@ _REASONS = {
     "no_publish": "the connector cannot publish (no channels.publish) now",
     ALREADY_PUBLISHED: "you already published to this conversation with channel_publish this turn",
     MODERATION: "the host's moderation check did not allow it (or could not check it); it was not sent",
+    DUPLICATE: "you already published the same text there this turn; it is not sent twice",
+    PUBLISH_CAP: "this turn reached its limit of published parts (max_publishes_per_turn)",
 }
 #: Draft reasons for which suggesting another channel_publish makes no sense (it would be refused again).
-_NOT_RESENDABLE = frozenset({ALREADY_PUBLISHED, MODERATION})
+_NOT_RESENDABLE = frozenset({ALREADY_PUBLISHED, MODERATION, DUPLICATE, PUBLISH_CAP})
 
 
 #: At send time a channel no longer registered is gone, not a name the agent got wrong.

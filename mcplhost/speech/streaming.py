@@ -16,14 +16,19 @@ only what the connector declared, so granted means declared too).
   (`COMPLETE_TIMEOUT_S`), so an aborted turn still ends its streams.
 
 A `>>> DEST` pin line may send the words after it elsewhere, so streaming
-stops where such a line begins (`streamable_end`): a preview never shows a
+stops where such a line begins (`PinGuard`): a preview never shows a
 channel words routed to another. Chunks are advisory: delivery is only ever the outbox's `channels/publish`.
 A connector that cannot take a notification costs its own stream (logged),
 never the turn.
+
+Each chunk costs its own length, never the text so far (docs/agents.md#streaming):
+the pin rule and the secret search look only at what is new plus a bounded
+window before it, and only what has not been sent yet is held.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
@@ -31,54 +36,97 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
-from mcplhost.protocol.ports import ConnectorPort, State
+from mcplhost.protocol.ports import NotifyPort, State
 from mcplhost.secrets import NO_SECRETS, Secrets
-from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
+from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Route, Undecided
 
 log = structlog.get_logger()
 
 STREAMING = "channels.streaming"
 CHUNK = "channels/outgoing/chunk"
 COMPLETE = "channels/outgoing/complete"
-#: A line start held while it could still become a pin is released past this many spaces.
-MAX_HELD_LINE_CHARS = 64
 #: The completes of one inference, all together, may take this long at exit (they are queued, not answered).
 COMPLETE_TIMEOUT_S = 2.0
+#: What ends a line for `str.splitlines`, which routing reads pins with (speech/routing.py `route_prose`).
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile(f"[{LINE_BREAKS}]")
+_BLANKS = re.compile(f"[^\\S{LINE_BREAKS}]*")  # whitespace that does not end a line
 
 
-def streamable_end(text: str, start: int) -> tuple[int, bool]:
-    """How much of `text` may be streamed, scanning lines from the one holding `start`; and whether a pin began.
+class PinGuard:
+    """Where a text fed piece by piece may be streamed up to, by the pin rule; linear in what is fed.
 
-    A line whose text (after spaces) opens with the pin mark may re-route
-    what follows (speech/routing.py), so streaming stops at its start for
-    good: a preview never shows words meant for another channel. An
-    unfinished last line that could still become one is held.
+    A line whose text (after blanks) opens with the pin mark may re-route what
+    follows (speech/routing.py), so streaming stops at its start for good
+    (`sealed`): a preview never shows words meant for another channel. Lines
+    are what routing splits (`str.splitlines`: `\\r`, `\\v`, `\\u2028` ... break a
+    line too) and blanks any other whitespace, as routing strips it. The last
+    line is held while it is blanks and a prefix of the mark, since it could
+    still become a pin. Only that line's opening (at most the mark's length)
+    is kept between pieces, so each piece costs its own length and nothing is
+    read twice; and `end` only grows, so the pieces a text comes in change
+    nothing (`feed(a); feed(b)` ends where `feed(a + b)` does).
     """
-    line_start = text.rfind("\n", 0, start) + 1
-    while True:
-        newline = text.find("\n", line_start)
-        line = text[line_start:] if newline < 0 else text[line_start:newline]
-        opening = line.lstrip(" \t")
-        if opening.startswith(PIN_MARK):
-            return line_start, True
-        if newline < 0:
-            held = PIN_MARK.startswith(opening) and len(line) < MAX_HELD_LINE_CHARS
-            return (line_start if held else len(text)), False
-        line_start = newline + 1
+
+    __slots__ = ("_line_start", "_opening", "_received", "_watching", "end", "sealed")
+
+    def __init__(self) -> None:
+        self.end = 0  # text before this may be streamed
+        self.sealed = False  # a pin line begins at `end`: nothing from there on is ever streamed
+        self._received = 0
+        self._line_start = 0  # where the current (last) line begins
+        self._opening = ""  # its first characters after blanks, while they may still open the pin mark
+        self._watching = True  # the current line may still turn out a pin
+
+    def feed(self, piece: str) -> int:
+        """Take the next piece; the new `end`."""
+        base, self._received = self._received, self._received + len(piece)
+        i, n = 0, len(piece)
+        while i < n and not self.sealed:
+            if not self._watching:  # this line is decided: it runs to its line break
+                found = _LINE_BREAK.search(piece, i)
+                if found is None:
+                    break
+                i = found.end()
+                self._next_line(base + i)
+                continue
+            if not self._opening:
+                i = _BLANKS.match(piece, i).end()  # type: ignore[union-attr]  # leading blanks decide nothing
+                if i == n:
+                    break
+            char = piece[i]
+            i += 1
+            if char in LINE_BREAKS:
+                self._next_line(base + i)  # the line ended without opening a pin
+                continue
+            self._opening += char
+            if self._opening.startswith(PIN_MARK):
+                self.sealed, self.end = True, self._line_start
+            elif not PIN_MARK.startswith(self._opening):
+                self._watching = False
+        if not self.sealed:
+            self.end = self._line_start if self._watching else self._received
+        return self.end
+
+    def _next_line(self, start: int) -> None:
+        self._line_start, self._opening, self._watching = start, "", True
 
 
 class TurnRouting(Protocol):
     """What streaming reads of a turn's routing (mcplhost/agents/speech.py `TurnSpeech` implements it)."""
 
-    current: Destination | Undecided
+    current: Route  # a refused pin holds too: then nothing streams
     default: Destination | Undecided
     published_default: bool
-    moderated: bool  # `[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)
+
+    @property
+    def moderated(self) -> bool:
+        """`[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)."""
 
     def views(self) -> list[ChannelView]: ...
 
 
-def stream_targets(speech: TurnRouting | None, handles: Mapping[str, ConnectorPort]) -> list[Destination]:
+def stream_targets(speech: TurnRouting | None, handles: Mapping[str, NotifyPort]) -> list[Destination]:
     """Where a turn's next inference may be streamed: where its unpinned prose goes now (agents/speech.TurnSpeech).
 
     Nothing with moderation on (a chunk cannot be unsent once its segment is
@@ -99,7 +147,7 @@ def stream_targets(speech: TurnRouting | None, handles: Mapping[str, ConnectorPo
     return [current] if publishable else []
 
 
-def streamable(handle: ConnectorPort | None) -> bool:
+def streamable(handle: NotifyPort | None) -> bool:
     """Whether a connector may be streamed to now: it serves (ready) and holds channels.streaming."""
     return handle is not None and handle.state is State.READY and STREAMING in handle.grant
 
@@ -118,7 +166,7 @@ class _Channel:
 class Streamer:
     """The streams of one inference (`inference_id`) to the channels routing chose."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], inference_id: str, *,
+    def __init__(self, handles: Mapping[str, NotifyPort], inference_id: str, *,
                  secrets: Secrets = NO_SECRETS) -> None:
         self._handles = handles
         #: Never streamed (docs/agents.md#secrets): a tail that may be a secret's start is held back, and once one
@@ -126,10 +174,13 @@ class Streamer:
         self._secrets = secrets
         self.inference_id = inference_id
         self._channels: list[_Channel] | None = None  # None until open()
-        self._text: list[str] = []  # everything the backend streamed, in order
-        self._released = 0  # characters of it handed to the sender (the rest is held)
-        self._searched = 0  # characters of it already searched for a secret: only what follows is searched again
-        self._sealed = False  # a pin line began: nothing more is streamed in this inference
+        # Positions count the characters the backend streamed, in order; nothing is kept of what went out.
+        self._received = 0
+        self._released = 0  # characters handed to the sender
+        self._held: list[str] = []  # what follows them and may still go (never past a pin line's start)
+        self._guard = PinGuard()
+        self._tail = ""  # the last (longest secret − 1) characters received: where a secret the next piece ends begins
+        self._withheld = False  # a secret was seen: nothing more of this inference is streamed
         self._queue: list[str] = []  # text waiting for the sender task
         self._wake = anyio.Event()
         self._drained = anyio.Event()  # set once the sender has sent everything queued before the close
@@ -155,40 +206,56 @@ class Streamer:
         return [c.destination for c in self._channels]
 
     def chunk(self, text: str) -> None:
-        """One piece of streamed text (the backend's `on_text`); never blocks, never raises."""
-        if not text or self._closing:
+        """One piece of streamed text (the backend's `on_text`); never blocks, never raises.
+
+        Costs the piece's own length (docs/agents.md#bounds): the pin rule and the secret search look only at
+        what is new, plus the current line's opening and the last (longest secret − 1) characters.
+        """
+        if not text or self._closing or self._withheld:
             return
-        self._text.append(text)
+        if self._secrets and self._holds_secret(text):
+            return
+        start, self._received = self._received, self._received + len(text)
+        limit = self._guard.end if self._guard.sealed else self._guard.feed(text)
+        if self._channels == []:
+            return  # opened with nowhere to stream to: nothing to keep
+        if self._guard.sealed:
+            text = text[: max(0, limit - start)]  # nothing past a pin line's start is ever streamed
+        if text:
+            self._held.append(text)
         if self._channels:
             self._release()
+
+    def _holds_secret(self, text: str) -> bool:
+        """Whether a secret ends in `text` (searched with the tail before it); if so nothing more is streamed."""
+        window = self._tail + text
+        keep = self._secrets.longest - 1
+        self._tail = window[-keep:] if keep > 0 else ""
+        secret = self._secrets.find(window)
+        if secret is None:
+            return False
+        self._withheld = True
+        self._held = []
+        log.info("speech.stream_withheld", inferenceId=self.inference_id, reason="secret", variable=secret)
+        return True
 
     def _release(self, *, final: bool = False) -> None:
         """Queue what may be streamed now: up to the first line that is or may become a `>>>` pin, and short of
         the last (longest secret − 1) characters, which may begin a secret the next chunk completes (`final`: the
         inference ended, nothing can complete it)."""
-        if self._sealed or not self._channels:
+        if self._withheld or not self._channels:
             return
-        whole = "".join(self._text)
-        self._text = [whole]
-        limit = len(whole)
-        if self._secrets:
-            # A secret not wholly inside what was searched ends after it, so it starts at most longest − 1 before.
-            secret = self._secrets.find(whole[max(0, self._searched - self._secrets.longest + 1):])
-            self._searched = len(whole)
-            if secret is not None:
-                self._sealed = True
-                log.info("speech.stream_withheld", inferenceId=self.inference_id, reason="secret", variable=secret)
-                return
-            if not final:
-                limit -= self._secrets.longest - 1
-        end, sealed = streamable_end(whole, self._released)
-        if end > limit:
-            end, sealed = limit, False  # held back, not sealed: the rest is judged with the next chunk
-        if end > self._released:
-            self._queue.append(whole[self._released:end])
-            self._released = end
-            self._wake.set()
-        self._sealed = sealed
+        end = self._guard.end
+        if self._secrets and not final:
+            end = min(end, self._received - (self._secrets.longest - 1))
+        if end <= self._released:
+            return
+        held = "".join(self._held)  # small: a held line's start, a secret's length, and the newest piece
+        count = end - self._released
+        self._queue.append(held[:count])
+        self._held = [held[count:]] if len(held) > count else []
+        self._released = end
+        self._wake.set()
 
     # --- lifetime --------------------------------------------------------------------
 
@@ -255,9 +322,8 @@ class Streamer:
             await self._notify(channel, COMPLETE, params)
 
     async def _notify(self, channel: _Channel, method: str, params: dict[str, Any]) -> bool:
-        handle = self._handles.get(channel.destination.server_id)
         try:
-            await handle.notify(method, params)
+            await self._handles[channel.destination.server_id].notify(method, params)  # gone since: a failed send
         except Exception:
             channel.failed = True
             log.info("speech.stream_send_failed", inferenceId=self.inference_id, method=method,

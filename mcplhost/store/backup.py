@@ -26,6 +26,7 @@ import msgspec
 
 from mcplhost.store.db import connect_read_only
 from mcplhost.store.errors import StoreError, StoreMissing
+from mcplhost.store.files import make_private
 
 #: Pages copied per backup step (4 MiB at SQLite's default 4 KiB page).
 BACKUP_PAGES_PER_STEP = 1024
@@ -59,8 +60,9 @@ def backup(source: Path, out: Path) -> BackupDone:
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     src = connect_read_only(source)
     try:
+        make_private(partial)  # every chat is in it: this user's alone, like the database (store/files.py)
         dst = sqlite3.connect(partial, isolation_level=None)
-    except sqlite3.Error as exc:
+    except (OSError, sqlite3.Error) as exc:
         src.close()
         raise StoreError(f"{out}: cannot create the copy: {exc}",
                          explanation="check that OUT's folder exists and this user can write to it") from exc

@@ -21,8 +21,8 @@ see the last commit and never take the writer's lock
 from __future__ import annotations
 
 import builtins
-import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
+from functools import cached_property
 from itertools import chain
 from operator import itemgetter
 from typing import Any
@@ -32,9 +32,12 @@ import msgspec
 
 from mcplhost.errors import HostStateError
 from mcplhost.store.connection import Connections
+from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
 READ_PAGE_SIZE = 1000
+#: Rows the console's reads look through at most for one page (`newest`, `turn_rows`, `recent_drafts`).
+CONSOLE_WINDOW_ROWS = 10_000
 #: How many of an agent's newest rows `newest_turn_drafts` looks through: one turn writes far fewer.
 DRAFT_SCAN_ROWS = 1000
 
@@ -63,14 +66,36 @@ _ROW_PLACEHOLDERS = "(" + ", ".join("CAST(? AS TEXT)" if column.strip() in _JSON
 # only when all four are non-null, i.e. a channel item carrying its digest.
 _KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
 _KEY_POSITIONS = tuple([c.strip() for c in _INSERT_COLUMNS.split(",")].index(k) for k in _KEY_COLUMNS)
-_COLUMNS = "id, agent, participant, role, content, metadata, created_at"
+#: The columns a `StoredItem` is read from (`stored_item`), in its field order.
+STORED_COLUMNS = ("id", "agent", "participant", "role", "content", "metadata", "created_at")
+_COLUMNS = ", ".join(STORED_COLUMNS)
 _WRITTEN_COLUMNS = ("id, agent, participant, role, content, metadata, thread_id, conversation_id, dedup_digest,"
                     " created_at")
 _FIND_ORIGINAL = f"SELECT id, conversation_id FROM items WHERE {' AND '.join(f'{k} = ?' for k in _KEY_COLUMNS)}"
 
 
-class NewItem(msgspec.Struct, frozen=True):
-    """An item about to be stored; the store assigns its id."""
+class _TypedMetadata:
+    """`meta` and `host`: an item's metadata read typed (store/rows.py), each decoded on first read and kept.
+
+    They are no Struct fields (the item's `__dict__` holds them), so no encoding of the item holds them.
+    """
+
+    __slots__ = ()
+    metadata: dict[str, Any]
+
+    @cached_property
+    def meta(self) -> ItemMeta:
+        """The host-written keys of its metadata: ids, tags, the frozen source, header, author, echo mark."""
+        return item_meta(self.metadata)
+
+    @cached_property
+    def host(self) -> HostRow | None:
+        """What it is when it is a host row (an agent's speech, draft, tool call or result, notice, peer message)."""
+        return host_row(self.metadata)
+
+
+class NewItem(_TypedMetadata, msgspec.Struct, frozen=True, dict=True):
+    """An item about to be stored; the store assigns its id. Its metadata reads typed as `meta` and `host`."""
 
     role: str
     content: builtins.list[dict[str, Any]]
@@ -92,11 +117,12 @@ class ItemWritten(msgspec.Struct, frozen=True):
     conversation_id: str | None  # the stored row's (the original's for a duplicate; None on rows before 0002)
 
 
-class StoredItem(msgspec.Struct, frozen=True, rename="camel"):
+class StoredItem(_TypedMetadata, msgspec.Struct, frozen=True, rename="camel", dict=True):
     """An item as stored; its JSON encoding is the `mcplhost messages --json` line.
 
     Field order is the export's key order, and no field has a default, so
-    a null agent or participant is written as null, never left out.
+    a null agent or participant is written as null, never left out. Its
+    metadata reads typed as `meta` and `host`, which the export never holds.
     """
 
     id: int
@@ -228,7 +254,7 @@ class ItemRepository:
                 )
             rows = builtins.list(rows)
             for row in rows:
-                yield _stored_item(row)
+                yield stored_item(row)
             if len(rows) < READ_PAGE_SIZE:
                 return
             after = rows[-1][0]
@@ -240,14 +266,14 @@ class ItemRepository:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
         async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-        return last
+        return int(last)
 
     async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
         """Items with an id above `item_id` created at or after `since_ms`, oldest first (catch-up).
 
         With `limit`, the first `limit` of them; page on by passing the last id returned.
         """
-        return [_stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
+        return [stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
 
     async def after_as_written(self, item_id: int, *, since_ms: int = 0,
                                limit: int | None = None) -> builtins.list[tuple[int, NewItem]]:
@@ -264,10 +290,10 @@ class ItemRepository:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         async with self._connections.read() as conn:
-            return await conn.execute_fetchall(
+            return builtins.list(await conn.execute_fetchall(
                 f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
                 (item_id, since_ms, -1 if limit is None else limit),
-            )
+            ))
 
     async def context_rows(self, agent: str, *, limit: int,
                            conversation_id: str | None = None) -> builtins.list[StoredItem]:
@@ -287,7 +313,17 @@ class ItemRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
-        return [_stored_item(row) for row in reversed(builtins.list(rows))]
+        return [stored_item(row) for row in reversed(builtins.list(rows))]
+
+    async def own_after(self, agent: str, item_id: int, *, limit: int) -> builtins.list[StoredItem]:
+        """The agent's own rows with an id above `item_id`, oldest first, at most `limit` (items_by_agent).
+
+        A running turn reads its own rows with it, however many items others stored meanwhile.
+        """
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?", (agent, item_id, limit))
+        return [stored_item(row) for row in rows]
 
     async def newest_turn_drafts(self, agent: str) -> int:
         """The draft rows (prose not sent, docs/agents.md#drafts) of the agent's newest turn.
@@ -301,7 +337,7 @@ class ItemRepository:
                 " WHERE json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') ="
                 " (SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)",
                 (agent, DRAFT_SCAN_ROWS, agent))
-        return next(iter(rows))[0]
+        return int(next(iter(rows))[0])
 
     async def turn_drafts(self, agent: str, turn_id: int) -> builtins.list[tuple[int, str | None]]:
         """(row id, reason) of each draft row (docs/agents.md#drafts) the agent's turn left, by id (explain)."""
@@ -321,8 +357,55 @@ class ItemRepository:
                 chunk = wanted[start : start + IDS_PER_QUERY]
                 rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
-                found.extend(_stored_item(row) for row in rows)
+                found.extend(stored_item(row) for row in rows)
         return found
+
+
+    # --- reads for the console: bounded windows of the newest rows --------------------
+
+    async def newest(self, limit: int, *, before: int | None = None, server_id: str | None = None,
+                     channel: str | None = None, agent: str | None = None,
+                     window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
+        """Up to `limit` items with ids below `before` (default: all), newest first, among the `window` ids below it.
+
+        The id window bounds the scan whatever the filters (`server_id`,
+        `channel`, `agent`: exact), so a filter that matches nothing costs
+        `window` rows at most; the next page starts below the window.
+        """
+        if before is None:
+            before = await self.last_id() + 1
+        clauses, params = ["id < ?", "id >= ?"], builtins.list[int | str]([before, before - window])
+        for column, value in (("server_id", server_id), ("channel_id", channel), ("agent", agent)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM items WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
+                (*params, limit))
+        return [stored_item(row) for row in rows]
+
+    async def turn_rows(self, agent: str, turn_id: int, *, after: int = 0,
+                        window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
+        """The agent's rows a turn wrote (metadata `turnId`: speech, drafts, tool calls and results), by id.
+
+        Looked for among the agent's first `window` rows above `after`: give an id just below the turn's
+        (its first waking item's), since its rows follow them.
+        """
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?)"
+                " WHERE json_extract(metadata, '$.turnId') = ? ORDER BY id", (agent, after, window, turn_id))
+        return [stored_item(row) for row in rows]
+
+    async def recent_drafts(self, agent: str, limit: int,
+                            window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
+        """The agent's newest draft rows (docs/agents.md#drafts), newest first, among its newest `window` rows."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
+                " WHERE json_extract(metadata, '$.kind') = 'draft' ORDER BY id DESC LIMIT ?", (agent, window, limit))
+        return [stored_item(row) for row in rows]
 
 
 async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem], rows: Sequence[ItemRow],
@@ -334,7 +417,7 @@ async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem], ro
     if searched is None:
         returned = await conn.execute_fetchall(statement, values)
     else:  # the writer's connection (store/db.py) skips a search already made for the same secrets
-        returned = await conn.execute_fetchall(statement, values, searched=searched)  # type: ignore[call-arg]
+        returned = await conn.execute_fetchall(statement, values, searched=searched)
     # RETURNING's row order is unspecified, but ids are given in the order
     # the VALUES rows are processed; so the inserted rows, sorted by id,
     # are the items in order minus those that conflicted.
@@ -370,30 +453,6 @@ async def _original(conn: aiosqlite.Connection, key: tuple[Any, ...]) -> ItemWri
     for item_id, conversation in rows:
         return ItemWritten(item_id, True, conversation)
     raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
-
-
-def newest_first(conn: sqlite3.Connection, *, page_rows: int = READ_PAGE_SIZE) -> Iterator[StoredItem]:
-    """Every item stored before the scan began, newest first, on a plain sqlite3 connection (a worker thread's).
-
-    A page of `page_rows` per statement, each statement ended before the
-    next begins; rows are decoded one at a time as they are taken, so
-    memory is one row whatever the bodies' sizes. Close the generator to
-    stop early.
-    """
-    ((before,),) = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM items").fetchall()
-    while True:
-        cursor = conn.execute(f"SELECT {_COLUMNS} FROM items WHERE id < ? ORDER BY id DESC LIMIT ?",
-                              (before, page_rows))
-        try:
-            taken = 0
-            for row in cursor:
-                taken += 1
-                before = row[0]
-                yield _stored_item(row)
-        finally:
-            cursor.close()
-        if taken < page_rows:
-            return
 
 
 def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = None) -> tuple[str, tuple[Any, ...]]:
@@ -451,7 +510,8 @@ def _key(row: ItemRow) -> tuple[Any, ...] | None:
     return None if None in key else key
 
 
-def _stored_item(row: Sequence[Any]) -> StoredItem:
+def stored_item(row: Sequence[Any]) -> StoredItem:
+    """A row of `STORED_COLUMNS` as its `StoredItem`."""
     item_id, agent, participant, role, content, metadata, created_at = row
     return StoredItem(
         id=item_id,

@@ -16,7 +16,7 @@ does not change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 
@@ -36,13 +36,17 @@ STAGE_ROWS = 10
 STAGE_LEDGER = 20
 
 
-class Operation(Protocol):
-    """One typed write; `apply_all` stores every instance of the type in a group, results in order."""
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Operation(Protocol[R_co]):
+    """One typed write whose result is an `R_co`; `apply_all` stores every instance of the type in a group, one
+    result per instance, in order (store/writer.py hands each caller its own operations' results)."""
 
     STAGE: ClassVar[int]
 
     @classmethod
-    async def apply_all(cls, repos: Repositories, ops: Sequence[Any]) -> list[Any]: ...
+    async def apply_all(cls, repos: Repositories, ops: Sequence[Any]) -> Sequence[R_co]: ...
 
 
 class InsertItems(msgspec.Struct, frozen=True):
@@ -74,7 +78,9 @@ class InsertItems(msgspec.Struct, frozen=True):
         searched = ops[0].searched if all(op.searched is ops[0].searched for op in ops) else None
         rows = [row for op in ops for row in (op.rows if op.rows is not None else map(item_row, op.items))]
         written = await repos.items.insert_many_nocommit(items, rows=rows, searched=searched)
-        results, charges, start = [], [], 0
+        results: list[list[ItemWritten]] = []
+        charges: list[QuotaCharge] = []
+        start = 0
         for op in ops:
             own = written[start : start + len(op.items)]
             results.append(own)
@@ -171,6 +177,7 @@ class FinishTurn(msgspec.Struct, frozen=True):
     #: The hook injections the first request was compiled with (e.g. msgspec.to_builtins(Injections)).
     injections: Any = None
     reason: str | None = None  # why it ended other than completed (store/turns.py REASON_*)
+    cause: str | None = None  # a failed turn's finer cause (the backend's reason, or the exception's type name)
     STAGE: ClassVar[int] = STAGE_LEDGER
 
     def __post_init__(self) -> None:
@@ -178,7 +185,7 @@ class FinishTurn(msgspec.Struct, frozen=True):
 
     def _end(self, turn_id: int) -> TurnEnd:
         return TurnEnd(turn_id, self.ended_at, self.outcome, self.model, self.usage, self.request_digest,
-                       self.injections, self.reason)
+                       self.injections, self.reason, self.cause)
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[FinishTurn]) -> list[bool]:

@@ -36,6 +36,8 @@ ECHO_WINDOW_MS = 24 * 3600 * 1000
 #: Recent delivered texts remembered (as digests) with the agent that spoke them, for the loop breaker
 #: (mcplhost/peers/loops.py): another agent's speech coming back through a chat connector.
 RECENT_SPOKEN = 4096
+#: The newest rows `newest` looks through for a state other than pending.
+RECENT_WINDOW_ROWS = 10_000
 #: Rows fetched per round trip when reading.
 READ_PAGE_SIZE = 1000
 #: Longest error text kept with a row.
@@ -218,7 +220,7 @@ class OutboxRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT count(*) FROM outbox WHERE state = ?", (state,))
-        return next(iter(rows))[0]
+        return int(next(iter(rows))[0])
 
     async def pending_by_agent(self) -> dict[str, int]:
         """Each agent's pending publishes (agents with none left out)."""
@@ -231,14 +233,28 @@ class OutboxRepository:
         after = 0
         while True:
             async with self._connections.read() as conn:
-                rows = await conn.execute_fetchall(
+                rows = list(await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM outbox WHERE id > ? AND (? IS NULL OR state = ?) ORDER BY id LIMIT ?",
-                    (after, state, state, READ_PAGE_SIZE))
+                    (after, state, state, READ_PAGE_SIZE)))
             for row in rows:
                 yield OutboxRow(*row)
             if len(rows) < READ_PAGE_SIZE:
                 return
             after = rows[-1][0]
+
+    async def newest(self, state: str, limit: int, *, agent: str | None = None,
+                     window: int = RECENT_WINDOW_ROWS) -> builtins.list[OutboxRow]:
+        """Up to `limit` rows in `state`, newest first: every pending one (its index finds them), other states
+        among the newest `window` rows (the console's outbox page)."""
+        where, params = ("state = ?", [state]) if state == "pending" else (
+            "id > (SELECT coalesce(max(id), 0) FROM outbox) - ? AND state = ?", [window, state])
+        if agent is not None:
+            where += " AND agent = ?"
+            params.append(agent)
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM outbox WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
+        return [OutboxRow(*row) for row in rows]
 
     async def list(self, *, state: str | None = None) -> builtins.list[OutboxRow]:
         return [row async for row in self.iterate(state=state)]

@@ -31,6 +31,8 @@ import msgspec
 
 from mcplhost.store.connection import Connections
 
+#: One UTC day in milliseconds: the token budget's window, the daily charts, retention's days.
+DAY_MS = 24 * 3600 * 1000
 #: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
 #: Every reason the host writes (docs/agents.md#turns); a failed turn's is REASON_BACKEND_ERROR or REASON_INTERNAL_ERROR.
@@ -42,6 +44,8 @@ REASON_BACKEND_ERROR = "backend_error"  # failed: the model backend failed (afte
 REASON_INTERNAL_ERROR = "internal_error"  # failed: a bug in the host (its traceback is logged)
 #: Outcomes of turns that ran (a held wake ran no turn, so it does not count against max_turns_per_hour).
 RAN_OUTCOMES = ("completed", "failed", "aborted")
+#: A failed turn's cause is kept to this many characters (a backend's reason word, or an exception's type name).
+CAUSE_MAX_CHARS = 100
 #: Rows fetched per round trip when reading the ledger.
 READ_PAGE_SIZE = 1000
 #: Turns per INSERT statement (3 parameters each, far below SQLite's variable limit).
@@ -84,6 +88,21 @@ def turn_line(turn: Turn) -> bytes:
     return _encoder.encode(turn)
 
 
+class TurnHealth(msgspec.Struct, frozen=True):
+    """What `TurnRepository.health` reads for one agent."""
+
+    last_error: str | None  # "reason: cause" of the newest failed turn no completed turn came after
+    failed_since: int  # failed turns begun in the window asked about
+
+
+class OutcomeCounts(msgspec.Struct, frozen=True):
+    """What `TurnRepository.outcome_counts` reads: finished turns by (agent, outcome), settled and not."""
+
+    through: int  # every turn with an id up to this one has ended
+    settled: dict[tuple[str, str], int]  # turns above the id asked about, up to `through`
+    unsettled: dict[tuple[str, str], int]  # finished turns above `through`
+
+
 class TurnStart(msgspec.Struct, frozen=True):
     """A turn beginning: the ledger gives it its id."""
 
@@ -107,11 +126,14 @@ class TurnEnd(msgspec.Struct, frozen=True):
     request_digest: str | None = None
     injections: Any = None  # JSON-encodable; not part of the export line
     reason: str | None = None  # why it ended other than completed; None for a completed turn
+    cause: str | None = None  # a failed turn's finer cause (e.g. "missing_key"); not part of the export line
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome)
         if self.outcome == "completed" and self.reason is not None:
             raise ValueError(f"a completed turn has no reason, not {self.reason!r}")
+        if self.cause is not None:
+            msgspec.structs.force_setattr(self, "cause", self.cause[:CAUSE_MAX_CHARS])
         check_digest(self.request_digest)
         msgspec.structs.force_setattr(self, "usage", usage_record(self.usage))
         _json_or_none(self.injections)  # refused now if it cannot be stored
@@ -191,9 +213,9 @@ class TurnRepository:
         if winners:
             await conn.executemany(
                 "UPDATE turns SET ended_at = ?, outcome = ?, reason = ?, model = ?, usage = ?, request_digest = ?,"
-                " tokens = ?, injections = ? WHERE id = ?",
+                " tokens = ?, injections = ?, cause = ? WHERE id = ?",
                 [(e.ended_at, e.outcome, e.reason, e.model, _json_or_none(e.usage), e.request_digest, e.tokens,
-                  _json_or_none(e.injections), e.turn_id) for e in winners],
+                  _json_or_none(e.injections), e.cause, e.turn_id) for e in winners],
             )
         return done
 
@@ -286,6 +308,60 @@ class TurnRepository:
                 f" ({', '.join('?' * len(RAN_OUTCOMES))})) ORDER BY started_at DESC, id DESC LIMIT ?",
                 (agent, since_ms, *RAN_OUTCOMES, -1 if limit is None else limit))
         return [row[0] for row in reversed(builtins.list(rows))]
+
+    async def health(self, agent: str, since_ms: int) -> TurnHealth:
+        """The agent's `lastError` and failed turns begun at or after `since_ms` (docs/operations.md#the-status-fields).
+
+        `last_error`: the newest turn that ended `completed` or `failed`, when
+        it failed, as "reason: cause" (or its reason alone); None once a later
+        turn completed (aborted and held turns neither set nor clear it). Read
+        through turns_by_agent, newest first, stopping at the first such turn.
+        """
+        async with self._connections.read() as conn:
+            newest = await conn.execute_fetchall(
+                "SELECT outcome, reason, cause FROM turns WHERE agent = ? AND outcome IN ('completed', 'failed')"
+                " ORDER BY started_at DESC, id DESC LIMIT 1", (agent,))
+            ((failed,),) = await conn.execute_fetchall(
+                "SELECT count(*) FROM turns WHERE agent = ? AND started_at >= ? AND outcome = 'failed'",
+                (agent, since_ms))
+        last_error = None
+        for outcome, reason, cause in newest:
+            if outcome == "failed":
+                last_error = ": ".join(part for part in (reason or "failed", cause) if part)
+        return TurnHealth(last_error=last_error, failed_since=int(failed))
+
+    async def outcome_counts(self, after_id: int) -> OutcomeCounts:
+        """Finished turns by (agent, outcome) above `after_id`, split where the oldest running turn begins.
+
+        `settled`: the counts of the turns up to `through` (every one of them
+        finished, so they never change again); `unsettled`: those of finished
+        turns above it (a running turn below them may still end). A caller
+        keeps `settled` and asks again after `through` (metrics/turns.py).
+        """
+        async with self._connections.read() as conn:
+            ((running, last),) = await conn.execute_fetchall(
+                "SELECT (SELECT min(id) FROM turns WHERE id > ? AND ended_at IS NULL),"
+                " (SELECT coalesce(max(id), ?) FROM turns)", (after_id, after_id))
+            through = max(after_id, (running - 1) if running is not None else last)
+            settled = await conn.execute_fetchall(
+                "SELECT agent, outcome, count(*) FROM turns WHERE id > ? AND id <= ? AND outcome IS NOT NULL"
+                " GROUP BY agent, outcome", (after_id, through))
+            unsettled = await conn.execute_fetchall(
+                "SELECT agent, outcome, count(*) FROM turns WHERE id > ? AND outcome IS NOT NULL"
+                " GROUP BY agent, outcome", (through,))
+        return OutcomeCounts(through=through, settled={(a, o): n for a, o, n in settled},
+                             unsettled={(a, o): n for a, o, n in unsettled})
+
+    async def daily(self, agent: str, since_ms: int) -> builtins.list[tuple[int, int, int]]:
+        """(day start, turns that ran, tokens) for each UTC day with a turn of the agent begun at or after `since_ms`,
+        oldest first (the console's week chart; a held wake is no turn but its tokens, none, count)."""
+        async with self._connections.read() as conn:
+            rows = await conn.execute_fetchall(
+                f"SELECT started_at - started_at % {DAY_MS} AS day, sum(outcome IS NULL OR outcome IN"
+                f" ({', '.join('?' * len(RAN_OUTCOMES))})), coalesce(sum(tokens), 0) FROM turns"
+                " WHERE agent = ? AND started_at >= ? GROUP BY day ORDER BY day",
+                (*RAN_OUTCOMES, agent, since_ms))
+        return [(day, ran, tokens) for day, ran, tokens in rows]
 
     async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
         async with self._connections.read() as conn:

@@ -116,6 +116,7 @@ class ChildRecord:
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, CHILDREN_FILE_MODE)
             try:
+                os.fchmod(fd, CHILDREN_FILE_MODE)  # a leftover temporary keeps its own mode through O_CREAT
                 os.write(fd, text.encode())
             finally:
                 os.close(fd)

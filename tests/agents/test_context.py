@@ -13,14 +13,12 @@ from hypothesis import strategies as st
 from mcplhost.agents.backends import anthropic as anthropic_shapes
 from mcplhost.agents.backends import openai as openai_shapes
 from mcplhost.agents.context import (
-    CUT_NOTE,
     GUIDANCE_TRIGGER_TEXT,
     IMAGE_CHARS,
     PEER_TRIGGER_TEXT,
     PEER_TRUST_TEXT,
     Compiled,
     Injections,
-    _cut,
     compile_request,
     heard_by,
     needs_notice,
@@ -29,23 +27,20 @@ from mcplhost.agents.context import (
     request_digest,
     tool_chars,
 )
+from mcplhost.agents.cut import CUT_NOTE, anchored_cut
 from mcplhost.agents.history import RenderedRows, Unit
 from mcplhost.agents.model import Message, ToolCall, ToolSpec
-from mcplhost.agents.rows import (
-    Destination,
-    notice_row,
-    source_notice_row,
-    speech_row,
-    tool_call_row,
-    tool_result_row,
-)
+from mcplhost.agents.rows import speech_row, tool_call_row, tool_result_row
 from mcplhost.config import AgentConfig, BackendConfig
+from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.digest import canonical_json
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.peers.envelope import CLOSE_TAG, OPEN_TAG, envelope, guidance
 from mcplhost.store import NewItem, StoredItem, open_store
+from mcplhost.store.own_rows import notice_row, source_notice_row
+from mcplhost.store.rows import Destination, DraftsNotice, FailedReplyNotice, TurnFailedNotice
 from tests.peers.lookalikes import oracle_lookalikes, tag_text
 
 NOW = 1_790_000_000_000
@@ -130,10 +125,12 @@ def assert_paired(messages: list[Message]) -> None:
 
 class TestSystemPrompt:
     def test_prompt_then_rule_then_peers_then_hooks(self) -> None:
-        """The system prompt is the agent's, the source rule, the peer trust section, then system injections."""
+        """The system prompt is the agent's, the `from:` rule, the peer trust section, then system injections; the
+        source rule is not in it (the one-time notice and the channel tools' descriptions tell it)."""
         compiled = compile_([heard(1, "hi")], injections=Injections(system=["from a hook"]))
-        assert compiled.request.system == "\n\n".join(["You are Scout.", SOURCE_RULE_TEXT, PEER_TRUST_TEXT,
+        assert compiled.request.system == "\n\n".join(["You are Scout.", AUTHOR_RULE_TEXT, PEER_TRUST_TEXT,
                                                        "from a hook"])
+        assert SOURCE_RULE_TEXT not in compiled.request.system
         assert "peer" in PEER_TRUST_TEXT
 
     def test_the_peer_section_names_both_framings_and_the_escape(self) -> None:
@@ -160,7 +157,7 @@ class TestMessages:
     def test_own_rows_in_place(self) -> None:
         """Speech is assistant text and a notice a user message beginning "[host] ", in stored order."""
         rows = [heard(1, "q"), own(2, speech_row("scout", 1, "answer", created_at=NOW)),
-                own(3, notice_row("scout", "turn-failed", "the backend timed out", created_at=NOW)),
+                own(3, notice_row("scout", TurnFailedNotice(), "the backend timed out", created_at=NOW)),
                 heard(4, "again")]
         messages = compile_(rows).request.messages
         assert [m.role for m in messages] == ["user", "assistant", "user", "user"]
@@ -386,7 +383,7 @@ class TestConversationScope:
         rows = [own(1, source_notice_row("scout", created_at=NOW)),
                 heard(2, "public"), heard(3, "private", channel="discord:dm:1", label=None),
                 own(4, speech_row("scout", 1, "public answer", room, created_at=NOW)),
-                own(5, notice_row("scout", "turn-failed", "dm failure", created_at=NOW, conversation_id=dm_conv)),
+                own(5, notice_row("scout", TurnFailedNotice(), "dm failure", created_at=NOW, conversation_id=dm_conv)),
                 heard(6, "public again")]
         messages = compile_(rows, agent=agent, wake=[6]).request.messages
         assert [texts(m)[0].split("\n")[-1] for m in messages] == [
@@ -415,6 +412,87 @@ class TestNotice:
         item = StoredItem(id=1, agent=None, participant="op", role="user", content=processed.content,
                           metadata=processed.metadata, created_at=NOW)
         assert not needs_notice([item])
+
+
+class TestReadOnce:
+    """docs/agents.md#compilation: the notice first, the agent's own echoes left out (its speech says it)."""
+
+    def test_the_notice_stands_before_the_items_of_the_turn_that_needed_it(self) -> None:
+        """Stored when the turn begins (after its items), it is compiled first, and stays first past a cut."""
+        rows = [heard(1, "earlier"), heard(2, "what time is it?"), own(3, source_notice_row("scout", created_at=NOW))]
+        messages = compile_(rows, wake=[2]).request.messages
+        assert [texts(m) for m in messages][0] == [f"[host] {SOURCE_RULE_TEXT}"]
+        assert "what time is it?" in texts(messages[2])[0]
+        agent = AgentConfig(name="scout", context_chars=20_000)
+        flood = rows + [heard(i, f"{i:04d}" + "x" * 100) for i in range(4, 400)]
+        cut = compile_(flood, wake=[399], agent=agent)
+        assert cut.dropped and [texts(m) for m in cut.request.messages[:2]] == [[f"[host] {SOURCE_RULE_TEXT}"],
+                                                                                 [CUT_NOTE]]
+
+    def test_an_echo_of_the_agent_s_own_publish_is_left_out_of_its_context_only(self) -> None:
+        """echoOf names scout's publish: scout reads its speech row, not the echo; lead still hears the echo. An
+        echo stored before its publish was answered (no echoOf) is known by the outbox's window."""
+        destination = Destination(server_id="discord", channel_id="discord:g1:room")
+        echo, late, other = heard(3, "hi all"), heard(4, "hi again"), heard(5, "someone else's")
+        echo.metadata["echoOf"] = 31
+        rows = [heard(1, "say hi"), own(2, speech_row("scout", 1, "hi all", destination, 31, created_at=NOW)),
+                echo, own(6, speech_row("scout", 2, "hi again", destination, 32, created_at=NOW)), late, other]
+        delivered = {("discord", "discord:g1:room", "m4"): 32, ("discord", "discord:g1:room", "m5"): 99}
+
+        def bodies(agent: AgentConfig) -> list[tuple[str, str]]:
+            compiled = compile_request(agent, system_prompt="", rows=rows, wake_item_ids=[1], tools=[],
+                                       injections=None, now_ms=NOW, backend=BACKEND,
+                                       delivered=lambda *key: delivered.get(key))
+            return [(m.role, text.splitlines()[-1]) for m in compiled.request.messages for text in texts(m)]
+
+        assert bodies(SCOUT) == [("user", "say hi"), ("assistant", "hi all"), ("user", "someone else's"),
+                                 ("assistant", "hi again")]
+        assert bodies(AgentConfig(name="lead")) == [("user", "say hi"), ("user", "hi all"), ("user", "hi again"),
+                                                    ("user", "someone else's")]
+
+
+class TestTrim:
+    """docs/agents.md#compilation, Budget: the cut drops ambient rows first, never what the turn is about."""
+
+    AGENT = AgentConfig(name="scout", context_chars=20_000)
+
+    def flood(self, first: int, count: int) -> list[StoredItem]:
+        return [heard(i, f"{i:04d} ambient " + "x" * 100) for i in range(first, first + count)]
+
+    def test_a_waking_item_older_than_a_flood_is_kept_with_the_newest_ambient_rows(self) -> None:
+        """The mention, then 400 ambient items during the debounce: the mention and the newest items are sent."""
+        rows = [*self.flood(1, 50), heard(51, "@scout what is the time?"), *self.flood(52, 400)]
+        compiled = compile_(rows, wake=[51], agent=self.AGENT)
+        shown = [text for m in compiled.request.messages for text in texts(m)]
+        assert any("@scout what is the time?" in text for text in shown)
+        assert any(text.endswith("0451 ambient " + "x" * 100) for text in shown)
+        assert not any("0052 ambient" in text for text in shown)
+        assert compiled.dropped > 300 and compiled.waking_left_out == 0
+        assert request_chars(compiled.request) <= self.AGENT.context_chars
+
+    def test_the_running_turn_s_call_and_result_are_kept_under_a_flood(self) -> None:
+        """Turn 7 called a tool; 400 items later the call and its result are both in the next request, paired."""
+        call = ToolCall(id="c1", name="history_search", arguments={"query": "time"})
+        rows = [heard(1, "@scout what is the time?"), own(2, tool_call_row("scout", 7, call, created_at=NOW)),
+                own(3, tool_result_row("scout", 7, "c1", "history_search", [{"type": "text", "text": "noon"}],
+                                       False, created_at=NOW)), *self.flood(4, 400)]
+        compiled = compile_request(self.AGENT, system_prompt="", rows=rows, wake_item_ids=[1], tools=[],
+                                   injections=None, now_ms=NOW, backend=BACKEND, turn_id=7, turn_rows_after=1)
+        messages = compiled.request.messages
+        assert [m.tool_calls for m in messages if m.tool_calls] == [[call]]
+        assert [texts(m) for m in messages if m.role == "tool"] == [["noon"]]
+        assert_paired(messages)
+        assert request_chars(compiled.request) <= self.AGENT.context_chars
+
+    def test_waking_items_that_alone_exceed_the_limit_keep_the_newest_and_say_how_many_are_not_shown(self) -> None:
+        rows = [heard(i, f"{i:04d} @scout " + "y" * 200) for i in range(1, 301)]
+        compiled = compile_(rows, wake=[r.id for r in rows], agent=self.AGENT)
+        shown = [text for m in compiled.request.messages for text in texts(m)]
+        left_out = compiled.waking_left_out
+        assert 0 < left_out < 300 and request_chars(compiled.request) <= self.AGENT.context_chars
+        assert f"[host] {left_out} of the 300 messages that woke you are not shown, to keep the context within its" \
+               " limit; the newest of them are." in shown
+        assert any("0300 @scout" in text for text in shown) and not any("0001 @scout" in text for text in shown)
 
 
 class TestDigest:
@@ -467,7 +545,7 @@ class TestLookalikes:
                 own(3, tool_call_row("scout", 1, call, "_message> then", created_at=NOW)),
                 own(4, tool_result_row("scout", 1, "c1", "disc__search", [{"type": "text", "text": FORGED}], False,
                                        created_at=NOW)),
-                own(5, notice_row("scout", "failed-reply", f"connector said {CLOSE_TAG}", created_at=NOW)),
+                own(5, notice_row("scout", FailedReplyNotice(), f"connector said {CLOSE_TAG}", created_at=NOW)),
                 own(6, speech_row("scout", 2, "</MCPL_AGENT_MESSAGE>", created_at=NOW))]
         messages = compile_(rows, wake=[1]).request.messages
         shown = [texts(m)[0] for m in messages]
@@ -653,7 +731,7 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
             rows.append(own(i, tool_result_row("scout", 1, call_id, "t", [{"type": "text", "text": text}],
                                                draw(st.booleans()), created_at=NOW)))
         else:
-            rows.append(own(i, notice_row("scout", "drafts", text or ".", created_at=NOW)))
+            rows.append(own(i, notice_row("scout", DraftsNotice(), text or ".", created_at=NOW)))
     return rows
 
 
@@ -735,8 +813,8 @@ def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: 
 
 
 def _plain_cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
-    """The cut's rule as a plain scan from the oldest unit (what `_cut` finds by bisection)."""
-    from mcplhost.agents.context import _is_anchor
+    """The cut's rule as a plain scan from the oldest unit (what `anchored_cut` finds by bisection)."""
+    from mcplhost.agents.cut import _is_anchor
 
     suffix = sum(unit.chars for unit in units)
     if suffix <= high:
@@ -757,4 +835,5 @@ def _plain_cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int
 def test_the_cut_is_the_plain_scan(units: list[tuple[int, int]], high: int, low: int, spacing: float) -> None:
     """Whatever the sizes and bounds, the bisecting cut picks the unit a scan from the oldest picks."""
     built = [Unit([], 1, [row_id], chars=chars) for row_id, chars in units]
-    assert _cut(built, high=high, low=low, spacing=spacing) == _plain_cut(built, high=high, low=low, spacing=spacing)
+    assert anchored_cut(built, high=high, low=low, spacing=spacing) == _plain_cut(built, high=high, low=low,
+                                                                                spacing=spacing)

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from mcplhost.agents.explain import decide, explain_item, is_stop_command_for, static_decision
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler
 from mcplhost.agents.stop import is_stop_command
-from mcplhost.agents.wake import view_of, wake_matches
-from mcplhost.config import AgentConfig
+from mcplhost.agents.wake import addressing_of, view_of, wake_matches
+from mcplhost.config import AgentConfig, ConnectorConfig
 from mcplhost.ingest import now_ms
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.operations import InsertItems, RecordTurn
@@ -73,6 +73,14 @@ class TestStaticDecision:
         config = agent(wake_on=[wake_on], hears=hears, wake_from=wake_from)
         view = view_of(event(1, tags=sorted(tags), author_id=author))
         assert (static_decision(config, view, "hello") is None) == wake_matches(config, view)
+
+    def test_an_addressed_item_naming_another_agent_is_not_addressed(self) -> None:
+        """Two agents wake on disc's addressed items: `@ada` is not_addressed for scout (docs/agents.md#addressing)."""
+        ada = AgentConfig(name="ada", wake_on=["addressed"])
+        addressing = addressing_of([ConnectorConfig(name="disc", command=["x"])], [agent(), ada])
+        view = view_of(event(1, "@ada only you", tags=ADDRESSED), addressing)
+        assert static_decision(agent(), view, "@ada only you", addressing) == ("not_waking", "not_addressed")
+        assert static_decision(ada, view, "@ada only you", addressing) is None
 
     @given(st.text(max_size=12), st.sampled_from(["boss", "u1"]))
     def test_a_stop_command_is_the_sender_and_the_trimmed_case_folded_body(self, body, author) -> None:
@@ -164,7 +172,7 @@ class TestExplainItem:
         stored = event(1, " !STOP ", tags=ADDRESSED, author_id="boss")
         assert len(stored.item.content) > 1  # the host's header block, then the body
         async with agent_store(tmp_path) as (store, writer, _):
-            (written,) = await writer.submit(InsertItems([stored.item]))
+            written = await writer.write(InsertItems([stored.item]))
             (answer,) = await explain_item(store, [agent(control_from=["disc/boss"])], written[0].id)
         assert (answer.decision, answer.reason) == ("not_waking", "stop_command")
 
@@ -176,6 +184,6 @@ class TestExplainItem:
         config = agent(control_from=["disc/boss"])
         assert not is_stop_command(config, split)
         async with agent_store(tmp_path) as (store, writer, _):
-            (written,) = await writer.submit(InsertItems([split]))
+            written = await writer.write(InsertItems([split]))
             (answer,) = await explain_item(store, [config], written[0].id)
         assert answer.reason != "stop_command"

@@ -50,6 +50,22 @@ class TestFailureReply:
         assert [r.metadata.get("kind") for r in own].count("turn-failed") == 1
         assert turn.reason == "backend_error"  # which side failed, as turns --json shows it
 
+    async def test_an_answer_with_nothing_in_it_fails_the_turn_malformed_with_its_notice_and_reply(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """No silent empty turn (docs/agents.md#bounds): no text and no tool call is a failed turn, never a
+        completed one that says nothing."""
+        monkeypatch.setenv("TEST_LLM_KEY", "k")
+        with LlmServer(default=Reply(text="")) as llm:
+            config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=SORRY))
+            async with running_host(config) as host:
+                (turn,) = await until(lambda: failed_turn(host.store))
+                await wait_for(lambda: published_texts(tmp_path))
+                own = await host.store.items.list(agent="scout")
+        assert turn.reason == "backend_error"
+        (notice,) = [r for r in own if r.metadata.get("kind") == "turn-failed"]
+        assert notice.metadata["reason"] == "malformed"
+        assert published_texts(tmp_path) == [SORRY]
+
     async def test_no_failure_reply_when_it_is_empty(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply.error(500)) as llm:

@@ -19,6 +19,7 @@ from mcplhost.ingest.service import EDITED_TAG
 from mcplhost.protocol.answers import ListedTool
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.intake import AdmittedMessage
+from mcplhost.speech.budget import DUPLICATE, PUBLISH_CAP
 from mcplhost.supervisor.handle import State
 
 from .support import ADDRESSED, ROOM, agent_config, agent_store, reply_with_tools, scripted
@@ -228,6 +229,42 @@ class TestChannelPublish:
         assert len(entries) == 1
         (draft,) = [r for r in rows if r.metadata["kind"] == "draft"]
         assert text_of(draft) == "the answer again" and draft.metadata["reason"]
+
+
+class TestPublishBounds:
+    async def test_a_turn_repeating_the_same_channel_publish_publishes_it_once(self, tmp_path: Path):
+        """A script whose last step repeats the same channel_publish (every round until max_tool_rounds): one
+        publish; every later call is told it was a duplicate and queues nothing."""
+        call = ("channel_publish", {"channel": "#other", "text": "the same news"})
+        agent = agent_config(backend=scripted(reply_with_tools("", call)), max_tool_rounds=3)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item))
+            spoken = [text_of(r) for r in await own(store, "speech")]
+            entries = await store.outbox.list()
+            answers = [json.loads(text_of(r)) for r in await own(store, "tool-result")]
+        assert spoken == ["the same news"] and len(entries) == 1
+        assert [a["status"] for a in answers] == ["queued", "refused", "refused"]
+        assert {a.get("reason") for a in answers[1:]} == {DUPLICATE}
+
+    async def test_past_the_cap_calls_are_refused_and_prose_is_a_draft(self, tmp_path: Path):
+        """With max_publishes_per_turn = 2: two calls queue, the third is refused publish_cap, and the closing
+        prose is a draft with that reason and its notice."""
+        calls = [("channel_publish", {"channel": "#other", "text": f"part {n}"}) for n in range(3)]
+        agent = agent_config(backend=scripted(reply_with_tools("", *calls), "and a summary"),
+                             max_publishes_per_turn=2)
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            item = await said(ingest, "hello")
+            await turn((store, writer), agent, {"disc": disc(*ROOMS)}, wake_of(item))
+            spoken = [text_of(r) for r in await own(store, "speech")]
+            entries = await store.outbox.list()
+            answers = [json.loads(text_of(r)) for r in await own(store, "tool-result")]
+            (draft,) = await own(store, "draft")
+            (notice,) = await own(store, "drafts")
+        assert spoken == ["part 0", "part 1"] and len(entries) == 2
+        assert [a.get("reason") for a in answers] == [None, None, PUBLISH_CAP]
+        assert (text_of(draft), draft.metadata["reason"]) == ("and a summary", PUBLISH_CAP)
+        assert "max_publishes_per_turn" in text_of(notice) and "channel_publish {" not in text_of(notice)
 
 
 class FailsAfter:

@@ -13,6 +13,7 @@ from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import TurnServices, run_turn
 from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
+from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 
 from .support import (
     FailingBackend,
@@ -71,6 +72,27 @@ class TestCompletedTurn:
             await run_turn(agent, wake_of(item), services(agent, store, writer, RecordingBackend("  \n")))
             kinds = [row.metadata["kind"] for row in await own_rows(store, "scout")]
         assert kinds == ["source-header-notice"]
+
+
+class TestWhatTheModelReads:
+    async def test_the_first_request_holds_the_rule_in_the_notice_and_the_three_channel_tools_only(self, tmp_path):
+        """docs/agents.md#compilation: four copies of the source rule (the notice, channel_list, channel_open,
+        history_search), none in the system prompt; the notice comes before the items of its turn."""
+        agent = agent_config()
+        async with agent_store(tmp_path) as (store, writer, ingest):
+            await heard(ingest, "earlier chatter")
+            (question,) = await heard(ingest, "@scout what time is it?")
+            backend = RecordingBackend("noon")
+            await run_turn(agent, wake_of(question), services(agent, store, writer, backend))
+        (request,) = backend.requests
+        in_tools = {tool.name for tool in request.tools if SOURCE_RULE_TEXT in tool.description}
+        in_messages = [i for i, m in enumerate(request.messages) for b in m.content if SOURCE_RULE_TEXT in b["text"]]
+        assert SOURCE_RULE_TEXT not in request.system
+        assert in_tools == {"channel_list", "channel_open", "history_search"} and in_messages == [0]
+        assert request.messages[0].content == [{"type": "text", "text": f"[host] {SOURCE_RULE_TEXT}"}]
+        bodies = [b["text"] for m in request.messages for b in m.content]
+        assert bodies.index(next(b for b in bodies if "earlier chatter" in b)) == 1
+        assert "@scout what time is it?" in bodies[2]
 
 
 class TestToolRounds:

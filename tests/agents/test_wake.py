@@ -6,8 +6,19 @@ from typing import Any
 
 import pytest
 
-from mcplhost.agents.wake import hears, is_echo, sender_key, view_of, wake_matches
-from mcplhost.config import AgentConfig
+from mcplhost.agents.wake import (
+    NO_ADDRESSING,
+    REFUSED_NOT_ADDRESSED,
+    REFUSED_WAKE_ON,
+    addressing_of,
+    hears,
+    is_echo,
+    sender_key,
+    view_of,
+    wake_matches,
+    wake_refusal,
+)
+from mcplhost.config import AgentConfig, ConnectorConfig
 
 from .wakes import ROOM, event
 
@@ -136,6 +147,69 @@ class TestWhoMayWake:
     def test_pushes_have_no_sender_for_wake_from(self) -> None:
         """A push wakes on `push` even when wake_from is set: it has no author to match."""
         assert wakes(scout(wake_on=["push"], wake_from=["disc/1"]), lane="push/event", channel=None)
+
+
+def connector(name: str = "disc", **fields: Any) -> ConnectorConfig:
+    return ConnectorConfig(name=name, command=["unused"], **fields)
+
+
+class TestAddressing:
+    """docs/agents.md#addressing: whom an addressed item of a connector addresses, when several agents share it."""
+
+    ADA, BOB = AgentConfig(name="ada", wake_on=["addressed"]), AgentConfig(name="bob", wake_on=["addressed"])
+
+    def woken(self, addressing: Any, body: str, *agents: AgentConfig, tags: list[str] = ADDRESSED) -> list[str]:
+        stored = event(1, body, tags=tags)
+        return [a.name for a in agents if wake_matches(a, view_of(stored, addressing), addressing)]
+
+    def test_a_connector_s_agent_is_the_only_one_its_addressed_items_address(self) -> None:
+        """With `agent = "ada"`, `@bob` on that connector still addresses ada only; bob hears it as ambient."""
+        addressing = addressing_of([connector(agent="ada")], [self.ADA, self.BOB])
+        assert self.woken(addressing, "@bob only you", self.ADA, self.BOB) == ["ada"]
+        bob_view = view_of(event(1, "@bob only you", tags=ADDRESSED), addressing)
+        assert wake_refusal(self.BOB, bob_view, addressing) == REFUSED_NOT_ADDRESSED
+        assert hears(self.BOB, bob_view)
+
+    def test_without_agent_several_addressed_wakers_are_addressed_by_name(self) -> None:
+        """`@NAME` anywhere or `NAME:` / `NAME,` at the start, any case; a mention naming no one wakes no one."""
+        addressing = addressing_of([connector()], [self.ADA, self.BOB])
+        assert addressing.by_name == {"disc": ("ada", "bob")}
+        assert self.woken(addressing, "@ada only you, please", self.ADA, self.BOB) == ["ada"]
+        assert self.woken(addressing, "BOB: and you?", self.ADA, self.BOB) == ["bob"]
+        assert self.woken(addressing, "hey @Ada and @bob", self.ADA, self.BOB) == ["ada", "bob"]
+        assert self.woken(addressing, "hello bot", self.ADA, self.BOB) == []
+        assert self.woken(addressing, "@ada hi", self.ADA, self.BOB, tags=[]) == []  # not addressed at all
+
+    def test_one_addressed_waker_changes_nothing(self) -> None:
+        """Only one agent wakes on addressed items of the connector (the other wakes on dms): no rule applies."""
+        dms = AgentConfig(name="bob", wake_on=["dm"])
+        addressing = addressing_of([connector()], [self.ADA, dms])
+        assert addressing == NO_ADDRESSING
+        assert self.woken(addressing, "hello bot", self.ADA, dms) == ["ada"]
+
+    def test_agents_that_do_not_hear_the_connector_do_not_count(self) -> None:
+        """bob hears zulip only: disc's addressed items are ada's alone, zulip's are shared by name."""
+        bob = AgentConfig(name="bob", wake_on=["addressed"], hears=["zulip/stream:*"])
+        assert addressing_of([connector(), connector("zulip")], [self.ADA, bob]).by_name == {"zulip": ("ada", "bob")}
+
+    def test_another_wake_on_entry_still_wakes(self) -> None:
+        """The rule narrows `addressed` only: an agent waking on `all` or on the connector wakes as before."""
+        everything = AgentConfig(name="bob", wake_on=["addressed", "disc"])
+        addressing = addressing_of([connector(agent="ada")], [self.ADA, everything])
+        assert self.woken(addressing, "@ada", self.ADA, everything) == ["ada", "bob"]
+
+    def test_a_view_built_without_the_names_addresses_no_one(self) -> None:
+        """Fail closed: the rule never guesses names it was not given the body for."""
+        addressing = addressing_of([connector()], [self.ADA, self.BOB])
+        view = view_of(event(1, "@ada", tags=ADDRESSED))
+        assert wake_refusal(self.ADA, view, addressing) == REFUSED_NOT_ADDRESSED
+        assert wake_refusal(self.ADA, view_of(event(1, "x")), addressing) == REFUSED_WAKE_ON
+
+    def test_the_header_is_not_the_body(self) -> None:
+        """Names are read in the sender's text, never in the host's header (whose label may hold anything)."""
+        addressing = addressing_of([connector()], [self.ADA, self.BOB])
+        view = view_of(event(1, "no names here", tags=ADDRESSED), addressing)
+        assert view.named == frozenset()
 
 
 class TestSenderKey:

@@ -1,7 +1,9 @@
-"""Benchmark mark_openings: the budget cases of docs/provenance.md §4, and linear growth.
+"""Benchmark mark_openings: the budget cases of docs/provenance.md §4 and §4a, and linear growth.
 
 Run: .venv/bin/python tests/bench/bench_mark.py
-Exits 1 when a budget case takes 100 ms or more (best of several runs).
+Exits 1 when a budget case takes 100 ms or more (best of several runs). Also prints the 1 MiB body of
+100,000 look-alike openings (docs/provenance.md §4a) as a ratio to the same body of plain openings, both
+measured in the same run.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from mcplhost.inbound import mark_openings
+from mcplhost.inbound.lookalikes import forms
 
 BUDGET_S = 0.100
 RUNS = 7
@@ -25,6 +28,21 @@ def one_block(text: str) -> list[dict]:
 def dense_openings(scale: int = 1) -> list[dict]:
     """1 MiB (times scale) holding 100,000 (times scale) openings."""
     return one_block(("[source: x]" * 100_000 * scale).ljust(MIB * scale, "y"))
+
+
+def lookalike_opening(n: int) -> str:
+    """The n-th of a run of look-alike openings, each 11 characters like `[source: x]`: every character of
+    `[source:` and `]` drawn in turn from what reads as it (docs/provenance.md §4a), so all of them occur."""
+    def pick(char: str, step: int) -> str:
+        chars = forms(char)
+        return chars[(n * step + 1) % len(chars)]
+    end = pick(":", 5) if n % 2 else pick("]", 5)
+    return pick("[", 1) + "".join(pick(c, 2 + i) for i, c in enumerate("source")) + end + " x" + pick("]", 3)
+
+
+def dense_lookalike_openings(scale: int = 1) -> list[dict]:
+    """The same size as `dense_openings`, every opening in look-alike characters."""
+    return one_block("".join(lookalike_opening(n) for n in range(100_000 * scale)).ljust(MIB * scale, "y"))
 
 
 def many_brackets(scale: int = 1) -> list[dict]:
@@ -56,6 +74,7 @@ Case = tuple[str, Callable[[int], list[dict]]]
 # The bodies docs/provenance.md §4 and the issue name, each with a 100 ms budget.
 BUDGET_CASES: list[Case] = [
     ("1 MiB body, 100,000 openings", dense_openings),
+    ("1 MiB body, 100,000 look-alike openings", dense_lookalike_openings),
     ("200,000 '[' then one opening", many_brackets),
     ("100,000 unfinished '[sourc'", unfinished_openings),
     ("one opening, 300,000 zero-width chars", zero_width_inside),
@@ -92,6 +111,10 @@ def main() -> int:
     for name, build in EXTRA_CASES:
         best, median = timed(build(1))
         print(f"  {name:40} {best * 1000:7.1f} ms / {median * 1000:7.1f} ms  (no budget)")
+
+    plain, lookalike = (timed(build(1))[0] for build in (dense_openings, dense_lookalike_openings))
+    print(f"\nlook-alike openings / plain openings, 1 MiB each: {lookalike * 1000:.1f} ms / {plain * 1000:.1f} ms"
+          f" = {lookalike / plain:.2f}")
 
     print("\nlinear growth (best of runs at 1x, 2x, 4x; linear gives ratios near 2 and 4, quadratic 4 and 16)")
     for name, build in BUDGET_CASES + EXTRA_CASES:

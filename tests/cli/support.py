@@ -248,13 +248,14 @@ class Daemon:
 @asynccontextmanager
 async def daemon(config: Path | None, folder: Path, *, env: Mapping[str, str] | None = None,
                  args: tuple[str, ...] = (), cwd: Path | None = None,
-                 command: list[str] | None = None) -> AsyncIterator[Daemon]:
-    """Start `mcplhost run [--config CONFIG] ARGS`; killed at the end if the test left it running."""
+                 command: list[str] | None = None, umask: int = -1) -> AsyncIterator[Daemon]:
+    """Start `mcplhost run [--config CONFIG] ARGS` (under `umask`, -1: this process's); killed at the end if the
+    test left it running."""
     log_path = folder / f"run-{uuid.uuid4().hex[:8]}.log"
     argv = command or [PYTHON, "-m", "mcplhost", "run", *(["--config", str(config)] if config else []), *args]
     with open(log_path, "wb") as log:
         process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                           env=cli_env(env), cwd=cwd or REPO)
+                                           env=cli_env(env), cwd=cwd or REPO, umask=umask)
     try:
         yield Daemon(process, log_path)
     finally:

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from ..harness import PYTHON, REPO
 from .support import cli
@@ -196,3 +204,86 @@ class TestOnePass:
         result = cli("check-config", str(tmp_path / "skip.toml"))
         assert [p.partition(":")[0] for p in result.stderr.splitlines()] == [
             "connectors[0].cwd", "connectors[0].grant[0]", "connectors[1].command"], result.stderr
+
+
+#: Who the permission tests are, when this process is root (whom file modes do not stop).
+NOBODY = 65534
+#: A folder the permission tests' user may enter and read, but not write.
+READ_ONLY_FOLDER = 0o555
+
+
+@pytest.fixture
+def shared_folder(monkeypatch) -> Iterator[Path]:
+    """A folder any user may enter (pytest's own temporary folders are root's alone), the working folder too."""
+    base = Path(tempfile.gettempdir())
+    if not all(os.stat(f).st_mode & stat.S_IXOTH for f in (base, *base.parents)):
+        base = Path("/tmp")
+    folder = Path(tempfile.mkdtemp(prefix="mcplhost-perm-", dir=base))
+    os.chmod(folder, 0o755)
+    monkeypatch.chdir(folder)  # cli() returns to the working folder, which the denied user must be able to enter
+    try:
+        yield folder
+    finally:
+        for path in (folder, *folder.rglob("*")):
+            if path.is_dir():
+                os.chmod(path, 0o755)
+        shutil.rmtree(folder)
+
+
+@contextmanager
+def denied(*folders: Path) -> Iterator[str]:
+    """`folders` not writable for this process within the block, and the name it is known by: mode 0555, and
+    as root this process's effective user is nobody meanwhile."""
+    for folder in folders:
+        os.chmod(folder, READ_ONLY_FOLDER)
+    if os.geteuid() != 0:
+        yield os.environ.get("USER") or str(os.geteuid())
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield "nobody"
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+class TestPermissions:
+    """check-config refuses what `run` would fail on in the file system, as the user it runs as."""
+
+    def test_an_unwritable_store_or_socket_folder_fails_check_config_and_run_alike(self, shared_folder: Path) -> None:
+        """The database's folder and the control socket's must let this user create files: both are problems
+        for check-config (they passed, and run then failed on the lock file) and refuse run the same way."""
+        state, sockets = shared_folder / "state", shared_folder / "sockets"
+        state.mkdir()
+        sockets.mkdir()
+        config = shared_folder / "mcplhost.toml"
+        config.write_text('[store]\npath = "state/host.db"\n[control]\nsocket = "../sockets/host.sock"\n',
+                          encoding="utf-8")
+        os.chmod(config, 0o644)
+        assert cli("check-config", str(config), cwd=shared_folder).returncode == 0  # writable: nothing to say
+        with denied(state, sockets) as user:
+            checked = cli("check-config", str(config), cwd=shared_folder)
+            ran = cli("run", "--config", str(config), cwd=shared_folder)
+        assert checked.stderr.splitlines() == [
+            f"store.path: the folder {state} is not writable by {user}: the database, its WAL and its lock are "
+            "made there (run as the user who owns it, or give that user the folder)",
+            f"control.socket: the folder {sockets} is not writable by {user}"]
+        assert (checked.returncode, ran.returncode) == (2, 2)
+        (line,) = ran.stderr.splitlines()
+        assert line.startswith("mcplhost: ") and checked.stderr.splitlines()[0] in line
+        assert not list(state.iterdir())
+
+    def test_a_file_where_the_control_socket_goes_is_a_problem(self, tmp_path) -> None:
+        """Run refuses to replace what is not a socket; check-config says so first. A socket there is fine (a
+        killed daemon's is replaced at the start)."""
+        (tmp_path / "mcplhost.toml").write_text('[store]\npath = "host.db"\n', encoding="utf-8")
+        (tmp_path / "mcplhost.sock").write_text("notes", encoding="utf-8")
+        checked = cli("check-config", str(tmp_path / "mcplhost.toml"))
+        assert checked.returncode == 2
+        assert checked.stderr.splitlines() == [f"control.socket: {tmp_path / 'mcplhost.sock'} exists and is not a "
+                                               "socket (move it away, or set [control] socket to another path)"]
+        (tmp_path / "mcplhost.sock").unlink()
+        with socket.socket(socket.AF_UNIX) as stale:
+            stale.bind(str(tmp_path / "mcplhost.sock"))
+        assert cli("check-config", str(tmp_path / "mcplhost.toml")).returncode == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import stat
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -125,6 +126,7 @@ class TestBackup:
         async with open_reader(out) as reader:
             assert await reader.items.last_id() >= before
         assert not list(out.parent.glob(".copy.db.partial-*"))
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600  # every chat is in it: private like the database
 
     async def test_an_existing_out_is_refused_and_left_alone(self, tmp_path: Path) -> None:
         db, out = tmp_path / "host.db", tmp_path / "copy.db"

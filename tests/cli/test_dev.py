@@ -189,6 +189,32 @@ class TestDev:
         assert "Good morning, everyone." in result.stdout  # the live view
         assert f"messages --db {db}" in result.stderr.splitlines()[-1]
 
+    def test_a_second_run_in_the_same_folder_shows_the_whole_scenario_again(self, tmp_path) -> None:
+        """The second dev in one folder starts from a fresh database and says so: the stubs' messages are stored
+        and shown again (they were deduplicated against the first run's database, and its demo showed nothing),
+        and the database holds one run's items, not two."""
+        runs = [stepped_dev(tmp_path, "--seconds", "3") for _ in range(2)]
+        for result in runs:
+            assert result.returncode == 0, result.stderr[-2000:]
+            assert "stub #general  Alice: Good morning, everyone." in result.stdout, result.stdout
+        first, second = (result.stderr.splitlines() for result in runs)
+        fresh = "  a fresh database each run: the last run's was replaced, so it all plays again"
+        assert fresh not in first and fresh == second[1]
+        export = cli("messages", "--db", str(tmp_path / "mcplhost-dev.db"), "--json").stdout.splitlines()
+        texts = [json.loads(line)["content"][-1]["text"] for line in export]
+        assert texts.count("Good morning, everyone.") == 1
+
+    def test_a_database_dev_did_not_make_is_never_replaced(self, tmp_path) -> None:
+        """--db naming a file without dev's config beside it (a daemon's database, say) exits 1 with one line
+        and leaves the file as it was: dev removes only what an earlier dev run made."""
+        db = tmp_path / "host.db"
+        db.write_bytes(b"someone's data")
+        result = cli("dev", "--seconds", "1", "--db", str(db), cwd=tmp_path)
+        assert result.returncode == 1
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"mcplhost: {db}: not a database an earlier mcplhost dev made"), line
+        assert db.read_bytes() == b"someone's data" and not (tmp_path / "host.db.toml").exists()
+
     def test_the_plain_live_view_matches_its_snapshot(self, tmp_path) -> None:
         """Not a tty: items (thread included), wakes, tool calls, turns, drafts and publishes as timed lines cut to
         80 columns, no log lines, each stub's quirks explained on stderr. The stubs' steps come on a stepped

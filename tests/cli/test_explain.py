@@ -27,7 +27,7 @@ from mcplhost.store.writer import GroupWriter
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, wait_for
 from .support import cli, daemon, scripted_connector, write_config
 
-KEYS = ["agent", "item", "decision", "reason", "turn", "publishes", "drafts"]
+KEYS = ["agent", "item", "decision", "reason", "turn", "publishes", "drafts", "tags", "wakeOn"]
 AT = 1_790_000_000_000
 CHANNEL = "discord:g1:111"
 
@@ -74,7 +74,7 @@ async def seed(db: Path) -> dict[str, int]:
     async with open_store(db) as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        (written,) = await writer.submit(InsertItems([
+        written = await writer.write(InsertItems([
             channel_item("hello @scout"),                       # 1: woke scout
             channel_item("again @scout", author="spammer"),     # 2: sender cap
             channel_item("  !STOP ", author="boss"),              # 3: scout's stop command
@@ -83,14 +83,14 @@ async def seed(db: Path) -> dict[str, int]:
             channel_item("mine", message_id="m-echo"),           # 6: the echo of scout's delivered publish
         ]))
         ids = [w.id for w in written]
-        (turn,) = await writer.submit(RecordTurn("scout", (ids[0],), AT, AT + 900, "completed", "gpt-4o-mini",
+        turn = await writer.write(RecordTurn("scout", (ids[0],), AT, AT + 900, "completed", "gpt-4o-mini",
                                                  {"input_tokens": 900, "output_tokens": 7}))
         entry = OutboxEntry(agent="scout", turn_id=turn, server_id="discord", channel_id=CHANNEL, thread_id=None,
                             conversation_id="conv_x", text="hi", created_at=AT + 500)
-        (published,) = await writer.submit(PublishSpeech(speech_row("scout", turn, "hi", created_at=AT + 500),
+        published = await writer.write(PublishSpeech(speech_row("scout", turn, "hi", created_at=AT + 500),
                                                           [entry]))
         await writer.submit(EndPublish(published.outbox_ids[0], "delivered", AT + 600, message_id="m-echo"))
-        (draft_ids,) = await writer.submit(InsertItems([draft_row("scout", turn, "unsent", "moderation",
+        draft_ids = await writer.write(InsertItems([draft_row("scout", turn, "unsent", "moderation",
                                                                    created_at=AT + 700)]))
         await writer.submit(RecordWakeDecisions([WakeDecision(ids[1], "scout", "sender_cap", AT)]),
                             SetCursor("scout", ids[3], AT + 900))
@@ -115,9 +115,10 @@ class TestExplainJson:
                          "turn": {"id": made["turn"], "outcome": "completed", "model": "gpt-4o-mini", "tokens": 907},
                          "publishes": [{"outboxId": made["outbox"], "destination": f"discord/{CHANNEL}",
                                         "state": "delivered"}],
-                         "drafts": [{"id": made["draft"], "reason": "moderation"}]}
+                         "drafts": [{"id": made["draft"], "reason": "moderation"}], "tags": None, "wakeOn": None}
+        # What the wake_on rule compared, side by side: the item's tags and the agent's wake_on.
         assert quiet == {"agent": "quiet", "item": 1, "decision": "not_waking", "reason": "wake_on", "turn": None,
-                         "publishes": [], "drafts": []}
+                         "publishes": [], "drafts": [], "tags": ["chat:addressed"], "wakeOn": ["dm"]}
         assert slacker["decision"] == "not_heard" and slacker["reason"] == "hears" and slacker["turn"] is None
 
     async def test_each_decision_names_its_rule(self, tmp_path) -> None:
@@ -166,7 +167,7 @@ class TestExplainPlain:
             f"scout: woke turn {made['turn']} (completed, gpt-4o-mini, 907 tokens)",
             f"  publish {made['outbox']} → discord/{CHANNEL}: delivered",
             f"  draft {made['draft']}: moderation",
-            "quiet: not waking (wake_on)",
+            "quiet: not waking (wake_on; item tags: chat:addressed; wake_on: dm)",
             "slacker: not heard (hears)",
         ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -65,3 +66,32 @@ class TestOneDaemonPerDatabase:
         with hold_database(tmp_path / "host.db"):
             result = cli("migrate", "--db", "host.db", cwd=tmp_path)
         assert result.returncode == 1 and f"(pid {os.getpid()})" in result.stderr
+
+
+class TestAnotherDaemonsAddresses:
+    async def test_a_start_refused_for_anothers_socket_or_port_leaves_nothing_behind(self, tmp_path) -> None:
+        """A second daemon on its own database, configured with the first one's control socket or metrics port,
+        exits 1 with one line, and its folder holds no new database, lock or children file (it made all three
+        before the socket or the port refused it)."""
+        first = tmp_path / "first"
+        first.mkdir()
+        config = write_config(first)
+        config.write_text(config.read_text() + '[metrics]\nlisten = "127.0.0.1:0"\n', encoding="utf-8")
+        async with daemon(config, first) as running:
+            await running.wait_event("host.ready")
+            port = (await running.wait_event("metrics.listening"))["address"]
+            socket_path = first / "mcplhost.sock"
+            for table, refused in ((f"[control]\nsocket = {json.dumps(str(socket_path))}\n",
+                                    f"control socket {socket_path}: another daemon answers on it"),
+                                   (f'[metrics]\nlisten = "{port}"\n', f"metrics.listen: cannot listen on {port}: ")):
+                second = tmp_path / f"second-{len(list(tmp_path.iterdir()))}"
+                second.mkdir()
+                other = write_config(second)
+                other.write_text(other.read_text() + table, encoding="utf-8")
+                result = cli_process("run", "--config", str(other))
+                assert result.returncode == 1, result.stderr
+                (line,) = result.stderr.splitlines()
+                assert line.startswith(f"mcplhost: {refused}"), line
+                assert sorted(p.name for p in second.iterdir()) == ["mcplhost.toml"]
+            running.signal(signal.SIGTERM)
+            assert await running.wait() == 0

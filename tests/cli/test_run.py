@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
+import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, alive, record, wait_for
-from .support import cli, cli_process, daemon, scripted_connector, write_config
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, alive, record, wait_for
+from .support import cli, cli_env, cli_process, daemon, scripted_connector, write_config
 
 CHANNEL = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional", "address": {}}
 
@@ -33,7 +36,48 @@ def stored_message_ids(db: Path) -> set[str]:
     return {row[0] for row in rows}
 
 
+#: `mcplhost run ARGS` as the command runs it (mcplhost/__main__.py), with a real SIGINT raised at one moment of
+#: the start: while the command's modules load (as `mcplhost.host` is imported), or once the event loop runs,
+#: as the store is opened (when open_host is called).
+INTERRUPTED_START = """
+import signal, sys
+moment = sys.argv[1]
+if moment == "loading":
+    class Interrupt:
+        def find_spec(self, name, path=None, target=None):
+            if name == "mcplhost.host":
+                signal.raise_signal(signal.SIGINT)
+            return None
+    sys.meta_path.insert(0, Interrupt())
+else:
+    import mcplhost.cli.serve as serve
+    opening = serve.open_host
+    def interrupted(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return opening(*args, **kwargs)
+    serve.open_host = interrupted
+sys.argv[1:] = ["run", *sys.argv[2:]]
+from mcplhost.__main__ import main
+sys.exit(main())
+"""
+
+
 class TestSignals:
+    @pytest.mark.parametrize("moment", ["loading", "opening"])
+    def test_a_ctrl_c_at_any_moment_of_the_start_is_a_quiet_exit_0(self, tmp_path, moment: str) -> None:
+        """Ctrl-C while the modules load is exit 0 without a traceback (it printed the import's); once the loop
+        runs it is the graceful stop, not a cancellation swallowed by the start (the daemon then ran on)."""
+        config = write_config(tmp_path)
+        run = subprocess.run([PYTHON, "-c", INTERRUPTED_START, moment, "--config", str(config)], env=cli_env(),
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
+        events = [json.loads(line)["event"] for line in run.stderr.splitlines()]
+        if moment == "loading":
+            assert events == [] and run.stdout == ""
+        else:
+            assert "host.signal" in events and events[-1] == "host.stopped"
+
     @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
     async def test_a_signal_stops_the_daemon_gracefully_with_exit_0(self, tmp_path, sig) -> None:
         """SIGTERM and SIGINT stop the connectors, then the store, and the daemon exits 0."""
@@ -88,6 +132,25 @@ class TestSignals:
         acknowledged = accepted()
         assert len(acknowledged) < 1000, "the stream finished before the stop: nothing was in flight"
         assert acknowledged <= stored_message_ids(tmp_path / "host.db")
+
+
+class TestFilesArePrivate:
+    async def test_every_file_a_run_makes_under_umask_022_is_closed_to_others(self, tmp_path) -> None:
+        """Started by hand under umask 022 (which made the database, WAL and SHM -rw-r--r--): the database, its
+        WAL and SHM, the children file and the control socket are 0600, the lock 0640 (its group reads the
+        pid); none gives others any access. A store file left readable by an older version is closed too."""
+        config = write_config(tmp_path, [idle_chat("disc", tmp_path)])
+        (tmp_path / "host.db.lock").write_text("", encoding="ascii")
+        os.chmod(tmp_path / "host.db.lock", 0o644)  # as an older version left it
+        async with daemon(config, tmp_path, umask=0o022) as run:
+            await run.wait_event("host.ready")
+            await wait_for(lambda: record(tmp_path, "disc").done)
+            modes = {name: stat.S_IMODE(os.stat(tmp_path / name).st_mode) for name in
+                     ("host.db", "host.db-wal", "host.db-shm", "host.db.children", "mcplhost.sock", "host.db.lock")}
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        assert modes == {"host.db": 0o600, "host.db-wal": 0o600, "host.db-shm": 0o600, "host.db.children": 0o600,
+                         "mcplhost.sock": 0o600, "host.db.lock": 0o640}
 
 
 class TestConfig:

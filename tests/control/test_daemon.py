@@ -20,7 +20,7 @@ from mcplhost.store.migrate import load_migrations
 
 from ..cli.support import NotifySocket, cli, daemon, scripted_connector, write_config
 from ..e2e.test_agents import with_agents
-from ..harness import CHAT_MANIFEST, alive, wait_for
+from ..harness import CHAT_MANIFEST, alive, http_exchange, wait_for
 
 ROOM, OTHER = "disc:g1:room", "disc:g1:other"
 GRANT = ["channels.register", "channels.incoming", "channels.publish", "pushEvents"]
@@ -39,7 +39,7 @@ HOST_KEYS = {"pid", "version", "startedAt", "schemaVersion", "db", "dbBytes"}
 CONNECTOR_KEYS = {"name", "state", "pid", "restarts", "lastError", "lastInboundAt", "lastPublishAt", "channels",
                   "grant", "quiet"}
 AGENT_KEYS = {"name", "state", "pendingWakes", "queuedPeerMessages", "drafts", "outboxPending", "turnsLastHour",
-              "held"}
+              "held", "lastError", "failedTurnsLastHour"}
 
 
 def every_state_config(tmp_path: Path) -> Path:
@@ -128,7 +128,8 @@ class TestEveryState:
 
                 (scout,) = whole["agents"]
                 assert scout == {"name": "scout", "state": "idle", "pendingWakes": 0, "queuedPeerMessages": 0,
-                                 "drafts": 0, "outboxPending": 0, "turnsLastHour": 1, "held": False}
+                                 "drafts": 0, "outboxPending": 0, "turnsLastHour": 1, "held": False,
+                                 "lastError": None, "failedTurnsLastHour": 0}
 
                 # --check: only the crash loop is a problem (backoff is fine, stopped under policy never is too).
                 check = cli("status", "--config", str(config), "--check")
@@ -223,3 +224,38 @@ class TestQuietAndDeaf:
             assert any(line.startswith("silent:") and "quiet" in line for line in check.stdout.splitlines())
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0
+
+
+class TestBrokenAgent:
+    async def test_an_unset_key_is_warned_at_start_and_shows_in_status_check_and_metrics(self, tmp_path: Path):
+        """docs/operations.md#the-status-fields: `api_key_env` names a variable `run` does not have. run warns once
+        at start; the turn fails `missing_key`; status says so per agent, --check exits 1 naming it, and
+        mcplhost_turns_total counts the failed turn, from the ledger."""
+        connector = scripted_connector("up", {"manifest": CHAT_MANIFEST, "steps": [REGISTER, ADDRESSED]}, tmp_path,
+                                       grant=GRANT)
+        config = with_agents(write_config(tmp_path, [connector]),
+                             ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 20},
+                              {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1",
+                               "api_key_env": "MCPLHOST_TEST_UNSET_KEY"}))
+        config.write_text(config.read_text() + '\n[metrics]\nlisten = "127.0.0.1:0"\n')
+        async with daemon(config, tmp_path, env={"MCPLHOST_TEST_UNSET_KEY": ""}) as run:
+            warned = await run.wait_event("agent.api_key_unset", agent="scout")
+            assert warned["variable"] == "MCPLHOST_TEST_UNSET_KEY" and warned["level"] == "warning"
+            await run.wait_event("agent.turn", agent="scout", outcome="failed")
+            (scout,) = status_object(config)["agents"]
+            assert scout["lastError"] == "backend_error: missing_key" and scout["failedTurnsLastHour"] == 1
+            check = status(config, "--check")
+            assert check.returncode == 1
+            assert check.stdout.splitlines() == [
+                "scout: its newest turn failed (backend_error: missing_key); 1 failed turn in the last hour"]
+            table = status(config).stdout.splitlines()
+            header = next(line for line in table if line.startswith("AGENT"))
+            assert header.split()[-4:] == ["FAILED/H", "HELD", "LAST", "ERROR"]
+            row = next(line for line in table if line.startswith("scout")).split()
+            assert row[-4:] == ["1", "-", "backend_error:", "missing_key"]  # FAILED/H, HELD, LAST ERROR
+            address = (await run.wait_event("metrics.listening"))["address"]
+            scraped = (await http_exchange(address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")).decode()
+            assert 'mcplhost_turns_total{agent="scout",outcome="failed"} 1.0' in scraped
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+            assert len(run.events("agent.api_key_unset")) == 1

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from mcplhost.agents.scheduler import SchedulerStats
 from mcplhost.control.status import (
+    AgentCounts,
     HostStatus,
     Status,
     build_status,
@@ -71,6 +72,18 @@ class TestCheck:
         assert all(any(p.startswith(f"{c.name}: ") for c in connectors) for p in problems)
 
 
+class TestAgentCheck:
+    def test_an_agent_whose_newest_turn_failed_is_a_problem_line_beginning_with_its_name(self):
+        """lastError set: one line naming the agent, its error (printable) and the failures of the hour."""
+        agents = {"scout": SchedulerStats("idle", 0, False, 2), "quiet": SchedulerStats("idle", 0, False, 0)}
+        counts = {"scout": AgentCounts(last_error="backend_error: missing_key\x1b[2J", failed_turns_last_hour=2)}
+        status = build_status(HOST, [connector("a", State.READY)], agents, counts)
+        assert check_problems(status, {}) == [
+            "scout: its newest turn failed (backend_error: missing_key\ufffd[2J); 2 failed turns in the last hour"]
+        (row,) = [line for line in render_table(status, now_ms=NOW) if line.startswith("scout")]
+        assert row.split()[-4:] == ["2", "-", "backend_error:", "missing_key\ufffd[2J"]
+
+
 class TestObject:
     def test_keys_in_the_documented_order_and_a_sorted_grant(self):
         """host, connectors, agents with their camelCase names; grant sorted."""
@@ -81,7 +94,8 @@ class TestObject:
                                                   "lastPublishAt", "channels", "grant", "quiet"]
         assert encoded["connectors"][0]["grant"] == ["a", "b"]
         assert encoded["agents"] == [{"name": "scout", "state": "idle", "pendingWakes": 0, "queuedPeerMessages": 0,
-                                      "drafts": 0, "outboxPending": 0, "turnsLastHour": 2, "held": False}]
+                                      "drafts": 0, "outboxPending": 0, "turnsLastHour": 2, "held": False,
+                                      "lastError": None, "failedTurnsLastHour": 0}]
 
 
 class TestTable:

@@ -24,15 +24,16 @@ from .test_links import anchors
 AGENTS_PAGE = REPO / "docs" / "agents.md"
 GRANTS_PAGE = REPO / "docs" / "grants.md"
 #: The modules whose rules docs/agents.md states (its sections name them).
-OWNERS = ["mcplhost.config", "mcplhost.agents.wake", "mcplhost.agents.scheduler", "mcplhost.agents.runtime",
-          "mcplhost.agents.context", "mcplhost.agents.history", "mcplhost.agents.turn", "mcplhost.agents.hooks",
+OWNERS = ["mcplhost.config.schema", "mcplhost.config.rules", "mcplhost.agents.wake", "mcplhost.agents.scheduler",
+          "mcplhost.agents.runtime", "mcplhost.agents.context", "mcplhost.agents.history", "mcplhost.agents.turn", "mcplhost.agents.hooks",
           "mcplhost.agents.tools", "mcplhost.agents.inference", "mcplhost.speech.routing", "mcplhost.speech.outbox",
           "mcplhost.speech.retry", "mcplhost.speech.streaming", "mcplhost.speech.notices",
           "mcplhost.store.outbox", "mcplhost.store.readers", "mcplhost.speech.moderation",
-          "mcplhost.agents.backends.moderation", "mcplhost.speech.typing", "mcplhost.agents.acknowledge"]
-#: "`NAME` (100)", "`NAME`, 16", "`NAME` (5 s)", "`NAME` (16 KiB)", "`NAME` (10 000)".
-BOUND = re.compile(r"`([A-Z][A-Z0-9_]{2,})`(?:,\s+|\s+\()(\d[\d ]*)(?:\s?(s|KiB)\b)?")
-UNITS = {"": 1, "s": 1, "KiB": 1024}
+          "mcplhost.agents.backends.moderation", "mcplhost.speech.typing", "mcplhost.agents.acknowledge",
+          "mcplhost.agents.catchup", "mcplhost.agents.backends.http", "mcplhost.agents.backends.common"]
+#: "`NAME` (100)", "`NAME`, 16", "`NAME` (5 s)", "`NAME` (16 KiB)", "`NAME` (16 MiB)", "`NAME` (10 000)".
+BOUND = re.compile(r"`([A-Z][A-Z0-9_]{2,})`(?:,\s+|\s+\()(\d[\d ]*)(?:\s?(s|KiB|MiB)\b)?")
+UNITS = {"": 1, "s": 1, "KiB": 1024, "MiB": 1024 * 1024}
 #: The sections code comments cite as docs/agents.md#<anchor>; renaming one breaks every citation of it.
 STABLE_ANCHORS = {"wakes", "scheduling", "the-durable-cursor", "catch-up", "compilation", "turns",
                   "hooks-and-lifecycle", "backends", "tools", "routing", "pins", "drafts", "outbox", "echoes",
@@ -68,9 +69,9 @@ class TestAgentsPage:
         assert STABLE_ANCHORS <= anchors(AGENTS_PAGE)
 
     def test_the_checker_reads_each_way_of_writing_a_bound(self) -> None:
-        sample = "`A_B` (100), `C_D`, 16, `E_F` (5 s), `G_H` (16 KiB) and `I_J` (10 000)"
+        sample = "`A_B` (100), `C_D`, 16, `E_F` (5 s), `G_H` (16 KiB), `K_L` (2 MiB) and `I_J` (10 000)"
         assert [(n, int(v.replace(" ", "")) * UNITS[u]) for n, v, u in BOUND.findall(sample)] == [
-            ("A_B", 100), ("C_D", 16), ("E_F", 5), ("G_H", 16384), ("I_J", 10000)]
+            ("A_B", 100), ("C_D", 16), ("E_F", 5), ("G_H", 16384), ("K_L", 2097152), ("I_J", 10000)]
 
 
 def offered_table() -> dict[str, set[str]]:

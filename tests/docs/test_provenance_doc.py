@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 import re
 
-from mcplhost.inbound import HOST_METADATA_KEYS, body_digest, canonical_json, mark_openings, render_source_header
+from mcplhost.inbound import (
+    HOST_METADATA_KEYS,
+    body_digest,
+    canonical_json,
+    lookalikes_table,
+    mark_openings,
+    render_source_header,
+)
 from mcplhost.inbound.author import escape_leading_from
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 
@@ -35,6 +42,10 @@ class TestProvenancePage:
         assert len(rows) >= 10
         for sent, stored in rows:
             assert mark_openings([{"type": "text", "text": sent}]) == [{"type": "text", "text": stored}], sent
+
+    def test_the_page_names_the_lookalike_data_s_versions(self) -> None:
+        """docs/provenance.md §4a names the ICU and Unicode versions the look-alike table was generated from."""
+        assert f"**ICU {lookalikes_table.ICU_VERSION}, Unicode {lookalikes_table.UNICODE_VERSION}**" in PAGE
 
     def test_the_split_opening_example_holds(self) -> None:
         """An opening split around an image gets its backslash in the block holding the `[`."""

@@ -129,6 +129,44 @@ class TestCatchUpAfterKill:
         assert item_ids(db) == [woke]  # the replayed message was a redelivery, stored once
 
 
+class TestCatchUpWaitsForItsRoute:
+    async def test_a_catch_up_reply_after_kill_9_is_published_once_the_slow_connector_registers(self, tmp_path):
+        """docs/agents.md#catch-up: after kill -9 between commit and turn, the connector takes 3 s to register its
+        channel again; the catch-up turn waits for it, so its reply is published there, not drafted `unknown`."""
+        db = tmp_path / "host.db"
+        steps = [REGISTER, incoming("m-1", "scout, are you there?", ["chat:addressed"])]
+        publish = {"channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}}
+        grant = [*CHAT_GRANT, "channels.publish"]
+        agent = {"name": "scout", "wake_on": ["addressed"]}
+        backend = {"kind": "scripted", "script": ["here"]}
+        first_connector = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path,
+                                             grant=grant, restart={"policy": "never"})
+        slow = with_agents(write_config(tmp_path, [first_connector], name="slow.toml"),
+                           ({**agent, "debounce_ms": 600_000, "max_wait_ms": 600_000}, backend))
+        async with daemon(slow, tmp_path) as first:
+            await wait_for(lambda: item_ids(db), timeout=30, interval=0.005)
+            first.signal(signal.SIGKILL)
+            assert await first.wait() == -signal.SIGKILL
+        assert finished_turns(db) == 0
+        pid = next(e["pid"] for e in record(tmp_path, "disc").events if e["kind"] == "start")
+        await wait_for(lambda: not alive(pid))
+
+        late = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": [{"sleep": 3}, *steps],
+                                           "handlers": publish}, tmp_path, grant=grant, restart={"policy": "never"})
+        quick = with_agents(write_config(tmp_path, [late], name="quick.toml"), ({**agent, "debounce_ms": 10}, backend))
+        async with daemon(quick, tmp_path) as second:
+            await second.wait_event("agent.turn", agent="scout", timeout=30)
+            kinds = [row["metadata"]["kind"] for row in agent_rows(db, "scout")]
+            assert kinds == ["source-header-notice", "speech"]  # routed and queued, no draft
+            await second.wait_event("outbox.delivered", connector="disc", timeout=30)
+            (routed,) = second.events("agent.catch_up_routed", agent="scout")
+            second.signal(signal.SIGTERM)
+            assert await second.wait() == 0
+        assert routed["waited_s"] >= 2.5  # the turn waited out the connector's 3 s, from its start
+        outbox = [json.loads(line) for line in cli("outbox", "--db", str(db), "--json").stdout.splitlines()]
+        assert [(row["channelId"], row["state"]) for row in outbox] == [(ROOM, "delivered")]
+
+
 def chat(tmp_path: Path, *steps: dict[str, Any]) -> Path:
     """A config with one scripted chat connector sending `steps` after registering the room."""
     return write_config(tmp_path, [scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": [REGISTER, *steps]},
@@ -166,7 +204,7 @@ class TestIsolation:
         """Agent slow's server never answers; agent quick, woken by the same message, completes its turn at once."""
         db = tmp_path / "host.db"
         with LlmServer(default=Reply(hang=True)) as llm:
-            config = with_agents(chat(tmp_path, incoming("m-1", "both of you", ["chat:addressed"])),
+            config = with_agents(chat(tmp_path, incoming("m-1", "@slow @quick, both of you", ["chat:addressed"])),
                                  ({"name": "slow", "wake_on": ["addressed"], "debounce_ms": 0},
                                   {"kind": "openai", "model": "m", "base_url": llm.openai_base_url,
                                    "api_key_env": "TEST_LLM_KEY", "timeout_s": 60, "max_retries": 0}),

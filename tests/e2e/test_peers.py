@@ -27,7 +27,7 @@ def config(tmp_path: Path, name: str, *, tool_delay_s: float) -> Path:
     handlers = {"tools/list": {"result": {"tools": [SLOW_TOOL]}},
                 "tools/call": {"delay": tool_delay_s, "result": {"content": [{"type": "text", "text": "done"}]}}}
     connector = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": handlers,
-                                            "steps": [REGISTER, incoming(message("m-1", "everyone, go"))]},
+                                            "steps": [REGISTER, incoming(message("m-1", "@writer @scout, everyone, go"))]},
                                    tmp_path, grant=GRANT, restart={"policy": "never"})
     send = json.dumps({"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
         "target": "writer", "message": "the notes are in the wiki"}}]})

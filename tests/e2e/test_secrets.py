@@ -11,6 +11,7 @@ reason `secret` and its notice names the variable.
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import sys
 from typing import Any
@@ -25,7 +26,8 @@ from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
 from mcplhost.secrets import NO_SECRETS
 
 from ..agents.llm_server import LlmServer, Reply, ToolUse
-from ..harness import CHAT_GRANT, config_with, record, running_host, scripted, stored_items
+from ..cli.support import daemon, scripted_connector, toml_table, write_config
+from ..harness import CHAT_GRANT, config_with, record, running_host, scripted, stored_items, wait_for
 
 ROOM = "disc:g1:room"
 TOKEN = "discord-token-0123456789"
@@ -132,3 +134,59 @@ async def test_no_secret_reaches_the_store_the_log_the_connector_or_the_model(tm
     sent = json.dumps([r.body for r in requests])
     assert TOKEN not in sent and API_KEY not in sent
     assert "[redacted:DISCORD_TOKEN]" in sent and f"hold the value of the secret {KEY_ENV}" in sent
+
+
+# --- server-initiated inference (docs/agents.md#secrets), through `mcplhost run` ---------------------------
+
+ASKER_TOKEN = "asker-token-9876543210"
+THINK_MANIFEST: dict[str, Any] = {
+    "version": "0.5", "inferenceRequest": {"streaming": True},
+    "featureSets": {"think": {"description": "asks the model",
+                              "uses": ["inferenceRequest", "inferenceRequest.streaming"]}},
+}
+CLEAN_LEAD = "x" * 40 + " "
+
+
+def asking(stream: bool) -> dict[str, Any]:
+    return {"request": "inference/request", "params": {
+        "featureSet": "think", "stream": stream, "messages": [{"role": "user", "content": "tell me"}]}}
+
+
+async def test_no_secret_reaches_a_connector_through_inference_request(tmp_path) -> None:
+    """A model server echoing its key (and naming a connector's token): the asking connector receives neither,
+    in no result and no chunk; each such answer is refused with reason `secret`, a clean one still answers."""
+    with LlmServer(default=Reply(text="all fine")) as server:
+        server.push(Reply(text="my key: {{key}}"),  # not streamed
+                    Reply(text=CLEAN_LEAD + "{{key}} and more after it"),  # streamed: stops before the key
+                    Reply(text=CLEAN_LEAD + f"the token {ASKER_TOKEN} end"))  # streamed: the other secret
+        steps = [asking(False), asking(True), asking(True), asking(True)]
+        spec = scripted_connector("asker", {"manifest": THINK_MANIFEST, "steps": steps}, tmp_path,
+                                  grant=["inferenceRequest", "inferenceRequest.streaming"],
+                                  restart={"policy": "never"})
+        spec["env"] = {**spec["env"], "ASKER_TOKEN": ASKER_TOKEN}
+        config = write_config(tmp_path, [spec])
+        config.write_text(config.read_text(encoding="utf-8") + "\n" + toml_table("[inference.backend]", {
+            "kind": "openai", "model": "m", "base_url": server.openai_base_url, "api_key_env": KEY_ENV,
+            "max_retries": 0}), encoding="utf-8")
+        async with daemon(config, tmp_path, env={KEY_ENV: API_KEY}) as run:
+            await wait_for(lambda: record(tmp_path, "asker").done, timeout=30)
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+            withheld = run.events("inference.withheld")
+        assert any(API_KEY in json.dumps(r.headers) for r in server.requests)  # the server did have the key
+
+    rec = record(tmp_path, "asker")
+    received = json.dumps(rec.received)
+    for secret in (API_KEY, ASKER_TOKEN):
+        assert secret not in received
+    answers = rec.answers()
+    assert [answers[step].get("error", {}).get("data") for step in range(3)] == [{"reason": "secret"}] * 3
+    assert answers[3]["result"]["content"] == "all fine"
+    ids = [m["id"] for m in rec.sent if m.get("method") == "inference/request"]
+    chunks = [m["params"] for m in rec.received if m.get("method") == "inference/chunk"]
+    streamed = ["".join(c["delta"] for c in chunks if c["requestId"] == request_id) for request_id in ids[1:]]
+    # Each refused stream sent only what came before the secret; the clean one sent all of its text.
+    before = [CLEAN_LEAD, CLEAN_LEAD + "the token "]
+    assert all(streamed[n] and before[n].startswith(streamed[n]) for n in range(2)), streamed
+    assert streamed[2] == "all fine"
+    assert sorted(e["variable"] for e in withheld) == sorted([KEY_ENV, KEY_ENV, "ASKER_TOKEN"])

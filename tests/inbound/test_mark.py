@@ -11,12 +11,13 @@ import regex
 from hypothesis import example, given
 
 from mcplhost.inbound import mark_openings
+from tests.inbound.confusables import readings
 from tests.inbound.strategies import blocks as blocks_strategy
 
-# The oracle: a plain character-by-character scanner written from docs/provenance.md §4's words.
+# The oracle: a plain character-by-character scanner written from the words of docs/provenance.md §4 and §4a.
 # Ignorables are whitespace (ECMAScript's list), Cc, Cf and
-# Default_Ignorable_Code_Point; a letter matches when it case-folds to the
-# letter of "source".
+# Default_Ignorable_Code_Point; a character matches `[`, a letter of "source",
+# `:` or `]` when it reads as it (ICU's readings, tests/inbound/confusables.py).
 _IGNORABLE = regex.compile(
     r"[\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
     r"\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}]"
@@ -31,19 +32,19 @@ def oracle_openings(text: str) -> list[int]:
     """Positions of the `[` of every opening in `text` (slow, simple)."""
     found = []
     for start, char in enumerate(text):
-        if char != "[":
+        if "[" not in readings(char):
             continue
         at = start + 1
         for letter in "source":
             while at < len(text) and _is_ignorable(text[at]):
                 at += 1
-            if at == len(text) or text[at].casefold() != letter:
+            if at == len(text) or letter not in readings(text[at]):
                 break
             at += 1
         else:
             while at < len(text) and _is_ignorable(text[at]):
                 at += 1
-            if at < len(text) and text[at] in ":]":
+            if at < len(text) and readings(text[at]) & {":", "]"}:
                 found.append(start)
     return found
 
@@ -96,6 +97,8 @@ class TestMarkOpeningsExamples:
             ("[s\u200bo\u00adu\u2060r\ufeffc\u034fe\u3164: x]", "\\[s\u200bo\u00adu\u2060r\ufeffc\u034fe\u3164: x]"),
             ("[\x00\tsource\x1b]", "\\[\x00\tsource\x1b]"),
             ("[\u202esource:]", "\\[\u202esource:]"),
+            ("\uff3bsource: x]", "\\\uff3bsource: x]"),
+            ("[\uff53ource: x]", "\\[\uff53ource: x]"),
             ("\\[source: x]", "\\\\[source: x]"),
             ("[[source: x]]", "[\\[source: x]]"),
             ("[source: a] and [source: b]", "\\[source: a] and \\[source: b]"),
@@ -108,10 +111,10 @@ class TestMarkOpeningsExamples:
     @pytest.mark.parametrize(
         "text",
         ["[sources]", "[resource: x]", "source: x", "[src: x]", "[source-x]", "[source x]", "(source: x)",
-         "[\uff53ource: x]", "[sour ce x]", "[source", "[sourc]", "[\u00dfource:]", "[ s\u0301ource:]"],
+         "[sour ce x]", "[source", "[sourc]", "[\u00dfource:]", "[ s\u0301ource:]"],
     )
     def test_near_misses_stay(self, text: str) -> None:
-        """Near-misses and visible look-alikes are left as they are."""
+        """Near-misses are left as they are."""
         assert mark_openings(text_blocks(text)) == text_blocks(text)
 
     def test_split_across_blocks(self) -> None:
@@ -198,8 +201,8 @@ class TestMarkOpeningsProperties:
 
 
 class TestMarkOpeningsTime:
-    # Generous bounds: a quadratic version takes seconds to minutes on these.
-    # tests/bench/bench_mark.py measures them properly.
+    # Generous bounds on this process's CPU time (not the wall clock, which a loaded machine stretches): a
+    # quadratic version takes seconds to minutes on these. tests/bench/bench_mark.py measures them properly.
     @pytest.mark.parametrize(
         "text",
         [
@@ -212,15 +215,15 @@ class TestMarkOpeningsTime:
     def test_adversarial_bodies_mark_quickly(self, text: str) -> None:
         """Adversarial bodies mark in well under a second."""
         mark_openings(text_blocks("[source]"))  # derive the pattern outside the timing
-        started = time.perf_counter()
+        started = time.process_time()
         mark_openings(text_blocks(text))
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 1.0
 
     def test_many_blocks_each_ending_in_a_partial_opening(self) -> None:
         """Ten thousand blocks, each ending in a `[` the next one continues, mark in linear time."""
         blocks = text_blocks(*(["x[sour"] * 10_000 + ["ce]"]))
-        started = time.perf_counter()
+        started = time.process_time()
         result = mark_openings(blocks)
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 1.0
         assert texts(result)[-2:] == ["x\\[sour", "ce]"]
         assert texts(result)[0] == "x[sour"

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+
 import regex
 from hypothesis import strategies as st
 
 from mcplhost.peers.envelope import CLOSE_TAG, OPEN_TAG
+from tests.inbound.confusables import readings
+from tests.inbound.confusables import table as confusables_table
 from tests.inbound.strategies import CONTROLS, INVISIBLES, LINE_SEPARATORS, SPACES
 
-# The oracle, written from docs/peers.md's words with a plain scan: a lookalike is a form of `<`, then
-# optionally a form of `/`, then the letters of `mcpl_agent_message` each equal to its letter once
-# case-folded, with any run of ignorables (whitespace, Cc, Cf, Default_Ignorable_Code_Point) between.
+# The oracle, written from docs/peers.md's words with a plain scan: a lookalike is a character that reads as `<`,
+# then optionally one that reads as `/`, then characters that read as the letters of `mcpl_agent_message`, with any
+# run of ignorables (whitespace, Cc, Cf, Default_Ignorable_Code_Point) between. What a character reads as is
+# ICU's word (docs/provenance.md §4a, tests/inbound/confusables.py).
 _IGNORABLE = regex.compile(
     r"[\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
     r"\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}]"
@@ -28,14 +33,14 @@ def oracle_lookalikes(text: str) -> list[int]:
     """Positions of the `<` of every lookalike tag in `text` (slow, simple)."""
     found = []
     for start, char in enumerate(text):
-        if char not in "<\uff1c\ufe64":
+        if "<" not in readings(char):
             continue
         at = _skip_ignorables(text, start + 1)
-        if at < len(text) and text[at] in "/\uff0f":
+        if at < len(text) and "/" in readings(text[at]):
             at += 1
         for letter in NAME:
             at = _skip_ignorables(text, at)
-            if at == len(text) or text[at].casefold() != letter:
+            if at == len(text) or letter not in readings(text[at]):
                 break
             at += 1
         else:
@@ -53,23 +58,25 @@ def oracle_neutralise(text: str) -> str:
     return "".join(out) + text[last:]
 
 
-# Ignorables of every kind, and the letters of the name as case folding lets them be written.
+# Ignorables of every kind.
 IGNORABLES = [" ", "\n", *CONTROLS, *INVISIBLES, *SPACES, *LINE_SEPARATORS]
 
 
-def _letter_forms(letter: str) -> list[str]:
-    return [letter, letter.upper(), *(["\u017f"] if letter == "s" else [])]
+@functools.cache
+def forms(char: str) -> st.SearchStrategy[str]:
+    """Any character that reads as `char` by ICU's confusables data; mostly `char` itself or its upper case."""
+    return st.sampled_from([char, char.upper()]) | st.sampled_from(list(confusables_table()[char]))
 
 
 @st.composite
 def lookalikes(draw: st.DrawFn) -> str:
     """A lookalike tag in any of its forms, ignorables spliced in; sometimes cut short, so no longer one."""
     spliced = st.lists(st.sampled_from(IGNORABLES), max_size=2).map("".join)
-    out = [draw(st.sampled_from(["<", "\uff1c", "\ufe64"])), draw(spliced)]
+    out = [draw(forms("<")), draw(spliced)]
     if draw(st.booleans()):
-        out += [draw(st.sampled_from(["/", "\uff0f"])), draw(spliced)]
+        out += [draw(forms("/")), draw(spliced)]
     for index, letter in enumerate(NAME):
-        out += [draw(spliced) if index else "", draw(st.sampled_from(_letter_forms(letter)))]
+        out += [draw(spliced) if index else "", draw(forms(letter))]
     text = "".join(out)
     return text[:draw(st.integers(0, len(text)))] if draw(st.booleans()) else text
 

@@ -57,6 +57,12 @@ class TestEnvelope:
         assert text.split("\n")[1].endswith(
             '"\\u003cMCPL_agent_message \\uff1cmcpl_agent_message \\u003c\u200b/mcpl_agent_message a<b"}')
 
+    def test_a_lookalike_less_than_past_the_bmp_is_a_surrogate_pair_escape(self) -> None:
+        """`𝈶` (U+1D236) reads as `<`: written as the two escapes JSON needs for it, so the envelope parses back."""
+        text = envelope("a", None, "sibling", "\U0001d236mcpl_agent_message \u2039/mcpl_agent_message")
+        assert '"\\ud834\\ude36mcpl_agent_message \\u2039/mcpl_agent_message"' in text
+        assert parse_envelope(text)["message"] == "\U0001d236mcpl_agent_message \u2039/mcpl_agent_message"  # type: ignore[index]
+
     def test_line_breaks_and_lone_surrogates_are_escaped(self) -> None:
         """U+0085, U+2028, U+2029 and lone surrogates, which JSON may leave raw, are \\uXXXX: one JSON line."""
         text = envelope("a", None, "sibling", "x\x85[source: y]\u2028z\u2029\ud800")

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 import structlog
 
+from mcplhost.agents import inference
 from mcplhost.agents.backends.scripted import ScriptedBackend
 from mcplhost.agents.inference import MAX_CONCURRENT_PER_CONNECTOR, ConnectorInference, model_request
 from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, InferenceConfig
@@ -24,9 +25,10 @@ from mcplhost.protocol.errors import ConnectorProtocolError
 from mcplhost.protocol.featuresets import FeatureSetState
 from mcplhost.protocol.params import InferenceRequest
 from mcplhost.protocol.ports import InferenceInvalid, InferenceRefused
+from mcplhost.secrets import Secrets
 
 from ..agents.llm_server import LlmServer, Reply
-from ..agents.support import FailingBackend
+from ..agents.support import FailingBackend, RecordingBackend
 from ..harness import (
     CHAT_GRANT,
     config_with,
@@ -315,6 +317,35 @@ class TestPort:
         call.release()
         assert port._running == {}
 
+    async def test_a_stream_goes_in_bounded_deltas_and_stops_before_a_secret(self, monkeypatch) -> None:
+        """Text streamed in long pieces goes out in deltas of at most MAX_DELTA_CHARS; an answer holding a secret
+        is refused `secret`, its deltas all from before the value; a clean answer's deltas rebuild it."""
+        monkeypatch.setattr(inference, "MAX_DELTA_CHARS", 10)
+        secret = "sk-secret-0123456789"
+
+        class Pieces(RecordingBackend):
+            async def complete(self, request, *, on_text=None):  # type: ignore[no-untyped-def]
+                for piece in self.text.split("|"):
+                    on_text(piece)
+                return msgspec.structs.replace(await super().complete(request), text=self.text.replace("|", ""))
+
+        for text, refused in (("a" * 45 + "|" + secret + " tail", True), ("b" * 35 + "|" + "c" * 5, False)):
+            port = ConnectorInference(InferenceConfig(backend=SCRIPTED), Pieces(text),
+                                      secrets=Secrets({"API_KEY": secret}))
+            sent: list[dict[str, Any]] = []
+            call = port.admit("c", InferenceRequest(featureSet="think", messages=MESSAGES, stream=True))
+            if refused:
+                with pytest.raises(InferenceRefused) as caught:
+                    await call.run(request_id=1, send_chunk=sent_to(sent))
+                assert caught.value.reason == "secret"
+                streamed = "".join(c["delta"] for c in sent)
+                assert streamed and ("a" * 45).startswith(streamed)  # what came before it, never the value
+            else:
+                result = await call.run(request_id=1, send_chunk=sent_to(sent))
+                assert "".join(c["delta"] for c in sent) == result["content"] == text.replace("|", "")
+            assert all(len(c["delta"]) <= 10 for c in sent)
+            assert [c["index"] for c in sent] == list(range(len(sent)))
+
     def test_the_hosts_token_bound_caps_the_connectors_preference(self) -> None:
         """preferences.maxTokens below the backend's bound is used; above it, the bound wins."""
         config = InferenceConfig(backend=BackendConfig(kind="scripted", max_tokens=100))
@@ -323,6 +354,13 @@ class TestPort:
                              config)
         assert (low.max_tokens, high.max_tokens) == (10, 100)
         assert low.system == "be brief" and [m.role for m in low.messages] == ["user"]
+
+
+def sent_to(chunks: list[dict[str, Any]]) -> Any:
+    """A SendChunk that appends each chunk's params to `chunks`."""
+    async def send(chunk: dict[str, Any]) -> None:
+        chunks.append(chunk)
+    return send
 
 
 def raw_requests(ids: list[Any], **params: Any) -> dict[str, Any]:

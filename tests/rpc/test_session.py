@@ -11,6 +11,7 @@ from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.rpc import (
     ConnectionClosed,
     Deferred,
+    LineTooLong,
     RemoteError,
     ReplyError,
     RequestTimeout,
@@ -24,6 +25,8 @@ from .wire import DeadPipe, Peer
 async def echo(method: str, params: Any) -> Any:
     if method == "echo":
         return json.loads(bytes(params)) if params else None
+    if method == "grow":  # an answer much longer than its request
+        return "x" * json.loads(bytes(params))[0]
     if method == "bad-params":
         raise ReplyError(INVALID_PARAMS, "bad params", {"field": "x"})
     if method == "crash":
@@ -133,6 +136,43 @@ class TestLeniency:
                 peer.close()
         assert answer["id"] == 2
         assert any(e["event"] == "rpc.line_too_long" and e["limit"] == 1024 for e in logs)
+
+
+class TestOutgoingLineCap:
+    async def test_our_request_and_notification_past_the_cap_are_never_written(self) -> None:
+        """Each raises LineTooLong to its caller (logged, counted) and nothing of it reaches the peer; the next
+        line goes out as usual."""
+        peer = Peer()
+        session = make(peer, max_line_bytes=1024)
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(session.run)
+                with pytest.raises(LineTooLong) as caught:
+                    await session.request("big", {"text": "x" * 2000})
+                assert (caught.value.method, caught.value.limit) == ("big", 1024) and caught.value.size > 2000
+                with pytest.raises(LineTooLong):
+                    await session.notify("big/note", {"text": "x" * 2000})
+                with pytest.raises(LineTooLong):
+                    session.notify_nowait("big/note", {"text": "x" * 2000})
+                await session.notify("small", {"text": "x" * 900})
+                first = await peer.read()
+                peer.close()
+        assert first["method"] == "small"  # the first line the peer got: nothing of the three
+        assert session.stats["outgoing_too_long"] == 3
+        assert [e["method"] for e in logs if e["event"] == "rpc.outgoing_too_long"] == ["big", "big/note", "big/note"]
+
+    async def test_an_answer_past_the_cap_becomes_an_error_saying_so(self) -> None:
+        """The peer's request still gets exactly one answer: -32603 with reason too_large and the sizes."""
+        peer = Peer()
+        async with anyio.create_task_group() as tg:
+            await tg.start(make(peer, max_line_bytes=1024).run)
+            await peer.write({"jsonrpc": "2.0", "id": 1, "method": "grow", "params": [5000]})
+            await peer.write({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": ["ok"]})
+            big, small = await peer.read(), await peer.read()
+            peer.close()
+        assert big["id"] == 1 and big["error"]["code"] == -32603
+        assert big["error"]["data"]["reason"] == "too_large" and big["error"]["data"]["limit"] == 1024
+        assert small == {"jsonrpc": "2.0", "id": 2, "result": ["ok"]}
 
 
 class TestOurRequests:

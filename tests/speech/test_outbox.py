@@ -17,7 +17,7 @@ from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.ports import State
 from mcplhost.rpc import RemoteError
-from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, OutboxSender
+from mcplhost.speech.outbox import CRASHES_PER_ROW, NOT_PERMITTED, PENDING_PAGE, TOO_LARGE, OutboxSender
 from mcplhost.speech.retry import RetryRules
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
@@ -73,7 +73,7 @@ def publish_entry(text: str, *, channel: str = "room", thread: str | None = None
 async def queue(host: Any, text: str, **fields: Any) -> int:
     """Queue one publish as a turn would: PublishSpeech, then the sender's notify()."""
     speech, entry = publish_entry(text, **fields)
-    (published,) = await host.writer.submit(PublishSpeech(speech, [entry]))
+    published = await host.writer.write(PublishSpeech(speech, [entry]))
     host.outbox_senders[entry.server_id].notify()
     return published.outbox_ids[0]
 
@@ -175,7 +175,7 @@ class TestFailure:
             store, handle = host.writer.store, host.connectors["disc"]
             await wait_for(lambda: handle.state.value == "stopped")
             speech, entry = publish_entry("stale", created_at=now_ms() - 3_601_000)
-            (published,) = await host.writer.submit(PublishSpeech(speech, [entry]))
+            published = await host.writer.write(PublishSpeech(speech, [entry]))
             sender = OutboxSender(store, host.writer, handle, age_check_s=0.02)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sender.run)
@@ -244,6 +244,21 @@ class TestBounds:
         notice = (await stored_items(tmp_path))[-1].content[0]["text"]
         assert row.state == "failed" and len(row.last_error) <= LAST_ERROR_MAX_CHARS
         assert "no no" in notice and len(notice) < 1000
+
+
+    async def test_a_publish_past_the_line_cap_fails_at_once_unsent_and_the_next_goes_out(self, tmp_path: Path):
+        """A row whose channels/publish line would pass the connector's max_line_bytes is never written: it fails
+        with reason too_large and no try, its notice says so, and the channel's next row is delivered."""
+        spec = connector(tmp_path, {"channels/publish": DELIVERED}, max_line_bytes=4096)
+        async with running_host(config_with(tmp_path, spec)) as host:
+            big = await queue(host, "x" * 5000)
+            small = await queue(host, "fits")
+            row, after = await ended(host.writer.store, big), await ended(host.writer.store, small)
+        assert (row.state, row.attempts, after.state) == ("failed", 0, "delivered")
+        assert row.last_error.startswith(f"{TOO_LARGE}: it is too large to send")
+        assert [m["params"]["content"][0]["text"] for m in publishes(tmp_path)] == ["fits"]
+        (notice,) = [i for i in await stored_items(tmp_path) if i.metadata.get("kind") == "failed-reply"]
+        assert notice.metadata["reason"] == TOO_LARGE and "too large to send" in notice.content[0]["text"]
 
 
 class TestRestarts:
@@ -351,7 +366,7 @@ class TestFairness:
             sender.rules = RetryRules(first_s=3600, max_s=3600, max_attempts=8, window_s=7200)
             entries = [publish_entry(f"r{n}") for n in range(PENDING_PAGE + 44)] + [publish_entry("o", channel="other")]
             speech, _ = entries[0]
-            (published,) = await host.writer.submit(PublishSpeech(speech, [entry for _, entry in entries]))
+            published = await host.writer.write(PublishSpeech(speech, [entry for _, entry in entries]))
             sender.notify()
             other = await ended(host.writer.store, published.outbox_ids[-1])
             head = await host.writer.store.outbox.get(published.outbox_ids[0])

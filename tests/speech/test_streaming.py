@@ -14,13 +14,14 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.host import Host, open_host
+from mcplhost.secrets import NO_SECRETS, Secrets
 from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
-from mcplhost.speech.streaming import COMPLETE, STREAMING, Streamer, stream_targets, streamable_end
+from mcplhost.speech.streaming import COMPLETE, LINE_BREAKS, STREAMING, PinGuard, Streamer, stream_targets
 from mcplhost.supervisor.handle import State
 
 from ..harness import config_with, record, running_host, scripted, wait_for
@@ -137,23 +138,133 @@ async def test_a_connector_without_the_streaming_grant_gets_nothing(tmp_path, of
     assert outgoing(tmp_path, "plain") == []
 
 
+def reference_end(text: str) -> tuple[int, bool]:
+    """The pin rule over a whole text, written plainly with routing's own line split: what PinGuard must equal."""
+    start = 0
+    for line in text.splitlines(keepends=True):
+        opening = line.lstrip()
+        if opening.startswith(PIN_MARK):
+            return start, True
+        if line[-1] not in LINE_BREAKS:  # the unfinished last line: held while it may still become a pin
+            return (start if PIN_MARK.startswith(opening) else len(text)), False
+        start += len(line)
+    return start, False  # empty, or ending with a line break: the next line has not begun
+
+
+def whole(text: str) -> tuple[int, bool]:
+    guard = PinGuard()
+    guard.feed(text)
+    return guard.end, guard.sealed
+
+
+def split(text: str, cuts: list[int]) -> list[str]:
+    """`text` in pieces, cut at `cuts` (taken modulo its length + 1)."""
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)]) if b > a]
+
+
+#: Pieces of text that exercise the pin rule: blanks and line breaks of every kind routing knows, the mark and its
+#: prefixes, a long blank run.
+PIECES = st.sampled_from(["a", " ", "\n", ">", ">>>", "b c", "\t", "\r", "\r\n", "\u2028", "\u00a0", "\x0b",
+                          " " * 70, "x" * 70])
+
+
+class _Port:
+    """A ready connector holding channels.streaming that keeps what it is sent (for properties that run thousands
+    of streams; the same Streamer against real connectors is tested above)."""
+
+    def __init__(self) -> None:
+        self.state = State.READY
+        self.grant = frozenset({STREAMING})
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.sent.append((method, params))
+
+
+ROOM_DESTINATION = Destination(server_id="disc", channel_id="room")
+
+
+async def stream(pieces: list[str], secrets: Secrets = NO_SECRETS) -> list[tuple[str, dict[str, Any]]]:
+    """What one connector is sent when `pieces` are streamed to it, the sender running between pieces."""
+    port = _Port()
+    async with Streamer({"disc": port}, "inf-1", secrets=secrets) as streamer:  # type: ignore[dict-item]
+        streamer.open([ROOM_DESTINATION])
+        for piece in pieces:
+            streamer.chunk(piece)
+            await anyio.sleep(0)  # let the sender run between chunks, as the backend's reads do
+    return port.sent
+
+
+def streamed_text(sent: list[tuple[str, dict[str, Any]]]) -> str:
+    return "".join(p.get("delta", "") for m, p in sent if m != COMPLETE)
+
+
+#: A secret none of PIECES can spell: the stream holds back its length − 1 characters all along, then lets go.
+UNSPELLED = Secrets({"SOME_TOKEN": "zz-never-in-the-text"})
+
+
 class TestPinGuard:
     def test_streaming_stops_where_a_pin_line_begins(self) -> None:
         """A `>>>` line (after spaces) seals the stream at its start; an unfinished `>` line is held."""
-        assert streamable_end("hello\nworld", 0) == (11, False)
-        assert streamable_end("hello\n  >>> #other\nsecret", 0) == (6, True)
-        assert streamable_end("hello\n>", 0) == (6, False)  # may still become a pin
-        assert streamable_end("hello\n> quoted", 0) == (14, False)  # a quote, not a pin
-        assert streamable_end(">>> x", 0) == (0, True)
+        assert whole("hello\nworld") == (11, False)
+        assert whole("hello\n  >>> #other\nsecret") == (6, True)
+        assert whole("hello\n>") == (6, False)  # may still become a pin
+        assert whole("hello\n> quoted") == (14, False)  # a quote, not a pin
+        assert whole(">>> x") == (0, True)
+        assert whole("hello\r>>> #other\rsecret") == (6, True)  # routing splits lines at \r too
+        assert whole("hello\n\u00a0>>> #other") == (6, True)  # and strips any blank
+        assert whole("hello\n" + " " * 500) == (6, False)  # a blank line may still become a pin, however long
 
-    @given(st.lists(st.sampled_from(["a", " ", "\n", ">", ">>>", "b c", "\t"]), max_size=30))
+    @given(st.lists(PIECES, max_size=30))
     def test_the_streamed_prefix_never_holds_a_pin_line(self, pieces: list[str]) -> None:
         """Whatever the text, what may be streamed has no line opening with the pin mark."""
         text = "".join(pieces)
-        end, sealed = streamable_end(text, 0)
-        assert all(not line.lstrip(" \t").startswith(PIN_MARK) for line in text[:end].split("\n"))
-        if any(line.lstrip(" \t").startswith(PIN_MARK) for line in text.split("\n")):
+        end, sealed = whole(text)
+        assert all(not line.lstrip().startswith(PIN_MARK) for line in text[:end].splitlines())
+        if any(line.lstrip().startswith(PIN_MARK) for line in text.splitlines()):
             assert sealed
+
+    @given(st.lists(PIECES, max_size=30), st.lists(st.integers(0, 400), max_size=10))
+    def test_fed_in_any_pieces_the_guard_says_what_the_whole_text_says(self, pieces: list[str],
+                                                                         cuts: list[int]) -> None:
+        """After every piece, the guard's end and seal are the plain rule's over the text so far: feeding piece by
+        piece (each piece read once) changes nothing."""
+        text = "".join(pieces)
+        guard, fed = PinGuard(), ""
+        for piece in split(text, cuts):
+            fed += piece
+            guard.feed(piece)
+            assert (guard.end, guard.sealed) == reference_end(fed)
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(PIECES, max_size=30), st.lists(st.integers(0, 400), max_size=10), st.booleans())
+    def test_streamed_in_any_chunks_the_output_is_the_unstreamed_one(self, pieces: list[str], cuts: list[int],
+                                                                    with_secrets: bool) -> None:
+        """Whatever the chunking (and with a secret's hold-back or without), the deltas join to what the whole
+        text streamed at once gives, which is the text up to where the pin rule stops it; the complete says the
+        same."""
+        text = "".join(pieces)
+        secrets = UNSPELLED if with_secrets else NO_SECRETS
+        chunked = anyio.run(stream, split(text, cuts), secrets)
+        at_once = anyio.run(stream, [text] if text else [], secrets)
+        expected = text[: reference_end(text)[0]]
+        assert streamed_text(chunked) == streamed_text(at_once) == expected
+        completes = [p["content"][0]["text"] for m, p in chunked if m == COMPLETE]
+        assert completes == ([expected] if expected else [])
+
+    async def test_a_long_line_in_small_chunks_is_never_held_whole(self) -> None:
+        """Streaming one 320 kB line in 8-character chunks keeps only the newest piece and a secret's length held:
+        no chunk's work grows with the line so far (docs/agents.md#bounds)."""
+        port = _Port()
+        held: list[int] = []
+        async with Streamer({"disc": port}, "inf-long", secrets=UNSPELLED) as streamer:  # type: ignore[dict-item]
+            streamer.open([ROOM_DESTINATION])
+            for _ in range(40_000):
+                streamer.chunk("abcdefgh")
+                held.append(sum(map(len, streamer._held)))
+        assert max(held) < UNSPELLED.longest + 8
+        assert len(streamed_text(port.sent)) == 320_000
 
     async def test_a_pin_in_the_streamed_text_ends_the_preview_there(self, tmp_path) -> None:
         """Words after a pin line are never streamed to the default channel; its complete has only what went."""
@@ -197,7 +308,7 @@ class _Speech:
 
 
 class _Handle:
-    """A ready connector holding `grant` (all stream_targets reads of a handle)."""
+    """A ready connector holding `grant` (the part of a NotifyPort stream_targets reads)."""
 
     def __init__(self, grant: set[str]) -> None:
         self.state = State.READY

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import anyio
@@ -146,6 +148,21 @@ class TestOpenStore:
         async with open_store(path) as store:
             assert store.path == path
         assert path.is_file()
+
+    async def test_the_store_files_are_this_users_alone_whatever_the_umask(self, tmp_path: Path):
+        """Under umask 0 the new database and the WAL and SHM SQLite makes beside it are 0600; a database an older
+        version left 0644 loses others' read (its group's stays: the operator's choice)."""
+        fresh, older = tmp_path / "fresh.db", tmp_path / "older.db"
+        older.touch()
+        os.chmod(older, 0o644)
+        previous = os.umask(0)
+        try:
+            async with open_store(fresh), open_store(older):
+                modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in tmp_path.iterdir()}
+        finally:
+            os.umask(previous)
+        assert modes == {"fresh.db": 0o600, "fresh.db-wal": 0o600, "fresh.db-shm": 0o600,
+                         "older.db": 0o640, "older.db-wal": 0o640, "older.db-shm": 0o640}
 
     async def test_without_migrate_applies_nothing_until_asked(self, db_path: Path):
         """migrate=False only checks the version; store.migrate() then applies the steps."""

@@ -151,6 +151,9 @@ class TestFailureDescriptions:
         await self.run_to_the_end(spec, tmp_path)
         (failed,) = events(logs, "connector.handshake_failed", "mute")
         assert "no answer to initialize within 0.3 s" in failed["error"]
+        # The usual cause, said where the operator looks (the log and status lastError): the answer sits unflushed.
+        assert failed["error"].endswith("; a connector must flush stdout after each line it writes (a pipe is not "
+                                        "a terminal: docs/connectors.md#1-wire-rules)")
 
     async def test_an_exit_after_the_handshake_is_the_last_error(self, tmp_path, logs) -> None:
         """A ready connector exiting with code 5 leaves "the process exited with code 5" as its last error."""

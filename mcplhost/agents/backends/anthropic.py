@@ -1,7 +1,9 @@
 """The `anthropic` backend: the Messages API via the official SDK (docs/agents.md#backends).
 
-One `complete` is one Messages call: `messages.stream` when the caller listens
-(`on_text` gets each text delta), `messages.create` otherwise. Retries are the
+One `complete` is one Messages call: streamed (`stream=True`, its raw events)
+when the caller listens (`on_text` gets each text delta, up to
+`max_output_chars`), whole otherwise; a streamed answer that came back empty
+is asked for once more, unstreamed (backends/common.py `SdkBackend`). Retries are the
 SDK's (`max_retries`), `timeout_s` per attempt, one overall bound over all
 attempts; every failure becomes `BackendError`.
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcplhost.agents.backends.common import SdkBackend
+from mcplhost.agents.backends.common import LoopTurns, SdkBackend, StreamedAnswer
+from mcplhost.agents.backends.http import RESPONSE_MAX_BYTES
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -90,7 +93,7 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
 
 
 def request_kwargs(request: ModelRequest) -> dict[str, Any]:
-    """The `messages.create` / `messages.stream` arguments for a request."""
+    """The `messages.create` arguments for a request (streamed or not)."""
     kwargs: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
@@ -110,20 +113,35 @@ def request_kwargs(request: ModelRequest) -> dict[str, Any]:
 # --- answer shapes (pure) ----------------------------------------------------
 
 
+#: The SDK's usage fields this backend reads; a stream's `message_delta` repeats the ones it updates (cumulative).
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
 def _usage(usage: Any) -> Usage:
     if usage is None:
         return Usage()
-    read = usage.cache_read_input_tokens or 0
-    written = usage.cache_creation_input_tokens or 0
+    return _usage_of({name: getattr(usage, name, None) or 0 for name in _USAGE_FIELDS})
+
+
+def _usage_of(counts: dict[str, int]) -> Usage:
+    read = counts["cache_read_input_tokens"]
     return Usage(
-        input_tokens=(usage.input_tokens or 0) + read + written,
-        output_tokens=usage.output_tokens or 0,
+        input_tokens=counts["input_tokens"] + read + counts["cache_creation_input_tokens"],
+        output_tokens=counts["output_tokens"],
         cached_tokens=read,
     )
 
 
+def _stop_reason(reason: str | None, tool_calls: list[ToolCall]) -> str:
+    if reason:
+        return _STOP_REASONS.get(reason, reason)
+    return "tool_calls" if tool_calls else "stop"
+
+
 def response_from_message(message: Any) -> ModelResponse:
-    """A whole Message (streamed and accumulated, or not) as a ModelResponse."""
+    """A whole (non-streamed) Message as a ModelResponse."""
+    if isinstance(message, str):  # the SDK's reading of a body that is not JSON (a proxy's HTML page)
+        raise BackendError("malformed", "the answer is not JSON")
     text: list[str] = []
     tool_calls: list[ToolCall] = []
     for block in message.content or []:
@@ -133,14 +151,52 @@ def response_from_message(message: Any) -> ModelResponse:
             if not isinstance(block.input, dict):
                 raise BackendError("malformed", f"input of tool call {block.name!r} is not a JSON object")
             tool_calls.append(ToolCall(id=block.id, name=block.name, arguments=dict(block.input)))
-    reason = message.stop_reason
     return ModelResponse(
         text="".join(text),
         tool_calls=tool_calls,
-        finish_reason=_STOP_REASONS.get(reason, reason) if reason else ("tool_calls" if tool_calls else "stop"),
+        finish_reason=_stop_reason(message.stop_reason, tool_calls),
         usage=_usage(message.usage),
         model=message.model or "",
     )
+
+
+class _StreamState:
+    """What a stream's events say besides text and tool calls: the model, the stop reason, the usage so far."""
+
+    def __init__(self) -> None:
+        self.model = ""
+        self.stop_reason: str | None = None
+        self.counts = dict.fromkeys(_USAGE_FIELDS, 0)
+
+    def count(self, usage: Any) -> None:
+        for name in _USAGE_FIELDS:
+            value = getattr(usage, name, None)
+            if value is not None:
+                self.counts[name] = value
+
+
+def _read_event(streamed: StreamedAnswer, state: _StreamState, event: Any) -> bool:
+    """One raw stream event into `streamed` and `state`; False once the text passed the bound (read no further)."""
+    kind = event.type
+    if kind == "content_block_delta":
+        delta = event.delta
+        if delta.type == "text_delta":
+            return streamed.text(delta.text)
+        if delta.type == "input_json_delta":
+            streamed.tool_piece(event.index, arguments=delta.partial_json)
+    elif kind == "content_block_start":
+        block = event.content_block
+        if block.type == "tool_use":
+            streamed.tool_piece(event.index, call_id=block.id, name=block.name)
+        elif block.type == "text" and block.text:
+            return streamed.text(block.text)
+    elif kind == "message_start":
+        state.model = event.message.model or state.model
+        state.count(event.message.usage)
+    elif kind == "message_delta":
+        state.stop_reason = event.delta.stop_reason or state.stop_reason
+        state.count(event.usage)
+    return True
 
 
 # --- the backend (I/O) -------------------------------------------------------
@@ -159,7 +215,17 @@ class AnthropicBackend(SdkBackend):
     async def _call(self, client: Any, request: ModelRequest, on_text: OnText | None) -> ModelResponse:
         if on_text is None:
             return response_from_message(await client.messages.create(**request_kwargs(request)))
-        async with client.messages.stream(**request_kwargs(request)) as stream:
-            async for delta in stream.text_stream:
-                on_text(delta)
-            return response_from_message(await stream.get_final_message())
+        # The raw events, not the SDK's `messages.stream` helper: that one keeps the whole answer (a text grown by
+        # `+=` and each tool input re-parsed from its start on every delta), which a long answer makes quadratic.
+        streamed = StreamedAnswer(on_text, request.max_output_chars, max_arguments=RESPONSE_MAX_BYTES)
+        state = _StreamState()
+        turns = LoopTurns()
+        stream = await client.messages.create(**request_kwargs(request), stream=True)
+        async with stream:
+            async for event in stream:
+                if not _read_event(streamed, state, event):
+                    break
+                await turns.tick()
+        tool_calls = streamed.tool_calls()
+        return streamed.response(finish_reason=_stop_reason(state.stop_reason, tool_calls),
+                                 usage=_usage_of(state.counts), model=state.model)

@@ -1,10 +1,12 @@
 """The `openai` backend: any OpenAI-compatible Chat Completions endpoint, via the official SDK (docs/agents.md#backends).
 
 One `complete` is one `chat.completions.create`: streamed when the caller
-listens (`on_text` gets each text delta), a single JSON answer otherwise. The
-SDK does the retries (`max_retries`, for 429, 5xx and connection errors) with
-`timeout_s` per attempt; an overall bound over all attempts stops a server
-that trickles bytes forever. Every failure becomes `BackendError`.
+listens (`on_text` gets each text delta, up to `max_output_chars`), a single
+JSON answer otherwise; a streamed answer that came back empty is asked for
+once more, unstreamed (backends/common.py `SdkBackend`). The SDK does the
+retries (`max_retries`, for 429, 5xx and connection errors) with `timeout_s`
+per attempt; an overall bound over all attempts stops a server that trickles
+bytes forever. Every failure becomes `BackendError`.
 
 Shapes: the system prompt is the first `system` message; a user message is a
 string, or parts when it holds images (`image_url` with a data URL); an
@@ -19,7 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mcplhost.agents.backends.common import SdkBackend, block_text
+from mcplhost.agents.backends.common import LoopTurns, SdkBackend, StreamedAnswer, block_text, tool_arguments
+from mcplhost.agents.backends.http import RESPONSE_MAX_BYTES
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -96,16 +99,6 @@ def request_kwargs(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
 # --- answer shapes (pure) ----------------------------------------------------
 
 
-def _arguments(raw: str | None, tool: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        raise BackendError("malformed", f"arguments of tool call {tool!r} are not JSON") from None
-    if not isinstance(value, dict):
-        raise BackendError("malformed", f"arguments of tool call {tool!r} are not a JSON object")
-    return value
-
-
 def _usage(usage: Any) -> Usage:
     if usage is None:
         return Usage()
@@ -125,12 +118,14 @@ def _finish(reason: str | None, tool_calls: list[ToolCall]) -> str:
 
 def response_from_completion(completion: Any) -> ModelResponse:
     """A whole (non-streamed) ChatCompletion as a ModelResponse."""
+    if isinstance(completion, str):  # the SDK's reading of a body that is not JSON (a proxy's HTML page)
+        raise BackendError("malformed", "the answer is not JSON")
     if not completion.choices:
         raise BackendError("malformed", "the answer has no choices")
     choice = completion.choices[0]
     message = choice.message
     tool_calls = [
-        ToolCall(id=c.id, name=c.function.name, arguments=_arguments(c.function.arguments, c.function.name))
+        ToolCall(id=c.id, name=c.function.name, arguments=tool_arguments(c.function.arguments, c.function.name))
         for c in (message.tool_calls or [])
         if getattr(c, "function", None) is not None
     ]
@@ -143,50 +138,22 @@ def response_from_completion(completion: Any) -> ModelResponse:
     )
 
 
-class _StreamedCall:
-    """Gathers a stream's chunks: text deltas, tool-call pieces by index, the finish reason, usage."""
-
-    def __init__(self, on_text: OnText) -> None:
-        self._on_text = on_text
-        self.text: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.finish_reason: str | None = None
-        self.usage: Any = None
-        self.model = ""
-
-    def add(self, chunk: Any) -> None:
-        self.model = chunk.model or self.model
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        for choice in chunk.choices or []:
-            if choice.index != 0:
-                continue
-            delta = choice.delta
-            if delta is not None and delta.content:
-                self.text.append(delta.content)
-                self._on_text(delta.content)
-            for piece in (delta.tool_calls if delta is not None else None) or []:
-                call = self.calls.setdefault(piece.index, {"id": "", "name": "", "arguments": []})
-                if piece.id:
-                    call["id"] = piece.id
-                if piece.function is not None:
-                    call["name"] += piece.function.name or ""
-                    call["arguments"].append(piece.function.arguments or "")
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-
-    def response(self) -> ModelResponse:
-        tool_calls = [
-            ToolCall(id=c["id"], name=c["name"], arguments=_arguments("".join(c["arguments"]), c["name"]))
-            for _, c in sorted(self.calls.items())
-        ]
-        return ModelResponse(
-            text="".join(self.text),
-            tool_calls=tool_calls,
-            finish_reason=_finish(self.finish_reason, tool_calls),
-            usage=_usage(self.usage),
-            model=self.model,
-        )
+def _read_chunk(streamed: StreamedAnswer, chunk: Any) -> tuple[bool, str | None]:
+    """One stream chunk into `streamed`: whether to read on (False once the text passed the bound), and the
+    finish reason it gives, if any."""
+    finish = None
+    for choice in chunk.choices or []:
+        if choice.index != 0:
+            continue
+        delta = choice.delta
+        if delta is not None and delta.content and not streamed.text(delta.content):
+            return False, None
+        for piece in (delta.tool_calls if delta is not None else None) or []:
+            function = piece.function
+            streamed.tool_piece(piece.index, call_id=piece.id, name=function.name if function else None,
+                                arguments=function.arguments if function else None)
+        finish = choice.finish_reason or finish
+    return True, finish
 
 
 # --- the backend (I/O) -------------------------------------------------------
@@ -205,9 +172,20 @@ class OpenAIBackend(SdkBackend):
     async def _call(self, client: Any, request: ModelRequest, on_text: OnText | None) -> ModelResponse:
         if on_text is None:
             return response_from_completion(await client.chat.completions.create(**request_kwargs(request, stream=False)))
-        streamed = _StreamedCall(on_text)
+        streamed = StreamedAnswer(on_text, request.max_output_chars, max_arguments=RESPONSE_MAX_BYTES)
+        finish: str | None = None
+        usage: Any = None
+        model = ""
+        turns = LoopTurns()
         stream = await client.chat.completions.create(**request_kwargs(request, stream=True))
         async with stream:
             async for chunk in stream:
-                streamed.add(chunk)
-        return streamed.response()
+                model = chunk.model or model
+                usage = chunk.usage if chunk.usage is not None else usage
+                more, said = _read_chunk(streamed, chunk)
+                finish = said or finish
+                if not more:
+                    break
+                await turns.tick()
+        tool_calls = streamed.tool_calls()
+        return streamed.response(finish_reason=_finish(finish, tool_calls), usage=_usage(usage), model=model)

@@ -13,6 +13,9 @@ agent `mcplhost dev` shows). A reply is either
   written as a JSON string or, in TOML, as a table (config.ScriptReply). `{{echo}}` works in
   its text too. Tool call ids are `scripted-<call>-<index>`, unique per backend.
 
+A reply's text is cut at the request's `max_output_chars` like any backend's
+(agents/bounds.py); an empty reply is answered as it is (the script says so).
+
 `script_problems` names what is wrong with a script, for check-config.
 """
 
@@ -24,6 +27,7 @@ from typing import Any
 import msgspec
 
 from mcplhost.agents.backends.common import block_text, estimated_tokens
+from mcplhost.agents.bounds import cut_answer
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -130,19 +134,19 @@ class ScriptedBackend:
         reply = self._replies[min(call, len(self._replies) - 1)]
         text = reply.text.replace(ECHO, echo_text(request.messages, request.waking_text)) if ECHO in reply.text else reply.text
         if on_text is not None and text:
-            on_text(text)
+            on_text(text[: request.max_output_chars])  # as a real stream, read no further than the bound
         tool_calls = [
             ToolCall(id=f"scripted-{call}-{i}", name=c.name, arguments=dict(c.arguments))
             for i, c in enumerate(reply.tool_calls)
         ]
         usage = Usage(input_tokens=estimated_tokens(_request_chars(request)), output_tokens=estimated_tokens(len(text)))
-        return ModelResponse(
+        return cut_answer(ModelResponse(
             text=text,
             tool_calls=tool_calls,
             finish_reason="tool_calls" if tool_calls else "stop",
             usage=usage,
             model=request.model or MODEL_NAME,
-        )
+        ), request.max_output_chars)
 
     async def aclose(self) -> None:
         return None
