@@ -481,13 +481,15 @@ class Session:
     async def _dispatch(self, items: list[bytes | Oversized], handlers: anyio.abc.TaskGroup) -> None:
         """Handle the lines of one read in order (one call for them all: this is the loop every line takes)."""
         stats = self.stats
+        stats["lines"] += len(items)  # an oversized report is taken back below
+        outgoing = self._outgoing
         for item in items:
             if isinstance(item, Oversized):
+                stats["lines"] -= 1
                 stats["oversized"] += 1
                 self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
                                      action="dropped; the connection goes on")
                 continue
-            stats["lines"] += 1
             size = len(item)
             if self._pending_bytes + size > self._max_pending_bytes:
                 await self._wait_for_budget(size)
@@ -513,7 +515,12 @@ class Session:
                             continue  # handed to a worker, which gives the bytes back
                     else:
                         data = self._result_line(message, result)  # type: ignore[arg-type]
-                        if not self._queued_nowait(data):
+                        # `_queued_nowait`, inlined: no wait, so no coroutine for the write.
+                        out = len(data)
+                        if (not self._closed and self._outgoing_bytes + out <= self._max_outgoing_bytes
+                                and outgoing.offer(data)):
+                            self._outgoing_bytes += out
+                        else:
                             await self._send_reply(data, message.method)  # type: ignore[union-attr]
             elif kind is Notification:
                 stats["notifications"] += 1
@@ -672,7 +679,7 @@ class Session:
             self.stats["handler_failures"] += 1
             self.limited.error("rpc.result_unencodable", method=request.method, error=repr(exc))
             return encode_error(request.id, INTERNAL_ERROR, "internal error")
-        if self._too_long(data, request.method):
+        if len(data) - 1 > self.max_line_bytes and self._too_long(data, request.method):  # a call only when long
             return encode_error(request.id, INTERNAL_ERROR, "result too large to send",
                                 {"reason": TOO_LARGE, "bytes": len(data) - 1, "limit": self.max_line_bytes})
         return data
