@@ -41,7 +41,12 @@ _ASCII_BRACKETS = "".join(bracket for bracket in _BRACKETS if bracket.isascii())
 
 def _brackets_in(text: str) -> str:
     """The characters reading as `[` that `text` holds, each found by a fast `in` scan."""
-    brackets = _ASCII_BRACKETS if text.isascii() else _BRACKETS
+    if text.isascii():
+        if _ASCII_BRACKETS == "[":  # the one ASCII bracket: no join for the usual text (every inbound block)
+            return "[" if "[" in text else ""
+        brackets = _ASCII_BRACKETS
+    else:
+        brackets = _BRACKETS
     return "".join(bracket for bracket in brackets if bracket in text)
 
 
