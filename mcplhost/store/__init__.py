@@ -63,6 +63,7 @@ from mcplhost.store.quotas import (
     body_bytes,
     bucket_of,
 )
+from mcplhost.store.stored import Stored, now_ms
 from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
@@ -112,6 +113,7 @@ __all__ = [
     "StoreError",
     "StoreMissing",
     "StoreReader",
+    "Stored",
     "StoredItem",
     "Turn",
     "TurnEnd",
@@ -124,6 +126,7 @@ __all__ = [
     "connect_read_only",
     "export_line",
     "item_row",
+    "now_ms",
     "row_content",
     "open_reader",
     "open_store",

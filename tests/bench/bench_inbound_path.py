@@ -74,8 +74,8 @@ from mcplhost import logs
 from mcplhost.agents.turn import CONTEXT_ROWS
 from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
-from mcplhost.inbound.pipeline import Processed
 from mcplhost.ingest import Ingest
+from mcplhost.ingest.connector_quotas import ConnectorQuota
 from mcplhost.ingest.quotas import QuotaLimits, QuotaWindow
 from mcplhost.store import body_bytes, open_store
 from mcplhost.systemd import Notifier, watchdog_interval_s
@@ -438,11 +438,11 @@ async def quotas_in_process(items: int, checked: tuple, unchecked: tuple) -> Non
     variants = [("with quotas", checked), ("without", unchecked)]
     for round_number in range(QUOTA_ROUNDS):
         for label, steps in variants[:: 1 if round_number % 2 == 0 else -1]:
-            Ingest._window, Ingest._reserve_messages, Ingest._store_charged = steps  # type: ignore[method-assign]
+            _use_quota_steps(steps)
             try:
                 rates[label] = max(rates[label], await ingest_rate(items))
             finally:
-                Ingest._window, Ingest._reserve_messages, Ingest._store_charged = checked  # type: ignore[method-assign]
+                _use_quota_steps(checked)
     print(f"{'in process (ingest → commit), with':>38}: {rates['with quotas']:>9,.0f} items/s,"
           f" without {rates['without']:,.0f} | ratio {rates['with quotas'] / rates['without']:.3f}"
           f" (best of {QUOTA_ROUNDS})")
@@ -456,36 +456,40 @@ class _Unchecked:
     """Ingest's quota steps replaced by none: nothing reserved, nothing counted (the path before quotas)."""
 
     @staticmethod
-    async def window(self: Ingest, server_id: str, now: int) -> None:
+    def reserve_all(self: ConnectorQuota, now: int, items: int, size: int) -> bool:
+        return True
+
+    @staticmethod
+    def release(self: ConnectorQuota, at: int, size: int) -> None:
         return None
 
     @staticmethod
-    async def reserve(self: Ingest, server_id: str, window: None, now: int, messages: list, outcomes: list
-                      ) -> dict[int, tuple[int, bool]]:
-        return {index: (0, False) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)}
+    async def store(self: Ingest, server_id: str, quota: ConnectorQuota, accepted_at: int, items: list,
+                    sizes: list, reserved: list, rows: list, searched: object) -> list:
+        return await self.writer.store_items(items, rows=rows, searched=searched)
 
-    @staticmethod
-    async def store(self: Ingest, server_id: str, window: None, accepted_at: int, rows: list, sizes: list,
-                    reserved: list) -> list:
-        return await self.writer.store_items(rows)
+
+def _use_quota_steps(steps: tuple) -> None:
+    """Put the quota's reservation and release and ingest's charged store in place: checked, or `_Unchecked`'s."""
+    ConnectorQuota.reserve_all, ConnectorQuota.release, Ingest._store_charged = steps  # type: ignore[method-assign]
 
 
 async def quotas(items: int) -> None:
     print("1 message per request, 4 connectors: with the quota check (default quotas) and without it")
-    checked = (Ingest._window, Ingest._reserve_messages, Ingest._store_charged)
-    unchecked = (_Unchecked.window, _Unchecked.reserve, _Unchecked.store)
+    checked = (ConnectorQuota.reserve_all, ConnectorQuota.release, Ingest._store_charged)
+    unchecked = (_Unchecked.reserve_all, _Unchecked.release, _Unchecked.store)
     rates = {"with quotas": 0.0, "without": 0.0}
     variants = [("with quotas", checked), ("without", unchecked)]
     for round_number in range(QUOTA_ROUNDS):  # interleaved, order alternating, best of each: the machine is noisy
         for label, steps in variants[:: 1 if round_number % 2 == 0 else -1]:
-            Ingest._window, Ingest._reserve_messages, Ingest._store_charged = steps  # type: ignore[method-assign]
+            _use_quota_steps(steps)
             try:
                 with tempfile.TemporaryDirectory() as run:
                     folder = Path(run)
                     specs = [connector(f"c{i}", folder, items // 4, 1, 64) for i in range(4)]
                     seconds, accepted = await run_host(folder, specs)
             finally:
-                Ingest._window, Ingest._reserve_messages, Ingest._store_charged = checked  # type: ignore[method-assign]
+                _use_quota_steps(checked)
             assert accepted == items // 4 * 4, f"only {accepted} items were accepted"
             rates[label] = max(rates[label], accepted / seconds)
     for label, rate in rates.items():
