@@ -89,7 +89,7 @@ from mcplhost.agents.turns.turn_services import AgentConnector, NoTimings, TurnS
 from mcplhost.agents.wakes.catchup import wait_for_routes
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
 from mcplhost.agents.wakes.rules import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
-from mcplhost.agents.wakes.scheduler import HOUR_S, AgentScheduler, SchedulerStats
+from mcplhost.agents.wakes.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats
 from mcplhost.agents.wakes.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
@@ -98,7 +98,7 @@ from mcplhost.peers.loops import held, wake_cause
 from mcplhost.peers.ports import Activity
 from mcplhost.peers.service import PeerService
 from mcplhost.speech.outbox import OutboxSender
-from mcplhost.store import Store, StoredItem
+from mcplhost.store import NewItem, Store, StoredItem
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
 from mcplhost.store.rows import PeerMeta
@@ -148,6 +148,9 @@ class AgentRunner:
         self._turn_scope: anyio.CancelScope | None = None
         self._stopping = False  # a stop cancelled the running turn: it ends stopped, not shut down
         self._dropped: list[int] = []  # items a stop dropped, their decisions not written yet
+        #: The items pending in the scheduler as their events carried them (the newest MAX_PENDING_IDS): a
+        #: wake reads its items from here, with no store read before its turn starts (the wake's latency).
+        self._waking: OrderedDict[int, NewItem] = OrderedDict()
         self._stop_unwritten = False  # a stop happened: its decisions and the cursor are written next step
 
     def offer(self, stored: Stored, now: float) -> None:
@@ -161,7 +164,20 @@ class AgentRunner:
             log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
             return
         if woke:
+            self._waking[stored.id] = stored.item
+            if len(self._waking) > MAX_PENDING_IDS:
+                self._waking.popitem(last=False)
             self._nudge.set()
+
+    def _remembered(self, ids: tuple[int, ...]) -> list[StoredItem] | None:
+        """The wake's items as their events carried them, by id (as `get_many` gives them), each forgotten now;
+        None when one is not remembered (a catch-up wake, one past the bound): then all are read from the store."""
+        items = [(item_id, self._waking.pop(item_id, None)) for item_id in sorted(set(ids))]
+        if any(item is None for _, item in items):
+            return None
+        return [StoredItem(id=item_id, agent=item.agent, participant=item.participant, role=item.role,
+                           content=item.content, metadata=item.metadata, created_at=item.created_at)
+                for item_id, item in items if item is not None]
 
     def _stop(self, item_id: int, now: float) -> None:
         """A stop command on arrival: drop the pending wakes and abort the running turn (docs/agents.md#stop)."""
@@ -294,7 +310,9 @@ class AgentRunner:
         """The wake without items now known as echoes (wakes/rules.py), and its items read; None, cursor moved past
         them, if none is left."""
         store = self.services.store
-        items = await store.items.get_many(wake.item_ids)
+        items = self._remembered(wake.item_ids)
+        if items is None:
+            items = await store.items.get_many(wake.item_ids)
         kept = without_late_echoes(wake, items, store.outbox.recent_delivered)
         if kept is wake:
             return wake, items

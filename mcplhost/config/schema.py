@@ -74,8 +74,10 @@ class ConsoleConfig(Base, frozen=True):
     actions: list[ConsoleAction] = []
 
 
-#: Per-connector quotas' defaults: generous enough that no ordinary community reaches them.
-DEFAULT_MAX_ITEMS_PER_HOUR = 100_000
+#: Per-connector quotas' defaults (docs/operations.md#quotas): the bytes quota bounds the bodies stored; the items
+#: quota bounds what it does not count, each row's metadata and index entries (about 1 KB an item), to the same
+#: order (about 1 GB an hour), which is also ~280 items a second all hour: far above a busy connector's rate.
+DEFAULT_MAX_ITEMS_PER_HOUR = 1_000_000
 
 
 DEFAULT_MAX_BYTES_PER_HOUR = 1 << 30  # stored body bytes (1 GiB)

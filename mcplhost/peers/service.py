@@ -39,14 +39,13 @@ import structlog
 from msgspec import UNSET
 
 from mcplhost.config import AgentConfig
-from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.admission import Throttles, text_key
 from mcplhost.peers.envelope import envelope, guidance
 from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS
 from mcplhost.peers.loops import Cause, next_count
 from mcplhost.peers.ports import AgentActivity
 from mcplhost.peers.tree import SCOPES, SENDER_RELATIONSHIP, Relation, Tree
-from mcplhost.store import NewItem, Store
+from mcplhost.store import NewItem, Store, Stored, now_ms
 from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, SetPeerWakeCounts
 from mcplhost.store.own_rows import text_content
 from mcplhost.store.peers import PeerEntry, QueuedPeerMessage, with_entry_id

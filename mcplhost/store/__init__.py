@@ -32,7 +32,16 @@ from mcplhost.store.errors import (
     StoreMissing,
 )
 from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Quotas, Repositories, Turns
-from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
+from mcplhost.store.items import (
+    ItemRepository,
+    ItemRow,
+    ItemWritten,
+    NewItem,
+    StoredItem,
+    export_line,
+    item_row,
+    row_content,
+)
 from mcplhost.store.open import DEFAULT_POOL_SIZE, is_database_url, open_reader, open_store, redacted_url
 from mcplhost.store.peers import (
     DISPATCHES,
@@ -56,6 +65,7 @@ from mcplhost.store.quotas import (
     body_bytes,
     bucket_of,
 )
+from mcplhost.store.stored import Stored, now_ms
 from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
@@ -84,6 +94,7 @@ __all__ = [
     "Cursors",
     "ForeignDatabase",
     "ItemRepository",
+    "ItemRow",
     "ItemWritten",
     "Items",
     "NewItem",
@@ -107,6 +118,7 @@ __all__ = [
     "StoreError",
     "StoreMissing",
     "StoreReader",
+    "Stored",
     "StoredItem",
     "Turn",
     "TurnEnd",
@@ -119,6 +131,9 @@ __all__ = [
     "connect_read_only",
     "export_line",
     "is_database_url",
+    "item_row",
+    "now_ms",
+    "row_content",
     "open_reader",
     "open_store",
     "redacted_url",

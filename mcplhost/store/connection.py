@@ -30,8 +30,12 @@ class Conn(Protocol):
     def engine(self) -> Engine:
         ...
 
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        """Run one statement and return every row it yields."""
+    async def fetch(self, sql: str, params: Params = (), *, searched: object = None) -> list[tuple[Any, ...]]:
+        """Run one statement and return every row it yields.
+
+        `searched`: the secrets version these parameters were already searched at (store/redacting.py reads
+        it; an engine's own connection ignores it).
+        """
         ...
 
     async def execute(self, sql: str, params: Params = ()) -> int:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.items import ItemWritten, NewItem, StoredItem
+from mcplhost.store.items import ItemRow, ItemWritten, NewItem, StoredItem
 from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
@@ -38,7 +38,8 @@ class Items(Protocol):
 
     async def insert_many(self, items: Sequence[NewItem]) -> builtins.list[int]: ...
 
-    async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]: ...
+    async def insert_many_nocommit(self, items: Sequence[NewItem], *, rows: Sequence[ItemRow] | None = None,
+                                   searched: object = None) -> builtins.list[ItemWritten]: ...
 
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool: ...
 

@@ -24,6 +24,8 @@ import builtins
 import re
 from collections.abc import AsyncIterator, Sequence
 from functools import cached_property
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -55,7 +57,12 @@ _INSERT_COLUMNS = (
     "agent, participant, role, content, metadata, server_id, channel_id, message_id,"
     " thread_id, conversation_id, dedup_digest, created_at"
 )
-_ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
+#: Content and metadata are given as their JSON's UTF-8 bytes and stored as TEXT (a BLOB would be read as JSONB
+#: by SQLite's JSON functions): the cast costs SQLite a copy, where a str would cost Python a decode and the
+#: driver an encode back.
+_JSON_COLUMNS = ("content", "metadata")
+_ROW_PLACEHOLDERS = "(" + ", ".join("CAST(? AS TEXT)" if column.strip() in _JSON_COLUMNS else "?"
+                                    for column in _INSERT_COLUMNS.split(",")) + ")"
 # The UNIQUE index items_by_message (migration 0002): a row is constrained
 # only when all four are non-null, i.e. a channel item carrying its digest.
 _KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
@@ -151,20 +158,34 @@ class ItemRepository:
         async with self._connections.transaction():
             return [written.id for written in await self.insert_many_nocommit(items)]
 
-    async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+    async def insert_many_nocommit(self, items: Sequence[NewItem], *, rows: Sequence[ItemRow] | None = None,
+                                   searched: object = None) -> builtins.list[ItemWritten]:
         """Store items inside the caller's `store.transaction()`; one `ItemWritten` per item, in order.
 
         Ids come from the database (`RETURNING`). An item whose redelivery
         key is already stored, or earlier in `items`, stores nothing and
         gets the original's id and conversation.
+
+        `rows`: the items' `item_row`s, when the caller built them already
+        (ingest does, to size and search them once). `searched`: the secrets
+        version (`Secrets.version`) those rows were searched with and found
+        to hold none of, so the writer's connection need not search them again
+        (store/db.py `RedactingWriter`); it searches as usual if the set
+        changed since.
         """
         conn = self._connections.writer("items.insert_many_nocommit")
         if items and conn.engine == POSTGRESQL:
             # Ids become visible in the order they are taken, whatever other writers do (store/order.py).
             await conn.execute("SELECT pg_advisory_xact_lock(?)", (ITEMS_ORDER_KEY,))
+        if rows is None:
+            rows = [item_row(item) for item in items]
+            searched = None
+        elif len(rows) != len(items):
+            raise ValueError("rows given for items must be one per item")
         written: builtins.list[ItemWritten] = []
         for start in range(0, len(items), ROWS_PER_INSERT):
-            written.extend(await _insert_chunk(conn, items[start : start + ROWS_PER_INSERT]))
+            end = start + ROWS_PER_INSERT
+            written.extend(await _insert_chunk(conn, items[start:end], rows[start:end], searched))
         return written
 
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool:
@@ -394,22 +415,33 @@ class ItemRepository:
                 (agent, window, limit))
         return [stored_item(row) for row in rows]
 
-async def _insert_chunk(conn: Conn, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+async def _insert_chunk(conn: Conn, items: Sequence[NewItem], rows: Sequence[ItemRow],
+                        searched: object) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
-    rows = [_row(item) for item in items]
     if conn.engine == POSTGRESQL:
-        rows = [(*row[:_METADATA], readable_json(row[_METADATA]), *row[_METADATA + 1 :]) for row in rows]
-    returned = await conn.fetch(
-        f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
-        f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
-        [value for row in rows for value in row],
-    )
+        placeholders = _PG_ROW_PLACEHOLDERS
+        rows = [_pg_row(row) for row in rows]
+    else:
+        placeholders = _ROW_PLACEHOLDERS
+    statement = (f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([placeholders] * len(rows))}"
+                 " ON CONFLICT DO NOTHING RETURNING id")
+    values = builtins.list(chain.from_iterable(rows))
+    # `searched`: the writer's connection (store/redacting.py) skips a search already made for the same secrets
+    returned = await conn.fetch(statement, values, searched=searched)
     # RETURNING's row order is unspecified, but ids are given in the order
     # the VALUES rows are processed; so the inserted rows, sorted by id,
-    # are the items in order minus those that conflicted. Only an item with
-    # a key can conflict, and an inserted key is unique, so a keyed item
-    # whose key is not the next inserted row's was a conflict.
-    inserted = sorted(returned)
+    # are the items in order minus those that conflicted.
+    ids = sorted(row[0] for row in returned)
+    if len(ids) == len(items):  # none conflicted, the usual case
+        return [ItemWritten(item_id, False, item.conversation_id) for item_id, item in zip(ids, items)]
+    # Only an item with a key can conflict, and an inserted key is unique, so
+    # a keyed item whose key is not the next inserted row's was a conflict.
+    inserted: builtins.list[Any] = []
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
+        inserted.extend(await conn.fetch(
+            f"SELECT id, {', '.join(_KEY_COLUMNS)} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id",
+            chunk))
     written: builtins.list[ItemWritten] = []
     next_row = 0
     for item, row in zip(items, rows):
@@ -448,8 +480,12 @@ def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = N
     return " AND ".join(clauses), tuple(params)
 
 
-def _row(item: NewItem) -> tuple[Any, ...]:
-    """The INSERT's values, in `_INSERT_COLUMNS` order."""
+#: An item as the INSERT writes it: its values in `_INSERT_COLUMNS` order.
+ItemRow = tuple[Any, ...]
+
+
+def item_row(item: NewItem) -> ItemRow:
+    """The INSERT's values for `item`, in `_INSERT_COLUMNS` order (content and metadata as compact JSON, UTF-8)."""
     server_id = item.metadata.get("serverId")
     channel_id = item.metadata.get("channelId")
     message_id = item.metadata.get("messageId")
@@ -457,10 +493,8 @@ def _row(item: NewItem) -> tuple[Any, ...]:
         item.agent,
         item.participant,
         item.role,
-        # Stored as TEXT (a bytes value would be a BLOB, which SQLite's JSON
-        # functions would read as JSONB).
-        _encoder.encode(item.content).decode(),
-        _encoder.encode(item.metadata).decode(),
+        _encoder.encode(item.content),  # stored as TEXT: see _ROW_PLACEHOLDERS
+        _encoder.encode(item.metadata),
         server_id if isinstance(server_id, str) else None,
         channel_id if isinstance(channel_id, str) else None,
         message_id if isinstance(message_id, str) else None,
@@ -471,8 +505,21 @@ def _row(item: NewItem) -> tuple[Any, ...]:
     )
 
 
-#: Where `_row` puts the metadata JSON.
-_METADATA = 4
+#: Where `item_row` puts the content and metadata JSON.
+_CONTENT = [c.strip() for c in _INSERT_COLUMNS.split(",")].index("content")
+_METADATA = [c.strip() for c in _INSERT_COLUMNS.split(",")].index("metadata")
+#: PostgreSQL's json columns take the JSON as text (no cast: text has no assignment cast to json).
+_PG_ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
+
+
+def _pg_row(row: ItemRow) -> ItemRow:
+    """`row` as PostgreSQL takes it: content and metadata as text, the metadata's NULs readable (`readable_json`)."""
+    values = builtins.list(row)
+    values[_CONTENT] = row[_CONTENT].decode()
+    values[_METADATA] = readable_json(row[_METADATA].decode())
+    return tuple(values)
+
+
 #: A JSON `\u0000` escape (after an even run of backslashes, so not an escaped backslash's `u0000`).
 _NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
@@ -486,9 +533,17 @@ def readable_json(text: str) -> str:
     return _NUL_ESCAPE.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
 
 
-def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:
+_key_of = itemgetter(*_KEY_POSITIONS)
+
+
+def row_content(row: ItemRow) -> bytes:
+    """The content column's value in `row`: the item's content blocks as compact JSON (UTF-8)."""
+    return row[_CONTENT]  # type: ignore[no-any-return]
+
+
+def _key(row: ItemRow) -> tuple[Any, ...] | None:
     """The row's `_KEY_COLUMNS` values, or None when the unique index does not constrain it (a null among them)."""
-    key = tuple(row[position] for position in _KEY_POSITIONS)
+    key = _key_of(row)
     return None if None in key else key
 
 

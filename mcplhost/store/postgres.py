@@ -121,7 +121,7 @@ class PgConn:
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.raw = conn
 
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+    async def fetch(self, sql: str, params: Params = (), *, searched: object = None) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in await self.raw.fetch(numbered(sql), *_cleaned(params))]
 
     async def execute(self, sql: str, params: Params = ()) -> int:

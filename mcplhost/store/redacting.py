@@ -2,6 +2,10 @@
 
 The one place every stored row passes, so no secret value is written whatever its path
 (docs/agents.md#secrets). With no secrets held each call costs one truth test.
+
+`fetch(..., searched=version)`: the caller searched exactly these parameters with `Secrets.find_in_values`
+and found none while the secrets were at `version` (`Secrets.version`); the search is not made again unless
+the set changed since (ingest searches a request's rows once: docs/architecture.md#the-inbound-hot-path).
 """
 
 from __future__ import annotations
@@ -9,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from mcplhost.secrets import Secrets
+from mcplhost.secrets import BLOB_TYPES, Secrets
 from mcplhost.store.connection import Conn, Engine, Params
-
-_BLOBS = (bytes, bytearray, memoryview)  # a tuple: isinstance on a union is several times slower per value
 
 
 class RedactingWriter:
@@ -31,13 +33,12 @@ class RedactingWriter:
         if not params:
             return params
         # One search over the row's texts first: most rows hold no secret and are passed on as they are.
-        if not secrets.find_in([v for v in params if type(v) is str],
-                               [bytes(v) for v in params if isinstance(v, _BLOBS)]):
+        if not secrets.find_in_values(params):
             return params
         return [_redact_value(secrets, value) for value in params]
 
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        if self._secrets:
+    async def fetch(self, sql: str, params: Params = (), *, searched: object = None) -> list[tuple[Any, ...]]:
+        if self._secrets and (searched is None or searched is not self._secrets.version):
             params = self._redacted(params)
         return await self._conn.fetch(sql, params)
 
@@ -55,6 +56,6 @@ class RedactingWriter:
 def _redact_value(secrets: Secrets, value: Any) -> Any:
     if isinstance(value, str):
         return secrets.redact(value)
-    if isinstance(value, _BLOBS):
+    if isinstance(value, BLOB_TYPES):
         return secrets.redact_bytes(bytes(value))
     return value

@@ -18,7 +18,7 @@ class SqliteConn:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.raw = conn
 
-    async def fetch(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+    async def fetch(self, sql: str, params: Params = (), *, searched: object = None) -> list[tuple[Any, ...]]:
         return list(await self.raw.execute_fetchall(sql, params))  # type: ignore[arg-type]  # rows are tuples
 
     async def execute(self, sql: str, params: Params = ()) -> int:

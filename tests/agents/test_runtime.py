@@ -19,11 +19,13 @@ from mcplhost.agents.wakes.scheduler import HOUR_S
 from mcplhost.config import AgentConfig, Config
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Ingest, Stored
+from mcplhost.secrets import Secrets
 from mcplhost.speech.echoes import EchoMemory
+from mcplhost.store import export_line
 from mcplhost.store.operations import RecordTurn, SetCursor
 
 from ..harness import wait_for
-from .support import HangingBackend, RecordingBackend, agent_config, agent_store, heard
+from .support import ADDRESSED, HangingBackend, RecordingBackend, agent_config, agent_store, heard
 
 
 @asynccontextmanager
@@ -90,6 +92,26 @@ class TestWakes:
                         {"a": RecordingBackend(), "b": RecordingBackend()}) as (runtime, _):
             stats = runtime.statistics()
         assert set(stats) == {"a", "b"} and stats["a"].state == "idle"
+
+    async def test_a_wake_reads_its_items_as_the_store_holds_them_without_reading_the_store(self, tmp_path: Path):
+        """The items a wake remembers from their events are the store's rows to the byte (secret redaction
+        included); once read they are forgotten, and a wake with an item not remembered reads the store."""
+        send, receive = anyio.create_memory_object_stream[Stored](16)
+        async with send, receive, agent_store(tmp_path) as (store, writer, _):
+            ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send,
+                            secrets=Secrets({"BOT_TOKEN": "hunter2-secret"}))
+            runner = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
+                                   backends={"scout": RecordingBackend()}).runners["scout"]
+            ids = await heard(ingest, "scout, hello", "scout: the key is hunter2-secret", tags=ADDRESSED)
+            events = [receive.receive_nowait() for _ in ids]
+            for event in events:
+                runner.offer(event, anyio.current_time())
+            remembered = runner._remembered(tuple(ids))
+            assert remembered is not None
+            assert [export_line(item) for item in remembered] == \
+                [export_line(item) for item in await store.items.get_many(ids)]
+            assert b"hunter2" not in b"".join(export_line(item) for item in remembered)
+            assert runner._remembered(tuple(ids)) is None  # forgotten once read: the next wake's are new items
 
 
 class TestCursors:
