@@ -18,6 +18,7 @@ from .environment import (
 )
 from .load import ConfigMissing, default_config_path, load_config, read_config
 from .machine import database_path_problems
+from .paths import STATE_DIR_VARIABLE, DaemonLock, daemon_lock, default_host_name, state_folder
 from .rules import MAX_TREE_DEPTH, addressed_wakers, problems, warnings
 from .schema import (
     CONSOLE_ACTIONS,
@@ -28,12 +29,14 @@ from .schema import (
     DEFAULT_MAX_TOOL_CALLS_PER_ROUND,
     DEFAULT_MODERATION_MODEL,
     DERIVED_FIELDS,
+    URL_SCHEMES,
     AgentConfig,
     BackendConfig,
     Config,
     ConnectorConfig,
     ConsoleConfig,
     FeatureSetSelection,
+    HostConfig,
     InferenceConfig,
     MetricsConfig,
     ModerationConfig,
@@ -43,11 +46,25 @@ from .schema import (
     StoreConfig,
     control_socket_path,
     effective_max_wait_ms,
+    is_url,
+    state_path,
+    store_target,
     system_prompt_text,
 )
-from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address
+from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address, redact_url
 
 __all__ = [
+    "STATE_DIR_VARIABLE",
+    "URL_SCHEMES",
+    "DaemonLock",
+    "HostConfig",
+    "daemon_lock",
+    "default_host_name",
+    "is_url",
+    "redact_url",
+    "state_folder",
+    "state_path",
+    "store_target",
     "CONSOLE_ACTIONS",
     "DEFAULT_DEBOUNCE_MS",
     "DEFAULT_MAX_BYTES_PER_HOUR",

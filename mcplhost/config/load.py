@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from .check import check
 from .environment import api_key_variables, environment_warnings
 from .machine import machine_problems
+from .paths import default_host_name, state_folder
 from .rules import config_warnings, cross_field_problems
 from .schema import Config
 from .values import UnknownGrant
@@ -76,11 +77,13 @@ class ConfigMissing(ConfigError):
 def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
     """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
 
-    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path,
+    Paths: `store.path` (and the state folder, `state_folder`), every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path,
     `[console] token_file`.
-    `withheld`: the host's api key variables (`api_key_variables`).
+    `withheld`: the host's api key variables (`api_key_variables`). `[host] name` defaults to the hostname.
     """
-    store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
+    store = msgspec.structs.replace(config.store, path=str(base / config.store.path),
+                                    state_dir=str(state_folder(config.store, base)))
+    host = msgspec.structs.replace(config.host, name=config.host.name or default_host_name())
     connectors = [
         msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base),
                                 env_file=str(base / c.env_file) if c.env_file is not None else None,
@@ -99,5 +102,6 @@ def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset(
     console = config.console
     if console.token_file is not None:
         console = msgspec.structs.replace(console, token_file=str(base / console.token_file))
-    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents, moderation=moderation,
-                                   console=console)
+    return msgspec.structs.replace(config, store=store, host=host, connectors=connectors, agents=agents,
+                                   moderation=moderation, console=console)
+
