@@ -363,7 +363,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
-    control = ControlService(store, connectors, agents, started_at_ms=now_ms())
+    control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name)
     console = None
     if config.console.listen and feed_format is not None:
         console = Console(config.console, token=console_token, store_path=Path(store.path), secrets=store.secrets,

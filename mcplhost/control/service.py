@@ -22,11 +22,12 @@ import structlog
 
 from mcplhost import __version__
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.config import default_host_name
 from mcplhost.protocol.ports import ConnectorStopped
 from mcplhost.store import Store
 from mcplhost.supervisor.handle import ConnectorHandle
 
-from .status import AgentCounts, HostStatus, Status, build_status, check_problems
+from .status import AgentCounts, HostStatus, Status, build_status, check_problems, sole_host
 from .wire import Answer, Request, RestartRequest, StatusRequest
 
 log = structlog.get_logger()
@@ -52,11 +53,12 @@ class ControlService:
     """Answers `status` and `restart-connector` for one host."""
 
     def __init__(self, store: Store, connectors: Mapping[str, ConnectorHandle], agents: AgentsRuntime, *,
-                 started_at_ms: int) -> None:
+                 started_at_ms: int, host_name: str | None = None) -> None:
         self.store = store
         self.connectors = connectors
         self.agents = agents
         self.started_at_ms = started_at_ms
+        self.host_name = host_name or default_host_name()  # `[host] name`, resolved
         self._db = Path(os.path.abspath(store.path))
 
     async def status(self) -> Status:
@@ -72,8 +74,9 @@ class ControlService:
                                        drafts=await self.store.items.newest_turn_drafts(name),
                                        outbox_pending=pending.get(name, 0), last_error=health.last_error,
                                        failed_turns_last_hour=health.failed_since)
+        hosts = [sole_host(self.host_name, host, self.connectors, self.agents.runners)]
         return self._redacted(build_status(host, (handle.statistics() for handle in self.connectors.values()),
-                                           self.agents.statistics(), counts))
+                                           self.agents.statistics(), counts, hosts))
 
     def _redacted(self, status: Status) -> Status:
         """`status` with every secret value in any of its strings replaced by `[redacted:NAME]` (one pass over its
