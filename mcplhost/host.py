@@ -53,7 +53,7 @@ is committed. Passing `events=` to a host with agents is refused
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -68,7 +68,14 @@ from .agents.inference import ConnectorInference, connector_inference
 from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
 from .agents.turn import CONTEXT_ROWS
-from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
+from .config import (
+    Config,
+    ConnectorConfig,
+    StoreConfig,
+    connector_secret_sources,
+    control_socket_path,
+    secret_values,
+)
 from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
 from .control.server import serve_control
@@ -405,6 +412,13 @@ def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
     store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
+def open_configured_store(store: StoreConfig) -> AbstractAsyncContextManager[Store]:
+    """The store `[store]` names: the PostgreSQL server at `url` with its pool, else the SQLite file at `path`."""
+    if store.url is not None:
+        return open_store(store.url, pool_size=store.pool_size)
+    return open_store(store.path, synchronous=store.synchronous)
+
+
 def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
     """Each connector's quotas, as ingest applies them (docs/operations.md#quotas)."""
     return {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
@@ -428,7 +442,7 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
     try:
         # A console that cannot be served (its packages, its token file) stops the start before the store opens.
         token = console_token(config.console) if config.console.listen else None
-        async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
+        async with open_configured_store(config.store) as store:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
                               feed_format=feed_format, console_token=token)
             inference = host.inference

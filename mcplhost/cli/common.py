@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import re
@@ -14,6 +15,8 @@ from typing import NoReturn
 
 from ..config import (
     database_path_problems,
+    is_url,
+    redact_url,
 )
 from ..errors import OperatorError
 
@@ -118,6 +121,42 @@ def path_option(text: str) -> Path:
     return Path(text)
 
 
+#: A store named by --db: an SQLite file, or a PostgreSQL server's URL kept as written (a str).
+Database = Path | str
+
+
+def database_option(text: str) -> Database:
+    """An argparse type for --db: a postgresql:// or postgres:// URL as written, else a non-empty path."""
+    return text if is_url(text) else path_option(text)
+
+
+def sqlite_option(text: str) -> Path:
+    """An argparse type for dev's --db: an SQLite file only (dev makes a fresh store with stub connectors)."""
+    if is_url(text):
+        raise argparse.ArgumentTypeError("dev runs on an SQLite file only, not a PostgreSQL URL (mcplhost run with "
+                                         "[store] url runs on PostgreSQL)")
+    return path_option(text)
+
+
+def refuse_without_engine(db: Database) -> Database:
+    """`db`, or for a URL the OperatorError saying this mcplhost cannot open one yet: one line, nothing created.
+
+    A store that takes no `pool_size` has no PostgreSQL engine, and would take the URL for a file's path
+    (creating a folder named `postgresql:`). Goes once the engine (issue 28) is merged.
+    """
+    from ..store import open_store
+
+    if isinstance(db, str) and "pool_size" not in inspect.signature(open_store).parameters:
+        raise OperatorError(f"{shown(db)}: this mcplhost has no PostgreSQL store engine",
+                            "use an SQLite file, or an mcplhost release with PostgreSQL support")
+    return db
+
+
+def shown(db: Database) -> str:
+    """--db as a line may show it: a URL's password as ***."""
+    return redact_url(db) if isinstance(db, str) else str(db)
+
+
 def reader_gone() -> int:
     """The reader of stdout went away (`mcplhost messages | head -1`): that is a normal end, exit 0.
 
@@ -128,15 +167,20 @@ def reader_gone() -> int:
     return EXIT_OK
 
 
-def usable_database(path: Path) -> Path:
-    """`path` if a daemon may create or open its database there; else the OperatorError saying why not."""
+def usable_database(path: Database) -> Database:
+    """`path` if a daemon may create or open its database there; else the OperatorError saying why not.
+    A URL is the server's to answer for (mcplhost/store/)."""
+    if isinstance(path, str):
+        return path
     for why in database_path_problems(path):
         raise OperatorError(why if str(path) in why else f"{path}: {why}")
     return path
 
 
-def existing_database(path: Path) -> Path:
-    """For readers: a directory is named as one, not reported as "no such database"."""
+def existing_database(path: Database) -> Database:
+    """For readers: a directory is named as one, not reported as "no such database" (a URL: as given)."""
+    if isinstance(path, str):
+        return path
     if path.is_dir():
         raise OperatorError(f"{path}: is a directory, not a database file",
                             "pass the database file itself, e.g. --db /var/lib/mcplhost/mcplhost.db")

@@ -4,6 +4,7 @@ backup, migrate, and `connector`, which runs a bundled connector."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import sys
@@ -21,7 +22,16 @@ from ..protocol.grants import unknown_grant_problem
 from ..secrets import Secrets
 from ..store import open_reader, open_store
 from ..store.items import StoredItem, export_line
-from .common import EXIT_OK, EXIT_USAGE, FOLLOW_POLL_S, existing_database, usable_database
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_POLL_S,
+    Database,
+    existing_database,
+    refuse_without_engine,
+    shown,
+    usable_database,
+)
 from .serve import _run_config
 
 # --- offline commands ----------------------------------------------------------------
@@ -54,7 +64,7 @@ def _print_rows(args: argparse.Namespace, rows: Callable[[Any], AsyncIterator[An
     """The read-only listings (messages, turns, outbox): each row of `rows(store)` as one JSON or plain line."""
 
     async def main() -> None:
-        async with open_reader(existing_database(args.db)) as store:
+        async with open_reader(readable(args.db)) as store:
             out = sys.stdout.buffer
             async for row in rows(store):
                 out.write(json_line(row) + b"\n" if args.json else (plain_line(row) + "\n").encode())
@@ -82,7 +92,7 @@ def _follow_messages(args: argparse.Namespace) -> int:
     """
 
     async def main() -> None:
-        async with open_reader(existing_database(args.db)) as store:
+        async with open_reader(readable(args.db)) as store:
             out = sys.stdout.buffer
             last, limit = 0, args.limit
             while True:
@@ -114,9 +124,19 @@ def _reader_closed(out: Any) -> bool:
         return False
 
 
+def readable(db: Database) -> Database:
+    """--db for a reader: a folder named as one, a URL only where this mcplhost can open it."""
+    return refuse_without_engine(existing_database(db))
+
+
 def cmd_backup(args: argparse.Namespace) -> int:
     from ..store.backup import BackupExists, backup
 
+    if isinstance(args.db, str):  # SQLite's online backup has no PostgreSQL counterpart here: say what does
+        print(f"mcplhost: backup: {shown(args.db)} is a PostgreSQL store: back it up with pg_dump (e.g. pg_dump "
+              "--format=custom --file=OUT URL), which takes a consistent copy while the daemon runs",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         done = backup(existing_database(args.db), args.out)
     except BackupExists as exc:
@@ -131,7 +151,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ..store.search_query import SearchFilter
 
     async def main() -> SearchResult:
-        async with open_reader(existing_database(args.db)) as store:
+        async with open_reader(readable(args.db)) as store:
             return await search_items(store, args.query, as_regex=args.regex, ignore_case=args.ignore_case,
                                       limit=args.limit, deadline_s=args.timeout,
                                       where=SearchFilter(channel=args.channel, since_ms=args.since))
@@ -179,9 +199,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from ..dev import config_beside
 
     # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:
-    # it is the one that database was written with (README.md#deviations-and-decisions).
-    beside = config_beside(Path(args.db))
-    config = _run_config(args.config or (beside if beside.is_file() else None))
+    # it is the one that database was written with (README.md#deviations-and-decisions). A PostgreSQL store has
+    # no folder to look in, and ./mcplhost.toml may be any host's: its config is named.
+    if isinstance(args.db, str):
+        if args.config is None and not os.environ.get("MCPLHOST_CONFIG"):
+            raise ConfigError("explain: --db names a PostgreSQL store, which has no folder holding its config",
+                              "pass --config PATH (or set MCPLHOST_CONFIG): the rules are recomputed from it")
+        config = _run_config(args.config)
+    else:
+        beside = config_beside(args.db)
+        config = _run_config(args.config or (beside if beside.is_file() else None))
     agents = config.agents
     addressing = addressing_of(config.connectors, config.agents)
     if args.agent is not None:
@@ -190,12 +217,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
             raise ConfigError(f"no agent named {args.agent!r} in the config")
 
     async def main() -> list[Any] | None:
-        async with open_reader(existing_database(args.db)) as store:
+        async with open_reader(readable(args.db)) as store:
             return await explain_item(store, agents, args.item_id, addressing)
 
     answers = anyio.run(main)
     if answers is None:
-        raise OperatorError(f"no item {args.item_id} in {args.db}")
+        raise OperatorError(f"no item {args.item_id} in {shown(args.db)}")
     out = sys.stdout.buffer
     secrets = Secrets(secret_values(config))  # what the daemon redacts, from the same config (docs/agents.md#secrets)
     for answer in answers:
@@ -206,14 +233,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Takes the database's lock like `run`: migrating under a running daemon is refused."""
-    db = usable_database(args.db)
+    """Takes the database's lock like `run`: migrating under a running daemon is refused. On PostgreSQL the
+    store serializes migrations itself, and daemons of other hosts may run (they refuse a newer schema)."""
+    db = refuse_without_engine(usable_database(args.db))
 
     async def main() -> list[int]:
         async with open_store(db, migrate=False) as store:
             return await store.migrate()
 
-    with hold_database(db):
+    with hold_database(db) if isinstance(db, Path) else contextlib.nullcontext():
         applied = anyio.run(main)
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(map(str, applied))}" if applied else ""))
     return EXIT_OK

@@ -1,0 +1,69 @@
+"""`--db URL` and `[store] url` at the command line (in-process): each bad input one plain stderr line, a non-zero
+exit, the password never shown and nothing created (docs/operations.md#a-postgresql-store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .support import cli
+
+SECRET = "hunter2-pg-password"
+#: Nothing listens on port 1 of the loopback address: refused at once.
+UNREACHABLE = f"postgresql://mcplhost:{SECRET}@127.0.0.1:1/mcplhost"
+
+
+def one_line(stderr: str) -> str:
+    """The one stderr line a bad input gives: no traceback, never the password."""
+    (line,) = stderr.splitlines()
+    assert line.startswith("mcplhost") and "Traceback" not in line and SECRET not in line, line
+    return line
+
+
+class TestDb:
+    def test_backup_of_a_postgresql_store_says_pg_dump(self, tmp_path: Path) -> None:
+        out = tmp_path / "copy.db"
+        result = cli("backup", "--db", UNREACHABLE, str(out))
+        assert result.returncode == 2 and result.stdout == ""
+        line = one_line(result.stderr)
+        assert "pg_dump" in line and "postgresql://mcplhost:***@127.0.0.1:1/mcplhost" in line
+        assert not out.exists()
+
+    def test_dev_runs_on_sqlite_only(self, tmp_path: Path) -> None:
+        result = cli("dev", "--db", UNREACHABLE, "--seconds", "1", cwd=tmp_path)
+        assert result.returncode == 2
+        assert "dev runs on an SQLite file only" in one_line(result.stderr)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_explain_on_a_url_needs_its_config(self, tmp_path: Path) -> None:
+        (tmp_path / "mcplhost.toml").write_text("")  # a config in the working folder is not taken for the store's
+        result = cli("explain", "--db", UNREACHABLE, "1", cwd=tmp_path)
+        assert result.returncode == 2
+        assert "pass --config PATH" in one_line(result.stderr)
+
+    @pytest.mark.parametrize("command", [["messages"], ["turns"], ["outbox"], ["search", "x"], ["migrate"]])
+    def test_an_unreachable_server_is_one_line_and_creates_nothing(self, tmp_path: Path, command: list[str]) -> None:
+        result = cli(*command, "--db", UNREACHABLE, cwd=tmp_path)
+        assert result.returncode == 1 and result.stdout == ""
+        one_line(result.stderr)
+        assert list(tmp_path.iterdir()) == []  # no folder named after the URL, no lock
+
+
+class TestRun:
+    def test_path_and_url_together_is_one_line(self, tmp_path: Path) -> None:
+        config = tmp_path / "mcplhost.toml"
+        config.write_text(f'[store]\npath = "x.db"\nurl = "{UNREACHABLE}"\n')
+        result = cli("run", "--config", str(config), cwd=tmp_path)
+        assert result.returncode == 2
+        assert "store.url: set together with path" in one_line(result.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mcplhost.toml"]
+
+    def test_check_config_lists_the_store_problems_without_the_password(self, tmp_path: Path) -> None:
+        config = tmp_path / "mcplhost.toml"
+        config.write_text(f'[store]\nurl = "{UNREACHABLE.replace("postgresql", "mysql")}"\nsynchronous = "FULL"\n'
+                          '[host]\nname = "eu 1"\n')
+        result = cli("check-config", str(config))
+        assert result.returncode == 2 and SECRET not in result.stderr
+        assert [line.partition(":")[0] for line in result.stderr.splitlines()] == [
+            "host.name", "store.url", "store.synchronous"]
