@@ -75,6 +75,7 @@ from .config import (
     connector_secret_sources,
     control_socket_path,
     secret_values,
+    store_secret_values,
 )
 from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
@@ -88,6 +89,7 @@ from .logs import SuppressedTotals, redact_secrets
 from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .reload import ReloadPlan, reload_plan
+from .secrets import Secrets
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
@@ -373,8 +375,8 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name)
     console = None
     if config.console.listen and feed_format is not None:
-        console = Console(config.console, token=console_token, store_path=Path(store.path), secrets=store.secrets,
-                          operated=control,
+        console = Console(config.console, token=console_token, store_path=config.store.url or Path(store.path),
+                          secrets=store.secrets, operated=control,
                           agents=lambda: agents.config.agents, lines=feed_format,
                           connectors=[spec.name for spec in config.connectors])
         ingest.on_stored = _both(on_stored, console.stored)  # the console's feed reads after each commit too
@@ -442,6 +444,10 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
     try:
         # A console that cannot be served (its packages, its token file) stops the start before the store opens.
         token = console_token(config.console) if config.console.listen else None
+        # The store's own secrets (a URL's password) are redacted from the log before the store opens: its
+        # errors and log lines come before the host is built (build_host installs every secret).
+        if config.store.url is not None:
+            redact_secrets(Secrets(store_secret_values(config)))
         async with open_configured_store(config.store) as store:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
                               feed_format=feed_format, console_token=token)

@@ -14,6 +14,7 @@ from .environment import (
     connector_secret_sources,
     secret_values,
     short_secret_warnings,
+    store_secret_values,
     unset_api_key,
 )
 from .load import ConfigMissing, default_config_path, load_config, read_config
@@ -64,6 +65,7 @@ __all__ = [
     "redact_url",
     "state_folder",
     "state_path",
+    "store_secret_values",
     "store_target",
     "CONSOLE_ACTIONS",
     "DEFAULT_DEBOUNCE_MS",

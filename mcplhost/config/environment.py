@@ -88,6 +88,11 @@ def store_secret_sources(config: Config, environ: Mapping[str, str] = os.environ
     return found
 
 
+def store_secret_values(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The store's credentials alone (`store_secret_sources`), by name: redacted before the store opens."""
+    return {name: value for name, (value, _where) in store_secret_sources(config, environ).items()}
+
+
 def connector_secret_sources(connector: ConnectorConfig, environ: Mapping[str, str] = os.environ, *,
                              where: str = "") -> dict[str, tuple[str, str]]:
     """One connector's secret variables (`secret_sources`), its `env_file` read now: as its spawn reads it."""
