@@ -1,4 +1,5 @@
-"""SQLite storage: one writer connection, a reader beside it, numbered migrations, narrow repositories.
+"""Storage on SQLite or PostgreSQL (store/open.py): one writer, readers beside it, numbered migrations, narrow
+repositories.
 
     async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
         ids = await store.items.insert_many(items)   # a repeated channel item: its original's id
@@ -19,8 +20,6 @@ from mcplhost.store.db import (
     StoreReader,
     apply_pragmas,
     connect_read_only,
-    open_reader,
-    open_store,
 )
 from mcplhost.store.decisions import DECISION_REASONS, DecisionRepository, WakeDecision
 from mcplhost.store.errors import (
@@ -33,6 +32,7 @@ from mcplhost.store.errors import (
 )
 from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Quotas, Repositories, Turns
 from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
+from mcplhost.store.open import DEFAULT_POOL_SIZE, is_database_url, open_reader, open_store
 from mcplhost.store.peers import (
     DISPATCHES,
     RELATIONSHIPS,
@@ -58,6 +58,7 @@ from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnSt
 
 __all__ = [
     "DECISION_REASONS",
+    "DEFAULT_POOL_SIZE",
     "DecisionRepository",
     "WakeDecision",
     "BUSY_TIMEOUT_MS",
@@ -113,6 +114,7 @@ __all__ = [
     "bucket_of",
     "connect_read_only",
     "export_line",
+    "is_database_url",
     "open_reader",
     "open_store",
     "turn_line",

@@ -29,13 +29,13 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 import anyio
 
 from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
+from mcplhost.store.connection import SQLITE, Conn, Engine
 from mcplhost.store.cursors import CursorRepository
 from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
@@ -47,9 +47,11 @@ from mcplhost.store.outbox import OutboxRepository
 from mcplhost.store.peers import PeerRepository
 from mcplhost.store.pushes import PushRepository
 from mcplhost.store.quotas import QuotaRepository
+from mcplhost.store.redacting import RedactingWriter
 from mcplhost.store.retention import RetentionRepository
-from mcplhost.store.search_index import SqliteSearchIndex, register_functions
+from mcplhost.store.search_index import BODY_FUNCTION, SqliteSearchIndex, index_text
 from mcplhost.store.search_reader import IndexReader
+from mcplhost.store.sqlite_conn import SqliteConn
 from mcplhost.store.turns import TurnRepository
 
 #: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
@@ -133,60 +135,6 @@ class StoreReader:
                 self._free.append(conn)
 
 
-class RedactingWriter:
-    """The writer's connection with every text and blob parameter redacted first: the one place every stored row
-    passes, so no secret value is written whatever its path (docs/agents.md#secrets).
-
-    With no secrets held each call costs one truth test.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection, secrets: Secrets) -> None:
-        self._conn = conn
-        self._secrets = secrets
-
-    def _redacted(self, params: Any) -> Any:
-        secrets = self._secrets
-        if not params:
-            return params
-        values = list(params.values()) if isinstance(params, dict) else params
-        # One search over the row's texts first: most rows hold no secret and are passed on as they are.
-        if not secrets.find_in([v for v in values if type(v) is str],
-                               [bytes(v) for v in values if isinstance(v, _BLOBS)]):
-            return params
-        if isinstance(params, dict):
-            return {key: _redact_value(secrets, value) for key, value in params.items()}
-        return [_redact_value(secrets, value) for value in params]
-
-    def execute(self, sql: str, parameters: Any = None) -> Any:
-        if self._secrets:
-            parameters = self._redacted(parameters)
-        return self._conn.execute(sql, parameters)
-
-    async def execute_fetchall(self, sql: str, parameters: Any = None) -> Any:
-        if self._secrets:
-            parameters = self._redacted(parameters)
-        return await self._conn.execute_fetchall(sql, parameters)
-
-    async def executemany(self, sql: str, parameters: Any) -> Any:
-        if self._secrets:
-            parameters = [self._redacted(row) for row in parameters]
-        return await self._conn.executemany(sql, parameters)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-_BLOBS = (bytes, bytearray, memoryview)  # a tuple: isinstance on a union is several times slower per value
-
-
-def _redact_value(secrets: Secrets, value: Any) -> Any:
-    if isinstance(value, str):
-        return secrets.redact(value)
-    if isinstance(value, _BLOBS):
-        return secrets.redact_bytes(bytes(value))
-    return value
-
-
 class Database:
     """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
 
@@ -203,8 +151,12 @@ class Database:
         self.reader = reader
         #: Redacted from every parameter a repository writes with (the host fills it: `Store.secrets`).
         self.secrets = secrets if secrets is not None else Secrets()
-        self._redacting = RedactingWriter(conn, self.secrets)
+        self._redacting = RedactingWriter(SqliteConn(conn), self.secrets)
         self._lock = anyio.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        return SQLITE
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -244,11 +196,11 @@ class Database:
         """How many tasks wait now for the writer's lock (for their transaction or `reading()`)."""
         return self._lock.statistics().tasks_waiting
 
-    def writer(self, operation: str) -> aiosqlite.Connection:
+    def writer(self, operation: str) -> Conn:
         """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
         if _current_transaction.get() is not self:
             raise HostStateError(f"{operation} must run inside store.transaction()")
-        return self._redacting  # type: ignore[return-value]  # an aiosqlite.Connection to every repository
+        return self._redacting
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -264,7 +216,7 @@ class Database:
             yield self.conn
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def read(self) -> AsyncIterator[Conn]:
         """A connection to read committed rows from without the writer's lock (the reader's).
 
         Inside the current task's transaction, the writer's own connection
@@ -272,10 +224,10 @@ class Database:
         """
         if self.reader is None or _current_transaction.get() is self:
             async with self.reading() as conn:
-                yield conn
+                yield SqliteConn(conn)
             return
         async with self.reader.connection() as conn:
-            yield conn
+            yield SqliteConn(conn)
 
 
 class Store:
@@ -306,6 +258,15 @@ class Store:
         self.secrets = database.secrets
         self._database = database
         self._migrations_folder = migrations_folder
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for people: the database file's path (PostgreSQL's: its URL without the password)."""
+        return str(self.path)
+
+    async def size_bytes(self) -> int:
+        """The database file and its WAL, in bytes (a part not there counts 0)."""
+        return await anyio.to_thread.run_sync(_file_bytes, self.path)
 
     def open_search_reads(self, interrupt: Callable[[], bool]) -> IndexReader:
         """A search's reads over a new read-only connection, for the calling worker thread (which closes it).
@@ -340,8 +301,18 @@ class Store:
             return await apply_migrations(conn, self._migrations_folder, path=str(self.path))
 
 
+def _file_bytes(path: Path) -> int:
+    total = 0
+    for part in (path, path.with_name(path.name + "-wal")):
+        try:
+            total += part.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
 @asynccontextmanager
-async def open_store(
+async def open_sqlite_store(
     path: str | Path,
     *,
     synchronous: str = DEFAULT_SYNCHRONOUS,
@@ -372,14 +343,15 @@ async def open_store(
             raise StoreError(f"{path}: cannot open: {exc.strerror or exc}", explanation=_OPEN_EXPLANATION) from exc
     async with _connection(path, str(path), uri=False) as conn:
         try:
-            await refuse_foreign(conn, path=str(path))
+            await refuse_foreign(SqliteConn(conn), path=str(path))
             await apply_pragmas(conn, synchronous)
             if migrate:
                 await apply_migrations(conn, migrations_folder, path=str(path))
             else:
                 newest = len(load_migrations(migrations_folder))
-                refuse_newer(await applied_versions(conn), newest, path=str(path))
-            await register_functions(conn)
+                refuse_newer(await applied_versions(SqliteConn(conn)), newest, path=str(path))
+            # BODY_FUNCTION: what the search indexer and retention's deletes call on the writer's connection.
+            await conn.create_function(BODY_FUNCTION, 2, index_text, deterministic=True)
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc) from exc
         async with AsyncExitStack() as readers:
@@ -419,7 +391,7 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
 
 
 @asynccontextmanager
-async def open_reader(
+async def open_sqlite_reader(
     path: str | Path,
     *,
     migrations_folder: Traversable | Path | None = None,
@@ -435,10 +407,10 @@ async def open_reader(
         raise StoreMissing(str(path))
     async with _connection(path, _read_only_uri(path), uri=True) as conn:
         try:
-            await refuse_foreign(conn, path=str(path))
+            await refuse_foreign(SqliteConn(conn), path=str(path))
             await apply_pragmas(conn, read_only=True)
             newest = len(load_migrations(migrations_folder))
-            applied = await applied_versions(conn)
+            applied = await applied_versions(SqliteConn(conn))
             refuse_newer(applied, newest, path=str(path))
             if max(applied, default=0) < newest:
                 raise SchemaBehind(max(applied, default=0), newest, path=str(path))

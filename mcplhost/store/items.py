@@ -25,11 +25,10 @@ from collections.abc import AsyncIterator, Sequence
 from functools import cached_property
 from typing import Any
 
-import aiosqlite
 import msgspec
 
 from mcplhost.errors import HostStateError
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import Conn, Connections, json_field, json_int
 from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
@@ -166,7 +165,7 @@ class ItemRepository:
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool:
         """Whether a channel item with this redelivery key is stored (so delivering it again stores nothing)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(_FIND_ORIGINAL, (channel_id, message_id, server_id, dedup_digest))
+            rows = await conn.fetch(_FIND_ORIGINAL, (channel_id, message_id, server_id, dedup_digest))
         return bool(rows)
 
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
@@ -175,7 +174,7 @@ class ItemRepository:
         A correction that names no thread inherits its original's (docs/provenance.md §2).
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT thread_id FROM items"
                 " WHERE channel_id = ? AND message_id = ? AND server_id = ? ORDER BY id DESC LIMIT 1",
                 (channel_id, message_id, server_id),
@@ -216,18 +215,18 @@ class ItemRepository:
             return
         where, params = _filters(channel=channel, agent=agent, since_ms=since_ms)
         async with self._connections.read() as conn:
-            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+            ((last,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM items")
             after = after_id
             if limit is not None:
                 # The id just below the newest `limit` matching items (0 if there are fewer).
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT id FROM items WHERE {where} AND id > ? ORDER BY id DESC LIMIT 1 OFFSET ?",
                     (*params, after_id, limit),
                 )
                 after = next((row[0] for row in rows), after_id)
         while True:
             async with self._connections.read() as conn:
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT {_COLUMNS} FROM items WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE),
                 )
@@ -244,7 +243,7 @@ class ItemRepository:
     async def last_id(self) -> int:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
         async with self._connections.read() as conn:
-            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+            ((last,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM items")
         return int(last)
 
     async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
@@ -269,10 +268,10 @@ class ItemRepository:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         async with self._connections.read() as conn:
-            return builtins.list(await conn.execute_fetchall(
-                f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
-                (item_id, since_ms, -1 if limit is None else limit),
-            ))
+            sql = f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id"
+            if limit is None:
+                return await conn.fetch(sql, (item_id, since_ms))
+            return await conn.fetch(sql + " LIMIT ?", (item_id, since_ms, limit))
 
     async def context_rows(self, agent: str, *, limit: int,
                            conversation_id: str | None = None) -> builtins.list[StoredItem]:
@@ -290,7 +289,7 @@ class ItemRepository:
             where += " AND conversation_id = ?"
             params.append(conversation_id)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [stored_item(row) for row in reversed(builtins.list(rows))]
 
@@ -300,7 +299,7 @@ class ItemRepository:
         A running turn reads its own rows with it, however many items others stored meanwhile.
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?", (agent, item_id, limit))
         return [stored_item(row) for row in rows]
 
@@ -310,20 +309,22 @@ class ItemRepository:
         Looked for among the agent's newest DRAFT_SCAN_ROWS rows, so the count
         costs the same however long the agent has run.
         """
+        newest_turn = "(SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)"
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                "SELECT count(*) FROM (SELECT metadata FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') ="
-                " (SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)",
+            rows = await conn.fetch(
+                "SELECT count(*) FROM (SELECT metadata FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?) AS recent"
+                f" WHERE {json_field(conn.engine, 'metadata', 'kind')} = 'draft'"
+                f" AND {json_field(conn.engine, 'metadata', 'turnId')} = {json_int(conn.engine, newest_turn)}",
                 (agent, DRAFT_SCAN_ROWS, agent))
         return int(next(iter(rows))[0])
 
     async def turn_drafts(self, agent: str, turn_id: int) -> builtins.list[tuple[int, str | None]]:
         """(row id, reason) of each draft row (docs/agents.md#drafts) the agent's turn left, by id (explain)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                "SELECT id, json_extract(metadata, '$.reason') FROM items WHERE agent = ?"
-                " AND json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') = ?"
+            rows = await conn.fetch(
+                f"SELECT id, {json_field(conn.engine, 'metadata', 'reason')} FROM items WHERE agent = ?"
+                f" AND {json_field(conn.engine, 'metadata', 'kind')} = 'draft'"
+                f" AND {json_field(conn.engine, 'metadata', 'turnId')} = {json_int(conn.engine, '?')}"
                 " ORDER BY id", (agent, turn_id))
         return [(row_id, reason if isinstance(reason, str) else None) for row_id, reason in rows]
 
@@ -334,7 +335,7 @@ class ItemRepository:
         async with self._connections.read() as conn:
             for start in range(0, len(wanted), IDS_PER_QUERY):
                 chunk = wanted[start : start + IDS_PER_QUERY]
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
                 found.extend(stored_item(row) for row in rows)
         return found
@@ -359,7 +360,7 @@ class ItemRepository:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM items WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
                 (*params, limit))
         return [stored_item(row) for row in rows]
@@ -372,24 +373,26 @@ class ItemRepository:
         (its first waking item's), since its rows follow them.
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?)"
-                " WHERE json_extract(metadata, '$.turnId') = ? ORDER BY id", (agent, after, window, turn_id))
+                f" AS recent WHERE {json_field(conn.engine, 'metadata', 'turnId')} = {json_int(conn.engine, '?')}"
+                " ORDER BY id", (agent, after, window, turn_id))
         return [stored_item(row) for row in rows]
 
     async def recent_drafts(self, agent: str, limit: int,
                             window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
         """The agent's newest draft rows (docs/agents.md#drafts), newest first, among its newest `window` rows."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE json_extract(metadata, '$.kind') = 'draft' ORDER BY id DESC LIMIT ?", (agent, window, limit))
+                f" AS recent WHERE {json_field(conn.engine, 'metadata', 'kind')} = 'draft' ORDER BY id DESC LIMIT ?",
+                (agent, window, limit))
         return [stored_item(row) for row in rows]
 
-async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+async def _insert_chunk(conn: Conn, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
     rows = [_row(item) for item in items]
-    returned = await conn.execute_fetchall(
+    returned = await conn.fetch(
         f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
         f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
         [value for row in rows for value in row],
@@ -416,15 +419,15 @@ async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) ->
     return written
 
 
-async def _original(conn: aiosqlite.Connection, key: tuple[Any, ...]) -> ItemWritten:
-    rows = await conn.execute_fetchall(_FIND_ORIGINAL, key)
+async def _original(conn: Conn, key: tuple[Any, ...]) -> ItemWritten:
+    rows = await conn.fetch(_FIND_ORIGINAL, key)
     for item_id, conversation in rows:
         return ItemWritten(item_id, True, conversation)
     raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
 
 
 def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = None) -> tuple[str, tuple[Any, ...]]:
-    clauses: builtins.list[str] = ["1"]
+    clauses: builtins.list[str] = ["TRUE"]
     params: builtins.list[Any] = []
     if channel is not None:
         clauses.append("channel_id = ?")

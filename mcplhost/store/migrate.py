@@ -33,7 +33,9 @@ import anyio
 import structlog
 
 import mcplhost
+from mcplhost.store.connection import Conn
 from mcplhost.store.errors import BrokenMigration, ForeignDatabase, SchemaTooNew
+from mcplhost.store.sqlite_conn import SqliteConn
 
 log = structlog.get_logger()
 
@@ -119,24 +121,24 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-async def applied_versions(conn: aiosqlite.Connection) -> set[int]:
+async def applied_versions(conn: Conn) -> set[int]:
     """The versions recorded in `schema_version`; empty for a new database."""
-    has_table = await conn.execute_fetchall(
+    has_table = await conn.fetch(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
     )
     if not list(has_table):
         return set()
-    rows = await conn.execute_fetchall("SELECT version FROM schema_version")
+    rows = await conn.fetch("SELECT version FROM schema_version")
     return {row[0] for row in rows}
 
 
-async def refuse_foreign(conn: aiosqlite.Connection, *, path: str | None = None) -> None:
+async def refuse_foreign(conn: Conn, *, path: str | None = None) -> None:
     """Raise ForeignDatabase when the file holds tables but no `schema_version`: another application's.
 
     Checked before anything is written to the file (even the WAL pragma,
     which would persist in it).
     """
-    rows = await conn.execute_fetchall(
+    rows = await conn.fetch(
         "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%' ORDER BY name"
     )
     names = [name for (name,) in rows]
@@ -164,8 +166,8 @@ async def migrate(
     its version under the write lock.
     """
     migrations = load_migrations(folder)
-    await refuse_foreign(conn, path=path)
-    refuse_newer(await applied_versions(conn), len(migrations), path=path)
+    await refuse_foreign(SqliteConn(conn), path=path)
+    refuse_newer(await applied_versions(SqliteConn(conn)), len(migrations), path=path)
     await conn.execute(_CREATE_VERSION_TABLE)
     applied: list[int] = []
     for migration in migrations:

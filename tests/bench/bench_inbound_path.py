@@ -524,7 +524,7 @@ async def secrets_overhead(items: int) -> None:
     # The checks' own CPU per item, steadier than the rates on a loaded machine: ingest's one search over the
     # item's JSON, and the store writer's one search over the row it writes.
     from mcplhost.secrets import Secrets
-    from mcplhost.store.db import RedactingWriter
+    from mcplhost.store.redacting import RedactingWriter
 
     secrets = Secrets({f"BENCH_{n}_TOKEN": f"bench-secret-value-{n}-{uuid.uuid4().hex}"
                        for n in range(SECRETS_BENCH_COUNT)})

@@ -17,6 +17,7 @@ from mcplhost.store.migrate import (
     migrate,
     split_statements,
 )
+from mcplhost.store.sqlite_conn import SqliteConn
 
 
 def write_migrations(folder: Path, files: dict[str, str]) -> Path:
@@ -130,7 +131,7 @@ class TestMigrate:
             write_migrations(folder, {"0002_b.sql": "CREATE TABLE b (y);", "0003_c.sql": "CREATE TABLE c (z);"})
             assert await migrate(conn, folder) == [2, 3]
             assert await migrate(conn, folder) == []
-            assert await applied_versions(conn) == {1, 2, 3}
+            assert await applied_versions(SqliteConn(conn)) == {1, 2, 3}
 
     async def test_newer_schema_is_refused(self, db_path: Path):
         """A database recorded at a version beyond the newest file raises SchemaTooNew."""

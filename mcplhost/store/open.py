@@ -1,0 +1,82 @@
+"""Opening a store: an SQLite file or a PostgreSQL database, chosen by the target's form.
+
+The contract every caller (host, CLI, control) relies on:
+
+    async with open_store(target, synchronous="NORMAL", pool_size=10, migrate=True) as store:
+        store.location            # for people: the file's path, or the URL with its password as ***
+        await store.size_bytes()  # the database's size: file + WAL, or pg_database_size()
+        store.path                # SQLite only (a Path), kept until every caller reads `location`
+
+    async with open_reader(target) as store:   # the CLI's readers: read-only, the schema must be current
+        ...
+
+`target` is a `str | os.PathLike`. A str starting with `postgresql://` or
+`postgres://` (`is_database_url`) selects PostgreSQL: libpq's URL form, so a
+Unix socket is `postgresql://user@/db?host=/run/postgresql`. Anything else is
+an SQLite file's path. `synchronous` is SQLite's (it is ignored with a URL:
+the server's synchronous_commit decides); `pool_size` is PostgreSQL's
+(connections the store holds at most; ignored for a file). Either engine
+raises a StoreError subclass with a one-line message on a target it cannot
+use: SchemaTooNew, ForeignDatabase, StoreMissing (open_reader), and for
+PostgreSQL one naming what is missing when the `postgres` extra (asyncpg)
+is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from mcplhost.store.db import (
+    DEFAULT_SYNCHRONOUS,
+    READER_CONNECTIONS,
+    Store,
+    open_sqlite_reader,
+    open_sqlite_store,
+)
+from mcplhost.store.errors import StoreError
+
+#: What a PostgreSQL target starts with (libpq accepts both).
+URL_SCHEMES = ("postgresql://", "postgres://")
+#: Connections a PostgreSQL store holds at most, unless `[store] pool_size` says otherwise.
+DEFAULT_POOL_SIZE = 10
+
+
+def is_database_url(target: str | os.PathLike[str]) -> bool:
+    """Whether `target` names a PostgreSQL database (a URL) rather than an SQLite file."""
+    return isinstance(target, str) and target.startswith(URL_SCHEMES)
+
+
+@asynccontextmanager
+async def open_store(
+    target: str | os.PathLike[str],
+    *,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    migrate: bool = True,
+    migrations_folder: Traversable | Path | None = None,
+    reader_connections: int = READER_CONNECTIONS,
+) -> AsyncIterator[Store]:
+    """The daemon's read-write store at `target` (see the module docstring), migrated unless `migrate` is False."""
+    if is_database_url(target):
+        raise StoreError("PostgreSQL stores are not built yet", explanation="give store.path an SQLite file")
+    async with open_sqlite_store(Path(target), synchronous=synchronous, migrate=migrate,
+                                 migrations_folder=migrations_folder,
+                                 reader_connections=reader_connections) as store:
+        yield store
+
+
+@asynccontextmanager
+async def open_reader(
+    target: str | os.PathLike[str],
+    *,
+    migrations_folder: Traversable | Path | None = None,
+) -> AsyncIterator[Store]:
+    """An existing store at `target`, read-only (the CLI's readers, beside a running daemon)."""
+    if is_database_url(target):
+        raise StoreError("PostgreSQL stores are not built yet", explanation="give --db an SQLite file")
+    async with open_sqlite_reader(Path(target), migrations_folder=migrations_folder) as store:
+        yield store
