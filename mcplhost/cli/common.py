@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import re
@@ -15,10 +14,10 @@ from typing import NoReturn
 
 from ..config import (
     database_path_problems,
-    is_url,
     redact_url,
 )
 from ..errors import OperatorError
+from ..store import is_database_url
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -127,29 +126,15 @@ Database = Path | str
 
 def database_option(text: str) -> Database:
     """An argparse type for --db: a postgresql:// or postgres:// URL as written, else a non-empty path."""
-    return text if is_url(text) else path_option(text)
+    return text if is_database_url(text) else path_option(text)
 
 
 def sqlite_option(text: str) -> Path:
     """An argparse type for dev's --db: an SQLite file only (dev makes a fresh store with stub connectors)."""
-    if is_url(text):
+    if is_database_url(text):
         raise argparse.ArgumentTypeError("dev runs on an SQLite file only, not a PostgreSQL URL (mcplhost run with "
                                          "[store] url runs on PostgreSQL)")
     return path_option(text)
-
-
-def refuse_without_engine(db: Database) -> Database:
-    """`db`, or for a URL the OperatorError saying this mcplhost cannot open one yet: one line, nothing created.
-
-    A store that takes no `pool_size` has no PostgreSQL engine, and would take the URL for a file's path
-    (creating a folder named `postgresql:`). Goes once the engine (issue 28) is merged.
-    """
-    from ..store import open_store
-
-    if isinstance(db, str) and "pool_size" not in inspect.signature(open_store).parameters:
-        raise OperatorError(f"{shown(db)}: this mcplhost has no PostgreSQL store engine",
-                            "use an SQLite file, or an mcplhost release with PostgreSQL support")
-    return db
 
 
 def shown(db: Database) -> str:

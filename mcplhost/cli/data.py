@@ -28,7 +28,6 @@ from .common import (
     FOLLOW_POLL_S,
     Database,
     existing_database,
-    refuse_without_engine,
     shown,
     usable_database,
 )
@@ -125,8 +124,8 @@ def _reader_closed(out: Any) -> bool:
 
 
 def readable(db: Database) -> Database:
-    """--db for a reader: a folder named as one, a URL only where this mcplhost can open it."""
-    return refuse_without_engine(existing_database(db))
+    """--db for a reader: a folder is named as one; a URL is the store's to open or refuse."""
+    return existing_database(db)
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
@@ -235,7 +234,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Takes the database's lock like `run`: migrating under a running daemon is refused. On PostgreSQL the
     store serializes migrations itself, and daemons of other hosts may run (they refuse a newer schema)."""
-    db = refuse_without_engine(usable_database(args.db))
+    db = usable_database(args.db)
 
     async def main() -> list[int]:
         async with open_store(db, migrate=False) as store:

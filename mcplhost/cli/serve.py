@@ -36,7 +36,7 @@ from ..reload import Reloads
 from ..store.items import NewItem
 from ..supervisor.children import recording_children
 from ..systemd import Notifier, watchdog_interval_s
-from .common import EXIT_OK, refuse_without_engine, usable_database
+from .common import EXIT_OK, usable_database
 
 # --- run / dev -----------------------------------------------------------------
 
@@ -155,8 +155,6 @@ def refuse_taken(config: Config) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     config = _run_config(args.config)
-    if config.store.url is not None:
-        refuse_without_engine(config.store.url)
     refuse_taken(config)
     if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
         structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "

@@ -30,7 +30,6 @@ from .schema import (
     DEFAULT_MAX_TOOL_CALLS_PER_ROUND,
     DEFAULT_MODERATION_MODEL,
     DERIVED_FIELDS,
-    URL_SCHEMES,
     AgentConfig,
     BackendConfig,
     Config,
@@ -47,7 +46,6 @@ from .schema import (
     StoreConfig,
     control_socket_path,
     effective_max_wait_ms,
-    is_url,
     state_path,
     store_target,
     system_prompt_text,
@@ -56,12 +54,10 @@ from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_addr
 
 __all__ = [
     "STATE_DIR_VARIABLE",
-    "URL_SCHEMES",
     "DaemonLock",
     "HostConfig",
     "daemon_lock",
     "default_host_name",
-    "is_url",
     "redact_url",
     "state_folder",
     "state_path",

@@ -19,6 +19,7 @@ from ..envfile import NAME as ENV_NAME
 from ..rpc.limits import MAX_LINE_BYTES
 from ..rpc.session import DEFAULT_TIMEOUT_S
 from ..store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
+from ..store.open import DEFAULT_POOL_SIZE
 
 Seconds = Annotated[float, Meta(gt=0)]
 
@@ -33,8 +34,7 @@ class Base(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True
     """
 
 
-#: The connections a host holds to a PostgreSQL store when `[store] pool_size` is not set, and the most it may.
-DEFAULT_POOL_SIZE = 10
+#: The most connections `[store] pool_size` may ask a host to hold (the default is the store's DEFAULT_POOL_SIZE).
 MAX_POOL_SIZE = 100
 
 
@@ -64,13 +64,6 @@ def store_target(store: StoreConfig) -> str:
     return store.url if store.url is not None else store.path
 
 
-#: The schemes of a PostgreSQL store's URL (libpq's two spellings).
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_url(target: str) -> bool:
-    """Whether a store target (`[store] url`, `--db`) names a PostgreSQL server rather than an SQLite file."""
-    return target.startswith(URL_SCHEMES)
 
 
 #: A host's name in a shared store (README.md#configuration-reference): in status, in the lock file's name.

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
+from ..store.open import is_database_url
+
 
 def listen_address(listen: str) -> tuple[str, int]:
     """`[metrics] listen` or `[console] listen` as (host, port): `HOST:PORT`, an IPv6 host in brackets (`[::1]:9464`).
@@ -142,8 +144,7 @@ def store_url_problem(url: str) -> str | None:
     shown = repr(redact_url(url))
     if any(not ch.isprintable() or ch.isspace() for ch in url):
         return f"{shown} holds a space or a control character (percent-encode it: %20)"
-    scheme = url.partition("://")[0]
-    if scheme not in ("postgresql", "postgres"):
+    if not is_database_url(url):
         return f"{shown} is not a postgresql:// or postgres:// URL (an SQLite file is store.path)"
     try:
         urlsplit(url).port  # noqa: B018 - reading it is the check: a port outside 0-65535 or not a number raises

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import msgspec
 import structlog
@@ -24,7 +23,7 @@ from mcplhost import __version__
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.config import default_host_name
 from mcplhost.protocol.ports import ConnectorStopped
-from mcplhost.store import Store
+from mcplhost.store import Store, is_database_url
 from mcplhost.supervisor.handle import ConnectorHandle
 
 from .status import AgentCounts, HostStatus, Status, build_status, check_problems, sole_host
@@ -38,17 +37,6 @@ _status_decoder = msgspec.json.Decoder(Status)
 HOUR_MS = 3_600_000
 
 
-def database_bytes(path: Path) -> int:
-    """The database file and its WAL, in bytes (a part not there counts 0)."""
-    total = 0
-    for part in (path, path.with_name(path.name + "-wal")):
-        try:
-            total += part.stat().st_size
-        except FileNotFoundError:
-            pass
-    return total
-
-
 class ControlService:
     """Answers `status` and `restart-connector` for one host."""
 
@@ -59,12 +47,13 @@ class ControlService:
         self.agents = agents
         self.started_at_ms = started_at_ms
         self.host_name = host_name or default_host_name()  # `[host] name`, resolved
-        self._db = Path(os.path.abspath(store.path))
+        location = store.location  # a URL (its password as ***) is shown as the store gives it; a path absolute
+        self._db = location if is_database_url(location) else os.path.abspath(location)
 
     async def status(self) -> Status:
         host = HostStatus(pid=os.getpid(), version=__version__, started_at=self.started_at_ms,
-                          schema_version=await self.store.schema_version(), db=str(self._db),
-                          db_bytes=database_bytes(self._db))
+                          schema_version=await self.store.schema_version(), db=self._db,
+                          db_bytes=await self.store.size_bytes())
         pending = await self.store.outbox.pending_by_agent()
         hour_ago = self.agents.clock_ms() - HOUR_MS
         counts = {}

@@ -3,11 +3,12 @@ exit, the password never shown and nothing created (docs/operations.md#a-postgre
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from .support import cli
+from .support import cli, cli_process
 
 SECRET = "hunter2-pg-password"
 #: Nothing listens on port 1 of the loopback address: refused at once.
@@ -51,6 +52,18 @@ class TestDb:
 
 
 class TestRun:
+    def test_run_on_an_unreachable_server_gives_up_with_one_line(self, tmp_path: Path) -> None:
+        """The host starts (a process of its own), cannot open the store, and says so in one line within 60 s."""
+        config = tmp_path / "mcplhost.toml"
+        config.write_text(f'[store]\nurl = "{UNREACHABLE}"\n[host]\nname = "eu-1"\n')
+        started = time.monotonic()
+        result = cli_process("run", "--config", str(config), cwd=tmp_path, timeout=90)
+        assert time.monotonic() - started < 60
+        assert result.returncode == 1 and result.stdout == ""
+        one_line(result.stderr)
+        # No database folder is made for a URL; the lock and children files are this host's, in the state folder.
+        assert {p.name for p in tmp_path.iterdir()} <= {"eu-1.children", "eu-1.lock", "mcplhost.toml"}
+
     def test_path_and_url_together_is_one_line(self, tmp_path: Path) -> None:
         config = tmp_path / "mcplhost.toml"
         config.write_text(f'[store]\npath = "x.db"\nurl = "{UNREACHABLE}"\n')

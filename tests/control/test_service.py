@@ -10,7 +10,7 @@ import msgspec
 from mcplhost.agents.rows import draft_row, speech_row
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.config import Config
-from mcplhost.control.service import ControlService, database_bytes
+from mcplhost.control.service import ControlService
 from mcplhost.control.status import HostEntry, Status
 from mcplhost.control.wire import RestartRequest, StatusRequest
 from mcplhost.store import TurnStart
@@ -51,7 +51,8 @@ class TestAnswers:
             assert status.host.pid == os.getpid() and status.host.started_at == 123
             assert status.host.schema_version == len(load_migrations())
             assert status.host.db == str((tmp_path / "host.db").resolve())
-            assert status.host.db_bytes == database_bytes(tmp_path / "host.db") > 0
+            db, wal = tmp_path / "host.db", tmp_path / "host.db-wal"
+            assert status.host.db_bytes == db.stat().st_size + (wal.stat().st_size if wal.exists() else 0) > 0
             assert status.hosts == [HostEntry(name="eu-1", pid=os.getpid(), version=status.host.version,
                                               started_at=123, heartbeat_age_ms=0, connectors=[],
                                               agents=["scout", "quill"])]
