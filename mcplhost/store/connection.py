@@ -6,7 +6,7 @@ and compose the repositories into a `Store`. So the repositories sit below the
 engines and never import a driver (docs/architecture.md#the-store).
 
 One SQL text runs on both engines: `?` placeholders (the PostgreSQL adapter
-numbers them), the subset both engines read alike (docs/store.md#engines).
+numbers them), the subset both engines read alike (docs/architecture.md#the-store).
 Where a statement must differ, the repository picks it by `conn.engine`.
 """
 

@@ -343,7 +343,7 @@ async def open_sqlite_store(
             raise StoreError(f"{path}: cannot open: {exc.strerror or exc}", explanation=_OPEN_EXPLANATION) from exc
     async with _connection(path, str(path), uri=False) as conn:
         try:
-            await refuse_foreign(SqliteConn(conn), path=str(path))
+            await refuse_foreign(SqliteConn(conn), path=str(path), known=load_migrations(migrations_folder))
             await apply_pragmas(conn, synchronous)
             if migrate:
                 await apply_migrations(conn, migrations_folder, path=str(path))
@@ -407,7 +407,7 @@ async def open_sqlite_reader(
         raise StoreMissing(str(path))
     async with _connection(path, _read_only_uri(path), uri=True) as conn:
         try:
-            await refuse_foreign(SqliteConn(conn), path=str(path))
+            await refuse_foreign(SqliteConn(conn), path=str(path), known=load_migrations(migrations_folder))
             await apply_pragmas(conn, read_only=True)
             newest = len(load_migrations(migrations_folder))
             applied = await applied_versions(SqliteConn(conn))

@@ -2,7 +2,7 @@
 
 What is indexed is what a search reads (`body_text`: the body's text blocks joined with nothing between,
 the stored source header skipped), for every item, agents' own rows too (a search's filter leaves
-them out where it must). The table is `items_search` (migrations/*_search_index.sql): FTS5 with the `trigram` tokenizer,
+them out where it must). The table is `items_search` (migrations/sqlite/*_search_index.sql): FTS5 with the `trigram` tokenizer,
 contentless (`content=''`: no second copy of the bodies), `detail=none` and `columnsize=0` (no positions,
 no sizes: a search asks only which rows hold all of some trigrams, and the rows' own text confirms each
 match), which keeps it near the bodies' size on disk (docs/operations.md#searching).
