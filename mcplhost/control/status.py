@@ -59,7 +59,7 @@ class AgentStatus(_Camel):
     failed_turns_last_hour: int
 
 
-class HostEntry(_Camel):
+class HostEntry(_Camel, frozen=True):
     """One host sharing the store, and what it runs (docs/operations.md#the-status-fields)."""
 
     name: str  # its [host] name
