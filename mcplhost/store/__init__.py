@@ -10,13 +10,13 @@ repositories.
             print(export_line(item).decode())
 """
 
+from mcplhost.store.composed import Store
 from mcplhost.store.cursors import CursorMove, CursorRepository
 from mcplhost.store.db import (
     BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
     READER_CONNECTIONS,
     SYNCHRONOUS_LEVELS,
-    Store,
     StoreReader,
     apply_pragmas,
     connect_read_only,

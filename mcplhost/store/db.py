@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -35,29 +35,19 @@ import anyio
 
 from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
+from mcplhost.store.composed import SCAN_WORKERS, Store
 from mcplhost.store.connection import SQLITE, Conn, Engine
-from mcplhost.store.cursors import CursorRepository
-from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.files import make_private
-from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
-from mcplhost.store.outbox import OutboxRepository
-from mcplhost.store.peers import PeerRepository
-from mcplhost.store.pushes import PushRepository
-from mcplhost.store.quotas import QuotaRepository
 from mcplhost.store.redacting import RedactingWriter
-from mcplhost.store.retention import RetentionRepository
 from mcplhost.store.search_index import BODY_FUNCTION, SqliteSearchIndex, index_text
 from mcplhost.store.search_reader import IndexReader
 from mcplhost.store.sqlite_conn import SqliteConn
-from mcplhost.store.turns import TurnRepository
 
 #: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
 READER_CONNECTIONS = 2
-#: Worker threads scanning one store at once (searches: CPU work whose cost a query's author controls).
-SCAN_WORKERS = 2
 #: SQLite virtual-machine steps between two checks whether a search's statement must stop (its deadline, a cancel).
 SEARCH_PROGRESS_STEPS = 10_000
 
@@ -230,38 +220,22 @@ class Database:
             yield SqliteConn(conn)
 
 
-class Store:
-    """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue,
-    retention, quota usage and the search index, and `transaction()` to combine them.
-
-    The SQLite implementation of `interfaces.Repositories`: it composes the
-    repositories over one `Database`, which each sees only as `Connections`.
-    """
+class SqliteStore(Store):
+    """A store in an SQLite file: the writer's connection and the `StoreReader` beside it."""
 
     def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
+        reader = database.reader
+        super().__init__(database, SqliteSearchIndex(database),
+                         scan_slots=reader.scan_slots if reader is not None else anyio.Semaphore(1))
         self.path = path
         #: The read-only connections reads go through (None: they share the writer's).
-        self.reader = database.reader
-        self.items = ItemRepository(database)
-        self.pushes = PushRepository(database)
-        self.turns = TurnRepository(database)
-        self.cursors = CursorRepository(database)
-        self.outbox = OutboxRepository(database)
-        self.peers = PeerRepository(database)
-        #: The search index's writes and progress (store/search_index.py); searches read it in their worker.
-        self.search_index = SqliteSearchIndex(database)
-        self.retention = RetentionRepository(database, self.search_index)
-        self.quotas = QuotaRepository(database)
-        self.decisions = DecisionRepository(database)
-        #: The secret values redacted from every row written (docs/agents.md#secrets); the host fills it in place
-        #: (`Secrets.update`) and shares it with whatever withholds them.
-        self.secrets = database.secrets
+        self.reader = reader
         self._database = database
         self._migrations_folder = migrations_folder
 
     @property
     def location(self) -> str:
-        """Where the store is, for people: the database file's path (PostgreSQL's: its URL without the password)."""
+        """The database file's path."""
         return str(self.path)
 
     async def size_bytes(self) -> int:
@@ -277,23 +251,11 @@ class Store:
         conn.set_progress_handler(interrupt, SEARCH_PROGRESS_STEPS)
         return IndexReader(conn)
 
-    def transaction(self) -> AbstractAsyncContextManager[None]:
-        """One transaction across repositories, e.g. items and a push claim together.
-
-        Use the repositories' `*_nocommit` methods inside it.
-        """
-        return self._database.transaction()
-
     async def pragmas(self) -> dict[str, int | str]:
         """The writer connection's REPORTED_PRAGMAS as SQLite reports them now (synchronous as 0-3)."""
         async with self._database.reading():
             return {name: list(await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
                     for name in REPORTED_PRAGMAS}
-
-    async def schema_version(self) -> int:
-        """The newest migration applied to the file (0: none)."""
-        async with self._database.read() as conn:
-            return max(await applied_versions(conn), default=0)
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""
@@ -319,7 +281,7 @@ async def open_sqlite_store(
     migrate: bool = True,
     migrations_folder: Traversable | Path | None = None,
     reader_connections: int = READER_CONNECTIONS,
-) -> AsyncIterator[Store]:
+) -> AsyncIterator[SqliteStore]:
     """Open (creating folders and file if needed) the daemon's read-write store, and its `StoreReader`.
 
     The database file and SQLite's files beside it are private to this user (mcplhost/store/files.py).
@@ -359,7 +321,7 @@ async def open_sqlite_store(
             connections = [await readers.enter_async_context(_read_only_connection(path))
                            for _ in range(reader_connections)]
             reader = StoreReader(path, connections) if connections else None
-            yield Store(path, Database(conn, reader), migrations_folder)
+            yield SqliteStore(path, Database(conn, reader), migrations_folder)
 
 
 @asynccontextmanager
@@ -395,7 +357,7 @@ async def open_sqlite_reader(
     path: str | Path,
     *,
     migrations_folder: Traversable | Path | None = None,
-) -> AsyncIterator[Store]:
+) -> AsyncIterator[SqliteStore]:
     """Open an existing store read-only (for the CLI's readers, beside a running daemon).
 
     Raises StoreMissing when there is no file, ForeignDatabase when it holds
@@ -417,7 +379,7 @@ async def open_sqlite_reader(
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc, _READ_EXPLANATION) from exc
         # Nothing in this process writes: its one read-only connection is also its reader.
-        yield Store(path, Database(conn, StoreReader(path, [conn])), migrations_folder)
+        yield SqliteStore(path, Database(conn, StoreReader(path, [conn])), migrations_folder)
 
 
 @asynccontextmanager

@@ -24,16 +24,18 @@ is not installed.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from types import ModuleType
 
+from mcplhost.store.composed import Store
 from mcplhost.store.db import (
     DEFAULT_SYNCHRONOUS,
     READER_CONNECTIONS,
-    Store,
     open_sqlite_reader,
     open_sqlite_store,
 )
@@ -61,8 +63,12 @@ async def open_store(
     reader_connections: int = READER_CONNECTIONS,
 ) -> AsyncIterator[Store]:
     """The daemon's read-write store at `target` (see the module docstring), migrated unless `migrate` is False."""
-    if is_database_url(target):
-        raise StoreError("PostgreSQL stores are not built yet", explanation="give store.path an SQLite file")
+    if isinstance(target, str) and is_database_url(target):
+        postgres = _postgres()
+        async with postgres.open_pg_store(target, pool_size=pool_size, migrate=migrate,
+                                          migrations_folder=migrations_folder) as pg_store:
+            yield pg_store
+        return
     async with open_sqlite_store(Path(target), synchronous=synchronous, migrate=migrate,
                                  migrations_folder=migrations_folder,
                                  reader_connections=reader_connections) as store:
@@ -76,7 +82,21 @@ async def open_reader(
     migrations_folder: Traversable | Path | None = None,
 ) -> AsyncIterator[Store]:
     """An existing store at `target`, read-only (the CLI's readers, beside a running daemon)."""
-    if is_database_url(target):
-        raise StoreError("PostgreSQL stores are not built yet", explanation="give --db an SQLite file")
+    if isinstance(target, str) and is_database_url(target):
+        postgres = _postgres()
+        async with postgres.open_pg_reader(target, migrations_folder=migrations_folder) as pg_store:
+            yield pg_store
+        return
     async with open_sqlite_reader(Path(target), migrations_folder=migrations_folder) as store:
         yield store
+
+
+def _postgres() -> ModuleType:
+    """store/postgres.py, imported only now: asyncpg is an extra an SQLite-only installation lacks."""
+    try:
+        return importlib.import_module("mcplhost.store.postgres")
+    except ModuleNotFoundError as exc:
+        if exc.name != "asyncpg":
+            raise
+        raise StoreError("a postgresql:// store needs the asyncpg driver, which is not installed",
+                         explanation="install mcplhost[postgres] (pip install 'mcplhost[postgres]')") from exc
