@@ -47,7 +47,7 @@ class TestDb:
     def test_an_unreachable_server_is_one_line_and_creates_nothing(self, tmp_path: Path, command: list[str]) -> None:
         result = cli(*command, "--db", UNREACHABLE, cwd=tmp_path)
         assert result.returncode == 1 and result.stdout == ""
-        one_line(result.stderr)
+        assert "127.0.0.1:1" in one_line(result.stderr)
         assert list(tmp_path.iterdir()) == []  # no folder named after the URL, no lock
 
 
@@ -60,7 +60,7 @@ class TestRun:
         result = cli_process("run", "--config", str(config), cwd=tmp_path, timeout=90)
         assert time.monotonic() - started < 60
         assert result.returncode == 1 and result.stdout == ""
-        one_line(result.stderr)
+        assert "127.0.0.1:1" in one_line(result.stderr)  # the server it could not reach, by host and port
         # No database folder is made for a URL; the lock and children files are this host's, in the state folder.
         assert {p.name for p in tmp_path.iterdir()} <= {"eu-1.children", "eu-1.lock", "mcplhost.toml"}
 
