@@ -16,6 +16,12 @@ from .schema import AgentConfig, Config, ConnectorConfig
 from .values import url_passwords
 
 
+#: The name a password of `[store] url` is redacted by (`[redacted:store.url]`); there is no variable to name.
+STORE_URL_SECRET = "store.url"
+#: libpq's password variable, which asyncpg reads like libpq when the URL holds no password.
+PG_PASSWORD_VARIABLE = "PGPASSWORD"
+
+
 def api_key_places(config: Config) -> list[tuple[str, str]]:
     """Where the config names the host's own api keys, as (path of the `api_key_env`, variable name).
 
@@ -31,11 +37,14 @@ def api_key_places(config: Config) -> list[tuple[str, str]]:
 
 
 def api_key_variables(config: Config) -> dict[str, str]:
-    """The variables holding the host's own api keys, each with the first place that names it."""
+    """The variables holding the host's own api keys, each with the first place that names it; with `[store] url`
+    also PGPASSWORD, the store's password the libpq way: no connector gets any of them."""
     found: dict[str, str] = {}
     for where, name in api_key_places(config):
         if name:  # an empty name is a type problem, and names no variable
             found.setdefault(name, where)
+    if config.store.url is not None:
+        found.setdefault(PG_PASSWORD_VARIABLE, "store.url")
     return found
 
 
@@ -67,12 +76,6 @@ def secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> d
         for name, found_at in connector_secret_sources(connector, environ, where=f"connectors[{i}]").items():
             found.setdefault(name, found_at)
     return found
-
-
-#: The name a password of `[store] url` is redacted by (`[redacted:store.url]`); there is no variable to name.
-STORE_URL_SECRET = "store.url"
-#: libpq's password variable, which asyncpg reads like libpq when the URL holds no password.
-PG_PASSWORD_VARIABLE = "PGPASSWORD"
 
 
 def store_secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, tuple[str, str]]:

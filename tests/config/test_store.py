@@ -131,6 +131,19 @@ class TestSecrets:
         sqlite = check({}).config
         assert secret_values(sqlite, {"PGPASSWORD": "from-the-environment"}) == {}
 
+    def test_no_connector_gets_pgpassword_on_a_postgresql_store(self) -> None:
+        """With a url, PGPASSWORD is withheld like an api key variable: env_pass naming it is a problem."""
+        connector = {"name": "c", "command": ["sh"], "env_pass": ["PGPASSWORD"]}
+        assert problems({"store": {"url": URL}, "connectors": [connector]}) == [
+            "connectors[0].env_pass[0]: PGPASSWORD holds an api key of this host (named by store.url); connectors "
+            "never get it: give the connector its own variable"]
+        assert problems({"connectors": [connector]}) == []  # an SQLite store has no PostgreSQL password
+
+    def test_pgpassword_is_withheld_from_every_connector(self, tmp_path: Path) -> None:
+        config = load_config(write(tmp_path, f'[store]\nurl = "{URL}"\n[[connectors]]\nname = "c"\n'
+                                             'command = ["sh"]\n'))
+        assert "PGPASSWORD" in config.connectors[0].withheld_env
+
     def test_a_short_url_password_is_warned_about_without_its_value(self) -> None:
         from mcplhost.config.check import check
 
