@@ -15,7 +15,6 @@ from ..secrets import MIN_SECRET_CHARS
 from .schema import AgentConfig, Config, ConnectorConfig
 from .values import url_passwords
 
-
 #: The name a password of `[store] url` is redacted by (`[redacted:store.url]`); there is no variable to name.
 STORE_URL_SECRET = "store.url"
 #: libpq's password variable, which asyncpg reads like libpq when the URL holds no password.
