@@ -57,7 +57,7 @@ class TestCommands:
         assert migrated.stdout.startswith("applied ") and "migration(s)" in migrated.stdout
         for command in (["messages", "--json"], ["turns", "--json"], ["outbox", "--json"]):
             result = cli(*command, "--db", postgres_db.url)
-            assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), command
+            assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), (command, result.stderr)
 
     def test_a_database_of_another_program_is_refused_and_left_as_it_was(self, postgres_db: PostgresDatabase) -> None:
         anyio.run(execute, postgres_db.url, "CREATE TABLE items (id integer PRIMARY KEY, body text)")
