@@ -28,7 +28,8 @@ from typing import Any
 import msgspec
 
 from mcplhost.errors import HostStateError
-from mcplhost.store.connection import Conn, Connections, json_field, json_int
+from mcplhost.store.connection import POSTGRESQL, Conn, Connections, json_field, json_int
+from mcplhost.store.order import ITEMS_ORDER_KEY
 from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
@@ -157,6 +158,9 @@ class ItemRepository:
         gets the original's id and conversation.
         """
         conn = self._connections.writer("items.insert_many_nocommit")
+        if items and conn.engine == POSTGRESQL:
+            # Ids become visible in the order they are taken, whatever other writers do (store/order.py).
+            await conn.execute("SELECT pg_advisory_xact_lock(?)", (ITEMS_ORDER_KEY,))
         written: builtins.list[ItemWritten] = []
         for start in range(0, len(items), ROWS_PER_INSERT):
             written.extend(await _insert_chunk(conn, items[start : start + ROWS_PER_INSERT]))
