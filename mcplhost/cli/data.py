@@ -26,7 +26,6 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     FOLLOW_POLL_S,
-    Database,
     existing_database,
     shown,
     usable_database,
@@ -63,7 +62,7 @@ def _print_rows(args: argparse.Namespace, rows: Callable[[Any], AsyncIterator[An
     """The read-only listings (messages, turns, outbox): each row of `rows(store)` as one JSON or plain line."""
 
     async def main() -> None:
-        async with open_reader(readable(args.db)) as store:
+        async with open_reader(existing_database(args.db)) as store:
             out = sys.stdout.buffer
             async for row in rows(store):
                 out.write(json_line(row) + b"\n" if args.json else (plain_line(row) + "\n").encode())
@@ -91,7 +90,7 @@ def _follow_messages(args: argparse.Namespace) -> int:
     """
 
     async def main() -> None:
-        async with open_reader(readable(args.db)) as store:
+        async with open_reader(existing_database(args.db)) as store:
             out = sys.stdout.buffer
             last, limit = 0, args.limit
             while True:
@@ -123,11 +122,6 @@ def _reader_closed(out: Any) -> bool:
         return False
 
 
-def readable(db: Database) -> Database:
-    """--db for a reader: a folder is named as one; a URL is the store's to open or refuse."""
-    return existing_database(db)
-
-
 def cmd_backup(args: argparse.Namespace) -> int:
     from ..store.backup import BackupExists, backup
 
@@ -150,7 +144,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ..store.search_query import SearchFilter
 
     async def main() -> SearchResult:
-        async with open_reader(readable(args.db)) as store:
+        async with open_reader(existing_database(args.db)) as store:
             return await search_items(store, args.query, as_regex=args.regex, ignore_case=args.ignore_case,
                                       limit=args.limit, deadline_s=args.timeout,
                                       where=SearchFilter(channel=args.channel, since_ms=args.since))
@@ -216,7 +210,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             raise ConfigError(f"no agent named {args.agent!r} in the config")
 
     async def main() -> list[Any] | None:
-        async with open_reader(readable(args.db)) as store:
+        async with open_reader(existing_database(args.db)) as store:
             return await explain_item(store, agents, args.item_id, addressing)
 
     answers = anyio.run(main)

@@ -47,7 +47,6 @@ from .schema import (
     control_socket_path,
     effective_max_wait_ms,
     state_path,
-    store_target,
     system_prompt_text,
 )
 from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address, redact_url
@@ -62,7 +61,6 @@ __all__ = [
     "state_folder",
     "state_path",
     "store_secret_values",
-    "store_target",
     "CONSOLE_ACTIONS",
     "DEFAULT_DEBOUNCE_MS",
     "DEFAULT_MAX_BYTES_PER_HOUR",

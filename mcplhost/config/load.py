@@ -77,8 +77,8 @@ class ConfigMissing(ConfigError):
 def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
     """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
 
-    Paths: `store.path` (and the state folder, `state_folder`), every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path,
-    `[console] token_file`.
+    Paths: `store.path` (and the state folder, `state_folder`), every `cwd` and `env_file`, every
+    `system_prompt_file`, a `[moderation] command` path, `[console] token_file`.
     `withheld`: the host's api key variables (`api_key_variables`). `[host] name` defaults to the hostname.
     """
     store = msgspec.structs.replace(config.store, path=str(base / config.store.path),

@@ -108,7 +108,9 @@ def store_problems(checked: Checked) -> list[str]:
     own keys only with it (README.md#configuration-reference)."""
     written = checked.written
     url = checked.config.store.url
-    if url is None or not checked.usable("store.url"):
+    if not checked.usable("store.url"):
+        return []  # a url of the wrong type: the type checks said so, and which engine is meant is unknown
+    if url is None:
         return ["pool_size: only with url (PostgreSQL); an SQLite store has one writer connection"] \
             if written("store.pool_size") else []
     found = []

@@ -41,7 +41,8 @@ MAX_POOL_SIZE = 100
 class StoreConfig(Base, frozen=True):
     """`[store]`: an SQLite file (`path`) or a PostgreSQL server (`url`), exactly one (README.md#configuration-reference).
 
-    With `url`, `path` keeps its default and means nothing: `store_target` says which one a host opens.
+    With `url`, `path` keeps its default and means nothing: the host opens the URL (mcplhost/host.py
+    `open_configured_store`).
     """
 
     path: NonEmpty = "mcplhost.db"
@@ -57,11 +58,6 @@ class StoreConfig(Base, frozen=True):
     #: the children file, the control socket by default). The database's folder for `path`; for `url`,
     #: $MCPLHOST_STATE_DIR or else the config's folder (`state_folder`). "": the database's folder.
     state_dir: str = ""
-
-
-def store_target(store: StoreConfig) -> str:
-    """What the host opens: the PostgreSQL URL when `url` is set, else the SQLite file's path."""
-    return store.url if store.url is not None else store.path
 
 
 

@@ -20,7 +20,6 @@ from mcplhost.config import (
     problems,
     redact_url,
     secret_values,
-    store_target,
 )
 from mcplhost.config.environment import short_secret_warnings
 from mcplhost.config.values import url_passwords
@@ -85,7 +84,7 @@ class TestResolved:
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("MCPLHOST_STATE_DIR", raising=False)
         config = load_config(write(tmp_path, f'[store]\nurl = "{URL}"\npool_size = 4\n[host]\nname = "eu-1"\n'))
-        assert store_target(config.store) == URL and config.store.pool_size == 4
+        assert config.store.url == URL and config.store.pool_size == 4
         assert control_socket_path(config) == tmp_path / "mcplhost.sock"
         lock = daemon_lock(config)
         assert lock.path == tmp_path / "eu-1.lock"
@@ -102,7 +101,7 @@ class TestResolved:
         monkeypatch.setenv("MCPLHOST_STATE_DIR", str(tmp_path / "elsewhere"))  # not read for an SQLite store
         (tmp_path / "data").mkdir()
         config = load_config(write(tmp_path, '[store]\npath = "data/x.db"\n'))
-        assert store_target(config.store) == str(tmp_path / "data" / "x.db")
+        assert config.store.url is None and config.store.path == str(tmp_path / "data" / "x.db")
         assert control_socket_path(config) == tmp_path / "data" / "mcplhost.sock"
         assert daemon_lock(config).path == tmp_path / "data" / "x.db.lock"
 
