@@ -63,11 +63,11 @@ import msgspec
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
 
-from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
-from .agents.turn import CONTEXT_ROWS
+from .agents.turns.hooks import HookState
+from .agents.turns.runner import CONTEXT_ROWS
 from .config import (
     Config,
     ConnectorConfig,

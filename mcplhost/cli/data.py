@@ -187,8 +187,8 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Per agent (config order), why the item did or did not wake it (docs/agents.md#explain)."""
-    from ..agents.explain import explain_item, explanation_line, plain_lines
-    from ..agents.wake import addressing_of
+    from ..agents.wakes.explain import explain_item, explanation_line, plain_lines
+    from ..agents.wakes.rules import addressing_of
     from ..dev import config_beside
 
     # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:

@@ -248,7 +248,7 @@ def addressed_wakers(connector: str, agents: Iterable[tuple[str, Sequence[str] |
     """The agents that hear `connector` and wake on `addressed`, from (name, hears, wake_on) of each.
 
     The one statement of who shares a connector's addressed items (docs/agents.md#addressing):
-    mcplhost/agents/wake.py builds its `Addressing` with it, check-config its warning.
+    mcplhost/agents/wakes/rules.py builds its `Addressing` with it, check-config its warning.
     """
     return [name for name, hears, wake_on in agents
             if (hears is None or any(h.partition("/")[0] == connector for h in hears)) and "addressed" in wake_on]

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from mcplhost.agents.scheduler import SchedulerStats
+from mcplhost.agents.wakes.scheduler import SchedulerStats
 from mcplhost.protocol.ports import State
 from mcplhost.supervisor.handle import ConnectorStatistics
 

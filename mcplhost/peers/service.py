@@ -172,7 +172,7 @@ class PeerService:
 
         `turn_id`: delivered inside that turn, at a tool boundary (such a row
         wakes no one: the turn reads it); None: delivered between turns, it
-        wakes the target (mcplhost/agents/wake.py).
+        wakes the target (mcplhost/agents/wakes/rules.py).
         """
         relationship = entry.relationship
         if relationship == "ancestor":

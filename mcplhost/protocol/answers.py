@@ -23,9 +23,9 @@ What the host asks, and which type reads the answer:
 | `featureSets/update` | `params.Receipt` (typed there) | protocol/policy.py `judge_receipt` |
 | `mcpl/manifest` | any JSON value, judged whole by the manifest tracker (kept as the document it is) | protocol/manifest.py |
 | `tools/list` | `ToolsPage`, its entries `ListedTool` | protocol/jobs.py `list_tools` |
-| `channels/open` | `OpenedChannel`, its `history` (or `messages`) entries `BackscrollEntry` | protocol/jobs.py, agents/tools.py |
-| `tools/call` | `ToolResult`, its `content` entries `ContentBlock` | agents/tools.py |
-| `context/beforeInference` | `HookAnswer`, its entries `Injection` (blocks: `ContentBlock`) | agents/hooks.py |
+| `channels/open` | `OpenedChannel`, its `history` (or `messages`) entries `BackscrollEntry` | protocol/jobs.py, agents/tools/toolbox.py |
+| `tools/call` | `ToolResult`, its `content` entries `ContentBlock` | agents/tools/toolbox.py |
+| `context/beforeInference` | `HookAnswer`, its entries `Injection` (blocks: `ContentBlock`) | agents/turns/hooks.py |
 | `channels/publish` | `PublishResult` | speech/outbox.py |
 
 Everything else the host sends expects no answer (`inference/lifecycle`,
@@ -281,7 +281,7 @@ class ToolResult(Answer, frozen=True):
 class Injection(Answer, frozen=True):
     """One context injection; each member of another shape counts as absent, so the judge names the first missing.
 
-    `content` is a string or content blocks (each a ContentBlock, judged by agents/hooks.py).
+    `content` is a string or content blocks (each a ContentBlock, judged by agents/turns/hooks.py).
     """
 
     LENIENT = frozenset({"position", "namespace", "content"})

@@ -88,7 +88,7 @@ class NotifyPort(Protocol):
 
 
 class AcknowledgePort(Protocol):
-    """`channels/acknowledge` (mcplhost/agents/acknowledge.py): a request while ready and granted."""
+    """`channels/acknowledge` (mcplhost/agents/turns/acknowledge.py): a request while ready and granted."""
 
     @property
     def state(self) -> State: ...
@@ -101,7 +101,7 @@ class AcknowledgePort(Protocol):
 
 
 class HookPort(Protocol):
-    """`context/beforeInference` and `inference/lifecycle` (mcplhost/agents/hooks.py)."""
+    """`context/beforeInference` and `inference/lifecycle` (mcplhost/agents/turns/hooks.py)."""
 
     @property
     def name(self) -> str: ...
@@ -119,7 +119,7 @@ class HookPort(Protocol):
 
 
 class CatchUpPort(Protocol):
-    """Catch-up's wait for a restarted connector's channels (mcplhost/agents/catchup.py)."""
+    """Catch-up's wait for a restarted connector's channels (mcplhost/agents/wakes/catchup.py)."""
 
     def channel(self, channel_id: str) -> Channel | None: ...
 
@@ -171,7 +171,7 @@ class OutboxPort(PublishCheck, Protocol):
 
 
 class ToolCallPort(Protocol):
-    """A connector's MCP tools as an agent calls them (mcplhost/agents/tools.py)."""
+    """A connector's MCP tools as an agent calls them (mcplhost/agents/tools/toolbox.py)."""
 
     @property
     def name(self) -> str: ...
@@ -185,7 +185,7 @@ class ToolCallPort(Protocol):
 
 
 class ChannelOpenPort(Protocol):
-    """The channel tools (`channel_list`, `channel_open` with its backscroll; mcplhost/agents/tools.py)."""
+    """The channel tools (`channel_list`, `channel_open` with its backscroll; mcplhost/agents/tools/toolbox.py)."""
 
     @property
     def name(self) -> str: ...

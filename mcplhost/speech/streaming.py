@@ -113,7 +113,7 @@ class PinGuard:
 
 
 class TurnRouting(Protocol):
-    """What streaming reads of a turn's routing (mcplhost/agents/speech.py `TurnSpeech` implements it)."""
+    """What streaming reads of a turn's routing (mcplhost/agents/turns/reply.py `TurnSpeech` implements it)."""
 
     current: Route  # a refused pin holds too: then nothing streams
     default: Destination | Undecided

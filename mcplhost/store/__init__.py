@@ -32,7 +32,7 @@ from mcplhost.store.errors import (
 )
 from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Quotas, Repositories, Turns
 from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
-from mcplhost.store.open import DEFAULT_POOL_SIZE, is_database_url, open_reader, open_store
+from mcplhost.store.open import DEFAULT_POOL_SIZE, is_database_url, open_reader, open_store, redacted_url
 from mcplhost.store.peers import (
     DISPATCHES,
     RELATIONSHIPS,
@@ -117,5 +117,6 @@ __all__ = [
     "is_database_url",
     "open_reader",
     "open_store",
+    "redacted_url",
     "turn_line",
 ]

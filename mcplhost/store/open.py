@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from mcplhost.store.composed import Store
 from mcplhost.store.db import (
@@ -50,6 +52,28 @@ DEFAULT_POOL_SIZE = 10
 def is_database_url(target: str | os.PathLike[str]) -> bool:
     """Whether `target` names a PostgreSQL database (a URL) rather than an SQLite file."""
     return isinstance(target, str) and target.startswith(URL_SCHEMES)
+
+
+def redacted_url(url: str) -> str:
+    """`url` with its password (in the authority or a `password=` parameter) replaced by ***."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        credentials, _, host = netloc.rpartition("@")
+        if ":" in credentials:
+            credentials = credentials.split(":", 1)[0] + ":***"
+        netloc = f"{credentials}@{host}"
+    query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def server_of(url: str) -> str:
+    """The host and port `url` names, for messages ("localhost:5432", a socket folder, or "the default server")."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = parts.hostname or (query.get("host") or [""])[0] or "localhost"
+    port = parts.port or (query.get("port") or ["5432"])[0]
+    return f"{host}:{port}"
 
 
 @asynccontextmanager

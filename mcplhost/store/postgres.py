@@ -28,7 +28,6 @@ from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import anyio
 import asyncpg  # type: ignore[import-untyped]  # no stubs; this module is its only user
@@ -41,8 +40,9 @@ from mcplhost.store.connection import POSTGRESQL, Conn, Engine, Params
 from mcplhost.store.errors import BrokenMigration, SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.interfaces import SearchReads
 from mcplhost.store.migrate import Migration, applied_versions, load_migrations, refuse_foreign, refuse_newer
+from mcplhost.store.open import redacted_url, server_of
 from mcplhost.store.order import MIGRATION_KEY
-from mcplhost.store.pg_search import PgSearchIndex
+from mcplhost.store.pg_search import PgSearchIndex, PgSearchReads
 from mcplhost.store.redacting import RedactingWriter
 
 log = structlog.get_logger()
@@ -221,35 +221,13 @@ class PgStore(Store):
         return int(size)
 
     def open_search_reads(self, interrupt: Callable[[], bool]) -> SearchReads:
-        raise StoreError(f"{self.location}: search is not available on PostgreSQL yet",
-                         explanation="search an SQLite store, or list rows with `mcplhost messages`")
+        """A search's reads for the calling worker thread: pages on pooled connections (pg_search.py)."""
+        return PgSearchReads(self._database, interrupt)
 
     async def migrate(self) -> list[int]:
         async with self._database.pool.acquire() as conn:
             return await migrate_database(conn, load_migrations(self._migrations_folder, engine=POSTGRESQL),
                                           location=self.location)
-
-
-def redacted_url(url: str) -> str:
-    """`url` with its password (in the authority or a `password=` parameter) replaced by ***."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        credentials, _, host = netloc.rpartition("@")
-        if ":" in credentials:
-            credentials = credentials.split(":", 1)[0] + ":***"
-        netloc = f"{credentials}@{host}"
-    query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def server_of(url: str) -> str:
-    """The host and port `url` names, for messages ("localhost:5432", a socket folder, or "the default server")."""
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    host = parts.hostname or (query.get("host") or [""])[0] or "localhost"
-    port = parts.port or (query.get("port") or ["5432"])[0]
-    return f"{host}:{port}"
 
 
 async def migrate_database(conn: asyncpg.Connection, migrations: Sequence[Migration], *, location: str) -> list[int]:

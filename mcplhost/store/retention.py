@@ -12,7 +12,7 @@ floor keeps, whatever their age:
 - everything above the lowest cursor of a configured agent (what it has not
   handled yet, its catch-up);
 - each configured agent's newest `context_rows` rows that it sees (everyone's
-  and its own: a turn's context, mcplhost/agents/turn.py CONTEXT_ROWS).
+  and its own: a turn's context, mcplhost/agents/turns/runner.py CONTEXT_ROWS).
 
 Below the floor and past the cutoff, an item is still kept when
 

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from mcplhost.agents import runtime as runtime_module
 from mcplhost.agents.runtime import AgentsRuntime
-from mcplhost.agents.scheduler import HOUR_S
+from mcplhost.agents.wakes.scheduler import HOUR_S
 from mcplhost.config import AgentConfig, Config
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Ingest, Stored

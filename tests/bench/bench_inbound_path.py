@@ -71,7 +71,7 @@ import structlog
 
 import mcplhost.host
 from mcplhost import logs
-from mcplhost.agents.turn import CONTEXT_ROWS
+from mcplhost.agents.turns.runner import CONTEXT_ROWS
 from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host
 from mcplhost.inbound.pipeline import Processed

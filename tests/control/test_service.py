@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgspec
 
-from mcplhost.agents.rows import draft_row, speech_row
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.turns.agent_rows import draft_row, speech_row
 from mcplhost.config import Config
 from mcplhost.control.service import ControlService
 from mcplhost.control.status import HostEntry, Status

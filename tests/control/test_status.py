@@ -6,7 +6,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.scheduler import SchedulerStats
+from mcplhost.agents.wakes.scheduler import SchedulerStats
 from mcplhost.control.status import (
     AgentCounts,
     HostEntry,

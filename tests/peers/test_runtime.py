@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import structlog
 
-from mcplhost.agents.context import PEER_TRIGGER_TEXT
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall, Usage
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.turns.compiler import PEER_TRIGGER_TEXT
 from mcplhost.config import AgentConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.peers.envelope import parse_envelope

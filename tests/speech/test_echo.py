@@ -12,7 +12,7 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.wake import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
+from mcplhost.agents.wakes.rules import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest, Stored, now_ms

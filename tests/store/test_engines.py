@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+
 import anyio
+import asyncpg
 import msgspec
 
 from mcplhost.store import Store, export_line, open_store, turn_line
@@ -129,3 +135,68 @@ class TestIdsVisibleInOrder:
                 tg.start_soon(write, host_b, "b")
                 tg.start_soon(follow)
             assert seen == list(range(1, 4 * rounds + 1))
+
+
+class TestSearchOnPostgresql:
+    """The search on pg_trgm (store/pg_search.py) returns what the bounded scan of every row returns."""
+
+    async def test_indexed_and_fresh_rows_answer_as_the_scan_does(self, migrated_db: PostgresDatabase) -> None:
+        from mcplhost.store.readers import compile_query, scan, search_items
+        from mcplhost.store.search_query import SearchFilter
+        from tests.store.test_search_index import BASE_MS, accepts, index_up_to, new_item
+
+        bodies = ["a needle here", "NEEDLE upper", "hay only", "needle_100% sure", "ne edle", "the needle's eye",
+                  "İstanbul needle", "nothing", "kelvin K sign", "needles twice needle"]
+        servers = ["disc", "zulip", None]
+        channels = ["disc:g1:a", "disc:g1:b", "zulip:x", None]
+        items = [new_item([body], n % 2 == 0, "scout" if n % 5 == 4 else None, servers[n % 3], channels[n % 4], n)
+                 for n, body in enumerate(bodies * 3)]
+        async with open_store(migrated_db.url) as store:
+            await store.items.insert_many(items)
+            await index_up_to(store, 17)  # a mark in the middle: rows above it are read, rows below it looked up
+            everything = [item async for item in store.items.iterate()][::-1]
+            queries = [("needle", False, False), ("needle", False, True), ("100%", False, False), ("_1", False, False),
+                       (r"ne+dle\b", True, False), ("xyz", False, False)]
+            # Every kind of hears entry (none, a connector, an exact channel, globs) and the other two filters.
+            wheres = [SearchFilter(heard=heard) for heard in (None, ("disc",), ("disc/disc:g1:a",),
+                                                              ("zulip", "disc/disc:g1:?"), ("disc/*[!a]",))] + [
+                SearchFilter(channel="disc:g1:a"), SearchFilter(since_ms=BASE_MS + 5 * 60_000)]
+            for query, as_regex, ignore_case in queries:
+                pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
+                for where in wheres:
+                    found = await search_items(store, query, as_regex=as_regex, ignore_case=ignore_case, limit=100,
+                                               where=where)
+                    expected = scan(everything, pattern, 100, deadline=float("inf"), stop=threading.Event(),
+                                    where=lambda item, where=where: accepts(where, item))
+                    assert found.hits == expected.hits, (query, where)
+            assert (await search_items(store, "needle", limit=100)).hits  # the comparison compared something
+
+
+async def test_both_engines_migrate_to_the_same_columns(migrated_db: PostgresDatabase, tmp_path: Path) -> None:
+    """Every table's columns (name, NULL allowed, integer or text) are the same after either engine's migrations:
+    a column added to one engine's file and not the other's fails here. The search index's own table differs by
+    design (an FTS5 table on SQLite)."""
+    async with open_store(tmp_path / "schema.db"):
+        pass
+    sqlite_columns: set[tuple[str, str, bool, str]] = set()
+    with closing(sqlite3.connect(tmp_path / "schema.db")) as conn:
+        tables = [name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+            " AND name NOT LIKE 'items_search%'")]
+        for table in tables:
+            for _, column, declared, notnull, _, primary in conn.execute(f"PRAGMA table_info({table})"):
+                sqlite_columns.add((table, column, not (notnull or primary), SQLITE_CLASSES[declared]))
+    conn_pg = await asyncpg.connect(migrated_db.url)
+    try:
+        rows = await conn_pg.fetch("SELECT table_name, column_name, is_nullable, data_type FROM information_schema.columns"
+                                   " WHERE table_schema = current_schema() AND table_name <> 'items_search'")
+    finally:
+        await conn_pg.close()
+    pg_columns = {(table, column, nullable == "YES", PG_CLASSES[kind]) for table, column, nullable, kind in rows}
+    assert sqlite_columns == pg_columns
+    assert ("items", "metadata", False, "text") in pg_columns
+
+
+#: Each engine's declared column types, by the class both read and write them as.
+SQLITE_CLASSES = {"INTEGER": "integer", "TEXT": "text"}
+PG_CLASSES = {"bigint": "integer", "text": "text", "json": "text"}

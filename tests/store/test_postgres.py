@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import sys
 
+import anyio
+import asyncpg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.store import StoreError, is_database_url, open_reader, open_store
-from mcplhost.store.postgres import numbered, redacted_url, rowcount, server_of
+from mcplhost.store import (
+    ForeignDatabase,
+    SchemaTooNew,
+    StoreError,
+    StoreMissing,
+    is_database_url,
+    open_reader,
+    open_store,
+)
+from mcplhost.store.open import redacted_url, server_of
+from mcplhost.store.postgres import numbered, rowcount
 from tests.postgres import PostgresDatabase
 
 
@@ -67,3 +78,72 @@ async def test_a_store_says_where_it_is_and_how_large(migrated_db: PostgresDatab
         assert await store.size_bytes() > 0
         assert await store.schema_version() >= 10
         assert await store.migrate() == []
+
+
+class TestRefusals:
+    """What the operator is told, in one line each, about a PostgreSQL target the store cannot use."""
+
+    async def test_a_server_that_is_not_there_is_named_by_host_and_port(self):
+        import socket
+
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        url = f"postgresql://app:s3cret@127.0.0.1:{port}/mcpl"
+        with anyio.fail_after(60):
+            with pytest.raises(StoreError) as refused:
+                async with open_store(url):
+                    pass
+        message = str(refused.value)
+        assert f"127.0.0.1:{port}" in message and "s3cret" not in message and "\n" not in message
+
+    async def test_a_database_that_does_not_exist_is_missing(self, migrated_db: PostgresDatabase):
+        url = migrated_db.url.replace(f"/{migrated_db.name}?", "/no_such_db?")
+        with pytest.raises(StoreMissing):
+            async with open_reader(url):
+                pass
+
+    async def test_another_programs_tables_are_refused_untouched(self, postgres_db: PostgresDatabase):
+        conn = await asyncpg.connect(postgres_db.url)
+        try:
+            await conn.execute("CREATE TABLE items (id serial PRIMARY KEY, title text)")
+            for opener in (open_store, open_reader):
+                with pytest.raises(ForeignDatabase) as refused:
+                    async with opener(postgres_db.url):
+                        pass
+                assert refused.value.tables == ["items"]
+            tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            assert [row[0] for row in tables] == ["items"]
+        finally:
+            await conn.close()
+
+    async def test_a_newer_schema_is_refused(self, migrated_db: PostgresDatabase):
+        conn = await asyncpg.connect(migrated_db.url)
+        try:
+            await conn.execute("INSERT INTO schema_version VALUES (999, 'future', 0)")
+            for opener in (open_store, open_reader):
+                with pytest.raises(SchemaTooNew) as refused:
+                    async with opener(migrated_db.url):
+                        pass
+                assert refused.value.found == 999
+        finally:
+            await conn.execute("DELETE FROM schema_version WHERE version = 999")
+            await conn.close()
+
+
+async def test_two_hosts_migrating_a_new_database_at_once_apply_each_step_once(postgres_db: PostgresDatabase):
+    """Each step takes the migration lock and looks at its version again: both opens succeed, each step once."""
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            tg.start_soon(_open_and_close, postgres_db.url)
+    conn = await asyncpg.connect(postgres_db.url)
+    try:
+        versions = [row[0] for row in await conn.fetch("SELECT version FROM schema_version ORDER BY version")]
+    finally:
+        await conn.close()
+    assert versions == list(range(1, len(versions) + 1)) and len(versions) >= 10
+
+
+async def _open_and_close(url: str) -> None:
+    async with open_store(url):
+        pass

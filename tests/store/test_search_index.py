@@ -20,7 +20,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.agents.context import heard_by
+from mcplhost.agents.hearing import heard_by
 from mcplhost.store import NewItem, Store, StoredItem, open_store
 from mcplhost.store.items import STORED_COLUMNS, stored_item
 from mcplhost.store.migrate import Migration, default_folder, load_migrations
@@ -82,7 +82,7 @@ FILTERS = st.builds(SearchFilter, heard=st.sampled_from(HEARS), channel=st.sampl
 
 
 def accepts(where: SearchFilter, item: StoredItem) -> bool:
-    """The filter's rule in Python, from the rule's own owner (agents/context.py heard_by): the oracle."""
+    """The filter's rule in Python, from the rule's own owner (agents/hearing.py heard_by): the oracle."""
     server, channel = item.metadata.get("serverId"), item.metadata.get("channelId")
     if where.heard is not None and (item.agent is not None or not heard_by(list(where.heard), server, channel)):
         return False

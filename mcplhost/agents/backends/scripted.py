@@ -14,7 +14,7 @@ agent `mcplhost dev` shows). A reply is either
   its text too. Tool call ids are `scripted-<call>-<index>`, unique per backend.
 
 A reply's text is cut at the request's `max_output_chars` like any backend's
-(agents/bounds.py); an empty reply is answered as it is (the script says so).
+(agents/backends/answer_bounds.py); an empty reply is answered as it is (the script says so).
 
 `script_problems` names what is wrong with a script, for check-config.
 """
@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
+from mcplhost.agents.backends.answer_bounds import cut_answer
 from mcplhost.agents.backends.common import block_text, estimated_tokens
-from mcplhost.agents.bounds import cut_answer
 from mcplhost.agents.model import (
     BackendError,
     Message,
