@@ -15,6 +15,7 @@ from typing import NoReturn
 from ..config import (
     database_path_problems,
     redact_url,
+    store_url_problem,
 )
 from ..errors import OperatorError
 from ..store import is_database_url
@@ -125,8 +126,14 @@ Database = Path | str
 
 
 def database_option(text: str) -> Database:
-    """An argparse type for --db: a postgresql:// or postgres:// URL as written, else a non-empty path."""
-    return text if is_database_url(text) else path_option(text)
+    """An argparse type for --db: a postgresql:// or postgres:// URL as written (one the driver can parse), else
+    a non-empty path."""
+    if not is_database_url(text):
+        return path_option(text)
+    why = store_url_problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return text
 
 
 def sqlite_option(text: str) -> Path:

@@ -49,7 +49,7 @@ from .schema import (
     state_path,
     system_prompt_text,
 )
-from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address, redact_url
+from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address, redact_url, store_url_problem
 
 __all__ = [
     "STATE_DIR_VARIABLE",
@@ -61,6 +61,7 @@ __all__ = [
     "state_folder",
     "state_path",
     "store_secret_values",
+    "store_url_problem",
     "CONSOLE_ACTIONS",
     "DEFAULT_DEBOUNCE_MS",
     "DEFAULT_MAX_BYTES_PER_HOUR",

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
-from ..store.open import is_database_url
+from ..store.open import is_database_url, redacted_url
 
 
 def listen_address(listen: str) -> tuple[str, int]:
@@ -130,40 +130,33 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
-#: What a PostgreSQL URL's password is shown as wherever the URL is (check-config's lines, status, logs).
-REDACTED_PASSWORD = "***"
-
-
 def store_url_problem(url: str) -> str | None:
-    """Why `[store] url` cannot name a PostgreSQL server, or None (the server itself is the start's to reach).
+    """Why `[store] url` (or `--db`) cannot name a PostgreSQL server, or None (the server is the start's to reach).
 
     libpq's URI form: postgresql:// or postgres://, then optionally user[:password]@host[:port]/database and
     ?key=value parameters (`host=/run/postgresql` names a Unix socket's folder). The answer shows the URL with its
     password replaced (`redact_url`).
     """
-    shown = repr(redact_url(url))
-    if any(not ch.isprintable() or ch.isspace() for ch in url):
-        return f"{shown} holds a space or a control character (percent-encode it: %20)"
     if not is_database_url(url):
-        return f"{shown} is not a postgresql:// or postgres:// URL (an SQLite file is store.path)"
+        return f"{redact_url(url)!r} is not a postgresql:// or postgres:// URL (an SQLite file is store.path)"
     try:
         urlsplit(url).port  # noqa: B018 - reading it is the check: a port outside 0-65535 or not a number raises
     except ValueError as exc:
-        return f"{shown} is not a URL ({exc})"
+        return f"{redact_url(url)!r} is not a URL ({exc})"
+    if any(not ch.isprintable() or ch.isspace() for ch in url):
+        return f"{redact_url(url)!r} holds a space or a control character (percent-encode it: %20)"
     return None
 
 
 def redact_url(url: str) -> str:
-    """`url` with the password of its user part, and any `password=` parameter, replaced by REDACTED_PASSWORD."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
+    """`url` as a line may show it: as written when it holds no password, else the store's `redacted_url` (the
+    password as ***); a URL too malformed for its password to be found in it shows its scheme alone."""
+    if not url_passwords(url):
         return url
-    authority, slash, tail = _split_authority(rest)
-    user, at, host = authority.rpartition("@")
-    if at and ":" in user:
-        authority = f"{user.partition(':')[0]}:{REDACTED_PASSWORD}@{host}"
-    tail = _PASSWORD_PARAMETER.sub(lambda m: m[1] + REDACTED_PASSWORD, tail)
-    return f"{scheme}{sep}{authority}{slash}{tail}"
+    try:
+        return redacted_url(url)
+    except ValueError:
+        return url.partition("://")[0] + "://…"
 
 
 def url_passwords(url: str) -> list[str]:

@@ -31,6 +31,15 @@ class TestDb:
         assert "pg_dump" in line and "postgresql://mcplhost:***@127.0.0.1:1/mcplhost" in line
         assert not out.exists()
 
+    @pytest.mark.parametrize("command", [["messages"], ["migrate"], ["backup", "--", "out"]])
+    def test_a_url_the_driver_cannot_parse_is_a_usage_error(self, tmp_path: Path, command: list[str]) -> None:
+        """An unclosed [ made the driver's URL parser raise past the store: now --db refuses it, password unshown."""
+        name, *rest = command
+        result = cli(name, "--db", f"postgresql://mcplhost:{SECRET}@[::1/mcplhost", *rest, cwd=tmp_path)
+        assert result.returncode == 2
+        assert "is not a URL (Invalid IPv6 URL)" in one_line(result.stderr)
+        assert list(tmp_path.iterdir()) == []
+
     def test_dev_runs_on_sqlite_only(self, tmp_path: Path) -> None:
         result = cli("dev", "--db", UNREACHABLE, "--seconds", "1", cwd=tmp_path)
         assert result.returncode == 2
