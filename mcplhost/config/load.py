@@ -7,6 +7,7 @@ finds the same files whatever its working folder.
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from .machine import machine_problems
 from .paths import default_host_name, state_folder
 from .rules import config_warnings, cross_field_problems
 from .schema import Config
-from .values import UnknownGrant
+from .values import UnknownGrant, url_passwords
 
 
 def default_config_path() -> Path:
@@ -63,7 +64,25 @@ def read_config(path: str | os.PathLike[str], *, start_problems: bool = True,
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
     decoded = msgspec.convert(raw, Config)  # no problem found: msgspec decodes it, as the one authority
     config = resolve(decoded, base, withheld=frozenset(api_key_variables(decoded)))
-    return config, config_warnings(decoded) + environment_warnings(config)
+    return config, config_warnings(decoded) + environment_warnings(config) + exposed_password_warnings(config, path)
+
+
+#: Who besides the owner may read a config file holding a password: its group and everyone else.
+SHARED_BITS = stat.S_IRWXG | stat.S_IRWXO
+
+
+def exposed_password_warnings(config: Config, path: Path) -> list[str]:
+    """A password written in `[store] url` of a config file others may read (never the password itself)."""
+    if config.store.url is None or not url_passwords(config.store.url):
+        return []
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return []
+    if not mode & SHARED_BITS:
+        return []
+    return [f"store.url: holds a password, and {path} may be read by others (mode {stat.S_IMODE(mode):04o}): "
+            "chmod 600 it, or give the password by PGPASSWORD or a PGPASSFILE instead"]
 
 
 class ConfigMissing(ConfigError):

@@ -18,6 +18,7 @@ from mcplhost.config import (
     default_host_name,
     load_config,
     problems,
+    read_config,
     redact_url,
     secret_values,
 )
@@ -119,6 +120,18 @@ class TestResolved:
 
 
 class TestSecrets:
+    def test_a_password_in_a_config_others_may_read_is_warned_about(self, tmp_path: Path) -> None:
+        path = write(tmp_path, f'[store]\nurl = "{URL}"\n')
+        path.chmod(0o644)
+        (warning,) = read_config(path)[1]
+        assert warning == (f"store.url: holds a password, and {path} may be read by others (mode 0644): chmod 600 "
+                           "it, or give the password by PGPASSWORD or a PGPASSFILE instead")
+        path.chmod(0o600)
+        assert read_config(path)[1] == []
+        path.write_text('[store]\nurl = "postgresql://mcplhost@db/x"\n')  # no password: nothing to say
+        path.chmod(0o644)
+        assert read_config(path)[1] == []
+
     def test_the_url_password_is_a_secret_and_pgpassword_with_a_url(self) -> None:
         url = "postgresql://mcplhost:p%40ss-word-1@db/x?password=another-secret"
         raw = {"store": {"url": url}}
