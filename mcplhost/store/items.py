@@ -21,6 +21,7 @@ see the last commit and never take the writer's lock
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import AsyncIterator, Sequence
 from functools import cached_property
 from typing import Any
@@ -396,6 +397,8 @@ class ItemRepository:
 async def _insert_chunk(conn: Conn, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
     rows = [_row(item) for item in items]
+    if conn.engine == POSTGRESQL:
+        rows = [(*row[:_METADATA], readable_json(row[_METADATA]), *row[_METADATA + 1 :]) for row in rows]
     returned = await conn.fetch(
         f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
         f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
@@ -466,6 +469,21 @@ def _row(item: NewItem) -> tuple[Any, ...]:
         item.dedup_digest,
         item.created_at,
     )
+
+
+#: Where `_row` puts the metadata JSON.
+_METADATA = 4
+#: A JSON `\u0000` escape (after an even run of backslashes, so not an escaped backslash's `u0000`).
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def readable_json(text: str) -> str:
+    """JSON text whose members PostgreSQL can read (`->>`): its `\u0000` escapes as U+FFFD's.
+
+    PostgreSQL's `->>` and `->` unescape every string of the document they read, and text cannot hold NUL, so
+    one NUL anywhere in a row's metadata (an author's name, say) would fail every query reading a member of it.
+    """
+    return _NUL_ESCAPE.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
 
 
 def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -19,7 +19,9 @@ the server's synchronous_commit decides); `pool_size` is PostgreSQL's
 raises a StoreError subclass with a one-line message on a target it cannot
 use: SchemaTooNew, ForeignDatabase, StoreMissing (open_reader), and for
 PostgreSQL one naming what is missing when the `postgres` extra (asyncpg)
-is not installed.
+is not installed, one naming host and port for a server not reachable
+within `connect_deadline_s` (30 s by default; tried again meanwhile, as a
+server starting beside the host is), and one for a refused password.
 """
 
 from __future__ import annotations
@@ -85,12 +87,17 @@ async def open_store(
     migrate: bool = True,
     migrations_folder: Traversable | Path | None = None,
     reader_connections: int = READER_CONNECTIONS,
+    connect_deadline_s: float | None = None,
 ) -> AsyncIterator[Store]:
-    """The daemon's read-write store at `target` (see the module docstring), migrated unless `migrate` is False."""
+    """The daemon's read-write store at `target` (see the module docstring), migrated unless `migrate` is False.
+
+    `connect_deadline_s`: how long PostgreSQL's opener keeps trying a server it cannot reach (None: its default).
+    """
     if isinstance(target, str) and is_database_url(target):
         postgres = _postgres()
+        deadline = {} if connect_deadline_s is None else {"connect_deadline_s": connect_deadline_s}
         async with postgres.open_pg_store(target, pool_size=pool_size, migrate=migrate,
-                                          migrations_folder=migrations_folder) as pg_store:
+                                          migrations_folder=migrations_folder, **deadline) as pg_store:
             yield pg_store
         return
     async with open_sqlite_store(Path(target), synchronous=synchronous, migrate=migrate,
@@ -104,11 +111,13 @@ async def open_reader(
     target: str | os.PathLike[str],
     *,
     migrations_folder: Traversable | Path | None = None,
+    connect_deadline_s: float | None = None,
 ) -> AsyncIterator[Store]:
     """An existing store at `target`, read-only (the CLI's readers, beside a running daemon)."""
     if isinstance(target, str) and is_database_url(target):
         postgres = _postgres()
-        async with postgres.open_pg_reader(target, migrations_folder=migrations_folder) as pg_store:
+        deadline = {} if connect_deadline_s is None else {"connect_deadline_s": connect_deadline_s}
+        async with postgres.open_pg_reader(target, migrations_folder=migrations_folder, **deadline) as pg_store:
             yield pg_store
         return
     async with open_sqlite_reader(Path(target), migrations_folder=migrations_folder) as store:

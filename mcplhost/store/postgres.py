@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -51,8 +52,13 @@ log = structlog.get_logger()
 READER_POOL_SIZE = 2
 #: Connections the pool keeps open when idle.
 POOL_MIN_SIZE = 1
-#: Seconds to reach the server before giving up (per attempt: asyncpg's connect timeout).
+#: Seconds one attempt to reach the server may take (asyncpg's connect timeout).
 CONNECT_TIMEOUT_S = 10
+#: Seconds an opener keeps trying a server it cannot reach (one starting beside the host), then gives up.
+CONNECT_DEADLINE_S = 30
+#: The backoff between attempts: first, and at most.
+CONNECT_RETRY_FIRST_S = 0.25
+CONNECT_RETRY_MAX_S = 5.0
 #: Distinct statements whose numbered form is kept (the repositories have a few hundred).
 NUMBERED_CACHE = 1024
 #: A session that sits in an open transaction this long is ended by the server (a stuck host holds no locks).
@@ -260,21 +266,37 @@ async def migrate_database(conn: asyncpg.Connection, migrations: Sequence[Migrat
     return applied
 
 
-async def _pool(url: str, *, max_size: int, read_only: bool, explanation: str) -> asyncpg.Pool:
+async def _pool(url: str, *, max_size: int, read_only: bool, explanation: str,
+                connect_deadline_s: float) -> asyncpg.Pool:
+    """A pool with one connection made; a server not reachable (yet: starting beside us) is tried again, with
+    backoff, until `connect_deadline_s`, then named by host and port. A refusal (password, database) is final."""
     settings = {"application_name": APPLICATION_NAME,
                 "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS)}
     if read_only:
         settings["default_transaction_read_only"] = "on"
-    try:
-        return await asyncpg.create_pool(url, min_size=min(POOL_MIN_SIZE, max_size), max_size=max_size,
-                                         timeout=CONNECT_TIMEOUT_S, server_settings=settings)
-    except asyncpg.InvalidCatalogNameError as exc:
-        raise StoreMissing(redacted_url(url)) from exc
-    except asyncpg.InvalidPasswordError as exc:
-        raise StoreError(f"{redacted_url(url)}: the server refused the password", explanation=explanation) from exc
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise StoreError(f"{redacted_url(url)}: cannot use the database at {server_of(url)}: {_one_line(exc)}",
-                         explanation=explanation) from exc
+    deadline = time.monotonic() + connect_deadline_s
+    delay = CONNECT_RETRY_FIRST_S
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return await asyncpg.create_pool(url, min_size=min(POOL_MIN_SIZE, max_size), max_size=max_size,
+                                             timeout=max(min(CONNECT_TIMEOUT_S, remaining), 0.1),
+                                             server_settings=settings)
+        except asyncpg.InvalidCatalogNameError as exc:
+            raise StoreMissing(redacted_url(url)) from exc
+        except asyncpg.InvalidPasswordError as exc:
+            raise StoreError(f"{redacted_url(url)}: the server at {server_of(url)} refused the password",
+                             explanation=explanation) from exc
+        except (OSError, TimeoutError, asyncpg.CannotConnectNowError) as exc:
+            if time.monotonic() + delay >= deadline:
+                raise StoreError(f"{redacted_url(url)}: no PostgreSQL server reachable at {server_of(url)} within"
+                                 f" {connect_deadline_s:g} s: {_one_line(exc)}", explanation=explanation) from exc
+            log.warning("store.server_unreachable", server=server_of(url), retry_s=delay, error=_one_line(exc))
+            await anyio.sleep(delay)
+            delay = min(delay * 2, CONNECT_RETRY_MAX_S)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"{redacted_url(url)}: cannot use the database at {server_of(url)}: {_one_line(exc)}",
+                             explanation=explanation) from exc
 
 
 def _one_line(exc: BaseException) -> str:
@@ -283,10 +305,12 @@ def _one_line(exc: BaseException) -> str:
 
 @asynccontextmanager
 async def open_pg_store(url: str, *, pool_size: int, migrate: bool = True,
-                        migrations_folder: Traversable | Path | None = None) -> AsyncIterator[PgStore]:
+                        migrations_folder: Traversable | Path | None = None,
+                        connect_deadline_s: float = CONNECT_DEADLINE_S) -> AsyncIterator[PgStore]:
     """The daemon's read-write store in the database at `url`, its pool at most `pool_size` connections."""
     migrations = load_migrations(migrations_folder, engine=POSTGRESQL)
-    pool = await _pool(url, max_size=pool_size, read_only=False, explanation=_OPEN_EXPLANATION)
+    pool = await _pool(url, max_size=pool_size, read_only=False, explanation=_OPEN_EXPLANATION,
+                       connect_deadline_s=connect_deadline_s)
     try:
         store = PgStore(url, PgDatabase(pool), migrations_folder)
         async with pool.acquire() as conn:
@@ -303,10 +327,12 @@ async def open_pg_store(url: str, *, pool_size: int, migrate: bool = True,
 
 
 @asynccontextmanager
-async def open_pg_reader(url: str, *, migrations_folder: Traversable | Path | None = None) -> AsyncIterator[PgStore]:
+async def open_pg_reader(url: str, *, migrations_folder: Traversable | Path | None = None,
+                         connect_deadline_s: float = CONNECT_DEADLINE_S) -> AsyncIterator[PgStore]:
     """The database at `url`, read-only (the CLI's readers); its schema must be current."""
     migrations = load_migrations(migrations_folder, engine=POSTGRESQL)
-    pool = await _pool(url, max_size=READER_POOL_SIZE, read_only=True, explanation=_READ_EXPLANATION)
+    pool = await _pool(url, max_size=READER_POOL_SIZE, read_only=True, explanation=_READ_EXPLANATION,
+                       connect_deadline_s=connect_deadline_s)
     try:
         store = PgStore(url, PgDatabase(pool), migrations_folder)
         async with pool.acquire() as conn:

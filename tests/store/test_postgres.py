@@ -6,9 +6,11 @@ import sys
 
 import anyio
 import asyncpg
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from mcplhost.store import (
     ForeignDatabase,
@@ -19,6 +21,7 @@ from mcplhost.store import (
     open_reader,
     open_store,
 )
+from mcplhost.store.items import NewItem, readable_json
 from mcplhost.store.open import redacted_url, server_of
 from mcplhost.store.postgres import numbered, rowcount
 from tests.postgres import PostgresDatabase
@@ -90,12 +93,14 @@ class TestRefusals:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         url = f"postgresql://app:s3cret@127.0.0.1:{port}/mcpl"
-        with anyio.fail_after(60):
+        with capture_logs() as logs, anyio.fail_after(30):
             with pytest.raises(StoreError) as refused:
-                async with open_store(url):
+                async with open_store(url, connect_deadline_s=1):
                     pass
         message = str(refused.value)
-        assert f"127.0.0.1:{port}" in message and "s3cret" not in message and "\n" not in message
+        assert f"127.0.0.1:{port}" in message and "within 1 s" in message
+        assert "s3cret" not in message and "\n" not in message
+        assert [log["event"] for log in logs].count("store.server_unreachable") >= 1  # tried again before giving up
 
     async def test_a_database_that_does_not_exist_is_missing(self, migrated_db: PostgresDatabase):
         url = migrated_db.url.replace(f"/{migrated_db.name}?", "/no_such_db?")
@@ -147,3 +152,24 @@ async def test_two_hosts_migrating_a_new_database_at_once_apply_each_step_once(p
 async def _open_and_close(url: str) -> None:
     async with open_store(url):
         pass
+
+
+@given(st.text(alphabet=st.sampled_from(["\x00", "\\", "u", "0", "a", '"'])))
+def test_metadata_reads_back_with_nul_as_the_replacement_character(text: str):
+    """readable_json changes exactly the NULs of the decoded value, whatever backslashes surround them."""
+    encoded = msgspec.json.encode({"name": text, "kind": "x"}).decode()
+    assert msgspec.json.decode(readable_json(encoded)) == {"name": text.replace("\x00", "\ufffd"), "kind": "x"}
+
+
+async def test_a_nul_in_a_rows_metadata_fails_no_read(migrated_db: PostgresDatabase):
+    """A NUL anywhere in metadata (an author's name) would fail every `->>` over the row: stored as U+FFFD, the
+    content keeping its NUL as SQLite does (json keeps the escape, read back whole)."""
+    async with open_store(migrated_db.url) as store:
+        (item_id,) = await store.items.insert_many([NewItem(
+            role="assistant", content=[{"type": "text", "text": "a\x00b"}],
+            metadata={"kind": "draft", "turnId": 1, "reason": "r", "author": "x\x00y"}, created_at=1, agent="scout")])
+        assert await store.items.turn_drafts("scout", 1) == [(item_id, "r")]
+        (stored,) = await store.items.list()
+        assert stored.content == [{"type": "text", "text": "a\x00b"}] and stored.metadata["author"] == "x\ufffdy"
+        decision = await store.retention.prune_batch(after_id=0, cutoff_ms=10, floor_id=item_id, now_ms=10)
+        assert decision.delete == [item_id]

@@ -208,8 +208,8 @@ async def index_up_to(store: Store, count: int, *, merge: bool = False) -> None:
 
 
 class TestFreshAndRemovedItems:
-    async def test_an_item_above_the_mark_is_found_at_once(self, store: Store) -> None:
-        """The indexer has not reached a fresh item yet: the search reads the rows above the mark."""
+    async def test_an_item_above_the_mark_is_found_at_once(self, store: Store, engine: str) -> None:
+        """The indexer has not reached a fresh item yet: the search reads the rows above the mark (both engines)."""
         await store.items.insert_many([make_item(f"old needle {n}") for n in range(5)])
         await index_up_to(store, 5)
         (fresh,) = await store.items.insert_many([make_item("a fresh needle")])
