@@ -20,7 +20,7 @@ from mcplhost.store.writer import GroupWriter
 
 from ..postgres import PostgresDatabase
 from .pg_refusing import refusing_server
-from .support import cli, daemon
+from .support import cli, cli_process, daemon
 
 SECRET = "hunter2-pg-password"
 
@@ -79,13 +79,21 @@ class TestCommands:
 
 class TestBadServer:
     def test_a_wrong_password_is_one_line_without_the_password(self, tmp_path: Path) -> None:
+        """Every command that takes --db, and run: one line naming the server, nothing created."""
         with refusing_server() as port:
             url = f"postgresql://mcplhost:{SECRET}@127.0.0.1:{port}/mcplhost"
-            for command in (["messages"], ["migrate"]):
+            config = tmp_path / "mcplhost.toml"
+            config.write_text(f'[store]\nurl = "{url}"\n[host]\nname = "eu-1"\n')
+            config.chmod(0o600)
+            for command in (["messages"], ["turns"], ["outbox"], ["search", "x"], ["migrate"],
+                            ["explain", "1", "--config", str(config)]):
                 result = cli(*command, "--db", url, cwd=tmp_path)
                 assert result.returncode == 1 and result.stdout == ""
-                assert "password" in one_line(result.stderr)
-        assert list(tmp_path.iterdir()) == []
+                assert f"127.0.0.1:{port} refused the password" in one_line(result.stderr), command
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["mcplhost.toml"]
+            result = cli_process("run", "--config", str(config), cwd=tmp_path)
+            assert result.returncode == 1
+            assert f"127.0.0.1:{port} refused the password" in one_line(result.stderr)
 
 
 class TestStatus:
