@@ -375,7 +375,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name)
     console = None
     if config.console.listen and feed_format is not None:
-        console = Console(config.console, token=console_token, store_path=config.store.url or Path(store.path),
+        console = Console(config.console, token=console_token, store_path=config.store.url or Path(config.store.path),
                           secrets=store.secrets, operated=control,
                           agents=lambda: agents.config.agents, lines=feed_format,
                           connectors=[spec.name for spec in config.connectors])

@@ -10,7 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from ..config import (
     database_path_problems,
@@ -159,17 +159,18 @@ def reader_gone() -> int:
     return EXIT_OK
 
 
-def usable_database(path: Database) -> Database:
-    """`path` if a daemon may create or open its database there; else the OperatorError saying why not.
-    A URL is the server's to answer for (mcplhost/store/)."""
-    if isinstance(path, str):
-        return path
+def usable_database(path: Path) -> Path:
+    """`path` if a daemon may create or open its database there; else the OperatorError saying why not."""
     for why in database_path_problems(path):
         raise OperatorError(why if str(path) in why else f"{path}: {why}")
     return path
 
 
-def existing_database(path: Database) -> Database:
+#: A --db value, path or URL, kept as the type it came as.
+AnyDatabase = TypeVar("AnyDatabase", Path, str)
+
+
+def existing_database(path: AnyDatabase) -> AnyDatabase:
     """For readers: a directory is named as one, not reported as "no such database" (a URL: as given)."""
     if isinstance(path, str):
         return path

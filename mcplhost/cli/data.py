@@ -26,6 +26,7 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     FOLLOW_POLL_S,
+    Database,
     existing_database,
     shown,
     usable_database,
@@ -125,13 +126,14 @@ def _reader_closed(out: Any) -> bool:
 def cmd_backup(args: argparse.Namespace) -> int:
     from ..store.backup import BackupExists, backup
 
-    if isinstance(args.db, str):  # SQLite's online backup has no PostgreSQL counterpart here: say what does
-        print(f"mcplhost: backup: {shown(args.db)} is a PostgreSQL store: back it up with pg_dump (e.g. pg_dump "
+    db: Database = args.db
+    if isinstance(db, str):  # SQLite's online backup has no PostgreSQL counterpart here: say what does
+        print(f"mcplhost: backup: {shown(db)} is a PostgreSQL store: back it up with pg_dump (e.g. pg_dump "
               "--format=custom --file=OUT URL), which takes a consistent copy while the daemon runs",
               file=sys.stderr)
         return EXIT_USAGE
     try:
-        done = backup(existing_database(args.db), args.out)
+        done = backup(existing_database(db), args.out)
     except BackupExists as exc:
         print(f"mcplhost: {exc.message} ({exc.explanation})", file=sys.stderr)
         return EXIT_USAGE
@@ -228,7 +230,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Takes the database's lock like `run`: migrating under a running daemon is refused. On PostgreSQL the
     store serializes migrations itself, and daemons of other hosts may run (they refuse a newer schema)."""
-    db = usable_database(args.db)
+    db: Database = args.db if isinstance(args.db, str) else usable_database(args.db)  # a URL: the server's to answer
 
     async def main() -> list[int]:
         async with open_store(db, migrate=False) as store:
