@@ -61,7 +61,8 @@ from types import MappingProxyType
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.reconfigure import close_backends
@@ -114,8 +115,8 @@ class Host:
                  inference: ConnectorInference | None, connectors: Mapping[str, ConnectorHandle],
                  outbox_senders: Mapping[str, OutboxSender], agents: AgentsRuntime, notifier: Notifier,
                  control: ControlService, status_line: StatusLine,
-                 agent_events: ObjectReceiveStream[Stored] | None,
-                 events: ObjectSendStream[Stored] | None, metrics: Metrics | None = None,
+                 agent_events: MemoryObjectReceiveStream[Stored] | None,
+                 events: MemoryObjectSendStream[Stored] | None, metrics: Metrics | None = None,
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
                  senders: dict[str, OutboxSender] | None = None, console: Console | None = None) -> None:
@@ -160,7 +161,8 @@ class Host:
             raise HostStateError("a host runs once; open another with open_host")
         self._ran = True
         # Bound before anything starts: an address in use is the operator's to fix, said in one line.
-        listener = await self.metrics.listen(self.config.metrics.listen) if self.metrics is not None else None
+        listen = self.config.metrics.listen  # set whenever there is a Metrics
+        listener = await self.metrics.listen(listen) if self.metrics is not None and listen is not None else None
         try:
             async with anyio.create_task_group() as base:
                 await base.start(self.writer.run)
@@ -326,7 +328,7 @@ class Host:
 
 def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
                on_stored: Callable[[list[NewItem]], None] | None = None,
-               events: ObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
+               events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
                console_token: str | None = None) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
@@ -337,7 +339,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
         raise HostStateError("stored events have one consumer; this host's agents take them")
     if config.console.listen and feed_format is None:
         raise HostStateError("the console's live feed needs its line format (mcplhost/dev.py's, from the CLI)")
-    agent_events: ObjectReceiveStream[Stored] | None = None
+    agent_events: MemoryObjectReceiveStream[Stored] | None = None
     if config.agents:
         events, agent_events = stored_event_stream()
     # The histograms exist only when /metrics is served; the counters are the components' own in any case.
@@ -429,7 +431,7 @@ def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
 @asynccontextmanager
 async def open_host(config: Config, *, notifier: Notifier | None = None,
                     on_stored: Callable[[list[NewItem]], None] | None = None,
-                    events: ObjectSendStream[Stored] | None = None,
+                    events: MemoryObjectSendStream[Stored] | None = None,
                     feed_format: FeedFormat | None = None) -> AsyncIterator[Host]:
     """Open the store and build the host over it; on exit close the store, then the `[inference]` backend.
 

@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from .common import EXIT_OK, usable_database
 
 async def _serve(config: Config, *, notifier: Notifier | None = None,
                  on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
-                 console: Callable[[], Awaitable[None]] | None = None,
+                 console: Callable[[], Coroutine[Any, Any, None]] | None = None,
                  sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
                  reread: Callable[[], Config] | None = None,
                  opened: Callable[[Host], None] | None = None) -> None:
@@ -91,7 +91,7 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
 
 def _run_host(config: Config, *, notifier: Notifier | None = None,
               on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
-              console: Callable[[], Awaitable[None]] | None = None,
+              console: Callable[[], Coroutine[Any, Any, None]] | None = None,
               sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
               reread: Callable[[], Config] | None = None, opened: Callable[[Host], None] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.

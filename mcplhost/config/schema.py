@@ -10,7 +10,7 @@ satisfy beyond their types is mcplhost/config/rules.py's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -18,7 +18,7 @@ from msgspec import Meta
 from ..envfile import NAME as ENV_NAME
 from ..rpc.limits import MAX_LINE_BYTES
 from ..rpc.session import DEFAULT_TIMEOUT_S
-from ..store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
+from ..store.db import DEFAULT_SYNCHRONOUS, SynchronousLevel
 from ..store.open import DEFAULT_POOL_SIZE
 
 Seconds = Annotated[float, Meta(gt=0)]
@@ -49,7 +49,7 @@ class StoreConfig(Base, frozen=True):
     #: postgresql:// or postgres:// (libpq's form); its password is a secret (mcplhost/config/environment.py).
     url: NonEmpty | None = None
     # NORMAL survives a killed host process (WAL); FULL also survives power loss. SQLite only.
-    synchronous: Literal[SYNCHRONOUS_LEVELS] = DEFAULT_SYNCHRONOUS  # type: ignore[valid-type]
+    synchronous: SynchronousLevel = DEFAULT_SYNCHRONOUS
     #: PostgreSQL only: the connections this host holds.
     pool_size: Annotated[int, Meta(ge=1, le=MAX_POOL_SIZE)] = DEFAULT_POOL_SIZE
     #: Prune items older than this many days (0: keep everything); never one still needed (docs/operations.md).
@@ -92,7 +92,8 @@ class MetricsConfig(Base, frozen=True):
 
 
 #: What `[console] actions` may enable (docs/operations.md#console); none is on by default.
-CONSOLE_ACTIONS = ("restart-connector",)
+ConsoleAction = Literal["restart-connector"]
+CONSOLE_ACTIONS: tuple[ConsoleAction, ...] = get_args(ConsoleAction)
 
 
 class ConsoleConfig(Base, frozen=True):
@@ -104,7 +105,7 @@ class ConsoleConfig(Base, frozen=True):
 
     listen: NonEmpty | None = None
     token_file: NonEmpty | None = None  # relative to the config's folder
-    actions: list[Literal[CONSOLE_ACTIONS]] = []  # type: ignore[valid-type]
+    actions: list[ConsoleAction] = []
 
 
 #: Per-connector quotas' defaults: generous enough that no ordinary community reaches them.

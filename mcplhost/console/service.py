@@ -164,7 +164,10 @@ class Console:
 
             async def server() -> None:
                 with shielded:  # its own graceful stop below, bounded, not a cancellation mid-write
-                    await serve(app, settings, shutdown_trigger=stop.wait, mode="asgi")  # type: ignore[arg-type]
+                    # Starlette types an ASGI app's scope as a MutableMapping, hypercorn as its TypedDicts:
+                    # the same callable, described two ways that do not unify.
+                    await serve(app, settings, shutdown_trigger=stop.wait,  # type: ignore[arg-type]
+                                mode="asgi")
 
             with logs.tapping(self.feed.event):
                 tg.start_soon(_boundary, "server", server)

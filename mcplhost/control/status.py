@@ -21,10 +21,13 @@ from mcplhost.supervisor.handle import ConnectorStatistics
 
 
 class _Camel(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """Field order is the JSON's key order."""
+    """Field order is the JSON's key order.
+
+    Each subclass says frozen=True again: msgspec inherits it, type checkers (PEP 681) do not.
+    """
 
 
-class HostStatus(_Camel):
+class HostStatus(_Camel, frozen=True):
     pid: int
     version: str
     started_at: int  # epoch ms
@@ -33,7 +36,7 @@ class HostStatus(_Camel):
     db_bytes: int  # the file and its WAL
 
 
-class ConnectorStatus(_Camel):
+class ConnectorStatus(_Camel, frozen=True):
     name: str
     state: str
     pid: int | None
@@ -46,7 +49,7 @@ class ConnectorStatus(_Camel):
     quiet: bool
 
 
-class AgentStatus(_Camel):
+class AgentStatus(_Camel, frozen=True):
     name: str
     state: str  # idle | debouncing | in_turn
     pending_wakes: int

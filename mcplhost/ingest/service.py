@@ -45,7 +45,7 @@ from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.pipeline import (
@@ -96,7 +96,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def stored_event_stream() -> tuple[ObjectSendStream[Stored], ObjectReceiveStream[Stored]]:
+def stored_event_stream() -> tuple[MemoryObjectSendStream[Stored], MemoryObjectReceiveStream[Stored]]:
     """A new stream of `Stored` events, bounded by STORED_EVENTS_BUFFER: Ingest sends, one consumer receives."""
     return anyio.create_memory_object_stream[Stored](STORED_EVENTS_BUFFER)
 
@@ -104,7 +104,7 @@ def stored_event_stream() -> tuple[ObjectSendStream[Stored], ObjectReceiveStream
 class Ingest:
     def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
-                 events: ObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
+                 events: MemoryObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
                  quotas: Mapping[str, QuotaLimits] | None = None, secrets: Secrets = NO_SECRETS) -> None:
         self.store = store
         #: Redacted from every item before it is stored or offered to the agents (docs/agents.md#secrets).
@@ -150,7 +150,7 @@ class Ingest:
             if thread_id is None and EDITED_TAG in m.tags:
                 thread_id = await self._original_thread(server_id, m.channel_id, m.message_id)
             threads.append(thread_id)
-            outcome = run_pipeline(Delivered(
+            outcome: Processed | Rejected | QuotaRefusal = run_pipeline(Delivered(
                 lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,

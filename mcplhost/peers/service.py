@@ -178,7 +178,7 @@ class PeerService:
         if relationship == "ancestor":
             text = guidance(entry.sender, entry.text)
         else:
-            text = envelope(entry.sender, self.tree.title(entry.sender), relationship, entry.text)  # type: ignore[arg-type]
+            text = envelope(entry.sender, self.tree.title(entry.sender), relationship, entry.text)
         meta = PeerMeta(peer=PeerFrom(sender=entry.sender, relationship=relationship), dispatch=entry.dispatch,
                         peer_message_id=UNSET if entry_id is None else entry_id,
                         turn_id=UNSET if turn_id is None else turn_id,

@@ -117,8 +117,8 @@ class _Reader(NamedTuple):
 
 
 _OBJECT = msgspec.json.Decoder(dict[str, Raw])
-#: The member a field path starts with (`author.name`, `content[0]` → author, content).
-_MEMBER_NAME = re.compile(r"[^.\[]*")
+#: Where the member a field path starts with ends (`author.name`, `content[0]` → author, content).
+_MEMBER_END = re.compile(r"[.\[]")
 
 
 @functools.cache
@@ -135,14 +135,15 @@ def _member_at_fault(exc: msgspec.ValidationError) -> str | None:
     The path is read by protocol/params.py `describe`, the one reader of msgspec's messages.
     """
     field, _ = describe(exc)
-    return None if field == WHOLE else _MEMBER_NAME.match(field).group()  # type: ignore[union-attr]  # always matches
+    return None if field == WHOLE else _MEMBER_END.split(field, maxsplit=1)[0]
 
 
 def _read(raw: Raw | bytes, kind: type[A]) -> A | str:
     """`raw` as a `kind`, or why not (msgspec's message); never raises."""
     reader = _reader(kind)
     try:
-        return reader.strict.decode(raw)  # type: ignore[no-any-return]
+        decoded: A = reader.strict.decode(raw)  # the decoder _reader built for `kind`
+        return decoded
     except msgspec.ValidationError as exc:
         # Leniency is about members: an error not inside one (not an object, a required member missing)
         # is refused without a second pass.

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 from msgspec import UNSET
 
+from mcplhost.rpc.errors import LineTooLong
+
 from .answers import ListedTool, OpenedChannel
 from .channels import Channel
 from .params import InferenceRequest
@@ -60,6 +62,11 @@ class ConnectorStopped(ConnectorNotReady):
     """The connector stopped for good; it will not be ready again in this run of the host."""
 
 
+#: What `notify` raises when nothing (or not all) went out: the connector does not serve or its life ended
+#: (`ConnectorNotReady`), or the line would pass the connector's cap (`LineTooLong`, nothing written).
+NOTIFY_FAILURES: tuple[type[Exception], ...] = (ConnectorNotReady, LineTooLong)
+
+
 # --- one connector, as each caller reaches it (implemented by mcplhost/supervisor/handle.py) -------------
 #
 # One configured connector for the host's whole run, across its restarts. Reads say what is in force now;
@@ -84,7 +91,9 @@ class NotifyPort(Protocol):
     @property
     def grant(self) -> frozenset[str]: ...
 
-    async def notify(self, method: str, params: Any = UNSET) -> None: ...
+    async def notify(self, method: str, params: Any = UNSET) -> None:
+        """Raises one of NOTIFY_FAILURES when it did not go out."""
+        ...
 
 
 class AcknowledgePort(Protocol):

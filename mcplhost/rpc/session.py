@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 import structlog
@@ -98,6 +98,9 @@ TOO_LARGE = "too_large"
 
 #: The id of the peer's request whose handler is running (read in the handler, e.g. for `inference/chunk`).
 CURRENT_REQUEST_ID: ContextVar[RequestId | None] = ContextVar("CURRENT_REQUEST_ID", default=None)
+
+#: What a request's `at_receipt` makes of its answer, and so what the request returns.
+_Received = TypeVar("_Received")
 
 
 class _Raised:
@@ -250,6 +253,14 @@ class Session:
                 "outgoing_bytes": self._outgoing_bytes, "workers": self._workers}
 
     # --- our side ------------------------------------------------------------
+
+    @overload
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      at_receipt: None = None) -> Any: ...
+
+    @overload
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      at_receipt: Callable[[Raw | RemoteError], _Received]) -> _Received: ...
 
     async def request(
         self,

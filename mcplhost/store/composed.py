@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Protocol
 
 import anyio
@@ -46,6 +47,10 @@ class Store:
     The implementation of `interfaces.Repositories`: it composes the repositories over one engine's
     connections, which each sees only as `Connections`.
     """
+
+    #: The database file: an SQLite store's only (PostgreSQL's has none), kept while callers still read it;
+    #: `location` names either.
+    path: Path
 
     def __init__(self, database: StoreConnections, search_index: SearchIndex, *,
                  scan_slots: anyio.Semaphore | None = None) -> None:

@@ -29,6 +29,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Literal, get_args
 
 import aiosqlite
 import anyio
@@ -58,8 +59,9 @@ BUSY_TIMEOUT_MS = 5000
 # With WAL, NORMAL loses nothing when the process is killed (committed pages
 # are in the OS's hands); a power loss can drop the last commits. FULL syncs
 # the WAL on every commit and also survives power loss, at a cost per commit.
-SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
-DEFAULT_SYNCHRONOUS = "NORMAL"
+SynchronousLevel = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+SYNCHRONOUS_LEVELS: tuple[SynchronousLevel, ...] = get_args(SynchronousLevel)
+DEFAULT_SYNCHRONOUS: SynchronousLevel = "NORMAL"
 #: The connection settings `apply_pragmas` makes that `Store.pragmas()` reads back.
 REPORTED_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
 

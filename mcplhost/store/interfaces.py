@@ -3,7 +3,7 @@
 Everything above store/ (the group writer's operations, Ingest, the CLI's
 readers) needs only these shapes, so a PostgreSQL store would be new classes
 behind the same Protocols, not a rewrite
-(docs/architecture.md#where-the-next-layers-attach). The rules they promise, whatever the engine:
+(docs/architecture.md#where-agents-speech-and-peers-attach). The rules they promise, whatever the engine:
 
 - ids come from the database (`RETURNING`), never computed by a caller;
 - a repeated channel item and a repeated push event are conflicts the schema

@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import AsyncIterator, Sequence
+from typing import Literal, get_args
 
 import msgspec
 
@@ -31,7 +32,8 @@ from mcplhost.store.connection import Connections
 from mcplhost.store.items import NewItem
 
 #: The sender's relation to the target: `ancestor` is guidance (from above), the others are peer messages.
-RELATIONSHIPS = ("ancestor", "sibling", "descendant")
+PeerRelationship = Literal["ancestor", "sibling", "descendant"]
+RELATIONSHIPS: tuple[PeerRelationship, ...] = get_args(PeerRelationship)
 #: Guidance: exempt from the throttles and the queue cap.
 GUIDANCE = "ancestor"
 #: When a queued message is handed over: at the target's next tool boundary, or at its turn end.
@@ -59,7 +61,7 @@ class PeerEntry(msgspec.Struct, frozen=True):
 
     sender: str
     target: str
-    relationship: str  # one of RELATIONSHIPS
+    relationship: PeerRelationship
     dispatch: str  # one of DISPATCHES
     text: str  # the message as sent
     text_key: str  # 64 lowercase hex: SHA-256 of the trimmed text
@@ -84,7 +86,7 @@ class QueuedPeerMessage(msgspec.Struct, frozen=True):
     id: int
     sender: str
     target: str
-    relationship: str
+    relationship: PeerRelationship
     dispatch: str
     text: str
     created_at: int  # epoch ms

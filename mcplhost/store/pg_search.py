@@ -58,7 +58,8 @@ class PgSearchIndex:
                 return 0
             await conn.executemany("INSERT INTO items_search (item_id, body) VALUES (?, ?) ON CONFLICT DO NOTHING",
                                    [(item_id, index_text(content, metadata)) for item_id, content, metadata in rows])
-            await conn.execute("UPDATE search_index SET indexed_to = ?", (rows[-1][0],))
+            # GREATEST: another host's indexer may have moved the mark past this batch meanwhile.
+            await conn.execute("UPDATE search_index SET indexed_to = GREATEST(indexed_to, ?)", (rows[-1][0],))
             return len(rows)
 
     async def merge_step(self, pages: int = 0) -> bool:

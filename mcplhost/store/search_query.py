@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 import unicodedata
 import warnings
+
+# The parser of the `re` module (private, so typeshed has no stubs for it).
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any

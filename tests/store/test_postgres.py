@@ -173,3 +173,19 @@ async def test_a_nul_in_a_rows_metadata_fails_no_read(migrated_db: PostgresDatab
         assert stored.content == [{"type": "text", "text": "a\x00b"}] and stored.metadata["author"] == "x\ufffdy"
         decision = await store.retention.prune_batch(after_id=0, cutoff_ms=10, floor_id=item_id, now_ms=10)
         assert decision.delete == [item_id]
+
+
+async def test_a_cancelled_or_failed_transaction_leaves_nothing_and_the_pool_usable(migrated_db: PostgresDatabase):
+    """The rollback runs shielded whatever ended the body; the connection goes back to the pool clean."""
+    async with open_store(migrated_db.url, pool_size=1) as store:  # one connection: a dirty one would be reused
+        with anyio.CancelScope() as scope:
+            async with store.transaction():
+                await store.items.insert_many_nocommit([NewItem(role="user", content=[], metadata={}, created_at=1)])
+                scope.cancel()
+                await anyio.sleep_forever()
+        with pytest.raises(asyncpg.UndefinedTableError):
+            async with store.transaction():
+                await store.items.insert_many_nocommit([NewItem(role="user", content=[], metadata={}, created_at=2)])
+                await store._connections.writer("test").execute("SELECT * FROM no_such_table")
+        assert await store.items.list() == []
+        assert await store.items.insert_many([NewItem(role="user", content=[], metadata={}, created_at=3)]) == [3]

@@ -67,11 +67,12 @@ def parse_reply(entry: str | dict[str, Any] | msgspec.Struct) -> ScriptedReply:
         if not entry.lstrip().startswith("{"):
             return ScriptedReply(text=entry)
         try:
-            entry = json.loads(entry)
+            decoded = json.loads(entry)
         except json.JSONDecodeError:
             return ScriptedReply(text=entry)  # prose that happens to open with a brace
-        if not isinstance(entry, dict):
+        if not isinstance(decoded, dict):
             raise ValueError("a JSON reply must be an object")
+        entry = decoded
     try:
         return msgspec.convert(entry, ScriptedReply)
     except msgspec.ValidationError as e:
