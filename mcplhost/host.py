@@ -53,7 +53,7 @@ is committed. Passing `events=` to a host with agents is refused
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -69,7 +69,15 @@ from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
 from .agents.turns.hooks import HookState
 from .agents.turns.runner import CONTEXT_ROWS
-from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
+from .config import (
+    Config,
+    ConnectorConfig,
+    StoreConfig,
+    connector_secret_sources,
+    control_socket_path,
+    secret_values,
+    store_secret_values,
+)
 from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
 from .control.server import serve_control
@@ -82,6 +90,7 @@ from .logs import SuppressedTotals, redact_secrets
 from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .reload import ReloadPlan, reload_plan
+from .secrets import Secrets
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
@@ -365,11 +374,11 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
-    control = ControlService(store, connectors, agents, started_at_ms=now_ms())
+    control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name)
     console = None
     if config.console.listen and feed_format is not None:
-        console = Console(config.console, token=console_token, store_path=Path(store.path), secrets=store.secrets,
-                          operated=control,
+        console = Console(config.console, token=console_token, store_path=config.store.url or Path(config.store.path),
+                          secrets=store.secrets, operated=control,
                           agents=lambda: agents.config.agents, lines=feed_format,
                           connectors=[spec.name for spec in config.connectors])
         ingest.on_stored = _both(on_stored, console.stored)  # the console's feed reads after each commit too
@@ -407,6 +416,13 @@ def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
     store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
+def open_configured_store(store: StoreConfig) -> AbstractAsyncContextManager[Store]:
+    """The store `[store]` names: the PostgreSQL server at `url` with its pool, else the SQLite file at `path`."""
+    if store.url is not None:
+        return open_store(store.url, pool_size=store.pool_size)
+    return open_store(store.path, synchronous=store.synchronous)
+
+
 def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
     """Each connector's quotas, as ingest applies them (docs/operations.md#quotas)."""
     return {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
@@ -430,7 +446,11 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
     try:
         # A console that cannot be served (its packages, its token file) stops the start before the store opens.
         token = console_token(config.console) if config.console.listen else None
-        async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
+        # The store's own secrets (a URL's password) are redacted from the log before the store opens: its
+        # errors and log lines come before the host is built (build_host installs every secret).
+        if config.store.url is not None:
+            redact_secrets(Secrets(store_secret_values(config)))
+        async with open_configured_store(config.store) as store:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
                               feed_format=feed_format, console_token=token)
             inference = host.inference

@@ -87,7 +87,7 @@ def console_token(settings: ConsoleConfig) -> str | None:
 class Console:
     """The web console of one host (docs/operations.md#console)."""
 
-    def __init__(self, settings: ConsoleConfig, *, token: str | None, store_path: Path, secrets: Secrets,
+    def __init__(self, settings: ConsoleConfig, *, token: str | None, store_path: Path | str, secrets: Secrets,
                  operated: Operated, agents: Callable[[], Sequence[AgentConfig]], lines: FeedFormat,
                  connectors: Sequence[str] = ()) -> None:
         self.settings = settings
@@ -98,7 +98,7 @@ class Console:
         if token is not None:
             secrets.update({TOKEN_SECRET: token})  # never in a log line, a stored row or a page
         self.gate = Gate(token)
-        self.store_path = store_path
+        self.store_path = store_path  # what its reader opens: the SQLite file, or the PostgreSQL URL
         self.secrets = secrets
         self.operated = operated
         self.agents = agents
