@@ -34,7 +34,7 @@ from contextlib import asynccontextmanager
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import ModuleType
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 from mcplhost.store.composed import Store
 from mcplhost.store.db import (
@@ -57,16 +57,26 @@ def is_database_url(target: str | os.PathLike[str]) -> bool:
 
 
 def redacted_url(url: str) -> str:
-    """`url` with its password (in the authority or a `password=` parameter) replaced by ***."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        credentials, _, host = netloc.rpartition("@")
+    """`url` with its password (in the authority or a `password=` parameter) replaced by ***.
+
+    Rewritten in place, never parsed and put back together: a URL the parser rejects (an unclosed `[`) or
+    would change (`postgresql:///db`, an empty authority) keeps every other character as written.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return _PASSWORD_PARAMETER.sub(r"\1password=***", url)
+    end = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0], default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        credentials, _, host = authority.rpartition("@")
         if ":" in credentials:
             credentials = credentials.split(":", 1)[0] + ":***"
-        netloc = f"{credentials}@{host}"
-    query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        authority = f"{credentials}@{host}"
+    return f"{scheme}://{authority}" + _PASSWORD_PARAMETER.sub(r"\1password=***", tail)
+
+
+#: A `password=` parameter of a URL's query: its value ends at the next parameter or the fragment.
+_PASSWORD_PARAMETER = re.compile(r"([?&])password=[^&#]*")
 
 
 def server_of(url: str) -> str:

@@ -291,7 +291,8 @@ async def _pool(url: str, *, max_size: int, read_only: bool, explanation: str,
             if time.monotonic() + delay >= deadline:
                 raise StoreError(f"{redacted_url(url)}: no PostgreSQL server reachable at {server_of(url)} within"
                                  f" {connect_deadline_s:g} s: {_one_line(exc)}", explanation=explanation) from exc
-            log.warning("store.server_unreachable", server=server_of(url), retry_s=delay, error=_one_line(exc))
+            # debug: a bad input is one plain line on stderr (docs/operations.md), the verdict below
+            log.debug("store.server_unreachable", server=server_of(url), retry_s=delay, error=_one_line(exc))
             await anyio.sleep(delay)
             delay = min(delay * 2, CONNECT_RETRY_MAX_S)
         except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

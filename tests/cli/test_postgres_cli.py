@@ -3,7 +3,6 @@ exit, the password never shown and nothing created (docs/operations.md#a-postgre
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -65,11 +64,8 @@ class TestRun:
         result = cli_process("run", "--config", str(config), cwd=tmp_path, timeout=90)
         assert time.monotonic() - started < 60
         assert result.returncode == 1 and result.stdout == ""
-        # Each retry is a log line (JSON, like every log line of run); the verdict is the one plain line.
-        plain = [line for line in result.stderr.splitlines() if not line.startswith("{")]
-        retries = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
-        assert {entry["event"] for entry in retries} <= {"store.server_unreachable"}
-        assert "127.0.0.1:1" in one_line("\n".join(plain))  # the server it could not reach, by host and port
+        # The retries are debug lines; the verdict is the one line on stderr.
+        assert "127.0.0.1:1" in one_line(result.stderr)  # the server it could not reach, by host and port
         # No database folder is made for a URL; the lock and children files are this host's, in the state folder.
         assert {p.name for p in tmp_path.iterdir()} <= {"eu-1.children", "eu-1.lock", "mcplhost.toml"}
 

@@ -55,6 +55,12 @@ class TestLocation:
             "postgres://db/mcpl?user=app&password=***&sslmode=require")
         assert redacted_url("postgresql://app@/mcpl?host=/run/postgresql") == "postgresql://app@/mcpl?host=/run/postgresql"
 
+    def test_every_other_character_stays_as_written(self):
+        """Rewritten in place: an empty authority is kept, and a URL no parser accepts is still redacted."""
+        assert redacted_url("postgresql:///d?host=/tmp&password=x") == "postgresql:///d?host=/tmp&password=***"
+        assert redacted_url("postgresql://a:b@[::1/x") == "postgresql://a:***@[::1/x"
+        assert redacted_url("postgresql://a:p@ss@h/db") == "postgresql://a:***@h/db"
+
     def test_the_server_is_named_by_host_and_port(self):
         assert server_of("postgresql://app:pw@db.example:6432/mcpl") == "db.example:6432"
         assert server_of("postgresql://app@/mcpl?host=/run/postgresql") == "/run/postgresql:5432"
