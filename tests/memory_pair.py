@@ -291,6 +291,14 @@ class MemoryLauncher:
         return how
 
 
+def kill(host: Host, name: str) -> None:
+    """SIGKILL, in memory: end connector `name`'s current life at once, as `kill -9` of its process would."""
+    launcher = host.launcher
+    assert isinstance(launcher, MemoryLauncher), "a memory_host's launcher"
+    process = next(process for started, process in reversed(launcher.started) if started == name)
+    process.kill()
+
+
 @asynccontextmanager
 async def memory_launcher(fault: Fault | None = None) -> AsyncIterator[MemoryLauncher]:
     """A `MemoryLauncher` whose peers run in a task group of their own, cancelled when the block ends."""

@@ -19,7 +19,8 @@ from mcplhost.inbound.author import AUTHOR_PART_MAX_CHARS, author_line, escape_h
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.store import StoredItem
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, running_host, scripted, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, scripted, wait_for
+from ..memory_pair import memory_host
 from ..peers.test_runtime import completed, runtime_of
 from .llm_server import LlmServer, Reply
 from .support import RecordingBackend, agent_config
@@ -276,7 +277,7 @@ async def test_the_model_reads_who_said_what_and_a_quiet_connector_adds_no_line(
         agent = AgentConfig(name="scout", wake_on=["chat", "quiet"], debounce_ms=0, backend=BackendConfig(
             kind="openai", model="test-model", base_url=llm.openai_base_url, api_key_env=KEY_ENV, timeout_s=10))
         config = msgspec.structs.replace(config_with(tmp_path, chat, quiet), agents=[agent])
-        async with running_host(config) as host:
+        async with memory_host(config) as host:
             await wait_for(lambda: any(_both_heard(r.body) for r in llm.requests), timeout=30)
             stored = [r for r in await host.store.items.list() if r.agent is None]
         requests = list(llm.requests)

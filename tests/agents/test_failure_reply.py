@@ -16,7 +16,8 @@ from structlog.testing import capture_logs
 
 from ..cli.support import daemon, scripted_connector, write_config
 from ..e2e.test_agents import turns, with_agents
-from ..harness import running_host, wait_for
+from ..harness import wait_for
+from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply
 from .test_stop import GRANT, MANIFEST, REGISTER, ROOM, host_config, incoming, message, published_texts, scout, until
 
@@ -33,7 +34,7 @@ class TestFailureReply:
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply.error(500)) as llm:
             config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=SORRY))
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 (turn,) = await until(lambda: failed_turn(host.store))
                 await wait_for(lambda: published_texts(tmp_path))
 
@@ -57,7 +58,7 @@ class TestFailureReply:
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply(text="")) as llm:
             config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=SORRY))
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 (turn,) = await until(lambda: failed_turn(host.store))
                 await wait_for(lambda: published_texts(tmp_path))
                 own = await host.store.items.list(agent="scout")
@@ -70,7 +71,7 @@ class TestFailureReply:
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply.error(500)) as llm:
             config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=""))
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 await until(lambda: failed_turn(host.store))
                 assert await host.store.outbox.list() == []
                 kinds = [r.metadata.get("kind") for r in await host.store.items.list(agent="scout")]
@@ -83,7 +84,7 @@ class TestFailureReply:
         two_places = incoming(message("m-1", "scout?"), {**message("m-2", "scout!"), "threadId": "t-1"})
         with LlmServer(default=Reply.error(500)) as llm, capture_logs() as logs:
             config = host_config(tmp_path, [two_places], scout(llm, failure_reply=SORRY))
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 await until(lambda: failed_turn(host.store))
                 assert await host.store.outbox.list() == []
         (skipped,) = [e for e in logs if e["event"] == "agent.failure_reply_skipped"]

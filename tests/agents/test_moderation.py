@@ -20,7 +20,8 @@ import msgspec
 from mcplhost.config import AgentConfig, BackendConfig, Config, ModerationConfig
 from mcplhost.host import Host
 
-from ..harness import config_with, record, running_host
+from ..harness import config_with, record
+from ..memory_pair import memory_host
 from ..speech.test_moderation import JUDGE
 from ..speech.test_streaming import outgoing, turn_connector
 from .llm_server import LlmServer
@@ -66,7 +67,7 @@ def text(row: Any) -> str:
 
 class TestRefused:
     async def test_a_refused_reply_is_a_draft_with_a_notice_and_nothing_reaches_the_connector(self, tmp_path: Path):
-        async with running_host(host_config(tmp_path, judge(tmp_path), ["this is forbidden"])) as host:
+        async with memory_host(host_config(tmp_path, judge(tmp_path), ["this is forbidden"])) as host:
             assert (await turn_done(host)).outcome == "completed"
             (draft,) = await rows(host, "draft")
             (notice,) = await rows(host, "drafts")
@@ -77,7 +78,7 @@ class TestRefused:
 
     async def test_a_refused_channel_publish_answers_refused_and_is_kept_as_a_draft(self, tmp_path: Path):
         script = [reply_with_tools("", ("channel_publish", {"channel": ROOM, "text": "forbidden words"})), "fine"]
-        async with running_host(host_config(tmp_path, judge(tmp_path), script)) as host:
+        async with memory_host(host_config(tmp_path, judge(tmp_path), script)) as host:
             await turn_done(host)
             (result,) = await rows(host, "tool-result")
             (draft,) = await rows(host, "draft")
@@ -91,7 +92,7 @@ class TestRefused:
         with LlmServer() as server:
             server.moderation_status = 500
             moderation = ModerationConfig(kind="openai", base_url=server.openai_base_url, timeout_s=5.0)
-            async with running_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
+            async with memory_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
                 await turn_done(host)
                 (draft,) = await rows(host, "draft")
                 assert await host.store.outbox.list() == []
@@ -103,7 +104,7 @@ class TestRefused:
 class TestAllowed:
     async def test_an_allowed_reply_is_published_and_nothing_was_streamed(self, tmp_path: Path):
         """The connector holds channels.streaming, yet with moderation on no channels/outgoing/* goes out."""
-        async with running_host(host_config(tmp_path, judge(tmp_path), ["hello, Ann"])) as host:
+        async with memory_host(host_config(tmp_path, judge(tmp_path), ["hello, Ann"])) as host:
             await turn_done(host)
             with anyio.fail_after(30):
                 while not publishes(tmp_path):
@@ -116,7 +117,7 @@ class TestAllowed:
         with LlmServer() as server:
             server.flag_words = {"forbidden"}
             moderation = ModerationConfig(kind="openai", base_url=server.openai_base_url, timeout_s=5.0)
-            async with running_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
+            async with memory_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
                 await turn_done(host)
                 with anyio.fail_after(30):
                     while not publishes(tmp_path):

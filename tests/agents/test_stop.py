@@ -35,7 +35,8 @@ from mcplhost.store import NewItem
 from mcplhost.store.operations import PublishSpeech, StartCursor
 from mcplhost.store.outbox import OutboxEntry
 
-from ..harness import config_with, record, running_host, scripted, wait_for
+from ..harness import config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply, ToolUse
 from .support import RecordingBackend, agent_config, agent_store
 from .test_scheduler import addressed
@@ -170,7 +171,7 @@ class TestStopMidTurn:
             llm.push(Reply("one", tool_calls=(ToolUse("c1", "history_search", {"query": "a"}),)),
                      Reply("two", tool_calls=(ToolUse("c2", "history_search", {"query": "b"}),)))
             config = host_config(tmp_path, steps, scout(llm), **{"channels/publish": slow_publish})
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 store = host.store
                 (turn,) = await until(lambda: _ended_turns(store))
                 m2, m3 = await item_id(store, "m-2"), await item_id(store, "m-3")
@@ -187,7 +188,7 @@ class TestStopMidTurn:
         assert {row.state for row in rows} == {"failed"} and all(row.last_error == "stopped" for row in rows)
         assert len(rows) == 2 and "two" not in published_texts(tmp_path)
         with capture_logs() as logs:
-            async with running_host(host_config(tmp_path, [], scout(llm))) as host:
+            async with memory_host(host_config(tmp_path, [], scout(llm))) as host:
                 await wait_for(lambda: [e for e in logs if e["event"] == "agent.catch_up"])
                 assert len(await host.store.turns.list()) == 1
         (catch_up,) = [e for e in logs if e["event"] == "agent.catch_up"]
@@ -295,7 +296,7 @@ class TestSenderNeverSendsAFailedRow:
                 conn.execute("UPDATE outbox SET state = 'failed', last_error = 'stopped' WHERE id = ?", (row.id,))
 
         with capture_logs() as logs:
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 await wait_for(lambda: any(e["kind"] == "step" for e in record(tmp_path, "disc").events))
                 host.outbox_senders["disc"].test_fault = stop_lands
                 speech = NewItem(role="assistant", content=[{"type": "text", "text": "late"}],

@@ -47,10 +47,10 @@ from ..harness import (
     message,
     record,
     register,
-    running_host,
     scripted,
     wait_for,
 )
+from ..memory_pair import memory_host
 
 ROOM, OTHER = "disc:g1:room", "disc:g1:other"
 WEATHER = {"name": "forecast", "description": "The weather", "inputSchema": {
@@ -98,7 +98,7 @@ class TestOffered:
         """A ready connector holding `tools` offers its MCP tools as <connector>__<tool>, after the host tools."""
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True,
                                  "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 specs = box.specs()
         assert [s.name for s in specs] == ["channel_list", "channel_open", "channel_publish", "history_search",
@@ -115,7 +115,7 @@ class TestOffered:
         ungranted = scripted("irc", {"manifest": CHAT_MANIFEST, "tools": True,
                                      "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=CHAT_GRANT)
         config = agent(hears=["disc", "irc"], tools=["history_*", "*__forecast"])
-        async with running_host(config_with(tmp_path, heard, unheard, ungranted)) as host:
+        async with memory_host(config_with(tmp_path, heard, unheard, ungranted)) as host:
             async with box_when(host, tmp_path, config, "disc__forecast") as box:
                 await anyio.sleep(0.3)  # give the others time to be listed, were they listed
                 names = [s.name for s in box.specs()]
@@ -133,7 +133,7 @@ class TestOffered:
                          tmp_path, grant=["tools"])
         denied = scripted("denied", {"manifest": None, "tools": True, "after": "initialized",
                                      "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=[])
-        async with running_host(config_with(tmp_path, plain, denied)) as host:
+        async with memory_host(config_with(tmp_path, plain, denied)) as host:
             async with box_when(host, tmp_path, agent(), "plain__forecast") as box:
                 outcome = await box.call(call("plain__forecast", city="Oslo"))
                 assert host.connectors["plain"].grant == {"tools"} and host.connectors["denied"].grant == frozenset()
@@ -149,7 +149,7 @@ class TestOffered:
             "handlers": {"tools/list": [tools_list(WEATHER), tools_list({"name": "tides"})]},
             "steps": [{"wait": "tools/list"}, {"sleep": 0.2}, {"notify": "notifications/tools/list_changed"}],
         }, tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__tides") as box:
                 names = [s.name for s in box.specs()]
         assert "disc__forecast" not in names
@@ -171,7 +171,7 @@ class TestListing:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {"tools/list": pages}},
                         tmp_path, grant=TOOLS_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 async with box_when(host, tmp_path, agent(), "disc__moon") as box:
                     specs = {s.name: s for s in box.specs() if "__" in s.name}
         assert list(specs) == ["disc__forecast", "disc__tides", "disc__moon"]
@@ -189,7 +189,7 @@ class TestListing:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {"tools/list": pages}},
                         tmp_path, grant=TOOLS_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 await wait_for(lambda: logged(logs, "connector.tools_listed", connector="disc"))
                 async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                     names = [s.name for s in box.specs() if "__" in s.name]
@@ -233,7 +233,7 @@ class TestToolTextIsUntrusted:
                                            "handlers": {"tools/list": tools_list(forged, huge, big, WEATHER)}},
                                   tmp_path, grant=TOOLS_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                     specs = {s.name: s for s in box.specs()}
                     box.specs()  # a second turn's listing logs nothing new
@@ -266,7 +266,7 @@ class TestToolTextIsUntrusted:
                         tmp_path, grant=TOOLS_GRANT)
         config = agent(context_chars=20_000)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 async with box_when(host, tmp_path, config, "disc__t000") as box:
                     offered = [s for s in box.specs() if s.name.startswith("disc__")]
                     box.specs()
@@ -283,7 +283,7 @@ class TestToolTextIsUntrusted:
             "tools/list": tools_list(WEATHER),
             "tools/call": {"error": {"code": -32603, "message": "[source: a / b] " + "z" * 50_000}}}},
             tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 outcome = await box.call(call("disc__forecast"))
         (text,) = texts(outcome.blocks)
@@ -296,7 +296,7 @@ class TestToolTextIsUntrusted:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {
             "tools/list": tools_list(WEATHER), "tools/call": {"result": {"content": []}}}},
             tmp_path, grant=TOOLS_GRANT, max_line_bytes=4096)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 outcome = await box.call(call("disc__forecast", city="x" * 5000))
         (text,) = texts(outcome.blocks)
@@ -312,7 +312,7 @@ class TestToolTextIsUntrusted:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
             {"request": "channels/register", "params": {"channels": channels}}],
             "handlers": {"channels/open": {"result": {}}}}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             await wait_for(lambda: record(tmp_path, "disc").done)
             async with box_when(host, tmp_path, agent(), "channel_open") as box:
                 listed = json.loads(texts(box.channel_list().blocks)[0])["channels"]
@@ -336,7 +336,7 @@ class TestConnectorCalls:
                 {"error": {"code": -32603, "message": "backend down"}},
                 {"delay": 5, "result": {"content": []}},
             ]}}, tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(tool_timeout_s=0.5), "disc__forecast") as box:
                 marked = await box.call(call("disc__forecast"))
                 flagged = await box.call(call("disc__forecast"))
@@ -380,7 +380,7 @@ class TestConnectorCalls:
                            {"result": {"content": "not a list", "isError": "yes", "structuredContent": None}},
                            {"result": {"content": [{"type": "text", "text": "ok"}], "isError": 1}}]}},
             tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 junk = await box.call(call("disc__forecast"))
                 odd = await box.call(call("disc__forecast"))
@@ -404,7 +404,7 @@ class TestHostTools:
                                  "handlers": {"channels/open": {"result": {"channel": descriptor(ROOM),
                                                                            "messages": backscroll}}}},
                         tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             await wait_for(lambda: record(tmp_path, "disc").done)
             async with box_when(host, tmp_path, agent(), "channel_open") as box:
                 listed = json.loads(texts(box.channel_list().blocks)[0])
@@ -436,7 +436,7 @@ class TestHostTools:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [register(ROOM)], "handlers": handlers},
                         tmp_path, grant=CHAT_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 await wait_for(lambda: record(tmp_path, "disc").done)
                 async with box_when(host, tmp_path, agent(), "channel_open") as box:
                     outcome = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
@@ -459,7 +459,7 @@ class TestHostTools:
             tmp_path, grant=CHAT_GRANT)
         zulip = scripted("zulip", {"manifest": CHAT_MANIFEST, "steps": [
             register(ROOM), incoming(message(ROOM, "m-1", "deploy secrets"))]}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, disc, zulip)) as host:
+        async with memory_host(config_with(tmp_path, disc, zulip)) as host:
             await wait_for(lambda: record(tmp_path, "disc").done and record(tmp_path, "zulip").done)
             async with box_when(host, tmp_path, agent(hears=["disc"]), "history_search") as box:
                 found = await box.call(call("history_search", query="deploy"))
@@ -474,7 +474,7 @@ class TestHostTools:
     async def test_a_tool_that_crashes_inside_the_host_is_an_error_result(self, tmp_path) -> None:
         """Bad arguments and an unknown tool are results the model reads, never exceptions."""
         spec = scripted("disc", {"manifest": CHAT_MANIFEST}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "channel_list") as box:
                 with capture_logs() as logs:
                     missing = await box.call(call("channel_open"))
@@ -497,7 +497,7 @@ class TestBundledConnectors:
                        STUB_MESSAGES="1", STUB_INTERVAL_S="0.01")
         heartbeat = bundled("heartbeat", "mcplhost.connectors.heartbeatish", ["pushEvents", "tools"],
                             HEARTBEAT_INTERVAL_S="60")
-        async with running_host(config_with(tmp_path, stub, heartbeat)) as host:
+        async with memory_host(config_with(tmp_path, stub, heartbeat)) as host:
             async with box_when(host, tmp_path, agent(), "heartbeat__uptime") as box:
                 await wait_for(lambda: "stub__echo" in [s.name for s in box.specs()])
                 echoed = await box.call(call("stub__echo", text="hello [source: me]"))

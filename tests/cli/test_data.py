@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from mcplhost.cli.common import EPOCH_MS_MAX_DIGITS, SINCE_UNITS_MS, parse_since
 from mcplhost.store import NewItem, open_reader, open_store
 
-from ..harness import PYTHON, config_with, running_host
+from ..harness import PYTHON, config_with
+from ..memory_pair import memory_host
 from .support import cli, cli_env
 
 NOW = 1_800_000_000_000
@@ -97,7 +98,7 @@ class TestBackup:
         out.parent.mkdir()
         committed = 0
         stop = anyio.Event()
-        async with running_host(config_with(tmp_path)) as host:  # the daemon's store and group writer, running
+        async with memory_host(config_with(tmp_path)) as host:  # the daemon's store and group writer, running
             writer = host.writer
 
             async def load() -> None:

@@ -14,7 +14,8 @@ from mcplhost import __version__
 from mcplhost.store import NewItem, open_store
 from mcplhost.store.migrate import load_migrations
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, record, running_host, scripted, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
 from .support import cli, cli_env
 
 EXPORT_KEYS = ["id", "agent", "participant", "role", "content", "metadata", "createdAt"]
@@ -52,7 +53,7 @@ class TestMessagesExport:
                       "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": "hello"}],
                       "metadata": {"mentions": ["@scout"]}}]}}]
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "disc").done)
         result = cli("messages", "--db", str(tmp_path / "host.db"), "--json")
         (line,) = result.stdout.splitlines()

@@ -24,7 +24,8 @@ from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecide
 from mcplhost.speech.streaming import COMPLETE, LINE_BREAKS, STREAMING, PinGuard, Streamer, stream_targets
 from mcplhost.supervisor.handle import State
 
-from ..harness import config_with, record, running_host, scripted, wait_for
+from ..harness import config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -363,7 +364,7 @@ async def test_a_turn_streams_its_answer_to_the_conversation_it_answers(tmp_path
     config = Config(store=config.store, connectors=config.connectors, agents=[AgentConfig(
         name="scout", wake_on=["addressed"], debounce_ms=0, backend=BackendConfig(kind="scripted",
                                                                                    script=["hello, Ann"]))])
-    async with running_host(config):
+    async with memory_host(config):
         def published() -> list[dict[str, Any]]:
             return [m for m in record(tmp_path, "disc").received if m.get("method") == "channels/publish"]
 

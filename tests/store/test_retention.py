@@ -16,7 +16,8 @@ from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.retention import DAY_MS, RETENTION_BATCH_ROWS, RetentionRow, outbox_ids, prunable
 from mcplhost.store.writer import GroupWriter
 
-from ..harness import running_host, wait_for
+from ..harness import wait_for
+from ..memory_pair import memory_host
 from .conftest import make_item
 
 NOW = 1_800_000_000_000
@@ -180,7 +181,7 @@ async def test_the_host_prunes_when_retention_days_is_set(tmp_path: Path) -> Non
     async with open_store(db) as store:
         stored = await store.items.insert_many([make_item(f"old {n}", created_at=1_000) for n in range(5)])
     config = Config(store=StoreConfig(path=str(db), retention_days=1))  # type: ignore[arg-type]
-    async with running_host(config):
+    async with memory_host(config):
         await wait_for(lambda: count_items(db) == 1)
     assert [item_id for (item_id,) in read_ids(db)] == stored[-1:]
 
