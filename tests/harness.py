@@ -172,10 +172,6 @@ def count_rows(db: Path, table: str, where: str = "1") -> int:
         conn.close()
 
 
-def texts(item: StoredItem) -> list[str]:
-    return [block.get("text", "") for block in item.content]
-
-
 # --- helpers for the protocol suite (tests/protocol/*_wire.py) -------------------
 
 
@@ -191,6 +187,11 @@ async def items_when(folder: Path, count: int, timeout: float = 15.0, **filters:
                 if len(items) >= count:
                     return items
             await anyio.sleep(0.02)
+
+
+def received(folder: Path, name: str, method: str) -> list[dict[str, Any]]:
+    """Every `method` message scripted connector `name` received, in order (e.g. its channels/publish requests)."""
+    return [m for m in record(folder, name).received if m.get("method") == method]
 
 
 def logged(logs: list[dict[str, Any]], event: str, **fields: Any) -> list[dict[str, Any]]:
@@ -284,34 +285,6 @@ def gone_session() -> Session:
 
 async def _gone_session() -> Session:
     return Session(_GonePeer(), _GonePeer())
-
-
-def push(event_id: str = "e-1", feature_set: str = "chat", body: str = "ping", **extra: Any) -> dict[str, Any]:
-    """`push/event` params with one text block."""
-    return {"featureSet": feature_set, "eventId": event_id, "timestamp": "2026-01-01T00:00:00Z",
-            "payload": {"content": [{"type": "text", "text": body}]}, **extra}
-
-
-def descriptor(channel_id: str, **extra: Any) -> dict[str, Any]:
-    """A ChannelDescriptor (SPEC §14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
-    return {"id": channel_id, "type": "disc", "label": "#" + channel_id.rsplit(":", 1)[-1],
-            "direction": "bidirectional", "address": {"channel": channel_id}, **extra}
-
-
-def message(channel_id: str, message_id: str = "m-1", body: str = "hello", **extra: Any) -> dict[str, Any]:
-    """One `channels/incoming` message with one text block."""
-    return {"channelId": channel_id, "messageId": message_id, "author": {"id": "u1", "name": "Alice"},
-            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}], **extra}
-
-
-def register(*channel_ids: str) -> dict[str, Any]:
-    """A `channels/register` step for bidirectional channels with these ids."""
-    return {"request": "channels/register", "params": {"channels": [descriptor(c) for c in channel_ids]}}
-
-
-def incoming(*messages: dict[str, Any]) -> dict[str, Any]:
-    """A `channels/incoming` step carrying `messages`."""
-    return {"request": "channels/incoming", "params": {"messages": list(messages)}}
 
 
 async def nudge(connection: Any, method: str) -> None:

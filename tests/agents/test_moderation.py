@@ -20,7 +20,8 @@ import msgspec
 from mcplhost.config import AgentConfig, BackendConfig, Config, ModerationConfig
 from mcplhost.host import Host
 
-from ..harness import config_with, record
+from ..builders import text_of
+from ..harness import config_with, received
 from ..memory_pair import memory_host
 from ..speech.test_moderation import JUDGE
 from ..speech.test_streaming import outgoing, turn_connector
@@ -58,11 +59,7 @@ async def rows(host: Host, kind: str) -> list[Any]:
 
 
 def publishes(tmp_path: Path) -> list[dict[str, Any]]:
-    return [m for m in record(tmp_path, "disc").received if m.get("method") == "channels/publish"]
-
-
-def text(row: Any) -> str:
-    return "".join(block.get("text", "") for block in row.content)
+    return received(tmp_path, "disc", "channels/publish")
 
 
 class TestRefused:
@@ -72,8 +69,9 @@ class TestRefused:
             (draft,) = await rows(host, "draft")
             (notice,) = await rows(host, "drafts")
             assert await host.store.outbox.list() == []
-        assert draft.metadata["reason"] == "moderation" and text(draft) == "this is forbidden"
-        assert "moderation" in text(notice) and "channel_publish" not in text(notice)  # re-sending would be refused
+        assert draft.metadata["reason"] == "moderation" and text_of(draft.content) == "this is forbidden"
+        # re-sending would be refused
+        assert "moderation" in text_of(notice.content) and "channel_publish" not in text_of(notice.content)
         assert publishes(tmp_path) == [] and outgoing(tmp_path, "disc") == []
 
     async def test_a_refused_channel_publish_answers_refused_and_is_kept_as_a_draft(self, tmp_path: Path):
@@ -83,9 +81,9 @@ class TestRefused:
             (result,) = await rows(host, "tool-result")
             (draft,) = await rows(host, "draft")
             (speech,) = await rows(host, "speech")
-        assert json.loads(text(result)) == {"status": "refused", "reason": "moderation"}
-        assert draft.metadata["reason"] == "moderation" and text(draft) == "forbidden words"
-        assert text(speech) == "fine" and speech.metadata["outboxId"]  # the closing prose passed and was queued
+        assert json.loads(text_of(result.content)) == {"status": "refused", "reason": "moderation"}
+        assert draft.metadata["reason"] == "moderation" and text_of(draft.content) == "forbidden words"
+        assert text_of(speech.content) == "fine" and speech.metadata["outboxId"]  # the closing prose passed and was queued
 
     async def test_a_moderations_endpoint_answering_500_refuses(self, tmp_path: Path):
         """Fail-closed: the check errs, so the segment is a draft; the endpoint was asked."""

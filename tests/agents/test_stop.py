@@ -35,6 +35,7 @@ from mcplhost.store import NewItem
 from mcplhost.store.operations import PublishSpeech, StartCursor
 from mcplhost.store.outbox import OutboxEntry
 
+from ..builders import incoming, message
 from ..harness import config_with, record, scripted, wait_for
 from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply, ToolUse
@@ -43,6 +44,8 @@ from .test_scheduler import addressed
 
 ROOM = "disc:g1:room"
 BOSS, ALICE = "u-boss", "u-alice"
+#: Alice (or, with author replaced, the boss) asking scout.
+ASKED: dict[str, Any] = {"author": {"id": ALICE, "name": ALICE}, "tags": ["chat:addressed"]}
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
     "channels": {"register": True, "incoming": True, "publish": True},
@@ -53,16 +56,6 @@ MANIFEST: dict[str, Any] = {
 GRANT = ["channels.register", "channels.incoming", "channels.publish", "inferenceLifecycle"]
 REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
-
-
-def message(message_id: str, body: str, author: str = ALICE) -> dict[str, Any]:
-    return {"channelId": ROOM, "messageId": message_id, "author": {"id": author, "name": author},
-            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}],
-            "tags": ["chat:addressed"]}
-
-
-def incoming(*messages: dict[str, Any]) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": list(messages)}}
 
 
 def lifecycle_phases(folder: Path) -> list[str]:
@@ -162,10 +155,10 @@ class TestStopMidTurn:
         cursor is past the stop, so a restart runs no catch-up turn.
         """
         monkeypatch.setenv("TEST_LLM_KEY", "k")
-        steps = [incoming(message("m-1", "scout, go")),
+        steps = [incoming(message(ROOM, "m-1", "scout, go", **ASKED)),
                  {"wait": "inference/lifecycle", "count": 5},  # the third inference has started
-                 incoming(message("m-2", "and this too")),
-                 incoming(message("m-3", " !STOP ", author=BOSS))]
+                 incoming(message(ROOM, "m-2", "and this too", **ASKED)),
+                 incoming(message(ROOM, "m-3", " !STOP ", **{**ASKED, "author": {"id": BOSS, "name": BOSS}}))]
         slow_publish = {"delay": 30, "result": {"delivered": True, "messageId": "sent-1"}}
         with LlmServer(default=Reply(hang=True)) as llm:
             llm.push(Reply("one", tool_calls=(ToolUse("c1", "history_search", {"query": "a"}),)),

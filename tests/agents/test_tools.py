@@ -35,21 +35,8 @@ from mcplhost.protocol.channels import MAX_CHANNEL_TEXT_CHARS
 from mcplhost.speech.notices import SHOWN_LABEL_MAX_CHARS
 from mcplhost.store import open_reader
 
-from ..harness import (
-    CHAT_GRANT,
-    CHAT_MANIFEST,
-    PYTHON,
-    REPO,
-    config_with,
-    descriptor,
-    incoming,
-    logged,
-    message,
-    record,
-    register,
-    scripted,
-    wait_for,
-)
+from ..builders import descriptor, incoming, message, register, texts
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, logged, record, scripted, wait_for
 from ..memory_pair import memory_host
 
 ROOM, OTHER = "disc:g1:room", "disc:g1:other"
@@ -74,10 +61,6 @@ def result_blocks(result: Any) -> tuple[list[dict[str, Any]], bool]:
 
 def agent(**fields: Any) -> AgentConfig:
     return AgentConfig(name="scout", **fields)
-
-
-def texts(blocks: list[dict[str, Any]]) -> list[str]:
-    return [b["text"] for b in blocks if b.get("type") == "text"]
 
 
 def call(name: str, **arguments: Any) -> ToolCall:

@@ -39,7 +39,7 @@ def exported(db: Path, *args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def texts(items: list[dict]) -> list[str]:
+def exported_texts(items: list[dict]) -> list[str]:
     return [item["content"][-1]["text"] for item in items]
 
 
@@ -78,12 +78,12 @@ class TestMessagesExport:
         await seed(tmp_path / "host.db")
         items = exported(tmp_path / "host.db")
         assert [i["id"] for i in items] == list(range(1, 11))
-        assert texts(items) == [f"item {n}" for n in range(10)]
+        assert exported_texts(items) == [f"item {n}" for n in range(10)]
 
     async def test_limit_gives_the_newest_n_oldest_first(self, tmp_path) -> None:
         """--limit 3 prints the three newest items, still oldest first."""
         await seed(tmp_path / "host.db")
-        assert texts(exported(tmp_path / "host.db", "--limit", "3")) == ["item 7", "item 8", "item 9"]
+        assert exported_texts(exported(tmp_path / "host.db", "--limit", "3")) == ["item 7", "item 8", "item 9"]
 
     async def test_limit_larger_than_the_store_and_zero(self, tmp_path) -> None:
         """--limit beyond the row count prints everything; --limit 0 prints nothing."""
@@ -102,9 +102,9 @@ class TestMessagesExport:
         """--channel keeps one channel's items, --agent one agent's rows, together with --limit they combine."""
         db = tmp_path / "host.db"
         await seed(db)
-        assert texts(exported(db, "--channel", "disc:g1:b")) == [f"item {n}" for n in (1, 3, 5, 7, 9)]
-        assert texts(exported(db, "--agent", "scout")) == [f"item {n}" for n in (0, 3, 6, 9)]
-        assert texts(exported(db, "--agent", "scout", "--channel", "disc:g1:a", "--limit", "1")) == ["item 6"]
+        assert exported_texts(exported(db, "--channel", "disc:g1:b")) == [f"item {n}" for n in (1, 3, 5, 7, 9)]
+        assert exported_texts(exported(db, "--agent", "scout")) == [f"item {n}" for n in (0, 3, 6, 9)]
+        assert exported_texts(exported(db, "--agent", "scout", "--channel", "disc:g1:a", "--limit", "1")) == ["item 6"]
         assert exported(db, "--channel", "nowhere") == []
 
     async def test_without_json_one_readable_line_per_item(self, tmp_path) -> None:

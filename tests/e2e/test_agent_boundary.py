@@ -18,6 +18,7 @@ from mcplhost.agents import runtime as runtime_module
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.supervisor.handle import State
 
+from ..builders import incoming, message
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, running_host, scripted, wait_for
 
 ROOM = "disc:g1:room"
@@ -25,11 +26,7 @@ REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
 
 
-def incoming(message_id: str, body: str) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": [
-        {"channelId": ROOM, "messageId": message_id, "author": {"id": "u-alice", "name": "Alice"},
-         "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}],
-         "tags": ["chat:addressed"]}]}}
+ASKED = {"author": {"id": "u-alice", "name": "Alice"}, "tags": ["chat:addressed"]}
 
 
 class TestAgentBoundary:
@@ -44,8 +41,8 @@ class TestAgentBoundary:
 
         monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
         connector = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
-            REGISTER, incoming("m-1", "scout, first"), {"wait": "test/go"},
-            incoming("m-2", "scout, second")]}, tmp_path, grant=CHAT_GRANT)
+            REGISTER, incoming(message(ROOM, "m-1", "scout, first", **ASKED)), {"wait": "test/go"},
+            incoming(message(ROOM, "m-2", "scout, second", **ASKED))]}, tmp_path, grant=CHAT_GRANT)
         agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=0,
                             backend=BackendConfig(kind="scripted", script=["answered: {{echo}}"]))
         config = msgspec.structs.replace(config_with(tmp_path, connector), agents=[agent])

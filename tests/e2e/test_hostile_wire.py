@@ -19,8 +19,9 @@ import pytest
 from mcplhost.rpc import ConnectionClosed, Deferred, RequestTimeout, Session
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 
+from ..builders import incoming, message, register
 from ..cli.support import daemon, scripted_connector, write_config
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, incoming, message, record, register, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
 
 DEEP_PARAMS = "[" * 2000 + "]" * 2000
 

@@ -12,11 +12,9 @@ from mcplhost.inbound.notice import (
 )
 from mcplhost.inbound.strip import strip_host_keys
 
+from ..builders import text
+
 HEADER = "[source: discord / discord:g1:room]"
-
-
-def text(t: str) -> dict:
-    return {"type": "text", "text": t}
 
 
 class TestSourceRuleText:

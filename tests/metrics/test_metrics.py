@@ -20,20 +20,8 @@ from mcplhost.protocol.ports import State
 
 from ..agents.support import agent_config
 from ..agents.support import scripted as scripted_backend
-from ..harness import (
-    CHAT_GRANT,
-    CHAT_MANIFEST,
-    config_with,
-    http_exchange,
-    incoming,
-    message,
-    push,
-    record,
-    register,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import incoming, message, push, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, http_exchange, record, scripted, stored_items, wait_for
 from ..memory_pair import memory_host
 
 #: Requests for a method no host knows, sent to flood one log event (mcpl.refused) past its allowance.

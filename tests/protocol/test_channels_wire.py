@@ -12,24 +12,20 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from ..builders import descriptor, incoming, message, register, texts
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
     HINT,
     change_grant,
     config_with,
-    descriptor,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
     nudge,
     record,
-    register,
     result_of,
     scripted,
-    texts,
     wait_for,
 )
 from ..memory_pair import memory_connected, memory_host
@@ -124,7 +120,8 @@ class TestIncoming:
             items = await items_when(tmp_path, 2)
         assert outcomes(result_of(record(tmp_path, "other"), 0)["results"]) == [
             ("m-2", False, "unknown_channel", -32023)]
-        assert sorted((i.metadata["serverId"], texts(i)[-1]) for i in items) == [("other", "own"), ("owner", "owner's")]
+        assert sorted((i.metadata["serverId"], texts(i.content)[-1]) for i in items) == [
+            ("other", "own"), ("owner", "owner's")]
 
     async def test_each_message_is_judged_alone(self, tmp_path) -> None:
         """A batch mixing good, unregistered, outbound-only and malformed messages is answered per message."""
@@ -180,7 +177,7 @@ class TestIncoming:
             async with memory_host(config_with(tmp_path, chat(tmp_path, "notif", steps))):
                 await wait_for(lambda: record(tmp_path, "notif").done)
                 (item,) = await items_when(tmp_path, 1)
-        assert texts(item)[-1] == "kept"
+        assert texts(item.content)[-1] == "kept"
         assert logged(logs, "connector.defect", connector="notif")
         replies = [m for m in record(tmp_path, "notif").received if "id" in m and "method" not in m]
         assert len(replies) == 2  # the register and the ping; the notification got none
@@ -216,7 +213,7 @@ class TestOpen:
                 await wait_for(lambda: record(tmp_path, "fails").done)
                 await wait_for(lambda: logged(logs, "connector.job_failed", connector="fails"))
                 (item,) = await items_when(tmp_path, 1)
-        assert texts(item)[-1] == "after"
+        assert texts(item.content)[-1] == "after"
         assert "-32024" in logged(logs, "connector.job_failed", connector="fails")[0]["error"]
 
     async def test_a_descriptor_returned_by_open_is_authorized_like_a_registration(self, tmp_path) -> None:

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
+from ..builders import incoming, message, push, register
 from ..harness import (
     SPLIT_MANIFEST,
     config_with,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
-    push,
     record,
-    register,
     result_of,
     scripted,
     stored_items,

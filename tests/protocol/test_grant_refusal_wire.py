@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from ..harness import CHAT_MANIFEST, config_with, error_of, logged, push, record, scripted, wait_for
+from ..builders import push
+from ..harness import CHAT_MANIFEST, config_with, error_of, logged, record, scripted, wait_for
 from ..memory_pair import memory_host
 
 

@@ -20,18 +20,16 @@ from mcplhost.protocol import manifest as manifest_module
 from mcplhost.protocol.connection import Mode
 from mcplhost.protocol.digest import manifest_digest
 
+from ..builders import incoming, message, push, register
 from ..harness import (
     SPLIT_MANIFEST,
     config_with,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
     nudge,
-    push,
+    received,
     record,
-    register,
     result_of,
     scripted,
     wait_for,
@@ -63,10 +61,6 @@ def without_lifecycle(manifest: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
-def policies(folder: Any, name: str) -> list[dict[str, Any]]:
-    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
-
-
 def fetch_answer(result: Any) -> dict[str, Any]:
     return {"mcpl/manifest": {"result": result}}
 
@@ -86,8 +80,8 @@ class TestRefetch:
         rec = record(tmp_path, "hinted")
         methods = [m for m in rec.methods_received() if m != "notifications/initialized"]
         assert methods == ["initialize", "featureSets/update", "mcpl/manifest", "featureSets/update"]
-        assert policies(tmp_path, "hinted")[1]["params"]["effectiveCapabilities"] == ["channels.incoming",
-                                                                                       "channels.register"]
+        second = received(tmp_path, "hinted", "featureSets/update")[1]
+        assert second["params"]["effectiveCapabilities"] == ["channels.incoming", "channels.register"]
         assert error_of(rec, 2)["data"] == {"capability": "pushEvents"}
 
     async def test_removals_apply_from_a_partly_invalid_manifest(self, tmp_path) -> None:
@@ -105,7 +99,7 @@ class TestRefetch:
             async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "partly").done)
         rec = record(tmp_path, "partly")
-        params = policies(tmp_path, "partly")[1]["params"]
+        params = received(tmp_path, "partly", "featureSets/update")[1]["params"]
         assert "pushEvents" not in params["effectiveCapabilities"]
         assert {"alerts", "broken"} <= set(params["disabled"])
         assert error_of(rec, 2)["code"] == -32002
@@ -131,7 +125,7 @@ class TestRefetch:
                 await nudge(connection, "test/go")
                 await wait_for(lambda name=name: record(tmp_path / name, name).done)
             assert result_of(record(tmp_path / name, name), 1) == {"accepted": True}, name
-            assert len(policies(tmp_path / name, name)) == 1
+            assert len(received(tmp_path / name, name, "featureSets/update")) == 1
 
     async def test_additions_are_pending_never_granted(self, tmp_path) -> None:
         """A capability the fetched manifest adds stays out of the grant and is reported as decision-needed.
@@ -149,7 +143,7 @@ class TestRefetch:
                 await nudge(connection, "test/go")
                 await wait_for(lambda: record(tmp_path, "adds").done)
         assert error_of(record(tmp_path, "adds"), 1)["data"] == {"capability": "modelInfo"}
-        assert len(policies(tmp_path, "adds")) == 1
+        assert len(received(tmp_path, "adds", "featureSets/update")) == 1
         (change,) = logged(logs, "connector.manifest_change")
         assert change["impacts"] == [{"impact": "capability-expansion-pending", "disposition": "decision-needed",
                                       "capability": "channels.lifecycle"}]
@@ -191,7 +185,7 @@ class TestRateLimit:
         # The last two hints come after the fetch; the first three may be merged into it or dropped.
         drops = [e["dropped"] for e in logged(logs, "connector.manifest_fetch_dropped")]
         assert len(drops) >= 2 and drops == list(range(1, len(drops) + 1)), drops
-        assert len(policies(tmp_path, "chatty")) == 1
+        assert len(received(tmp_path, "chatty", "featureSets/update")) == 1
         assert manifest_module.MIN_FETCH_INTERVAL_S >= 1.0
 
 
@@ -229,7 +223,8 @@ class TestDigest:
         (change,) = logged(logs, "connector.manifest_change")
         assert {"impact": "surface-changed", "disposition": "informational", "defect": "revision-mismatch"} \
             in change["impacts"]
-        assert "pushEvents" not in policies(tmp_path, "wrong")[1]["params"]["effectiveCapabilities"]
+        second = received(tmp_path, "wrong", "featureSets/update")[1]
+        assert "pushEvents" not in second["params"]["effectiveCapabilities"]
 
 
 class TestChangeReceipt:

@@ -29,17 +29,15 @@ from structlog.testing import capture_logs
 
 from mcplhost.config import FeatureSetSelection
 
+from ..builders import incoming, push, register
 from ..harness import (
     CHAT_MANIFEST,
     SPLIT_MANIFEST,
     config_with,
     error_of,
-    incoming,
     logged,
     nudge,
-    push,
     record,
-    register,
     result_of,
     scripted,
     wait_for,

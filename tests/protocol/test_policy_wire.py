@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 from mcplhost.protocol.connection import Mode
 from mcplhost.protocol.vocabulary import INJECT_SYSTEM
 
+from ..builders import push, register
 from ..harness import (
     CHAT_MANIFEST,
     SPLIT_MANIFEST,
@@ -25,9 +26,8 @@ from ..harness import (
     error_of,
     logged,
     nudge,
-    push,
+    received,
     record,
-    register,
     result_of,
     scripted,
     wait_for,
@@ -51,7 +51,7 @@ ACCEPTED = {"result": {"accepted": True}}
 
 def policies(name: str, folder: Any) -> list[dict[str, Any]]:
     """Every featureSets/update the connector received, in order."""
-    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
+    return received(folder, name, "featureSets/update")
 
 
 def configured(name: str, folder: Any, logs: list[dict[str, Any]]) -> list[str]:

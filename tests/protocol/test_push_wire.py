@@ -13,20 +13,8 @@ from structlog.testing import capture_logs
 
 from mcplhost.config import FeatureSetSelection
 
-from ..harness import (
-    SPLIT_MANIFEST,
-    config_with,
-    error_of,
-    items_when,
-    logged,
-    push,
-    record,
-    register,
-    result_of,
-    scripted,
-    texts,
-    wait_for,
-)
+from ..builders import push, register, texts
+from ..harness import SPLIT_MANIFEST, config_with, error_of, items_when, logged, record, result_of, scripted, wait_for
 from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
@@ -148,10 +136,10 @@ class TestOrigin:
             items = await items_when(tmp_path, 2)
         by_server = {item.metadata["serverId"]: item for item in items}
         claimed = by_server["b"]
-        assert texts(claimed)[0] == "[source: b · unscoped]"
+        assert texts(claimed.content)[0] == "[source: b · unscoped]"
         assert claimed.metadata["channelId"] is None
         assert claimed.metadata["adapter"] == {k: v for k, v in origin.items() if k != "sourceHeader"}
-        assert texts(by_server["a"])[0].startswith("[source: a / a:g1:room")
+        assert texts(by_server["a"].content)[0].startswith("[source: a / a:g1:room")
 
 
 class TestDedup:
@@ -166,7 +154,7 @@ class TestDedup:
         rec = record(tmp_path, "dup")
         assert result_of(rec, 1) == result_of(rec, 0) == {"accepted": True}
         items = await items_when(tmp_path, 3)
-        assert sorted((i.metadata["serverId"], texts(i)[-1]) for i in items) == [
+        assert sorted((i.metadata["serverId"], texts(i.content)[-1]) for i in items) == [
             ("dup", "first"), ("dup", "third"), ("other", "ping")]
 
 

@@ -8,21 +8,8 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from ..harness import (
-    SPLIT_MANIFEST,
-    config_with,
-    error_of,
-    incoming,
-    logged,
-    message,
-    push,
-    record,
-    register,
-    result_of,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import incoming, message, push, register
+from ..harness import SPLIT_MANIFEST, config_with, error_of, logged, record, result_of, scripted, stored_items, wait_for
 from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]

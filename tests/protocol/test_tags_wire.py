@@ -9,21 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..harness import (
-    SPLIT_MANIFEST,
-    config_with,
-    error_of,
-    incoming,
-    items_when,
-    message,
-    push,
-    record,
-    register,
-    result_of,
-    scripted,
-    texts,
-    wait_for,
-)
+from ..builders import incoming, message, push, register, texts
+from ..harness import SPLIT_MANIFEST, config_with, error_of, items_when, record, result_of, scripted, wait_for
 from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
@@ -41,7 +28,7 @@ ONTOLOGY_MANIFEST: dict[str, Any] = {
 
 def stored_tags(items: list[Any]) -> dict[str, list[str]]:
     """Each item's stored tags, keyed by its message body."""
-    return {texts(item)[-1]: item.metadata["tags"] for item in items}
+    return {texts(item.content)[-1]: item.metadata["tags"] for item in items}
 
 
 class TestTagsNeverAdmit:

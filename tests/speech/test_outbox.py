@@ -21,17 +21,8 @@ from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, OutboxEntry, OutboxRow
 
-from ..harness import (
-    HINT,
-    config_with,
-    descriptor,
-    logged,
-    record,
-    register,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import descriptor, register
+from ..harness import HINT, config_with, logged, received, record, scripted, stored_items, wait_for
 from ..memory_pair import kill, memory_host
 
 MANIFEST: dict[str, Any] = {
@@ -85,7 +76,7 @@ async def ended(store: Any, outbox_id: int, timeout: float = 15) -> OutboxRow:
 
 
 def publishes(folder: Path, name: str = "disc") -> list[dict[str, Any]]:
-    return [m for m in record(folder, name).received if m.get("method") == "channels/publish"]
+    return received(folder, name, "channels/publish")
 
 
 def connector(tmp_path: Path, handlers: dict[str, Any], name: str = "disc", **fields: Any) -> ConnectorConfig:
@@ -290,7 +281,7 @@ def without_publish(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def policies(folder: Path, name: str = "disc") -> list[dict[str, Any]]:
-    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
+    return received(folder, name, "featureSets/update")
 
 
 class TestSendTimeCheck:

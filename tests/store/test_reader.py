@@ -12,7 +12,8 @@ import pytest
 from mcplhost.store import CursorMove, PushClaim, Store, TurnEnd, TurnStart, open_store
 from mcplhost.store.outbox import OutboxEntry
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, incoming, message, record, register
+from ..builders import incoming, message, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record
 from ..harness import scripted as scripted_connector
 from ..memory_pair import memory_host
 from .conftest import make_item
