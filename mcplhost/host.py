@@ -90,7 +90,7 @@ from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
 from .supervisor.process import CHILD_PROCESSES, Launcher
 from .supervisor.supervise import supervise
-from .systemd import Notifier, hold_loop_on_request, loop_hold_file
+from .systemd import Notifier
 
 log = structlog.get_logger()
 
@@ -448,13 +448,9 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
 
 async def _watchdog(notifier: Notifier, interval_s: float) -> None:
     """WATCHDOG=1 from the event loop itself, so the pings stop while the loop is stuck."""
-    async with anyio.create_task_group() as seam:
-        hold = loop_hold_file()
-        if hold is not None:  # test-only (mcplhost/systemd.py, docs/operations.md#health-checks-and-the-container)
-            seam.start_soon(hold_loop_on_request, hold)
-        while True:
-            notifier.send("WATCHDOG=1")
-            await anyio.sleep(interval_s)
+    while True:
+        notifier.send("WATCHDOG=1")
+        await anyio.sleep(interval_s)
 
 
 async def _prune(pushes: Pushes) -> None:

@@ -251,9 +251,12 @@ class TestLifecycle:
                                 usage=Usage(input_tokens=11, output_tokens=3))
                 await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-7", phase="failed")
                 await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-never", phase="aborted")
-                await wait_for(lambda: len(lifecycles(tmp_path, "obs")) >= 2)
-                await anyio.sleep(0.2)  # a wrongly sent third one would have arrived by now
-        sent = lifecycles(tmp_path, "obs")
+                # Markers, each ordered on its connection after anything sent above: a wrongly sent third
+                # phase to obs, or any phase to deaf, would be in their records before them.
+                await lifecycle(host.connectors, SCOUT, state=host.hooks, inference_id="inf-8", phase="started")
+                await wait_for(lambda: any(p["inferenceId"] == "inf-8" for p in lifecycles(tmp_path, "obs")))
+                await ask(host, inference_id="inf-9")  # deaf answers it: it has read everything sent before
+        sent = [p for p in lifecycles(tmp_path, "obs") if p["inferenceId"] != "inf-8"]
         assert [p["phase"] for p in sent] == ["started", "completed"]
         assert sent[0] == {"inferenceId": "inf-7", "conversationId": "agent:scout", "turnIndex": 2, "phase": "started"}
         assert sent[1]["usage"] == {"inputTokens": 11, "outputTokens": 3} and "model" not in sent[1]

@@ -36,7 +36,7 @@ from mcplhost.speech.notices import SHOWN_LABEL_MAX_CHARS
 from mcplhost.store import open_reader
 
 from ..builders import descriptor, incoming, message, register, texts
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, logged, record, scripted, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, HINT, PYTHON, REPO, config_with, logged, record, scripted, wait_for
 from ..memory_pair import memory_host
 
 ROOM, OTHER = "disc:g1:room", "disc:g1:other"
@@ -95,12 +95,17 @@ class TestOffered:
                          tmp_path, grant=TOOLS_GRANT)
         unheard = scripted("zulip", {"manifest": CHAT_MANIFEST, "tools": True,
                                      "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=TOOLS_GRANT)
-        ungranted = scripted("irc", {"manifest": CHAT_MANIFEST, "tools": True,
-                                     "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=CHAT_GRANT)
+        # irc's manifest hint after ready is a marker: a tools/list the host queued at ready would go out before
+        # the mcpl/manifest it asks for (one job at a time, in order).
+        ungranted = scripted("irc", {"manifest": CHAT_MANIFEST, "tools": True, "steps": [HINT],
+                                     "handlers": {"tools/list": tools_list(WEATHER),
+                                                  "mcpl/manifest": {"result": CHAT_MANIFEST}}},
+                             tmp_path, grant=CHAT_GRANT)
         config = agent(hears=["disc", "irc"], tools=["history_*", "*__forecast"])
         async with memory_host(config_with(tmp_path, heard, unheard, ungranted)) as host:
             async with box_when(host, tmp_path, config, "disc__forecast") as box:
-                await anyio.sleep(0.3)  # give the others time to be listed, were they listed
+                await wait_for(lambda: host.connectors["zulip"].tools())  # listed, yet not offered: unheard
+                await wait_for(lambda: "mcpl/manifest" in record(tmp_path, "irc").methods_received())
                 names = [s.name for s in box.specs()]
                 refused = await box.call(call("disc__secret"))
         assert names == ["history_search", "disc__forecast"]
