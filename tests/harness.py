@@ -314,6 +314,18 @@ SPLIT_MANIFEST: dict[str, Any] = {
 HINT = {"notify": "mcpl/manifestChanged", "params": {"revision": "sha256:" + "A" * 43, "domains": ["capabilities"]}}
 
 
+class Beside:
+    """`target` with some attributes replaced, every other one its own: how a test puts a fault, or a write from
+    beside, into a component's dependency (`sender.handle = Beside(sender.handle, request=failing)`)."""
+
+    def __init__(self, target: Any, **replaced: Any) -> None:
+        self._target = target
+        self.__dict__.update(replaced)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie waiting to be reaped counts as gone)."""
     try:

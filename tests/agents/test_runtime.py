@@ -319,26 +319,29 @@ class TestBuildTime:
 class TestExceptionBoundary:
     async def test_a_bug_while_handling_a_wake_fails_that_turn_and_the_agent_answers_the_next(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-        """The test seam raises for the first wake: a failed turn with its notice; the second wake is answered."""
-        faults: list[int] = []
-
-        def fault(agent: str, wake: Any) -> None:
-            if not faults:
-                faults.append(wake.item_ids[0])
-                raise KeyError("a bug in the agent's code")
-
-        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
+        """The first read of a wake's items raises, as a bug before the turn would: a failed turn with its
+        notice; the second wake is answered."""
         backend = RecordingBackend()
         with capture_logs() as logs:
-            async with agent_store(tmp_path) as (store, writer, _), \
-                    running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
-                (first,) = await heard(ingest, "one")
-                (failed,) = await turns_of(store, "scout", 1)
-                (second,) = await heard(ingest, "two")
-                later = (await turns_of(store, "scout", 2))[1]
-                notices = [row for row in await store.items.list()
-                           if row.agent == "scout" and row.metadata.get("kind") == "turn-failed"]
-                cursor = await store.cursors.get("scout")
+            async with agent_store(tmp_path) as (store, writer, _):
+                read, reads = store.items.get_many, []
+
+                async def faulty(ids: Any) -> Any:  # the runner's echo check reads a wake's items first
+                    reads.append(list(ids))
+                    if len(reads) == 1:
+                        raise KeyError("a bug in the agent's code")
+                    return await read(ids)
+
+                monkeypatch.setattr(store.items, "get_many", faulty)
+                async with running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
+                    (first,) = await heard(ingest, "one")
+                    (failed,) = await turns_of(store, "scout", 1)
+                    (second,) = await heard(ingest, "two")
+                    later = (await turns_of(store, "scout", 2))[1]
+                    notices = [row for row in await store.items.list()
+                               if row.agent == "scout" and row.metadata.get("kind") == "turn-failed"]
+                    cursor = await store.cursors.get("scout")
+        assert reads[0] == [first]
         assert failed.outcome == "failed" and failed.wake_item_ids == [first]
         assert len(notices) == 1 and notices[0].metadata["reason"] == "KeyError"
         assert later.outcome == "completed" and later.wake_item_ids == [second] and cursor == second

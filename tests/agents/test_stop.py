@@ -36,7 +36,7 @@ from mcplhost.store.operations import PublishSpeech, StartCursor
 from mcplhost.store.outbox import OutboxEntry
 
 from ..builders import incoming, message
-from ..harness import config_with, record, scripted, wait_for
+from ..harness import Beside, config_with, record, scripted, wait_for
 from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply, ToolUse
 from .support import RecordingBackend, agent_config, agent_store
@@ -284,14 +284,20 @@ class TestSenderNeverSendsAFailedRow:
         db = tmp_path / "host.db"
         config = config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))
 
-        def stop_lands(row: Any) -> None:  # the sender's seam, just before the try: a write from beside it
-            with sqlite3.connect(db) as conn:
-                conn.execute("UPDATE outbox SET state = 'failed', last_error = 'stopped' WHERE id = ?", (row.id,))
+        def stop_lands(outbox: Any) -> Beside:  # the sender's check just before its try, after a write beside it
+
+            async def is_pending(outbox_id: int) -> bool:
+                with sqlite3.connect(db) as conn:
+                    conn.execute("UPDATE outbox SET state = 'failed', last_error = 'stopped' WHERE id = ?", (outbox_id,))
+                return await outbox.is_pending(outbox_id)
+
+            return Beside(outbox, is_pending=is_pending)
 
         with capture_logs() as logs:
             async with memory_host(config) as host:
                 await wait_for(lambda: any(e["kind"] == "step" for e in record(tmp_path, "disc").events))
-                host.outbox_senders["disc"].test_fault = stop_lands
+                sender = host.outbox_senders["disc"]
+                sender.store = Beside(sender.store, outbox=stop_lands(sender.store.outbox))
                 speech = NewItem(role="assistant", content=[{"type": "text", "text": "late"}],
                                  metadata={"kind": "speech"}, created_at=1, agent="scout")
                 entry = _entry("late")

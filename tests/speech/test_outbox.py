@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from mcplhost.store.operations import PublishSpeech
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, OutboxEntry, OutboxRow
 
 from ..builders import descriptor, register
-from ..harness import HINT, config_with, logged, received, record, scripted, stored_items, wait_for
+from ..harness import HINT, Beside, config_with, logged, received, record, scripted, stored_items, wait_for
 from ..memory_pair import kill, memory_host
 
 MANIFEST: dict[str, Any] = {
@@ -274,6 +275,16 @@ class TestRestarts:
 
 
 
+def faulty(handle: Any, fault: Callable[[Any], None]) -> Beside:
+    """`handle`, whose requests first pass their params to `fault` (which may raise, as a bug in the try would)."""
+
+    async def request(method: str, params: Any, **options: Any) -> Any:
+        fault(params)
+        return await handle.request(method, params, **options)
+
+    return Beside(handle, request=request)
+
+
 def without_publish(manifest: dict[str, Any]) -> dict[str, Any]:
     """`manifest` no longer advertising channels.publish, nor a feature set using it."""
     return {**manifest, "channels": {"register": True, "incoming": True},
@@ -367,18 +378,18 @@ class TestBoundary:
         """A fault in one sender is logged once per crash with its traceback; it restarts; the other goes on."""
         config = config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}),
                              connector(tmp_path, {"channels/publish": DELIVERED}, name="zul"))
-        faults: list[int] = []
+        faults: list[str] = []
 
-        def fault(row: Any) -> None:
+        def fault(params: Any) -> None:
             if len(faults) < CRASHES_PER_ROW - 1:  # one crash short of failing the row
-                faults.append(row.id)
+                faults.append(params["content"][0]["text"])
                 raise RuntimeError("injected sender fault")
 
         with capture_logs() as logs:
             async with memory_host(config) as host:
                 disc = host.outbox_senders["disc"]
                 disc.restart_rules = RetryRules(first_s=0.3, max_s=1)
-                disc.test_fault = fault
+                disc.handle = faulty(disc.handle, fault)
                 first, second = await queue(host, "one"), await queue(host, "two")
                 await wait_for(lambda: faults)
                 zul = await ended(host.writer.store, await queue(host, "elsewhere", server="zul"))
@@ -395,11 +406,11 @@ class TestBoundary:
             disc = host.outbox_senders["disc"]
             disc.restart_rules = RetryRules(first_s=0.01, max_s=0.05)
 
-            def fault(row: Any) -> None:
-                if row.text == "poison":
+            def fault(params: Any) -> None:
+                if params["content"][0]["text"] == "poison":
                     raise RuntimeError("injected: this row always crashes the sender")
 
-            disc.test_fault = fault
+            disc.handle = faulty(disc.handle, fault)
             bad, good = await queue(host, "poison"), await queue(host, "fine")
             rows = [await ended(host.writer.store, oid) for oid in (bad, good)]
         assert [r.state for r in rows] == ["failed", "delivered"] and disc.stats["crashed"] == CRASHES_PER_ROW
@@ -409,19 +420,20 @@ class TestBoundary:
     async def test_cancellation_passes_through_the_boundary(self, tmp_path: Path):
         """A sender cancelled while it restarts after a fault ends at once: the boundary catches no cancellation."""
         async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
-            await queue(host, "one")
-            sender = OutboxSender(host.writer.store, host.writer, host.connectors["disc"],
-                                  restart_rules=RetryRules(first_s=3600, max_s=3600))
             crashed = anyio.Event()
 
-            def hold(row: Any) -> None:
+            def hold(params: Any) -> None:
                 raise RuntimeError("injected")  # the host's own sender must not send the row meanwhile
 
-            def fault(row: Any) -> None:
+            def fault(params: Any) -> None:
                 crashed.set()
                 raise RuntimeError("injected")
 
-            host.outbox_senders["disc"].test_fault, sender.test_fault = hold, fault
+            own = host.outbox_senders["disc"]
+            own.handle = faulty(own.handle, hold)
+            await queue(host, "one")
+            sender = OutboxSender(host.writer.store, host.writer, faulty(host.connectors["disc"], fault),
+                                  restart_rules=RetryRules(first_s=3600, max_s=3600))
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(sender.run)
