@@ -711,6 +711,16 @@ class TestPeerTrigger:
 # --------------------------------------------------------------------------- properties
 
 
+def sized_text(max_size: int) -> st.SearchStrategy[str]:
+    """Any text of at most `max_size` characters; a long one is a short piece repeated.
+
+    Drawing thousands of characters one by one made these properties spend most of their time generating
+    input; a repeated piece is as long, holds the same kinds of characters, and costs a few draws.
+    """
+    repeated = st.tuples(st.text(min_size=1, max_size=20), st.integers(1, max(1, max_size // 2)))
+    return st.text(max_size=min(20, max_size)) | repeated.map(lambda pair: (pair[0] * pair[1])[:max_size])
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> list[StoredItem]:
     """Heard items, speech, tool calls with or without results, notices, peer messages and images, in any mix."""
@@ -718,7 +728,7 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
     calls: list[str] = []
     for i in range(1, draw(st.integers(0, 40)) + 1):
         choice = draw(st.sampled_from(["heard", "speech", "call", "result", "notice", "peer", "guidance"]))
-        text = draw(st.text(max_size=draw(st.sampled_from([10, 400, 3000]))) | tag_text)
+        text = draw(sized_text(draw(st.sampled_from([10, 400, 3000]))) | tag_text)
         if choice == "peer":
             rows.append(sibling_message(i, text))
         elif choice == "guidance":
@@ -747,11 +757,11 @@ def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> 
     agent = AgentConfig(name="scout", context_chars=limit, tool_result_max_chars=data.draw(st.integers(1, 5000)))
     wake = data.draw(st.lists(st.sampled_from([r.id for r in rows]), max_size=3)) if rows else []
     shuffled = data.draw(st.permutations(rows))
-    hooks = st.lists(st.text(max_size=200) | tag_text, max_size=2)
+    hooks = st.lists(sized_text(200) | tag_text, max_size=2)
     injections = Injections(system=data.draw(hooks), before_user=data.draw(hooks), after_user=data.draw(hooks))
     now = NOW + data.draw(st.sampled_from([0, 3_600_000]))
     tools = [ToolSpec(name=f"t{n}", description=text, input_schema={"type": "object", "title": text})
-             for n, text in enumerate(data.draw(st.lists(st.text(max_size=limit // 16) | tag_text, max_size=2)))]
+             for n, text in enumerate(data.draw(st.lists(sized_text(limit // 16) | tag_text, max_size=2)))]
     first = compile_(rows, wake, agent=agent, prompt="p", injections=injections, now=now, tools=tools)
     again = compile_(shuffled, wake, agent=agent, prompt="p", injections=injections, now=now, tools=tools)
     assert first == again
