@@ -57,10 +57,12 @@ from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 from .connectors.stage import ECHO_DELAY_ENV
 from .errors import OperatorError
 from .inbound.notice import reader_body
+from .inbound.source import PUSH_LANE
 from .logs import LINES_PER_WINDOW, WINDOW_S
 from .protocol.grants import IMPLEMENTED
 from .store import NewItem
 from .store.files import database_files
+from .store.rows import UnscopedSource
 
 #: The live view's width when stdout is not a terminal (a pipe, a file, a test) or one with no width (0 columns).
 PLAIN_WIDTH = 80
@@ -89,8 +91,8 @@ PASSED_THROUGH = (ECHO_DELAY_ENV, TEST_CLOCK_ENV)
 #: Scout's debounce (ms) when dev's environment sets it; a test on a stepped clock waits less for each wake.
 DEBOUNCE_ENV = "DEV_DEBOUNCE_MS"
 #: channels.publish only once this host implements it, so dev never grants what nothing serves.
-CHAT_GRANT = [path for path in ("channels.register", "channels.incoming", "channels.publish", "channels.typing",
-                                 "channels.acknowledge") if path in IMPLEMENTED]
+CHAT_GRANT: list[str] = [path for path in ("channels.register", "channels.incoming", "channels.publish",
+                                            "channels.typing", "channels.acknowledge") if path in IMPLEMENTED]
 #: dev's one agent: scripted (no network), waking on what is addressed to it or private (README.md#start-here).
 #: Its first turn calls the stub's `echo` tool once, then every reply says the waking text back.
 #: The stub's token, a made-up value: a connector variable named *TOKEN* is a secret (docs/agents.md#secrets),
@@ -102,7 +104,7 @@ CONFIG_HEADER = "# Written by `mcplhost dev` for `mcplhost explain --config`: th
 #: then its answer), scribe's peer message, Dana's DM (it would post the stub's token), the two guilds'
 #: mentions, Hana's report (a slow tool that Alice's `!stop` aborts), then every later call says the waking
 #: text back.
-DEV_SCRIPT: list = [{"text": "Let me check the stub.", "tool_calls": [
+DEV_SCRIPT: list[Any] = [{"text": "Let me check the stub.", "tool_calls": [
     {"name": "stub__echo", "arguments": {"text": "ping"}},
     {"name": "task_send_message", "arguments": {"target": "scribe", "message": "Someone asked about the deploy notes."}},
 ]}, "You said: {{echo}}", "You said: {{echo}}", f"Dana, the stub's token is {DEV_STUB_TOKEN}.",
@@ -116,7 +118,7 @@ DEV_AGENT = AgentConfig(name="scout", wake_on=["addressed", "dm"], system_prompt
 #: dev's second agent, scout's child in one tree (docs/peers.md): woken only by peer messages. Scout's first
 #: turn sends it guidance (task_send_message); it answers scout with a peer message, which starts a turn of
 #: scout's whose prose has no chat to go to (a draft).
-HELPER_SCRIPT: list = [{"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
+HELPER_SCRIPT: list[Any] = [{"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
     "target": "scout", "message": "Noted: I will keep the deploy notes in mind."}}]}, ""]
 HELPER_AGENT = AgentConfig(name="scribe", parent="scout", title="Scribe", wake_on=[],
                            system_prompt="You are Scribe, who keeps notes for Scout.",
@@ -272,7 +274,7 @@ def introduction(config: Config, db: Path, *, verbose: bool, replaced: bool = Fa
     if replaced:
         lines.append("  a fresh database each run: the last run's was replaced, so it all plays again")
     for connector in config.connectors:
-        first, *more = EXPLAINED.get(connector.name) or [None]
+        first, *more = EXPLAINED.get(connector.name) or [""]
         if first:
             lines.append(f"  {connector.name}: " + first.format(**connector.env))
             lines.extend("    " + line.format(**connector.env) for line in more)
@@ -341,14 +343,13 @@ def place(server: str, label: str, thread: Any) -> str:
 
 def describe_item(item: NewItem) -> str:
     """`where  who: body` for one stored item, the body without its source header; an echo says so."""
-    meta = item.metadata
-    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-    server = meta.get("serverId") or source.get("serverId") or "-"
-    label = source.get("label") or meta.get("channelId") or ("push" if source.get("lane") == "push/event" else "")
-    where = place(server, label, meta.get("threadId") or source.get("threadId"))
-    texts = [b.get("text", f"<{b.get('type')}>") for b in reader_body(item.content, meta)]
+    meta, source = item.meta, item.meta.source or UnscopedSource()
+    server = meta.server_id or source.server_id or "-"
+    label = source.label or meta.channel_id or ("push" if source.lane == PUSH_LANE else "")
+    where = place(server, label, meta.thread_id or source.thread_id)
+    texts = [b.get("text", f"<{b.get('type')}>") for b in reader_body(item.content, meta.source_header)]
     who = item.participant or item.agent or "-"
-    return f"{where}  {who}{' (echo)' if meta.get('echoOf') else ''}: " + " ".join(texts)
+    return f"{where}  {who}{' (echo)' if meta.echo_of else ''}: " + " ".join(texts)
 
 
 def event_place(event: dict[str, Any], labels: dict[tuple[str, str], str] | None, thread: Any) -> str:
@@ -441,9 +442,9 @@ class LiveView:
     def items(self, items: list[NewItem]) -> None:
         """Host's on_stored hook: one line per item just committed."""
         for item in items:
-            source = item.metadata.get("source")
-            if isinstance(source, dict) and source.get("label") and item.metadata.get("channelId"):
-                self.labels[(str(item.metadata.get("serverId")), str(item.metadata["channelId"]))] = source["label"]
+            meta = item.meta
+            if meta.source is not None and meta.source.label and meta.channel_id:
+                self.labels[(str(meta.server_id), meta.channel_id)] = meta.source.label
             self.line(item.created_at / 1000, describe_item(item))
 
     def event(self, event: dict[str, Any]) -> None:

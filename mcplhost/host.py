@@ -86,6 +86,7 @@ from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
+from .store.search_index import run_indexer
 from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
 from .supervisor.process import CHILD_PROCESSES, Launcher
@@ -167,6 +168,7 @@ class Host:
                     self.metrics_address = bound_address(listener)
                     base.start_soon(self.metrics.serve, listener)
                 base.start_soon(_prune, self.store.pushes)
+                base.start_soon(self._index_when_ready)
                 if self.config.store.retention_days > 0:  # 0: items are kept for good (docs/operations.md#retention)
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
@@ -191,6 +193,13 @@ class Host:
         finally:
             self.close_events()
         log.info("host.stopped", **self.writer.stats)
+
+    async def _index_when_ready(self) -> None:
+        """The search index follows the items off the ack path, from once every connector's first start is done:
+        a store migrated with items in it is indexed in the background, never before a connector is served
+        (docs/operations.md#the-search-index)."""
+        await self.ready.wait()
+        await run_indexer(self.store.search_index)
 
     def close_events(self) -> None:
         """End the Stored stream: its consumer sees the end once everything is committed (idempotent)."""

@@ -6,7 +6,7 @@
     guard = StreamGuard(secrets); guard.feed(piece) ... guard.finish()  # text streamed in pieces
 
 Which values are secret is decided where the config and the environment are
-read (mcplhost/config.py); this module only holds them. A value shorter than
+read (mcplhost/config/environment.py); this module only holds them. A value shorter than
 MIN_SECRET_CHARS is never treated as a secret: redacting "1" or "true"
 everywhere would wreck every text and protect nothing.
 

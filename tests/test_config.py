@@ -1,4 +1,4 @@
-"""mcplhost/config.py: strict TOML decoding, every problem with its path, paths relative to the file."""
+"""mcplhost/config/: strict TOML decoding, every problem with its path, paths relative to the file."""
 
 from __future__ import annotations
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import anyio
 import msgspec
@@ -28,7 +27,7 @@ import structlog
 
 from mcplhost.agents.tools import cut_error
 from mcplhost.config import AgentConfig
-from mcplhost.protocol.ports import ConnectorPort, State
+from mcplhost.protocol.ports import AcknowledgePort, State
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.rpc import RemoteError
 from mcplhost.store.items import StoredItem
@@ -69,10 +68,6 @@ class AcknowledgeAnswer(msgspec.Struct, frozen=True):
     reason: str | None = None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 def acknowledgements(agent: AgentConfig, items: Iterable[StoredItem]) -> list[Acknowledgement]:
     """The acknowledgements `agent` sends for its waking `items` (pure): none when `ack_reaction` is empty."""
     value = agent.ack_reaction.strip()
@@ -80,16 +75,14 @@ def acknowledgements(agent: AgentConfig, items: Iterable[StoredItem]) -> list[Ac
         return []
     found = []
     for item in items:
-        meta = item.metadata
-        tags = meta.get("tags")
-        connector, channel, message = _text(meta.get("serverId")), _text(meta.get("channelId")), _text(
-            meta.get("messageId"))
-        if isinstance(tags, list) and ADDRESSED in tags and connector and channel and message:
+        meta = item.meta
+        connector, channel, message = meta.server_id, meta.channel_id, meta.message_id
+        if ADDRESSED in meta.tags and connector and channel and message:
             found.append(Acknowledgement(agent.name, connector, channel, message, value))
     return found
 
 
-def may_acknowledge(handle: ConnectorPort | None) -> bool:
+def may_acknowledge(handle: AcknowledgePort | None) -> bool:
     """Whether a connector may be asked `channels/acknowledge` now: it serves and holds channels.acknowledge."""
     return handle is not None and handle.state is State.READY and ACKNOWLEDGE in handle.grant
 
@@ -97,7 +90,7 @@ def may_acknowledge(handle: ConnectorPort | None) -> bool:
 class Acknowledger:
     """The host's acknowledgements: turns `offer` them, `run` (one task) sends them one at a time."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], *, timeout_s: float = ACK_TIMEOUT_S) -> None:
+    def __init__(self, handles: Mapping[str, AcknowledgePort], *, timeout_s: float = ACK_TIMEOUT_S) -> None:
         self._handles = handles
         self._timeout_s = timeout_s
         self._queue: deque[Acknowledgement] = deque()

@@ -4,7 +4,7 @@ After a restart the catch-up wakes are due at once, while the connectors
 are still starting: a turn run then finds its item's channel not registered
 yet, so its reply is routed `unknown` and kept as a draft. So before a
 catch-up wake's turn, the runner waits until every connector its items came
-through has registered their channels again (`ConnectorPort.wait_channel`),
+through has registered their channels again (`CatchUpPort.wait_channel`),
 or has given up (stopped, in the slow lane, plain MCP only), at most
 CATCH_UP_ROUTE_WAIT_S. Live wakes never wait: their items came through a
 connector that was serving. An item of no channel (an unscoped push) has no
@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 
-from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.protocol.ports import CatchUpPort
 from mcplhost.store import StoredItem
+from mcplhost.store.rows import ChannelSource
 
 #: How long a catch-up wake waits for its connectors to register the channels of its items, at most.
 CATCH_UP_ROUTE_WAIT_S = 30.0
@@ -28,15 +29,13 @@ def routes_of(items: Sequence[StoredItem]) -> list[tuple[str, str]]:
     """(connector, channel id) of each channel item, once each, in a stable order."""
     found = set()
     for item in items:
-        source = item.metadata.get("source")
-        server, channel = item.metadata.get("serverId"), item.metadata.get("channelId")
-        if isinstance(source, dict) and source.get("kind") == "channel" and isinstance(server, str) and isinstance(
-                channel, str):
-            found.add((server, channel))
+        meta = item.meta
+        if isinstance(meta.source, ChannelSource) and meta.server_id is not None and meta.channel_id is not None:
+            found.add((meta.server_id, meta.channel_id))
     return sorted(found)
 
 
-async def wait_for_routes(handles: Mapping[str, ConnectorPort], items: Sequence[StoredItem], *,
+async def wait_for_routes(handles: Mapping[str, CatchUpPort], items: Sequence[StoredItem], *,
                           timeout: float = CATCH_UP_ROUTE_WAIT_S) -> list[str]:
     """Wait until the items' channels are registered or their connectors gave up, at most `timeout` in all.
 

@@ -81,10 +81,11 @@ from mcplhost.agents.rows import row_conversation, row_kind
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
 from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.digest import canonical_json, ecmascript_number
-from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, SOURCE_RULE_TEXT
+from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.peers.envelope import LESS_THAN_BYTES, neutralise
 from mcplhost.speech.echoes import Lookup, echo_key
 from mcplhost.store.items import StoredItem
+from mcplhost.store.rows import PeerMeta, SourceHeaderNotice, SpeechMeta
 
 __all__ = [
     "GUIDANCE_TRIGGER_TEXT",
@@ -178,7 +179,7 @@ def heard_by(hears: list[str] | None, server_id: Any, channel_id: Any) -> bool:
 
 
 def _heard(agent: AgentConfig, row: StoredItem) -> bool:
-    return heard_by(agent.hears, row.metadata.get("serverId"), row.metadata.get("channelId"))
+    return heard_by(agent.hears, row.meta.server_id, row.meta.channel_id)
 
 
 # --------------------------------------------------------------------------- the one-time notice
@@ -190,28 +191,28 @@ def notice_text() -> str:
 
 
 def _is_source_notice(row: StoredItem) -> bool:
-    return row.metadata.get("kind") == SOURCE_HEADER_NOTICE_KIND and row_kind(row) == "notice"
+    return isinstance(row.host, SourceHeaderNotice) and row_kind(row) == "notice"
 
 
 def _own_outbox_ids(name: str, rows: list[StoredItem]) -> set[int]:
     """The outbox ids of the agent's speech rows among `rows`: its publishes."""
     ids = set()
     for row in rows:
-        if row.agent == name:
-            outbox_id = row.metadata.get("outboxId")
-            if isinstance(outbox_id, int) and not isinstance(outbox_id, bool) and row_kind(row) == "speech":
-                ids.add(outbox_id)
+        host = row.host
+        if row.agent == name and row_kind(row) == "speech" and isinstance(host, SpeechMeta) \
+                and host.outbox_id is not None:
+            ids.add(host.outbox_id)
     return ids
 
 
 def _echoes_own(row: StoredItem, own: set[int], delivered: Lookup | None) -> bool:
     """Whether a heard item is the echo of one of `own` publishes: marked so at ingest (`echoOf`), or, for an
     echo stored before its publish was answered, known by its messageId to `delivered` (the outbox's window)."""
-    echo = row.metadata.get("echoOf")
+    echo = row.meta.echo_of
     if isinstance(echo, int) and not isinstance(echo, bool):
         return echo in own
     if echo is None and delivered is not None:
-        key = echo_key(row.metadata)
+        key = echo_key(row.meta)
         return key is not None and delivered(*key) in own
     return False  # `true`: tagged chat:from-self only, whose publish it echoes is not known
 
@@ -227,7 +228,7 @@ def needs_notice(rows: list[StoredItem], agent: AgentConfig | None = None) -> bo
                for row in rows)
     if told:
         return False
-    return any(row.agent is None and isinstance(row.metadata.get("sourceHeader"), str)
+    return any(row.agent is None and row.meta.source_header is not None
                and (agent is None or _heard(agent, row)) for row in rows)
 
 
@@ -355,8 +356,8 @@ def _trigger(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int]) -> 
     return GUIDANCE_TRIGGER_TEXT if all(r == "ancestor" for r in relationships) else PEER_TRIGGER_TEXT
 
 
-def _peer_relationship(row: StoredItem) -> Any:
-    return row.metadata["peer"].get("relationship")  # row_kind "peer": `peer` is a dict
+def _peer_relationship(row: StoredItem) -> str | None:
+    return row.host.peer.relationship if isinstance(row.host, PeerMeta) else None
 
 
 def request_digest(request: ModelRequest) -> str:
@@ -490,9 +491,9 @@ def _age_note(rows: list[StoredItem], wake_ids: set[int], now_ms: int) -> str | 
 
 
 def _accepted_at(row: StoredItem) -> int:
-    source = row.metadata.get("source")
-    accepted = source.get("acceptedAt") if isinstance(source, dict) else None
-    return accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else row.created_at
+    source = row.meta.source
+    accepted = source.accepted_at if source is not None else None
+    return accepted if accepted is not None else row.created_at
 
 
 def _duration(ms: int) -> str:

@@ -37,7 +37,7 @@ async def record_now(writer: GroupWriter, decisions: list[WakeDecision]) -> None
     if not decisions:
         return
     try:
-        await writer.submit(RecordWakeDecisions(decisions))
+        await writer.write(RecordWakeDecisions(decisions))
     except Exception:
         log.warning("agent.decisions_write_failed", decisions=len(decisions), exc_info=True)
 

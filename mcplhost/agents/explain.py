@@ -190,11 +190,11 @@ async def explain_item(store: Store, agents: Sequence[AgentConfig], item_id: int
         return None
     written = found[0][1]
     view = view_of(Stored(item_id, written), addressing)
-    key = echo_key(written.metadata)
+    key = echo_key(written.meta)
     if not view.echo_of and key is not None and await store.outbox.delivered_as(*key) is not None:
         view = msgspec.structs.replace(view, echo_of=True)  # an echo ingest could not know yet: the ledger does
     # The text the stop rule compares, read as the runner reads it (header dropped; None: too long to be one).
-    body = command_text(written.content, written.metadata) or ""
+    body = command_text(written.content, written.meta) or ""
     turns = await store.turns.waking(item_id)
     recorded = {decision.agent: decision for decision in await store.decisions.for_item(item_id)}
     cursors = await store.cursors.all()

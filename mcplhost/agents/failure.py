@@ -21,9 +21,6 @@ from mcplhost.store.operations import PublishSpeech
 
 log = structlog.get_logger()
 
-#: The speech row's metadata key that marks a failure reply.
-FAILURE_REPLY_KEY = "failureReply"
-
 
 def failure_reply(agent: AgentConfig, speech: TurnSpeech | None, *, turn_id: int, at: int) -> list[PublishSpeech]:
     """The failed turn's reply as writes: one PublishSpeech to its decided route, or none (logged why)."""
@@ -37,4 +34,4 @@ def failure_reply(agent: AgentConfig, speech: TurnSpeech | None, *, turn_id: int
         return []
     log.info("agent.failure_reply", agent=agent.name, turn=turn_id, connector=destination.server_id,
              channel=destination.channel_id)
-    return [publish_operation(agent.name, turn_id, destination, text, at, marks={FAILURE_REPLY_KEY: True})]
+    return [publish_operation(agent.name, turn_id, destination, text, at, failure_reply=True)]

@@ -18,14 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 from types import NoneType
-from typing import Any
+from typing import Any, Literal
 
 from mcplhost.agents.model import Message, ToolCall
 from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, turn_of
-from mcplhost.inbound.author import item_author_line, shown_with_author
+from mcplhost.inbound.author import author_line, shown_with_author
 from mcplhost.inbound.digest import canonical_json
+from mcplhost.inbound.source import INCOMING_LANE
 from mcplhost.peers.envelope import RELATIONSHIPS, neutralise, parse_envelope
 from mcplhost.store.items import StoredItem
+from mcplhost.store.rows import ChannelSource, ItemMeta, PeerMeta, ToolResultMeta
 
 #: Images that keep their pixels, newest first; older ones become "[image]" (docs/agents.md#compilation).
 IMAGES_WITH_PIXELS = 4
@@ -55,7 +57,7 @@ Part = str | dict[str, Any]
 class Draft:
     """A message under construction; `render` turns it into a `Message`."""
 
-    role: str
+    role: Literal["user", "assistant", "tool"]
     parts: list[Part]
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
@@ -163,8 +165,8 @@ def shown_text(parts: list[Part], max_chars: int, what: str) -> list[Part]:
 def _is_envelope(row: StoredItem, parts: list[Part]) -> bool:
     """Whether a peer row is a host-made envelope: its metadata says so and its text (`parts`) is exactly one
     envelope, whose only tags are the real ones (docs/peers.md#the-envelope-and-lookalikes)."""
-    peer = row.metadata.get("peer")
-    if not isinstance(peer, dict) or peer.get("relationship") not in RELATIONSHIPS:
+    host = row.host
+    if not isinstance(host, PeerMeta) or host.peer.relationship not in RELATIONSHIPS:
         return False
     texts = [part for part in parts if type(part) is str]
     return len(texts) == len(parts) and parse_envelope("\n".join(texts)) is not None
@@ -253,6 +255,14 @@ class RenderedRows:
 Rendered = Unit | str
 
 
+def item_author_line(meta: ItemMeta, participant: str | None) -> str | None:
+    """The `from:` line of a heard item: only a channel message (lane `channels/incoming`) gets one, and only
+    when it carried an author; a push, an unscoped item or console input never does."""
+    if not isinstance(meta.source, ChannelSource) or meta.source.lane != INCOMING_LANE:
+        return None
+    return author_line(participant, meta.author_id)
+
+
 def render_row(row: StoredItem, message_cap: int, no_author_line: frozenset[str] = frozenset()) -> Rendered:
     """One row as the compiler reads it, whatever the context around it.
 
@@ -265,9 +275,9 @@ def render_row(row: StoredItem, message_cap: int, no_author_line: frozenset[str]
     if kind == "other" and row.role not in ("user", "assistant"):
         return "none"
     if kind == "heard":
-        line = None if row.metadata.get("serverId") in no_author_line else item_author_line(row.metadata,
-                                                                                              row.participant)
-        parts = parts_of(shown_with_author(row.content, row.metadata, line))
+        meta = row.meta
+        line = None if meta.server_id in no_author_line else item_author_line(meta, row.participant)
+        parts = parts_of(shown_with_author(row.content, meta.source_header, line))
     else:
         parts = parts_of(row.content)
     if kind == "peer" and _is_envelope(row, parts):
@@ -307,7 +317,7 @@ def _add_call(units: list[Unit], row: StoredItem, call: ToolCall, results: dict[
     head.tool_calls.append(call)
     last.rows += 1
     last.item_ids.append(row.id)
-    if call.id in results:
+    if call.id in results and last.results is not None:  # a call group's, made above when it was not yet one
         last.results[call.id] = results[call.id]
 
 
@@ -321,7 +331,7 @@ def _close(unit: Unit, results: dict[str, StoredItem], result_cap: int) -> None:
             unit.drafts.append(Draft("tool", [INTERRUPTED_TEXT], tool_call_id=call.id))
             continue
         parts = shown_text(parts_of(result.content), result_cap, "tool result") or [EMPTY_RESULT_TEXT]
-        if result.metadata.get("isError") is True:
+        if isinstance(result.host, ToolResultMeta) and result.host.is_error:
             parts = [f"{HOST}The tool reported an error.", *parts]
         unit.drafts.append(Draft("tool", parts, tool_call_id=call.id))
         unit.rows += 1
@@ -337,7 +347,7 @@ def host_prefixed(parts: list[Part]) -> list[Part]:
 
 def text_message(draft: Draft) -> Message:
     """A text-only draft as its message: the parts joined by "\n" in one text block."""
-    content = [{"type": "text", "text": "\n".join(draft.parts)}] if draft.parts else []
+    content = [{"type": "text", "text": "\n".join(p for p in draft.parts if isinstance(p, str))}] if draft.parts else []
     return Message(role=draft.role, content=content, tool_calls=list(draft.tool_calls),
                    tool_call_id=draft.tool_call_id)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -51,7 +51,7 @@ from mcplhost.protocol.answers import (
     decode_each,
 )
 from mcplhost.protocol.grants import HOOK_PATHS
-from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort, State
+from mcplhost.protocol.ports import ConnectorNotReady, HookPort, State
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 
 log = structlog.get_logger()
@@ -78,8 +78,11 @@ POSITIONS = ("system", "beforeUser", "afterUser")
 TERMINAL_PHASES = frozenset({"completed", "aborted", "failed"})
 PHASES = TERMINAL_PHASES | {"started"}
 
+#: Whatever a caller holds of each connector (heard_connectors reads only the map's names).
+Port = TypeVar("Port")
 
-def heard_connectors(handles: Mapping[str, ConnectorPort], agent: AgentConfig) -> list[ConnectorPort]:
+
+def heard_connectors(handles: Mapping[str, Port], agent: AgentConfig) -> list[Port]:
     """The handles of the connectors the agent hears, in config order (no `hears`: every connector)."""
     if not agent.hears:
         return list(handles.values())
@@ -106,7 +109,7 @@ def model_info(agent: AgentConfig) -> dict[str, Any]:
 # --- context/beforeInference -----------------------------------------------------
 
 
-def hook_targets(handles: Mapping[str, ConnectorPort], agent: AgentConfig) -> list[ConnectorPort]:
+def hook_targets(handles: Mapping[str, HookPort], agent: AgentConfig) -> list[HookPort]:
     """Ready connectors the agent hears that hold at least one hook leaf now."""
     return [h for h in heard_connectors(handles, agent) if h.state is State.READY and h.grant & HOOK_PATHS]
 
@@ -210,7 +213,7 @@ def merged(contributions: Iterable[list[tuple[str, str]]]) -> Injections:
                       after_user=by_position["afterUser"])
 
 
-async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, params: dict[str, Any],
+async def _ask(state: HookState, handle: HookPort, agent: AgentConfig, params: dict[str, Any],
                inference_id: str) -> list[tuple[str, str]]:
     """One connector's authorized injections; nothing (logged) on a timeout, an error or a refusal."""
     clog = log.bind(agent=agent.name, connector=handle.name, inferenceId=inference_id)
@@ -238,7 +241,7 @@ async def _ask(state: HookState, handle: ConnectorPort, agent: AgentConfig, para
     return kept
 
 
-async def _cancel(handle: ConnectorPort, exc: RequestTimeout, reason: str) -> None:
+async def _cancel(handle: HookPort, exc: RequestTimeout, reason: str) -> None:
     """MCP notifications/cancelled for a request we stopped waiting for (best effort)."""
     if exc.request_id is None:
         return
@@ -249,7 +252,7 @@ async def _cancel(handle: ConnectorPort, exc: RequestTimeout, reason: str) -> No
         pass  # gone meanwhile: nothing left to cancel
 
 
-async def before_inference(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *, state: HookState,
+async def before_inference(handles: Mapping[str, HookPort], agent: AgentConfig, *, state: HookState,
                            inference_id: str, turn_index: int, user_message: str | None,
                            conversation_id: str | None = None) -> Injections:
     """Ask every hook holder the agent hears, in parallel; the injections their grants permitted at receipt."""
@@ -261,7 +264,7 @@ async def before_inference(handles: Mapping[str, ConnectorPort], agent: AgentCon
     model = model_info(agent)
     answers: list[list[tuple[str, str]]] = [[] for _ in targets]
 
-    async def ask(index: int, handle: ConnectorPort) -> None:
+    async def ask(index: int, handle: HookPort) -> None:
         params = hook_params(inference_id=inference_id, conversation_id=conversation, turn_index=turn_index,
                              user_message=user_message, grant=handle.grant, model=model)
         answers[index] = await _ask(state, handle, agent, params, inference_id)
@@ -338,7 +341,7 @@ class HookState:
         """Whether a `context/beforeInference` call to this connector is outstanding now."""
         return self._pending.get(server_id, 0) > 0
 
-    async def request_hook(self, handle: ConnectorPort, params: dict[str, Any]) -> tuple[Raw, frozenset[str]]:
+    async def request_hook(self, handle: HookPort, params: dict[str, Any]) -> tuple[Raw, frozenset[str]]:
         """The `context/beforeInference` call, counted as pending while it is outstanding; its answer undecoded."""
         self._pending[handle.name] += 1
         try:
@@ -361,7 +364,7 @@ def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int
     return params
 
 
-async def lifecycle(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *, state: HookState,
+async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, state: HookState,
                     inference_id: str, phase: str, usage: Usage | None = None, turn_index: int | None = None,
                     conversation_id: str | None = None) -> None:
     """Send one lifecycle phase to the lifecycle holders the agent hears; never raises for a connector.
@@ -390,7 +393,7 @@ async def lifecycle(handles: Mapping[str, ConnectorPort], agent: AgentConfig, *,
                if name in handles and handles[name].state is State.READY and LIFECYCLE in handles[name].grant]
     model = model_info(agent)
 
-    async def send(handle: ConnectorPort) -> None:
+    async def send(handle: HookPort) -> None:
         params = lifecycle_params(inference_id=inference_id, conversation_id=entry.conversation_id,
                                   turn_index=entry.turn_index, phase=phase, grant=handle.grant, model=model,
                                   usage=usage)

@@ -36,7 +36,7 @@ DISCARD_CLOSE_S = 5.0
 def build_backend(where: str, backend: BackendConfig) -> Backend:
     """`make_backend`, with any failure of the SDK's constructor as a ConfigError naming `where`.
 
-    (httpx's InvalidURL for a `base_url` it cannot parse is one; config.py's
+    (httpx's InvalidURL for a `base_url` it cannot parse is one; mcplhost/config/values.py's
     `base_url_problem` refuses those first, this catches what it cannot see.)
     """
     try:

@@ -1,9 +1,10 @@
-"""An agent's own rows: built as `NewItem`s, and read back for its context.
+"""An agent's own rows: built as `NewItem`s from their Structs (store/rows.py), and read back for its context.
 
 The rule (docs/agents.md#compilation, Rows): a row says what it is only in
 host-written metadata (`kind`, `system`, `turnId`, `tool`, `toolCallId`, ...),
-never in its text, and `agent` is the agent the row belongs to. Builders and
-readers live side by side so the two cannot drift apart.
+never in its text, and `agent` is the agent the row belongs to. The shapes
+are store/rows.py's Structs, so builders and readers cannot drift apart;
+the notices, which speech writes too, are built in store/own_rows.py.
 
 Beyond the table, and additive: a tool-call row keeps the call's
 `arguments` (the context must replay the call exactly), a tool result says
@@ -16,21 +17,29 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from msgspec import UNSET
+
 from mcplhost.agents.model import ToolCall
 from mcplhost.inbound.conversation import conversation_id as conversation_of_channel
-from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND, build_source_notice
-from mcplhost.speech.routing import Destination  # re-exported: speech owns it, agents import speech
 from mcplhost.store.items import NewItem, StoredItem
+from mcplhost.store.own_rows import own_row, text_content
+from mcplhost.store.rows import (
+    Destination,
+    DraftMeta,
+    DraftsNotice,
+    FailedReplyNotice,
+    Notice,
+    PeerMeta,
+    SpeechMeta,
+    ToolCallMeta,
+    ToolResultMeta,
+)
 
 __all__ = [
-    "NOTICE_KINDS",
-    "Destination",
     "RowKind",
     "draft_row",
-    "notice_row",
     "row_conversation",
     "row_kind",
-    "source_notice_row",
     "speech_row",
     "tool_call_of",
     "tool_call_row",
@@ -39,44 +48,32 @@ __all__ = [
     "turn_of",
 ]
 
-#: Notice kinds the host writes (docs/agents.md#turns); `notice_row` refuses any other.
-NOTICE_KINDS = frozenset({SOURCE_HEADER_NOTICE_KIND, "drafts", "failed-reply", "turn-failed"})
-
 RowKind = Literal["speech", "draft", "tool-call", "tool-result", "notice", "peer", "other"]
-
-
-def _text(text: str) -> list[dict[str, Any]]:
-    return [{"type": "text", "text": text}]
-
-
-def _row(agent: str, role: str, content: list[dict[str, Any]], metadata: dict[str, Any], created_at: int,
-         conversation_id: str | None, thread_id: str | None = None) -> NewItem:
-    if conversation_id is not None:
-        metadata["conversationId"] = conversation_id
-    return NewItem(role=role, content=content, metadata=metadata, created_at=created_at, agent=agent,
-                   participant=agent, thread_id=thread_id, conversation_id=conversation_id)
 
 
 # --------------------------------------------------------------------------- builders
 
 
 def speech_row(agent: str, turn_id: int | None, text: str, destination: Destination | None = None,
-               outbox_id: int | None = None, *, created_at: int, conversation_id: str | None = None) -> NewItem:
-    """What the agent said: `assistant`, `kind: "speech"`; no destination until the speech router decides one."""
+               outbox_id: int | None = None, *, created_at: int, conversation_id: str | None = None,
+               failure_reply: bool = False) -> NewItem:
+    """What the agent said: `assistant`, `kind: "speech"`; no destination until the speech router decides one.
+
+    `failure_reply`: the row is a failed turn's reply (docs/agents.md#failure-reply).
+    """
     if destination is not None and conversation_id is None:
         conversation_id = destination.conversation_id()
-    metadata = {"kind": "speech", "turnId": turn_id,
-                "destination": destination.as_metadata() if destination is not None else None,
-                "outboxId": outbox_id}
-    return _row(agent, "assistant", _text(text), metadata, created_at, conversation_id,
-                destination.thread_id if destination is not None else None)
+    meta = SpeechMeta(turn_id=turn_id, destination=destination, outbox_id=outbox_id,
+                      failure_reply=True if failure_reply else UNSET)
+    return own_row(agent, "assistant", text_content(text), meta, created_at=created_at,
+                   conversation_id=conversation_id, thread_id=destination.thread_id if destination else None)
 
 
 def draft_row(agent: str, turn_id: int | None, text: str, reason: str, *, created_at: int,
               conversation_id: str | None = None) -> NewItem:
     """Prose that was not sent (docs/agents.md#routing): `assistant`, `kind: "draft"`, with the reason."""
-    metadata = {"kind": "draft", "turnId": turn_id, "reason": reason}
-    return _row(agent, "assistant", _text(text), metadata, created_at, conversation_id)
+    return own_row(agent, "assistant", text_content(text), DraftMeta(turn_id=turn_id, reason=reason),
+                   created_at=created_at, conversation_id=conversation_id)
 
 
 def tool_call_row(agent: str, turn_id: int | None, call: ToolCall, text_before: str = "", *, created_at: int,
@@ -87,41 +84,17 @@ def tool_call_row(agent: str, turn_id: int | None, call: ToolCall, text_before: 
     the first only (or store it as a speech row just before: the context
     joins the two into one assistant message either way).
     """
-    metadata = {"kind": "tool-call", "turnId": turn_id, "tool": call.name, "toolCallId": call.id,
-                "arguments": call.arguments}
-    return _row(agent, "assistant", _text(text_before) if text_before else [], metadata, created_at,
-                conversation_id)
+    meta = ToolCallMeta(turn_id=turn_id, tool=call.name, tool_call_id=call.id, arguments=call.arguments)
+    return own_row(agent, "assistant", text_content(text_before) if text_before else [], meta,
+                   created_at=created_at, conversation_id=conversation_id)
 
 
 def tool_result_row(agent: str, turn_id: int | None, call_id: str, tool: str, blocks: list[dict[str, Any]],
                     is_error: bool, *, created_at: int, conversation_id: str | None = None) -> NewItem:
     """What a tool answered: `tool`, `kind: "tool-result"`; `blocks` must already be marked (docs/provenance.md §4)."""
-    metadata = {"kind": "tool-result", "turnId": turn_id, "tool": tool, "toolCallId": call_id,
-                "isError": is_error}
-    return _row(agent, "tool", [dict(block) for block in blocks], metadata, created_at, conversation_id)
-
-
-def notice_row(agent: str, kind: str, text: str, *, created_at: int, conversation_id: str | None = None,
-               **extra: Any) -> NewItem:
-    """A host notice for the agent: `user`, `system: true`, `kind` one of NOTICE_KINDS; `extra` joins the metadata.
-
-    The text is stored as given; the context shows it after "[host] ".
-    """
-    if kind not in NOTICE_KINDS:
-        raise ValueError(f"not a notice kind: {kind!r}")
-    metadata = {**extra, "kind": kind, "system": True}
-    return _row(agent, "user", _text(text), metadata, created_at, conversation_id)
-
-
-def source_notice_row(agent: str, *, created_at: int, conversation_id: str | None = None) -> NewItem:
-    """The one-time source-header notice (docs/provenance.md §8).
-
-    Under `context_scope = "conversation"` give the turn's conversation: the
-    store reads that scope's context by conversation id, so each
-    conversation's context is told once.
-    """
-    content, metadata = build_source_notice()
-    return _row(agent, "user", content, metadata, created_at, conversation_id)
+    meta = ToolResultMeta(turn_id=turn_id, tool=tool, tool_call_id=call_id, is_error=is_error)
+    return own_row(agent, "tool", [dict(block) for block in blocks], meta, created_at=created_at,
+                   conversation_id=conversation_id)
 
 
 # --------------------------------------------------------------------------- readers
@@ -129,49 +102,52 @@ def source_notice_row(agent: str, *, created_at: int, conversation_id: str | Non
 
 def row_kind(item: StoredItem) -> RowKind:
     """What an agent's own row is, from host metadata only (never from `metadata.adapter` or the text)."""
-    metadata = item.metadata
-    kind = metadata.get("kind")
-    if item.role == "user" and metadata.get("system") is True and kind in NOTICE_KINDS:
-        return "notice"
-    if item.role == "user" and isinstance(metadata.get("peer"), dict):
-        return "peer"
-    if item.role == "assistant" and kind in ("speech", "draft"):
-        return kind
-    if item.role == "assistant" and kind == "tool-call" and tool_call_of(item) is not None:
-        return "tool-call"
-    if item.role == "tool" and kind == "tool-result" and tool_result_call_id(item) is not None:
-        return "tool-result"
+    match item.host, item.role:
+        case Notice(system=True), "user":
+            return "notice"
+        case PeerMeta(), "user":
+            return "peer"
+        case SpeechMeta(), "assistant":
+            return "speech"
+        case DraftMeta(), "assistant":
+            return "draft"
+        case ToolCallMeta(), "assistant":
+            return "tool-call"
+        case ToolResultMeta(), "tool":
+            return "tool-result"
     return "other"
 
 
 def tool_call_of(item: StoredItem) -> ToolCall | None:
     """The call a tool-call row recorded, or None when the row is not one (or is malformed)."""
-    metadata = item.metadata
-    call_id, tool, arguments = metadata.get("toolCallId"), metadata.get("tool"), metadata.get("arguments", {})
-    if metadata.get("kind") != "tool-call" or not isinstance(call_id, str) or not isinstance(tool, str):
+    host = item.host
+    if not isinstance(host, ToolCallMeta):
         return None
-    return ToolCall(id=call_id, name=tool, arguments=arguments if isinstance(arguments, dict) else {})
+    return ToolCall(id=host.tool_call_id, name=host.tool, arguments=host.arguments)
 
 
 def tool_result_call_id(item: StoredItem) -> str | None:
     """The call a tool-result row answers, or None."""
-    call_id = item.metadata.get("toolCallId")
-    return call_id if item.metadata.get("kind") == "tool-result" and isinstance(call_id, str) else None
+    host = item.host
+    return host.tool_call_id if isinstance(host, ToolResultMeta) else None
 
 
 def turn_of(item: StoredItem) -> int | None:
-    """The turn that wrote an agent row (None for rows written outside a turn)."""
-    turn = item.metadata.get("turnId")
-    return turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+    """The turn that wrote an agent row, or that a peer row was delivered into (None for rows outside a turn)."""
+    match item.host:
+        case SpeechMeta(turn_id=turn) | DraftMeta(turn_id=turn) | ToolCallMeta(turn_id=turn) | \
+             ToolResultMeta(turn_id=turn) | DraftsNotice(turn_id=turn) | FailedReplyNotice(turn_id=turn):
+            return turn
+        case PeerMeta(turn_id=int() as turn):
+            return turn
+    return None
 
 
 def row_conversation(item: StoredItem) -> str | None:
     """The conversation a row belongs to: an agent row's `conversationId`, else its channel and thread."""
-    metadata = item.metadata
+    meta = item.meta
     if item.agent is not None:
-        conversation = metadata.get("conversationId")
-        return conversation if isinstance(conversation, str) else None
-    server, channel, thread = metadata.get("serverId"), metadata.get("channelId"), metadata.get("threadId")
-    if not isinstance(server, str) or not isinstance(channel, str):
+        return meta.conversation_id
+    if meta.server_id is None or meta.channel_id is None:
         return None  # an unscoped push or a surface item: no conversation
-    return conversation_of_channel(server, channel, thread if isinstance(thread, str) else None)
+    return conversation_of_channel(meta.server_id, meta.channel_id, meta.thread_id)

@@ -66,7 +66,8 @@ from typing import Any
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, TaskGroup, TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcplhost.agents.acknowledge import Acknowledger
 from mcplhost.agents.backends.moderation import make_moderator
@@ -78,7 +79,7 @@ from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
-from mcplhost.agents.services import NoTimings, TurnServices, TurnTimings
+from mcplhost.agents.services import AgentConnector, NoTimings, TurnServices, TurnTimings
 from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.agents.tools import ToolBox
 from mcplhost.agents.turn import (
@@ -96,11 +97,11 @@ from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.loops import held, wake_cause
 from mcplhost.peers.ports import Activity
 from mcplhost.peers.service import PeerService
-from mcplhost.protocol.ports import ConnectorPort
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store, StoredItem
 from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.operations import CloseUnfinishedTurns, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
+from mcplhost.store.rows import PeerMeta
 from mcplhost.store.turns import REASON_STOPPED
 from mcplhost.store.writer import GroupWriter
 
@@ -176,7 +177,7 @@ class AgentRunner:
         dropped, self._dropped, self._stop_unwritten = self._dropped, [], False
         at = self.services.clock_ms()
         decisions = [WakeDecision(item_id, self.agent.name, DROPPED_BY_STOP, at) for item_id in dropped]
-        operations: list[Any] = [RecordWakeDecisions(decisions)] if decisions else []
+        operations: list[Operation[Any]] = [RecordWakeDecisions(decisions)] if decisions else []
         operations.append(SetCursor(self.agent.name, self._cursor_after_turn(), at))
         await self.services.writer.submit(*operations)
 
@@ -300,8 +301,8 @@ class AgentRunner:
 
     async def _let_go(self) -> None:
         """A wake that runs no turn: the cursor moves past it."""
-        await self.services.writer.submit(SetCursor(self.agent.name, self._cursor_after_turn(),
-                                                    self.services.clock_ms()))
+        await self.services.writer.write(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                   self.services.clock_ms()))
 
     async def _held_as_loop(self, wake: Wake, items: list[StoredItem]) -> bool:
         """Count the wake by its cause (mcplhost/peers/loops.py); True when agents alone caused it past the cap.
@@ -313,7 +314,7 @@ class AgentRunner:
         name = self.agent.name
         cause = wake_cause(name, items, self.services.store.outbox.recent_speaker)
         count = self.peers.consecutive_wakes(name)
-        peer_rows = any(item.agent == name and isinstance(item.metadata.get("peer"), dict) for item in items)
+        peer_rows = any(item.agent == name and isinstance(item.host, PeerMeta) for item in items)
         if held(count, cause, admitted_peer_rows=peer_rows):
             log.warning("agent.loop_held", agent=name, consecutive_wakes=count, items=len(wake.item_ids),
                         detail="agents alone woke this agent again and again; a user or its parent must speak")
@@ -350,7 +351,7 @@ class AgentsReload(msgspec.Struct, frozen=True):
 class AgentsRuntime:
     """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
 
-    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, ConnectorPort], *,
+    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
                  timings: TurnTimings | None = None) -> None:
@@ -501,7 +502,7 @@ class AgentsRuntime:
     async def _add(self, runner: AgentRunner) -> None:
         """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
         name = runner.agent.name
-        (runner.cursor,) = await self.writer.submit(StartCursor(name, self.clock_ms()))
+        runner.cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
         warn_unset_key(runner.agent)
         self.runners[name] = runner
         assert self._group is not None  # prepare_reload builds new runners only while the runtime runs
@@ -552,7 +553,7 @@ class AgentsRuntime:
             stats[name] = snapshot
         return stats
 
-    async def run(self, stored: ObjectReceiveStream[Stored], *,
+    async def run(self, stored: MemoryObjectReceiveStream[Stored], *,
                   task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start the cursors and the agents, then offer every event of `stored` until cancelled or it ends."""
         for agent in self.config.agents:
@@ -586,7 +587,7 @@ class AgentsRuntime:
         Turns a killed host left running are closed as aborted first; their
         wakes are after the cursor, so the catch-up runs them again.
         """
-        (closed,) = await self.writer.submit(CloseUnfinishedTurns(self.clock_ms()))
+        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms()))
         if closed:
             log.info("agent.unfinished_turns_closed", turns=closed)
         await self._seed_turn_guards()
@@ -604,9 +605,10 @@ class AgentsRuntime:
                 runner.cursor = behind[name] = cursor
         await self._catch_up(behind, end, await self._handled_above(behind))
         if fresh:
-            started = await self.writer.submit(*[StartCursor(name, self.clock_ms()) for name in fresh])
-            for name, cursor in zip(fresh, started, strict=True):
-                self.runners[name].cursor = cursor
+            starts = {name: StartCursor(name, self.clock_ms()) for name in fresh}
+            started = await self.writer.submit(*starts.values())
+            for name, start in starts.items():
+                self.runners[name].cursor = cursor = started[start]
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
 
     async def _seed_turn_guards(self) -> None:
@@ -669,7 +671,7 @@ class AgentsRuntime:
         for name, cursor in cursors.items():
             log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
 
-    async def _dispatch(self, stored: ObjectReceiveStream[Stored]) -> None:
+    async def _dispatch(self, stored: MemoryObjectReceiveStream[Stored]) -> None:
         """Offer each event; everything the stream holds at once is one batch, offered in id order."""
         async with stored:
             async for first in stored:
@@ -713,7 +715,7 @@ class AgentsRuntime:
             runner.offer(event, now)
 
 
-def _buffered(stored: ObjectReceiveStream[Stored]) -> list[Stored]:
+def _buffered(stored: MemoryObjectReceiveStream[Stored]) -> list[Stored]:
     """The events already waiting in the stream (at most its buffer), taken without a yield."""
     events: list[Stored] = []
     while True:

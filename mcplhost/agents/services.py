@@ -17,11 +17,16 @@ from mcplhost.agents.model import Backend
 from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.tools import ToolBox
 from mcplhost.peers.service import PeerService
-from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.protocol.ports import AcknowledgePort, CatchUpPort, ChannelListing, HookPort, NotifyPort, ToolPort
 from mcplhost.speech.moderation import Moderator
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
 from mcplhost.store.writer import GroupWriter
+
+
+class AgentConnector(HookPort, NotifyPort, AcknowledgePort, ToolPort, ChannelListing, CatchUpPort, Protocol):
+    """Each connector as the agents hold it: every port their parts call (hooks, typing and streaming,
+    acknowledge, tools, routing, catch-up), since one map of them goes to all (mcplhost/protocol/ports.py)."""
 
 
 class TurnTimings(Protocol):
@@ -50,7 +55,7 @@ class TurnServices:
 
     store: Store  # items, turns and cursors; the reader behind the search tool
     writer: GroupWriter
-    handles: Mapping[str, ConnectorPort]  # connector name → its port (the supervisor's handle)
+    handles: Mapping[str, AgentConnector]  # connector name → its ports (the supervisor's handle)
     backend: Backend
     toolbox: ToolBox
     rows: RowCache | None = None  # the host's shared row cache; None: read the store each time

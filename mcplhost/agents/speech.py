@@ -3,7 +3,7 @@
     speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
     await speech.say(prose)              # prose before a round's tool calls: queued before they run
     operations = await speech.operations(text)  # the final prose, committed with the turn's end
-    speech.notify(operations)             # wake the senders once that write is in
+    speech.notify(operations, committed)  # wake the senders once that write is in
     answer = await speech.publish(channel, text, thread)   # the channel_publish tool
 
 The rules are mcplhost.speech's (pure): the default destination from the
@@ -25,20 +25,22 @@ does not allow is a draft with reason `moderation` (docs/agents.md#moderation).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import structlog
 
-from mcplhost.agents.rows import draft_row, notice_row, speech_row
+from mcplhost.agents.rows import draft_row, speech_row
 from mcplhost.agents.services import TurnServices
 from mcplhost.config import AgentConfig
 from mcplhost.speech.budget import PublishBudget
 from mcplhost.speech.moderation import MODERATION, check_publish, moderated
 from mcplhost.speech.notices import drafts_notice
 from mcplhost.speech.routing import (
+    ChannelView,
     Destination,
     Refused,
+    Route,
     channel_views,
     default_destination,
     resolve,
@@ -46,42 +48,36 @@ from mcplhost.speech.routing import (
     route_prose,
 )
 from mcplhost.speech.withhold import publish_refusal, secret_notice, withhold_secrets
-from mcplhost.store import StoredItem
-from mcplhost.store.operations import InsertItems, PublishSpeech
+from mcplhost.store.operations import InsertItems, Operation, PublishSpeech
 from mcplhost.store.outbox import OutboxEntry
+from mcplhost.store.own_rows import notice_row
+from mcplhost.store.rows import DraftsNotice, Source
+from mcplhost.store.writer import Committed
 
 log = structlog.get_logger()
 
 
 def publish_operation(agent: str, turn_id: int, destination: Destination, text: str, at: int, *,
-                      marks: dict[str, Any] | None = None) -> PublishSpeech:
-    """One publish as a write: the speech row (with `marks` added to its metadata) and its outbox entry."""
-    row = speech_row(agent, turn_id, text, destination, created_at=at)
-    if marks:
-        row = msgspec.structs.replace(row, metadata={**row.metadata, **marks})
+                      failure_reply: bool = False) -> PublishSpeech:
+    """One publish as a write: the speech row (a failed turn's reply when `failure_reply`) and its outbox entry."""
+    row = speech_row(agent, turn_id, text, destination, created_at=at, failure_reply=failure_reply)
     entry = OutboxEntry(agent=agent, turn_id=turn_id, server_id=destination.server_id,
                         channel_id=destination.channel_id, thread_id=destination.thread_id,
                         conversation_id=destination.conversation_id(), text=text, created_at=at)
     return PublishSpeech(speech=row, entries=[entry])
 
 
-def source_of(item: StoredItem) -> dict[str, Any]:
-    """An item's frozen source envelope (an empty one when it has none: it then decides nothing)."""
-    source = item.metadata.get("source")
-    return source if isinstance(source, dict) else {}
-
-
 class TurnSpeech:
     """One turn's speech state: its default destination and whether `channel_publish` already reached it."""
 
-    def __init__(self, agent: AgentConfig, services: TurnServices, turn_id: int, sources: list[dict[str, Any]], *,
+    def __init__(self, agent: AgentConfig, services: TurnServices, turn_id: int, sources: list[Source | None], *,
                  overflow: bool, conversation: str | None) -> None:
         self.agent = agent
         self.services = services
         self.turn_id = turn_id
         self.conversation = conversation  # the wake's one conversation: drafts and notices belong to it
-        self.default = default_destination(sources, overflow=overflow)  # Destination | Undecided
-        self.current = self.default  # where unpinned prose goes: a pin holds for the rest of the turn
+        self.default = default_destination(sources, overflow=overflow)
+        self.current: Route = self.default  # where unpinned prose goes: a pin holds for the rest of the turn
         self.published_default = False
         self.queued = 0  # publishes queued so far: a turn that fails later has still said these
         self.budget = PublishBudget(agent.max_publishes_per_turn)  # docs/agents.md#bounds
@@ -91,13 +87,13 @@ class TurnSpeech:
         """`[moderation]` is on: segments are checked whole, so the turn streams nothing (speech/streaming.py)."""
         return self.services.moderator is not None
 
-    def views(self) -> list[Any]:
+    def views(self) -> list[ChannelView]:
         """The channels the agent hears, as routing sees them now (grant and registrations change)."""
         return channel_views(self.services.handles, self.agent.hears)
 
     # --- prose ------------------------------------------------------------------------
 
-    async def operations(self, prose: str) -> list[Any]:
+    async def operations(self, prose: str) -> list[Operation[Any]]:
         """The writes for `prose`: one PublishSpeech per routed segment, then drafts and their one notice."""
         if not prose.strip():
             return []
@@ -109,7 +105,7 @@ class TurnSpeech:
         segments = self.budget.bounded(segments)  # before moderation: what is past the bounds is never checked
         segments = await moderated(self.services.moderator, segments, self.agent.name)  # after: no secret leaves
         now = self.services.clock_ms()
-        operations: list[Any] = []
+        operations: list[Operation[Any]] = []
         drafts = []
         for segment in segments:
             if segment.destination is not None:
@@ -120,9 +116,9 @@ class TurnSpeech:
         if drafts:
             rows = [draft_row(self.agent.name, self.turn_id, d.text, d.reason or "undecided", created_at=now,
                               conversation_id=self.conversation) for d in drafts]
-            rows.append(notice_row(self.agent.name, "drafts", drafts_notice(drafts, views) + secret_notice(secret_names),
-                                   created_at=now,
-                                   conversation_id=self.conversation, turnId=self.turn_id))
+            rows.append(notice_row(self.agent.name, DraftsNotice(turn_id=self.turn_id),
+                                   drafts_notice(drafts, views) + secret_notice(secret_names),
+                                   created_at=now, conversation_id=self.conversation))
             operations.append(InsertItems(rows))
             for d in drafts:
                 log.info("speech.draft", agent=self.agent.name, turn=self.turn_id, reason=d.reason,
@@ -133,22 +129,20 @@ class TurnSpeech:
         """Store `prose` now (routed segments queued, the rest drafts) and wake the senders."""
         operations = await self.operations(prose)
         if operations:
-            results = await self.services.writer.submit(*operations)
-            self.notify(operations, results)
+            self.notify(operations, await self.services.writer.submit(*operations))
 
-    def notify(self, operations: list[Any], results: list[Any] | None = None) -> None:
+    def notify(self, operations: Sequence[Operation[Any]], committed: Committed) -> None:
         """Wake the sender of every connector an outbox row of `operations` went to; log each queued publish."""
         senders = self.services.outbox
         woken: set[str] = set()
-        for index, operation in enumerate(operations):
+        for operation in operations:
             if not isinstance(operation, PublishSpeech):
                 continue
-            published = results[index] if results is not None and index < len(results) else None
+            outbox_ids = committed[operation].outbox_ids
             for entry in operation.entries:
                 self.queued += 1
                 log.info("speech.queued", agent=self.agent.name, turn=self.turn_id, connector=entry.server_id,
-                         channel=entry.channel_id, thread=entry.thread_id,
-                         outbox=getattr(published, "outbox_ids", None))
+                         channel=entry.channel_id, thread=entry.thread_id, outbox=outbox_ids)
                 if entry.server_id not in woken and entry.server_id in senders:
                     woken.add(entry.server_id)
                     senders[entry.server_id].notify()
@@ -177,15 +171,14 @@ class TurnSpeech:
             return {"status": "refused", "reason": MODERATION}
         self.budget.spend(destination, text)
         operation = self._publish_op(destination, text, self.services.clock_ms())
-        results = await self.services.writer.submit(operation)
+        committed = await self.services.writer.submit(operation)
         if destination == self.default:
             self.published_default = True  # the closing prose is not sent there again (docs/agents.md#routing)
-        self.notify([operation], results)
-        outbox_ids = list(results[0].outbox_ids)
-        return {"status": "queued", "outboxId": outbox_ids[0]}
+        self.notify([operation], committed)
+        return {"status": "queued", "outboxId": committed[operation].outbox_ids[0]}
 
     async def _keep_refused(self, text: str) -> None:
         """A `channel_publish` moderation refused, kept as a draft (the tool's answer is the agent's notice)."""
         row = draft_row(self.agent.name, self.turn_id, text, MODERATION, created_at=self.services.clock_ms(),
                         conversation_id=self.conversation)
-        await self.services.writer.submit(InsertItems([row]))
+        await self.services.writer.write(InsertItems([row]))

@@ -29,6 +29,7 @@ from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
 from mcplhost.ingest import Stored
 from mcplhost.store import NewItem
+from mcplhost.store.rows import ItemMeta
 
 #: Longest body (its stored header aside) compared against the stop commands; a longer one is no command.
 MAX_STOP_TEXT_CHARS = 200
@@ -51,16 +52,16 @@ class ItemFields(Protocol):
     def role(self) -> str: ...
 
 
-def command_text(content: Any, metadata: Any) -> str | None:
+def command_text(content: Any, meta: ItemMeta) -> str | None:
     """The body's text without its stored header, trimmed and case-folded; None when it is too long to be one."""
-    if not isinstance(content, list) or not isinstance(metadata, dict):
+    if not isinstance(content, list):
         return None
     size = sum(len(block["text"]) for block in content
                if isinstance(block, dict) and isinstance(block.get("text"), str))
-    header = metadata.get("sourceHeader")
-    if size > MAX_STOP_TEXT_CHARS + (len(header) if isinstance(header, str) else 0):
+    header = meta.source_header
+    if size > MAX_STOP_TEXT_CHARS + (len(header) if header is not None else 0):
         return None  # read no further: no command is that long
-    return reader_text(content, metadata).strip().casefold()
+    return reader_text(content, header).strip().casefold()
 
 
 def normalized_commands(commands: Iterable[str]) -> frozenset[str]:
@@ -95,5 +96,5 @@ def is_stop_command(agent: AgentConfig, item: ItemFields) -> bool:
         return False
     if not controls(agent, view.server_id, view.author_id) or not hears(agent, view):
         return False
-    text = command_text(item.content, item.metadata)
+    text = command_text(item.content, fields.meta)
     return text is not None and text in normalized_commands(agent.stop_commands)

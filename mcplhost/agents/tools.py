@@ -74,14 +74,14 @@ from mcplhost.protocol.answers import (
 )
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.errors import ConnectorProtocolError
-from mcplhost.protocol.ports import ConnectorNotReady, ConnectorPort
+from mcplhost.protocol.ports import ChannelOpenPort, ConnectorNotReady, ToolCallPort, ToolPort
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 from mcplhost.secrets import Secrets
 from mcplhost.speech.notices import shown_label
 from mcplhost.speech.withhold import SECRET
 from mcplhost.store import Store
-from mcplhost.store.items import StoredItem
 from mcplhost.store.readers import SEARCH_DEADLINE_S, SearchError, search_items
+from mcplhost.store.search_query import SearchFilter
 
 log = structlog.get_logger()
 
@@ -326,7 +326,7 @@ def call_result_blocks(raw: Raw | bytes) -> tuple[list[dict[str, Any]], bool]:
     return result_blocks(result)
 
 
-def backscroll_item(entry: BackscrollEntry, handle: ConnectorPort, opened: Channel,
+def backscroll_item(entry: BackscrollEntry, handle: ChannelOpenPort, opened: Channel,
                     accepted_at: int) -> list[dict[str, Any]] | None:
     """One backscroll entry as the blocks an item would be stored with, or None when the pipeline refuses it.
 
@@ -350,7 +350,7 @@ def backscroll_item(entry: BackscrollEntry, handle: ConnectorPort, opened: Chann
     return processed.content if isinstance(processed, Processed) else None
 
 
-def backscroll_blocks(handle: ConnectorPort, opened: Channel, entries: list[Raw],
+def backscroll_blocks(handle: ChannelOpenPort, opened: Channel, entries: list[Raw],
                       accepted_at: int) -> tuple[list[dict[str, Any]], int, int]:
     """The blocks of every well-formed entry (at most MAX_BACKSCROLL), how many were kept and how many skipped."""
     blocks: list[dict[str, Any]] = []
@@ -374,15 +374,15 @@ def _judge(connector: str, name: str, tool: ListedTool) -> tuple[ToolSpec | str,
 class ToolBox:
     """One agent's tools: `specs()` offers them, `call()` runs one and never raises for a tool's failure."""
 
-    def __init__(self, agent: AgentConfig, handles: Mapping[str, ConnectorPort], store: Store, *,
-                 heard: Callable[[StoredItem], bool] | None = None,
+    def __init__(self, agent: AgentConfig, handles: Mapping[str, ToolPort], store: Store, *,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  peers: PeerService | None = None) -> None:
         self.agent = agent
         self.peers = peers  # the host's peer messaging (None: no peer tools)
         self.handles = handles
         self.store = store
-        self.heard = heard if heard is not None else self._hears
+        #: What history_search reads: items everyone may see (no agent's own rows) from what the agent hears.
+        self.heard = SearchFilter(heard=tuple(agent.hears or ()))
         self.clock_ms = clock_ms
         self._log = log.bind(agent=agent.name)
         self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
@@ -391,16 +391,11 @@ class ToolBox:
         self._judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
 
-    def _hears(self, item: StoredItem) -> bool:
-        """Items everyone may see (no agent's own rows) from what the agent hears."""
-        return item.agent is None and heard_by(self.agent.hears, item.metadata.get("serverId"),
-                                               item.metadata.get("channelId"))
-
     # --- what is offered -------------------------------------------------------------
 
-    def connector_tools(self) -> dict[str, tuple[ConnectorPort, ListedTool]]:
+    def connector_tools(self) -> dict[str, tuple[ToolCallPort, ListedTool]]:
         """Offered name → (handle, MCP tool), connector order then listing order."""
-        tools: dict[str, tuple[ConnectorPort, ListedTool]] = {}
+        tools: dict[str, tuple[ToolCallPort, ListedTool]] = {}
         for handle in heard_connectors(self.handles, self.agent):
             for tool in handle.tools():
                 name = f"{handle.name}{SEPARATOR}{tool.name}"
@@ -414,13 +409,13 @@ class ToolBox:
                     tools[name] = (handle, tool)
         return tools
 
-    def offered_connector_tools(self) -> dict[str, tuple[ConnectorPort, ListedTool, ToolSpec]]:
+    def offered_connector_tools(self) -> dict[str, tuple[ToolCallPort, ListedTool, ToolSpec]]:
         """Offered name → (handle, MCP tool, spec) of the connector tools offered now: marked, bounded, in budget.
 
         In listing order, each tool that still fits the budget is offered (a long one left out leaves room).
         """
         budget = self.agent.context_chars // TOOLS_MAX_DIVISOR
-        offered_now: dict[str, tuple[ConnectorPort, ListedTool, ToolSpec]] = {}
+        offered_now: dict[str, tuple[ToolCallPort, ListedTool, ToolSpec]] = {}
         judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         for name, (handle, tool) in self.connector_tools().items():
             earlier = self._judged.get(name)
@@ -440,7 +435,7 @@ class ToolBox:
         self._judged = judged  # only the tools listed now: bounded by the listings
         return offered_now
 
-    def _left_out(self, handle: ConnectorPort, name: str, why: str) -> None:
+    def _left_out(self, handle: ToolCallPort, name: str, why: str) -> None:
         """Log a tool left out, once per tool and reason (remembered up to NOT_OFFERED_REMEMBERED)."""
         if (name, why) in self._not_offered:
             return
@@ -516,7 +511,7 @@ class ToolBox:
                            f" (refused, reason {SECRET})")
         return await self._connector_call(handle, mcp_tool.name, call.arguments)
 
-    async def _connector_call(self, handle: ConnectorPort, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+    async def _connector_call(self, handle: ToolCallPort, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
         timeout = self.agent.tool_timeout_s
         try:
             raw = await handle.request(TOOLS_CALL, {"name": tool, "arguments": arguments}, timeout=timeout,
@@ -532,7 +527,7 @@ class ToolBox:
         blocks, is_error = await anyio.to_thread.run_sync(call_result_blocks, raw, abandon_on_cancel=True)
         return ToolOutcome(blocks=blocks, is_error=is_error)
 
-    async def _cancel(self, handle: ConnectorPort, exc: RequestTimeout) -> None:
+    async def _cancel(self, handle: ToolCallPort | ChannelOpenPort, exc: RequestTimeout) -> None:
         """MCP notifications/cancelled for the request we stopped waiting for (best effort)."""
         if exc.request_id is None:
             return
@@ -564,7 +559,7 @@ class ToolBox:
 
     # --- host tools --------------------------------------------------------------------
 
-    def _heard_channels(self) -> list[tuple[ConnectorPort, Any]]:
+    def _heard_channels(self) -> list[tuple[ChannelOpenPort, Channel]]:
         return [(handle, channel) for handle in heard_connectors(self.handles, self.agent)
                 for channel in handle.channels() if heard_by(self.agent.hears, handle.name, channel.id)]
 
@@ -580,7 +575,7 @@ class ToolBox:
             answer["notListed"] = len(listable) - CHANNEL_LIST_MAX
         return as_text(answer)
 
-    def resolve(self, name: str) -> tuple[ConnectorPort, Any] | str:
+    def resolve(self, name: str) -> tuple[ChannelOpenPort, Channel] | str:
         """The one heard channel `name` means (`connector/id`, or a bare id or label), or why there is none."""
         channels = self._heard_channels()
         exact = [(h, c) for h, c in channels if f"{h.name}/{c.id}" == name]

@@ -34,7 +34,7 @@ shutdown, or a stop command) sends lifecycle `aborted` and records outcome
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +49,9 @@ from mcplhost.agents.decisions import decisions_of
 from mcplhost.agents.failure import failure_reply
 from mcplhost.agents.hooks import before_inference, lifecycle
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
-from mcplhost.agents.rows import notice_row, source_notice_row, tool_call_row, tool_result_row
+from mcplhost.agents.rows import tool_call_row, tool_result_row
 from mcplhost.agents.services import TurnServices
-from mcplhost.agents.speech import TurnSpeech, source_of
+from mcplhost.agents.speech import TurnSpeech
 from mcplhost.agents.wake import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
@@ -63,16 +63,21 @@ from mcplhost.store.operations import (
     FailTurnPublishes,
     FinishTurn,
     InsertItems,
+    Operation,
     RecordWakeDecisions,
     SetCursor,
 )
+from mcplhost.store.own_rows import notice_row, source_notice_row
+from mcplhost.store.rows import TurnFailedNotice
 from mcplhost.store.turns import (
+    DAY_MS,
     REASON_BACKEND_ERROR,
     REASON_INTERNAL_ERROR,
     REASON_SHUTDOWN,
     REASON_STOPPED,
     REASON_TOKEN_BUDGET,
 )
+from mcplhost.store.writer import Committed
 from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
@@ -81,8 +86,6 @@ log = structlog.get_logger()
 CONTEXT_ROWS = 2000
 #: How long the final write of a cancelled turn (lifecycle aborted, outcome aborted) may take.
 ABORT_WRITE_S = 5.0
-#: The window `max_tokens_per_day` counts over.
-DAY_MS = 86_400_000
 
 OUTCOME_COMPLETED = "completed"
 OUTCOME_FAILED = "failed"
@@ -147,8 +150,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
     new_cursor = cursor if cursor is not None else (lambda: max(wake.item_ids, default=None))
     outcome = OUTCOME_COMPLETED
     try:
-        (progress.turn_id,) = await services.writer.submit(
-            BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
+        progress.turn_id = await services.writer.write(BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
         async with Typing(services.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
             text = await _converse(agent, wake, services, progress)
             # The final prose is routed and queued in the same commit as the turn's end.
@@ -175,7 +177,8 @@ async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
                 unsent = FailTurnPublishes(progress.turn_id, services.clock_ms(), REASON_STOPPED)
                 results = await _finish(services, agent, progress, outcome, [], new_cursor, first=[unsent],
                                         reason=REASON_STOPPED)
-                log.info("agent.turn_stopped", agent=agent.name, turn=progress.turn_id, unsent_failed=len(results[0]))
+                log.info("agent.turn_stopped", agent=agent.name, turn=progress.turn_id,
+                         unsent_failed=len(results[unsent]))
             elif progress.turn_id:
                 # The cursor stays: the wake was not handled, so a restart's catch-up wakes for it again.
                 await _finish(services, agent, progress, outcome, [], None, reason=REASON_SHUTDOWN)
@@ -196,13 +199,13 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
     """Backend calls and tool rounds until the model stops asking for tools; the final prose."""
     rows = await _rows(agent, wake, services)
     if needs_notice(rows, agent):
-        await services.writer.submit(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
+        await services.writer.write(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
         rows = await _rows(agent, wake, services)
     system_prompt = services.system_prompt
     waking = await _waking_items(services, wake, rows)
     rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
-    speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, [source_of(item) for item in waking],
+    speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, [item.meta.source for item in waking],
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
     if progress.typing is not None:
         progress.typing.start(typing_target(speech))  # the route is decided: "start", repeated until the turn ends
@@ -307,12 +310,12 @@ async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Pro
         rows += [tool_result_row(agent.name, progress.turn_id, call.id, call.name, not_run, True,
                                  created_at=services.clock_ms(), conversation_id=progress.conversation)
                  for call in skipped]
-    await services.writer.submit(InsertItems(rows))
+    await services.writer.write(InsertItems(rows))
     for call in run:
         outcome = await services.toolbox.call(call, speech=progress.speech)
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
                                  created_at=services.clock_ms(), conversation_id=progress.conversation)
-        await services.writer.submit(InsertItems([result]))
+        await services.writer.write(InsertItems([result]))
 
 
 async def _deliver_at_tool_boundary(agent: AgentConfig, services: TurnServices, progress: _Progress) -> None:
@@ -393,22 +396,23 @@ async def _waking_items(services: TurnServices, wake: Wake, rows: list[StoredIte
 
 def _waking_text(items: list[StoredItem]) -> str:
     """The waking items' body text (no headers), for hooks' `userMessage`."""
-    texts = [reader_text(item.content, item.metadata) for item in items]
+    texts = [reader_text(item.content, item.meta.source_header) for item in items]
     return "\n\n".join(t for t in texts if t)
 
 
 async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
                   rows: list[NewItem], cursor: Callable[[], int | None] | None, *,
-                  first: list[Any] | None = None, reason: str | None = None, cause: str | None = None) -> list[Any]:
+                  first: Sequence[Operation[Any]] = (), reason: str | None = None, cause: str | None = None,
+                  ) -> Committed:
     """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
 
     `cursor` is asked here, just before the write: the cursor it gives
     counts what was handled up to now. `first`: operations that lead the
-    write (the final prose's publishes), so their results lead too.
+    write (the final prose's publishes).
     `reason`: why the turn ended other than completed (the turns row's `reason`); `cause`: a failed turn's
     finer cause (the turns row's `cause`, read back as status's `lastError`).
     """
-    operations: list[Any] = list(first or ())
+    operations: list[Operation[Any]] = list(first)
     if rows:
         operations.append(InsertItems(rows))
     ended = services.clock_ms()
@@ -418,8 +422,7 @@ async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progres
     position = cursor() if cursor is not None else None
     if position is not None:
         operations.append(SetCursor(agent.name, position, ended))
-    results: list[Any] = await services.writer.submit(*operations)
-    return results
+    return await services.writer.submit(*operations)
 
 
 async def record_failed_turn(agent: AgentConfig, wake: Wake, services: TurnServices, exc: Exception, *,
@@ -464,9 +467,9 @@ async def _record_failure(services: TurnServices, agent: AgentConfig, progress: 
     in one write; a failing store is only logged. `reason` is the notice's cause, `recorded` the turns row's."""
     try:
         if not progress.turn_id:
-            (progress.turn_id,) = await services.writer.submit(BeginTurn(agent.name, wake_ids, services.clock_ms()))
-        notice = notice_row(agent.name, "turn-failed", failure_notice_text(reason, progress),
-                            created_at=services.clock_ms(), conversation_id=progress.conversation, reason=reason)
+            progress.turn_id = await services.writer.write(BeginTurn(agent.name, wake_ids, services.clock_ms()))
+        notice = notice_row(agent.name, TurnFailedNotice(reason=reason), failure_notice_text(reason, progress),
+                            created_at=services.clock_ms(), conversation_id=progress.conversation)
         reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=services.clock_ms())
         results = await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, first=reply,
                                 reason=recorded, cause=reason)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import Any
 
 import msgspec
 
@@ -51,15 +50,16 @@ from mcplhost.config import WAKE_ON_KEYWORDS, AgentConfig, ConnectorConfig, addr
 from mcplhost.connectors.addressing import addressed_names
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.notice import reader_text
+from mcplhost.inbound.source import PUSH_LANE
 from mcplhost.ingest import Stored
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.speech.echoes import Lookup, echo_of
 from mcplhost.store.items import StoredItem
+from mcplhost.store.rows import ChannelSource, HostRow, ItemMeta, PeerMeta
 
 PRIVATE = "chat:private"
 FROM_SELF = "chat:from-self"  # the same tag speech/echoes.py marks as an echo at ingest
 FROM_BOT = "chat:from-bot"
-PUSH_LANE = "push/event"
 SURFACE_KIND = "surface"
 assert set(WAKE_ON_KEYWORDS) == {"all", "addressed", "dm", "push"}, "wake_on_matches knows these keywords"
 
@@ -129,10 +129,6 @@ class StoredView(msgspec.Struct, frozen=True, kw_only=True):
     named: frozenset[str] | None = None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def view_of(stored: Stored, addressing: Addressing = NO_ADDRESSING) -> StoredView:
     """The view of a `Stored` event (or a stored row turned into one, as catch-up does).
 
@@ -140,40 +136,36 @@ def view_of(stored: Stored, addressing: Addressing = NO_ADDRESSING) -> StoredVie
     addressed by name has its body read for the names (`named`).
     """
     item = stored.item
-    meta = item.metadata if isinstance(item.metadata, dict) else {}
-    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-    tags = meta.get("tags")
-    accepted = source.get("acceptedAt")
-    echo = meta.get("echoOf")
-    server_id = _text(meta.get("serverId"))
-    tag_set = frozenset(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else frozenset()
+    meta, source = item.meta, item.meta.source
+    server_id = meta.server_id
+    tag_set = frozenset(meta.tags)
     named = None
     candidates = addressing.by_name.get(server_id) if server_id is not None else None
     if candidates and ADDRESSED in tag_set and isinstance(item.content, list):
-        body = reader_text(item.content, meta)[:ADDRESSING_SCAN_CHARS]
+        body = reader_text(item.content, meta.source_header)[:ADDRESSING_SCAN_CHARS]
         named = frozenset(addressed_names(body, candidates))
     return StoredView(
         id=stored.id,
         server_id=server_id,
-        channel_id=_text(meta.get("channelId")),
+        channel_id=meta.channel_id,
         tags=tag_set,
-        lane=_text(source.get("lane")),
-        source_kind=_text(source.get("kind")),
+        lane=source.lane if source is not None else None,
+        source_kind=source.kind if source is not None else None,
         agent=item.agent,
         participant=item.participant,
-        author_id=_text(meta.get("authorId")),
+        author_id=meta.author_id,
         conversation_id=item.conversation_id,
         thread_id=item.thread_id,
-        echo_of=echo is not None and echo is not False,
-        accepted_at=accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else None,
-        peer_trigger=is_peer_trigger(item.agent, item.role, meta),
+        echo_of=meta.echo_of is not None and meta.echo_of is not False,
+        accepted_at=source.accepted_at if source is not None else None,
+        peer_trigger=is_peer_trigger(item.agent, item.role, item.host),
         named=named,
     )
 
 
-def is_peer_trigger(agent: str | None, role: str, metadata: dict[str, Any]) -> bool:
+def is_peer_trigger(agent: str | None, role: str, host: HostRow | None) -> bool:
     """An agent's peer row delivered between turns (no `turnId`): it wakes that agent."""
-    return agent is not None and role == "user" and isinstance(metadata.get("peer"), dict) and "turnId" not in metadata
+    return agent is not None and role == "user" and isinstance(host, PeerMeta) and host.between_turns
 
 
 def _place_matches(entry: str, view: StoredView) -> bool:
@@ -286,13 +278,11 @@ def wake_matches(agent: AgentConfig, view: StoredView, addressing: Addressing = 
     return wake_refusal(agent, view, addressing) is None
 
 
-def _place(metadata: dict[str, Any]) -> str | None:
+def _place(meta: ItemMeta) -> str | None:
     """The item's conversation as ingest gave it (a channel's, or a thread's in it); None: of no conversation."""
-    source = metadata.get("source") if isinstance(metadata.get("source"), dict) else {}
-    server_id, channel_id = _text(metadata.get("serverId")), _text(metadata.get("channelId"))
-    if source.get("kind") != "channel" or server_id is None or channel_id is None:
+    if not isinstance(meta.source, ChannelSource) or meta.server_id is None or meta.channel_id is None:
         return None
-    return conversation_id(server_id, channel_id, _text(metadata.get("threadId")))
+    return conversation_id(meta.server_id, meta.channel_id, meta.thread_id)
 
 
 def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Lookup) -> Wake | None:
@@ -304,7 +294,7 @@ def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Look
     The conversations become those of the items kept; an overflowed wake keeps
     the scheduler's (routing may only get narrower than it was, never wider).
     """
-    echoes = {item.id for item in items if echo_of(item.metadata, delivered) is not None}
+    echoes = {item.id for item in items if echo_of(item.meta, delivered) is not None}
     if not echoes:
         return wake
     kept = tuple(item_id for item_id in wake.item_ids if item_id not in echoes)
@@ -312,7 +302,7 @@ def without_late_echoes(wake: Wake, items: Sequence[StoredItem], delivered: Look
         return None
     if wake.overflow:  # the counted-only items' places are unknown: keep what the scheduler saw
         return msgspec.structs.replace(wake, item_ids=kept)
-    places = {_place(item.metadata) for item in items if item.id not in echoes}
+    places = {_place(item.meta) for item in items if item.id not in echoes}
     return msgspec.structs.replace(wake, item_ids=kept, conversations=tuple(sorted(p for p in places if p is not None)),
                                    several_conversations=len(places) > 1)
 

@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--regex", action="store_true", help="QUERY is a regular expression")
     search.add_argument("--ignore-case", "-i", action="store_true")
     search.add_argument("--limit", type=count, default=50, help="at most this many hits (newest first)")
+    search.add_argument("--channel", default=None, help="only items of this channel id")
+    search.add_argument("--since", type=since_option, default=None, metavar="TIME",
+                        help=f"only items created at or after TIME: {SINCE_FORMS}")
     search.add_argument("--timeout", type=seconds, default=CLI_SEARCH_DEADLINE_S, metavar="SECONDS",
                         help="stop after this long with the hits found so far (default %(default)g)")
     search.add_argument("--json", action="store_true")

@@ -128,11 +128,13 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ..store.readers import SearchError, SearchResult, search_items, stopped_early_warning, timed_out_warning
+    from ..store.search_query import SearchFilter
 
     async def main() -> SearchResult:
         async with open_reader(existing_database(args.db)) as store:
             return await search_items(store, args.query, as_regex=args.regex, ignore_case=args.ignore_case,
-                                      limit=args.limit, deadline_s=args.timeout)
+                                      limit=args.limit, deadline_s=args.timeout,
+                                      where=SearchFilter(channel=args.channel, since_ms=args.since))
 
     try:
         found = anyio.run(main)

@@ -27,7 +27,7 @@ def addressed_names(text: str, names: Iterable[str]) -> list[str]:
 
     A name is compared case-folded (two names differing only in case are both
     addressed); `names` are agent names: ASCII letters, digits, `_` and `-`
-    (mcplhost/config.py NAME_PATTERN).
+    (mcplhost/config/values.py NAME_PATTERN).
     """
     given = list(names)
     wanted = {name.casefold() for name in given}

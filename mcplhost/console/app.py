@@ -83,14 +83,13 @@ def _field(value: Any, key: str) -> str:
 
 def _body(item: StoredItem) -> str:
     """An item's body (its header left out) on one line, cut to BODY_CHARS: what a list row shows of it."""
-    text = " ⏎ ".join(reader_text(item.content, item.metadata).split("\n"))
+    text = " ⏎ ".join(reader_text(item.content, item.meta.source_header).split("\n"))
     return text if len(text) <= BODY_CHARS else text[: BODY_CHARS - 1] + "…"
 
 
 def _label(item: StoredItem) -> str | None:
-    source = item.metadata.get("source")
-    label = source.get("label") if isinstance(source, dict) else None
-    return label if isinstance(label, str) else None
+    source = item.meta.source
+    return source.label if source is not None else None
 
 
 def _tokens(turn: Turn) -> str:

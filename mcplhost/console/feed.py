@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mcplhost.ingest import now_ms
 from mcplhost.store import NewItem, Store
@@ -93,7 +93,7 @@ class Feed:
         self._format = fmt
         self._lines: deque[FeedLine] = deque(maxlen=lines)
         #: Each subscriber's receiving end (what it was given) → the sending end the feed writes to.
-        self._subscribers: dict[ObjectReceiveStream[FeedLine], ObjectSendStream[FeedLine]] = {}
+        self._subscribers: dict[MemoryObjectReceiveStream[FeedLine], MemoryObjectSendStream[FeedLine]] = {}
         self._seq = 0
         self._last = 0  # the newest item id read
         self._labels: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -157,10 +157,11 @@ class Feed:
 
     def _learn_label(self, item: NewItem) -> None:
         """The label an item's channel goes by, for naming a publish to it (as dev's view does)."""
-        source, channel = item.metadata.get("source"), item.metadata.get("channelId")
-        if isinstance(source, dict) and isinstance(source.get("label"), str) and isinstance(channel, str):
-            key = (str(item.metadata.get("serverId")), channel)
-            self._labels[key] = source["label"]
+        meta = item.meta
+        label, channel = meta.source.label if meta.source is not None else None, meta.channel_id
+        if label is not None and channel is not None:
+            key = (str(meta.server_id), channel)
+            self._labels[key] = label
             self._labels.move_to_end(key)
             while len(self._labels) > LABELS_KEPT:
                 self._labels.popitem(last=False)
@@ -179,7 +180,7 @@ class Feed:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._forget(receiver)
 
-    def _forget(self, receiver: ObjectReceiveStream[FeedLine]) -> None:
+    def _forget(self, receiver: MemoryObjectReceiveStream[FeedLine]) -> None:
         stream = self._subscribers.pop(receiver, None)
         if stream is not None:
             stream.close()  # its reader gets the lines still buffered, then the end
@@ -190,7 +191,7 @@ class Feed:
         """The kept lines with a seq above `after`, oldest first."""
         return [line for line in self._lines if line.seq > after]
 
-    def subscribe(self, after: int = 0) -> ObjectReceiveStream[FeedLine]:
+    def subscribe(self, after: int = 0) -> MemoryObjectReceiveStream[FeedLine]:
         """A stream of the kept lines after `after`, then every new line; closed when the subscriber is dropped.
 
         The backlog beyond SUBSCRIBER_BUFFER is not sent: the newest lines
@@ -207,7 +208,7 @@ class Feed:
             self._subscribers[receive] = send
         return receive
 
-    def unsubscribe(self, receiver: ObjectReceiveStream[FeedLine]) -> None:
+    def unsubscribe(self, receiver: MemoryObjectReceiveStream[FeedLine]) -> None:
         """Forget a subscriber whose client left: both ends closed."""
         self._forget(receiver)
         receiver.close()

@@ -29,8 +29,16 @@ from mcplhost.store import Store, StoredItem, Turn
 from mcplhost.store.outbox import OutboxRow
 from mcplhost.store.quotas import QUOTA_BUCKET_MS, QUOTA_WINDOW_BUCKETS, oldest_bucket
 from mcplhost.store.readers import SearchError, search_items, stopped_early_warning, timed_out_warning
-from mcplhost.store.retention import DAY_MS
-from mcplhost.store.turns import spent_tokens
+from mcplhost.store.rows import (
+    DraftMeta,
+    FailedReplyNotice,
+    PeerMeta,
+    SpeechMeta,
+    ToolCallMeta,
+    ToolResultMeta,
+    TurnFailedNotice,
+)
+from mcplhost.store.turns import DAY_MS, spent_tokens
 
 from .charts import Chart, bar_chart
 
@@ -123,8 +131,8 @@ def day(epoch_ms: int) -> str:
 
 def blocks_of(item: StoredItem) -> list[Block]:
     """The stored content, block by block: the header blocks (each exactly `metadata.sourceHeader`), then the body."""
-    header = item.metadata.get("sourceHeader")
-    header_block = {"type": "text", "text": header} if isinstance(header, str) else None
+    header = item.meta.source_header
+    header_block = {"type": "text", "text": header} if header is not None else None
     blocks, in_header = [], True
     for index, block in enumerate(item.content):
         in_header = in_header and block == header_block
@@ -135,22 +143,20 @@ def blocks_of(item: StoredItem) -> list[Block]:
     return blocks
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def turn_row(item: StoredItem) -> TurnRow:
-    meta = item.metadata
-    kind = str(meta.get("kind") or item.role)
-    if kind == "tool-call":
-        detail = f"{meta.get('tool')} {msgspec.json.encode(meta.get('arguments')).decode()}"
-    elif kind == "tool-result":
-        detail = f"{meta.get('tool')}" + (" (error)" if meta.get("isError") else "")
-    elif kind == "speech":
-        where = meta.get("destination") if isinstance(meta.get("destination"), dict) else {}
-        detail = f"→ {where.get('serverId')}/{where.get('channelId')}" if where else "no destination"
-    else:
-        detail = str(meta.get("reason") or "")
+    host = item.host
+    kind = item.role if host is None or isinstance(host, PeerMeta) else host.kind
+    match host:
+        case ToolCallMeta(tool=tool, arguments=arguments):
+            detail = f"{tool} {msgspec.json.encode(arguments).decode()}"
+        case ToolResultMeta(tool=tool, is_error=is_error):
+            detail = f"{tool}" + (" (error)" if is_error else "")
+        case SpeechMeta(destination=where):
+            detail = f"→ {where.server_id}/{where.channel_id}" if where is not None else "no destination"
+        case DraftMeta(reason=reason) | TurnFailedNotice(reason=reason) | FailedReplyNotice(reason=reason):
+            detail = reason or ""
+        case _:
+            detail = ""
     texts = [b["text"] if b.get("type") == "text" and isinstance(b.get("text"), str) else
              msgspec.json.encode(b).decode() for b in item.content]
     return TurnRow(item=item, kind=kind, detail=detail, texts=texts)
@@ -206,15 +212,15 @@ class Views:
         if not found:
             return None
         item = found[0]
-        meta = item.metadata
-        source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+        meta, source = item.meta, item.meta.source
         explanations = await explain_item(self.reads, list(self.agents()), item_id) or []
+        # The page shows the metadata whole too, as stored: the one place it is a dict again, like the export.
         return ItemView(item=item, blocks=blocks_of(item),
-                        metadata_json=msgspec.json.format(msgspec.json.encode(meta), indent=2).decode(),
-                        server=_text(meta.get("serverId")) or _text(source.get("serverId")),
-                        channel=_text(meta.get("channelId")) or _text(source.get("channelId")),
-                        label=_text(source.get("label")), thread=_text(meta.get("threadId")),
-                        lane=_text(source.get("lane")), explanations=explanations)
+                        metadata_json=msgspec.json.format(msgspec.json.encode(item.metadata), indent=2).decode(),
+                        server=meta.server_id or (source.server_id if source is not None else None),
+                        channel=meta.channel_id or (source.channel_id if source is not None else None),
+                        label=source.label if source is not None else None, thread=meta.thread_id,
+                        lane=source.lane if source is not None else None, explanations=explanations)
 
     async def turn(self, turn_id: int) -> TurnView | None:
         turn = await self.reads.turns.get(turn_id)
@@ -246,12 +252,12 @@ class Views:
         first_wake: dict[int, int | None] = {}
         views = []
         for item in found[:PAGE_ROWS]:
-            turn_id = item.metadata.get("turnId")
-            turn_id = turn_id if isinstance(turn_id, int) else None
+            draft = item.host if isinstance(item.host, DraftMeta) else DraftMeta()
+            turn_id = draft.turn_id
             if turn_id is not None and turn_id not in first_wake:
                 turn = await self.reads.turns.get(turn_id)
                 first_wake[turn_id] = min(turn.wake_item_ids, default=None) if turn is not None else None
-            views.append(DraftView(item=item, turn_id=turn_id, reason=_text(item.metadata.get("reason")),
+            views.append(DraftView(item=item, turn_id=turn_id, reason=draft.reason,
                                    explain_item=first_wake.get(turn_id) if turn_id is not None else None))
         return views
 

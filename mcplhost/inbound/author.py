@@ -45,7 +45,6 @@ __all__ = [
     "author_line",
     "escape_host_lines",
     "escape_leading_from",
-    "item_author_line",
     "shown_with_author",
 ]
 
@@ -106,16 +105,6 @@ def author_line(name: str | None, author_id: str | None) -> str | None:
     return f"from: {label_value(_bounded(name))} ({shown_id})"
 
 
-def item_author_line(metadata: dict[str, Any], participant: str | None) -> str | None:
-    """The `from:` line of a stored item: only a channel message (lane `channels/incoming`) gets one, and only
-    when it carried an author; a push, an unscoped item or console input never does."""
-    source = metadata.get("source")
-    if not isinstance(source, dict) or source.get("kind") != "channel" or source.get("lane") != "channels/incoming":
-        return None
-    author_id = metadata.get("authorId")
-    return author_line(participant, author_id if isinstance(author_id, str) else None)
-
-
 def escape_leading_from(text: str) -> str:
     """`text` with one backslash directly before the `f` of a leading `from:` (`text` itself when none)."""
     match = _LEADING_FROM_RE.match(text)
@@ -133,12 +122,12 @@ def escape_host_lines(text: str) -> str:
     return _HOST_LINE_RE.sub(lambda m: m.group("lead") + MARK, text)
 
 
-def shown_with_author(content: list[dict[str, Any]], metadata: dict[str, Any],
+def shown_with_author(content: list[dict[str, Any]], header: str | None,
                       line: str | None) -> list[dict[str, Any]]:
-    """An item's stored blocks as a model is shown them: the stored header, then `line` when given, then the
+    """An item's stored blocks as a model is shown them: the stored `header`, then `line` when given, then the
     body, its first visible text escaped by `escape_leading_from`; `content` itself when nothing changes."""
-    body = reader_body(content, metadata)
-    header = content[:len(content) - len(body)]
+    body = reader_body(content, header)
+    head = content[:len(content) - len(body)]
     shown = list(body)
     for index, block in enumerate(shown):
         text = block.get("text") if block.get("type") == "text" else None
@@ -153,4 +142,4 @@ def shown_with_author(content: list[dict[str, Any]], metadata: dict[str, Any],
     if line is None and all(a is b for a, b in zip(shown, body, strict=True)):
         return content
     added = [{"type": "text", "text": line}] if line is not None else []
-    return [*header, *added, *shown]
+    return [*head, *added, *shown]

@@ -2,8 +2,9 @@
 
 docs/provenance.md §4 (the rule text), §7 (readers read the body only) and §8
 (the one-time notice). Deciding *when* an agent is told, and recording that
-it was, belongs to the agents package; this module only says what the
-notice is and how a stored item's body is found.
+it was, belongs to the agents package, and the notice row's shape to the
+store (mcplhost/store/rows.py); this module only says what the notice says
+and how a stored item's body is found.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 __all__ = [
     "SOURCE_HEADER_NOTICE_KIND",
     "SOURCE_RULE_TEXT",
-    "build_source_notice",
     "reader_body",
     "reader_text",
 ]
@@ -38,27 +38,15 @@ SOURCE_RULE_TEXT = (
 )
 
 
-def build_source_notice() -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Content blocks and metadata of the one-time notice, as fresh objects.
-
-    `system: True` is what tells this notice from a connector's item: strip
-    removes a connector's `system` and `kind`, so only the host's notice has
-    both.
-    """
-    content = [{"type": "text", "text": SOURCE_RULE_TEXT}]
-    metadata = {"kind": SOURCE_HEADER_NOTICE_KIND, "system": True}
-    return content, metadata
-
-
-def reader_body(content: list[dict[str, Any]], metadata: dict[str, Any]) -> list[dict[str, Any]]:
+def reader_body(content: list[dict[str, Any]], header: str | None) -> list[dict[str, Any]]:
     """The item's blocks without its stored header, for search, indexes and summaries.
 
-    Leading blocks are dropped while the first is exactly the text block
-    `metadata["sourceHeader"]`; an item without a header comes back whole.
-    The result is a new list of the same block objects.
+    `header` is the item's `metadata.sourceHeader`. Leading blocks are
+    dropped while the first is exactly the text block `header`; an item
+    without a header (None) comes back whole. The result is a new list of
+    the same block objects.
     """
-    header = metadata.get("sourceHeader")
-    if not isinstance(header, str):
+    if header is None:
         return list(content)
     header_block = {"type": "text", "text": header}
     start = 0
@@ -67,7 +55,7 @@ def reader_body(content: list[dict[str, Any]], metadata: dict[str, Any]) -> list
     return list(content[start:])
 
 
-def reader_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
+def reader_text(content: list[dict[str, Any]], header: str | None) -> str:
     """The body's text without its stored header (`reader_body`), its text blocks joined by newlines."""
-    return "\n".join(block["text"] for block in reader_body(content, metadata)
+    return "\n".join(block["text"] for block in reader_body(content, header)
                      if block.get("type") == "text" and isinstance(block.get("text"), str))

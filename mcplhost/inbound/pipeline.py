@@ -155,6 +155,7 @@ def admit(item: InFlight) -> InFlight | Rejected:
 
 def strip(item: InFlight) -> InFlight:
     """Keep the connector's object apart, without the host's keys (docs/provenance.md §1)."""
+    adapter: dict[str, Any] | None
     adapter, dropped = strip_host_keys(item.delivered.adapter)
     if item.delivered.adapter is None:
         adapter = None  # the connector sent no object: stored as null, not {}
@@ -214,13 +215,13 @@ STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 def _metadata(item: InFlight) -> dict[str, Any]:
     """The item's metadata, in the shape of docs/provenance.md §6."""
-    source = _filled(item.source, "freeze")
-    metadata: dict[str, Any] = {
-        "serverId": source["serverId"],
-        "channelId": source.get("channelId"),
-        "messageId": source.get("messageId"),
-        "threadId": source.get("threadId"),
-        "eventId": source.get("eventId"),
+    source, d = _filled(item.source, "freeze"), item.delivered
+    metadata: dict[str, Any] = {  # the ids as the frozen envelope holds them, null where it has none
+        "serverId": d.server_id,
+        "channelId": d.channel_id,
+        "messageId": d.message_id,
+        "threadId": d.thread_id,
+        "eventId": d.event_id,
         "featureSet": item.delivered.feature_set,
         "tags": list(item.delivered.tags),
         "source": source,

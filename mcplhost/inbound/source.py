@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["KINDS", "LANES", "freeze_source"]
+__all__ = ["INCOMING_LANE", "KINDS", "LANES", "PUSH_LANE", "SURFACE_LANE", "freeze_source"]
 
 KINDS = ("channel", "unscoped", "surface")
-LANES = ("channels/incoming", "push/event", "surface")
+INCOMING_LANE = "channels/incoming"  # a channel's messages
+PUSH_LANE = "push/event"
+SURFACE_LANE = "surface"  # local console input, which arrives on no MCPL lane
+LANES = (INCOMING_LANE, PUSH_LANE, SURFACE_LANE)
 
 # Which lanes each kind arrives on. Local console input has no MCPL lane;
 # it gets the lane "surface" so every envelope names one.

@@ -30,7 +30,7 @@ QUOTA_SPELL_END_MS = QUOTA_BUCKET_MS
 
 
 class QuotaLimits(msgspec.Struct, frozen=True):
-    """A connector's `max_items_per_hour` and `max_bytes_per_hour` (mcplhost/config.py)."""
+    """A connector's `max_items_per_hour` and `max_bytes_per_hour` (mcplhost/config/schema.py)."""
 
     max_items: int = DEFAULT_MAX_ITEMS_PER_HOUR
     max_bytes: int = DEFAULT_MAX_BYTES_PER_HOUR

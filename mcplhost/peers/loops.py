@@ -19,13 +19,12 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from mcplhost.inbound.notice import reader_text
+from mcplhost.inbound.source import PUSH_LANE
 from mcplhost.peers.limits import CONSECUTIVE_WAKES_MAX
 from mcplhost.store.items import StoredItem
+from mcplhost.store.rows import PeerMeta, SurfaceSource
 
 Cause = Literal["user", "parent", "agent", "other"]
-
-PUSH_LANE = "push/event"
-SURFACE_KIND = "surface"
 
 #: The agent of this host that recently spoke exactly this text, or None (the outbox's window of deliveries).
 Speaker = Callable[[str], "str | None"]
@@ -33,18 +32,16 @@ Speaker = Callable[[str], "str | None"]
 
 def item_cause(agent: str, item: StoredItem, speaker: Speaker) -> Cause:
     """What one waking item says about who caused the wake."""
-    metadata = item.metadata
-    peer = metadata.get("peer")
+    host, source = item.host, item.meta.source
     if item.agent is not None:
-        if item.agent == agent and item.role == "user" and isinstance(peer, dict):
-            return "parent" if peer.get("relationship") == "ancestor" else "agent"
+        if item.agent == agent and item.role == "user" and isinstance(host, PeerMeta):
+            return "parent" if host.peer.relationship == "ancestor" else "agent"
         return "other"
-    source = metadata.get("source") if isinstance(metadata.get("source"), dict) else {}
-    if source.get("kind") == SURFACE_KIND:
+    if isinstance(source, SurfaceSource):
         return "user"
-    if source.get("lane") == PUSH_LANE:
+    if source is not None and source.lane == PUSH_LANE:
         return "other"
-    spoken_by = speaker(reader_text(item.content, item.metadata))
+    spoken_by = speaker(reader_text(item.content, item.meta.source_header))
     return "agent" if spoken_by is not None and spoken_by != agent else "user"
 
 
@@ -53,7 +50,7 @@ def wake_cause(agent: str, items: Sequence[StoredItem], speaker: Speaker) -> Cau
     causes = {item_cause(agent, item, speaker) for item in items}
     for cause in ("user", "parent", "agent"):
         if cause in causes:
-            return cause  # type: ignore[return-value]
+            return cause
     return "other"
 
 

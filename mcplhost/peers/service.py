@@ -36,6 +36,7 @@ from typing import Any
 
 import anyio
 import structlog
+from msgspec import UNSET
 
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored, now_ms
@@ -47,7 +48,9 @@ from mcplhost.peers.ports import AgentActivity
 from mcplhost.peers.tree import SCOPES, SENDER_RELATIONSHIP, Relation, Tree
 from mcplhost.store import NewItem, Store
 from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, SetPeerWakeCounts
-from mcplhost.store.peers import ENTRY_ID_KEY, PeerEntry, QueuedPeerMessage, with_entry_id
+from mcplhost.store.own_rows import text_content
+from mcplhost.store.peers import PeerEntry, QueuedPeerMessage, with_entry_id
+from mcplhost.store.rows import PeerFrom, PeerMeta, row_metadata
 from mcplhost.store.writer import GroupWriter
 
 log = structlog.get_logger()
@@ -149,7 +152,7 @@ class PeerService:
                               dispatch=dispatch or default_dispatch(relation), text=message, text_key=key,
                               status=status, created_at=at)
             row = self.row(entry, entry_id=None, turn_id=None, conversation_id=None) if status == "accepted" else None
-            (written,) = await self.writer.submit(EnqueuePeerMessage(entry, row))
+            written = await self.writer.write(EnqueuePeerMessage(entry, row))
             if not guided:
                 self.throttles.record(sender, target, key, at)
             if row is None:
@@ -176,15 +179,11 @@ class PeerService:
             text = guidance(entry.sender, entry.text)
         else:
             text = envelope(entry.sender, self.tree.title(entry.sender), relationship, entry.text)  # type: ignore[arg-type]
-        metadata: dict[str, Any] = {"peer": {"from": entry.sender, "relationship": relationship},
-                                    "dispatch": entry.dispatch}
-        if entry_id is not None:
-            metadata[ENTRY_ID_KEY] = entry_id
-        if turn_id is not None:
-            metadata["turnId"] = turn_id
-        if conversation_id is not None:
-            metadata["conversationId"] = conversation_id
-        return NewItem(role="user", content=[{"type": "text", "text": text}], metadata=metadata,
+        meta = PeerMeta(peer=PeerFrom(sender=entry.sender, relationship=relationship), dispatch=entry.dispatch,
+                        peer_message_id=UNSET if entry_id is None else entry_id,
+                        turn_id=UNSET if turn_id is None else turn_id,
+                        conversation_id=UNSET if conversation_id is None else conversation_id)
+        return NewItem(role="user", content=text_content(text), metadata=row_metadata(meta),
                        created_at=self.clock_ms(), agent=entry.target, participant=entry.sender,
                        conversation_id=conversation_id)
 
@@ -218,7 +217,7 @@ class PeerService:
                        conversation_id: str | None) -> list[Stored]:
         """One commit: each entry's row, each entry marked delivered; the rows actually stored (exactly once)."""
         rows = [(e.id, self.row(e, entry_id=e.id, turn_id=turn_id, conversation_id=conversation_id)) for e in entries]
-        (item_ids,) = await self.writer.submit(DeliverPeerMessages(rows, self.clock_ms()))
+        item_ids = await self.writer.write(DeliverPeerMessages(rows, self.clock_ms()))
         stored = [Stored(item_id, row) for (_, row), item_id in zip(rows, item_ids, strict=True) if item_id is not None]
         counted = sum(1 for e, item_id in zip(entries, item_ids, strict=True)
                       if item_id is not None and e.relationship != "ancestor")
@@ -240,7 +239,7 @@ class PeerService:
         if after == before:
             return
         self._wakes[agent] = after
-        await self.writer.submit(SetPeerWakeCounts([(agent, after, self.clock_ms())]))
+        await self.writer.write(SetPeerWakeCounts([(agent, after, self.clock_ms())]))
 
     # --- reporting ---------------------------------------------------------------------
 

@@ -6,7 +6,7 @@
 
 A relation is computed by the host from the configuration, never claimed by
 a sender. `check-config` already refuses an unknown parent, a loop and a
-tree deeper than MAX_TREE_DEPTH (mcplhost/config.py); the walks here are
+tree deeper than MAX_TREE_DEPTH (mcplhost/config/rules.py); the walks here are
 bounded by the same constant anyway, so a tree built from an unchecked
 config still ends (a looping chain is then a tree of its own agent only).
 """

@@ -1,25 +1,25 @@
-"""The ports between the protocol layer and the layers above it (docs/architecture.md#layers).
+"""The ports between the protocol layer and the layers above it (docs/architecture.md#ports).
 
 Speech and agents never import the supervisor: they call a connector
-through `ConnectorPort`, which the supervisor's `ConnectorHandle`
-(mcplhost/supervisor/handle.py) implements and the host hands in (docs/architecture.md). The
-other way round, the protocol layer serves `inference/request` and
-`model/info` through `InferenceService` and asks `PendingHooks` for the
-loop guard; mcplhost/agents implements both and the host wires them in, so
-protocol/ never imports agents. Each port's states and refusals are
-declared here, beside it, so a caller can name what it catches without
-reaching up.
+through the narrow port each caller needs (`OutboxPort` for the outbox
+sender, `HookPort` for hooks and lifecycle, `ToolPort` for the tool box,
+`NotifyPort` for typing and streaming, ...), which the supervisor's
+`ConnectorHandle` (mcplhost/supervisor/handle.py) implements and the host
+hands in. The other way round, the protocol layer serves
+`inference/request` and `model/info` through `InferenceService` and asks
+`PendingHooks` for the loop guard; mcplhost/agents implements both and the
+host wires them in, so protocol/ never imports agents. Each port's states
+and refusals are declared here, beside it, so a caller can name what it
+catches without reaching up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
 from msgspec import UNSET
-
-from mcplhost.config import ConnectorConfig
 
 from .answers import ListedTool, OpenedChannel
 from .channels import Channel
@@ -60,21 +60,135 @@ class ConnectorStopped(ConnectorNotReady):
     """The connector stopped for good; it will not be ready again in this run of the host."""
 
 
-class ConnectorPort(Protocol):
-    """One configured connector, for the host's whole run, across its restarts.
+# --- one connector, as each caller reaches it (implemented by mcplhost/supervisor/handle.py) -------------
+#
+# One configured connector for the host's whole run, across its restarts. Reads say what is in force now;
+# calls go through only while it serves, else `ConnectorNotReady` (`ConnectorGone` when the life ends
+# mid-call). Each caller names the port with the members it uses, so a test double is a few lines and
+# the type checker holds every caller to its port.
 
-    Reads say what is in force now; calls go through only while it serves,
-    else `ConnectorNotReady` (`ConnectorGone` when the life ends mid-call).
-    """
+
+class ChannelPatterns(Protocol):
+    """The operator's channel patterns for a connector (its config's `channels`; None: any channel)."""
+
+    @property
+    def channels(self) -> Sequence[str] | None: ...
+
+
+class NotifyPort(Protocol):
+    """Typing, streaming and lifecycle notifications: sent while the connector is ready and holds their path."""
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def grant(self) -> frozenset[str]: ...
+
+    async def notify(self, method: str, params: Any = UNSET) -> None: ...
+
+
+class AcknowledgePort(Protocol):
+    """`channels/acknowledge` (mcplhost/agents/acknowledge.py): a request while ready and granted."""
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def grant(self) -> frozenset[str]: ...
+
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      result_type: Any = Any) -> Any: ...
+
+
+class HookPort(Protocol):
+    """`context/beforeInference` and `inference/lifecycle` (mcplhost/agents/hooks.py)."""
 
     @property
     def name(self) -> str: ...
 
     @property
-    def spec(self) -> ConnectorConfig: ...  # its configuration (the speech router reads its channel patterns)
+    def state(self) -> State: ...
 
     @property
-    def state(self) -> State: ...
+    def grant(self) -> frozenset[str]: ...
+
+    async def request_with_grant(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                                 result_type: Any = Any) -> tuple[Any, frozenset[str]]: ...
+
+    async def notify(self, method: str, params: Any = UNSET) -> None: ...
+
+
+class CatchUpPort(Protocol):
+    """Catch-up's wait for a restarted connector's channels (mcplhost/agents/catchup.py)."""
+
+    def channel(self, channel_id: str) -> Channel | None: ...
+
+    async def wait_channel(self, channel_id: str) -> bool: ...  # True once registered; False: it gave up
+
+
+class ChannelListing(Protocol):
+    """The channels an agent may be routed to, as the speech router lists them (mcplhost/speech/routing.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> ChannelPatterns: ...
+
+    @property
+    def grant(self) -> frozenset[str]: ...
+
+    def channels(self) -> list[Channel]: ...
+
+
+class PublishCheck(Protocol):
+    """Whether a connector may publish to one channel now (mcplhost/speech/routing.py `publish_refusal`)."""
+
+    @property
+    def spec(self) -> ChannelPatterns: ...
+
+    @property
+    def grant(self) -> frozenset[str]: ...
+
+    def channel(self, channel_id: str) -> Channel | None: ...
+
+
+class OutboxPort(PublishCheck, Protocol):
+    """One connector's outbox sender (mcplhost/speech/outbox.py): publishes, one life at a time."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def lives(self) -> int: ...  # process lives started so far: a new number is a new life
+
+    async def wait_ready(self) -> None: ...  # ConnectorStopped once it cannot be ready again
+
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      result_type: Any = Any) -> Any: ...
+
+    def published(self) -> None: ...  # a channels/publish was delivered now (its status shows lastPublishAt)
+
+
+class ToolCallPort(Protocol):
+    """A connector's MCP tools as an agent calls them (mcplhost/agents/tools.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def tools(self) -> list[ListedTool]: ...
+
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      result_type: Any = Any) -> Any: ...
+
+    async def notify(self, method: str, params: Any = UNSET) -> None: ...  # notifications/cancelled
+
+
+class ChannelOpenPort(Protocol):
+    """The channel tools (`channel_list`, `channel_open` with its backscroll; mcplhost/agents/tools.py)."""
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def grant(self) -> frozenset[str]: ...
@@ -83,26 +197,14 @@ class ConnectorPort(Protocol):
 
     def channel(self, channel_id: str) -> Channel | None: ...
 
-    def tools(self) -> list[ListedTool]: ...
-
-    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
-                      result_type: Any = Any) -> Any: ...
-
-    async def request_with_grant(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
-                                 result_type: Any = Any) -> tuple[Any, frozenset[str]]: ...
-
-    async def notify(self, method: str, params: Any = UNSET) -> None: ...
-
     async def open_channel(self, channel_id: str, *, timeout: float | None = None,
                            history: int = 0) -> OpenedChannel: ...
 
-    async def wait_state(self, *states: State) -> State: ...
+    async def notify(self, method: str, params: Any = UNSET) -> None: ...  # notifications/cancelled
 
-    async def wait_ready(self) -> None: ...
 
-    async def wait_channel(self, channel_id: str) -> bool: ...  # True once registered; False: it gave up
-
-    def published(self) -> None: ...  # a channels/publish was delivered now (its status shows lastPublishAt)
+class ToolPort(ToolCallPort, ChannelOpenPort, Protocol):
+    """What an agent's tool box holds of each connector: its tools and its channels."""
 
 
 # --- the ports the protocol layer calls (implemented in mcplhost/agents) --------------------

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcplhost.store.interfaces import Outbox
+from mcplhost.store.rows import ItemMeta, item_meta
 
 #: The host tag on a stored echo. The `host:` namespace is the host's; connectors' tags in it are dropped.
 ECHO_TAG = "host:echo"
@@ -41,45 +42,35 @@ FROM_SELF = "chat:from-self"
 Lookup = Callable[[str, str, str], "int | None"]
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def echo_key(metadata: Any) -> tuple[str, str, str] | None:
+def echo_key(meta: ItemMeta) -> tuple[str, str, str] | None:
     """(connector, channel, messageId) of a stored item's host-written fields; None when one is missing."""
-    if not isinstance(metadata, dict):
+    if meta.server_id is None or meta.channel_id is None or meta.message_id is None:
         return None
-    server_id, channel_id = _text(metadata.get("serverId")), _text(metadata.get("channelId"))
-    message_id = _text(metadata.get("messageId"))
-    if server_id is None or channel_id is None or message_id is None:
-        return None
-    return server_id, channel_id, message_id
+    return meta.server_id, meta.channel_id, meta.message_id
 
 
-def echo_of(metadata: Any, lookup: Lookup | None) -> int | bool | None:
+def echo_of(meta: ItemMeta, lookup: Lookup | None) -> int | bool | None:
     """What `metadata.echoOf` should say of an inbound item: the outbox id, True (only tagged), or None."""
-    if not isinstance(metadata, dict):
-        return None
-    key = echo_key(metadata)
+    key = echo_key(meta)
     if lookup is not None and key is not None:
         outbox_id = lookup(*key)
         if outbox_id is not None:
             return outbox_id
-    tags = metadata.get("tags")
-    return True if isinstance(tags, list) and FROM_SELF in tags else None
+    return True if FROM_SELF in meta.tags else None
 
 
 def marked(metadata: dict[str, Any], lookup: Lookup | None) -> dict[str, Any]:
-    """`metadata` with the echo mark when the item is an echo; a connector's own `host:echo` tag dropped.
+    """`metadata` (an inbound item's, about to be stored) with the echo mark when the item is an echo; a
+    connector's own `host:echo` tag dropped.
 
     Returns `metadata` itself when there is nothing to change (the common case costs no copy).
     """
-    tags = metadata.get("tags")
-    forged = isinstance(tags, list) and ECHO_TAG in tags
-    echo = echo_of(metadata, lookup)
+    meta = item_meta(metadata)
+    forged = ECHO_TAG in meta.tags
+    echo = echo_of(meta, lookup)
     if echo is None and not forged:
         return metadata
-    kept = [t for t in tags if t != ECHO_TAG] if isinstance(tags, list) else []
+    kept = [t for t in meta.tags if t != ECHO_TAG]
     result = dict(metadata, tags=kept)
     if echo is not None:
         result["echoOf"] = echo

@@ -150,7 +150,7 @@ class CommandModerator:
     def __init__(self, config: ModerationConfig, *, withheld: frozenset[str] = frozenset(),
                  environ: Mapping[str, str] = os.environ) -> None:
         if config.command is None:
-            raise ValueError('[moderation] kind "command" needs command')  # config.py refuses it first
+            raise ValueError('[moderation] kind "command" needs command')  # mcplhost/config/ refuses it first
         self._argv = list(config.command)
         self._timeout_s = config.timeout_s
         self._env = {name: value for name, value in environ.items() if name not in withheld}

@@ -36,8 +36,8 @@ CRASHES_PER_ROW times in a row ends failed, with its notice, so one bad row
 cannot hold its connector's queue for good. Cancellation passes through.
 
 A failed row stores a `failed-reply` notice for its agent (an agent row:
-it wakes no one). The notice is built here, not with agents/rows.py, since
-speech must not import agents; its shape is `rows.notice_row`'s.
+it wakes no one), built by the store's notice builder (store/own_rows.py),
+the one the agents' notices are built by.
 """
 
 from __future__ import annotations
@@ -51,12 +51,14 @@ import structlog
 from msgspec import Raw
 
 from mcplhost.protocol.answers import MalformedAnswer, PublishResult, decode_answer
-from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorPort, ConnectorStopped
+from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorStopped, OutboxPort
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
+from mcplhost.store.own_rows import notice_row
+from mcplhost.store.rows import FailedReplyNotice
 from mcplhost.store.writer import GroupWriter
 
 from .notices import failed_reply_notice as failed_reply_notice_text
@@ -108,19 +110,17 @@ def failed_reply_text(row: PendingPublish, label: str | None, reason: str) -> st
 
 def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, at: int,
                         code: str | None = None) -> NewItem:
-    """The `failed-reply` notice row for the row's agent (rows.notice_row's shape); `code` names the reason."""
-    metadata = {"outboxId": row.id, "turnId": row.turn_id, "reason": code or reason,
-                "destination": {"serverId": row.server_id, "channelId": row.channel_id, "threadId": row.thread_id},
-                "kind": "failed-reply", "system": True, "conversationId": row.conversation_id}
-    return NewItem(role="user", content=[{"type": "text", "text": failed_reply_text(row, label, reason)}],
-                   metadata=metadata, created_at=at, agent=row.agent, participant=row.agent,
-                   conversation_id=row.conversation_id)
+    """The `failed-reply` notice row for the row's agent; `code` names the reason."""
+    destination = Destination(server_id=row.server_id, channel_id=row.channel_id, thread_id=row.thread_id)
+    notice = FailedReplyNotice(outbox_id=row.id, turn_id=row.turn_id, reason=code or reason, destination=destination)
+    return notice_row(row.agent, notice, failed_reply_text(row, label, reason), created_at=at,
+                      conversation_id=row.conversation_id)
 
 
 class OutboxSender:
     """Delivers one connector's outbox; `notify()` after queuing a publish, `run()` for the connector's life."""
 
-    def __init__(self, store: Repositories, writer: GroupWriter, handle: ConnectorPort, *, max_age_s: Mapping[str, float] | None = None,
+    def __init__(self, store: Repositories, writer: GroupWriter, handle: OutboxPort, *, max_age_s: Mapping[str, float] | None = None,
                  rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
                  age_check_s: float = AGE_CHECK_S, restart_rules: RetryRules = SENDER_RESTART,
                  channel_grace_s: float = CHANNEL_GRACE_S) -> None:
@@ -138,7 +138,7 @@ class OutboxSender:
         self._crashes = 0  # unexpected exceptions in a row, for the restart backoff
         self._trying: PendingPublish | None = None  # the row being tried, if the crash came with one
         self._row_crashes: tuple[int, int] = (0, 0)  # (row id, crashes in a row while trying it)
-        self._life: int | None = None  # the process id of the connector life last seen ready
+        self._life: int | None = None  # the connector life last seen ready (its number: handle.lives)
         self._life_ready_at = 0  # when this sender first saw that life ready (epoch ms)
         self.stats = {"delivered": 0, "failed": 0, "retried": 0, "crashed": 0}
 
@@ -194,8 +194,8 @@ class OutboxSender:
                 await wake.wait()
 
     def _note_life(self) -> None:
-        """Remember when this sender first saw the connector's current life ready (its process id tells lives apart)."""
-        life = self.handle.statistics().pid
+        """Remember when this sender first saw the connector's current life ready (its number tells lives apart)."""
+        life = self.handle.lives
         if life != self._life:
             self._life, self._life_ready_at = life, self.clock_ms()
 
@@ -275,7 +275,8 @@ class OutboxSender:
         grace_ends = self._life_ready_at + round(self.channel_grace_s * 1000)
         if refusal == "unknown" and now < grace_ends:
             return min(grace_ends, now + round(CHANNEL_POLL_S * 1000))  # not registered yet: look again soon
-        return await self._fail(row, not_permitted_reason(refusal), attempted=False, code=NOT_PERMITTED)
+        await self._fail(row, not_permitted_reason(refusal), attempted=False, code=NOT_PERMITTED)
+        return None
 
     async def _send(self, row: PendingPublish) -> int | None:
         """Try the row once; None when it ended (delivered or failed), else when to try it again (epoch ms)."""
@@ -289,23 +290,26 @@ class OutboxSender:
             # The connector's words: cut to what the row keeps anyway, before they reach the notice.
             error = f"the connector refused it ({exc.code}: {exc.message[:LAST_ERROR_MAX_CHARS]})"
             if code_failure(exc.code) == "permanent":
-                return await self._fail(row, error)
+                await self._fail(row, error)
+                return None
             return await self._retry(row, error, started)
         except RequestTimeout as exc:
             return await self._retry(row, f"no answer ({exc})", started)
         except ConnectorGone as exc:
             return await self._retry(row, f"the connection ended before the answer ({exc})", started)
         except LineTooLong as exc:  # never written: no try, and no retry could make it fit
-            return await self._fail(row, f"it is too large to send ({exc.size} bytes as a line; the connector's"
-                                         f" line cap is {exc.limit})", attempted=False, code=TOO_LARGE)
+            await self._fail(row, f"it is too large to send ({exc.size} bytes as a line; the connector's"
+                                  f" line cap is {exc.limit})", attempted=False, code=TOO_LARGE)
+            return None
         try:
             result = decode_answer(raw, PublishResult, PUBLISH_METHOD)
         except MalformedAnswer as exc:  # its detail is bounded: it reaches the row and the notice
-            return await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc.detail})")
+            await self._fail(row, f"the connector's answer was not {{delivered, messageId}} ({exc.detail})")
+            return None
         if not result.delivered:
             return await self._retry(row, "the connector answered delivered: false", started)
         at = self.clock_ms()
-        (ended,) = await self.writer.submit(EndPublish(row.id, "delivered", at, message_id=result.messageId))
+        ended = await self.writer.write(EndPublish(row.id, "delivered", at, message_id=result.messageId))
         if ended:
             self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id,
                                                  agent=row.agent, text=row.text)
@@ -320,8 +324,9 @@ class OutboxSender:
         now = self.clock_ms()
         step = after_failed_try(attempts, row.first_attempt_at or started, now, error, self.rules)
         if isinstance(step, GiveUp):
-            return await self._fail(row, step.reason)
-        await self.writer.submit(RecordPublishAttempt(row.id, now, step.at, error))
+            await self._fail(row, step.reason)
+            return None
+        await self.writer.write(RecordPublishAttempt(row.id, now, step.at, error))
         self.stats["retried"] += 1
         log.warning("outbox.retry", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
                     attempts=attempts, retry_in_ms=step.at - now, error=error)
@@ -334,7 +339,7 @@ class OutboxSender:
         channel = self.handle.channel(row.channel_id)
         notice = failed_reply_notice(row, channel.label if channel is not None else None, reason, at=at, code=code)
         error = reason if code is None else f"{code}: {reason}"
-        await self.writer.submit(EndPublish(row.id, "failed", at, error=error, attempted=attempted, notice=notice))
+        await self.writer.write(EndPublish(row.id, "failed", at, error=error, attempted=attempted, notice=notice))
         self.stats["failed"] += 1
         log.warning("outbox.failed", connector=row.server_id, channel=row.channel_id, outbox_id=row.id,
                     agent=row.agent, reason=error)

@@ -29,13 +29,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
-from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.channels import Channel, permitted
-from mcplhost.protocol.ports import ConnectorPort
+from mcplhost.protocol.ports import ChannelListing, ChannelPatterns, PublishCheck
+from mcplhost.store.rows import ChannelSource, Destination, Source  # Destination: a speech row's, re-exported
 
 __all__ = [
     "ALREADY_PUBLISHED",
@@ -73,20 +73,6 @@ OVERFLOW = "overflow"
 NO_WAKE = "no_wake"
 UNSCOPED = "unscoped"
 SEVERAL = "several_conversations"
-
-
-class Destination(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a speech row was sent: one conversation of one connector."""
-
-    server_id: str
-    channel_id: str
-    thread_id: str | None = None
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {"serverId": self.server_id, "channelId": self.channel_id, "threadId": self.thread_id}
-
-    def conversation_id(self) -> str:
-        return conversation_id(self.server_id, self.channel_id, self.thread_id)
 
 
 class Undecided(msgspec.Struct, frozen=True, kw_only=True):
@@ -160,12 +146,12 @@ def _refusal(direction: str, channel_allowed: bool, grant: frozenset[str]) -> st
     return None
 
 
-def _channel_refusal(handle: ConnectorPort, channel: Channel, grant: frozenset[str]) -> str | None:
-    """Why `handle`'s connector cannot publish to its registered `channel` now, or None: it can."""
-    return _refusal(channel.direction, permitted(channel.id, handle.spec.channels), grant)
+def _channel_refusal(spec: ChannelPatterns, channel: Channel, grant: frozenset[str]) -> str | None:
+    """Why a connector (its `spec`'s patterns) cannot publish to its registered `channel` now, or None: it can."""
+    return _refusal(channel.direction, permitted(channel.id, spec.channels), grant)
 
 
-def publish_refusal(handle: ConnectorPort, channel_id: str) -> str | None:
+def publish_refusal(handle: PublishCheck, channel_id: str) -> str | None:
     """Why the connector cannot publish to `channel_id` now (`unknown`: not registered), or None.
 
     The rule `channel_views` applies, for one channel and whoever hears it:
@@ -175,10 +161,11 @@ def publish_refusal(handle: ConnectorPort, channel_id: str) -> str | None:
     channel = handle.channel(channel_id)
     if channel is None:
         return "unknown"
-    return _channel_refusal(handle, channel, frozenset(handle.grant))
+    return _channel_refusal(handle.spec, channel, frozenset(handle.grant))
 
 
-def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[str] | None) -> list[ChannelView]:
+def channel_views(handles: Mapping[str, ChannelListing] | Iterable[ChannelListing],
+                  hears: Sequence[str] | None) -> list[ChannelView]:
     """The channels the agent hears, from each handle's registered channels and grant, as they are now."""
     views: list[ChannelView] = []
     for handle in handles.values() if isinstance(handles, Mapping) else handles:
@@ -186,7 +173,7 @@ def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[st
         for channel in handle.channels():
             if not _hears_channel(hears, handle.name, channel.id):
                 continue
-            refusal = _channel_refusal(handle, channel, grant)
+            refusal = _channel_refusal(handle.spec, channel, grant)
             views.append(ChannelView(server_id=handle.name, channel_id=channel.id, label=channel.label,
                                      direction=channel.direction, publishable=refusal is None, refusal=refusal))
     return views
@@ -195,11 +182,7 @@ def channel_views(handles: Mapping[str, Any] | Iterable[Any], hears: Sequence[st
 # --------------------------------------------------------------------------- destinations
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def default_destination(sources: list[dict[str, Any]], *, overflow: bool) -> Destination | Undecided:
+def default_destination(sources: Sequence[Source | None], *, overflow: bool) -> Destination | Undecided:
     """The one conversation every waking item shares (its frozen `metadata.source`), or why there is none.
 
     A push naming a channel is a `channel` source, so it counts as that
@@ -208,12 +191,10 @@ def default_destination(sources: list[dict[str, Any]], *, overflow: bool) -> Des
     conversations: list[Destination] = []
     unscoped = False
     for source in sources:
-        source = source if isinstance(source, dict) else {}
-        server, channel = _text(source.get("serverId")), _text(source.get("channelId"))
-        if source.get("kind") != "channel" or server is None or channel is None:
+        if not isinstance(source, ChannelSource) or source.server_id is None or source.channel_id is None:
             unscoped = True
             continue
-        here = Destination(server_id=server, channel_id=channel, thread_id=_text(source.get("threadId")))
+        here = Destination(server_id=source.server_id, channel_id=source.channel_id, thread_id=source.thread_id)
         if here not in conversations:
             conversations.append(here)
     candidates = tuple(conversations[:MAX_CANDIDATES])

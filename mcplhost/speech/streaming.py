@@ -36,9 +36,9 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
-from mcplhost.protocol.ports import ConnectorPort, State
+from mcplhost.protocol.ports import NotifyPort, State
 from mcplhost.secrets import NO_SECRETS, Secrets
-from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecided
+from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Route, Undecided
 
 log = structlog.get_logger()
 
@@ -115,15 +115,18 @@ class PinGuard:
 class TurnRouting(Protocol):
     """What streaming reads of a turn's routing (mcplhost/agents/speech.py `TurnSpeech` implements it)."""
 
-    current: Destination | Undecided
+    current: Route  # a refused pin holds too: then nothing streams
     default: Destination | Undecided
     published_default: bool
-    moderated: bool  # `[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)
+
+    @property
+    def moderated(self) -> bool:
+        """`[moderation]` is on: a segment is checked whole, so nothing streams (docs/agents.md#moderation)."""
 
     def views(self) -> list[ChannelView]: ...
 
 
-def stream_targets(speech: TurnRouting | None, handles: Mapping[str, ConnectorPort]) -> list[Destination]:
+def stream_targets(speech: TurnRouting | None, handles: Mapping[str, NotifyPort]) -> list[Destination]:
     """Where a turn's next inference may be streamed: where its unpinned prose goes now (agents/speech.TurnSpeech).
 
     Nothing with moderation on (a chunk cannot be unsent once its segment is
@@ -144,7 +147,7 @@ def stream_targets(speech: TurnRouting | None, handles: Mapping[str, ConnectorPo
     return [current] if publishable else []
 
 
-def streamable(handle: ConnectorPort | None) -> bool:
+def streamable(handle: NotifyPort | None) -> bool:
     """Whether a connector may be streamed to now: it serves (ready) and holds channels.streaming."""
     return handle is not None and handle.state is State.READY and STREAMING in handle.grant
 
@@ -163,7 +166,7 @@ class _Channel:
 class Streamer:
     """The streams of one inference (`inference_id`) to the channels routing chose."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], inference_id: str, *,
+    def __init__(self, handles: Mapping[str, NotifyPort], inference_id: str, *,
                  secrets: Secrets = NO_SECRETS) -> None:
         self._handles = handles
         #: Never streamed (docs/agents.md#secrets): a tail that may be a secret's start is held back, and once one
@@ -319,9 +322,8 @@ class Streamer:
             await self._notify(channel, COMPLETE, params)
 
     async def _notify(self, channel: _Channel, method: str, params: dict[str, Any]) -> bool:
-        handle = self._handles.get(channel.destination.server_id)
         try:
-            await handle.notify(method, params)
+            await self._handles[channel.destination.server_id].notify(method, params)  # gone since: a failed send
         except Exception:
             channel.failed = True
             log.info("speech.stream_send_failed", inferenceId=self.inference_id, method=method,

@@ -26,7 +26,7 @@ from types import TracebackType
 import anyio
 import structlog
 
-from mcplhost.protocol.ports import ConnectorPort, State
+from mcplhost.protocol.ports import NotifyPort, State
 from mcplhost.speech.routing import Destination
 from mcplhost.speech.streaming import TurnRouting
 
@@ -40,7 +40,7 @@ TYPING_REPEAT_S = 8.0
 TYPING_SEND_TIMEOUT_S = 2.0
 
 
-def may_type(handle: ConnectorPort | None) -> bool:
+def may_type(handle: NotifyPort | None) -> bool:
     """Whether a connector may be sent `channels/typing` now: it serves (ready) and holds channels.typing."""
     return handle is not None and handle.state is State.READY and TYPING in handle.grant
 
@@ -62,7 +62,7 @@ def typing_target(speech: TurnRouting) -> Destination | None:
 class Typing:
     """The typing indicator of one turn: `start(destination)` once, repeated until the `async with` ends."""
 
-    def __init__(self, handles: Mapping[str, ConnectorPort], *, repeat_s: float = TYPING_REPEAT_S,
+    def __init__(self, handles: Mapping[str, NotifyPort], *, repeat_s: float = TYPING_REPEAT_S,
                  send_timeout_s: float = TYPING_SEND_TIMEOUT_S, agent: str | None = None) -> None:
         self._handles = handles
         self._agent = agent  # named in the one `speech.typing` line a turn logs

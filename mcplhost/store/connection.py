@@ -29,6 +29,10 @@ class Connections(Protocol):
         """
         ...
 
+    def writers_waiting(self) -> int:
+        """How many tasks wait now for the writer (a transaction that ends with some waiting held them up)."""
+        ...
+
     def read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
         """A connection that reads committed rows without the writer's lock (inside a transaction: the writer's)."""
         ...

@@ -24,7 +24,7 @@ rollback queued after whatever was still in flight.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
@@ -48,12 +48,16 @@ from mcplhost.store.peers import PeerRepository
 from mcplhost.store.pushes import PushRepository
 from mcplhost.store.quotas import QuotaRepository
 from mcplhost.store.retention import RetentionRepository
+from mcplhost.store.search_index import SqliteSearchIndex, register_functions
+from mcplhost.store.search_reader import IndexReader
 from mcplhost.store.turns import TurnRepository
 
 #: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
 READER_CONNECTIONS = 2
 #: Worker threads scanning one store at once (searches: CPU work whose cost a query's author controls).
 SCAN_WORKERS = 2
+#: SQLite virtual-machine steps between two checks whether a search's statement must stop (its deadline, a cancel).
+SEARCH_PROGRESS_STEPS = 10_000
 
 # How long a statement waits for another process's lock (a `mcplhost migrate`
 # or a reader checkpointing) before failing with "database is locked".
@@ -93,7 +97,7 @@ async def apply_pragmas(
     level = synchronous.upper()
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, not {synchronous!r}")
-    (mode,) = (await conn.execute_fetchall("PRAGMA journal_mode = WAL"))[0]
+    (mode,) = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))[0]
     if mode.lower() != "wal":
         raise StoreError(
             f"the database refused WAL mode (journal mode is {mode!r})",
@@ -236,6 +240,10 @@ class Database:
             finally:
                 _current_transaction.reset(token)
 
+    def writers_waiting(self) -> int:
+        """How many tasks wait now for the writer's lock (for their transaction or `reading()`)."""
+        return self._lock.statistics().tasks_waiting
+
     def writer(self, operation: str) -> aiosqlite.Connection:
         """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
         if _current_transaction.get() is not self:
@@ -272,7 +280,7 @@ class Database:
 
 class Store:
     """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue,
-    retention and quota usage, and `transaction()` to combine them.
+    retention, quota usage and the search index, and `transaction()` to combine them.
 
     The SQLite implementation of `interfaces.Repositories`: it composes the
     repositories over one `Database`, which each sees only as `Connections`.
@@ -288,7 +296,9 @@ class Store:
         self.cursors = CursorRepository(database)
         self.outbox = OutboxRepository(database)
         self.peers = PeerRepository(database)
-        self.retention = RetentionRepository(database)
+        #: The search index's writes and progress (store/search_index.py); searches read it in their worker.
+        self.search_index = SqliteSearchIndex(database)
+        self.retention = RetentionRepository(database, self.search_index)
         self.quotas = QuotaRepository(database)
         self.decisions = DecisionRepository(database)
         #: The secret values redacted from every row written (docs/agents.md#secrets); the host fills it in place
@@ -296,6 +306,15 @@ class Store:
         self.secrets = database.secrets
         self._database = database
         self._migrations_folder = migrations_folder
+
+    def open_search_reads(self, interrupt: Callable[[], bool]) -> IndexReader:
+        """A search's reads over a new read-only connection, for the calling worker thread (which closes it).
+
+        `interrupt` is asked every SEARCH_PROGRESS_STEPS steps of SQLite's work: True stops the statement.
+        """
+        conn = connect_read_only(self.path)
+        conn.set_progress_handler(interrupt, SEARCH_PROGRESS_STEPS)
+        return IndexReader(conn)
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """One transaction across repositories, e.g. items and a push claim together.
@@ -307,7 +326,7 @@ class Store:
     async def pragmas(self) -> dict[str, int | str]:
         """The writer connection's REPORTED_PRAGMAS as SQLite reports them now (synchronous as 0-3)."""
         async with self._database.reading():
-            return {name: (await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
+            return {name: list(await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
                     for name in REPORTED_PRAGMAS}
 
     async def schema_version(self) -> int:
@@ -360,6 +379,7 @@ async def open_store(
             else:
                 newest = len(load_migrations(migrations_folder))
                 refuse_newer(await applied_versions(conn), newest, path=str(path))
+            await register_functions(conn)
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc) from exc
         async with AsyncExitStack() as readers:

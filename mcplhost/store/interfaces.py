@@ -11,13 +11,14 @@ behind the same Protocols, not a rewrite
 - `*_nocommit` methods run inside the caller's `transaction()`, so one
   transaction can span repositories.
 
-SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py, quotas.py, decisions.py) is the only implementation.
+SQLite (db.py, items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py, quotas.py, decisions.py,
+search_index.py, search_reader.py) is the only implementation.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
 from mcplhost.store.quotas import QuotaCharge, QuotaUsage
+from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
 from mcplhost.store.turns import Turn, TurnEnd, TurnStart
 
 
@@ -121,7 +123,8 @@ class Outbox(Protocol):
     async def end_many_nocommit(self, ends: Sequence[tuple[int, str, int, str | None, str | None, bool]],
                                 ) -> builtins.list[bool]: ...
 
-    async def pending(self, server_id: str, *, limit: int) -> builtins.list[PendingPublish]: ...
+    async def pending(self, server_id: str, *, limit: int, per_channel: int | None = None
+                      ) -> builtins.list[PendingPublish]: ...
 
     async def fail_turn_pending_nocommit(self, turn_id: int, at: int, reason: str) -> builtins.list[int]: ...
 
@@ -186,6 +189,35 @@ class Decisions(Protocol):
     async def for_item(self, item_id: int) -> builtins.list[WakeDecision]: ...
 
 
+class SearchIndex(Protocol):
+    """The index searches answer from, kept off the ack path (docs/operations.md#searching).
+
+    An indexer follows the items by id and keeps a high-water mark: every item at or below it is
+    indexed; `merge_step` tidies the index's structure a bounded step at a time (False: nothing left to do, as
+    for an engine that keeps its index itself). SQLite's is FTS5 trigrams (search_index.py); a PostgreSQL
+    store's would be pg_trgm, a second class.
+    """
+
+    #: Seconds its writes have held the writer while another writer waited, so far (the indexer paces itself by it).
+    contended_s: float
+
+    async def index_next(self, limit: int) -> int: ...
+
+    async def merge_step(self) -> bool: ...
+
+    async def forget_nocommit(self, ids: Sequence[int]) -> None: ...
+
+    async def progress(self) -> IndexProgress: ...
+
+
+class SearchReads(Protocol):
+    """One search's reads, in its worker thread (search_reader.py): the items to test, newest first."""
+
+    def newest_first(self, needs: Required | None, where: SearchFilter) -> Generator[StoredItem, None, None]: ...
+
+    def close(self) -> None: ...
+
+
 class Repositories(Protocol):
     """An open store: its repositories and one transaction across them."""
 
@@ -212,5 +244,10 @@ class Repositories(Protocol):
 
     @property
     def decisions(self) -> Decisions: ...
+
+    @property
+    def search_index(self) -> SearchIndex: ...
+
+    def open_search_reads(self, interrupt: Callable[[], bool]) -> SearchReads: ...
 
     def transaction(self) -> AbstractAsyncContextManager[None]: ...

@@ -21,8 +21,8 @@ see the last commit and never take the writer's lock
 from __future__ import annotations
 
 import builtins
-import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
+from functools import cached_property
 from typing import Any
 
 import aiosqlite
@@ -30,6 +30,7 @@ import msgspec
 
 from mcplhost.errors import HostStateError
 from mcplhost.store.connection import Connections
+from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
 READ_PAGE_SIZE = 1000
@@ -58,14 +59,36 @@ _ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
 # only when all four are non-null, i.e. a channel item carrying its digest.
 _KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
 _KEY_POSITIONS = tuple([c.strip() for c in _INSERT_COLUMNS.split(",")].index(k) for k in _KEY_COLUMNS)
-_COLUMNS = "id, agent, participant, role, content, metadata, created_at"
+#: The columns a `StoredItem` is read from (`stored_item`), in its field order.
+STORED_COLUMNS = ("id", "agent", "participant", "role", "content", "metadata", "created_at")
+_COLUMNS = ", ".join(STORED_COLUMNS)
 _WRITTEN_COLUMNS = ("id, agent, participant, role, content, metadata, thread_id, conversation_id, dedup_digest,"
                     " created_at")
 _FIND_ORIGINAL = f"SELECT id, conversation_id FROM items WHERE {' AND '.join(f'{k} = ?' for k in _KEY_COLUMNS)}"
 
 
-class NewItem(msgspec.Struct, frozen=True):
-    """An item about to be stored; the store assigns its id."""
+class _TypedMetadata:
+    """`meta` and `host`: an item's metadata read typed (store/rows.py), each decoded on first read and kept.
+
+    They are no Struct fields (the item's `__dict__` holds them), so no encoding of the item holds them.
+    """
+
+    __slots__ = ()
+    metadata: dict[str, Any]
+
+    @cached_property
+    def meta(self) -> ItemMeta:
+        """The host-written keys of its metadata: ids, tags, the frozen source, header, author, echo mark."""
+        return item_meta(self.metadata)
+
+    @cached_property
+    def host(self) -> HostRow | None:
+        """What it is when it is a host row (an agent's speech, draft, tool call or result, notice, peer message)."""
+        return host_row(self.metadata)
+
+
+class NewItem(_TypedMetadata, msgspec.Struct, frozen=True, dict=True):
+    """An item about to be stored; the store assigns its id. Its metadata reads typed as `meta` and `host`."""
 
     role: str
     content: builtins.list[dict[str, Any]]
@@ -87,11 +110,12 @@ class ItemWritten(msgspec.Struct, frozen=True):
     conversation_id: str | None  # the stored row's (the original's for a duplicate; None on rows before 0002)
 
 
-class StoredItem(msgspec.Struct, frozen=True, rename="camel"):
+class StoredItem(_TypedMetadata, msgspec.Struct, frozen=True, rename="camel", dict=True):
     """An item as stored; its JSON encoding is the `mcplhost messages --json` line.
 
     Field order is the export's key order, and no field has a default, so
-    a null agent or participant is written as null, never left out.
+    a null agent or participant is written as null, never left out. Its
+    metadata reads typed as `meta` and `host`, which the export never holds.
     """
 
     id: int
@@ -209,7 +233,7 @@ class ItemRepository:
                 )
             rows = builtins.list(rows)
             for row in rows:
-                yield _stored_item(row)
+                yield stored_item(row)
             if len(rows) < READ_PAGE_SIZE:
                 return
             after = rows[-1][0]
@@ -221,14 +245,14 @@ class ItemRepository:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
         async with self._connections.read() as conn:
             ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-        return last
+        return int(last)
 
     async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
         """Items with an id above `item_id` created at or after `since_ms`, oldest first (catch-up).
 
         With `limit`, the first `limit` of them; page on by passing the last id returned.
         """
-        return [_stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
+        return [stored_item(row) for row in await self._rows_after(_COLUMNS, item_id, since_ms, limit)]
 
     async def after_as_written(self, item_id: int, *, since_ms: int = 0,
                                limit: int | None = None) -> builtins.list[tuple[int, NewItem]]:
@@ -245,10 +269,10 @@ class ItemRepository:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         async with self._connections.read() as conn:
-            return await conn.execute_fetchall(
+            return builtins.list(await conn.execute_fetchall(
                 f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
                 (item_id, since_ms, -1 if limit is None else limit),
-            )
+            ))
 
     async def context_rows(self, agent: str, *, limit: int,
                            conversation_id: str | None = None) -> builtins.list[StoredItem]:
@@ -268,7 +292,7 @@ class ItemRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
-        return [_stored_item(row) for row in reversed(builtins.list(rows))]
+        return [stored_item(row) for row in reversed(builtins.list(rows))]
 
     async def own_after(self, agent: str, item_id: int, *, limit: int) -> builtins.list[StoredItem]:
         """The agent's own rows with an id above `item_id`, oldest first, at most `limit` (items_by_agent).
@@ -278,7 +302,7 @@ class ItemRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?", (agent, item_id, limit))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
     async def newest_turn_drafts(self, agent: str) -> int:
         """The draft rows (prose not sent, docs/agents.md#drafts) of the agent's newest turn.
@@ -292,7 +316,7 @@ class ItemRepository:
                 " WHERE json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') ="
                 " (SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)",
                 (agent, DRAFT_SCAN_ROWS, agent))
-        return next(iter(rows))[0]
+        return int(next(iter(rows))[0])
 
     async def turn_drafts(self, agent: str, turn_id: int) -> builtins.list[tuple[int, str | None]]:
         """(row id, reason) of each draft row (docs/agents.md#drafts) the agent's turn left, by id (explain)."""
@@ -312,7 +336,7 @@ class ItemRepository:
                 chunk = wanted[start : start + IDS_PER_QUERY]
                 rows = await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
-                found.extend(_stored_item(row) for row in rows)
+                found.extend(stored_item(row) for row in rows)
         return found
 
 
@@ -329,7 +353,7 @@ class ItemRepository:
         """
         if before is None:
             before = await self.last_id() + 1
-        clauses, params = ["id < ?", "id >= ?"], [before, before - window]
+        clauses, params = ["id < ?", "id >= ?"], builtins.list[int | str]([before, before - window])
         for column, value in (("server_id", server_id), ("channel_id", channel), ("agent", agent)):
             if value is not None:
                 clauses.append(f"{column} = ?")
@@ -338,7 +362,7 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM items WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
                 (*params, limit))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
     async def turn_rows(self, agent: str, turn_id: int, *, after: int = 0,
                         window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
@@ -351,7 +375,7 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?)"
                 " WHERE json_extract(metadata, '$.turnId') = ? ORDER BY id", (agent, after, window, turn_id))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
     async def recent_drafts(self, agent: str, limit: int,
                             window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
@@ -360,7 +384,7 @@ class ItemRepository:
             rows = await conn.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
                 " WHERE json_extract(metadata, '$.kind') = 'draft' ORDER BY id DESC LIMIT ?", (agent, window, limit))
-        return [_stored_item(row) for row in rows]
+        return [stored_item(row) for row in rows]
 
 async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
@@ -397,30 +421,6 @@ async def _original(conn: aiosqlite.Connection, key: tuple[Any, ...]) -> ItemWri
     for item_id, conversation in rows:
         return ItemWritten(item_id, True, conversation)
     raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
-
-
-def newest_first(conn: sqlite3.Connection, *, page_rows: int = READ_PAGE_SIZE) -> Iterator[StoredItem]:
-    """Every item stored before the scan began, newest first, on a plain sqlite3 connection (a worker thread's).
-
-    A page of `page_rows` per statement, each statement ended before the
-    next begins; rows are decoded one at a time as they are taken, so
-    memory is one row whatever the bodies' sizes. Close the generator to
-    stop early.
-    """
-    ((before,),) = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM items").fetchall()
-    while True:
-        cursor = conn.execute(f"SELECT {_COLUMNS} FROM items WHERE id < ? ORDER BY id DESC LIMIT ?",
-                              (before, page_rows))
-        try:
-            taken = 0
-            for row in cursor:
-                taken += 1
-                before = row[0]
-                yield _stored_item(row)
-        finally:
-            cursor.close()
-        if taken < page_rows:
-            return
 
 
 def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = None) -> tuple[str, tuple[Any, ...]]:
@@ -467,7 +467,8 @@ def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return None if None in key else key
 
 
-def _stored_item(row: Sequence[Any]) -> StoredItem:
+def stored_item(row: Sequence[Any]) -> StoredItem:
+    """A row of `STORED_COLUMNS` as its `StoredItem`."""
     item_id, agent, participant, role, content, metadata, created_at = row
     return StoredItem(
         id=item_id,

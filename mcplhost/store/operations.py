@@ -16,7 +16,7 @@ does not change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 
@@ -36,13 +36,17 @@ STAGE_ROWS = 10
 STAGE_LEDGER = 20
 
 
-class Operation(Protocol):
-    """One typed write; `apply_all` stores every instance of the type in a group, results in order."""
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Operation(Protocol[R_co]):
+    """One typed write whose result is an `R_co`; `apply_all` stores every instance of the type in a group, one
+    result per instance, in order (store/writer.py hands each caller its own operations' results)."""
 
     STAGE: ClassVar[int]
 
     @classmethod
-    async def apply_all(cls, repos: Repositories, ops: Sequence[Any]) -> list[Any]: ...
+    async def apply_all(cls, repos: Repositories, ops: Sequence[Any]) -> Sequence[R_co]: ...
 
 
 class InsertItems(msgspec.Struct, frozen=True):
@@ -64,7 +68,9 @@ class InsertItems(msgspec.Struct, frozen=True):
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[InsertItems]) -> list[list[ItemWritten]]:
         written = await repos.items.insert_many_nocommit([item for op in ops for item in op.items])
-        results, charges, start = [], [], 0
+        results: list[list[ItemWritten]] = []
+        charges: list[QuotaCharge] = []
+        start = 0
         for op in ops:
             own = written[start : start + len(op.items)]
             results.append(own)

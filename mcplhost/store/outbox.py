@@ -220,7 +220,7 @@ class OutboxRepository:
         async with self._connections.read() as conn:
             rows = await conn.execute_fetchall(
                 "SELECT count(*) FROM outbox WHERE state = ?", (state,))
-        return next(iter(rows))[0]
+        return int(next(iter(rows))[0])
 
     async def pending_by_agent(self) -> dict[str, int]:
         """Each agent's pending publishes (agents with none left out)."""
@@ -233,9 +233,9 @@ class OutboxRepository:
         after = 0
         while True:
             async with self._connections.read() as conn:
-                rows = await conn.execute_fetchall(
+                rows = list(await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM outbox WHERE id > ? AND (? IS NULL OR state = ?) ORDER BY id LIMIT ?",
-                    (after, state, state, READ_PAGE_SIZE))
+                    (after, state, state, READ_PAGE_SIZE)))
             for row in rows:
                 yield OutboxRow(*row)
             if len(rows) < READ_PAGE_SIZE:

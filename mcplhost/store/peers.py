@@ -219,9 +219,9 @@ class PeerRepository:
         after = 0
         while True:
             async with self._connections.read() as conn:
-                rows = await conn.execute_fetchall(
+                rows = list(await conn.execute_fetchall(
                     f"SELECT {_COLUMNS} FROM peer_messages WHERE id > ? AND (? IS NULL OR target = ?)"
-                    " ORDER BY id LIMIT ?", (after, target, target, READ_PAGE_SIZE))
+                    " ORDER BY id LIMIT ?", (after, target, target, READ_PAGE_SIZE)))
             for row in rows:
                 yield PeerRow(*row)
             if len(rows) < READ_PAGE_SIZE:

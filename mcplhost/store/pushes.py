@@ -59,7 +59,8 @@ class PushRepository:
                 (server_id, event_id),
             )
         for (result,) in rows:
-            return result.encode()
+            answer: str = result
+            return answer.encode()
         return None
 
     async def claim_many(self, claims: Sequence[PushClaim]) -> list[ClaimOutcome]:

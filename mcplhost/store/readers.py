@@ -4,14 +4,18 @@ Also the plain views of the turns ledger (`mcplhost turns`) and the outbox (`mcp
 `search_items` is untrusted CPU work (the query may be a model's, steered
 by a chat user), so none of it runs on the event loop: compiling, reading,
 decoding and matching all happen in a worker thread with its own read-only
-connection (it takes no lock and holds up no commit). The worker reads the
-table newest first, a page at a time, one row in memory, and stops at
-`limit` hits. One deadline bounds the whole search; each match gets at most
-REGEX_TIMEOUT_S of what is left. When the deadline comes first the search
-returns what it found so far and says so (`SearchResult.stopped_early`); a
-cancelled caller stops the worker at its next row. A regular expression
-that runs out of time on an item is not a silent miss: the item is counted
-in `SearchResult.timed_out`, for the caller to report. docs/operations.md#searching
+connection (it takes no lock and holds up no commit). What it tests comes
+newest first from the store (store/search_reader.py): the rows above the
+search index's mark, then, for a query that requires 3 or more characters
+in a row (store/search_query.py), only the index's candidates, else every
+row as before the index; the filter (`SearchFilter`) is part of each
+statement. It stops at `limit` hits. One deadline bounds the whole search;
+each match gets at most REGEX_TIMEOUT_S of what is left. When the deadline
+comes first the search returns what it found so far and says so
+(`SearchResult.stopped_early`); a cancelled caller stops the worker at its
+next row (or statement step). A regular expression that runs out of time on
+an item is not a silent miss: the item is counted in
+`SearchResult.timed_out`, for the caller to report. docs/operations.md#searching
 says the same for users.
 """
 
@@ -28,12 +32,15 @@ import anyio.lowlevel
 import msgspec
 import regex
 
-from mcplhost.inbound.notice import reader_body
 from mcplhost.inbound.quoting import header_value
 
-from .db import Store, connect_read_only
-from .items import StoredItem, newest_first
+from .db import Store
+from .items import StoredItem
 from .outbox import OutboxRow
+from .rows import PeerMeta
+from .search_index import body_text
+from .search_query import SearchFilter, required
+from .search_reader import SearchInterrupted
 from .turns import Turn, spent_tokens
 
 T = TypeVar("T")
@@ -44,8 +51,6 @@ SEARCH_DEADLINE_S = 10.0
 REGEX_TIMEOUT_S = 0.5
 #: Longest query taken: compiling it is work the query's author controls.
 QUERY_MAX_CHARS = 1000
-#: Rows per statement of the newest-first scan (each ends before the next, so WAL checkpoints go on).
-SEARCH_PAGE_ROWS = 200
 #: Characters of context on each side of a hit in a snippet.
 SNIPPET_CONTEXT = 40
 #: Characters of the match itself a snippet shows (a match may be the whole body); the rest is cut with "…".
@@ -70,11 +75,6 @@ class SearchResult(msgspec.Struct, frozen=True):
     #: The deadline came before `limit` hits or the oldest item: items older than `oldest_searched` were not searched.
     stopped_early: bool = False
     oldest_searched: int | None = None  # the oldest item tested (or timed out), None if none was
-
-
-def body_text(content: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
-    """The body's text blocks joined with nothing between, header dropped."""
-    return "".join(b["text"] for b in reader_body(content, metadata) if b.get("type") == "text")
 
 
 def _snippet(text: str, start: int, end: int) -> str:
@@ -145,9 +145,19 @@ def scan(items: Iterable[StoredItem], pattern: regex.Pattern[str], limit: int, *
     """Test `items` (newest first) until `limit` hits, their end, the `deadline` (on `clock`), or `stop`.
 
     Runs in the worker thread. `stop` set: the caller was cancelled, and
-    what this returns is dropped.
+    what this returns is dropped. `items` raising SearchInterrupted (its
+    statement stopped at the deadline) ends the scan as stopped early.
     """
     window = NewestHits(limit)
+    try:
+        return _scan(window, items, pattern, deadline=deadline, stop=stop, where=where, clock=clock)
+    except SearchInterrupted:
+        return window.result(stopped_early=True)
+
+
+def _scan(window: NewestHits, items: Iterable[StoredItem], pattern: regex.Pattern[str], *, deadline: float,
+          stop: threading.Event, where: Callable[[StoredItem], bool] | None,
+          clock: Callable[[], float]) -> SearchResult:
     for item in items:
         if window.full or stop.is_set():
             break
@@ -156,7 +166,7 @@ def scan(items: Iterable[StoredItem], pattern: regex.Pattern[str], limit: int, *
             return window.result(stopped_early=True)
         if where is not None and not where(item):
             continue
-        text = body_text(item.content, item.metadata)
+        text = body_text(item.content, item.meta.source_header)
         try:
             match = pattern.search(text, timeout=min(REGEX_TIMEOUT_S, remaining))
         except TimeoutError:
@@ -168,7 +178,7 @@ def scan(items: Iterable[StoredItem], pattern: regex.Pattern[str], limit: int, *
             window.miss(item.id)
             continue
         window.hit(item.id, {
-            "id": item.id, "serverId": item.metadata.get("serverId"), "channelId": item.metadata.get("channelId"),
+            "id": item.id, "serverId": item.meta.server_id, "channelId": item.meta.channel_id,
             "participant": item.participant, "createdAt": item.created_at,
             "snippet": _snippet(text, match.start(), match.end()),
         })
@@ -176,13 +186,13 @@ def scan(items: Iterable[StoredItem], pattern: regex.Pattern[str], limit: int, *
 
 
 async def search_items(store: Store, query: str, *, as_regex: bool = False, ignore_case: bool = False,
-                       limit: int = 50, where: Callable[[StoredItem], bool] | None = None,
+                       limit: int = 50, where: SearchFilter | None = None,
                        deadline_s: float = SEARCH_DEADLINE_S) -> SearchResult:
     """The newest `limit` items whose body matches, newest first, each with a body snippet, within `deadline_s`.
 
     `^` anchors at the body's start: the header is not part of what is searched.
-    `where`: only the stored items it accepts are searched (an agent's
-    `history_search`: what it hears); it runs in the worker thread.
+    `where`: only the stored items it takes are searched (an agent's
+    `history_search`: what it hears; `--channel`, `--since`).
     Raises SearchError for an unusable query.
     """
     if limit < 0:
@@ -192,13 +202,14 @@ async def search_items(store: Store, query: str, *, as_regex: bool = False, igno
 
     def work(stop: threading.Event) -> SearchResult:
         pattern = compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
-        conn = connect_read_only(store.path)
-        items = newest_first(conn, page_rows=SEARCH_PAGE_ROWS)
+        needs = required(query, as_regex=as_regex, ignore_case=ignore_case)
+        reads = store.open_search_reads(lambda: stop.is_set() or time.monotonic() >= deadline)
+        items = reads.newest_first(needs, where if where is not None else SearchFilter())
         try:
-            return scan(items, pattern, limit, deadline=deadline, stop=stop, where=where)
+            return scan(items, pattern, limit, deadline=deadline, stop=stop)
         finally:
             items.close()
-            conn.close()
+            reads.close()
 
     # One of the store's few scan slots (none to share when reads share the writer's connection, the old path).
     slots = store.reader.scan_slots if store.reader is not None else anyio.Semaphore(1)
@@ -271,8 +282,8 @@ def turn_trigger(items: list[StoredItem]) -> str | None:
     one peer row among the items names the trigger; NAME is the sender the
     host recorded in `metadata.peer.from` (docs/peers.md#seeing-it).
     """
-    senders = dict.fromkeys(str(peer["from"]) for item in items if item.agent is not None
-                            and isinstance(peer := item.metadata.get("peer"), dict) and isinstance(peer.get("from"), str))
+    senders = dict.fromkeys(host.peer.sender for item in items if item.agent is not None
+                            and isinstance(host := item.host, PeerMeta) and host.peer.sender is not None)
     return f"peer from {header_value(','.join(senders))}" if senders else None
 
 

@@ -22,6 +22,9 @@ Below the floor and past the cutoff, an item is still kept when
 - a push-event dedup record still inside its window names it
   (`push_events.item_id`: a redelivered event is answered with that item).
 
+An item deleted leaves the search index in the same transaction
+(store/search_index.py `forget_nocommit`), so no search finds it after.
+
 Each batch is one short write transaction on the writer's connection, so
 an inbound commit waits for at most one batch, and the pass pauses between
 batches as long as the last one took: inbound keeps at least half the
@@ -38,8 +41,10 @@ import msgspec
 import structlog
 
 from mcplhost.store.connection import Connections
+from mcplhost.store.interfaces import SearchIndex
 from mcplhost.store.items import IDS_PER_QUERY
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS
+from mcplhost.store.turns import DAY_MS
 
 log = structlog.get_logger()
 
@@ -49,7 +54,6 @@ RETENTION_BATCH_ROWS = 300
 RETENTION_PAUSE_MAX_S = 0.05
 #: How often a pass runs (the first one right at start).
 RETENTION_INTERVAL_S = 3600.0
-DAY_MS = 24 * 3600 * 1000
 #: Outbox ids taken from one speech row's metadata.outboxIds (a publish names a few destinations at most).
 OUTBOX_IDS_PER_ROW = 64
 
@@ -120,15 +124,16 @@ class PassCounts(msgspec.Struct):
 class RetentionRepository:
     """The SQL of retention: the floor, and one batch (read, decide, delete) in one transaction."""
 
-    def __init__(self, connections: Connections) -> None:
+    def __init__(self, connections: Connections, index: SearchIndex) -> None:
         self._connections = connections
+        self._index = index
 
     async def floor(self, agents: Iterable[str], *, context_rows: int) -> int:
         """The largest id retention may delete (0: none): below the newest item, each agent's cursor and context."""
         names = sorted(set(agents))
         async with self._connections.read() as conn:
             ((newest,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
-            floor = newest - 1
+            floor = int(newest) - 1
             if names:
                 marks = ", ".join("?" * len(names))
                 ((lowest,),) = await conn.execute_fetchall(
@@ -139,7 +144,7 @@ class RetentionRepository:
                 rows = await conn.execute_fetchall(
                     "SELECT id FROM items WHERE agent IS NULL OR agent = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
                     (name, context_rows - 1))
-                oldest_in_context = next((row[0] for row in rows), 0)  # 0: fewer rows than a context holds
+                oldest_in_context = int(next((row[0] for row in rows), 0))  # 0: fewer rows than a context holds
                 floor = min(floor, oldest_in_context - 1)
         return max(floor, 0)
 
@@ -174,6 +179,7 @@ class RetentionRepository:
                                 queued_peer_items=frozenset(peer), claimed_items=frozenset(claimed),
                                 after_id=after_id)
             if decision.delete:
+                await self._index.forget_nocommit(decision.delete)
                 await conn.execute(f"DELETE FROM items WHERE id IN ({', '.join('?' * len(decision.delete))})",
                                    decision.delete)
             return decision

@@ -30,8 +30,9 @@ import aiosqlite
 import msgspec
 
 from mcplhost.store.connection import Connections
-from mcplhost.store.retention import DAY_MS
 
+#: One UTC day in milliseconds: the token budget's window, the daily charts, retention's days.
+DAY_MS = 24 * 3600 * 1000
 #: How a finished turn ended (docs/agents.md#turns); NULL in the table while it runs.
 OUTCOMES = ("completed", "failed", "aborted", "held")
 #: Every reason the host writes (docs/agents.md#turns); a failed turn's is REASON_BACKEND_ERROR or REASON_INTERNAL_ERROR.

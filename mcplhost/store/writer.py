@@ -6,7 +6,12 @@ and a round trip to SQLite's thread per request at the thread-hop rate.
 `GroupWriter` takes every write that is queued, applies all their typed
 operations (store/operations.py), each type with one repository call,
 commits once, and only then wakes each caller with its operations' results
-(the ids committed, or the originals of repeats).
+(the ids committed, or the originals of repeats), each typed as its
+operation declares:
+
+    turn_id = await writer.write(BeginTurn("scout", (17,), now))          # one operation: its result
+    committed = await writer.submit(publish, FinishTurn(...), SetCursor(...))  # several, together
+    committed[publish].outbox_ids                                          # each one's result, by operation
 
 A write is a tuple of operations that commit together or not at all. If the
 group's transaction fails, every write in it gets the error (nothing of it
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -33,6 +38,8 @@ from .pushes import PushClaim
 
 log = structlog.get_logger()
 
+R = TypeVar("R")
+
 #: Writes queued before callers wait (back-pressure to the connectors).
 MAX_QUEUED_WRITES = 4096
 #: Writes committed together at most.
@@ -44,11 +51,30 @@ DRAIN_S = 10.0
 class _Write:
     __slots__ = ("operations", "done", "results", "error")
 
-    def __init__(self, operations: tuple[Operation, ...]) -> None:
+    def __init__(self, operations: tuple[Operation[Any], ...]) -> None:
         self.operations = operations
         self.done = False
         self.results: list[Any] = []
         self.error: BaseException | None = None
+
+
+class Committed:
+    """What one write's operations came to: `committed[operation]` is the result that operation declares.
+
+    Not a sequence: a result is found by its operation, never by position.
+    """
+
+    __iter__ = None  # `for r in committed` and `(a,) = committed` fail at once, not at a KeyError for 0
+
+    def __init__(self, operations: tuple[Operation[Any], ...], results: list[Any]) -> None:
+        # By identity: the operations are held here, so no other object can take one's id while this lives.
+        self._operations = operations
+        self._results = {id(operation): result for operation, result in zip(operations, results, strict=True)}
+
+    def __getitem__(self, operation: Operation[R]) -> R:
+        """The result of `operation`, one of this write's (KeyError for any other)."""
+        result: R = self._results[id(operation)]
+        return result
 
 
 class GroupWriter:
@@ -63,8 +89,14 @@ class GroupWriter:
         self._committed = anyio.Event()
         self.stats = {"writes": 0, "operations": 0, "commits": 0, "failed": 0}
 
-    async def submit(self, *operations: Operation) -> list[Any]:
-        """Commit `operations` together; return once committed, one result per operation in order."""
+    async def write(self, operation: Operation[R]) -> R:
+        """Commit one operation; return once committed, with its result."""
+        return (await self.submit(operation))[operation]
+
+    async def submit(self, *operations: Operation[Any]) -> Committed:
+        """Commit `operations` together (each once); return once committed, with each one's result."""
+        if len({id(operation) for operation in operations}) != len(operations):
+            raise ValueError("an operation is submitted once per write: build another for a second one")
         write = _Write(operations)
         try:
             self._send.send_nowait(write)  # no yield to the loop while there is room
@@ -74,7 +106,7 @@ class GroupWriter:
             await self._committed.wait()
         if write.error is not None:
             raise write.error
-        return write.results
+        return Committed(operations, write.results)
 
     async def store_items(self, items: list[NewItem], *, charged_to: str | None = None,
                           body_bytes: list[int] | None = None) -> list[ItemWritten]:
@@ -82,16 +114,14 @@ class GroupWriter:
 
         `charged_to`, `body_bytes`: count them in that connector's quota (store/operations.py `InsertItems`).
         """
-        (written,) = await self.submit(InsertItems(items, charged_to, body_bytes))
-        return written
+        return await self.write(InsertItems(items, charged_to, body_bytes))
 
     async def store_push(self, claim: PushClaim, item: NewItem, *, body_bytes: int | None = None) -> PushWritten:
         """Store a push's item and answer once per (server, event id); a repeat gets the original's.
 
         `body_bytes`: count it in its connector's quota when stored (store/operations.py `ClaimPush`).
         """
-        (written,) = await self.submit(ClaimPush(claim, item, body_bytes))
-        return written
+        return await self.write(ClaimPush(claim, item, body_bytes))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -129,7 +159,7 @@ class GroupWriter:
     async def _commit_group(self, group: list[_Write]) -> None:
         # Operations by type, in stage order and then first appearance; each
         # remembers its (write, position) so its result goes back to its caller.
-        by_type: dict[type, list[tuple[_Write, int, Operation]]] = {}
+        by_type: dict[type[Operation[Any]], list[tuple[_Write, int, Operation[Any]]]] = {}
         for write in group:
             write.results = [None] * len(write.operations)
             for position, operation in enumerate(write.operations):

@@ -180,7 +180,7 @@ async def wait_exited(process: Process, timeout: float) -> bool:
     return process.returncode is not None
 
 
-def _signal_group(process: Process, sig: int) -> None:
+def _signal_group(process: Process, sig: signal.Signals) -> None:
     try:
         os.killpg(process.pid, sig)  # the child leads its own group (start_new_session)
     except ProcessLookupError:
@@ -217,7 +217,7 @@ async def stop(process: Process, *, stdin_grace: float, term_grace: float, log: 
         _signal_group(process, signal.SIGKILL)
         _record(process, running=False)
         await _close_pipes(process)
-        return how
+    return how
 
 
 class Launcher(Protocol):

@@ -4,8 +4,10 @@
 It hands out the connector's `ConnectorHandle` (handle.py), the one object
 that outlives every restart, through `task_status.started(handle)` once the
 first start has finished its handshake (ready or MCP-only) or failed, which
-is what READY=1 waits for. It is the handle's only writer: every state
-change goes through it and is logged there, once.
+is what READY=1 waits for. It is the only writer of the handle's
+`Lifecycle` (lifecycle.py): every state change goes through it and is
+logged there, once. Each life's connection gets the intake through a
+`StampingIntake` (traffic.py), which notes when items come in.
 A crashing, hanging or chatty connector only ever affects its own task.
 
 What counts as a failure (docs/operations.md): every exit the host did not
@@ -40,14 +42,17 @@ from anyio.abc import Process, TaskStatus
 from mcplhost.config import ConnectorConfig
 from mcplhost.envfile import EnvFileError
 from mcplhost.logs import LimitedLog
-from mcplhost.protocol.connection import HandshakeFailed, McplConnection, Mode, PolicyClosed
+from mcplhost.protocol.connection import OFFERED, HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
+from mcplhost.protocol.ports import State
 from mcplhost.rpc import ConnectionClosed, RequestTimeout, Session
 from mcplhost.tracebacks import bounded_traceback
 
-from .handle import ConnectorHandle, State
+from .handle import ConnectorHandle
+from .lifecycle import Lifecycle
 from .policy import GiveUp, Restart, RestartPolicy
 from .process import CHILD_PROCESSES, Launcher, drain_stderr, exit_description, wait_exited
+from .traffic import StampingIntake
 from .watch import ping_until_deaf, watch_quiet
 
 log = structlog.get_logger()
@@ -89,7 +94,8 @@ async def supervise(
         # Once per connector and run, not per restart: the config will not change meanwhile.
         clog.warning("connector.grant_empty",
                      detail="the grant is empty: nothing this connector sends can be accepted")
-    intake = handle.inbound_clock(intake)
+    intake = StampingIntake(intake, handle.traffic.inbound)
+    life = handle.life
     policy = RestartPolicy(spec.restart)
     reported = False
 
@@ -108,27 +114,27 @@ async def supervise(
         nonlocal decision
         now = anyio.current_time()
         decision = next_step(spec, policy, ended, uptime=now - began, now=now)
-        announce(handle, spec, decision, ended)
+        announce(life, spec, decision, ended)
 
     try:
         while True:
             began, decision = anyio.current_time(), None
-            handle.starting()
-            with handle.restartable():  # restart-connector ends the life here, through its shielded ladder
+            life.starting()
+            with life.restartable():  # restart-connector ends the life here, through its shielded ladder
                 await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended,
                                launcher=launcher)
             report_started()
-            if handle.take_restart():
+            if life.take_restart():
                 policy.reset()  # as `supervisorctl restart`: a fresh budget, no delay
                 continue
             if not isinstance(decision, Restart):
                 return
-            with handle.restartable():
+            with life.restartable():
                 await anyio.sleep(decision.delay)
-            if handle.take_restart():
+            if life.take_restart():
                 policy.reset()
     finally:
-        handle.stopped("the host is stopping", expected=True)  # a no-op after a return above
+        life.stopped("the host is stopping", expected=True)  # a no-op after a return above
 
 
 def next_step(spec: ConnectorConfig, policy: RestartPolicy, ended: str, *, uptime: float,
@@ -141,15 +147,15 @@ def next_step(spec: ConnectorConfig, policy: RestartPolicy, ended: str, *, uptim
     return policy.failed(now)
 
 
-def announce(handle: ConnectorHandle, spec: ConnectorConfig, decision: Restart | GiveUp, ended: str) -> None:
-    """Move the handle to the state the decision means; that logs it."""
+def announce(life: Lifecycle, spec: ConnectorConfig, decision: Restart | GiveUp, ended: str) -> None:
+    """Move the connector to the state the decision means; that logs it."""
     if isinstance(decision, GiveUp):
-        handle.stopped(decision.reason, last=ended)
+        life.stopped(decision.reason, last=ended)
     elif decision.slow_lane:
-        handle.waiting(State.SLOW_LANE, failures=decision.consecutive, delay_s=round(decision.delay, 3),
+        life.waiting(State.SLOW_LANE, failures=decision.consecutive, delay_s=round(decision.delay, 3),
                        detail=f"crash loop: one start every {spec.restart.backoff_max_s:g} s until it stays up")
     else:
-        handle.waiting(State.BACKOFF, failures=decision.consecutive, delay_s=round(decision.delay, 3))
+        life.waiting(State.BACKOFF, failures=decision.consecutive, delay_s=round(decision.delay, 3))
 
 
 async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: ConnectorHandle, *,
@@ -161,11 +167,12 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     `on_end(ended)` runs once the life has ended on its own, before the
     ladder; not when the host cancels it.
     """
+    life = handle.life
     try:
         process = await launcher.spawn(spec)
     except (OSError, EnvFileError) as exc:  # a missing command, cwd or env file fails this connector alone
         clog.error("connector.spawn_failed", command=spec.command, error=str(exc))
-        handle.failed(f"spawn failed: {exc}")
+        life.failed(f"spawn failed: {exc}")
         on_end(Life.SPAWN_FAILED)
         return Life.SPAWN_FAILED
     plog = clog.bind(pid=process.pid)
@@ -176,27 +183,27 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     try:
         try:
             connection = McplConnection(spec, _session(spec, process, plog, limited), intake, plog,
-                                        on_mode=handle.mode_entered, inference=handle.inference, hooks=handle.hooks,
-                                        limited=limited, counts=handle.refusals, on_channels=handle.channels_changed,
-                                        **({} if handle.offered is None else {"offered": handle.offered}))
-            handle.spawned(process.pid, connection, command=spec.command)
+                                        on_mode=life.mode_entered, inference=handle.inference, hooks=handle.hooks,
+                                        limited=limited, counts=handle.refusals, on_channels=life.channels_changed,
+                                        offered=OFFERED if handle.offered is None else handle.offered)
+            life.spawned(process.pid, connection, command=spec.command)
             ended = await _serve_life(spec, process, connection, plog, limited, handle, on_ready)
         except Exception as exc:  # the boundary: only Exception, so a cancellation (or a group holding one) goes on
             ended = Life.CRASHED
             error = crash_error(exc)
             plog.error("connector.crashed", error=error, traceback=bounded_traceback(exc))
-            handle.failed(f"internal error: {error}")
+            life.failed(f"internal error: {error}")
         # Reached only when the life ended on its own: a host stop cancels past this line.
-        handle.life_ending()
+        life.life_ending()
         if ended == Life.EXITED:
-            handle.failed(_exit_error(process.returncode))
+            life.failed(_exit_error(process.returncode))
         on_end(ended)
     finally:
-        handle.life_ending()
+        life.life_ending()
         if connection is not None:
             connection.close_jobs()
         how = await launcher.stop(process, spec, plog)
-        handle.exited()
+        life.exited()
         limited.close()  # what the life's last windows held back, before its last line
         plog.info("connector.exited", returncode=process.returncode, how=how, ended=ended)
     return ended
@@ -229,12 +236,12 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
                 deaf = True
                 plog.warning("connector.deaf", error=error, ping_interval_s=interval,
                              ping_timeout_s=spec.ping_timeout_s)
-                handle.failed(error)
+                handle.life.failed(error)
                 tg.cancel_scope.cancel()
 
         drained = anyio.Event()
         tg.start_soon(_drain, process, plog, drained)
-        tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle, tg.cancel_scope)
+        tg.start_soon(_serve_until_output_ends, session, process, drained, spec, handle.life, tg.cancel_scope)
         tg.start_soon(connection.run_background)
         tg.start_soon(limited.run)
         try:
@@ -242,12 +249,12 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
         except HandshakeFailed as exc:
             error = await _handshake_failure(exc, connection.mode, process)
             plog.error("connector.handshake_failed", error=error)
-            handle.failed(error)
+            handle.life.failed(error)
             ended = Life.HANDSHAKE_FAILED
             tg.cancel_scope.cancel()
         except PolicyClosed as exc:
             plog.warning("connector.policy_closed", reason=str(exc))
-            handle.failed(f"closed after the connector refused the policy: {exc}")
+            handle.life.failed(f"closed after the connector refused the policy: {exc}")
             ended = Life.POLICY_CLOSED
             tg.cancel_scope.cancel()
         else:
@@ -259,7 +266,7 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
             # Serve until the child's output ends (which cancels this scope), or
             # until the connector refuses a later policy with fallback "close".
             await connection.closed_by_policy.wait()
-            handle.failed("closed after the connector refused a later policy")
+            handle.life.failed("closed after the connector refused a later policy")
             ended = Life.POLICY_CLOSED
             tg.cancel_scope.cancel()
     return Life.DEAF if deaf and ended == Life.EXITED else ended
@@ -312,10 +319,10 @@ async def _drain(process: Process, plog: Any, drained: anyio.Event) -> None:
 
 
 async def _serve_until_output_ends(session: Session, process: Process, drained: anyio.Event,
-                                   spec: ConnectorConfig, handle: ConnectorHandle, scope: anyio.CancelScope) -> None:
+                                   spec: ConnectorConfig, life: Lifecycle, scope: anyio.CancelScope) -> None:
     """Read the child's output; when it ends, let the child exit and its stderr drain, then end the life."""
     await session.run()
-    handle.life_ending()  # no call can reach it any more: refuse them now, not after the waits below
+    life.life_ending()  # no call can reach it any more: refuse them now, not after the waits below
     await wait_exited(process, spec.stop_grace_s)
     with anyio.move_on_after(STDERR_TAIL_S):
         await drained.wait()

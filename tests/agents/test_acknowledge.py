@@ -35,9 +35,7 @@ def item(item_id: int, *, tags: Any = ("chat:addressed", "chat:mention"), messag
 
 
 class AckHandle:
-    """The part of a connector port acknowledge uses; `answers` are raw JSON results or RemoteError codes."""
-
-    name = "discord"
+    """An AcknowledgePort (state, grant, request); `answers` are raw JSON results or RemoteError codes."""
 
     def __init__(self, *answers: Any, grant: frozenset[str] = frozenset({"channels.acknowledge"})) -> None:
         self.state = State.READY

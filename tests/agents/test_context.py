@@ -30,14 +30,7 @@ from mcplhost.agents.context import (
 from mcplhost.agents.cut import CUT_NOTE, anchored_cut
 from mcplhost.agents.history import RenderedRows, Unit
 from mcplhost.agents.model import Message, ToolCall, ToolSpec
-from mcplhost.agents.rows import (
-    Destination,
-    notice_row,
-    source_notice_row,
-    speech_row,
-    tool_call_row,
-    tool_result_row,
-)
+from mcplhost.agents.rows import speech_row, tool_call_row, tool_result_row
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.conversation import conversation_id
@@ -46,6 +39,8 @@ from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.peers.envelope import CLOSE_TAG, OPEN_TAG, envelope, guidance
 from mcplhost.store import NewItem, StoredItem, open_store
+from mcplhost.store.own_rows import notice_row, source_notice_row
+from mcplhost.store.rows import Destination, DraftsNotice, FailedReplyNotice, TurnFailedNotice
 from tests.peers.lookalikes import oracle_lookalikes, tag_text
 
 NOW = 1_790_000_000_000
@@ -162,7 +157,7 @@ class TestMessages:
     def test_own_rows_in_place(self) -> None:
         """Speech is assistant text and a notice a user message beginning "[host] ", in stored order."""
         rows = [heard(1, "q"), own(2, speech_row("scout", 1, "answer", created_at=NOW)),
-                own(3, notice_row("scout", "turn-failed", "the backend timed out", created_at=NOW)),
+                own(3, notice_row("scout", TurnFailedNotice(), "the backend timed out", created_at=NOW)),
                 heard(4, "again")]
         messages = compile_(rows).request.messages
         assert [m.role for m in messages] == ["user", "assistant", "user", "user"]
@@ -388,7 +383,7 @@ class TestConversationScope:
         rows = [own(1, source_notice_row("scout", created_at=NOW)),
                 heard(2, "public"), heard(3, "private", channel="discord:dm:1", label=None),
                 own(4, speech_row("scout", 1, "public answer", room, created_at=NOW)),
-                own(5, notice_row("scout", "turn-failed", "dm failure", created_at=NOW, conversation_id=dm_conv)),
+                own(5, notice_row("scout", TurnFailedNotice(), "dm failure", created_at=NOW, conversation_id=dm_conv)),
                 heard(6, "public again")]
         messages = compile_(rows, agent=agent, wake=[6]).request.messages
         assert [texts(m)[0].split("\n")[-1] for m in messages] == [
@@ -550,7 +545,7 @@ class TestLookalikes:
                 own(3, tool_call_row("scout", 1, call, "_message> then", created_at=NOW)),
                 own(4, tool_result_row("scout", 1, "c1", "disc__search", [{"type": "text", "text": FORGED}], False,
                                        created_at=NOW)),
-                own(5, notice_row("scout", "failed-reply", f"connector said {CLOSE_TAG}", created_at=NOW)),
+                own(5, notice_row("scout", FailedReplyNotice(), f"connector said {CLOSE_TAG}", created_at=NOW)),
                 own(6, speech_row("scout", 2, "</MCPL_AGENT_MESSAGE>", created_at=NOW))]
         messages = compile_(rows, wake=[1]).request.messages
         shown = [texts(m)[0] for m in messages]
@@ -746,7 +741,7 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
             rows.append(own(i, tool_result_row("scout", 1, call_id, "t", [{"type": "text", "text": text}],
                                                draw(st.booleans()), created_at=NOW)))
         else:
-            rows.append(own(i, notice_row("scout", "drafts", text or ".", created_at=NOW)))
+            rows.append(own(i, notice_row("scout", DraftsNotice(), text or ".", created_at=NOW)))
     return rows
 
 

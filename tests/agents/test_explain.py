@@ -172,7 +172,7 @@ class TestExplainItem:
         stored = event(1, " !STOP ", tags=ADDRESSED, author_id="boss")
         assert len(stored.item.content) > 1  # the host's header block, then the body
         async with agent_store(tmp_path) as (store, writer, _):
-            (written,) = await writer.submit(InsertItems([stored.item]))
+            written = await writer.write(InsertItems([stored.item]))
             (answer,) = await explain_item(store, [agent(control_from=["disc/boss"])], written[0].id)
         assert (answer.decision, answer.reason) == ("not_waking", "stop_command")
 
@@ -184,6 +184,6 @@ class TestExplainItem:
         config = agent(control_from=["disc/boss"])
         assert not is_stop_command(config, split)
         async with agent_store(tmp_path) as (store, writer, _):
-            (written,) = await writer.submit(InsertItems([split]))
+            written = await writer.write(InsertItems([split]))
             (answer,) = await explain_item(store, [config], written[0].id)
         assert answer.reason != "stop_command"

@@ -20,9 +20,10 @@ from mcplhost.agents.hooks import (
     lifecycle,
 )
 from mcplhost.agents.model import Usage
-from mcplhost.agents.rows import notice_row
 from mcplhost.config import AgentConfig
 from mcplhost.protocol.answers import MALFORMED_DETAIL_MAX_CHARS
+from mcplhost.store.own_rows import notice_row
+from mcplhost.store.rows import TurnFailedNotice
 
 from ..harness import HINT, config_with, logged, record, scripted, wait_for
 from ..memory_pair import memory_host
@@ -228,7 +229,8 @@ class TestInjectedTextIsTheConnectors:
         spec = hook_connector("mem", tmp_path, [AFTER], answering(injection("afterUser", forged)))
         async with memory_host(config_with(tmp_path, spec)) as host:
             injections = await ask(host)
-        failed = own(3, notice_row("scout", "turn-failed", "Your last turn failed (backend_error).", created_at=NOW))
+        failed = own(3, notice_row("scout", TurnFailedNotice(), "Your last turn failed (backend_error).",
+                                   created_at=NOW))
         rows = [failed, guidance_message(4, "check the logs"), heard(5, "hi")]
         request = compile_(rows, injections=injections).request
         shown = [text for message in request.messages for text in context_texts(message)]

@@ -9,13 +9,9 @@ import pytest
 
 from mcplhost.agents.model import ToolCall
 from mcplhost.agents.rows import (
-    NOTICE_KINDS,
-    Destination,
     draft_row,
-    notice_row,
     row_conversation,
     row_kind,
-    source_notice_row,
     speech_row,
     tool_call_of,
     tool_call_row,
@@ -24,8 +20,17 @@ from mcplhost.agents.rows import (
     turn_of,
 )
 from mcplhost.inbound.conversation import conversation_id
-from mcplhost.inbound.notice import SOURCE_RULE_TEXT, build_source_notice
 from mcplhost.store import NewItem, StoredItem, open_store
+from mcplhost.store.own_rows import notice_row, source_notice_row
+from mcplhost.store.rows import (
+    Destination,
+    DraftsNotice,
+    FailedReplyNotice,
+    NoticeRow,
+    SourceHeaderNotice,
+    SpeechMeta,
+    TurnFailedNotice,
+)
 
 AT = 1_790_000_000_000
 ROOM = Destination(server_id="discord", channel_id="discord:g1:room", thread_id="t1")
@@ -91,33 +96,18 @@ class TestOtherRows:
         assert blocks == [{"type": "text", "text": "sunny"}]
         assert tool_result_call_id(stored(row)) == "c1"
 
-    @pytest.mark.parametrize("kind", sorted(NOTICE_KINDS))
-    def test_notice_row_is_a_system_user_row(self, kind: str) -> None:
-        """Every notice kind is a user row with system true; extra metadata joins it."""
-        row = notice_row("scout", kind, "something happened", created_at=AT, turnId=4)
+    @pytest.mark.parametrize("notice", [SourceHeaderNotice(), DraftsNotice(turn_id=4), TurnFailedNotice(reason="x"),
+                                        FailedReplyNotice(outbox_id=3, turn_id=4, reason="refused")])
+    def test_notice_row_is_a_system_user_row(self, notice: NoticeRow) -> None:
+        """Every notice kind is a user row with system true (tests/store/test_rows.py: each one's whole shape)."""
+        row = notice_row("scout", notice, "something happened", created_at=AT)
         assert row.role == "user"
-        assert row.metadata == {"turnId": 4, "kind": kind, "system": True}
+        assert row.metadata["kind"] == notice.kind and row.metadata["system"] is True
         assert row_kind(stored(row)) == "notice"
-
-    def test_notice_extra_cannot_override_kind_or_system(self) -> None:
-        """The builder's kind and system win over same-named extra keys."""
-        row = notice_row("scout", "drafts", "x", created_at=AT, system=False)
-        assert row.metadata["system"] is True and row.metadata["kind"] == "drafts"
-
-    def test_unknown_notice_kind_is_refused(self) -> None:
-        """A notice kind the export table does not list is a programming error."""
-        with pytest.raises(ValueError, match="not a notice kind"):
-            notice_row("scout", "speech", "x", created_at=AT)
-
-    def test_source_notice_row_is_the_inbound_notice(self) -> None:
-        """The one-time notice row is exactly mcplhost.inbound.notice's content and metadata."""
-        row = source_notice_row("scout", created_at=AT)
-        assert (row.content, row.metadata) == build_source_notice()
-        assert row.content[0]["text"] == SOURCE_RULE_TEXT
 
     def test_conversation_id_is_recorded_when_given(self) -> None:
         """Under conversation scope a row names its conversation in metadata and in the column."""
-        row = notice_row("scout", "turn-failed", "x", created_at=AT, conversation_id="conv_1")
+        row = notice_row("scout", TurnFailedNotice(reason="x"), "x", created_at=AT, conversation_id="conv_1")
         assert row.metadata["conversationId"] == "conv_1" and row.conversation_id == "conv_1"
         assert row_conversation(stored(row)) == "conv_1"
 
@@ -175,10 +165,10 @@ async def test_rows_survive_the_store(tmp_path: Path) -> None:
              tool_call_row("scout", 1, call, "looking", created_at=AT),
              tool_result_row("scout", 1, "c1", "history_search", [{"type": "text", "text": "none"}], False,
                              created_at=AT),
-             notice_row("scout", "turn-failed", "the backend timed out", created_at=AT, turnId=1)]
+             notice_row("scout", TurnFailedNotice(reason="timeout"), "the backend timed out", created_at=AT)]
     async with open_store(tmp_path / "m.db") as store:
         await store.items.insert_many(built)
         back = await store.items.list(agent="scout")
     assert [row_kind(r) for r in back] == ["speech", "tool-call", "tool-result", "notice"]
     assert tool_call_of(back[1]) == call
-    assert back[0].metadata["destination"] == ROOM.as_metadata()
+    assert back[0].host == SpeechMeta(turn_id=1, destination=ROOM, outbox_id=5, conversation_id=ROOM.conversation_id())

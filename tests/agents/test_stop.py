@@ -301,7 +301,7 @@ class TestSenderNeverSendsAFailedRow:
                 speech = NewItem(role="assistant", content=[{"type": "text", "text": "late"}],
                                  metadata={"kind": "speech"}, created_at=1, agent="scout")
                 entry = _entry("late")
-                (published,) = await host.writer.submit(PublishSpeech(speech, [entry]))
+                published = await host.writer.write(PublishSpeech(speech, [entry]))
                 host.outbox_senders["disc"].notify()
                 await wait_for(lambda: [e for e in logs if e["event"] == "outbox.no_longer_pending"])
                 row = await host.store.outbox.get(published.outbox_ids[0])

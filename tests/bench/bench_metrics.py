@@ -54,7 +54,7 @@ async def main() -> None:
             for n, (name, handle) in enumerate(host.connectors.items()):
                 connection = McplConnection(handle.spec, gone_session(), host.ingest, structlog.get_logger())
                 connection.registry.add([descriptor(f"{name}:ch{j}") for j in range(CHANNELS_PER_CONNECTOR)])
-                handle.spawned(10_000 + n, connection)
+                handle.life.spawned(10_000 + n, connection)
                 for lane in ("channels/incoming", "push/event"):
                     handle.refusals.item(lane, 3)  # (the accepted and duplicate series are there, at 0)
                 for method, code in (("push/event", -32002), ("channels/incoming", -32602), ("(unknown)", -32601)):

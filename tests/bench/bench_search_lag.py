@@ -64,7 +64,7 @@ async def search_on_the_loop(store: Store, query: str, *, as_regex: bool, limit:
     window: deque[int] = deque(maxlen=limit)
     async for item in store.items.iterate():
         try:
-            match = pattern.search(body_text(item.content, item.metadata), timeout=REGEX_TIMEOUT_S)
+            match = pattern.search(body_text(item.content, item.meta.source_header), timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
             continue
         if match is not None:

@@ -74,7 +74,7 @@ async def seed(db: Path) -> dict[str, int]:
     async with open_store(db) as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        (written,) = await writer.submit(InsertItems([
+        written = await writer.write(InsertItems([
             channel_item("hello @scout"),                       # 1: woke scout
             channel_item("again @scout", author="spammer"),     # 2: sender cap
             channel_item("  !STOP ", author="boss"),              # 3: scout's stop command
@@ -83,14 +83,14 @@ async def seed(db: Path) -> dict[str, int]:
             channel_item("mine", message_id="m-echo"),           # 6: the echo of scout's delivered publish
         ]))
         ids = [w.id for w in written]
-        (turn,) = await writer.submit(RecordTurn("scout", (ids[0],), AT, AT + 900, "completed", "gpt-4o-mini",
+        turn = await writer.write(RecordTurn("scout", (ids[0],), AT, AT + 900, "completed", "gpt-4o-mini",
                                                  {"input_tokens": 900, "output_tokens": 7}))
         entry = OutboxEntry(agent="scout", turn_id=turn, server_id="discord", channel_id=CHANNEL, thread_id=None,
                             conversation_id="conv_x", text="hi", created_at=AT + 500)
-        (published,) = await writer.submit(PublishSpeech(speech_row("scout", turn, "hi", created_at=AT + 500),
+        published = await writer.write(PublishSpeech(speech_row("scout", turn, "hi", created_at=AT + 500),
                                                           [entry]))
         await writer.submit(EndPublish(published.outbox_ids[0], "delivered", AT + 600, message_id="m-echo"))
-        (draft_ids,) = await writer.submit(InsertItems([draft_row("scout", turn, "unsent", "moderation",
+        draft_ids = await writer.write(InsertItems([draft_row("scout", turn, "unsent", "moderation",
                                                                    created_at=AT + 700)]))
         await writer.submit(RecordWakeDecisions([WakeDecision(ids[1], "scout", "sender_cap", AT)]),
                             SetCursor("scout", ids[3], AT + 900))

@@ -30,7 +30,7 @@ async def seed(db: Path) -> None:
     async with open_store(db) as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        (published,) = await writer.submit(PublishSpeech(speech, entries))
+        published = await writer.write(PublishSpeech(speech, entries))
         first, second, _ = published.outbox_ids
         await writer.submit(EndPublish(first, "delivered", QUEUED + 50, message_id="m-1"),
                             EndPublish(second, "failed", QUEUED + 60, error='refused "no"\nreally'))

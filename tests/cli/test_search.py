@@ -1,9 +1,11 @@
-"""`mcplhost search`: newest hits first across pages, bounded memory, and timed-out expressions reported."""
+"""`mcplhost search`: newest hits first across pages, bounded memory, timed-out expressions reported, the
+filters, and a store from before the search index served at once and indexed in the background."""
 
 from __future__ import annotations
 
 import functools
 import json
+import signal
 import threading
 import tracemalloc
 from pathlib import Path
@@ -18,21 +20,23 @@ from mcplhost.store.db import SCAN_WORKERS
 from mcplhost.store.items import READ_PAGE_SIZE
 from mcplhost.store.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
 
-from ..harness import wait_for
-from .support import cli
+from ..builders import incoming, message, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
+from .support import cli, daemon, scripted_connector, write_config
 
 #: Matches "hello" at once, and backtracks past REGEX_TIMEOUT_S on a long run of a's with a b at its end.
 SLOW_OR_HELLO = r"(a|aa)+$|hello"
 SLOW_BODY = "a" * 60 + "b"
 
 
-async def seed(db: Path, bodies: list[str]) -> None:
-    """One item per body, ids 1.. in order, in channel disc:g1:room."""
-    async with open_store(db) as store:
+async def seed(db: Path, bodies: list[str], *, migrations_folder: Path | None = None,
+               channels: tuple[str, ...] = ("disc:g1:room",)) -> None:
+    """One item per body, ids 1.. in order, created a minute apart, in the channels in turn."""
+    async with open_store(db, migrations_folder=migrations_folder) as store:
         await store.items.insert_many([
             NewItem(role="user", content=[{"type": "text", "text": body}],
-                    metadata={"serverId": "disc", "channelId": "disc:g1:room"},
-                    created_at=1_790_000_000_000 + n, participant="Alice")
+                    metadata={"serverId": "disc", "channelId": channels[n % len(channels)]},
+                    created_at=1_790_000_000_000 + n * 60_000, participant="Alice")
             for n, body in enumerate(bodies)
         ])
 
@@ -76,6 +80,16 @@ class TestResults:
             found = await search_items(store, "needle", limit=5)
         assert [hit["id"] for hit in found.hits] == list(range(READ_PAGE_SIZE * 3, READ_PAGE_SIZE * 3 - 5, -1))
         assert found.searched == 5 and not found.stopped_early
+
+
+class TestFilters:
+    async def test_channel_and_since_narrow_the_hits(self, tmp_path) -> None:
+        """--channel keeps one channel id, --since the items created at or after the time (epoch ms here)."""
+        await seed(tmp_path / "host.db", [f"needle {n}" for n in range(6)], channels=("disc:g1:a", "disc:g1:b"))
+        by_channel = search(tmp_path / "host.db", "needle", "--channel", "disc:g1:b")
+        since = search(tmp_path / "host.db", "needle", "--since", str(1_790_000_000_000 + 4 * 60_000))
+        assert [line.split()[0] for line in by_channel.stdout.splitlines()] == ["6", "4", "2"]
+        assert [line.split()[0] for line in since.stdout.splitlines()] == ["6", "5"]
 
 
 class TestTheDeadline:
@@ -215,3 +229,42 @@ class TestScan:
         scan(costed_items([(False, 0.0, True)] * 5), CostedPattern(clock), 5, deadline=10, stop=stop, where=where,
              clock=clock)
         assert tested == [5]
+
+
+#: Items of the previous release's store: enough that the indexer logs its build (INDEX_BUILD_LOG_ROWS).
+BACKLOG = 12_000
+
+
+class TestAStoreFromThePreviousRelease:
+    async def test_run_serves_it_at_once_and_indexes_it_in_the_background(self, tmp_path) -> None:
+        """A store the migrations before the search index's made, with items: `run` migrates it without indexing, serves the
+        connector (host.ready) before the indexer starts, and builds the index in the background; a search
+        beside it, wherever the build has got to, finds the fresh item and the old ones."""
+        from mcplhost.store.search_index import INDEX_BUILD_LOG_ROWS
+
+        from ..store.test_search_index import previous_release
+
+        assert BACKLOG >= INDEX_BUILD_LOG_ROWS
+        previous = tmp_path / "previous-release"
+        previous.mkdir()
+        for migration in previous_release():
+            (previous / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql)
+        db = tmp_path / "host.db"
+        await seed(db, [f"{'old needle' if n % 1000 == 0 else 'hay'} {n}" for n in range(BACKLOG)],
+                   migrations_folder=previous)
+        steps = [register("disc:g1:room"), incoming(message("disc:g1:room", "m-1", "a fresh needle"))]
+        config = write_config(tmp_path, [scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps},
+                                                            tmp_path, grant=CHAT_GRANT)])
+        async with daemon(config, tmp_path) as run:
+            await wait_for(lambda: record(tmp_path, "disc").done)  # the fresh item was acknowledged: committed
+            found = search(db, "needle", "--json")
+            await run.wait_event("store.index_built", timeout=60)
+            during = [e["event"] for e in run.lines()
+                      if e.get("event") in ("store.migration_applied", "host.ready", "store.index_building")]
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        assert during == ["store.migration_applied", "host.ready", "store.index_building"]
+        assert run.events("store.index_building")[0]["behind"] >= BACKLOG
+        hits = [json.loads(line) for line in found.stdout.splitlines()]
+        assert hits[0]["snippet"] == "a fresh needle"
+        assert [hit["id"] for hit in hits[1:]] == list(range(BACKLOG - 999, 0, -1000))

@@ -34,7 +34,7 @@ async def seed(db: Path, count: int = 6) -> None:
                        STARTED + 1000 * n + 1500, "completed", "gpt-4o-mini",
                        {"input_tokens": 100 + n, "output_tokens": 20}, DIGEST)
             for n in range(count)))
-        (running,) = await writer.submit(BeginTurn("scout", (99,), STARTED + 1000 * count))
+        running = await writer.write(BeginTurn("scout", (99,), STARTED + 1000 * count))
         assert running == count + 1
         tg.cancel_scope.cancel()
 
@@ -99,7 +99,7 @@ class TestTurnsExport:
         async with open_store(tmp_path / "host.db") as store, anyio.create_task_group() as tg:
             writer = GroupWriter(store)
             await tg.start(writer.run)
-            ((written,),) = await writer.submit(InsertItems([row]))
+            (written,) = await writer.write(InsertItems([row]))
             await writer.submit(RecordTurn("scout", (written.id,), STARTED, STARTED + 10, "completed"),
                                 RecordTurn("scout", (written.id + 100,), STARTED, STARTED + 10, "completed"))
             tg.cancel_scope.cancel()

@@ -40,11 +40,11 @@ class TestStatusLine:
         connectors = handles(line, tmp_path, "a", "b")
         async with anyio.create_task_group() as tg:
             tg.start_soon(line.run, notifier, connectors)
-            connectors["a"].waiting(State.BACKOFF)  # a handle begins in starting
+            connectors["a"].life.waiting(State.BACKOFF)  # a handle begins in starting
             await wait_for(lambda: notifier.sent)
             for _ in range(50):  # a crash loop's worth of changes
-                connectors["b"].waiting(State.BACKOFF)
-                connectors["b"].starting()
+                connectors["b"].life.waiting(State.BACKOFF)
+                connectors["b"].life.starting()
             await anyio.wait_all_tasks_blocked()
             tg.cancel_scope.cancel()
         assert notifier.sent == ["STATUS=2 connectors: 1 starting, 1 backoff"]
@@ -57,9 +57,9 @@ class TestStatusLine:
         connectors = handles(line, tmp_path, "a")
         async with anyio.create_task_group() as tg:
             tg.start_soon(line.run, notifier, connectors)
-            connectors["a"].waiting(State.BACKOFF)
+            connectors["a"].life.waiting(State.BACKOFF)
             await wait_for(lambda: notifier.sent == ["STATUS=1 connector: 1 backoff"])
-            connectors["a"].starting()
+            connectors["a"].life.starting()
             await wait_for(lambda: len(notifier.sent) == 2)
             line.changed()  # a change that leaves the counts as they were
             await anyio.wait_all_tasks_blocked()

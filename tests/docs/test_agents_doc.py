@@ -24,8 +24,8 @@ from .test_links import anchors
 AGENTS_PAGE = REPO / "docs" / "agents.md"
 GRANTS_PAGE = REPO / "docs" / "grants.md"
 #: The modules whose rules docs/agents.md states (its sections name them).
-OWNERS = ["mcplhost.config", "mcplhost.agents.wake", "mcplhost.agents.scheduler", "mcplhost.agents.runtime",
-          "mcplhost.agents.context", "mcplhost.agents.history", "mcplhost.agents.turn", "mcplhost.agents.hooks",
+OWNERS = ["mcplhost.config.schema", "mcplhost.config.rules", "mcplhost.agents.wake", "mcplhost.agents.scheduler",
+          "mcplhost.agents.runtime", "mcplhost.agents.context", "mcplhost.agents.history", "mcplhost.agents.turn", "mcplhost.agents.hooks",
           "mcplhost.agents.tools", "mcplhost.agents.inference", "mcplhost.speech.routing", "mcplhost.speech.outbox",
           "mcplhost.speech.retry", "mcplhost.speech.streaming", "mcplhost.speech.notices",
           "mcplhost.store.outbox", "mcplhost.store.readers", "mcplhost.speech.moderation",

@@ -1,8 +1,9 @@
 """An agent is an exception boundary, in a real Host: a bug while handling one wake fails that turn only.
 
-The fault comes through the agents runtime's test seam
-(`test_fault_before_wake`), standing in for a bug in the code that handles
-a wake; the connector, the store and the scripted backend are real.
+The fault is in a dependency: the first read of a wake's items (the
+runner's echo check, before the turn) raises, standing in for a bug in the
+code that handles a wake; the connector, the store and the scripted backend
+are real.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import anyio
 import msgspec
 import pytest
 
-from mcplhost.agents import runtime as runtime_module
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.supervisor.handle import State
 
@@ -32,22 +32,25 @@ ASKED = {"author": {"id": "u-alice", "name": "Alice"}, "tags": ["chat:addressed"
 class TestAgentBoundary:
     async def test_a_turn_that_raises_is_a_failed_turn_with_its_notice_and_the_agent_answers_the_next_wake(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        faults: list[tuple[int, ...]] = []
-
-        def fault(agent: str, wake: Any) -> None:
-            if not faults:
-                faults.append(wake.item_ids)
-                raise RuntimeError("a bug while handling the wake")
-
-        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
+        faults: list[list[int]] = []
         connector = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
-            REGISTER, incoming(message(ROOM, "m-1", "scout, first", **ASKED)), {"wait": "test/go"},
+            REGISTER, {"wait": "test/start"}, incoming(message(ROOM, "m-1", "scout, first", **ASKED)), {"wait": "test/go"},
             incoming(message(ROOM, "m-2", "scout, second", **ASKED))]}, tmp_path, grant=CHAT_GRANT)
         agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=0,
                             backend=BackendConfig(kind="scripted", script=["answered: {{echo}}"]))
         config = msgspec.structs.replace(config_with(tmp_path, connector), agents=[agent])
         async with running_host(config) as host:
             store = host.agents.store
+            read = store.items.get_many
+
+            async def faulty(ids: Any) -> Any:
+                if not faults:
+                    faults.append(list(ids))
+                    raise RuntimeError("a bug while handling the wake")
+                return await read(ids)
+
+            monkeypatch.setattr(store.items, "get_many", faulty)
+            await host.connectors["disc"].notify("test/start", {})  # the first message comes after the fault is set
             await wait_for(lambda: faults, timeout=20)
 
             async def ended() -> list[Any]:

@@ -99,7 +99,7 @@ class TestChannelItem:
         """Readers that skip the header get exactly the marked body."""
         d = channel_item(blocks=[text("[source: x]"), text("more")])
         result = processed(d)
-        assert reader_body(result.content, result.metadata) == mark_openings(d.blocks)
+        assert reader_body(result.content, result.metadata["sourceHeader"]) == mark_openings(d.blocks)
 
     def test_host_keys_stripped_and_reported(self) -> None:
         """Host keys in the connector's metadata are dropped from adapter and reported in order."""
@@ -288,4 +288,4 @@ class TestPipelineProperties:
         assert result.content[1:] == mark_openings(blocks)
         assert result.metadata["sourceBodyDigest"] == body_digest(blocks)
         assert result.metadata["storedBodyDigest"] == body_digest(result.content)
-        assert reader_body(result.content, result.metadata) == result.content[1:]
+        assert reader_body(result.content, result.metadata["sourceHeader"]) == result.content[1:]

@@ -16,7 +16,7 @@ async def test_each_scrape_counts_the_whole_ledger_and_a_new_tally_agrees(tmp_pa
     async with open_store(tmp_path / "host.db") as store, running(store) as writer:
         tally = TurnTally()
         await writer.submit(RecordTurn("scout", (), 0, 1, "completed"))
-        (open_turn,) = await writer.submit(BeginTurn("scout", (), 2))
+        open_turn = await writer.write(BeginTurn("scout", (), 2))
         await writer.submit(RecordTurn("scout", (), 3, 4, "failed"))
         assert await tally.read(store) == {("scout", "completed"): 1, ("scout", "failed"): 1}
         await writer.submit(FinishTurn(open_turn, 5, "aborted", None, None, None, reason="shutdown"))

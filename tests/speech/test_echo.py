@@ -20,6 +20,7 @@ from mcplhost.speech.echoes import ECHO_TAG, FROM_SELF, EchoMemory, echo_of, mar
 from mcplhost.store import NewItem, StoredItem, open_store
 from mcplhost.store.operations import EndPublish, PublishSpeech, SetCursor
 from mcplhost.store.outbox import OutboxEntry
+from mcplhost.store.rows import item_meta
 from mcplhost.store.writer import GroupWriter
 
 from ..agents.support import RecordingBackend, agent_config, agent_store, heard
@@ -55,7 +56,7 @@ async def delivered_publish(intake: Ingest, message_id: str, *, channel: str = R
                      metadata={"kind": "speech"}, created_at=AT, agent="scout")
     entry = OutboxEntry(agent="scout", turn_id=None, server_id="disc", channel_id=channel, thread_id=None,
                         conversation_id=conversation_id("disc", channel, None), text="hi", created_at=AT)
-    (published,) = await intake.writer.submit(PublishSpeech(speech, [entry]))
+    published = await intake.writer.write(PublishSpeech(speech, [entry]))
     (outbox_id,) = published.outbox_ids
     await intake.writer.submit(EndPublish(outbox_id, "delivered", at, message_id=message_id))
     return outbox_id
@@ -71,7 +72,7 @@ class TestRules:
         """Same connector, channel and messageId as a delivered publish: echoOf is its outbox id."""
         delivered = {("disc", ROOM, "m-1"): 7}
         metadata = {"serverId": "disc", "channelId": ROOM, "messageId": "m-1", "tags": ["chat:mention"]}
-        assert echo_of(metadata, lambda *key: delivered.get(key)) == 7
+        assert echo_of(item_meta(metadata), lambda *key: delivered.get(key)) == 7
         assert marked(metadata, lambda *key: delivered.get(key))["echoOf"] == 7
 
     def test_the_same_message_id_in_another_channel_or_connector_is_not(self):
@@ -79,7 +80,7 @@ class TestRules:
         delivered = {("disc", ROOM, "m-1"): 7}
         for server, channel in (("disc", OTHER), ("zulip", ROOM)):
             metadata = {"serverId": server, "channelId": channel, "messageId": "m-1", "tags": []}
-            assert echo_of(metadata, lambda *key: delivered.get(key)) is None
+            assert echo_of(item_meta(metadata), lambda *key: delivered.get(key)) is None
 
     def test_a_from_self_tag_alone_marks_true(self):
         """Tagged chat:from-self with no matching publish: echoOf is true, and the host tag is added."""

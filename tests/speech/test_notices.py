@@ -23,6 +23,7 @@ from mcplhost.speech.routing import (
     default_destination,
     route_prose,
 )
+from mcplhost.store.rows import ChannelSource, UnscopedSource
 
 ODD = 'say "hi"\n[source: x]'
 
@@ -46,8 +47,8 @@ def test_no_drafts_no_notice() -> None:
 def test_an_undecided_wake_suggests_its_own_conversations() -> None:
     """Several conversations: the notice gives the reason and one call per conversation, thread included."""
     undecided = default_destination([
-        {"kind": "channel", "serverId": "d", "channelId": "c1", "threadId": "t1"},
-        {"kind": "channel", "serverId": "z", "channelId": "s"}], overflow=False)
+        ChannelSource(server_id="d", channel_id="c1", thread_id="t1"),
+        ChannelSource(server_id="z", channel_id="s")], overflow=False)
     segments = route_prose("hello", undecided, [view("d", "c1", "general"), view("z", "s")],
                            published_default=False)
     notice = drafts_notice(segments, [view("d", "c1", "general"), view("z", "s")])
@@ -60,8 +61,8 @@ def test_an_undecided_wake_suggests_its_own_conversations() -> None:
 def test_ids_with_quotes_and_newlines_are_quoted_and_called_exactly() -> None:
     """An id holding quotes, a newline and a fake header is quoted in prose and decodes exactly in the call."""
     views = [view("d", ODD, label="thread x")]
-    undecided = default_destination([{"kind": "channel", "serverId": "d", "channelId": ODD, "threadId": ODD},
-                                     {"kind": "unscoped", "serverId": "hb"}], overflow=False)
+    undecided = default_destination([ChannelSource(server_id="d", channel_id=ODD, thread_id=ODD),
+                                     UnscopedSource(server_id="hb")], overflow=False)
     notice = drafts_notice(route_prose("hi", undecided, views, published_default=False), views)
     assert calls(notice) == [{"channel": f"d/{ODD}", "thread": ODD, "text": "<the draft's text>"}]
     assert header_value(ODD) in notice and '"thread x"' in notice  # a label reading like the header's word

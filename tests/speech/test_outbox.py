@@ -63,7 +63,7 @@ def publish_entry(text: str, *, channel: str = "room", thread: str | None = None
 async def queue(host: Any, text: str, **fields: Any) -> int:
     """Queue one publish as a turn would: PublishSpeech, then the sender's notify()."""
     speech, entry = publish_entry(text, **fields)
-    (published,) = await host.writer.submit(PublishSpeech(speech, [entry]))
+    published = await host.writer.write(PublishSpeech(speech, [entry]))
     host.outbox_senders[entry.server_id].notify()
     return published.outbox_ids[0]
 
@@ -165,7 +165,7 @@ class TestFailure:
             store, handle = host.writer.store, host.connectors["disc"]
             await wait_for(lambda: handle.state.value == "stopped")
             speech, entry = publish_entry("stale", created_at=now_ms() - 3_601_000)
-            (published,) = await host.writer.submit(PublishSpeech(speech, [entry]))
+            published = await host.writer.write(PublishSpeech(speech, [entry]))
             sender = OutboxSender(store, host.writer, handle, age_check_s=0.02)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sender.run)
@@ -365,7 +365,7 @@ class TestFairness:
             sender.rules = RetryRules(first_s=3600, max_s=3600, max_attempts=8, window_s=7200)
             entries = [publish_entry(f"r{n}") for n in range(PENDING_PAGE + 44)] + [publish_entry("o", channel="other")]
             speech, _ = entries[0]
-            (published,) = await host.writer.submit(PublishSpeech(speech, [entry for _, entry in entries]))
+            published = await host.writer.write(PublishSpeech(speech, [entry for _, entry in entries]))
             sender.notify()
             other = await ended(host.writer.store, published.outbox_ids[-1])
             head = await host.writer.store.outbox.get(published.outbox_ids[0])

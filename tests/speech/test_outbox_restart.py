@@ -24,7 +24,7 @@ async def queue_offline(db: Path, text: str) -> int:
     async with open_store(db) as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        (published,) = await writer.submit(PublishSpeech(speech, [entry]))
+        published = await writer.write(PublishSpeech(speech, [entry]))
         tg.cancel_scope.cancel()
     return published.outbox_ids[0]
 

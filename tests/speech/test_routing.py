@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.rows import Destination as RowsDestination
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.protocol.channels import Channel
 from mcplhost.speech.routing import (
@@ -24,6 +24,8 @@ from mcplhost.speech.routing import (
     route_after,
     route_prose,
 )
+from mcplhost.store import rows
+from mcplhost.store.rows import Source, item_meta
 
 PUBLISH = frozenset({"channels.register", "channels.incoming", "channels.publish"})
 
@@ -35,7 +37,7 @@ class Spec:
 
 @dataclass
 class Handle:
-    """A stand-in for ConnectorHandle's read-only view: its name, grant, patterns and registered channels."""
+    """A ChannelListing: its name, patterns, grant and registered channels."""
 
     name: str
     registered: list[Channel]
@@ -51,13 +53,14 @@ def view(server: str, channel: str, label: str | None = None, refusal: str | Non
                        publishable=refusal is None, refusal=refusal)
 
 
-def source(server: str, channel: str | None, thread: str | None = None, kind: str = "channel") -> dict:
+def source(server: str, channel: str | None, thread: str | None = None, kind: str = "channel") -> Source | None:
+    """A frozen envelope as a waking item's row reads it (store/rows.py)."""
     out = {"kind": kind, "lane": "channels/incoming", "serverId": server, "acceptedAt": 1}
     if channel is not None:
         out["channelId"] = channel
     if thread is not None:
         out["threadId"] = thread
-    return out
+    return item_meta({"source": out}).source
 
 
 ROOM = Destination(server_id="discord", channel_id="discord:g1:room")
@@ -67,9 +70,9 @@ VIEWS = [view("discord", "discord:g1:room", "general"), view("zulip", "stream:op
 # --------------------------------------------------------------------------- Destination
 
 
-def test_rows_reexports_the_one_destination() -> None:
-    """agents.rows re-exports speech's Destination, so both layers build the same struct."""
-    assert RowsDestination is Destination
+def test_routing_reexports_the_rows_destination() -> None:
+    """speech.routing re-exports the store's Destination, the one a speech row's metadata is read as."""
+    assert Destination is rows.Destination
 
 
 def test_destination_conversation_id_is_ingests() -> None:
@@ -117,14 +120,14 @@ def test_default_follows_the_waking_conversation_thread_included() -> None:
 def test_default_follows_a_corrections_inherited_thread() -> None:
     """A correction's frozen source carries its original's thread, so it joins that thread's conversation."""
     original = source("discord", "c", "t9")
-    correction = {**source("discord", "c", "t9"), "messageId": "m1"}  # the thread was inherited at ingest
+    correction = msgspec.structs.replace(original, message_id="m1")  # the thread was inherited at ingest
     assert default_destination([original, correction], overflow=False) == Destination(
         server_id="discord", channel_id="c", thread_id="t9")
 
 
 def test_a_push_naming_a_channel_counts_as_that_channel() -> None:
     """A channel-scoped push and a message of that channel share one conversation."""
-    push = {**source("discord", "c"), "lane": "push/event"}
+    push = msgspec.structs.replace(source("discord", "c"), lane="push/event")
     assert default_destination([push, source("discord", "c")], overflow=False) == Destination(
         server_id="discord", channel_id="c")
 

@@ -309,7 +309,7 @@ class _Speech:
 
 
 class _Handle:
-    """A ready connector holding `grant` (all stream_targets reads of a handle)."""
+    """A ready connector holding `grant` (the part of a NotifyPort stream_targets reads)."""
 
     def __init__(self, grant: set[str]) -> None:
         self.state = State.READY

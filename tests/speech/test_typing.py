@@ -23,9 +23,7 @@ WHERE = Destination(server_id="discord", channel_id=CHANNEL)
 
 
 class TypingHandle:
-    """The part of a connector port typing uses: its state, its grant, and the notifications it was sent."""
-
-    name = "discord"
+    """A NotifyPort (state, grant, notify), keeping the notifications it was sent."""
 
     def __init__(self, grant: frozenset[str] = frozenset({"channels.typing"}), *, fail: bool = False,
                  hang: bool = False) -> None:

@@ -50,11 +50,17 @@ def make_item(
     )
 
 
+async def submitted(writer: GroupWriter, *operations: Any) -> list[Any]:
+    """Submit `operations` as one write; each one's result, in the order given."""
+    committed = await writer.submit(*operations)
+    return [committed[operation] for operation in operations]
+
+
 async def with_writer(store: Store, *operations: Any) -> list[Any]:
     """Submit `operations` as one group through a GroupWriter run for the occasion; the group's results."""
     writer = GroupWriter(store)
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
-        results = await writer.submit(*operations)
+        results = await submitted(writer, *operations)
         tg.cancel_scope.cancel()
     return results

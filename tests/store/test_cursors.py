@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from mcplhost.store import Store, open_store
 from mcplhost.store.operations import InsertItems, SetCursor, StartCursor
 
-from .conftest import make_item
+from .conftest import make_item, submitted
 from .test_writer import running, together
 
 #: The repository root: the child process imports mcplhost from here.
@@ -32,7 +32,7 @@ class TestSetCursor:
     async def test_set_then_read_per_agent(self, store: Store):
         """SetCursor stores each agent's position separately."""
         async with running(store) as writer:
-            assert await writer.submit(SetCursor("scout", 7, 1_000), SetCursor("other", 3, 1_000)) == [None, None]
+            assert await submitted(writer, SetCursor("scout", 7, 1_000), SetCursor("other", 3, 1_000)) == [None, None]
         assert await store.cursors.get("scout") == 7 and await store.cursors.all() == {"scout": 7, "other": 3}
 
     async def test_a_cursor_never_moves_backwards(self, store: Store):
@@ -69,14 +69,14 @@ class TestStartCursor:
     async def test_a_new_agent_starts_at_the_end_of_an_empty_store(self, store: Store):
         """With nothing stored, a new agent's cursor is 0, written at once."""
         async with running(store) as writer:
-            assert await writer.submit(StartCursor("scout", 1_000)) == [0]
+            assert await writer.write(StartCursor("scout", 1_000)) == 0
         assert await store.cursors.get("scout") == 0
 
     async def test_a_new_agent_starts_at_the_newest_item(self, store: Store):
         """A new agent's cursor is the id of the newest stored item (of any agent)."""
         ids = await store.items.insert_many([make_item("a"), make_item("b", agent="other")])
         async with running(store) as writer:
-            assert await writer.submit(StartCursor("scout", 1_000)) == [ids[-1]]
+            assert await writer.write(StartCursor("scout", 1_000)) == ids[-1]
         assert await store.cursors.get("scout") == ids[-1]
 
     async def test_an_agent_with_a_cursor_keeps_it(self, store: Store):
@@ -84,21 +84,21 @@ class TestStartCursor:
         await store.items.insert_many([make_item("a"), make_item("b")])
         async with running(store) as writer:
             await writer.submit(SetCursor("scout", 1, 0))
-            assert await writer.submit(StartCursor("scout", 5)) == [1]
+            assert await writer.write(StartCursor("scout", 5)) == 1
         assert await store.cursors.get("scout") == 1
 
     async def test_items_of_the_same_write_come_before_the_cursor(self, store: Store):
         """Items submitted with StartCursor are committed first: the cursor is past them."""
         async with running(store) as writer:
-            written, cursor = await writer.submit(InsertItems([make_item("a"), make_item("b")]),
-                                                  StartCursor("scout", 0))
+            written, cursor = await submitted(writer, InsertItems([make_item("a"), make_item("b")]),
+                                              StartCursor("scout", 0))
         assert cursor == written[-1].id
 
     async def test_several_new_agents_in_one_group(self, store: Store):
         """Each new agent of one group gets the same end; a repeat of one agent gets the same cursor."""
         (last,) = await store.items.insert_many([make_item("a")])
         async with running(store) as writer:
-            assert await writer.submit(StartCursor("a", 0), StartCursor("b", 0), StartCursor("a", 0)) == [last] * 3
+            assert await submitted(writer, StartCursor("a", 0), StartCursor("b", 0), StartCursor("a", 0)) == [last] * 3
 
 
 class TestDurability:

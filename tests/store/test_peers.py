@@ -162,7 +162,7 @@ class TestDeliver:
         results: list = []
 
         async def deliver() -> None:
-            results.extend(await writer.submit(DeliverPeerMessages([(entry_id, peer_row())], T0 + 1)))
+            results.append(await writer.write(DeliverPeerMessages([(entry_id, peer_row())], T0 + 1)))
 
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)

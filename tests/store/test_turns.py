@@ -40,7 +40,7 @@ class TestBeginAndFinish:
     async def test_a_begun_turn_is_running_with_nulls_for_what_it_lacks(self, store: Store):
         """BeginTurn gives a new id; the row exports with every key, end, outcome, model, usage and digest null."""
         async with running(store) as writer:
-            (turn_id,) = await writer.submit(BeginTurn("scout", (3, 5), 1_000))
+            turn_id = await writer.write(BeginTurn("scout", (3, 5), 1_000))
         (turn,) = await store.turns.list()
         line = json.loads(turn_line(turn))
         assert list(line) == EXPORT_KEYS
@@ -50,9 +50,9 @@ class TestBeginAndFinish:
     async def test_finishing_records_outcome_model_usage_and_digest(self, store: Store):
         """FinishTurn fills the row; the backends' snake_case usage is exported in camelCase."""
         async with running(store) as writer:
-            (turn_id,) = await writer.submit(BeginTurn("scout", (7,), 1_000))
+            turn_id = await writer.write(BeginTurn("scout", (7,), 1_000))
             usage = {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 100}
-            assert await writer.submit(finish(turn_id, usage=usage)) == [True]
+            assert await writer.write(finish(turn_id, usage=usage)) is True
         turn = await store.turns.get(turn_id)
         assert turn == Turn(id=turn_id, agent="scout", wake_item_ids=[7], started_at=1_000, ended_at=2_000, reason=None,
                             outcome="completed", model="gpt-4o-mini",
@@ -63,8 +63,8 @@ class TestBeginAndFinish:
         """FinishTurn's injections are read back by turns.injections; the export line keeps README.md#commands's keys."""
         injections = {"system": ["be brief"], "before_user": [], "after_user": ["[hook] weather: rain"]}
         async with running(store) as writer:
-            (turn_id,) = await writer.submit(BeginTurn("scout", (1,), 1_000))
-            (plain,) = await writer.submit(BeginTurn("scout", (2,), 1_000))
+            turn_id = await writer.write(BeginTurn("scout", (1,), 1_000))
+            plain = await writer.write(BeginTurn("scout", (2,), 1_000))
             await writer.submit(FinishTurn(turn_id, 2_000, "completed", None, None, DIGEST, injections),
                                 finish(plain))
         assert await store.turns.injections(turn_id) == injections
@@ -79,11 +79,11 @@ class TestBeginAndFinish:
     async def test_a_turn_ends_once(self, store: Store):
         """A second FinishTurn of the same turn, or of an unknown one, changes nothing and reports False."""
         async with running(store) as writer:
-            (turn_id,) = await writer.submit(BeginTurn("scout", (), 1_000))
-            first, again, unknown = await writer.submit(finish(turn_id), finish(turn_id, outcome="failed"),
-                                                        finish(999))
-            assert (first, again, unknown) == (True, False, False)
-            assert await writer.submit(finish(turn_id, outcome="aborted")) == [False]
+            turn_id = await writer.write(BeginTurn("scout", (), 1_000))
+            ends = finish(turn_id), finish(turn_id, outcome="failed"), finish(999)
+            committed = await writer.submit(*ends)
+            assert [committed[end] for end in ends] == [True, False, False]
+            assert await writer.write(finish(turn_id, outcome="aborted")) is False
         turn = await store.turns.get(turn_id)
         assert turn is not None and turn.outcome == "completed"
 
@@ -91,18 +91,18 @@ class TestBeginAndFinish:
         """An unknown turn's FinishTurn in the same group as inbound items: the items are still stored."""
         async with running(store) as writer:
             stored, finished = await together(lambda: writer.store_items([make_item("inbound")]),
-                                              lambda: writer.submit(finish(12345)))
-        assert finished == [False] and [i.id for i in await store.items.list()] == [stored[0].id]
+                                              lambda: writer.write(finish(12345)))
+        assert finished is False and [i.id for i in await store.items.list()] == [stored[0].id]
 
     async def test_begin_and_finish_of_different_turns_share_a_group(self, store: Store):
         """Concurrent writes land in one commit; each BeginTurn gets its own id, in the order submitted."""
         async with running(store) as writer:
-            (first,) = await writer.submit(BeginTurn("a", (1,), 1))
-            results = await together(lambda: writer.submit(BeginTurn("b", (2,), 2)),
-                                     lambda: writer.submit(finish(first)),
-                                     lambda: writer.submit(BeginTurn("c", (3,), 3), BeginTurn("d", (4,), 4)))
-        second, third, fourth = results[0][0], *results[2]
-        assert results[1] == [True] and first < second and third < fourth
+            first = await writer.write(BeginTurn("a", (1,), 1))
+            b, end, c, d = BeginTurn("b", (2,), 2), finish(first), BeginTurn("c", (3,), 3), BeginTurn("d", (4,), 4)
+            second, finished, both = await together(lambda: writer.write(b), lambda: writer.write(end),
+                                                    lambda: writer.submit(c, d))
+        third, fourth = both[c], both[d]
+        assert finished is True and first < second and third < fourth
         by_id = {t.id: (t.agent, t.outcome) for t in await store.turns.list()}
         assert by_id == {first: ("a", "completed"), second: ("b", None), third: ("c", None), fourth: ("d", None)}
 
@@ -123,7 +123,7 @@ class TestBeginAndFinish:
     async def test_record_turn_writes_a_whole_turn(self, store: Store):
         """RecordTurn stores a turn begun and ended at once, e.g. a held wake with no model and no usage."""
         async with running(store) as writer:
-            (turn_id,) = await writer.submit(RecordTurn("scout", (4, 9), 5_000, 5_000, "held"))
+            turn_id = await writer.write(RecordTurn("scout", (4, 9), 5_000, 5_000, "held"))
         turn = await store.turns.get(turn_id)
         assert turn is not None
         assert (turn.outcome, turn.started_at, turn.ended_at, turn.model, turn.usage) == ("held", 5_000, 5_000,
@@ -132,18 +132,18 @@ class TestBeginAndFinish:
     async def test_a_host_killed_mid_turn_leaves_a_row_closed_as_aborted_on_start(self, store: Store):
         """CloseUnfinishedTurns ends only turns still running, as aborted, and says how many."""
         async with running(store) as writer:
-            (done,) = await writer.submit(BeginTurn("scout", (1,), 1_000))
+            done = await writer.write(BeginTurn("scout", (1,), 1_000))
             await writer.submit(finish(done))
-            (left,) = await writer.submit(BeginTurn("scout", (2,), 3_000))
-            assert await writer.submit(CloseUnfinishedTurns(4_000)) == [1]
-            assert await writer.submit(CloseUnfinishedTurns(5_000)) == [0]
+            left = await writer.write(BeginTurn("scout", (2,), 3_000))
+            assert await writer.write(CloseUnfinishedTurns(4_000)) == 1
+            assert await writer.write(CloseUnfinishedTurns(5_000)) == 0
         outcomes = {t.id: (t.outcome, t.ended_at) for t in await store.turns.list()}
         assert outcomes == {done: ("completed", 2_000), left: ("aborted", 4_000)}
 
     async def test_the_ledger_survives_a_reopen(self, db_path: Path):
         """A finished turn is on disk: a new connection reads it back unchanged."""
         async with open_store(db_path) as store, running(store) as writer:
-            (turn_id,) = await writer.submit(BeginTurn("scout", (1,), 1_000))
+            turn_id = await writer.write(BeginTurn("scout", (1,), 1_000))
             await writer.submit(finish(turn_id, usage={"input_tokens": 1, "output_tokens": 2}))
             before = await store.turns.list()
         async with open_store(db_path) as store:
@@ -159,7 +159,7 @@ class TestSpendReads:
                                                               "cached_tokens": 9_999}),
                                           ("scout", 2 * HOUR_MS, None),
                                           ("other", HOUR_MS, {"inputTokens": 7, "outputTokens": 7})]:
-                (turn_id,) = await writer.submit(BeginTurn(agent, (), started))
+                turn_id = await writer.write(BeginTurn(agent, (), started))
                 await writer.submit(finish(turn_id, usage=usage, ended_at=started + 1))
         assert await store.turns.usage_since("scout", HOUR_MS) == 15
         assert await store.turns.usage_since("scout", 0) == 1_016
@@ -185,7 +185,7 @@ class TestSpendReads:
         async with running(store) as writer:
             assert (await store.turns.health("scout", 0)).last_error is None
             await writer.submit(RecordTurn("scout", (), 0, 1, "failed", reason="backend_error"))
-            (turn_id,) = await writer.submit(BeginTurn("scout", (), HOUR_MS))
+            turn_id = await writer.write(BeginTurn("scout", (), HOUR_MS))
             await writer.submit(FinishTurn(turn_id, HOUR_MS + 1, "failed", None, None, None, reason="backend_error",
                                            cause="missing_key"))
             await writer.submit(RecordTurn("scout", (), HOUR_MS + 2, HOUR_MS + 3, "aborted", reason="shutdown"))
@@ -202,8 +202,8 @@ class TestSpendReads:
     async def test_outcome_counts_settle_below_the_oldest_running_turn(self, store: Store):
         """Counts above an id, split at the oldest running turn: what lies below it never changes again."""
         async with running(store) as writer:
-            (first,) = await writer.submit(RecordTurn("scout", (), 0, 1, "completed"))
-            (running_id,) = await writer.submit(BeginTurn("scout", (), 2))
+            first = await writer.write(RecordTurn("scout", (), 0, 1, "completed"))
+            running_id = await writer.write(BeginTurn("scout", (), 2))
             await writer.submit(RecordTurn("scout", (), 3, 4, "failed"), RecordTurn("lead", (), 3, 4, "failed"))
             counts = await store.turns.outcome_counts(0)
             assert counts.through == first and counts.settled == {("scout", "completed"): 1}
@@ -237,7 +237,7 @@ class TestList:
     async def test_limit_gives_the_newest_oldest_first_and_agent_filters(self, store: Store):
         """list(limit=N) is the newest N turns in id order; agent= keeps one agent's turns."""
         async with running(store) as writer:
-            ids = [(await writer.submit(BeginTurn("a" if n % 2 else "b", (n,), n)))[0] for n in range(6)]
+            ids = [await writer.write(BeginTurn("a" if n % 2 else "b", (n,), n)) for n in range(6)]
         assert [t.id for t in await store.turns.list()] == ids
         assert [t.id for t in await store.turns.list(limit=2)] == ids[-2:]
         assert [t.id for t in await store.turns.list(agent="a")] == ids[1::2]
@@ -250,7 +250,9 @@ class TestList:
         """Reading more turns than a page returns each exactly once, in order."""
         monkeypatch.setattr(turns_module, "READ_PAGE_SIZE", 3)
         async with running(store) as writer:
-            ids = await writer.submit(*[BeginTurn("a", (n,), n) for n in range(10)])
+            begins = [BeginTurn("a", (n,), n) for n in range(10)]
+            committed = await writer.submit(*begins)
+            ids = [committed[begin] for begin in begins]
         assert [t.id async for t in store.turns.iterate()] == ids
         assert [t.wake_item_ids for t in await store.turns.list(limit=7)] == [[n] for n in range(3, 10)]
 
@@ -259,7 +261,9 @@ class TestList:
         """More BeginTurns than one INSERT holds still get ids in the order they were submitted."""
         monkeypatch.setattr(turns_module, "TURNS_PER_INSERT", 4)
         async with running(store) as writer:
-            ids = await writer.submit(*[BeginTurn(f"a{n}", (n,), n) for n in range(11)])
+            begins = [BeginTurn(f"a{n}", (n,), n) for n in range(11)]
+            committed = await writer.submit(*begins)
+            ids = [committed[begin] for begin in begins]
         assert ids == sorted(ids) and len(set(ids)) == 11
         assert [(t.id, t.agent) for t in await store.turns.list()] == [(i, f"a{n}") for n, i in enumerate(ids)]
 

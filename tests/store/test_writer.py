@@ -16,7 +16,7 @@ from mcplhost.store.interfaces import Repositories
 from mcplhost.store.operations import InsertItems
 from mcplhost.store.writer import GroupWriter
 
-from .conftest import make_item
+from .conftest import make_item, submitted
 
 
 def keyed(text: str, message: str = "m-1") -> Any:
@@ -98,10 +98,30 @@ class TestGroupWriter:
             assert [w.duplicate for w in (first, second, third)] == [False, True, True]
             assert first.item_id == second.item_id == third.item_id == (await store.items.list())[0].id
 
+    async def test_each_operation_of_a_write_has_its_own_typed_result(self, store: Store):
+        """`submit` answers by operation, not by position: each result is the one its operation declares."""
+        async with running(store) as writer:
+            items, count = InsertItems([make_item("a"), make_item("b")]), CountRows()
+            committed = await writer.submit(count, items)
+            assert [w.id for w in committed[items]] == [1, 2] and committed[count] == 2
+            assert await writer.write(CountRows()) == 2
+            with pytest.raises(KeyError):
+                committed[CountRows()]  # not one of that write's
+            with pytest.raises(TypeError):
+                (first,) = committed  # noqa: F841 (no positions to unpack)
+
+    async def test_an_operation_is_submitted_once_per_write(self, store: Store):
+        """The same operation twice in one write is refused before anything is queued: its result would be ambiguous."""
+        async with running(store) as writer:
+            twice = InsertItems([make_item("a")])
+            with pytest.raises(ValueError, match="once per write"):
+                await writer.submit(twice, twice)
+        assert await store.items.list() == []
+
     async def test_operations_of_one_write_run_by_stage(self, store: Store):
         """A later stage sees the rows an earlier stage stored in the same transaction."""
         async with running(store) as writer:
-            count, _ = await writer.submit(CountRows(), InsertItems([make_item(), make_item()]))
+            count, _ = await submitted(writer, CountRows(), InsertItems([make_item(), make_item()]))
             assert count == 2
 
     async def test_a_failed_group_fails_every_write_logs_once_and_stores_nothing(self, store: Store):

@@ -16,17 +16,9 @@ from structlog.testing import capture_logs
 from mcplhost.config import ConnectorConfig
 from mcplhost.protocol.connection import McplConnection, Mode
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
-from mcplhost.supervisor.handle import (
-    MODE_STATES,
-    SERVING,
-    STATE_EVENTS,
-    TRANSITIONS,
-    ConnectorHandle,
-    ConnectorNotReady,
-    ConnectorStopped,
-    State,
-    allowed,
-)
+from mcplhost.supervisor.handle import SERVING, ConnectorHandle, ConnectorNotReady, ConnectorStopped, State
+from mcplhost.supervisor.lifecycle import MODE_STATES, STATE_EVENTS, TRANSITIONS, allowed
+from mcplhost.supervisor.traffic import StampingIntake
 
 from ..harness import gone_session
 
@@ -66,16 +58,16 @@ def retire(connections: list[McplConnection]) -> None:
 
 def connect(handle: ConnectorHandle, built: list[McplConnection] = _BUILT) -> McplConnection:
     connection = McplConnection(SPEC, gone_session(), None, structlog.get_logger(),  # type: ignore[arg-type]
-                                on_mode=handle.mode_entered, on_channels=handle.channels_changed)
+                                on_mode=handle.life.mode_entered, on_channels=handle.life.channels_changed)
     built.append(connection)
     return connection
 
 
 def live(handle: ConnectorHandle, pid: int = 4242) -> McplConnection:
     """Start a life on `handle` with a connection that has no process behind it."""
-    handle.starting()
+    handle.life.starting()
     connection = connect(handle)
-    handle.spawned(pid, connection)
+    handle.life.spawned(pid, connection)
     return connection
 
 
@@ -128,9 +120,9 @@ class TestFollowingTheConnection:
         """A connection of an ended life that changes mode leaves the handle alone."""
         handle = ConnectorHandle(SPEC)
         old = live(handle)
-        handle.life_ending()
-        handle.exited()
-        handle.waiting(State.BACKOFF, delay_s=1.0)
+        handle.life.life_ending()
+        handle.life.exited()
+        handle.life.waiting(State.BACKOFF, delay_s=1.0)
         old.mode = Mode.READY
         assert handle.state is State.BACKOFF
 
@@ -151,10 +143,10 @@ class TestFollowingTheConnection:
         for pid in (10, 11, 12):
             live(handle, pid)
             assert handle.statistics().pid == pid
-            handle.life_ending()
-            handle.exited()
-            handle.failed(f"the process {pid} exited with code 1")
-            handle.waiting(State.BACKOFF)
+            handle.life.life_ending()
+            handle.life.exited()
+            handle.life.failed(f"the process {pid} exited with code 1")
+            handle.life.waiting(State.BACKOFF)
         stats = handle.statistics()
         assert (stats.restarts, stats.pid, stats.last_error) == (2, None, "the process 12 exited with code 1")
 
@@ -163,7 +155,7 @@ class TestStatistics:
     def test_statistics_encode_with_the_status_socket_names(self) -> None:
         """Encoded, statistics() has docs/architecture.md's connector fields and values."""
         handle = ConnectorHandle(SPEC)
-        handle.failed("spawn failed: no such file")
+        handle.life.failed("spawn failed: no such file")
         encoded = msgspec.json.decode(msgspec.json.encode(handle.statistics(), order="deterministic"))
         assert encoded == {"name": "unit", "state": "starting", "pid": None, "restarts": 0,
                            "lastError": "spawn failed: no such file", "lastInboundAt": None, "channels": 0,
@@ -214,7 +206,7 @@ class TestCalls:
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
             await anyio.wait_all_tasks_blocked()
-            handle.stopped("restart policy is never")
+            handle.life.stopped("restart policy is never")
         assert len(caught) == 1 and caught[0].state is State.STOPPED  # type: ignore[attr-defined]
 
     async def test_wait_ready_waits_on_while_a_ready_life_dies(self) -> None:
@@ -230,14 +222,14 @@ class TestCalls:
             done.set()
 
         async with anyio.create_task_group() as tg:
-            handle.life_ending()
+            handle.life.life_ending()
             assert handle.state is State.READY  # the label waits for the supervisor's decision
             tg.start_soon(waiter)
             await anyio.wait_all_tasks_blocked()
             assert not done.is_set()
             with pytest.raises(ConnectorNotReady):
                 await handle.request("tools/list", {})
-            handle.waiting(State.BACKOFF)
+            handle.life.waiting(State.BACKOFF)
             again = live(handle)
             again.mode = Mode.POLICY_PENDING
             again.mode = Mode.READY
@@ -266,15 +258,15 @@ class TestCalls:
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter, "gone")
             await anyio.wait_all_tasks_blocked()
-            handle.stopped("restart policy is never")
+            handle.life.stopped("restart policy is never")
         assert answers == [True, False]
 
     def test_a_second_stop_logs_nothing(self) -> None:
         """The host stopping after the supervisor gave up adds no line."""
         handle = ConnectorHandle(SPEC)
         with capture_logs() as logs:
-            handle.stopped("restart policy is never")
-            handle.stopped("the host is stopping", expected=True)
+            handle.life.stopped("restart policy is never")
+            handle.life.stopped("the host is stopping", expected=True)
         assert [e["reason"] for e in logs if e["event"] == "connector.stopped"] == ["restart policy is never"]
 
 
@@ -296,7 +288,7 @@ class TestInboundClock:
         """store_messages and store_push through the handle's intake set last_inbound_at; an empty batch does not."""
         now = [1000]
         handle = ConnectorHandle(SPEC, clock_ms=lambda: now[0])
-        intake = handle.inbound_clock(_Intake())
+        intake = StampingIntake(_Intake(), handle.traffic.inbound)
         await intake.store_messages("unit", "channels/incoming", [])
         assert handle.statistics().last_inbound_at is None
         message = AdmittedMessage(channel_id="c", label=None, message_id="m", content=[])
@@ -329,21 +321,21 @@ class HandleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.phase == "idle")
     @rule()
     def start(self) -> None:
-        self.handle.starting()
+        self.handle.life.starting()
         self.lives += 1
         self.phase = "spawning"
 
     @precondition(lambda self: self.phase == "spawning")
     @rule()
     def spawn_fails(self) -> None:
-        self.handle.failed("spawn failed")
+        self.handle.life.failed("spawn failed")
         self.phase = "ended"
 
     @precondition(lambda self: self.phase == "spawning")
     @rule()
     def spawn(self) -> None:
         self.connection = connect(self.handle, self.built)
-        self.handle.spawned(100 + self.lives, self.connection)
+        self.handle.life.spawned(100 + self.lives, self.connection)
         self.phase, self.process = "live", True
 
     @precondition(lambda self: self.phase == "live" and self.connection is not None
@@ -356,32 +348,32 @@ class HandleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.phase == "live")
     @rule()
     def life_ends(self) -> None:
-        self.handle.life_ending()
-        self.handle.failed("the process exited with code 1")
+        self.handle.life.life_ending()
+        self.handle.life.failed("the process exited with code 1")
         self.phase = "ended"
 
     @precondition(lambda self: self.phase == "ended")
     @rule(then=st.sampled_from([State.BACKOFF, State.SLOW_LANE, State.STOPPED]))
     def decide(self, then: State) -> None:
         if then is State.STOPPED:
-            self.handle.stopped("restart policy is never")
+            self.handle.life.stopped("restart policy is never")
         else:
-            self.handle.waiting(then, delay_s=0.1)
+            self.handle.life.waiting(then, delay_s=0.1)
         self.after_ladder = "stopped" if then is State.STOPPED else "idle"
         self.phase = "ladder" if self.process else self.after_ladder
 
     @precondition(lambda self: self.phase == "ladder")
     @rule()
     def ladder_done(self) -> None:
-        self.handle.exited()
+        self.handle.life.exited()
         self.phase, self.process = self.after_ladder, False
 
     @rule()
     def host_stops(self) -> None:  # also once stopped: a repeat must change nothing
         if self.process:
-            self.handle.life_ending()
-            self.handle.exited()
-        self.handle.stopped("the host is stopping", expected=True)
+            self.handle.life.life_ending()
+            self.handle.life.exited()
+        self.handle.life.stopped("the host is stopping", expected=True)
         self.phase, self.process = "stopped", False
 
     @invariant()

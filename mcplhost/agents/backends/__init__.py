@@ -57,9 +57,9 @@ def make_backend(backend: BackendConfig, *, environ: Mapping[str, str] = os.envi
 
 
 def backend_problems(backend: BackendConfig) -> list[str]:
-    """What would fail every call of this backend that config.py cannot see: a missing SDK, a malformed script.
+    """What would fail every call of this backend that the config checks cannot see: a missing SDK, a malformed script.
 
-    (A missing model and an unset key variable are config.py's check-config findings.)
+    (A missing model and an unset key variable are check-config's findings (mcplhost/config/rules.py).)
     """
     if backend.kind == "scripted":
         return script_problems(list(backend.script))
