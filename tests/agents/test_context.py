@@ -43,6 +43,8 @@ from mcplhost.store.own_rows import notice_row, source_notice_row
 from mcplhost.store.rows import Destination, DraftsNotice, FailedReplyNotice, TurnFailedNotice
 from tests.peers.lookalikes import oracle_lookalikes, tag_text
 
+from ..properties import examples
+
 NOW = 1_790_000_000_000
 BACKEND = BackendConfig(kind="scripted", model="m1", max_tokens=256, temperature=0.5)
 SCOUT = AgentConfig(name="scout")
@@ -745,7 +747,7 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
     return rows
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(histories(), st.integers(3000, 30_000), st.data())
 def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> None:
     """Compiling is deterministic, bounded by context_chars, and never separates a call from its result."""
@@ -804,7 +806,7 @@ async def test_compiles_what_the_store_gives_back(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the rendered rows, kept between turns
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(histories(), st.integers(3000, 30_000), st.integers(3000, 30_000), st.integers(1, 50), st.data())
 def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: int, other_limit: int, size: int,
                                                  data: st.DataObject) -> None:

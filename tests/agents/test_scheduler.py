@@ -18,6 +18,7 @@ from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored
 from mcplhost.store import NewItem
 
+from ..properties import examples
 from .wakes import event
 
 ADDRESSED = ["chat:addressed"]
@@ -553,5 +554,5 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert (self.s.statistics().state == "in_turn") == self.in_turn
 
 
-SchedulerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+SchedulerMachine.TestCase.settings = settings(max_examples=examples(50), stateful_step_count=40, deadline=None)
 TestSchedulerMachine = SchedulerMachine.TestCase

@@ -21,6 +21,7 @@ from mcplhost.store import NewItem, open_reader, open_store
 
 from ..harness import PYTHON, config_with
 from ..memory_pair import memory_host
+from ..properties import examples
 from .support import cli, cli_env
 
 NOW = 1_800_000_000_000
@@ -33,14 +34,14 @@ def item(text: str, created_at: int, channel: str = "disc:g1:a", agent: str | No
 
 
 class TestSinceGrammar:
-    @settings(max_examples=80, deadline=None)
+    @settings(max_examples=examples(80), deadline=None)
     @given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9999, 12, 31)))
     def test_iso_utc_times_read_back_to_the_millisecond(self, moment: datetime) -> None:
         moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000, tzinfo=UTC)
         text = moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{moment.microsecond // 1000:03d}Z"
         assert parse_since(text, NOW) == (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
-    @settings(max_examples=80, deadline=None)
+    @settings(max_examples=examples(80), deadline=None)
     @given(st.integers(0, 10**9 - 1), st.sampled_from(sorted(SINCE_UNITS_MS)))
     def test_relative_times_count_back_from_now(self, amount: int, unit: str) -> None:
         ago = amount * SINCE_UNITS_MS[unit]
@@ -50,7 +51,7 @@ class TestSinceGrammar:
         else:
             assert parse_since(f"{amount}{unit}", NOW) == NOW - ago
 
-    @settings(max_examples=100, deadline=None)
+    @settings(max_examples=examples(100), deadline=None)
     @given(st.text(alphabet="0123456789smhdTZ:.-+ x", max_size=30) | st.text(max_size=20))
     def test_anything_else_is_a_value_error_never_another_exception(self, text: str) -> None:
         try:

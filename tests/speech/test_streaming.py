@@ -26,6 +26,7 @@ from mcplhost.supervisor.handle import State
 
 from ..harness import config_with, record, scripted, wait_for
 from ..memory_pair import memory_host
+from ..properties import examples
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -238,7 +239,7 @@ class TestPinGuard:
             guard.feed(piece)
             assert (guard.end, guard.sealed) == reference_end(fed)
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(st.lists(PIECES, max_size=30), st.lists(st.integers(0, 400), max_size=10), st.booleans())
     def test_streamed_in_any_chunks_the_output_is_the_unstreamed_one(self, pieces: list[str], cuts: list[int],
                                                                     with_secrets: bool) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from mcplhost.store import ItemWritten, NewItem, Store, StoredItem, export_line, open_store
 from mcplhost.store import items as items_module
 
+from ..properties import examples
 from .conftest import make_item
 
 # docs/provenance.md §6, with its digests filled in.
@@ -145,7 +146,7 @@ class TestList:
 
 
 class TestListAgainstAModel:
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=examples(40), deadline=None)
     @given(
         rows=st.lists(
             st.tuples(st.sampled_from([None, "c1", "c2"]), st.sampled_from([None, "scout", "lead"])), max_size=30
@@ -238,7 +239,7 @@ class TestRedelivery:
         assert (written[2].id, written[4].id) == (written[0].id, written[1].id)
         assert first_texts(await store.items.list()) == ["a", "b", "c"]
 
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=examples(40), deadline=None)
     @given(st.lists(st.tuples(st.sampled_from(["m1", "m2", "m3"]), st.sampled_from(["x", "y"]), st.booleans()),
                     max_size=25),
            st.integers(min_value=1, max_value=4))
@@ -349,7 +350,7 @@ class TestAgentReads:
         assert [r.id for r in got] == [ids[0], ids[2], ids[5]]
         assert [r.id for r in await store.items.context_rows("scout", limit=2, conversation_id="c1")] == ids[2::3]
 
-    @settings(max_examples=50, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(st.lists(st.sampled_from([None, "a", "b"]), max_size=30), st.integers(min_value=0, max_value=40))
     def test_context_rows_agree_with_filtering_everything(self, owners: list[str | None], limit: int):
         """For any owners and limit, context_rows equals the last `limit` of all rows filtered to the agent's view."""

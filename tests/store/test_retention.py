@@ -18,6 +18,7 @@ from mcplhost.store.writer import GroupWriter
 
 from ..harness import wait_for
 from ..memory_pair import memory_host
+from ..properties import examples
 from .conftest import make_item
 
 NOW = 1_800_000_000_000
@@ -39,7 +40,7 @@ async def prune(store: Store, *, agents: tuple[str, ...] = (), context_rows: int
 
 
 class TestRule:
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(ages=st.lists(st.booleans(), max_size=40), floor=st.integers(0, 45),
            protected=st.sets(st.integers(1, 40), max_size=10), kind=st.sampled_from(["outbox", "peer", "push"]))
     def test_deletes_exactly_the_old_unprotected_prefix(self, ages, floor, protected, kind) -> None:
