@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -500,13 +501,14 @@ class TestBundledConnectors:
 #: Backtracks past REGEX_TIMEOUT_S on a run of a's with a b at its end (the review's stall); "hello" matches at once.
 SLOW_OR_HELLO = r"(a|aa)+$|hello"
 SLOW_BODY = "a" * 60 + "b"
-#: The longest the event loop may go without running a task during a search (the unbounded path stalled it for seconds).
-LOOP_LAG_BOUND_S = 0.3
-#: Scheduling slack on top of a bound these tests time: a busy machine (or the other pytest-xdist worker) can
-#: hold a thread that long; still far below what each test's bug would cost (15 s, 30 s).
-TIMING_SLACK_S = 3.0
 #: The pathological search's deadline: several REGEX_TIMEOUT_S, a fraction of its 30 slow rows' 15 s.
 SEARCH_TEST_DEADLINE_S = 2.5
+#: A search run on the event loop (the unbounded path) stalls it for the whole search, at least the deadline; one
+#: run beside it leaves it ticking, a stall of half the deadline only on a machine far busier than any CI.
+LOOP_STALL_BOUND_S = SEARCH_TEST_DEADLINE_S / 2
+#: The probe's ticks during the search when the loop runs beside it (hundreds on a quiet machine; one or two
+#: when the search holds the loop).
+LOOP_TICKS_MIN = 10
 
 
 async def seeded_store(tmp_path: Any, bodies: list[str]) -> AsyncIterator[Any]:
@@ -538,9 +540,13 @@ class TestHistorySearchBounds:
         answer = json.loads(texts(found.blocks)[0])
         assert not found.is_error
         assert [hit["id"] for hit in answer["hits"]] == [len(bodies)]  # the newest, found before the deadline
-        assert answer["timedOut"] >= 1 and "items older than id" in answer["stoppedEarly"]
-        assert SEARCH_TEST_DEADLINE_S <= took < SEARCH_TEST_DEADLINE_S + TIMING_SLACK_S, took  # not 30 × REGEX_TIMEOUT_S
-        assert probe.max_s < LOOP_LAG_BOUND_S, probe.summary()
+        # The deadline ended it, not the rows' end: it says where it stopped, short of the oldest slow row (id 2).
+        # How many rows timed out before that depends on the machine's load (tests/cli/test_search.py::TestScan
+        # counts them on a fake clock); so does how long past the deadline the answer came.
+        stopped = re.search(r"items older than id (\d+)", answer["stoppedEarly"])
+        assert stopped is not None and int(stopped[1]) > 2, answer
+        assert took >= SEARCH_TEST_DEADLINE_S, took
+        assert probe.max_s < LOOP_STALL_BOUND_S and len(probe.lags_s) >= LOOP_TICKS_MIN, probe.summary()
 
     async def test_a_cancelled_search_stops_its_worker_promptly(self, tmp_path) -> None:
         """Cancelling the caller sets the worker's stop flag: the wait ends within one match, not at the deadline."""
@@ -552,7 +558,9 @@ class TestHistorySearchBounds:
                 await search_items(store, SLOW_OR_HELLO, as_regex=True, deadline_s=60)
             took = anyio.current_time() - started
         assert scope.cancelled_caught
-        assert took < 0.3 + REGEX_TIMEOUT_S + TIMING_SLACK_S, took  # 60 rows × REGEX_TIMEOUT_S without the flag
+        # Without the flag the wait is 60 rows × REGEX_TIMEOUT_S (30 s); with it, one match past the cancel, and a
+        # busy machine's scheduling on top: a quarter of the unflagged wait tells the two apart on any machine.
+        assert took < 60 * REGEX_TIMEOUT_S / 4, took
 
     async def test_a_long_match_is_cut_in_its_snippet_and_a_long_query_is_refused(self, tmp_path) -> None:
         """A sender controls the match length (`.*` over a huge body) and the model the query's: both are bounded."""
