@@ -4,7 +4,8 @@
     HYPOTHESIS_PROFILE=deep python -m pytest -q tests/peers    # ten times the examples, for a search run
 
 A property with its own count says so with `examples(n)`, its count in the
-"ci" profile; the "deep" profile multiplies it. Neither profile has a
+"ci" profile; the "deep" profile multiplies it, and lets the tests that
+repeat a race within a time budget run all their rounds. Neither profile has a
 deadline or the too-slow health check: they are timings, and on a machine
 busy with other work, or with the suite spread over pytest-xdist workers,
 they fail a property that holds (speed is measured in tests/bench). Every
@@ -23,6 +24,8 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in PROFILES:
     raise SystemExit(f"HYPOTHESIS_PROFILE={PROFILE!r}: one of {', '.join(PROFILES)}")
 DEFAULT_EXAMPLES, FACTOR = PROFILES[PROFILE]
+#: A deep run: the tests that repeat a chance, not a property (tests/e2e/test_stop_under_load.py), repeat it fully.
+DEEP = PROFILE == "deep"
 
 for name, (count, _) in PROFILES.items():
     settings.register_profile(name, max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])
