@@ -308,13 +308,16 @@ class TestLimit:
         assert len(cut.request.messages) == 1 + overflow - cut.dropped
 
     def test_the_cut_stays_put_while_the_context_grows(self) -> None:
-        """Turns that follow a cut keep the same first messages until the limit is reached again."""
+        """Turns that follow a cut keep the same first messages until the limit is reached again.
+
+        The turns share their rendered rows, as an agent's turns do (a cached compile equals an uncached one:
+        test_a_cached_compile_equals_an_uncached_one), so 200 turns render 400 rows once, not 60,000 times."""
         agent = AgentConfig(name="scout", context_chars=20_000)
-        rows = self.rows(400)
-        previous = compile_(rows[:200], agent=agent)
+        rows, rendered = self.rows(400), RenderedRows()
+        previous = compile_(rows[:200], agent=agent, rendered=rendered)
         cuts = 0
         for end in range(201, 401):
-            following = compile_(rows[:end], agent=agent)
+            following = compile_(rows[:end], agent=agent, rendered=rendered)
             assert following.dropped >= previous.dropped
             if following.dropped == previous.dropped:
                 prefix = previous.request.messages[: previous.request.stable_prefix]
@@ -327,9 +330,9 @@ class TestLimit:
     def test_the_cut_does_not_depend_on_the_window_of_rows(self) -> None:
         """A window of the newest rows that reaches back past the cut compiles to the same request as all rows."""
         agent = AgentConfig(name="scout", context_chars=20_000)
-        rows = self.rows(500)
+        rows, rendered = self.rows(500), RenderedRows()  # the whole history's turns share their rendered rows
         for end in range(300, 501, 7):
-            whole = compile_(rows[:end], agent=agent)
+            whole = compile_(rows[:end], agent=agent, rendered=rendered)
             window = compile_(rows[end - 250 : end], agent=agent)
             assert window.request == whole.request
             assert window.digest == whole.digest
