@@ -150,6 +150,13 @@ def as_echo(line: str) -> str:
     return fit(ECHO_NOT_YET_KNOWN.sub(r"\1 (echo): ", line.removesuffix(ELLIPSIS)), PLAIN_WIDTH)
 
 
+def echoed(said: str) -> Callable[[str], bool]:
+    """Whether the view shows Scout's `said` come back on the console: marked as the echo, or not yet known as
+    one (ECHO_NOT_YET_KNOWN)."""
+    shown = re.compile(r"console  Scout(?: \(echo\))?: " + re.escape(said))
+    return lambda text: shown.search(text) is not None
+
+
 def blocks(text: str, *, ordered: bool = False) -> list[list[str]]:
     """The feed cut before each staged item, each block's lines sorted.
 
@@ -302,12 +309,12 @@ class TestDev:
     def test_a_line_typed_to_scout_wakes_it_and_its_reply_says_the_line_back(self, tmp_path) -> None:
         """`@scout ...` on stdin is a mention on the console channel: scout wakes, its reply is published to the
         console (outbox row delivered) and comes back as an echo in the view; a plain line is stored, wakes no one."""
-        echo = "console  Scout (echo): You said: @scout please answer the console"
+        echo = echoed("You said: @scout please answer the console")
         dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"})
         try:
             dev.type("@scout please answer the console")
             dev.type("hello, host")
-            assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
+            assert dev.read_until(echo, timeout=40), dev.text()
             dev.process.send_signal(signal.SIGINT)
             assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
         finally:
@@ -330,10 +337,10 @@ class TestDev:
         """`mcplhost dev < lines.txt`: a regular file (which the event loop cannot wait on) is read all the same."""
         lines = tmp_path / "lines.txt"
         lines.write_text("first, no one addressed\n@Scout: from a file\n", encoding="utf-8")
-        echo = "console  Scout (echo): You said: @Scout: from a file"
+        echo = echoed("You said: @Scout: from a file")
         dev = OnPipes(tmp_path, env={"STUB_MESSAGES": "1"}, stdin=lines)
         try:
-            assert dev.read_until(lambda text: echo in text, timeout=40), dev.text()
+            assert dev.read_until(echo, timeout=40), dev.text()
             dev.process.send_signal(signal.SIGINT)
             assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
         finally:
@@ -383,8 +390,8 @@ class TestOnATerminal:
         try:
             assert dev.read_until(lambda text: "  ready: " in text, timeout=30), dev.text()
             dev.type("@scout answer the terminal")
-            echo = "console  Scout (echo): You said: @scout answer the terminal"
-            assert dev.read_until(lambda text: echo in text, timeout=30), dev.text()
+            echo = echoed("You said: @scout answer the terminal")
+            assert dev.read_until(echo, timeout=30), dev.text()
             dev.process.send_signal(signal.SIGINT)
             assert dev.wait_for_exit(timeout=30) == 0, dev.text()[-2000:]
             assert dev.stopped_at is not None and time.monotonic() - dev.stopped_at < EXIT_AFTER_STOPPED_S

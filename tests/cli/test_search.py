@@ -65,7 +65,7 @@ class TestResults:
         async with open_reader(tmp_path / "host.db") as store:
             tracemalloc.start()
             try:
-                found = await search_items(store, "needle")
+                found = await search_items(store, "needle", deadline_s=3600)  # under tracemalloc, a slow walk
                 _, peak = tracemalloc.get_traced_memory()
             finally:
                 tracemalloc.stop()
