@@ -9,7 +9,8 @@ Each run is `python -m pytest -q -p no:cacheprovider [-n N] --durations=15 PATHS
 in a child process. Wall time depends on what else the machine runs, so the
 load average before and after is printed beside it; the CPU seconds (user +
 system, the children included) do not, and show what parallel workers cost
-on top of the serial run. The 15 slowest tests of each run follow its line
+on top of the serial run. The 15 slowest tests of each run, then any that
+failed, follow its line
 (HYPOTHESIS_PROFILE=deep, passed on, makes the properties search harder:
 tests/properties.py).
 """
@@ -40,7 +41,7 @@ def children_cpu_s() -> float:
 
 
 def run(paths: list[str], workers: int) -> tuple[float, float, str, list[str], int]:
-    """One pytest run: its wall seconds, CPU seconds, summary, slowest tests and exit code."""
+    """One pytest run: its wall seconds, CPU seconds, summary, slowest tests (then any failed) and exit code."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}", *paths]
     if workers:
         command[4:4] = ["-n", str(workers)]
@@ -51,7 +52,8 @@ def run(paths: list[str], workers: int) -> tuple[float, float, str, list[str], i
     summary = next((m[1] for line in reversed(lines) if (m := SUMMARY.match(line))),
                    lines[-1] if lines else "no output")
     slowest = [line for line in lines if DURATION.match(line)][:SLOWEST]
-    return wall, used, summary, slowest, done.returncode
+    failed = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return wall, used, summary, slowest + failed, done.returncode
 
 
 def main() -> int:
