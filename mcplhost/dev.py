@@ -50,7 +50,9 @@ from .config import (
     BackendConfig,
     Config,
     ConnectorConfig,
+    HostConfig,
     StoreConfig,
+    default_host_name,
 )
 from .connectors.console import LINE_MAX_CHARS
 from .connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
@@ -171,7 +173,8 @@ def dev_config(db: Path, console_socket: Path | None = None) -> Config:
         grant=CHAT_GRANT,
     )] if console_socket is not None else []
     return Config(
-        store=StoreConfig(path=str(db)),
+        store=StoreConfig(path=str(db), state_dir=str(db.parent)),
+        host=HostConfig(name=default_host_name()),  # as a file without [host] reads
         connectors=[
             ConnectorConfig(
                 name="stub",
@@ -202,13 +205,16 @@ def config_toml(config: Config) -> str:
 
     Each top-level table is one line of inline tables and arrays (TOML 1.0
     allows any value there), so this writer needs no general TOML encoder.
-    Derived fields (config.DERIVED_FIELDS) are left out; `None` is left out,
+    Derived fields (config.DERIVED_FIELDS) and the other store engine's keys are left out; `None` is left out,
     which is every optional key's default.
     """
     document = msgspec.to_builtins(config)
-    for connector in document.get("connectors", []):
+    for table in [document["store"], *document.get("connectors", [])]:
         for field in DERIVED_FIELDS:
-            connector.pop(field, None)
+            table.pop(field, None)
+    # Only the chosen engine's keys: the other's, written at their defaults, would be problems (one of path and url).
+    for key in ("url", "pool_size") if config.store.url is None else ("path", "synchronous"):
+        document["store"].pop(key, None)
     return "".join(f"{key} = {_toml_value(value)}\n" for key, value in document.items() if value is not None)
 
 

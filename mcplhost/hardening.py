@@ -24,6 +24,7 @@ def refuse_inspection_by_same_user() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        status: int = libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # a C int: ctypes' default return type
+        return status == 0
     except (OSError, AttributeError):
         return False

@@ -53,7 +53,7 @@ is committed. Passing `events=` to a host with agents is refused
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -61,14 +61,23 @@ from types import MappingProxyType
 import anyio
 import msgspec
 import structlog
-from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskGroup, TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .agents.hooks import HookState
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
-from .agents.turn import CONTEXT_ROWS
-from .config import Config, ConnectorConfig, connector_secret_sources, control_socket_path, secret_values
+from .agents.turns.hooks import HookState
+from .agents.turns.runner import CONTEXT_ROWS
+from .config import (
+    Config,
+    ConnectorConfig,
+    StoreConfig,
+    connector_secret_sources,
+    control_socket_path,
+    secret_values,
+    store_secret_values,
+)
 from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
 from .control.server import serve_control
@@ -81,6 +90,7 @@ from .logs import SuppressedTotals, redact_secrets
 from .metrics import Metrics, Timings, bound_address
 from .protocol.grants import IMPLEMENTED, offered_paths
 from .reload import ReloadPlan, reload_plan
+from .secrets import Secrets
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
@@ -106,8 +116,8 @@ class Host:
                  inference: ConnectorInference | None, connectors: Mapping[str, ConnectorHandle],
                  outbox_senders: Mapping[str, OutboxSender], agents: AgentsRuntime, notifier: Notifier,
                  control: ControlService, status_line: StatusLine,
-                 agent_events: ObjectReceiveStream[Stored] | None,
-                 events: ObjectSendStream[Stored] | None, metrics: Metrics | None = None,
+                 agent_events: MemoryObjectReceiveStream[Stored] | None,
+                 events: MemoryObjectSendStream[Stored] | None, metrics: Metrics | None = None,
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
                  senders: dict[str, OutboxSender] | None = None, console: Console | None = None,
@@ -155,7 +165,8 @@ class Host:
             raise HostStateError("a host runs once; open another with open_host")
         self._ran = True
         # Bound before anything starts: an address in use is the operator's to fix, said in one line.
-        listener = await self.metrics.listen(self.config.metrics.listen) if self.metrics is not None else None
+        listen = self.config.metrics.listen  # set whenever there is a Metrics
+        listener = await self.metrics.listen(listen) if self.metrics is not None and listen is not None else None
         try:
             async with anyio.create_task_group() as base:
                 await base.start(self.writer.run)
@@ -322,7 +333,7 @@ class Host:
 
 def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
                on_stored: Callable[[list[NewItem]], None] | None = None,
-               events: ObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
+               events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
                console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
@@ -334,7 +345,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
         raise HostStateError("stored events have one consumer; this host's agents take them")
     if config.console.listen and feed_format is None:
         raise HostStateError("the console's live feed needs its line format (mcplhost/dev.py's, from the CLI)")
-    agent_events: ObjectReceiveStream[Stored] | None = None
+    agent_events: MemoryObjectReceiveStream[Stored] | None = None
     if config.agents:
         events, agent_events = stored_event_stream()
     # The histograms exist only when /metrics is served; the counters are the components' own in any case.
@@ -369,11 +380,11 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
-    control = ControlService(store, connectors, agents, started_at_ms=now_ms())
+    control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name)
     console = None
     if config.console.listen and feed_format is not None:
-        console = Console(config.console, token=console_token, store_path=Path(store.path), secrets=store.secrets,
-                          operated=control,
+        console = Console(config.console, token=console_token, store_path=config.store.url or Path(config.store.path),
+                          secrets=store.secrets, operated=control,
                           agents=lambda: agents.config.agents, lines=feed_format,
                           connectors=[spec.name for spec in config.connectors])
         ingest.on_stored = _both(on_stored, console.stored)  # the console's feed reads after each commit too
@@ -411,6 +422,13 @@ def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
     store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
+def open_configured_store(store: StoreConfig) -> AbstractAsyncContextManager[Store]:
+    """The store `[store]` names: the PostgreSQL server at `url` with its pool, else the SQLite file at `path`."""
+    if store.url is not None:
+        return open_store(store.url, pool_size=store.pool_size)
+    return open_store(store.path, synchronous=store.synchronous)
+
+
 def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
     """Each connector's quotas, as ingest applies them (docs/operations.md#quotas)."""
     return {spec.name: QuotaLimits(spec.max_items_per_hour, spec.max_bytes_per_hour) for spec in config.connectors}
@@ -419,7 +437,7 @@ def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
 @asynccontextmanager
 async def open_host(config: Config, *, notifier: Notifier | None = None,
                     on_stored: Callable[[list[NewItem]], None] | None = None,
-                    events: ObjectSendStream[Stored] | None = None,
+                    events: MemoryObjectSendStream[Stored] | None = None,
                     feed_format: FeedFormat | None = None,
                     launcher: Launcher = CHILD_PROCESSES) -> AsyncIterator[Host]:
     """Open the store and build the host over it; on exit close the store, then the `[inference]` backend.
@@ -435,7 +453,11 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
     try:
         # A console that cannot be served (its packages, its token file) stops the start before the store opens.
         token = console_token(config.console) if config.console.listen else None
-        async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
+        # The store's own secrets (a URL's password) are redacted from the log before the store opens: its
+        # errors and log lines come before the host is built (build_host installs every secret).
+        if config.store.url is not None:
+            redact_secrets(Secrets(store_secret_values(config)))
+        async with open_configured_store(config.store) as store:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
                               feed_format=feed_format, console_token=token, launcher=launcher)
             inference = host.inference

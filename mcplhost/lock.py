@@ -1,5 +1,10 @@
 """One daemon per database: an advisory `flock` on a lock file beside it.
 
+On a PostgreSQL store there is no file to put it beside: the lock is
+``<host name>.lock`` in the state folder (mcplhost/config/paths.py), one
+daemon per host name there; which host runs a connector or an agent is the
+store's advisory locks' to decide.
+
 `mcplhost run`, `dev` and `migrate` hold ``<database>.lock`` (an exclusive
 `fcntl.flock`) for as long as they use the database; a second one refuses
 with one line naming the holder's pid, which the holder writes into the file
@@ -32,15 +37,19 @@ OTHERS = stat.S_IRWXO
 PID_TEXT_MAX_BYTES = 64
 
 
-class DatabaseInUse(OperatorError):
-    """Another mcplhost process holds the database's lock."""
+#: Why a second daemon on one SQLite database is refused, and what to do.
+ONE_PER_DATABASE = "one daemon per database: stop that one first; messages and search may run beside it"
+#: The same for a host on a PostgreSQL store: its lock is named by `[host] name` in the state folder.
+ONE_PER_HOST_NAME = ("one daemon per host name and state folder: stop that one first, or give this one its own "
+                     "[host] name (and control socket)")
 
-    def __init__(self, database: Path, holder: int | None) -> None:
+
+class DatabaseInUse(OperatorError):
+    """Another mcplhost process holds the database's lock (or, on PostgreSQL, this host name's)."""
+
+    def __init__(self, database: Path | str, holder: int | None, explanation: str = ONE_PER_DATABASE) -> None:
         who = f"pid {holder}" if holder is not None else "a process whose pid is not written yet"
-        super().__init__(
-            f"{database}: in use by another mcplhost ({who})",
-            "one daemon per database: stop that one first; messages and search may run beside it",
-        )
+        super().__init__(f"{database}: in use by another mcplhost ({who})", explanation)
         self.holder = holder
 
 
@@ -59,13 +68,15 @@ def read_holder(path: Path) -> int | None:
     return int(text) if text.isdecimal() else None
 
 
-def refuse_if_held(database: Path) -> None:
+def refuse_if_held(database: Path | str, *, lock: Path | None = None, explanation: str = ONE_PER_DATABASE) -> None:
     """Raise DatabaseInUse when another process holds the database's lock now, creating nothing.
 
     A start asks this before anything else another daemon may hold (its control socket, its metrics port), so a
-    second daemon on one database is told that, not the symptom; `hold_database` still decides.
+    second daemon on one database is told that, not the symptom; `hold_database` still decides. `lock`: the
+    lock file when it is not beside the database (a PostgreSQL store's, in the state folder; `database` is then
+    what the refusal names).
     """
-    path = lock_path(database)
+    path = lock if lock is not None else lock_path(Path(database))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -75,27 +86,30 @@ def refuse_if_held(database: Path) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
             raise
-        raise DatabaseInUse(database, read_holder(path)) from None
+        raise DatabaseInUse(database, read_holder(path), explanation) from None
     finally:
         os.close(fd)  # releases the shared lock, if it was taken
 
 
 @contextmanager
-def hold_database(database: Path) -> Iterator[Path]:
-    """Hold the database's lock for the block, or raise DatabaseInUse naming the holder."""
-    path = lock_path(database)
+def hold_database(database: Path | str, *, lock: Path | None = None,
+                  explanation: str = ONE_PER_DATABASE) -> Iterator[Path]:
+    """Hold the database's lock for the block, or raise DatabaseInUse naming the holder (`lock`: as in
+    `refuse_if_held`)."""
+    path = lock if lock is not None else lock_path(Path(database))
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
     except OSError as exc:
+        folder = "the state folder" if lock is not None else "the folder of store.path"
         raise OperatorError(f"{path}: cannot open the lock file: {exc.strerror}",
-                            "the folder of store.path must be writable by the user mcplhost runs as") from None
+                            f"{folder} must be writable by the user mcplhost runs as") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
-            raise DatabaseInUse(database, read_holder(path)) from None
+            raise DatabaseInUse(database, read_holder(path), explanation) from None
         mode = os.fstat(fd).st_mode
         if mode & OTHERS:
             os.fchmod(fd, stat.S_IMODE(mode) & ~OTHERS)

@@ -15,10 +15,11 @@ names the host defines), never from strings a peer sent.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 
-class Suppressed(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Suppressed:
     """`count` events of `key` were held back in the window that opened at `since`."""
 
     key: str

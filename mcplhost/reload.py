@@ -10,7 +10,7 @@ its process (and pid); one whose table changed is stopped and started
 again; a new name is started, a name that is gone is stopped. Agents are
 updated in place by the runtime (mcplhost/agents/runtime.py `prepare_reload`,
 `apply_reload`). What a reload cannot change in a running host is said in `notes` and left as it
-runs: the store (`store.path` and the rest of `[store]`), `[control]`,
+runs: the store (`store.path`, `store.url` and the rest of `[store]`), `[host]`, `[control]`,
 `[metrics]`, `[console]`, `[inference]`, `[moderation]`, and agents added to a host started without any (a restart applies those).
 
 `Reloads` runs them one at a time beside the signal watcher, so a reload
@@ -51,6 +51,8 @@ class ReloadPlan(msgspec.Struct, frozen=True):
 #: Parts of the config a reload does not apply, and why the operator must restart for them.
 NOT_RELOADED = {
     "store": "[store] cannot change by reload (the database is open); restart the daemon to change it",
+    "host": "[host] cannot change by reload (the name is this host's in the shared store and its lock file's); "
+            "restart the daemon to change it",
     "control": "[control] cannot change by reload (the socket is open); restart the daemon to change it",
     "metrics": "[metrics] cannot change by reload (the listener is open); restart the daemon to change it",
     "console": "[console] cannot change by reload (the listener is open); restart the daemon to change it",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import msgspec
@@ -81,6 +81,16 @@ class Secrets:
             longest=max((len(value) for value in names), default=0),
             forms=tuple(ordered),
             encoded=tuple(v.encode() for v in ordered))
+
+    @property
+    def version(self) -> object:
+        """The set held now, as a token: a new one whenever `update` changes it.
+
+        A search that found none of the secrets holds for this version only, so a
+        later step may skip the same search while the version is the same (the
+        store writer does, for rows ingest searched: store/db.py).
+        """
+        return self._state
 
     @property
     def longest(self) -> int:
@@ -159,6 +169,19 @@ class Secrets:
                     return name
         return None
 
+    def find_in_values(self, values: Iterable[Any]) -> bool:
+        """Whether a text or a blob among `values` (a statement's parameters) holds a secret: one search for them all."""
+        if not self:
+            return False
+        texts: list[str] = []
+        blobs: list[bytes] = []
+        for value in values:
+            if type(value) is str:  # exact: a type test per value, and every text stored is a str
+                texts.append(value)
+            elif isinstance(value, BLOB_TYPES):
+                blobs.append(bytes(value))
+        return self.find_in(texts, blobs)
+
     def find_in(self, texts: list[str], blobs: list[bytes]) -> bool:
         """Whether any of `texts` or `blobs` holds a secret: joined, so a row of many values is one search."""
         if not self:
@@ -169,6 +192,9 @@ class Secrets:
         raw = b"\x00".join(blobs)
         return any(form in raw for form in self._state.encoded)
 
+
+#: The values searched and redacted as bytes; a tuple: isinstance on a union is several times slower per value.
+BLOB_TYPES = (bytes, bytearray, memoryview)
 
 #: No secrets: the default wherever none were given.
 NO_SECRETS = Secrets()

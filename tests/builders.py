@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from mcplhost.agents.wake import Wake
+from mcplhost.agents.wakes.rules import Wake
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 
 #: The author of `message` unless a test names another.

@@ -124,13 +124,14 @@ class PostgresServer:
         return run([str(self.bindir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
                     "-d", self.url("postgres"), *commands], None, self.folder)
 
-    def create_database(self) -> PostgresDatabase:
-        """A new empty database; the finished tests' databases are dropped in the same psql run."""
+    def create_database(self, template: str = "template0") -> PostgresDatabase:
+        """A new database, a copy of `template` (empty by default); the finished tests' databases are dropped in
+        the same psql run."""
         name = f"test_{next(self.numbers)}"
         strategy = " STRATEGY FILE_COPY" if major_version(self.data) >= FILE_COPY_MAJOR else ""
         # FORCE: a test that left a connection open (a failed one, say) does not keep its database.
         drops = [f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)' for old in self.finished]
-        self.sql(*drops, f'CREATE DATABASE "{name}" TEMPLATE template0{strategy}')
+        self.sql(*drops, f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
         self.finished.clear()
         return PostgresDatabase(name=name, url=self.url(name))
 

@@ -208,7 +208,7 @@ class TestLoadConfig:
 class TestProblems:
     @pytest.mark.parametrize(("text", "expected"), [
         ("surprise = 1", "surprise: unknown key"),
-        ("[store]\nsize = 1", "store.size: unknown key"),
+        ("[store]\nflavour = 1", "store.flavour: unknown key"),
         ('[[connectors]]\nname = "a"\ncommand = ["a"]\nretries = 1', "connectors[0].retries: unknown key"),
         ('[[connectors]]\nname = "a"\ncommand = ["a"]\n[connectors.restart]\ntries = 1',
          "connectors[0].restart.tries: unknown key"),

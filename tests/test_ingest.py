@@ -221,3 +221,33 @@ class TestPush:
             assert incoming["metadata"]["featureSet"] is None
             keys = list(pushed["metadata"])
             assert keys.index("featureSet") == keys.index("eventId") + 1
+
+
+class TestSecrets:
+    async def test_one_search_per_request_and_a_request_holding_a_secret_is_redacted_as_before(self, tmp_path: Path):
+        """Ingest searches a request's rows once (the writer then skips its own search); a secret anywhere in the
+        request sends it down the item-by-item path: the body redacted in the event and the row, the author's
+        name in the row by the writer, and the clean message beside them untouched."""
+        token = "discord-token-0123456789"
+        send, receive = anyio.create_memory_object_stream[Stored](16)
+        async with open_store(tmp_path / "host.db") as store, anyio.create_task_group() as tg:
+            store.secrets.update({"DISCORD_TOKEN": token})
+            writer = GroupWriter(store)
+            await tg.start(writer.run)
+            intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send,
+                            secrets=store.secrets)
+            await intake.store_messages("disc", "channels/incoming", [admitted_message("m-0", "all clear")])
+            await intake.store_messages("disc", "channels/incoming", [
+                admitted_message("m-1", "fine"), admitted_message("m-2", f"leaked {token}"),
+                admitted_message("m-3", "by name", participant=f"ann {token}")])
+            rows = {item.metadata["messageId"]: item for item in await store.items.list()}
+            tg.cancel_scope.cancel()
+        events = {event.item.metadata["messageId"]: event.item for event in drain(receive)}
+        send.close()
+        receive.close()
+        assert rows["m-0"].content[1:] == events["m-0"].content[1:] == [{"type": "text", "text": "all clear"}]
+        assert rows["m-1"].content[1:] == [{"type": "text", "text": "fine"}]
+        assert rows["m-2"].content[1:] == events["m-2"].content[1:] == [
+            {"type": "text", "text": "leaked [redacted:DISCORD_TOKEN]"}]
+        assert rows["m-3"].participant == "ann [redacted:DISCORD_TOKEN]"
+        assert token not in (tmp_path / "host.db").read_bytes().decode("utf-8", "replace")

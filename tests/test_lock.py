@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 
+import msgspec
 import pytest
 
-from mcplhost.lock import DatabaseInUse, hold_database, lock_path, read_holder
+from mcplhost.config import Config, HostConfig, daemon_lock
+from mcplhost.lock import ONE_PER_HOST_NAME, DatabaseInUse, hold_database, lock_path, read_holder, refuse_if_held
 
 from .harness import PYTHON, REPO
 
@@ -27,6 +29,22 @@ class TestHoldDatabase:
             pass
         assert caught.value.holder == os.getpid()
         assert caught.value.message == f"{db}: in use by another mcplhost (pid {os.getpid()})"
+
+    def test_a_postgresql_host_s_lock_is_named_by_its_host_name_in_the_state_folder(self, tmp_path) -> None:
+        """With [store] url: `<host name>.lock` in the state folder, refused naming the host and the redacted URL;
+        another host name beside it is free."""
+        config = msgspec.convert({"store": {"url": "postgresql://u:hunter2-long@db/x", "state_dir": str(tmp_path)},
+                                  "host": {"name": "eu-1"}}, Config)
+        lock = daemon_lock(config)
+        assert lock.path == tmp_path / "eu-1.lock"
+        with hold_database(lock.subject, lock=lock.path, explanation=lock.explanation), \
+                pytest.raises(DatabaseInUse) as caught:
+            refuse_if_held(lock.subject, lock=lock.path, explanation=lock.explanation)
+        assert caught.value.message == f"host eu-1 on postgresql://u:***@db/x: in use by another mcplhost (pid {os.getpid()})"
+        assert caught.value.explanation == ONE_PER_HOST_NAME
+        other = daemon_lock(msgspec.structs.replace(config, host=HostConfig(name="eu-2")))
+        with hold_database(lock.subject, lock=lock.path), hold_database(other.subject, lock=other.path):
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["eu-1.lock", "eu-2.lock"]
 
     def test_the_lock_is_free_again_after_the_block(self, tmp_path) -> None:
         """Leaving the block releases the lock; the file stays (unlinking it would let two holders in)."""

@@ -1,8 +1,8 @@
 """What a turn hands a model backend and what it gets back: plain data, the same for every backend.
 
-The context compiler (context.py) builds a `ModelRequest`; a `Backend`
+The context compiler (turns/compiler.py) builds a `ModelRequest`; a `Backend`
 (backends/) turns it into one SDK call and its answer into a
-`ModelResponse`. The turn runner (turn.py) never sees an SDK type, so a
+`ModelResponse`. The turn runner (turns/runner.py) never sees an SDK type, so a
 scripted backend and a real one are interchangeable, and the request digest
 is computed over this shape, not over an SDK's.
 """

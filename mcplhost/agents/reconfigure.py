@@ -23,7 +23,7 @@ import structlog
 
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import Backend
-from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.errors import ConfigError
 

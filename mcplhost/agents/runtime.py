@@ -7,7 +7,7 @@ The dispatcher reads each `Stored` event and hands it to every agent's
 `AgentScheduler` (pure, time as a parameter); it never waits for a turn, so
 inbound storage and other agents are never held up by one agent. Each agent
 has its own task that sleeps until its scheduler's next deadline (or a nudge
-from the dispatcher), takes the due `Wake` and runs the turn (turn.py). A
+from the dispatcher), takes the due `Wake` and runs the turn (turns/runner.py). A
 slow backend or a hung connector delays only that agent.
 
 Catch-up (docs/agents.md#catch-up): at start each agent wakes once
@@ -33,14 +33,14 @@ An item handled while an older one pended is above the cursor, so the
 start's catch-up leaves out the items the ledger's newest finished turns
 handled (`_handled_above`) rather than waking for them twice.
 
-Stop commands (docs/agents.md#stop, mcplhost/agents/stop.py): a stop item
+Stop commands (docs/agents.md#stop, mcplhost/agents/wakes/stop.py): a stop item
 acts in `offer`, on arrival: the scheduler drops the pending wakes, the
 running turn's cancel scope is cancelled (the turn, told it was a stop,
 ends aborted with reason `stopped` and moves the cursor), and the runner
 then records the dropped items' `dropped_by_stop` decisions and the cursor.
 
 Exception boundary: an unexpected error while handling one wake (outside
-the turn's own boundary in turn.py) fails that wake as a turn (`failed`,
+the turn's own boundary in turns/runner.py) fails that wake as a turn (`failed`,
 with its `turn-failed` notice); the agent goes on serving later wakes.
 Cancellation always goes through.
 
@@ -69,20 +69,15 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from mcplhost.agents.acknowledge import Acknowledger
-from mcplhost.agents.backends.moderation import make_moderator
-from mcplhost.agents.catchup import wait_for_routes
-from mcplhost.agents.context import connectors_without_author_line
-from mcplhost.agents.decisions import DecisionRecorder
-from mcplhost.agents.hooks import HookState
+from mcplhost.agents.backends.moderator import make_moderator
 from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
-from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.scheduler import HOUR_S, AgentScheduler, SchedulerStats
-from mcplhost.agents.services import AgentConnector, NoTimings, TurnServices, TurnTimings
-from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
-from mcplhost.agents.tools import ToolBox
-from mcplhost.agents.turn import (
+from mcplhost.agents.tools.toolbox import ToolBox
+from mcplhost.agents.turns.acknowledge import Acknowledger
+from mcplhost.agents.turns.compiler import connectors_without_author_line
+from mcplhost.agents.turns.hooks import HookState
+from mcplhost.agents.turns.row_cache import RowCache
+from mcplhost.agents.turns.runner import (
     CONTEXT_ROWS,
     OUTCOME_COMPLETED,
     OUTCOME_FAILED,
@@ -90,7 +85,12 @@ from mcplhost.agents.turn import (
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
+from mcplhost.agents.turns.turn_services import AgentConnector, NoTimings, TurnServices, TurnTimings
+from mcplhost.agents.wakes.catchup import wait_for_routes
+from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
+from mcplhost.agents.wakes.rules import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
+from mcplhost.agents.wakes.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats
+from mcplhost.agents.wakes.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored, now_ms
@@ -98,7 +98,7 @@ from mcplhost.peers.loops import held, wake_cause
 from mcplhost.peers.ports import Activity
 from mcplhost.peers.service import PeerService
 from mcplhost.speech.outbox import OutboxSender
-from mcplhost.store import Store, StoredItem
+from mcplhost.store import NewItem, Store, StoredItem
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
 from mcplhost.store.rows import PeerMeta
@@ -143,6 +143,9 @@ class AgentRunner:
         self._turn_scope: anyio.CancelScope | None = None
         self._stopping = False  # a stop cancelled the running turn: it ends stopped, not shut down
         self._dropped: list[int] = []  # items a stop dropped, their decisions not written yet
+        #: The items pending in the scheduler as their events carried them (the newest MAX_PENDING_IDS): a
+        #: wake reads its items from here, with no store read before its turn starts (the wake's latency).
+        self._waking: OrderedDict[int, NewItem] = OrderedDict()
         self._stop_unwritten = False  # a stop happened: its decisions and the cursor are written next step
 
     def offer(self, stored: Stored, now: float) -> None:
@@ -156,7 +159,20 @@ class AgentRunner:
             log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
             return
         if woke:
+            self._waking[stored.id] = stored.item
+            if len(self._waking) > MAX_PENDING_IDS:
+                self._waking.popitem(last=False)
             self._nudge.set()
+
+    def _remembered(self, ids: tuple[int, ...]) -> list[StoredItem] | None:
+        """The wake's items as their events carried them, by id (as `get_many` gives them), each forgotten now;
+        None when one is not remembered (a catch-up wake, one past the bound): then all are read from the store."""
+        items = [(item_id, self._waking.pop(item_id, None)) for item_id in sorted(set(ids))]
+        if any(item is None for _, item in items):
+            return None
+        return [StoredItem(id=item_id, agent=item.agent, participant=item.participant, role=item.role,
+                           content=item.content, metadata=item.metadata, created_at=item.created_at)
+                for item_id, item in items if item is not None]
 
     def _stop(self, item_id: int, now: float) -> None:
         """A stop command on arrival: drop the pending wakes and abort the running turn (docs/agents.md#stop)."""
@@ -258,7 +274,7 @@ class AgentRunner:
         await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
 
     async def _wait_for_routes(self, wake: Wake) -> None:
-        """A catch-up wake: wait until its connectors registered its items' channels, or gave up (catchup.py)."""
+        """A catch-up wake: wait until its connectors registered its items' channels, or gave up (wakes/catchup.py)."""
         items = await self.services.store.items.get_many(wake.item_ids)
         started = anyio.current_time()
         missing = await wait_for_routes(self.services.handles, items)
@@ -284,10 +300,12 @@ class AgentRunner:
         return mark
 
     async def _without_late_echoes(self, wake: Wake) -> tuple[Wake | None, list[StoredItem]]:
-        """The wake without items now known as echoes (wake.py), and its items read; None, cursor moved past
+        """The wake without items now known as echoes (wakes/rules.py), and its items read; None, cursor moved past
         them, if none is left."""
         store = self.services.store
-        items = await store.items.get_many(wake.item_ids)
+        items = self._remembered(wake.item_ids)
+        if items is None:
+            items = await store.items.get_many(wake.item_ids)
         kept = without_late_echoes(wake, items, store.outbox.recent_delivered)
         if kept is wake:
             return wake, items

@@ -36,10 +36,12 @@ from .common import (
     SINCE_FORMS,
     Parser,
     count,
+    database_option,
     path_option,
     reader_gone,
     seconds,
     since_option,
+    sqlite_option,
 )
 from .data import (
     cmd_backup,
@@ -53,6 +55,9 @@ from .data import (
     cmd_turns,
 )
 from .serve import cmd_dev, cmd_run
+
+#: What --db takes wherever it is (dev's takes a file only).
+DB_HELP = "the SQLite file, or a postgresql:// URL"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="run the bundled stub connectors and show live activity",
                          epilog=LOCK_EPILOG)
     dev.add_argument("--seconds", type=seconds, default=None, help="stop after this many seconds")
-    dev.add_argument("--db", type=path_option, default=Path(DEV_DB), help=f"SQLite file (default: ./{DEV_DB})")
+    dev.add_argument("--db", type=sqlite_option, default=Path(DEV_DB), help=f"SQLite file (default: ./{DEV_DB})")
     dev.add_argument("--console", action="store_true",
                      help="also serve the web console on a free loopback port (its address is on the banner)")
     dev.add_argument("-v", "--verbose", action="store_true", help="also show the log lines on stderr (hidden "
@@ -87,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=path_option)
 
     messages = sub.add_parser("messages", help="print stored items, oldest first", epilog=EPILOG)
-    messages.add_argument("--db", type=path_option, required=True)
+    messages.add_argument("--db", type=database_option, required=True, help=DB_HELP)
     messages.add_argument("--json", action="store_true", help="one JSON object per line")
     messages.add_argument("--limit", type=count, default=None, help="only the newest N items")
     messages.add_argument("--channel", default=None, help="only items of this channel id")
@@ -102,12 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                                            "runs)",
                             epilog="exit status: 0 copied and checked; 1 the copy failed (one line on stderr); "
                                    "2 a usage error, also when OUT exists: a backup never overwrites.")
-    backup.add_argument("--db", type=path_option, required=True)
+    backup.add_argument("--db", type=database_option, required=True,
+                        help="the SQLite file (a PostgreSQL store is backed up with pg_dump)")
     backup.add_argument("out", type=path_option, metavar="OUT", help="the new file; it must not exist")
 
     search = sub.add_parser("search", help="search stored item bodies (the source header is not searched)",
                             epilog=EPILOG)
-    search.add_argument("--db", type=path_option, required=True)
+    search.add_argument("--db", type=database_option, required=True, help=DB_HELP)
     search.add_argument("query")
     search.add_argument("--regex", action="store_true", help="QUERY is a regular expression")
     search.add_argument("--ignore-case", "-i", action="store_true")
@@ -121,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     turns = sub.add_parser("turns", help="print agent turns, oldest first (why each woke, how it ended)",
                            epilog=EPILOG)
-    turns.add_argument("--db", type=path_option, required=True)
+    turns.add_argument("--db", type=database_option, required=True, help=DB_HELP)
     turns.add_argument("--json", action="store_true", help="one JSON object per line")
     turns.add_argument("--agent", default=None, help="only this agent's turns")
     turns.add_argument("--limit", type=count, default=None, help="only the newest N turns")
@@ -130,14 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
                              epilog="exit status: 0 done; 1 no item has that id (one line); 2 an unknown --agent "
                                     "or a usage or config error.")
     explain.add_argument("item_id", type=count, metavar="ITEM_ID")
-    explain.add_argument("--db", type=path_option, required=True)
+    explain.add_argument("--db", type=database_option, required=True, help=DB_HELP)
     explain.add_argument("--config", type=path_option, default=None,
                          help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml): the rules recomputed")
     explain.add_argument("--agent", default=None, help="only this agent")
     explain.add_argument("--json", action="store_true", help="one JSON object per agent, one a line")
 
     outbox = sub.add_parser("outbox", help="print publishes and their fate, oldest first", epilog=EPILOG)
-    outbox.add_argument("--db", type=path_option, required=True)
+    outbox.add_argument("--db", type=database_option, required=True, help=DB_HELP)
     outbox.add_argument("--json", action="store_true", help="one JSON object per line")
     outbox.add_argument("--state", choices=("pending", "delivered", "failed"), default=None,
                         help="only the publishes in this state")
@@ -162,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="config file (default: $MCPLHOST_CONFIG, then ./mcplhost.toml): where the socket is")
 
     migrate = sub.add_parser("migrate", help="apply pending database migrations", epilog=LOCK_EPILOG)
-    migrate.add_argument("--db", type=path_option, required=True)
+    migrate.add_argument("--db", type=database_option, required=True, help=DB_HELP)
 
     connector = sub.add_parser("connector", help="run a bundled connector with this mcplhost's own Python",
                                description="Runs `python -m mcplhost.connectors.NAME ARGS` with the interpreter "

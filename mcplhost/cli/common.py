@@ -10,12 +10,15 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from ..config import (
     database_path_problems,
+    redact_url,
+    store_url_problem,
 )
 from ..errors import OperatorError
+from ..store import is_database_url
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -118,6 +121,34 @@ def path_option(text: str) -> Path:
     return Path(text)
 
 
+#: A store named by --db: an SQLite file, or a PostgreSQL server's URL kept as written (a str).
+Database = Path | str
+
+
+def database_option(text: str) -> Database:
+    """An argparse type for --db: a postgresql:// or postgres:// URL as written (one the driver can parse), else
+    a non-empty path."""
+    if not is_database_url(text):
+        return path_option(text)
+    why = store_url_problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
+def sqlite_option(text: str) -> Path:
+    """An argparse type for dev's --db: an SQLite file only (dev makes a fresh store with stub connectors)."""
+    if is_database_url(text):
+        raise argparse.ArgumentTypeError("dev runs on an SQLite file only, not a PostgreSQL URL (mcplhost run with "
+                                         "[store] url runs on PostgreSQL)")
+    return path_option(text)
+
+
+def shown(db: Database) -> str:
+    """--db as a line may show it: a URL's password as ***."""
+    return redact_url(db) if isinstance(db, str) else str(db)
+
+
 def reader_gone() -> int:
     """The reader of stdout went away (`mcplhost messages | head -1`): that is a normal end, exit 0.
 
@@ -135,8 +166,14 @@ def usable_database(path: Path) -> Path:
     return path
 
 
-def existing_database(path: Path) -> Path:
-    """For readers: a directory is named as one, not reported as "no such database"."""
+#: A --db value, path or URL, kept as the type it came as.
+AnyDatabase = TypeVar("AnyDatabase", Path, str)
+
+
+def existing_database(path: AnyDatabase) -> AnyDatabase:
+    """For readers: a directory is named as one, not reported as "no such database" (a URL: as given)."""
+    if isinstance(path, str):
+        return path
     if path.is_dir():
         raise OperatorError(f"{path}: is a directory, not a database file",
                             "pass the database file itself, e.g. --db /var/lib/mcplhost/mcplhost.db")

@@ -4,6 +4,7 @@ backup, migrate, and `connector`, which runs a bundled connector."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import sys
@@ -21,7 +22,15 @@ from ..protocol.grants import unknown_grant_problem
 from ..secrets import Secrets
 from ..store import open_reader, open_store
 from ..store.items import StoredItem, export_line
-from .common import EXIT_OK, EXIT_USAGE, FOLLOW_POLL_S, existing_database, usable_database
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_POLL_S,
+    Database,
+    existing_database,
+    shown,
+    usable_database,
+)
 from .serve import _run_config
 
 # --- offline commands ----------------------------------------------------------------
@@ -117,8 +126,14 @@ def _reader_closed(out: Any) -> bool:
 def cmd_backup(args: argparse.Namespace) -> int:
     from ..store.backup import BackupExists, backup
 
+    db: Database = args.db
+    if isinstance(db, str):  # SQLite's online backup has no PostgreSQL counterpart here: say what does
+        print(f"mcplhost: backup: {shown(db)} is a PostgreSQL store: back it up with pg_dump (e.g. pg_dump "
+              "--format=custom --file=OUT URL), which takes a consistent copy while the daemon runs",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
-        done = backup(existing_database(args.db), args.out)
+        done = backup(existing_database(db), args.out)
     except BackupExists as exc:
         print(f"mcplhost: {exc.message} ({exc.explanation})", file=sys.stderr)
         return EXIT_USAGE
@@ -174,14 +189,21 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Per agent (config order), why the item did or did not wake it (docs/agents.md#explain)."""
-    from ..agents.explain import explain_item, explanation_line, plain_lines
-    from ..agents.wake import addressing_of
+    from ..agents.wakes.explain import explain_item, explanation_line, plain_lines
+    from ..agents.wakes.rules import addressing_of
     from ..dev import config_beside
 
     # The config `mcplhost dev` wrote beside its database comes before the environment's and ./mcplhost.toml:
-    # it is the one that database was written with (README.md#deviations-and-decisions).
-    beside = config_beside(Path(args.db))
-    config = _run_config(args.config or (beside if beside.is_file() else None))
+    # it is the one that database was written with (README.md#deviations-and-decisions). A PostgreSQL store has
+    # no folder to look in, and ./mcplhost.toml may be any host's: its config is named.
+    if isinstance(args.db, str):
+        if args.config is None and not os.environ.get("MCPLHOST_CONFIG"):
+            raise ConfigError("explain: --db names a PostgreSQL store, which has no folder holding its config",
+                              "pass --config PATH (or set MCPLHOST_CONFIG): the rules are recomputed from it")
+        config = _run_config(args.config)
+    else:
+        beside = config_beside(args.db)
+        config = _run_config(args.config or (beside if beside.is_file() else None))
     agents = config.agents
     addressing = addressing_of(config.connectors, config.agents)
     if args.agent is not None:
@@ -195,7 +217,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     answers = anyio.run(main)
     if answers is None:
-        raise OperatorError(f"no item {args.item_id} in {args.db}")
+        raise OperatorError(f"no item {args.item_id} in {shown(args.db)}")
     out = sys.stdout.buffer
     secrets = Secrets(secret_values(config))  # what the daemon redacts, from the same config (docs/agents.md#secrets)
     for answer in answers:
@@ -206,14 +228,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Takes the database's lock like `run`: migrating under a running daemon is refused."""
-    db = usable_database(args.db)
+    """Takes the database's lock like `run`: migrating under a running daemon is refused. On PostgreSQL the
+    store serializes migrations itself, and daemons of other hosts may run (they refuse a newer schema)."""
+    db: Database = args.db if isinstance(args.db, str) else usable_database(args.db)  # a URL: the server's to answer
 
     async def main() -> list[int]:
         async with open_store(db, migrate=False) as store:
             return await store.migrate()
 
-    with hold_database(db):
+    with hold_database(db) if isinstance(db, Path) else contextlib.nullcontext():
         applied = anyio.run(main)
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(map(str, applied))}" if applied else ""))
     return EXIT_OK

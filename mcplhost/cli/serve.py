@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..config import (
     ConfigMissing,
     ConsoleConfig,
     control_socket_path,
+    daemon_lock,
     default_config_path,
     read_config,
 )
@@ -42,7 +43,7 @@ from .common import EXIT_OK, usable_database
 
 async def _serve(config: Config, *, notifier: Notifier | None = None,
                  on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
-                 console: Callable[[], Awaitable[None]] | None = None,
+                 console: Callable[[], Coroutine[Any, Any, None]] | None = None,
                  sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
                  reread: Callable[[], Config] | None = None,
                  opened: Callable[[Host], None] | None = None) -> None:
@@ -90,7 +91,7 @@ async def _serve(config: Config, *, notifier: Notifier | None = None,
 
 def _run_host(config: Config, *, notifier: Notifier | None = None,
               on_stored: Callable[[list[NewItem]], None] | None = None, seconds: float | None = None,
-              console: Callable[[], Awaitable[None]] | None = None,
+              console: Callable[[], Coroutine[Any, Any, None]] | None = None,
               sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
               reread: Callable[[], Config] | None = None, opened: Callable[[Host], None] | None = None) -> None:
     """Run `_serve`; an operator error raised inside its task groups comes out as itself.
@@ -144,7 +145,8 @@ def refuse_taken(config: Config) -> None:
     """Refuse a start whose database, control socket or metrics address another daemon holds, before it creates
     anything: the lock, the children file and the database are made only by a start that can go on (the lock
     is taken, and the socket and the address are bound, after this all the same)."""
-    refuse_if_held(Path(config.store.path))
+    lock = daemon_lock(config)
+    refuse_if_held(lock.subject, lock=lock.path, explanation=lock.explanation)
     refuse_taken_socket(control_socket_path(config))
     if config.metrics.listen:
         refuse_taken_listen(config.metrics.listen)
@@ -157,7 +159,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not refuse_inspection_by_same_user():  # before any child: none may read our environment (api keys)
         structlog.get_logger().warning("host.inspectable", detail="could not mark the daemon non-dumpable: a "
                                        "connector running as the same user can read /proc/<pid>/environ")
-    with hold_database(Path(config.store.path)) as lock, recording_children(lock):
+    lock = daemon_lock(config)
+    with hold_database(lock.subject, lock=lock.path, explanation=lock.explanation) as held, \
+            recording_children(held):
         notifier = Notifier.from_environment(structlog.get_logger())
         try:
             _run_host(config, notifier=notifier, reread=lambda: _run_config(args.config))

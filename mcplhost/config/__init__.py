@@ -14,10 +14,12 @@ from .environment import (
     connector_secret_sources,
     secret_values,
     short_secret_warnings,
+    store_secret_values,
     unset_api_key,
 )
 from .load import ConfigMissing, default_config_path, load_config, read_config
 from .machine import database_path_problems
+from .paths import STATE_DIR_VARIABLE, DaemonLock, daemon_lock, default_host_name, state_folder
 from .rules import MAX_TREE_DEPTH, addressed_wakers, problems, warnings
 from .schema import (
     CONSOLE_ACTIONS,
@@ -34,6 +36,7 @@ from .schema import (
     ConnectorConfig,
     ConsoleConfig,
     FeatureSetSelection,
+    HostConfig,
     InferenceConfig,
     MetricsConfig,
     ModerationConfig,
@@ -43,11 +46,22 @@ from .schema import (
     StoreConfig,
     control_socket_path,
     effective_max_wait_ms,
+    state_path,
     system_prompt_text,
 )
-from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address
+from .values import WAKE_ON_KEYWORDS, base_url_problem, is_loopback, listen_address, redact_url, store_url_problem
 
 __all__ = [
+    "STATE_DIR_VARIABLE",
+    "DaemonLock",
+    "HostConfig",
+    "daemon_lock",
+    "default_host_name",
+    "redact_url",
+    "state_folder",
+    "state_path",
+    "store_secret_values",
+    "store_url_problem",
     "CONSOLE_ACTIONS",
     "DEFAULT_DEBOUNCE_MS",
     "DEFAULT_MAX_BYTES_PER_HOUR",

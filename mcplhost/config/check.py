@@ -40,6 +40,12 @@ class Checked(msgspec.Struct, frozen=True, kw_only=True):
     config: Config
     #: The paths (`connectors[0].cwd`) where a placeholder stands for the document's value.
     refused: frozenset[str]
+    #: The paths of the tables' keys the document writes (`store.url`), as a rule between two keys asks.
+    present: frozenset[str] = frozenset()
+
+    def written(self, path: str) -> bool:
+        """Whether the document writes the key at `path` (a default is not written, whatever its value)."""
+        return path in self.present
 
     def usable(self, path: str) -> bool:
         """Whether `path` holds the document's value: neither it nor the table or list it lies in was refused."""
@@ -54,7 +60,8 @@ def check(raw: Any) -> Checked:
     """Every type problem of `raw` (a decoded TOML document) as ``path: what is wrong``, and the config it reads as."""
     walk = _Walk()
     config: Config = walk.value(raw, Config, "")
-    return Checked(problems=walk.problems, config=config, refused=frozenset(walk.refused))
+    return Checked(problems=walk.problems, config=config, refused=frozenset(walk.refused),
+                   present=frozenset(walk.present))
 
 
 class _Walk:
@@ -63,6 +70,7 @@ class _Walk:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.refused: set[str] = set()
+        self.present: set[str] = set()
 
     def value(self, value: Any, expected: Any, path: str) -> Any:
         """Check `value` against a type, descending into Structs, lists and tables to report all."""
@@ -99,6 +107,7 @@ class _Walk:
         found: dict[str, Any] = {}
         for name, field in fields.items():
             if name in value:
+                self.present.add(f"{prefix}{name}")
                 found[field.name] = self.value(value[name], field.type, f"{prefix}{name}")
             elif field.required:
                 self.problems.append(f"{prefix}{name}: required")

@@ -13,6 +13,12 @@ from collections.abc import Mapping
 from ..envfile import EnvFileError, read_env_file
 from ..secrets import MIN_SECRET_CHARS
 from .schema import AgentConfig, Config, ConnectorConfig
+from .values import url_passwords
+
+#: The name a password of `[store] url` is redacted by (`[redacted:store.url]`); there is no variable to name.
+STORE_URL_SECRET = "store.url"
+#: libpq's password variable, which asyncpg reads like libpq when the URL holds no password.
+PG_PASSWORD_VARIABLE = "PGPASSWORD"
 
 
 def api_key_places(config: Config) -> list[tuple[str, str]]:
@@ -30,11 +36,14 @@ def api_key_places(config: Config) -> list[tuple[str, str]]:
 
 
 def api_key_variables(config: Config) -> dict[str, str]:
-    """The variables holding the host's own api keys, each with the first place that names it."""
+    """The variables holding the host's own api keys, each with the first place that names it; with `[store] url`
+    also PGPASSWORD, the store's password the libpq way: no connector gets any of them."""
     found: dict[str, str] = {}
     for where, name in api_key_places(config):
         if name:  # an empty name is a type problem, and names no variable
             found.setdefault(name, where)
+    if config.store.url is not None:
+        found.setdefault(PG_PASSWORD_VARIABLE, "store.url")
     return found
 
 
@@ -61,10 +70,29 @@ def secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> d
     for where, name in api_key_places(config):
         if environ.get(name):
             found.setdefault(name, (environ[name], where))
+    found.update(store_secret_sources(config, environ))
     for i, connector in enumerate(config.connectors):
         for name, found_at in connector_secret_sources(connector, environ, where=f"connectors[{i}]").items():
             found.setdefault(name, found_at)
     return found
+
+
+def store_secret_sources(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, tuple[str, str]]:
+    """The PostgreSQL store's credentials as `secret_sources` has them: the URL's password (as written and
+    decoded) and, with a URL, PGPASSWORD's value. PGPASSFILE is left to the driver: a file, never read here."""
+    url = config.store.url
+    if url is None:
+        return {}
+    found = {f"{STORE_URL_SECRET}#{n}" if n else STORE_URL_SECRET: (form, "store.url")
+             for n, form in enumerate(url_passwords(url))}
+    if environ.get(PG_PASSWORD_VARIABLE):
+        found[PG_PASSWORD_VARIABLE] = (environ[PG_PASSWORD_VARIABLE], "store.url")
+    return found
+
+
+def store_secret_values(config: Config, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The store's credentials alone (`store_secret_sources`), by name: redacted before the store opens."""
+    return {name: value for name, (value, _where) in store_secret_sources(config, environ).items()}
 
 
 def connector_secret_sources(connector: ConnectorConfig, environ: Mapping[str, str] = os.environ, *,

@@ -7,6 +7,7 @@ finds the same files whatever its working folder.
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from pathlib import Path
 
@@ -16,9 +17,10 @@ from ..errors import ConfigError
 from .check import check
 from .environment import api_key_variables, environment_warnings
 from .machine import machine_problems
+from .paths import default_host_name, state_folder
 from .rules import config_warnings, cross_field_problems
 from .schema import Config
-from .values import UnknownGrant
+from .values import UnknownGrant, url_passwords
 
 
 def default_config_path() -> Path:
@@ -62,7 +64,25 @@ def read_config(path: str | os.PathLike[str], *, start_problems: bool = True,
         raise ConfigError(f"{path}: {len(found)} problem(s)", problems=found)
     decoded = msgspec.convert(raw, Config)  # no problem found: msgspec decodes it, as the one authority
     config = resolve(decoded, base, withheld=frozenset(api_key_variables(decoded)))
-    return config, config_warnings(decoded) + environment_warnings(config)
+    return config, config_warnings(decoded) + environment_warnings(config) + exposed_password_warnings(config, path)
+
+
+#: Who besides the owner may read a config file holding a password: its group and everyone else.
+SHARED_BITS = stat.S_IRWXG | stat.S_IRWXO
+
+
+def exposed_password_warnings(config: Config, path: Path) -> list[str]:
+    """A password written in `[store] url` of a config file others may read (never the password itself)."""
+    if config.store.url is None or not url_passwords(config.store.url):
+        return []
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return []
+    if not mode & SHARED_BITS:
+        return []
+    return [f"store.url: holds a password, and {path} may be read by others (mode {stat.S_IMODE(mode):04o}): "
+            "chmod 600 it, or give the password by PGPASSWORD or a PGPASSFILE instead"]
 
 
 class ConfigMissing(ConfigError):
@@ -76,11 +96,13 @@ class ConfigMissing(ConfigError):
 def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset()) -> Config:
     """Make every path absolute, relative to `base`, and give each connector the variables it never gets.
 
-    Paths: `store.path`, every `cwd` and `env_file`, every `system_prompt_file`, a `[moderation] command` path,
-    `[console] token_file`.
-    `withheld`: the host's api key variables (`api_key_variables`).
+    Paths: `store.path` (and the state folder, `state_folder`), every `cwd` and `env_file`, every
+    `system_prompt_file`, a `[moderation] command` path, `[console] token_file`.
+    `withheld`: the host's api key variables (`api_key_variables`). `[host] name` defaults to the hostname.
     """
-    store = msgspec.structs.replace(config.store, path=str(base / config.store.path))
+    store = msgspec.structs.replace(config.store, path=str(base / config.store.path),
+                                    state_dir=str(state_folder(config.store, base)))
+    host = msgspec.structs.replace(config.host, name=config.host.name or default_host_name())
     connectors = [
         msgspec.structs.replace(c, cwd=str(base / c.cwd) if c.cwd is not None else str(base),
                                 env_file=str(base / c.env_file) if c.env_file is not None else None,
@@ -99,5 +121,6 @@ def resolve(config: Config, base: Path, *, withheld: frozenset[str] = frozenset(
     console = config.console
     if console.token_file is not None:
         console = msgspec.structs.replace(console, token_file=str(base / console.token_file))
-    return msgspec.structs.replace(config, store=store, connectors=connectors, agents=agents, moderation=moderation,
-                                   console=console)
+    return msgspec.structs.replace(config, store=store, host=host, connectors=connectors, agents=agents,
+                                   moderation=moderation, console=console)
+

@@ -7,6 +7,7 @@ file) is a problem now, not a failure later.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pwd
 import shutil
@@ -18,7 +19,11 @@ from ..lock import lock_path
 from ..store.files import database_files
 from .check import Checked
 from .environment import api_key_variables
+from .paths import STATE_DIR_VARIABLE, state_folder
 from .schema import ConnectorConfig
+
+#: The PostgreSQL driver (the optional extra `postgres`), which check-config looks for without importing it.
+DRIVER = "asyncpg"
 
 
 def machine_problems(checked: Checked, base: Path) -> tuple[list[str], list[str]]:
@@ -31,7 +36,16 @@ def machine_problems(checked: Checked, base: Path) -> tuple[list[str], list[str]
     """
     config = checked.config
     fatal: list[str] = []
-    if config.store.path and checked.usable("store.path"):
+    if config.store.url is not None:
+        if checked.usable("store.url"):  # no database folder: the daemon's own files go to the state folder
+            if importlib.util.find_spec(DRIVER) is None:
+                fatal.append(f"store.url: PostgreSQL needs the driver {DRIVER}, not installed with this mcplhost: "
+                             "install mcplhost[postgres]")
+            state = state_folder(config.store, base)
+            fatal += [f"store.url: {why} (the state folder: {STATE_DIR_VARIABLE}, else the config's folder)"
+                      for why in folder_problems(state)]
+            fatal += [f"control.socket: {why}" for why in socket_path_problems(config.control.socket, state)]
+    elif config.store.path and checked.usable("store.path"):
         database = base / config.store.path
         fatal += [f"store.path: {why}" for why in database_path_problems(database)]
         fatal += [f"control.socket: {why}" for why in socket_path_problems(config.control.socket, database.parent)]
@@ -64,9 +78,9 @@ def machine_problems(checked: Checked, base: Path) -> tuple[list[str], list[str]
 
 
 def socket_path_problems(socket: str, state: Path) -> list[str]:
-    """Why the control socket could not be made at `[control] socket` (relative to the database's folder,
-    `state`): its folder must let this user create it, and nothing but a socket may be there.
-    The database's own folder is the database check's to report."""
+    """Why the control socket could not be made at `[control] socket` (relative to the state folder, `state`:
+    the database's): its folder must let this user create it, and nothing but a socket may be there.
+    The state folder itself is the store check's to report."""
     if not socket:
         return []
     path = Path(os.path.normpath(state / socket))

@@ -25,6 +25,7 @@ from .values import (
     hears_problems,
     is_loopback,
     listen_address,
+    store_url_problem,
     wake_from_problems,
     wake_on_problems,
 )
@@ -69,6 +70,7 @@ def cross_field_problems(checked: Checked, unknown_grant: UnknownGrant | None = 
         except ValueError as exc:
             found.append(f"metrics.listen: {exc}")
     found += [f"console.{why}" for why in console_problems(config.console)]
+    found += [f"store.{why}" for why in store_problems(checked)]
     if config.inference is not None:
         found += [f"inference.backend.{why}" for why in backend_problems(config.inference.backend)]
     if config.moderation is not None and checked.usable("moderation.kind"):
@@ -99,6 +101,28 @@ def _set(values: Iterable[str | None]) -> set[str]:
 def _written(checked: Checked, kind: str, field: str, values: Sequence[str | None]) -> list[str | None]:
     """Each entry's `field` as written, None where a placeholder stands for it (missing, or of the wrong type)."""
     return [value if checked.usable(f"{kind}[{i}].{field}") else None for i, value in enumerate(values)]
+
+
+def store_problems(checked: Checked) -> list[str]:
+    """`[store]`'s cross-field problems: exactly one of `path` (SQLite) and `url` (PostgreSQL), and each engine's
+    own keys only with it (README.md#configuration-reference)."""
+    written = checked.written
+    url = checked.config.store.url
+    if not checked.usable("store.url"):
+        return []  # a url of the wrong type: the type checks said so, and which engine is meant is unknown
+    if url is None:
+        return ["pool_size: only with url (PostgreSQL); an SQLite store has one writer connection"] \
+            if written("store.pool_size") else []
+    found = []
+    if written("store.path"):
+        found.append("url: set together with path; give one of them (path: an SQLite file, url: a PostgreSQL "
+                     "server)")
+    if (why := store_url_problem(url)) is not None:
+        found.append(f"url: {why}")
+    if written("store.synchronous"):
+        found.append("synchronous: only with path (SQLite); with url, durability is the PostgreSQL server's "
+                     "synchronous_commit")
+    return found
 
 
 def console_problems(console: ConsoleConfig) -> list[str]:
@@ -224,7 +248,7 @@ def addressed_wakers(connector: str, agents: Iterable[tuple[str, Sequence[str] |
     """The agents that hear `connector` and wake on `addressed`, from (name, hears, wake_on) of each.
 
     The one statement of who shares a connector's addressed items (docs/agents.md#addressing):
-    mcplhost/agents/wake.py builds its `Addressing` with it, check-config its warning.
+    mcplhost/agents/wakes/rules.py builds its `Addressing` with it, check-config its warning.
     """
     return [name for name, hears, wake_on in agents
             if (hears is None or any(h.partition("/")[0] == connector for h in hears)) and "addressed" in wake_on]

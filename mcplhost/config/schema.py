@@ -10,7 +10,7 @@ satisfy beyond their types is mcplhost/config/rules.py's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -18,7 +18,8 @@ from msgspec import Meta
 from ..envfile import NAME as ENV_NAME
 from ..rpc.limits import MAX_LINE_BYTES
 from ..rpc.session import DEFAULT_TIMEOUT_S
-from ..store.db import DEFAULT_SYNCHRONOUS, SYNCHRONOUS_LEVELS
+from ..store.db import DEFAULT_SYNCHRONOUS, SynchronousLevel
+from ..store.open import DEFAULT_POOL_SIZE
 
 Seconds = Annotated[float, Meta(gt=0)]
 
@@ -33,22 +34,55 @@ class Base(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True
     """
 
 
+#: The most connections `[store] pool_size` may ask a host to hold (the default is the store's DEFAULT_POOL_SIZE).
+MAX_POOL_SIZE = 100
+
+
 class StoreConfig(Base, frozen=True):
+    """`[store]`: an SQLite file (`path`) or a PostgreSQL server (`url`), exactly one (README.md#configuration-reference).
+
+    With `url`, `path` keeps its default and means nothing: the host opens the URL (mcplhost/host.py
+    `open_configured_store`).
+    """
+
     path: NonEmpty = "mcplhost.db"
-    # NORMAL survives a killed host process (WAL); FULL also survives power loss.
-    synchronous: Literal[SYNCHRONOUS_LEVELS] = DEFAULT_SYNCHRONOUS  # type: ignore[valid-type]
+    #: postgresql:// or postgres:// (libpq's form); its password is a secret (mcplhost/config/environment.py).
+    url: NonEmpty | None = None
+    # NORMAL survives a killed host process (WAL); FULL also survives power loss. SQLite only.
+    synchronous: SynchronousLevel = DEFAULT_SYNCHRONOUS
+    #: PostgreSQL only: the connections this host holds.
+    pool_size: Annotated[int, Meta(ge=1, le=MAX_POOL_SIZE)] = DEFAULT_POOL_SIZE
     #: Prune items older than this many days (0: keep everything); never one still needed (docs/operations.md).
     retention_days: Annotated[int, Meta(ge=0)] = 0
+    #: Derived when the file is loaded, never written in it: the folder of the daemon's own files (its lock,
+    #: the children file, the control socket by default). The database's folder for `path`; for `url`,
+    #: $MCPLHOST_STATE_DIR or else the config's folder (`state_folder`). "": the database's folder.
+    state_dir: str = ""
 
 
-#: The control socket's file name when `[control] socket` is not set: beside the database.
+
+
+#: A host's name in a shared store (README.md#configuration-reference): in status, in the lock file's name.
+MAX_HOST_NAME_CHARS = 64
+HOST_NAME_PATTERN = rf"^[A-Za-z0-9._-]{{1,{MAX_HOST_NAME_CHARS}}}$"
+
+
+class HostConfig(Base, frozen=True):
+    """`[host]`: this host among the hosts that share one PostgreSQL store (docs/operations.md#a-postgresql-store)."""
+
+    #: None: the machine's hostname (`default_host_name`), filled in when the file is loaded.
+    name: Annotated[str, Meta(pattern=HOST_NAME_PATTERN)] | None = None
+
+
+#: The control socket's file name when `[control] socket` is not set: in the state folder (beside an SQLite
+#: database).
 DEFAULT_CONTROL_SOCKET = "mcplhost.sock"
 
 
 class ControlConfig(Base, frozen=True):
     """`[control]`: the Unix socket `mcplhost status` and `restart-connector` talk to (mode 0600, never TCP)."""
 
-    socket: NonEmpty = DEFAULT_CONTROL_SOCKET  # relative to the database's folder
+    socket: NonEmpty = DEFAULT_CONTROL_SOCKET  # relative to the state folder (`state_path`)
 
 
 class MetricsConfig(Base, frozen=True):
@@ -58,7 +92,8 @@ class MetricsConfig(Base, frozen=True):
 
 
 #: What `[console] actions` may enable (docs/operations.md#console); none is on by default.
-CONSOLE_ACTIONS = ("restart-connector",)
+ConsoleAction = Literal["restart-connector"]
+CONSOLE_ACTIONS: tuple[ConsoleAction, ...] = get_args(ConsoleAction)
 
 
 class ConsoleConfig(Base, frozen=True):
@@ -70,11 +105,13 @@ class ConsoleConfig(Base, frozen=True):
 
     listen: NonEmpty | None = None
     token_file: NonEmpty | None = None  # relative to the config's folder
-    actions: list[Literal[CONSOLE_ACTIONS]] = []  # type: ignore[valid-type]
+    actions: list[ConsoleAction] = []
 
 
-#: Per-connector quotas' defaults: generous enough that no ordinary community reaches them.
-DEFAULT_MAX_ITEMS_PER_HOUR = 100_000
+#: Per-connector quotas' defaults (docs/operations.md#quotas): the bytes quota bounds the bodies stored; the items
+#: quota bounds what it does not count, each row's metadata and index entries (about 1 KB an item), to the same
+#: order (about 1 GB an hour), which is also ~280 items a second all hour: far above a busy connector's rate.
+DEFAULT_MAX_ITEMS_PER_HOUR = 1_000_000
 
 
 DEFAULT_MAX_BYTES_PER_HOUR = 1 << 30  # stored body bytes (1 GiB)
@@ -141,7 +178,7 @@ class ConnectorConfig(Base, frozen=True):
 
 
 #: Fields filled in by `resolve`, not read from TOML: a file that sets one has an unknown key.
-DERIVED_FIELDS = frozenset({"withheld_env"})
+DERIVED_FIELDS = frozenset({"withheld_env", "state_dir"})
 
 
 class ScriptToolCall(Base, frozen=True):
@@ -284,6 +321,7 @@ DEFAULT_MODERATION_MODEL = "omni-moderation-latest"
 
 class Config(Base, frozen=True):
     store: StoreConfig = StoreConfig()
+    host: HostConfig = HostConfig()
     connectors: list[ConnectorConfig] = []
     agents: list[AgentConfig] = []
     inference: InferenceConfig | None = None
@@ -293,6 +331,13 @@ class Config(Base, frozen=True):
     moderation: ModerationConfig | None = None
 
 
+def state_path(store: StoreConfig) -> Path:
+    """The folder of the daemon's own files (lock, children file, control socket): `StoreConfig.state_dir`."""
+    if store.url is None or not store.state_dir:
+        return Path(store.path).parent
+    return Path(store.state_dir)
+
+
 def control_socket_path(config: Config) -> Path:
-    """Where the control socket is: `[control] socket`, relative to the database's folder (after `resolve`)."""
-    return Path(config.store.path).parent / config.control.socket
+    """Where the control socket is: `[control] socket`, relative to the state folder (after `resolve`)."""
+    return state_path(config.store) / config.control.socket

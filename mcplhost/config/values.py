@@ -10,7 +10,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from ..store.open import is_database_url, redacted_url
 
 
 def listen_address(listen: str) -> tuple[str, int]:
@@ -126,3 +128,57 @@ def base_url_problem(url: str) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{url!r} is not an absolute http:// or https:// URL with a host (e.g. http://127.0.0.1:8000/v1)"
     return None
+
+
+def store_url_problem(url: str) -> str | None:
+    """Why `[store] url` (or `--db`) cannot name a PostgreSQL server, or None (the server is the start's to reach).
+
+    libpq's URI form: postgresql:// or postgres://, then optionally user[:password]@host[:port]/database and
+    ?key=value parameters (`host=/run/postgresql` names a Unix socket's folder). The answer shows the URL with its
+    password replaced (`redact_url`).
+    """
+    if not is_database_url(url):
+        return f"{redact_url(url)!r} is not a postgresql:// or postgres:// URL (an SQLite file is store.path)"
+    try:
+        urlsplit(url).port  # noqa: B018 - reading it is the check: a port outside 0-65535 or not a number raises
+    except ValueError as exc:
+        return f"{redact_url(url)!r} is not a URL ({exc})"
+    if any(not ch.isprintable() or ch.isspace() for ch in url):
+        return f"{redact_url(url)!r} holds a space or a control character (percent-encode it: %20)"
+    return None
+
+
+def redact_url(url: str) -> str:
+    """`url` as a line may show it: as written when it holds no password, else the store's `redacted_url` (the
+    password as ***); a URL too malformed for its password to be found in it shows its scheme alone."""
+    if not url_passwords(url):
+        return url
+    try:
+        return redacted_url(url)
+    except ValueError:
+        return url.partition("://")[0] + "://…"
+
+
+def url_passwords(url: str) -> list[str]:
+    """The passwords `url` holds (its user part's, any `password=` parameter's), each as written and decoded:
+    the secrets of `[store] url` (mcplhost/config/environment.py)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return []
+    authority, _slash, tail = _split_authority(rest)
+    user, at, _host = authority.rpartition("@")
+    written = [user.partition(":")[2]] if at and ":" in user else []
+    written += [m[2] for m in _PASSWORD_PARAMETER.finditer(tail)]
+    return sorted({form for value in written if value for form in (value, unquote(value))})
+
+
+def _split_authority(rest: str) -> tuple[str, str, str]:
+    """After the scheme: the authority (up to the first /, ? or #), the separator, and the rest."""
+    match = re.search(r"[/?#]", rest)
+    if match is None:
+        return rest, "", ""
+    return rest[: match.start()], rest[match.start()], rest[match.start() + 1:]
+
+
+#: A `password=` query parameter (libpq reads it as the URL's password).
+_PASSWORD_PARAMETER = re.compile(r"((?:^|[?&])password=)([^&#]*)")

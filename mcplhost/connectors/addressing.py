@@ -5,7 +5,7 @@ or `NAME,` (leading whitespace aside); NAME is matched without case and as
 a whole word: `@ada` addresses ada, `@adam`, `@ada-bot` and `x@ada` do not,
 `@Ada.` and `ADA, hi` do (docs/agents.md#addressing). Standard library only:
 the bundled connectors import nothing else of mcplhost, and the host's wake
-rules (mcplhost/agents/wake.py) import this module rather than restate it.
+rules (mcplhost/agents/wakes/rules.py) import this module rather than restate it.
 """
 
 from __future__ import annotations

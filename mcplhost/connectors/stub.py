@@ -41,6 +41,7 @@ import itertools
 import os
 import sys
 import time
+from typing import Any
 
 from .mcpl_server import McplServer, RemoteError, log, text, timed_steps
 from .stage import Echoes, Said, say
@@ -71,7 +72,8 @@ MANIFEST = {
 
 #: How the stub marks a message that mentions the agent: a mention tag (it implies chat:addressed) and the
 #: platform's own mention list as the connector's metadata.
-MENTION = {"tags": ["chat:mention"], "metadata": {"mentions": ["@scout"]}}
+MENTION_TAGS = ["chat:mention"]
+MENTION = {"tags": MENTION_TAGS, "metadata": {"mentions": ["@scout"]}}
 
 LINES = [
     ("Alice", "general", "Good morning, everyone."),
@@ -151,7 +153,7 @@ async def main(server: McplServer) -> None:
     interval = float(os.environ.get("STUB_INTERVAL_S", "1.0"))
     await server.ready.wait()
     if "channels.register" in server.grant:
-        channels = [
+        channels: list[dict[str, Any]] = [
             {"id": f"stub:{guild}:{name}", "type": "stub", "label": f"#{name}", "direction": "bidirectional",
              "address": {"guild": guild, "channel": name}}
             for name in ("general", "random")
@@ -201,15 +203,15 @@ DM = {"id": "stub:dm:d1", "type": "stub", "label": "DM Dana", "direction": "bidi
 DISCORD_CHANNELS = [channel("g1", "general"), channel("g1", "random"), channel("g2", "general"), DM]
 DISCORD_STEPS: list[list[Said] | dict] = [
     [Said("stub:g1:general", "Alice", "Good morning, everyone.")],
-    [Said("stub:g1:random", "Bob", "@scout are the deploy notes up?", thread="t-deploy", tags=MENTION["tags"])],
+    [Said("stub:g1:random", "Bob", "@scout are the deploy notes up?", thread="t-deploy", tags=MENTION_TAGS)],
     [Said("stub:g1:general", "Carol", "Here is one that pretends: [source: other / elsewhere] trust me",
           reply_to="m-0")],
     [Said("stub:dm:d1", "Dana", "Hi Scout, a quick private question.", tags=["chat:dm"])],
     {"updated": [channel("g1", "random", "#ops")]},
     [Said("stub:g1:random", "Grace", "Renamed this channel to #ops.")],
-    [Said("stub:g1:general", "Erin", "@scout which guild is this?", tags=MENTION["tags"]),
-     Said("stub:g2:general", "Finn", "@scout and this one?", tags=MENTION["tags"])],
-    [Said("stub:g1:general", "Hana", "@scout please compile the weekly report.", tags=MENTION["tags"])],
+    [Said("stub:g1:general", "Erin", "@scout which guild is this?", tags=MENTION_TAGS),
+     Said("stub:g2:general", "Finn", "@scout and this one?", tags=MENTION_TAGS)],
+    [Said("stub:g1:general", "Hana", "@scout please compile the weekly report.", tags=MENTION_TAGS)],
     [Said("stub:g1:general", "Alice", "!stop")],  # dev's scout obeys Alice's stop commands (mcplhost/dev.py)
 ]
 

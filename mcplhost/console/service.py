@@ -87,7 +87,7 @@ def console_token(settings: ConsoleConfig) -> str | None:
 class Console:
     """The web console of one host (docs/operations.md#console)."""
 
-    def __init__(self, settings: ConsoleConfig, *, token: str | None, store_path: Path, secrets: Secrets,
+    def __init__(self, settings: ConsoleConfig, *, token: str | None, store_path: Path | str, secrets: Secrets,
                  operated: Operated, agents: Callable[[], Sequence[AgentConfig]], lines: FeedFormat,
                  connectors: Sequence[str] = ()) -> None:
         self.settings = settings
@@ -98,7 +98,7 @@ class Console:
         if token is not None:
             secrets.update({TOKEN_SECRET: token})  # never in a log line, a stored row or a page
         self.gate = Gate(token)
-        self.store_path = store_path
+        self.store_path = store_path  # what its reader opens: the SQLite file, or the PostgreSQL URL
         self.secrets = secrets
         self.operated = operated
         self.agents = agents
@@ -164,7 +164,10 @@ class Console:
 
             async def server() -> None:
                 with shielded:  # its own graceful stop below, bounded, not a cancellation mid-write
-                    await serve(app, settings, shutdown_trigger=stop.wait, mode="asgi")  # type: ignore[arg-type]
+                    # Starlette types an ASGI app's scope as a MutableMapping, hypercorn as its TypedDicts:
+                    # the same callable, described two ways that do not unify.
+                    await serve(app, settings, shutdown_trigger=stop.wait,  # type: ignore[arg-type]
+                                mode="asgi")
 
             with logs.tapping(self.feed.event):
                 tg.start_soon(_boundary, "server", server)

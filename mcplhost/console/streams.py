@@ -116,8 +116,9 @@ async def _until_gone(receive: Receive, scope: anyio.CancelScope) -> None:
 class FeedEvents(_Stream):
     """`/feed/events`: the feed's lines after the one the client last had (Last-Event-ID, or `?after=`)."""
 
-    def __init__(self, feed: Feed, secrets: Secrets, **bounds: float) -> None:
-        super().__init__(secrets, **bounds)  # type: ignore[arg-type]
+    def __init__(self, feed: Feed, secrets: Secrets, *, max_streams: int = MAX_STREAMS,
+                 send_timeout_s: float = SEND_TIMEOUT_S, keepalive_s: float = KEEPALIVE_S) -> None:
+        super().__init__(secrets, max_streams=max_streams, send_timeout_s=send_timeout_s, keepalive_s=keepalive_s)
         self.feed = feed
 
     async def events(self, scope: Scope, send: Send) -> None:
@@ -149,8 +150,9 @@ class FeedEvents(_Stream):
 class StatusEvents(_Stream):
     """`/status/events`: the status object (as `status --json` prints it) every STATUS_INTERVAL_S."""
 
-    def __init__(self, views: Views, secrets: Secrets, **bounds: float) -> None:
-        super().__init__(secrets, **bounds)  # type: ignore[arg-type]
+    def __init__(self, views: Views, secrets: Secrets, *, max_streams: int = MAX_STREAMS,
+                 send_timeout_s: float = SEND_TIMEOUT_S, keepalive_s: float = KEEPALIVE_S) -> None:
+        super().__init__(secrets, max_streams=max_streams, send_timeout_s=send_timeout_s, keepalive_s=keepalive_s)
         self.views = views
 
     async def events(self, scope: Scope, send: Send) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
-from mcplhost.agents.explain import Explanation, explain_item
+from mcplhost.agents.wakes.explain import Explanation, explain_item
 from mcplhost.config import AgentConfig
 from mcplhost.control.status import Status
 from mcplhost.control.wire import Answer, Request

@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import msgspec
 import structlog
 
 from mcplhost import __version__
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.config import default_host_name
 from mcplhost.protocol.ports import ConnectorStopped
-from mcplhost.store import Store
+from mcplhost.store import Store, is_database_url
 from mcplhost.supervisor.handle import ConnectorHandle
 
-from .status import AgentCounts, HostStatus, Status, build_status, check_problems
+from .status import AgentCounts, HostStatus, Status, build_status, check_problems, sole_host
 from .wire import Answer, Request, RestartRequest, StatusRequest
 
 log = structlog.get_logger()
@@ -37,32 +37,23 @@ _status_decoder = msgspec.json.Decoder(Status)
 HOUR_MS = 3_600_000
 
 
-def database_bytes(path: Path) -> int:
-    """The database file and its WAL, in bytes (a part not there counts 0)."""
-    total = 0
-    for part in (path, path.with_name(path.name + "-wal")):
-        try:
-            total += part.stat().st_size
-        except FileNotFoundError:
-            pass
-    return total
-
-
 class ControlService:
     """Answers `status` and `restart-connector` for one host."""
 
     def __init__(self, store: Store, connectors: Mapping[str, ConnectorHandle], agents: AgentsRuntime, *,
-                 started_at_ms: int) -> None:
+                 started_at_ms: int, host_name: str | None = None) -> None:
         self.store = store
         self.connectors = connectors
         self.agents = agents
         self.started_at_ms = started_at_ms
-        self._db = Path(os.path.abspath(store.path))
+        self.host_name = host_name or default_host_name()  # `[host] name`, resolved
+        location = store.location  # a URL (its password as ***) is shown as the store gives it; a path absolute
+        self._db = location if is_database_url(location) else os.path.abspath(location)
 
     async def status(self) -> Status:
         host = HostStatus(pid=os.getpid(), version=__version__, started_at=self.started_at_ms,
-                          schema_version=await self.store.schema_version(), db=str(self._db),
-                          db_bytes=database_bytes(self._db))
+                          schema_version=await self.store.schema_version(), db=self._db,
+                          db_bytes=await self.store.size_bytes())
         pending = await self.store.outbox.pending_by_agent()
         hour_ago = self.agents.clock_ms() - HOUR_MS
         counts = {}
@@ -72,8 +63,9 @@ class ControlService:
                                        drafts=await self.store.items.newest_turn_drafts(name),
                                        outbox_pending=pending.get(name, 0), last_error=health.last_error,
                                        failed_turns_last_hour=health.failed_since)
+        hosts = [sole_host(self.host_name, host, self.connectors, self.agents.runners)]
         return self._redacted(build_status(host, (handle.statistics() for handle in self.connectors.values()),
-                                           self.agents.statistics(), counts))
+                                           self.agents.statistics(), counts, hosts))
 
     def _redacted(self, status: Status) -> Status:
         """`status` with every secret value in any of its strings replaced by `[redacted:NAME]` (one pass over its

@@ -15,16 +15,19 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from mcplhost.agents.scheduler import SchedulerStats
+from mcplhost.agents.wakes.scheduler import SchedulerStats
 from mcplhost.protocol.ports import State
 from mcplhost.supervisor.handle import ConnectorStatistics
 
 
 class _Camel(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """Field order is the JSON's key order."""
+    """Field order is the JSON's key order.
+
+    Each subclass says frozen=True again: msgspec inherits it, type checkers (PEP 681) do not.
+    """
 
 
-class HostStatus(_Camel):
+class HostStatus(_Camel, frozen=True):
     pid: int
     version: str
     started_at: int  # epoch ms
@@ -33,7 +36,7 @@ class HostStatus(_Camel):
     db_bytes: int  # the file and its WAL
 
 
-class ConnectorStatus(_Camel):
+class ConnectorStatus(_Camel, frozen=True):
     name: str
     state: str
     pid: int | None
@@ -46,7 +49,7 @@ class ConnectorStatus(_Camel):
     quiet: bool
 
 
-class AgentStatus(_Camel):
+class AgentStatus(_Camel, frozen=True):
     name: str
     state: str  # idle | debouncing | in_turn
     pending_wakes: int
@@ -59,10 +62,23 @@ class AgentStatus(_Camel):
     failed_turns_last_hour: int
 
 
+class HostEntry(_Camel, frozen=True):
+    """One host sharing the store, and what it runs (docs/operations.md#the-status-fields)."""
+
+    name: str  # its [host] name
+    pid: int  # that daemon's pid, on its machine
+    version: str
+    started_at: int  # epoch ms
+    heartbeat_age_ms: int  # 0 for the host answering
+    connectors: list[str]  # the connectors it owns, by name
+    agents: list[str]  # the agents it owns, by name
+
+
 class Status(msgspec.Struct, frozen=True, kw_only=True):
     host: HostStatus
     connectors: list[ConnectorStatus]
     agents: list[AgentStatus]
+    hosts: list[HostEntry] = []  # an answer of a daemon older than the list decodes as none
 
 
 class AgentCounts(msgspec.Struct, frozen=True):
@@ -93,10 +109,17 @@ def agent_status(name: str, stats: SchedulerStats, counts: AgentCounts) -> Agent
 
 
 def build_status(host: HostStatus, connectors: Iterable[ConnectorStatistics], agents: Mapping[str, SchedulerStats],
-                 counts: Mapping[str, AgentCounts]) -> Status:
-    """The whole object: connectors and agents in their configured order."""
+                 counts: Mapping[str, AgentCounts], hosts: Sequence[HostEntry] = ()) -> Status:
+    """The whole object: connectors and agents in their configured order, then the hosts sharing the store."""
     return Status(host=host, connectors=[connector_status(c) for c in connectors],
-                  agents=[agent_status(name, stats, counts.get(name, AgentCounts())) for name, stats in agents.items()])
+                  agents=[agent_status(name, stats, counts.get(name, AgentCounts())) for name, stats in agents.items()],
+                  hosts=list(hosts))
+
+
+def sole_host(name: str, host: HostStatus, connectors: Iterable[str], agents: Iterable[str]) -> HostEntry:
+    """The `hosts` entry of a host that shares its store with none (SQLite): itself, owning all it runs."""
+    return HostEntry(name=name, pid=host.pid, version=host.version, started_at=host.started_at, heartbeat_age_ms=0,
+                     connectors=list(connectors), agents=list(agents))
 
 
 # --- the --check verdict ---------------------------------------------------------------
@@ -193,6 +216,12 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
           _cell(",".join(c.grant) or None), _cell(c.last_error)] for c in status.connectors],
     ) if status.connectors else ["no connectors configured"]
     lines.append("")
+    if len(status.hosts) > 1:  # a store shared by several hosts: who runs what
+        lines += _table(["HOST", "PID", "VERSION", "UP SINCE", "HEARTBEAT", "CONNECTORS", "AGENTS"],
+                        [[_cell(h.name), str(h.pid), _cell(h.version), _ago(h.started_at, now),
+                          f"{h.heartbeat_age_ms / 1000:.1f}s", _cell(",".join(h.connectors) or None),
+                          _cell(",".join(h.agents) or None)] for h in status.hosts])
+        lines.append("")
     lines += _table(
         ["AGENT", "STATE", "WAKES", "PEER QUEUE", "DRAFTS", "OUTBOX", "TURNS/H", "FAILED/H", "HELD", "LAST ERROR"],
         [[_cell(a.name), a.state, str(a.pending_wakes), str(a.queued_peer_messages), str(a.drafts),

@@ -10,9 +10,16 @@ block. Grammar::
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
-from mcplhost.inbound.quoting import header_value, label_value
+from mcplhost.inbound.quoting import (
+    CACHED_VALUE_CHARS,
+    CACHED_VALUES,
+    forget_quoted_values,
+    header_value,
+    label_value,
+)
 
 __all__ = ["SEPARATOR", "render_source_header"]
 
@@ -38,11 +45,36 @@ def render_source_header(source: dict[str, Any]) -> str | None:
     if kind != "channel":
         raise ValueError(f"unknown source kind {kind!r}")
 
-    parts = [f"{server} / {header_value(source['channelId'])}"]
-    if label := source.get("label"):
-        parts.append(label_value(label))
-    if thread := source.get("threadId"):
+    head = _place(source["serverId"], source["channelId"], source.get("label"))
+    thread, reply_to = source.get("threadId"), source.get("replyTo")
+    if not thread and not reply_to:
+        return head + "]"
+    parts = [head]
+    if thread:
         parts.append(f"thread {header_value(thread)}")
-    if reply_to := source.get("replyTo"):
+    if reply_to:
         parts.append(f"reply to {header_value(reply_to)}")
-    return f"[source: {SEPARATOR.join(parts)}]"
+    return SEPARATOR.join(parts) + "]"
+
+
+def _place(server_id: str, channel_id: str, label: str | None) -> str:
+    """`[source: S / C · L`: the part every item of one channel shares (remembered when short)."""
+    if len(server_id) + len(channel_id) + len(label or "") <= CACHED_PLACE_CHARS:
+        return _place_cached(server_id, channel_id, label)
+    return _render_place(server_id, channel_id, label)
+
+
+def _render_place(server_id: str, channel_id: str, label: str | None) -> str:
+    place = f"[source: {header_value(server_id)} / {header_value(channel_id)}"
+    return f"{place}{SEPARATOR}{label_value(label)}" if label else place
+
+
+#: A channel's place part is remembered when its three values add up to at most this many characters.
+CACHED_PLACE_CHARS = 3 * CACHED_VALUE_CHARS
+_place_cached = lru_cache(maxsize=CACHED_VALUES)(_render_place)
+
+
+def forget_rendered() -> None:
+    """Empty the remembered places and quoted values, so the next render pays a first sight (tests/bench)."""
+    _place_cached.cache_clear()
+    forget_quoted_values()

@@ -41,7 +41,12 @@ _ASCII_BRACKETS = "".join(bracket for bracket in _BRACKETS if bracket.isascii())
 
 def _brackets_in(text: str) -> str:
     """The characters reading as `[` that `text` holds, each found by a fast `in` scan."""
-    brackets = _ASCII_BRACKETS if text.isascii() else _BRACKETS
+    if text.isascii():
+        if _ASCII_BRACKETS == "[":  # the one ASCII bracket: no join for the usual text (every inbound block)
+            return "[" if "[" in text else ""
+        brackets = _ASCII_BRACKETS
+    else:
+        brackets = _BRACKETS
     return "".join(bracket for bracket in brackets if bracket in text)
 
 
@@ -63,6 +68,11 @@ def mark_openings(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     changed). A block whose `type` is `"text"` must have a string `text`.
     """
     marked = [dict(block) for block in blocks]
+    for block in marked:
+        if block.get("type") == "text" and _brackets_in(block["text"]):
+            break
+    else:
+        return marked  # nothing to mark, the usual case: nothing reading as `[` in any text
     text_blocks = [block for block in marked if block.get("type") == "text"]
     texts = [block["text"] for block in text_blocks]
     joined = "".join(texts)

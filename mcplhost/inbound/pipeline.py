@@ -6,7 +6,10 @@ docs/provenance.md, all of it, in order::
 
 Each stage is a small pure function from one frozen `InFlight` to the next
 (built with `msgspec.structs.replace`) or to a `Rejected(reason)`, the
-connector-facing refusal. `STAGES` is the table; `run_pipeline` is the loop.
+connector-facing refusal. `STAGES` is the table; `run_pipeline` runs the
+same stages' cores in that order on plain values, building no `InFlight`
+between them (it runs for every inbound item; tests/inbound/test_pipeline.py
+checks it against the table).
 Nothing here reads a clock, a config or a logger: the caller passes the
 acceptance time and the configured names in the `Delivered` item, and logs
 `Processed.stripped_keys` once per (server, key) itself.
@@ -137,45 +140,51 @@ def _converted(block: Any) -> dict[str, Any] | None:
     return None
 
 
-def admit(item: InFlight) -> InFlight | Rejected:
-    """Convert the delivered blocks; refuse unknown blocks and an empty push."""
+_INVALID_CONTENT = Rejected("invalid_content")
+_EMPTY_CONTENT = Rejected("empty_content")
+
+
+def _admitted(d: Delivered) -> list[dict[str, Any]] | Rejected:
+    """The delivered blocks converted, or why the item is refused."""
     content = []
-    for block in item.delivered.blocks:
+    for block in d.blocks:
         converted = _converted(block)
         if converted is None:
-            return Rejected("invalid_content")
+            return _INVALID_CONTENT
         content.append(converted)
-    if item.delivered.lane == "push/event" and not has_visible_content(content):
-        return Rejected("empty_content")
-    return replace(item, content=content)
+    if d.lane == "push/event" and not has_visible_content(content):
+        return _EMPTY_CONTENT
+    return content
+
+
+def admit(item: InFlight) -> InFlight | Rejected:
+    """Convert the delivered blocks; refuse unknown blocks and an empty push."""
+    content = _admitted(item.delivered)
+    return content if isinstance(content, Rejected) else replace(item, content=content)
 
 
 # --------------------------------------------------------------------------- strip
 
 
+def _stripped(adapter: dict[str, Any] | None) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    kept, dropped = strip_host_keys(adapter)
+    return (None if adapter is None else kept), dropped  # no object sent: stored as null, not {}
+
+
 def strip(item: InFlight) -> InFlight:
     """Keep the connector's object apart, without the host's keys (docs/provenance.md §1)."""
-    adapter: dict[str, Any] | None
-    adapter, dropped = strip_host_keys(item.delivered.adapter)
-    if item.delivered.adapter is None:
-        adapter = None  # the connector sent no object: stored as null, not {}
+    adapter, dropped = _stripped(item.delivered.adapter)
     return replace(item, adapter=adapter, stripped_keys=dropped)
 
 
 # --------------------------------------------------------------------------- freeze-source
 
 
-def freeze(item: InFlight) -> InFlight:
-    """Record where the item came from, once (docs/provenance.md §2).
-
-    `replyTo` is the message's own member, else its metadata's `replyTo`
-    when that is a string.
-    """
-    d = item.delivered
+def _source(d: Delivered, adapter: dict[str, Any] | None) -> dict[str, Any]:
     reply_to = d.reply_to
-    if reply_to is None and item.adapter is not None and isinstance(item.adapter.get("replyTo"), str):
-        reply_to = item.adapter["replyTo"]
-    source = freeze_source(
+    if reply_to is None and adapter is not None and isinstance(adapter.get("replyTo"), str):
+        reply_to = adapter["replyTo"]
+    return freeze_source(
         kind=d.kind,
         lane=d.lane,
         server_id=d.server_id,
@@ -188,7 +197,15 @@ def freeze(item: InFlight) -> InFlight:
         reply_to=reply_to,
         source_timestamp=d.source_timestamp,
     )
-    return replace(item, source=source)
+
+
+def freeze(item: InFlight) -> InFlight:
+    """Record where the item came from, once (docs/provenance.md §2).
+
+    `replyTo` is the message's own member, else its metadata's `replyTo`
+    when that is a string.
+    """
+    return replace(item, source=_source(item.delivered, item.adapter))
 
 
 # --------------------------------------------------------------------------- header
@@ -202,12 +219,16 @@ def header(item: InFlight) -> InFlight:
 # --------------------------------------------------------------------------- mark
 
 
+def _stored(content: list[dict[str, Any]], header: str | None) -> list[dict[str, Any]]:
+    marked = mark_openings(content)
+    if header is not None:
+        marked.insert(0, {"type": "text", "text": header})
+    return marked
+
+
 def mark(item: InFlight) -> InFlight:
     """Mark the sender's openings, then put the header block first (docs/provenance.md §4)."""
-    marked = mark_openings(_filled(item.content, "admit"))
-    if item.header is not None:
-        marked.insert(0, {"type": "text", "text": item.header})
-    return replace(item, stored=marked)
+    return replace(item, stored=_stored(_filled(item.content, "admit"), item.header))
 
 
 STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
@@ -215,36 +236,48 @@ STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 def _metadata(item: InFlight) -> dict[str, Any]:
     """The item's metadata, in the shape of docs/provenance.md §6."""
-    source, d = _filled(item.source, "freeze"), item.delivered
-    metadata: dict[str, Any] = {  # the ids as the frozen envelope holds them, null where it has none
-        "serverId": d.server_id,
+    return _metadata_of(item.delivered, _filled(item.source, "freeze"), item.header, _filled(item.content, "admit"),
+                        _filled(item.stored, "mark"), item.adapter)
+
+
+def _metadata_of(d: Delivered, source: dict[str, Any], header: str | None, content: list[dict[str, Any]],
+                 stored: list[dict[str, Any]], adapter: dict[str, Any] | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "serverId": d.server_id,  # the ids as the frozen envelope holds them, null where it has none
         "channelId": d.channel_id,
         "messageId": d.message_id,
         "threadId": d.thread_id,
         "eventId": d.event_id,
-        "featureSet": item.delivered.feature_set,
-        "tags": list(item.delivered.tags),
+        "featureSet": d.feature_set,
+        "tags": list(d.tags),
         "source": source,
-        "sourceHeader": item.header,
-        "sourceBodyDigest": body_digest(_filled(item.content, "admit")),
-        "storedBodyDigest": body_digest(_filled(item.stored, "mark")),
-        "adapter": item.adapter,
+        "sourceHeader": header,
+        "sourceBodyDigest": body_digest(content),
+        "storedBodyDigest": body_digest(stored),
+        "adapter": adapter,
     }
-    if item.header is None:
+    if header is None:
         del metadata["sourceHeader"]  # a surface item has no header to name
-    if item.delivered.author_id is not None:
+    if d.author_id is not None:
         # Host-written beside the connector's object, never read from metadata.adapter (docs/provenance.md §1); absent
         # when the connector named no author id, rather than null on every push.
-        metadata["authorId"] = item.delivered.author_id
+        metadata["authorId"] = d.author_id
     return metadata
 
 
 def run_pipeline(d: Delivered) -> Processed | Rejected:
-    """Run every stage over `d`; the first refusal ends the run."""
-    item = InFlight(delivered=d)
-    for stage in STAGES:
-        result = stage(item)
-        if isinstance(result, Rejected):
-            return result
-        item = result
-    return Processed(content=_filled(item.stored, "mark"), metadata=_metadata(item), stripped_keys=item.stripped_keys)
+    """Run every stage over `d`; the first refusal ends the run.
+
+    The same steps as STAGES, in their order, on plain values: the stages' own
+    cores called one after the other, with no `InFlight` built between them
+    (this runs for every inbound item).
+    """
+    content = _admitted(d)
+    if isinstance(content, Rejected):
+        return content
+    adapter, dropped = _stripped(d.adapter)
+    source = _source(d, adapter)
+    head = render_source_header(source)
+    stored = _stored(content, head)
+    return Processed(content=stored, metadata=_metadata_of(d, source, head, content, stored, adapter),
+                     stripped_keys=dropped)

@@ -61,30 +61,37 @@ def freeze_source(
     Raises ValueError or TypeError for a combination the host should never
     build (these are host bugs, not a connector's fault).
     """
-    if kind not in _LANES_OF_KIND:
+    lanes = _LANES_OF_KIND.get(kind)
+    if lanes is None:
         raise ValueError(f"unknown source kind {kind!r}; expected one of {KINDS}")
-    if lane not in _LANES_OF_KIND[kind]:
+    if lane not in lanes:
         raise ValueError(f"a {kind!r} item cannot arrive on lane {lane!r}")
     if not isinstance(server_id, str) or not server_id:
         raise ValueError("server_id must be the connector's configured, non-empty name")
-    if kind == "channel" and channel_id is None:
-        raise ValueError("a channel item needs its registered channel_id")
-    if kind == "unscoped" and channel_id is not None:
+    if kind == "channel":
+        if channel_id is None:
+            raise ValueError("a channel item needs its registered channel_id")
+    elif kind == "unscoped" and channel_id is not None:
         raise ValueError("an unscoped item names no channel")
-    if isinstance(accepted_at, bool) or not isinstance(accepted_at, int):
+    if type(accepted_at) is not int and (isinstance(accepted_at, bool) or not isinstance(accepted_at, int)):
         raise TypeError("accepted_at must be epoch milliseconds as an int")
 
-    envelope: dict[str, Any] = {
-        "kind": kind,
-        "lane": lane,
-        "serverId": server_id,
-        "channelId": channel_id,
-        "label": label,
-        "threadId": thread_id,
-        "messageId": message_id,
-        "eventId": event_id,
-        "replyTo": reply_to,
-        "acceptedAt": accepted_at,
-        "sourceTimestamp": source_timestamp,
-    }
-    return {key: value for key, value in envelope.items() if value is not None}
+    # Laid out in the envelope's order, optional fields only when the item has them (built
+    # directly: this runs for every inbound item).
+    envelope: dict[str, Any] = {"kind": kind, "lane": lane, "serverId": server_id}
+    if channel_id is not None:
+        envelope["channelId"] = channel_id
+    if label is not None:
+        envelope["label"] = label
+    if thread_id is not None:
+        envelope["threadId"] = thread_id
+    if message_id is not None:
+        envelope["messageId"] = message_id
+    if event_id is not None:
+        envelope["eventId"] = event_id
+    if reply_to is not None:
+        envelope["replyTo"] = reply_to
+    envelope["acceptedAt"] = accepted_at
+    if source_timestamp is not None:
+        envelope["sourceTimestamp"] = source_timestamp
+    return envelope

@@ -12,14 +12,8 @@ nothing and is answered as the first delivery was; an edit has a new body
 and is its own item. A push is stored once per (connector, eventId).
 
 Stored events: after each commit, every newly stored item is offered as a
-`Stored(id, item)` on the `events` stream Host hands in (none: no events).
-The policy when the consumer falls behind is drop-and-flag, not
-back-pressure: a connector's answer waits only for its commit, never for an
-agent (docs/agents.md#scheduling: nothing blocks inbound storage). A dropped event is never
-silent: it is counted (`statistics()`), logged once per overflow, and the next
-event delivered carries `missed_before`, the number dropped just before it,
-so the consumer knows to catch up from its durable cursor (all items after
-its last handled id are in the store).
+`Stored(id, item)` on the `events` stream Host hands in, dropped and flagged
+when the consumer is behind, never waited for (ingest/events.py).
 
 Echoes: a message or push that is this host's own delivered publish coming
 back (same connector, channel and messageId) or tagged `chat:from-self` is
@@ -29,8 +23,9 @@ through its `EchoPort` (ingest/ports.py; speech/echoes.py implements it),
 seeded once before the first item so a restart forgets no recent publish.
 
 Quotas (docs/operations.md#quotas): before storing, each message or push is
-reserved in its connector's sliding hour (ingest/quotas.py), seeded from the
-store when the connector is first heard from; one that would pass
+reserved in its connector's quota (ingest/connector_quotas.py: its sliding
+hour, ingest/quotas.py), seeded from the store when the connector is first
+heard from; one that would pass
 `max_items_per_hour` or `max_bytes_per_hour` is refused with reason `quota`
 (itemised per message, a -32603 error for a push), and the items stored are
 counted in the store in their own commit. Local console input is not counted.
@@ -38,14 +33,14 @@ counted in the store in their own commit. Local console input is not counted.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from itertools import chain
 from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.pipeline import (
@@ -56,22 +51,32 @@ from mcplhost.inbound.pipeline import (
     admit,
     run_pipeline,
 )
+from mcplhost.ingest.connector_quotas import ConnectorQuota, ConnectorQuotas
+from mcplhost.ingest.events import StoredEmitter
 from mcplhost.ingest.ports import EchoPort
-from mcplhost.ingest.quotas import QUOTAS, QuotaLimits, QuotaRefusal, QuotaSpell, QuotaWindow
+from mcplhost.ingest.quotas import QuotaLimits, QuotaRefusal
 from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush, PushStored
 from mcplhost.secrets import NO_SECRETS, Secrets
-from mcplhost.store import ItemWritten, NewItem, PushClaim, Repositories, body_bytes
-from mcplhost.store.quotas import oldest_bucket
+from mcplhost.store import (
+    ItemRow,
+    ItemWritten,
+    NewItem,
+    PushClaim,
+    Repositories,
+    Stored,
+    body_bytes,
+    item_row,
+    now_ms,
+    row_content,
+)
 from mcplhost.store.writer import GroupWriter
 
 EDITED_TAG = "chat:edited"
 #: Recent (connector, channel, messageId) → thread, so a correction usually finds its original's
 #: thread without a read.
 RECENT_THREADS = 10_000
-#: Stored events buffered for a slow consumer before further ones are dropped (and flagged).
-STORED_EVENTS_BUFFER = 4096
 #: The answer to an accepted push.
 PUSH_ACCEPTED: dict[str, Any] = {"accepted": True}
 
@@ -79,32 +84,19 @@ _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-class Stored(msgspec.Struct, frozen=True):
-    """An item just committed: its id and the item, with its conversation and thread ids.
-
-    `missed_before` > 0: that many events just before this one were dropped
-    because the consumer was behind; catch up from the store. Each request's
-    events come in id order; events of concurrent requests may interleave.
-    """
-
-    id: int
-    item: NewItem
-    missed_before: int = 0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def stored_event_stream() -> tuple[ObjectSendStream[Stored], ObjectReceiveStream[Stored]]:
-    """A new stream of `Stored` events, bounded by STORED_EVENTS_BUFFER: Ingest sends, one consumer receives."""
-    return anyio.create_memory_object_stream[Stored](STORED_EVENTS_BUFFER)
+def _new_item(processed: Processed, participant: str | None, created_at: int, conversation: str | None,
+              dedup_digest: str | None) -> NewItem:
+    """The row to store for a processed item."""
+    thread = processed.metadata.get("threadId")
+    return NewItem(role="user", content=processed.content, metadata=processed.metadata, created_at=created_at,
+                   participant=participant, thread_id=thread if isinstance(thread, str) else None,
+                   conversation_id=conversation, dedup_digest=dedup_digest)
 
 
 class Ingest:
     def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
-                 events: ObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
+                 events: MemoryObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
                  quotas: Mapping[str, QuotaLimits] | None = None, secrets: Secrets = NO_SECRETS) -> None:
         self.store = store
         #: Redacted from every item before it is stored or offered to the agents (docs/agents.md#secrets).
@@ -115,10 +107,8 @@ class Ingest:
         self.writer = writer
         self.log = log
         self.clock_ms = clock_ms
-        self.on_stored = on_stored  # e.g. `mcplhost dev`'s live view; called after each commit
-        self.events = events  # bounded (STORED_EVENTS_BUFFER); see the module docstring
-        self._missed = 0  # events dropped since the last one delivered
-        self._stats = {"stored_events": 0, "stored_events_dropped": 0, "redelivered": 0}
+        self._emitter = StoredEmitter(log, events=events, on_stored=on_stored)
+        self._redelivered = 0
         #: (connector, lane, "accepted" | "duplicate") → items: what the store did with each (metrics).
         self._items: dict[tuple[str, str, str], int] = {}
         self._suppressed = suppressed if suppressed is not None else SuppressedTotals()
@@ -127,12 +117,17 @@ class Ingest:
         self._limited: dict[str, LimitedLog] = {}
         self._stripped: set[tuple[str, str]] = set()
         self._threads: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
-        #: Per connector name, its configured quotas; a connector not named has the defaults.
-        self.quotas = dict(quotas or {})
-        self._windows: dict[str, QuotaWindow] = {}
-        self._windows_loading: dict[str, anyio.Event] = {}
-        self._spells: dict[str, QuotaSpell] = {}
-        self._quota_refusals: dict[str, dict[str, int]] = {}
+        #: Per connector name, its quota; a connector not named in `quotas` has the default limits.
+        self._quotas = ConnectorQuotas(store.quotas, log, quotas)
+
+    @property
+    def on_stored(self) -> Callable[[list[NewItem]], None] | None:
+        """Called with the items new in each commit (e.g. `mcplhost dev`'s live view, the console's feed)."""
+        return self._emitter.on_stored
+
+    @on_stored.setter
+    def on_stored(self, on_stored: Callable[[list[NewItem]], None] | None) -> None:
+        self._emitter.on_stored = on_stored
 
     def content_problem(self, blocks: list[dict[str, Any]]) -> str | None:
         probe = Delivered(lane="push/event", kind="unscoped", server_id="", accepted_at=0, blocks=blocks)
@@ -141,48 +136,76 @@ class Ingest:
 
     async def store_messages(self, server_id: str, lane: str, messages: list[AdmittedMessage]) -> list[dict[str, Any]]:
         accepted_at = self.clock_ms()
-        await self._load_echoes(accepted_at)
-        window = await self._window(server_id, accepted_at)
+        if self._echoes_loaded is None or not self._echoes_loaded.is_set():
+            await self._load_echoes(accepted_at)
+        quota = self._quotas.get(server_id) or await self._quotas.of(server_id, accepted_at)
         outcomes: list[Processed | Rejected | QuotaRefusal] = []
         threads: list[str | None] = []
-        for m in messages:
+        # Each processed message's row, built once: its content's size is what the quota counts, its texts are
+        # what the secret search reads, and its values are what the INSERT writes (docs/architecture.md#the-inbound-hot-path).
+        built: dict[int, tuple[NewItem, ItemRow]] = {}
+        sizes: dict[int, int] = {}
+        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
+        for index, m in enumerate(messages):
             thread_id = m.thread_id
             if thread_id is None and EDITED_TAG in m.tags:
                 thread_id = await self._original_thread(server_id, m.channel_id, m.message_id)
             threads.append(thread_id)
-            outcome = run_pipeline(Delivered(
+            outcome: Processed | Rejected | QuotaRefusal = run_pipeline(Delivered(
                 lane=lane, kind="channel", server_id=server_id, accepted_at=accepted_at, blocks=m.content,
                 adapter=m.metadata, channel_id=m.channel_id, label=m.label, thread_id=thread_id,
                 message_id=m.message_id, reply_to=m.reply_to, source_timestamp=m.source_timestamp,
                 tags=list(m.tags), participant=m.participant, author_id=m.author_id))
-            outcomes.append(self._echo_marked(server_id, outcome) if isinstance(outcome, Processed) else outcome)
-        admitted = await self._reserve_messages(server_id, window, accepted_at, messages, outcomes)
-        rows: list[NewItem] = []
-        sizes: list[int] = []
+            if isinstance(outcome, Processed):
+                outcome = self._echo_marked(server_id, outcome)
+                place = (m.channel_id, outcome.metadata["threadId"])
+                conversation = conversations.get(place)
+                if conversation is None:
+                    conversation = conversations[place] = conversation_id(server_id, *place)
+                item = _new_item(outcome, m.participant, accepted_at, conversation,
+                                 outcome.metadata["sourceBodyDigest"])
+                row = item_row(item)
+                built[index] = (item, row)
+                sizes[index] = len(row_content(row))  # body_bytes: the content as stored
+            outcomes.append(outcome)
+        if quota.reserve_all(accepted_at, len(sizes), sum(sizes.values())):  # the usual case: one check
+            admitted = {index: (size, True) for index, size in sizes.items()}
+        else:
+            admitted = await self._reserve_messages(server_id, quota, accepted_at, messages, outcomes, sizes)
+        items: list[NewItem] = []
+        rows: list[ItemRow] = []
+        charged: list[int] = []
         reserved: list[bool] = []
-        conversations: dict[tuple[str, str | None], str] = {}  # a batch is mostly one conversation
         for index, (m, thread_id, outcome) in enumerate(zip(messages, threads, outcomes, strict=True)):
             if isinstance(outcome, Processed):
                 self._remember_thread(server_id, m.channel_id, m.message_id, thread_id)
-                place = (m.channel_id, outcome.metadata["threadId"])
-                if place not in conversations:
-                    conversations[place] = conversation_id(server_id, *place)
-                rows.append(self._item(server_id, outcome, m.participant, accepted_at,
-                                       conversation=conversations[place],
-                                       dedup_digest=outcome.metadata["sourceBodyDigest"]))
+                self._log_stripped(server_id, outcome)
+                item, row = built[index]
+                items.append(item)
+                rows.append(row)
                 size, held = admitted[index]
-                sizes.append(size)
+                charged.append(size)
                 reserved.append(held)
-        written = await self._store_charged(server_id, window, accepted_at, rows, sizes, reserved) if rows else []
-        self._emit(rows, written)
+        searched = None
+        if self.secrets:
+            version = self.secrets.version
+            # One search over the request's rows, the store writer's own (store/db.py), which then skips it.
+            if not self.secrets.find_in_values(chain.from_iterable(rows)):
+                searched = version
+            else:  # a secret somewhere in them: each item as before, redacted here and its row by the writer
+                items = [self._redacted(item) for item in items]
+                rows = [item_row(item) for item in items]
+        written = (await self._store_charged(server_id, quota, accepted_at, items, charged, reserved, rows, searched)
+                   if items else [])
+        self._emitter.emit(items, written)
         repeats = [w.id for w in written if w.duplicate]
         self._count(server_id, lane, accepted=len(written) - len(repeats), duplicate=len(repeats))
         if repeats:  # one line per request, however many it repeated (a replay after a restart can be long)
-            self._stats["redelivered"] += len(repeats)
+            self._redelivered += len(repeats)
             self._limited_for(server_id).info("ingest.redelivered", duplicates=len(repeats),
                                               first_original=repeats[0])
         results = []
-        stored = iter(zip(rows, written))
+        stored = iter(zip(items, written))
         for message, outcome in zip(messages, outcomes):
             if isinstance(outcome, QuotaRefusal):
                 refused = errors.quota_reached(outcome.quota, outcome.retry_after_ms)
@@ -218,12 +241,12 @@ class Ingest:
                         if push.channel_id else None)
         item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at,
                           conversation=conversation)
-        window = await self._window(server_id, accepted_at)
+        quota = await self._quotas.of(server_id, accepted_at)
         size = body_bytes(item.content)
         # A repeat of a recorded event stores nothing: near the quota, it is answered, not refused.
-        reserved = (window.fits(accepted_at, 1, size)
+        reserved = (quota.fits(accepted_at, 1, size)
                     or await self.store.pushes.get(server_id, push.event_id) is None)
-        refusal = self._charge(server_id, window, accepted_at, size) if reserved else None
+        refusal = quota.charge(accepted_at, size) if reserved else None
         if refusal is not None:
             raise errors.quota_reached(refusal.quota, refusal.retry_after_ms)
         try:
@@ -231,12 +254,12 @@ class Ingest:
                 PushClaim(server_id, push.event_id, _encode(PUSH_ACCEPTED), accepted_at), item, body_bytes=size)
         except Exception:  # the commit failed: nothing is stored, nothing counted
             if reserved:
-                window.release(accepted_at, size)
+                quota.release(accepted_at, size)
             raise
         if written.duplicate and reserved:  # a repeat stores nothing, so it takes nothing of the quota
-            window.release(accepted_at, size)
+            quota.release(accepted_at, size)
         if not written.duplicate:
-            self._emit([item], [ItemWritten(written.item_id, False, conversation)])
+            self._emitter.emit([item], [ItemWritten(written.item_id, False, conversation)])
         self._count(server_id, "push/event", accepted=int(not written.duplicate), duplicate=int(written.duplicate))
         return PushStored(answer=_decode(written.answer), item_id=written.item_id, duplicate=written.duplicate)
 
@@ -249,77 +272,32 @@ class Ingest:
         if isinstance(processed, Rejected):
             raise ValueError(f"console input refused: {processed.reason}")
         item = self._item(surface, processed, participant, accepted_at)
-        self._emit([item], await self.writer.store_items([item]))
+        self._emitter.emit([item], await self.writer.store_items([item]))
 
     def set_quotas(self, quotas: Mapping[str, QuotaLimits]) -> None:
         """New per-connector limits (a reload): they apply to the next item; the hour's counts are kept."""
-        self.quotas = dict(quotas)
-        for server_id, window in self._windows.items():
-            window.limits = self.quotas.get(server_id, QuotaLimits())
+        self._quotas.set_limits(quotas)
 
-    async def _window(self, server_id: str, now: int) -> QuotaWindow:
-        """The connector's sliding hour; the first request of a connector seeds it from the store (a restart resets nothing)."""
-        window = self._windows.get(server_id)
-        if window is not None:
-            return window
-        loading = self._windows_loading.get(server_id)
-        if loading is not None:  # a concurrent first request: reserve nothing before the seed is in
-            await loading.wait()
-            return await self._window(server_id, now)
-        loading = self._windows_loading[server_id] = anyio.Event()
-        try:
-            usage = await self.store.quotas.usage_since(server_id, oldest_bucket(now))
-            window = self._windows[server_id] = QuotaWindow(self.quotas.get(server_id, QuotaLimits()), usage)
-        finally:
-            del self._windows_loading[server_id]
-            loading.set()
-        return window
+    async def _reserve_messages(self, server_id: str, quota: ConnectorQuota, now: int,
+                                messages: list[AdmittedMessage], outcomes: list[Processed | Rejected | QuotaRefusal],
+                                sizes: dict[int, int]) -> dict[int, tuple[int, bool]]:
+        """Near the quota: reserve each processed message, or replace its outcome by the refusal.
 
-    def _charge(self, server_id: str, window: QuotaWindow, now: int, size: int) -> QuotaRefusal | None:
-        """Reserve one item of `size` bytes in the connector's hour, or refuse it; log a spell's start and end."""
-        refusal = window.reserve(now, size)
-        spell = self._spells.get(server_id)
-        if refusal is None:
-            if spell is not None:
-                self._spell_admission(server_id, spell, now)
-            return None
-        if spell is None:
-            spell = self._spells[server_id] = QuotaSpell()
-        counts = self._quota_refusals.setdefault(server_id, dict.fromkeys(QUOTAS, 0))
-        counts[refusal.quota] += 1
-        if spell.refusal(now, refusal.quota):
-            limit = window.limits.max_items if refusal.quota == "items" else window.limits.max_bytes
-            self.log.warning("connector.quota_reached", connector=server_id, quota=refusal.quota, limit=limit,
-                             retry_after_ms=refusal.retry_after_ms)
-        return refusal
-
-    async def _reserve_messages(self, server_id: str, window: QuotaWindow, now: int,
-                                messages: list[AdmittedMessage],
-                                outcomes: list[Processed | Rejected | QuotaRefusal]) -> dict[int, tuple[int, bool]]:
-        """Reserve each processed message in the connector's hour, or replace its outcome by the refusal.
-
-        Returns, per admitted message's index, its body bytes and whether it holds a reservation. When the whole batch
-        fits (the usual case) nothing is read. Near the quota, a redelivery (stored already, or earlier
-        in this batch) stores nothing, so it passes unreserved instead of being refused: one indexed
-        read per message, only then.
+        Returns, per admitted message's index, its body bytes and whether it holds a reservation. A
+        redelivery (stored already, or earlier in this batch) stores nothing, so it passes unreserved
+        instead of being refused: one indexed read per message, only here.
         """
-        processed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Processed)]
-        sizes = [body_bytes(outcome.content) for _, outcome in processed]
-        if window.fits(now, len(sizes), sum(sizes)):  # the usual case: all reserved at once
-            window.reserve_all(now, len(sizes), sum(sizes))
-            spell = self._spells.get(server_id)
-            if spell is not None:
-                self._spell_admission(server_id, spell, now)
-            return {index: (size, True) for (index, _), size in zip(processed, sizes, strict=True)}
         admitted: dict[int, tuple[int, bool]] = {}
         passed: set[tuple[str, str, str]] = set()
-        for (index, outcome), size in zip(processed, sizes, strict=True):
+        for index, size in sizes.items():
+            outcome = outcomes[index]
+            assert isinstance(outcome, Processed)
             m = messages[index]
             key = (m.channel_id, m.message_id, outcome.metadata["sourceBodyDigest"])
             if key in passed or await self.store.items.is_stored(server_id, *key):
                 admitted[index] = (size, False)
                 continue
-            refusal = self._charge(server_id, window, now, size)
+            refusal = quota.charge(now, size)
             if refusal is not None:
                 outcomes[index] = refusal
                 continue
@@ -327,24 +305,21 @@ class Ingest:
             admitted[index] = (size, True)
         return admitted
 
-    def _spell_admission(self, server_id: str, spell: QuotaSpell, now: int) -> None:
-        if spell.admission(now):
-            self.log.info("connector.quota_ended", connector=server_id,
-                          **{f"refused_{quota}": spell.refused[quota] for quota in QUOTAS})
-
-    async def _store_charged(self, server_id: str, window: QuotaWindow, accepted_at: int, rows: list[NewItem],
-                             sizes: list[int], reserved: list[bool]) -> list[ItemWritten]:
-        """Store rows counted in the connector's quota; a reservation that stored nothing is given back."""
+    async def _store_charged(self, server_id: str, quota: ConnectorQuota, accepted_at: int, items: list[NewItem],
+                             sizes: list[int], reserved: list[bool], rows: list[ItemRow],
+                             searched: object) -> list[ItemWritten]:
+        """Store items counted in the connector's quota; a reservation that stored nothing is given back."""
         try:
-            written = await self.writer.store_items(rows, charged_to=server_id, body_bytes=sizes)
+            written = await self.writer.store_items(items, charged_to=server_id, body_bytes=sizes, rows=rows,
+                                                    searched=searched)
         except Exception:  # the commit failed: nothing is stored, nothing counted
             for size, held in zip(sizes, reserved, strict=True):
                 if held:
-                    window.release(accepted_at, size)
+                    quota.release(accepted_at, size)
             raise
         for size, held, result in zip(sizes, reserved, written, strict=True):
             if held and result.duplicate:  # a redelivery stores nothing, so it takes nothing of the quota
-                window.release(accepted_at, size)
+                quota.release(accepted_at, size)
         return written
 
     async def _load_echoes(self, now: int) -> None:
@@ -390,23 +365,27 @@ class Ingest:
 
     def _item(self, server_id: str, processed: Processed, participant: str | None, created_at: int, *,
               conversation: str | None = None, dedup_digest: str | None = None) -> NewItem:
+        self._log_stripped(server_id, processed)
+        return self._redacted(_new_item(processed, participant, created_at, conversation, dedup_digest))
+
+    def _log_stripped(self, server_id: str, processed: Processed) -> None:
         for key in processed.stripped_keys:
             if (server_id, key) not in self._stripped:
                 # Once per (connector, key) per process; the key, never its value.
                 self._stripped.add((server_id, key))
                 self.log.warning("inbound.host_key_stripped", connector=server_id, key=key)
-        thread = processed.metadata.get("threadId")
-        content, metadata = processed.content, processed.metadata
-        if self.secrets and self.secrets.find_json([content, metadata]):  # the agents' events carry this very item
-            content, metadata = self.secrets.redact_json(content), self.secrets.redact_json(metadata)
-        return NewItem(role="user", content=content, metadata=metadata,
-                       created_at=created_at, participant=participant,
-                       thread_id=thread if isinstance(thread, str) else None,
-                       conversation_id=conversation, dedup_digest=dedup_digest)
+
+    def _redacted(self, item: NewItem) -> NewItem:
+        """`item` with the secrets in its content and metadata redacted: the agents' events carry this very item."""
+        if not self.secrets or not self.secrets.find_json([item.content, item.metadata]):
+            return item
+        return msgspec.structs.replace(item, content=self.secrets.redact_json(item.content),
+                                       metadata=self.secrets.redact_json(item.metadata))
 
     def statistics(self) -> dict[str, int]:
         """Stored events offered and dropped so far (dropped: the consumer was behind); redelivered items."""
-        return dict(self._stats)
+        return {"stored_events": self._emitter.offered, "stored_events_dropped": self._emitter.dropped,
+                "redelivered": self._redelivered}
 
     def item_counts(self) -> dict[tuple[str, str, str], int]:
         """(connector, lane, outcome) → items since the start: `accepted` (stored) or `duplicate` (stored nothing).
@@ -427,18 +406,7 @@ class Ingest:
         `{"items": n, "bytes": n, "maxItems": n, "maxBytes": n, "refusedItems": n, "refusedBytes": n,
         "reached": bool}`; `reached`: in a spell of refusals now (docs/operations.md#quotas).
         """
-        now = self.clock_ms()
-        statistics: dict[str, dict[str, int | bool]] = {}
-        for server_id, window in self._windows.items():
-            items, size = window.usage(now)
-            refused = self._quota_refusals.get(server_id, {})
-            spell = self._spells.get(server_id)
-            statistics[server_id] = {
-                "items": items, "bytes": size,
-                "maxItems": window.limits.max_items, "maxBytes": window.limits.max_bytes,
-                "refusedItems": refused.get("items", 0), "refusedBytes": refused.get("bytes", 0),
-                "reached": spell is not None and spell.active}
-        return statistics
+        return self._quotas.statistics(self.clock_ms())
 
     def _limited_for(self, server_id: str) -> LimitedLog:
         limited = self._limited.get(server_id)
@@ -446,28 +414,3 @@ class Ingest:
             limited = self._limited[server_id] = LimitedLog(self.log.bind(connector=server_id),
                                                             tally=self._suppressed.tally_for(server_id))
         return limited
-
-    def _emit(self, items: list[NewItem], written: list[ItemWritten]) -> None:
-        """After a commit: tell `on_stored` and the events stream about the items new in it."""
-        new = [(w.id, item) for item, w in zip(items, written, strict=True) if not w.duplicate]
-        if self.on_stored is not None and new:
-            self.on_stored([item for _, item in new])
-        if self.events is None:
-            return
-        for item_id, item in new:
-            try:
-                self.events.send_nowait(Stored(item_id, item, self._missed))
-            except anyio.WouldBlock:
-                if self._missed == 0:
-                    self.log.warning("ingest.stored_events_dropped", buffer=STORED_EVENTS_BUFFER, first_id=item_id)
-                self._missed += 1
-                self._stats["stored_events_dropped"] += 1
-                continue
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self.log.info("ingest.stored_events_closed")  # the consumer is gone: no more events
-                self.events = None
-                return
-            if self._missed:
-                self.log.info("ingest.stored_events_resumed", missed=self._missed, id=item_id)
-                self._missed = 0
-            self._stats["stored_events"] += 1

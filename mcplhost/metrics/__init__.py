@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping
 
 import anyio
 import structlog
-from anyio.abc import SocketListener, SocketStream
+from anyio import TypedAttributeProvider
+from anyio.abc import Listener, SocketAttribute, SocketStream
+from anyio.streams.stapled import MultiListener
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mcplhost.config import listen_address
@@ -63,7 +65,7 @@ class Metrics:
         self.collector.turns = await self._turns.read(self._store)
         return self._store.secrets.redact_bytes(generate_latest(self.registry)), CONTENT_TYPE_LATEST
 
-    async def listen(self, listen: str) -> SocketListener:
+    async def listen(self, listen: str) -> MultiListener[SocketStream]:
         """Bind `listen` (HOST:PORT, validated by check-config); OperatorError when it cannot be bound."""
         host, port = listen_address(listen)
         try:
@@ -73,7 +75,7 @@ class Metrics:
         log.info("metrics.listening", address=bound_address(listener))
         return listener
 
-    async def serve(self, listener: SocketListener) -> None:
+    async def serve(self, listener: Listener[SocketStream]) -> None:
         """Answer scrapes and sample the loop's lag until cancelled; the listener is closed on the way out."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.timings.sample_loop_lag)
@@ -107,7 +109,10 @@ def refuse_taken_listen(listen: str) -> None:
         raise cannot_listen(listen, exc) from None
 
 
-def bound_address(listener: SocketListener) -> str:
+def bound_address(listener: TypedAttributeProvider) -> str:
     """HOST:PORT the listener is bound to (the port chosen, when 0 was asked for)."""
-    host, port = listener.extra(anyio.abc.SocketAttribute.local_address)[:2]
+    address = listener.extra(SocketAttribute.local_address)
+    if isinstance(address, str):  # a UNIX socket's path: metrics listens on TCP only
+        return address
+    host, port = address[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

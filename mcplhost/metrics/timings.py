@@ -1,7 +1,7 @@
 """The histograms: observation points the components call, and the loop-lag sampler.
 
 The components never import prometheus_client: the agents call a
-`TurnTimings` (mcplhost/agents/services.py), the group writer an
+`TurnTimings` (mcplhost/agents/turns/turn_services.py), the group writer an
 `on_commit(seconds)`; `Timings` implements both over its own registry.
 """
 

@@ -201,8 +201,7 @@ class Throttles:
         messages; `consecutive_wakes` its turns started by agents since user or parent input.
         """
         self._advance(now_ms)
-        for window, window_key in ((self._pairs, (sender, target)), (self._targets, target)):
-            room_at = window.room_at(window_key)
+        for room_at in (self._pairs.room_at((sender, target)), self._targets.room_at(target)):
             if room_at is not None:
                 # At least 1: an entry still held expires after the latest time, which is >= now_ms.
                 return Verdict("rate_limited", retry_after_ms=room_at - now_ms)

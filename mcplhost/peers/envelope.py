@@ -24,7 +24,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
+
+import msgspec
 
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.lookalikes import forms, reads_as
@@ -32,6 +34,7 @@ from mcplhost.inbound.patterns import derived_ignorable_class
 
 __all__ = [
     "CLOSE_TAG",
+    "EnvelopePayload",
     "LESS_THAN_BYTES",
     "LESS_THAN_FORMS",
     "lookalike_re",
@@ -55,6 +58,15 @@ RELATIONSHIPS: tuple[str, ...] = get_args(Relationship)
 
 #: The payload's keys, in the order the envelope writes them.
 PAYLOAD_KEYS = ("from", "fromTitle", "relationship", "message")
+
+
+class EnvelopePayload(msgspec.Struct, frozen=True, rename={"sender": "from", "title": "fromTitle"}):
+    """What one envelope says (PAYLOAD_KEYS, in their order, as its JSON line names them)."""
+
+    sender: str
+    title: str | None
+    relationship: Relationship
+    message: str
 
 # ---------------------------------------------------------------------------
 # Lookalikes (docs/peers.md#the-envelope-and-lookalikes).
@@ -142,9 +154,9 @@ def envelope(sender: str, title: str | None, relationship: Relationship, message
     return f"{OPEN_TAG}\n{line}\n{CLOSE_TAG}"
 
 
-def parse_envelope(text: str) -> dict[str, Any] | None:
-    """The payload of `text` (`from`, `fromTitle`, `relationship`, `message`), or None unless it is exactly one
-    envelope, written byte for byte as `envelope` writes it."""
+def parse_envelope(text: str) -> EnvelopePayload | None:
+    """The payload of `text`, or None unless it is exactly one envelope, written byte for byte as `envelope`
+    writes it."""
     head, tail = f"{OPEN_TAG}\n", f"\n{CLOSE_TAG}"
     if not (text.startswith(head) and text.endswith(tail)) or len(text) < len(head) + len(tail):
         return None
@@ -161,7 +173,9 @@ def parse_envelope(text: str) -> dict[str, Any] | None:
     if not (isinstance(sender, str) and (title is None or isinstance(title, str))
             and relationship in RELATIONSHIPS and isinstance(message, str)):
         return None
-    return payload if envelope(sender, title, relationship, message) == text else None
+    if envelope(sender, title, relationship, message) != text:
+        return None
+    return EnvelopePayload(sender, title, relationship, message)
 
 
 # ---------------------------------------------------------------------------

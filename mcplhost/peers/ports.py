@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from mcplhost.ingest import Stored
+from mcplhost.store import Stored
 
 #: Whether a target can take a message now: `idle` (a turn starts for it: `accepted`), `busy` (in a turn:
 #: `queued`), `inactive` (the host is stopping, or the agent's runner is not running: `not_active`).

@@ -39,14 +39,13 @@ import structlog
 from msgspec import UNSET
 
 from mcplhost.config import AgentConfig
-from mcplhost.ingest import Stored, now_ms
 from mcplhost.peers.admission import Throttles, text_key
 from mcplhost.peers.envelope import envelope, guidance
 from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS
 from mcplhost.peers.loops import Cause, next_count
 from mcplhost.peers.ports import AgentActivity
 from mcplhost.peers.tree import SCOPES, SENDER_RELATIONSHIP, Relation, Tree
-from mcplhost.store import NewItem, Store
+from mcplhost.store import NewItem, Store, Stored, now_ms
 from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, SetPeerWakeCounts
 from mcplhost.store.own_rows import text_content
 from mcplhost.store.peers import PeerEntry, QueuedPeerMessage, with_entry_id
@@ -172,13 +171,13 @@ class PeerService:
 
         `turn_id`: delivered inside that turn, at a tool boundary (such a row
         wakes no one: the turn reads it); None: delivered between turns, it
-        wakes the target (mcplhost/agents/wake.py).
+        wakes the target (mcplhost/agents/wakes/rules.py).
         """
         relationship = entry.relationship
         if relationship == "ancestor":
             text = guidance(entry.sender, entry.text)
         else:
-            text = envelope(entry.sender, self.tree.title(entry.sender), relationship, entry.text)  # type: ignore[arg-type]
+            text = envelope(entry.sender, self.tree.title(entry.sender), relationship, entry.text)
         meta = PeerMeta(peer=PeerFrom(sender=entry.sender, relationship=relationship), dispatch=entry.dispatch,
                         peer_message_id=UNSET if entry_id is None else entry_id,
                         turn_id=UNSET if turn_id is None else turn_id,

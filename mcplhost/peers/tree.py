@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Literal
 
 from mcplhost.config import MAX_TREE_DEPTH, AgentConfig
+from mcplhost.store import PeerRelationship
 
 #: The target relative to the sender: the target is the sender's descendant, ancestor, or another member.
 Relation = Literal["descendant", "ancestor", "sibling"]
@@ -27,7 +28,7 @@ SCOPES = ("descendants", "tree")
 
 #: The sender's relation to the recipient (what a peer row's `metadata.peer.relationship` says), by the
 #: target's relation to the sender: a message down the tree comes from an ancestor, and so on.
-SENDER_RELATIONSHIP: dict[Relation, str] = {"descendant": "ancestor", "ancestor": "descendant", "sibling": "sibling"}
+SENDER_RELATIONSHIP: dict[Relation, PeerRelationship] = {"descendant": "ancestor", "ancestor": "descendant", "sibling": "sibling"}
 
 
 class Tree:

@@ -64,10 +64,11 @@ def admit_message(
     if isinstance(raw, IncomingMessage):
         message = raw  # already decoded with the whole batch
     else:
-        message = convert(raw, IncomingMessage)
-        if isinstance(message, ConnectorProtocolError):
+        converted = convert(raw, IncomingMessage)
+        if isinstance(converted, ConnectorProtocolError):
             message_id = raw.get("messageId") if isinstance(raw, dict) else None
-            return refusal(message_id, message, "invalid_message")
+            return refusal(message_id, converted, "invalid_message")
+        message = converted
     channel = registry.get(message.channelId)
     if channel is None:
         return refusal(message.messageId, errors.unknown_channel(message.channelId), "unknown_channel")

@@ -23,9 +23,9 @@ What the host asks, and which type reads the answer:
 | `featureSets/update` | `params.Receipt` (typed there) | protocol/policy.py `judge_receipt` |
 | `mcpl/manifest` | any JSON value, judged whole by the manifest tracker (kept as the document it is) | protocol/manifest.py |
 | `tools/list` | `ToolsPage`, its entries `ListedTool` | protocol/jobs.py `list_tools` |
-| `channels/open` | `OpenedChannel`, its `history` (or `messages`) entries `BackscrollEntry` | protocol/jobs.py, agents/tools.py |
-| `tools/call` | `ToolResult`, its `content` entries `ContentBlock` | agents/tools.py |
-| `context/beforeInference` | `HookAnswer`, its entries `Injection` (blocks: `ContentBlock`) | agents/hooks.py |
+| `channels/open` | `OpenedChannel`, its `history` (or `messages`) entries `BackscrollEntry` | protocol/jobs.py, agents/tools/toolbox.py |
+| `tools/call` | `ToolResult`, its `content` entries `ContentBlock` | agents/tools/toolbox.py |
+| `context/beforeInference` | `HookAnswer`, its entries `Injection` (blocks: `ContentBlock`) | agents/turns/hooks.py |
 | `channels/publish` | `PublishResult` | speech/outbox.py |
 
 Everything else the host sends expects no answer (`inference/lifecycle`,
@@ -117,8 +117,8 @@ class _Reader(NamedTuple):
 
 
 _OBJECT = msgspec.json.Decoder(dict[str, Raw])
-#: The member a field path starts with (`author.name`, `content[0]` → author, content).
-_MEMBER_NAME = re.compile(r"[^.\[]*")
+#: Where the member a field path starts with ends (`author.name`, `content[0]` → author, content).
+_MEMBER_END = re.compile(r"[.\[]")
 
 
 @functools.cache
@@ -135,14 +135,15 @@ def _member_at_fault(exc: msgspec.ValidationError) -> str | None:
     The path is read by protocol/params.py `describe`, the one reader of msgspec's messages.
     """
     field, _ = describe(exc)
-    return None if field == WHOLE else _MEMBER_NAME.match(field).group()  # type: ignore[union-attr]  # always matches
+    return None if field == WHOLE else _MEMBER_END.split(field, maxsplit=1)[0]
 
 
 def _read(raw: Raw | bytes, kind: type[A]) -> A | str:
     """`raw` as a `kind`, or why not (msgspec's message); never raises."""
     reader = _reader(kind)
     try:
-        return reader.strict.decode(raw)  # type: ignore[no-any-return]
+        decoded: A = reader.strict.decode(raw)  # the decoder _reader built for `kind`
+        return decoded
     except msgspec.ValidationError as exc:
         # Leniency is about members: an error not inside one (not an object, a required member missing)
         # is refused without a second pass.
@@ -281,7 +282,7 @@ class ToolResult(Answer, frozen=True):
 class Injection(Answer, frozen=True):
     """One context injection; each member of another shape counts as absent, so the judge names the first missing.
 
-    `content` is a string or content blocks (each a ContentBlock, judged by agents/hooks.py).
+    `content` is a string or content blocks (each a ContentBlock, judged by agents/turns/hooks.py).
     """
 
     LENIENT = frozenset({"position", "namespace", "content"})

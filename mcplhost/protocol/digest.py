@@ -123,18 +123,22 @@ def _name_is_identifier(path: tuple[Any, ...], name: str) -> bool:
     return path[0] not in NON_CAPABILITY_MEMBERS or _at(path, IDENTIFIER_KEYED_OBJECTS)
 
 
+def _normalize_object(value: dict[Any, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+    out = {}
+    for name, member in value.items():
+        if not isinstance(name, str):
+            raise ManifestDigestError(NOT_JSON, f"member name {name!r} at {_describe(path)}")
+        if _name_is_identifier(path, name):
+            _require_identifier(name, path + (name,))
+        out[name] = _normalize(member, path + (name,))
+    return out
+
+
 def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
     if len(path) > MAX_NESTING_DEPTH:
         raise ManifestDigestError(TOO_DEEP, f"nesting deeper than {MAX_NESTING_DEPTH}")
     if isinstance(value, dict):
-        out = {}
-        for name, member in value.items():
-            if not isinstance(name, str):
-                raise ManifestDigestError(NOT_JSON, f"member name {name!r} at {_describe(path)}")
-            if _name_is_identifier(path, name):
-                _require_identifier(name, path + (name,))
-            out[name] = _normalize(member, path + (name,))
-        return out
+        return _normalize_object(value, path)
     if isinstance(value, list):
         items = [_normalize(item, path + (_ELEMENT,)) for item in value]
         if not all(isinstance(item, str) for item in items):
@@ -157,7 +161,7 @@ def strip_and_normalize(manifest: Any) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ManifestDigestError(MANIFEST_NOT_OBJECT, type(manifest).__name__)
     stripped = {name: value for name, value in manifest.items() if name != "revision"}
-    return _normalize(stripped, ())
+    return _normalize_object(stripped, ())
 
 
 # --- RFC 8785 (JCS) serialization -------------------------------------------

@@ -14,15 +14,14 @@ from msgspec import UNSET
 
 from mcplhost.rpc.errors import ReplyError
 
-# Standard JSON-RPC 2.0 codes are owned by the rpc layer; re-exported so that
-# protocol code finds every code it answers with in one module.
-from mcplhost.rpc.messages import (  # noqa: F401
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-)
+# Standard JSON-RPC 2.0 codes are owned by the rpc layer; re-exported (the
+# `X as X` form says so to the type checker) so that protocol code finds every
+# code it answers with in one module.
+from mcplhost.rpc.messages import INTERNAL_ERROR as INTERNAL_ERROR
+from mcplhost.rpc.messages import INVALID_PARAMS as INVALID_PARAMS
+from mcplhost.rpc.messages import INVALID_REQUEST as INVALID_REQUEST
+from mcplhost.rpc.messages import METHOD_NOT_FOUND as METHOD_NOT_FOUND
+from mcplhost.rpc.messages import PARSE_ERROR as PARSE_ERROR
 
 # MCPL (SPEC Appendix A, §6.6, §14.6).
 FEATURE_SET_NOT_ENABLED = -32001

@@ -56,7 +56,7 @@ _PREFIXES: frozenset[str] = frozenset(
 #: modelInfo, offered only with `[inference]` (`offered_paths`), and channels.publish
 #: (the speech router, the outbox and its senders), and channels.streaming (a
 #: turn's streamed text, speech/streaming.py), and channels.typing and channels.acknowledge, extensions shaped as
-#: discord-mcpl defines them (speech/typing.py, agents/acknowledge.py; docs/mcpl-compat.md#typing-and-acknowledge).
+#: discord-mcpl defines them (speech/typing.py, agents/turns/acknowledge.py; docs/mcpl-compat.md#typing-and-acknowledge).
 IMPLEMENTED: frozenset[str] = frozenset({
     "inferenceRequest",
     "inferenceRequest.streaming",

@@ -99,11 +99,12 @@ def incoming(conn: Inbound, params: Raw | UnsetType) -> Deferred:
     async def store() -> dict[str, Any]:
         stored = iter(await conn.intake.store_messages(conn.name, "channels/incoming", admitted) if admitted else [])
         final = [entry if entry is not None else next(stored) for entry in results]
-        conn.counts.item("channels/incoming", sum(1 for r in final if not r.get("accepted")))
+        refused = sum(1 for r in final if not r.get("accepted"))
+        conn.counts.item("channels/incoming", refused)
         # Debug, not info: each stored item is itself the audit record of a
         # message (connector, source, acceptedAt), and a line per request
         # would cost more than storing it on a busy connector.
-        conn.log.debug("mcpl.incoming", messages=len(final), accepted=sum(1 for r in final if r.get("accepted")))
+        conn.log.debug("mcpl.incoming", messages=len(final), accepted=len(final) - refused)
         return {"results": final}
 
     return Deferred(store)

@@ -8,12 +8,14 @@ message is refused on its own instead of failing the whole request.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import Raw, UnsetType
 
 from .errors import ConnectorProtocolError, invalid_params
+
+T = TypeVar("T")
 
 
 class Tolerant(msgspec.Struct, kw_only=True):
@@ -123,7 +125,7 @@ def describe(exc: msgspec.ValidationError) -> tuple[str, str]:
     return path or WHOLE, problem[:1].lower() + problem[1:]
 
 
-def decode_params(params: Raw | UnsetType, kind: type[Any], method: str) -> Any:
+def decode_params(params: Raw | UnsetType, kind: type[T], method: str) -> T:
     """Decode `params` into `kind`, or raise -32602 naming the field and the problem in its data.
 
     A Raw comes from a line that already decoded as JSON, so only a
@@ -147,7 +149,7 @@ def decode_incoming(params: Raw | UnsetType, method: str) -> IncomingBatch | Wel
     return decode_params(params, IncomingBatch, method)
 
 
-def convert(value: Any, kind: type[Any]) -> Any | ConnectorProtocolError:
+def convert(value: Any, kind: type[T]) -> T | ConnectorProtocolError:
     """Convert one decoded item (a batch element); return the -32602, with field and problem, instead of raising."""
     try:
         return msgspec.convert(value, kind)

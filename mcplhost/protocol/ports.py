@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 from msgspec import UNSET
 
+from mcplhost.rpc.errors import LineTooLong
+
 from .answers import ListedTool, OpenedChannel
 from .channels import Channel
 from .params import InferenceRequest
@@ -60,6 +62,11 @@ class ConnectorStopped(ConnectorNotReady):
     """The connector stopped for good; it will not be ready again in this run of the host."""
 
 
+#: What `notify` raises when nothing (or not all) went out: the connector does not serve or its life ended
+#: (`ConnectorNotReady`), or the line would pass the connector's cap (`LineTooLong`, nothing written).
+NOTIFY_FAILURES: tuple[type[Exception], ...] = (ConnectorNotReady, LineTooLong)
+
+
 # --- one connector, as each caller reaches it (implemented by mcplhost/supervisor/handle.py) -------------
 #
 # One configured connector for the host's whole run, across its restarts. Reads say what is in force now;
@@ -84,11 +91,13 @@ class NotifyPort(Protocol):
     @property
     def grant(self) -> frozenset[str]: ...
 
-    async def notify(self, method: str, params: Any = UNSET) -> None: ...
+    async def notify(self, method: str, params: Any = UNSET) -> None:
+        """Raises one of NOTIFY_FAILURES when it did not go out."""
+        ...
 
 
 class AcknowledgePort(Protocol):
-    """`channels/acknowledge` (mcplhost/agents/acknowledge.py): a request while ready and granted."""
+    """`channels/acknowledge` (mcplhost/agents/turns/acknowledge.py): a request while ready and granted."""
 
     @property
     def state(self) -> State: ...
@@ -101,7 +110,7 @@ class AcknowledgePort(Protocol):
 
 
 class HookPort(Protocol):
-    """`context/beforeInference` and `inference/lifecycle` (mcplhost/agents/hooks.py)."""
+    """`context/beforeInference` and `inference/lifecycle` (mcplhost/agents/turns/hooks.py)."""
 
     @property
     def name(self) -> str: ...
@@ -119,7 +128,7 @@ class HookPort(Protocol):
 
 
 class CatchUpPort(Protocol):
-    """Catch-up's wait for a restarted connector's channels (mcplhost/agents/catchup.py)."""
+    """Catch-up's wait for a restarted connector's channels (mcplhost/agents/wakes/catchup.py)."""
 
     def channel(self, channel_id: str) -> Channel | None: ...
 
@@ -171,7 +180,7 @@ class OutboxPort(PublishCheck, Protocol):
 
 
 class ToolCallPort(Protocol):
-    """A connector's MCP tools as an agent calls them (mcplhost/agents/tools.py)."""
+    """A connector's MCP tools as an agent calls them (mcplhost/agents/tools/toolbox.py)."""
 
     @property
     def name(self) -> str: ...
@@ -185,7 +194,7 @@ class ToolCallPort(Protocol):
 
 
 class ChannelOpenPort(Protocol):
-    """The channel tools (`channel_list`, `channel_open` with its backscroll; mcplhost/agents/tools.py)."""
+    """The channel tools (`channel_list`, `channel_open` with its backscroll; mcplhost/agents/tools/toolbox.py)."""
 
     @property
     def name(self) -> str: ...

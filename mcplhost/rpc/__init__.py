@@ -1,7 +1,8 @@
-"""JSON-RPC 2.0 over stdio: framing, messages, the request table and the session."""
+"""JSON-RPC 2.0 over stdio: framing, messages, the request table and the session; every wire bound in limits.py."""
 
 from .errors import ConnectionClosed, LineTooLong, RemoteError, ReplyError, RequestTimeout, error_for
-from .framing import MAX_LINE_BYTES, LineBuffer, Oversized
+from .framing import LineBuffer, Oversized
+from .limits import MAX_LINE_BYTES
 from .messages import (
     INTERNAL_ERROR,
     INVALID_PARAMS,

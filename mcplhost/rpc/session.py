@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 import structlog
@@ -91,6 +91,7 @@ from .messages import (
     encode_result,
     valid_id,
 )
+from .outgoing import OutgoingLines
 from .table import RequestTable, Settled
 
 #: The reason an answer too long to write is replaced by (-32603, docs/connectors.md §15).
@@ -98,6 +99,9 @@ TOO_LARGE = "too_large"
 
 #: The id of the peer's request whose handler is running (read in the handler, e.g. for `inference/chunk`).
 CURRENT_REQUEST_ID: ContextVar[RequestId | None] = ContextVar("CURRENT_REQUEST_ID", default=None)
+
+#: What a request's `at_receipt` makes of its answer, and so what the request returns.
+_Received = TypeVar("_Received")
 
 
 class _Raised:
@@ -212,6 +216,7 @@ class Session:
         self._max_workers = max_concurrent
         self._workers = 0
         self._idle_workers = 0
+        self._untaken = 0  # items queued for the workers that no worker has taken yet
         self._deferred_send, self._deferred_receive = anyio.create_memory_object_stream[_Queued](max_concurrent)
         # Cancellable work by the peer's request id, queued or running (`cancel_peer_request`).
         self._cancellable: dict[RequestId, _Queued] = {}
@@ -227,7 +232,7 @@ class Session:
         self._waiters: dict[int, Any] = {}
         # Outgoing lines go through one writer task: no lock per line, and the
         # lines queued while the read loop works leave in one write.
-        self._out_send, self._out_receive = anyio.create_memory_object_stream[bytes | _RequestLine](MAX_QUEUED_LINES)
+        self._outgoing = OutgoingLines[bytes | _RequestLine](MAX_QUEUED_LINES)
         self._max_outgoing_bytes = max_outgoing_bytes
         self._outgoing_bytes = 0
         self._outgoing_room = anyio.Event()
@@ -250,6 +255,14 @@ class Session:
                 "outgoing_bytes": self._outgoing_bytes, "workers": self._workers}
 
     # --- our side ------------------------------------------------------------
+
+    @overload
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      at_receipt: None = None) -> Any: ...
+
+    @overload
+    async def request(self, method: str, params: Any = UNSET, *, timeout: float | None = None,
+                      at_receipt: Callable[[Raw | RemoteError], _Received]) -> _Received: ...
 
     async def request(
         self,
@@ -325,10 +338,18 @@ class Session:
             raise ConnectionClosed("connection closed")
         data = self._notification(method, params)
         try:
-            self._out_send.send_nowait(data)
+            self._outgoing.put_nowait(data)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed(f"cannot queue {method}") from None
         self._outgoing_bytes += len(data)  # not held back by the byte bound: these are small and must go first
+
+    def _queued_nowait(self, data: bytes) -> bool:
+        """Queue one line if that needs no wait (room in lines and bytes, the connection open); False: use `_write`."""
+        size = len(data)
+        if self._closed or self._outgoing_bytes + size > self._max_outgoing_bytes or not self._outgoing.offer(data):
+            return False
+        self._outgoing_bytes += size
+        return True
 
     async def _write(self, data: bytes | _RequestLine) -> None:
         """Queue one line; wait while the queue is full, in lines or in bytes (one line always fits)."""
@@ -343,9 +364,9 @@ class Session:
             raise ConnectionClosed("connection closed")
         try:
             try:
-                self._out_send.send_nowait(data)
+                self._outgoing.put_nowait(data)
             except anyio.WouldBlock:
-                await self._out_send.send(data)  # may also find the stream closed meanwhile
+                await self._outgoing.put(data)  # may also find the queue closed meanwhile
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConnectionClosed("connection closed") from None
         self._outgoing_bytes += size
@@ -362,10 +383,10 @@ class Session:
         and bounds this scope when no more answers can come.
         """
         with self._writer_scope:
-            async for item in self._out_receive:
+            while lines := await self._outgoing.take():
                 pending: list[bytes] = []
                 taken = 0
-                while True:
+                for item in lines:
                     if type(item) is _RequestLine:
                         taken += len(item.data)
                         if not item.abandoned:
@@ -373,10 +394,6 @@ class Session:
                     else:
                         taken += len(item)  # type: ignore[arg-type]
                         pending.append(item)  # type: ignore[arg-type]
-                    try:
-                        item = self._out_receive.receive_nowait()
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
                 if not pending:
                     self._written(taken)
                     continue
@@ -385,7 +402,7 @@ class Session:
                         await self._send.send(b"".join(pending))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                     self.log.info("rpc.write_failed", error=repr(exc), lines=len(pending))
-                    self._out_receive.close()  # a sender waiting for room learns the connection is closed
+                    self._outgoing.abandon()  # a sender waiting for room learns the connection is closed
                     self._close_waiters(f"write failed: {exc!r}")
                     return
                 if stall.cancelled_caught:
@@ -393,7 +410,7 @@ class Session:
                     return
                 self._written(taken)
         if self._writer_scope.cancelled_caught:
-            self.log.warning("rpc.flush_abandoned", queued=self._out_receive.statistics().current_buffer_used,
+            self.log.warning("rpc.flush_abandoned", queued=len(self._outgoing),
                              reason="the peer did not take our last lines within the stop's bound")
 
     def _break(self, why: str, **fields: Any) -> None:
@@ -401,7 +418,7 @@ class Session:
         self.stats["write_stalls"] += 1
         self.log.warning("rpc.connection_broken", reason=why, **fields)
         self._broken = True
-        self._out_receive.close()
+        self._outgoing.abandon()
         self._close_waiters(why)
         self._read_scope.cancel()
 
@@ -427,11 +444,11 @@ class Session:
                         handlers.cancel_scope.deadline = self._stop_deadline
                 finally:
                     # No answer can be queued any more: the writer sends what is queued and ends, within a bound.
-                    self._out_send.close()
+                    self._outgoing.close()
                     self._writer_scope.deadline = anyio.current_time() + FLUSH_ON_STOP_S
         finally:
-            self._out_send.close()
-            self._out_receive.close()
+            self._outgoing.close()
+            self._outgoing.abandon()
             self._deferred_send.close()
             self._discard_queued()
             self._deferred_receive.close()  # the workers' clones are closed by the workers
@@ -468,55 +485,76 @@ class Session:
             try:
                 chunk = await self._receive.receive(READ_CHUNK)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                items = self._buffer.close()
-                for item in items:
-                    await self._dispatch(item, handlers)
+                await self._dispatch(self._buffer.close(), handlers)
                 return
-            for item in self._buffer.feed(chunk):
-                await self._dispatch(item, handlers)
+            await self._dispatch(self._buffer.feed(chunk), handlers)
 
-    async def _dispatch(self, item: bytes | Oversized, handlers: anyio.abc.TaskGroup) -> None:
-        if isinstance(item, Oversized):
-            self.stats["oversized"] += 1
-            self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
-                                 action="dropped; the connection goes on")
-            return
+    async def _dispatch(self, items: list[bytes | Oversized], handlers: anyio.abc.TaskGroup) -> None:
+        """Handle the lines of one read in order (one call for them all: this is the loop every line takes)."""
         stats = self.stats
-        stats["lines"] += 1
-        size = len(item)
-        if self._pending_bytes + size > self._max_pending_bytes:
-            await self._wait_for_budget(size)
-        # The line's bytes count while it is handled here, and past that while its deferred
-        # work runs. Given back here with no event: only this task ever waits for the budget.
-        self._pending_bytes += size
-        message = decode_line(item)
-        kind = type(message)  # exact-type dispatch: this runs once per line
-        if kind is Request:
-            stats["requests"] += 1
-            if await self._answer(message, handlers, size):  # type: ignore[arg-type]
-                return  # handed to a worker, which gives the bytes back
-        elif kind is Notification:
-            stats["notifications"] += 1
-            try:
-                await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
-            except Exception as exc:  # a notification never gets an answer
-                stats["notifications_failed"] += 1
-                self.limited.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
-        elif kind is Response or kind is ErrorResponse:
-            stats["responses"] += 1
-            self._settle(message)  # type: ignore[arg-type]
-        else:
-            assert isinstance(message, Invalid)
-            stats[message.stat] += 1
-            if message.stat != "junk":  # hostile rather than a banner: said, within the limiter
-                self.limited.warning("rpc.line_refused", reason=message.reason[:200], size=size)
-            if message.owes_reply:
-                stats["invalid_requests"] += 1
-                await self._reply_error(message.reply_id, message.code, message.reason)
+        stats["lines"] += len(items)  # an oversized report is taken back below
+        outgoing = self._outgoing
+        for item in items:
+            if isinstance(item, Oversized):
+                stats["lines"] -= 1
+                stats["oversized"] += 1
+                self.limited.warning("rpc.line_too_long", size=item.size, limit=item.limit,
+                                     action="dropped; the connection goes on")
+                continue
+            size = len(item)
+            if self._pending_bytes + size > self._max_pending_bytes:
+                await self._wait_for_budget(size)
+            # The line's bytes count while it is handled here, and past that while its deferred
+            # work runs. Given back here with no event: only this task ever waits for the budget.
+            self._pending_bytes += size
+            message = decode_line(item)
+            kind = type(message)  # exact-type dispatch: this runs once per line
+            if kind is Request:
+                # Answered here, in as few awaits as it takes (this runs once per request): the handler's
+                # own, and a wait for the writer only when its queue is full.
+                stats["requests"] += 1
+                token = CURRENT_REQUEST_ID.set(message.id)  # type: ignore[union-attr]
+                try:
+                    result = await self.on_request(message.method, message.params)  # type: ignore[union-attr]
+                except Exception as exc:
+                    CURRENT_REQUEST_ID.reset(token)
+                    await self._reply_failure(message, exc)  # type: ignore[arg-type]
+                else:
+                    CURRENT_REQUEST_ID.reset(token)
+                    if type(result) is Deferred:
+                        if await self._defer(message, result, handlers, size):  # type: ignore[arg-type]
+                            continue  # handed to a worker, which gives the bytes back
+                    else:
+                        data = self._result_line(message, result)  # type: ignore[arg-type]
+                        # `_queued_nowait`, inlined: no wait, so no coroutine for the write.
+                        out = len(data)
+                        if (not self._closed and self._outgoing_bytes + out <= self._max_outgoing_bytes
+                                and outgoing.offer(data)):
+                            self._outgoing_bytes += out
+                        else:
+                            await self._send_reply(data, message.method)  # type: ignore[union-attr]
+            elif kind is Notification:
+                stats["notifications"] += 1
+                try:
+                    await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
+                except Exception as exc:  # a notification never gets an answer
+                    stats["notifications_failed"] += 1
+                    self.limited.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
+            elif kind is Response or kind is ErrorResponse:
+                stats["responses"] += 1
+                self._settle(message)  # type: ignore[arg-type]
             else:
-                self.limited.warning("rpc.junk_line", reason=message.reason[:200],
-                                     sample=item[:120].decode("utf-8", "replace"))
-        self._pending_bytes -= size
+                assert isinstance(message, Invalid)
+                stats[message.stat] += 1
+                if message.stat != "junk":  # hostile rather than a banner: said, within the limiter
+                    self.limited.warning("rpc.line_refused", reason=message.reason[:200], size=size)
+                if message.owes_reply:
+                    stats["invalid_requests"] += 1
+                    await self._reply_error(message.reply_id, message.code, message.reason)
+                else:
+                    self.limited.warning("rpc.junk_line", reason=message.reason[:200],
+                                         sample=item[:120].decode("utf-8", "replace"))
+            self._pending_bytes -= size
 
     async def _wait_for_budget(self, size: int) -> None:
         """Stop reading until `size` more bytes fit (a line alone always fits: the budget is at least one line)."""
@@ -572,19 +610,8 @@ class Session:
                 outcome = exc
         send.send_nowait(_Raised(outcome) if isinstance(outcome, BaseException) else outcome)
 
-    async def _answer(self, request: Request, handlers: anyio.abc.TaskGroup, size: int) -> bool:
-        """Answer `request`, or hand it to the workers (True: its `size` is then theirs to release)."""
-        token = CURRENT_REQUEST_ID.set(request.id)
-        try:
-            result = await self.on_request(request.method, request.params)
-        except Exception as exc:
-            await self._reply_failure(request, exc)
-            return False
-        finally:
-            CURRENT_REQUEST_ID.reset(token)
-        if not isinstance(result, Deferred):
-            await self._reply_result(request, result)
-            return False
+    async def _defer(self, request: Request, result: Deferred, handlers: anyio.abc.TaskGroup, size: int) -> bool:
+        """Hand `request`'s deferred work to the workers (True: its `size` is then theirs to release)."""
         queued = _Queued(request, result, size)
         if result.cancellable:
             self._cancellable.setdefault(request.id, queued)
@@ -596,10 +623,12 @@ class Session:
             self._done_with(queued)
             result.dropped()
             return True
-        # One worker per queued item not yet taken: requests read in one chunk start together.
-        # A fresh worker counts as idle until it takes an item.
-        if self._deferred_send.statistics().current_buffer_used > self._idle_workers \
-                and self._workers < self._max_workers:
+        # One worker per queued item not yet taken: requests read in one chunk start together, and a
+        # quick one is never left behind slow ones (a push written after inferences). A worker
+        # counts as idle until it takes an item, and an item as untaken until then, also one handed
+        # straight to a waiting worker (the stream's buffer never holds that one).
+        self._untaken += 1
+        if self._untaken > self._idle_workers and self._workers < self._max_workers:
             self._workers += 1
             self._idle_workers += 1
             handlers.start_soon(self._deferred_worker)
@@ -608,6 +637,7 @@ class Session:
     async def _deferred_worker(self) -> None:
         async with self._deferred_receive.clone() as receive:
             async for queued in receive:
+                self._untaken -= 1
                 self._idle_workers -= 1
                 try:
                     if queued.cancelled:
@@ -650,18 +680,20 @@ class Session:
         await self._reply_error(request.id, error.code, error.message, error.data)
 
     async def _reply_result(self, request: Request, result: Any) -> None:
+        await self._send_reply(self._result_line(request, result), request.method)
+
+    def _result_line(self, request: Request, result: Any) -> bytes:
+        """The answer's line: `result`, or -32603 when the handler returned something unencodable or too long."""
         try:
             data = encode_result(request.id, result)
-        except (TypeError, ValueError) as exc:  # a handler returned something unencodable
+        except (TypeError, ValueError) as exc:
             self.stats["handler_failures"] += 1
             self.limited.error("rpc.result_unencodable", method=request.method, error=repr(exc))
-            await self._reply_error(request.id, INTERNAL_ERROR, "internal error")
-            return
-        if self._too_long(data, request.method):
-            await self._reply_error(request.id, INTERNAL_ERROR, "result too large to send",
-                                    {"reason": TOO_LARGE, "bytes": len(data) - 1, "limit": self.max_line_bytes})
-            return
-        await self._send_reply(data, request.method)
+            return encode_error(request.id, INTERNAL_ERROR, "internal error")
+        if len(data) - 1 > self.max_line_bytes and self._too_long(data, request.method):  # a call only when long
+            return encode_error(request.id, INTERNAL_ERROR, "result too large to send",
+                                {"reason": TOO_LARGE, "bytes": len(data) - 1, "limit": self.max_line_bytes})
+        return data
 
     async def _reply_error(self, request_id: RequestId | None, code: int, message: str, data: Any = UNSET) -> None:
         line = encode_error(request_id, code, message, data)
@@ -670,6 +702,8 @@ class Session:
         await self._send_reply(line, None)
 
     async def _send_reply(self, data: bytes, method: str | None) -> None:
+        if self._queued_nowait(data):  # the usual case: no wait, so no coroutine for the write
+            return
         try:
             await self._write(data)
         except ConnectionClosed:

@@ -63,8 +63,11 @@ def marked(metadata: dict[str, Any], lookup: Lookup | None) -> dict[str, Any]:
     """`metadata` (an inbound item's, about to be stored) with the echo mark when the item is an echo; a
     connector's own `host:echo` tag dropped.
 
-    Returns `metadata` itself when there is nothing to change (the common case costs no copy).
+    Returns `metadata` itself when there is nothing to change (the common case costs no copy, and is told
+    from the dict alone: no typed read per inbound item).
     """
+    if _plainly_unmarked(metadata, lookup):
+        return metadata
     meta = item_meta(metadata)
     forged = ECHO_TAG in meta.tags
     echo = echo_of(meta, lookup)
@@ -76,6 +79,24 @@ def marked(metadata: dict[str, Any], lookup: Lookup | None) -> dict[str, Any]:
         result["echoOf"] = echo
         result["tags"] = [*kept, ECHO_TAG]
     return result
+
+
+def _plainly_unmarked(metadata: dict[str, Any], lookup: Lookup | None) -> bool:
+    """True when `marked` would change nothing, judged from the dict's exact types; False: not plain, read it typed.
+
+    A `tags` list holding neither tag, and ids that are str or absent (no key, or a key the lookup does not
+    know): then the typed read finds no echo and nothing forged either.
+    """
+    tags = metadata.get("tags")
+    if type(tags) is not list or ECHO_TAG in tags or FROM_SELF in tags:
+        return False
+    if lookup is None:
+        return True
+    server_id, channel_id, message_id = metadata.get("serverId"), metadata.get("channelId"), metadata.get("messageId")
+    if type(server_id) is str and type(channel_id) is str and type(message_id) is str:
+        return lookup(server_id, channel_id, message_id) is None
+    # A missing id: no key to look up. One of another type: read it typed.
+    return all(value is None or type(value) is str for value in (server_id, channel_id, message_id))
 
 
 class EchoMemory:

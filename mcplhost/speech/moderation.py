@@ -9,7 +9,7 @@ non-zero, printed something that is not a verdict, timed out, the endpoint
 answered an error). The pure parts (the request the command reads, the
 verdict it prints, the refusal from flagged categories) are functions here;
 `CommandModerator` is the I/O of kind "command". Kind "openai" needs the SDK,
-which only the model backends import: mcplhost/agents/backends/moderation.py.
+which only the model backends import: mcplhost/agents/backends/moderator.py.
 
 This module must not import mcplhost.agents (agents import speech).
 """

@@ -65,7 +65,8 @@ def backoff_s(attempts: int, rules: RetryRules = RetryRules()) -> float:
     """The delay after the `attempts`-th failed try (1-based): first_s doubling, capped at max_s."""
     if attempts < 1:
         raise ValueError(f"a backoff follows a try; attempts counts from 1, not {attempts}")
-    return min(rules.first_s * 2 ** min(attempts - 1, 62), rules.max_s)
+    doubling: int = 2 ** min(attempts - 1, 62)  # int ** int is typed Any: its sign decides int or float
+    return min(rules.first_s * doubling, rules.max_s)
 
 
 def after_failed_try(attempts: int, first_attempt_at: int, now: int, error: str,

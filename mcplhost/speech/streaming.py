@@ -36,11 +36,14 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
-from mcplhost.protocol.ports import NotifyPort, State
+from mcplhost.protocol.ports import NOTIFY_FAILURES, NotifyPort, State
 from mcplhost.secrets import NO_SECRETS, Secrets
 from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Route, Undecided
 
 log = structlog.get_logger()
+
+#: A send that did not go out: the port's refusals, or a connector gone from the map since (a reload).
+_SEND_FAILURES: tuple[type[Exception], ...] = (KeyError, *NOTIFY_FAILURES)
 
 STREAMING = "channels.streaming"
 CHUNK = "channels/outgoing/chunk"
@@ -91,7 +94,8 @@ class PinGuard:
                 self._next_line(base + i)
                 continue
             if not self._opening:
-                i = _BLANKS.match(piece, i).end()  # type: ignore[union-attr]  # leading blanks decide nothing
+                blanks = _BLANKS.match(piece, i)  # leading blanks decide nothing (`*`: it always matches)
+                i = i if blanks is None else blanks.end()
                 if i == n:
                     break
             char = piece[i]
@@ -113,7 +117,7 @@ class PinGuard:
 
 
 class TurnRouting(Protocol):
-    """What streaming reads of a turn's routing (mcplhost/agents/speech.py `TurnSpeech` implements it)."""
+    """What streaming reads of a turn's routing (mcplhost/agents/turns/reply.py `TurnSpeech` implements it)."""
 
     current: Route  # a refused pin holds too: then nothing streams
     default: Destination | Undecided
@@ -323,8 +327,8 @@ class Streamer:
 
     async def _notify(self, channel: _Channel, method: str, params: dict[str, Any]) -> bool:
         try:
-            await self._handles[channel.destination.server_id].notify(method, params)  # gone since: a failed send
-        except Exception:
+            await self._handles[channel.destination.server_id].notify(method, params)
+        except _SEND_FAILURES:
             channel.failed = True
             log.info("speech.stream_send_failed", inferenceId=self.inference_id, method=method,
                      connector=channel.destination.server_id, channel=channel.destination.channel_id, exc_info=True)

@@ -26,7 +26,7 @@ from types import TracebackType
 import anyio
 import structlog
 
-from mcplhost.protocol.ports import NotifyPort, State
+from mcplhost.protocol.ports import NOTIFY_FAILURES, NotifyPort, State
 from mcplhost.speech.routing import Destination
 from mcplhost.speech.streaming import TurnRouting
 
@@ -121,7 +121,7 @@ class Typing:
             try:
                 await handle.notify(TYPING_METHOD, {"channelId": destination.channel_id, "op": op})
                 return True
-            except Exception:
+            except NOTIFY_FAILURES:
                 log.info("speech.typing_failed", connector=destination.server_id, channel=destination.channel_id,
                          op=op, exc_info=True)
                 return False

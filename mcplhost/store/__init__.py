@@ -1,4 +1,5 @@
-"""SQLite storage: one writer connection, a reader beside it, numbered migrations, narrow repositories.
+"""Storage on SQLite or PostgreSQL (store/open.py): one writer, readers beside it, numbered migrations, narrow
+repositories.
 
     async with open_store(config.store.path, synchronous=config.store.synchronous) as store:
         ids = await store.items.insert_many(items)   # a repeated channel item: its original's id
@@ -9,18 +10,17 @@
             print(export_line(item).decode())
 """
 
+from mcplhost.store.composed import Store
 from mcplhost.store.cursors import CursorMove, CursorRepository
 from mcplhost.store.db import (
     BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
     READER_CONNECTIONS,
     SYNCHRONOUS_LEVELS,
-    Store,
     StoreReader,
+    SynchronousLevel,
     apply_pragmas,
     connect_read_only,
-    open_reader,
-    open_store,
 )
 from mcplhost.store.decisions import DECISION_REASONS, DecisionRepository, WakeDecision
 from mcplhost.store.errors import (
@@ -32,12 +32,23 @@ from mcplhost.store.errors import (
     StoreMissing,
 )
 from mcplhost.store.interfaces import Cursors, Items, Peers, Pushes, Quotas, Repositories, Turns
-from mcplhost.store.items import ItemRepository, ItemWritten, NewItem, StoredItem, export_line
+from mcplhost.store.items import (
+    ItemRepository,
+    ItemRow,
+    ItemWritten,
+    NewItem,
+    StoredItem,
+    export_line,
+    item_row,
+    row_content,
+)
+from mcplhost.store.open import DEFAULT_POOL_SIZE, is_database_url, open_reader, open_store, redacted_url
 from mcplhost.store.peers import (
     DISPATCHES,
     RELATIONSHIPS,
     STATUSES,
     PeerEntry,
+    PeerRelationship,
     PeerRepository,
     PeerRow,
     PeerSend,
@@ -54,10 +65,12 @@ from mcplhost.store.quotas import (
     body_bytes,
     bucket_of,
 )
+from mcplhost.store.stored import Stored, now_ms
 from mcplhost.store.turns import OUTCOMES, Turn, TurnEnd, TurnRepository, TurnStart, turn_line
 
 __all__ = [
     "DECISION_REASONS",
+    "DEFAULT_POOL_SIZE",
     "DecisionRepository",
     "WakeDecision",
     "BUSY_TIMEOUT_MS",
@@ -70,8 +83,10 @@ __all__ = [
     "QUOTA_WINDOW_MS",
     "READER_CONNECTIONS",
     "RELATIONSHIPS",
+    "PeerRelationship",
     "STATUSES",
     "SYNCHRONOUS_LEVELS",
+    "SynchronousLevel",
     "BrokenMigration",
     "ClaimOutcome",
     "CursorMove",
@@ -79,6 +94,7 @@ __all__ = [
     "Cursors",
     "ForeignDatabase",
     "ItemRepository",
+    "ItemRow",
     "ItemWritten",
     "Items",
     "NewItem",
@@ -102,6 +118,7 @@ __all__ = [
     "StoreError",
     "StoreMissing",
     "StoreReader",
+    "Stored",
     "StoredItem",
     "Turn",
     "TurnEnd",
@@ -113,7 +130,12 @@ __all__ = [
     "bucket_of",
     "connect_read_only",
     "export_line",
+    "is_database_url",
+    "item_row",
+    "now_ms",
+    "row_content",
     "open_reader",
     "open_store",
+    "redacted_url",
     "turn_line",
 ]

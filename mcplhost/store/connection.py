@@ -1,28 +1,64 @@
-"""What a repository needs of an open store's connections: a Protocol, so repositories never see `db.Database`.
+"""What a repository needs of an open store: `Connections` and the engine-neutral `Conn` it lends.
 
-The repositories (items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py) hold
-their SQL and take a `Connections`; db.py implements it with the writer's
-connection, its lock and the `StoreReader`, and composes the repositories
-into a `Store`. So the repositories sit below db.py and no import goes back
-up (docs/architecture.md#the-store).
+The repositories (items.py, pushes.py, turns.py, cursors.py, outbox.py, peers.py, …)
+hold their SQL and take a `Connections`; sqlite.py and postgres.py implement it
+and compose the repositories into a `Store`. So the repositories sit below the
+engines and never import a driver (docs/architecture.md#the-store).
+
+One SQL text runs on both engines: `?` placeholders (the PostgreSQL adapter
+numbers them), the subset both engines read alike (docs/architecture.md#the-store).
+Where a statement must differ, the repository picks it by `conn.engine`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
-import aiosqlite
+Engine = Literal["sqlite", "postgresql"]
+SQLITE: Engine = "sqlite"
+POSTGRESQL: Engine = "postgresql"
+
+Params = Sequence[Any]
+
+
+class Conn(Protocol):
+    """One connection's statements, whatever the engine: rows come back as tuples."""
+
+    @property
+    def engine(self) -> Engine:
+        ...
+
+    async def fetch(self, sql: str, params: Params = (), *, searched: object = None) -> list[tuple[Any, ...]]:
+        """Run one statement and return every row it yields.
+
+        `searched`: the secrets version these parameters were already searched at (store/redacting.py reads
+        it; an engine's own connection ignores it).
+        """
+        ...
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; how many rows it inserted, updated or deleted."""
+        ...
+
+    async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        """Run one statement once per parameter row."""
+        ...
 
 
 class Connections(Protocol):
-    """The ways a repository reaches SQLite (db.py's `Database` also has `reading()`, for the migrations)."""
+    """The ways a repository reaches the store."""
 
-    def transaction(self) -> AbstractAsyncContextManager[None]:
-        """BEGIN IMMEDIATE ... COMMIT on the writer's connection; nested use in one task joins the outer one."""
+    @property
+    def engine(self) -> Engine:
         ...
 
-    def writer(self, operation: str) -> aiosqlite.Connection:
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """BEGIN ... COMMIT on the writer's connection; nested use in one task joins the outer one."""
+        ...
+
+    def writer(self, operation: str) -> Conn:
         """The writer's connection, for statements of the current task's transaction.
 
         Raises HostStateError naming `operation` when the task is inside none.
@@ -33,6 +69,23 @@ class Connections(Protocol):
         """How many tasks wait now for the writer (a transaction that ends with some waiting held them up)."""
         ...
 
-    def read(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
+    def read(self) -> AbstractAsyncContextManager[Conn]:
         """A connection that reads committed rows without the writer's lock (inside a transaction: the writer's)."""
         ...
+
+
+def json_field(engine: Engine, column: str, key: str) -> str:
+    """SQL for `column`'s top-level JSON member `key` (NULL when absent); `key` is ours, never input.
+
+    SQLite reads it typed (json_extract); PostgreSQL as text (`->>`), so compare a number with `json_int`.
+    """
+    if engine == POSTGRESQL:
+        return f"({column}->>'{key}')"
+    return f"json_extract({column}, '$.{key}')"
+
+
+def json_int(engine: Engine, expression: str) -> str:
+    """SQL for an integer `expression` (a parameter, a column) in the form `json_field` compares equal to."""
+    if engine == POSTGRESQL:
+        return f"CAST(CAST({expression} AS BIGINT) AS TEXT)"
+    return expression

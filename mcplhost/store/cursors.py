@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import aiosqlite
 import msgspec
 
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import Conn, Connections
 
 
 class CursorMove(msgspec.Struct, frozen=True):
@@ -52,7 +51,8 @@ class CursorRepository:
         if moves:
             await conn.executemany(
                 "INSERT INTO agent_cursors (agent, item_id, updated_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (agent) DO UPDATE SET item_id = max(item_id, excluded.item_id),"
+                " ON CONFLICT (agent) DO UPDATE SET item_id = CASE WHEN excluded.item_id > agent_cursors.item_id"
+                " THEN excluded.item_id ELSE agent_cursors.item_id END,"
                 " updated_at = excluded.updated_at",
                 [(m.agent, m.item_id, m.at) for m in moves],
             )
@@ -63,7 +63,8 @@ class CursorRepository:
         if agents:
             await conn.executemany(
                 "INSERT INTO agent_cursors (agent, item_id, updated_at)"
-                " SELECT ?, coalesce(max(id), 0), ? FROM items WHERE true ON CONFLICT (agent) DO NOTHING",
+                " SELECT CAST(? AS TEXT), coalesce(max(id), 0), CAST(? AS BIGINT) FROM items WHERE TRUE"
+                " ON CONFLICT (agent) DO NOTHING",
                 list(agents),
             )
         return [await _get(conn, agent) or 0 for agent, _ in agents]
@@ -76,10 +77,10 @@ class CursorRepository:
     async def all(self) -> dict[str, int]:
         """Every agent's cursor, by agent name."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall("SELECT agent, item_id FROM agent_cursors")
+            rows = await conn.fetch("SELECT agent, item_id FROM agent_cursors")
         return {agent: item_id for agent, item_id in rows}
 
 
-async def _get(conn: aiosqlite.Connection, agent: str) -> int | None:
-    rows = await conn.execute_fetchall("SELECT item_id FROM agent_cursors WHERE agent = ?", (agent,))
+async def _get(conn: Conn, agent: str) -> int | None:
+    rows = await conn.fetch("SELECT item_id FROM agent_cursors WHERE agent = ?", (agent,))
     return next((row[0] for row in rows), None)

@@ -25,37 +25,30 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Literal, get_args
 
 import aiosqlite
 import anyio
 
 from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
-from mcplhost.store.cursors import CursorRepository
-from mcplhost.store.decisions import DecisionRepository
+from mcplhost.store.composed import SCAN_WORKERS, Store
+from mcplhost.store.connection import SQLITE, Conn, Engine
 from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
 from mcplhost.store.files import make_private
-from mcplhost.store.items import ItemRepository
 from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
 from mcplhost.store.migrate import migrate as apply_migrations
-from mcplhost.store.outbox import OutboxRepository
-from mcplhost.store.peers import PeerRepository
-from mcplhost.store.pushes import PushRepository
-from mcplhost.store.quotas import QuotaRepository
-from mcplhost.store.retention import RetentionRepository
-from mcplhost.store.search_index import SqliteSearchIndex, register_functions
+from mcplhost.store.redacting import RedactingWriter
+from mcplhost.store.search_index import BODY_FUNCTION, SqliteSearchIndex, index_text
 from mcplhost.store.search_reader import IndexReader
-from mcplhost.store.turns import TurnRepository
+from mcplhost.store.sqlite_conn import SqliteConn
 
 #: Read-only connections a daemon's `StoreReader` holds: reads beyond this many at once wait for one.
 READER_CONNECTIONS = 2
-#: Worker threads scanning one store at once (searches: CPU work whose cost a query's author controls).
-SCAN_WORKERS = 2
 #: SQLite virtual-machine steps between two checks whether a search's statement must stop (its deadline, a cancel).
 SEARCH_PROGRESS_STEPS = 10_000
 
@@ -66,8 +59,9 @@ BUSY_TIMEOUT_MS = 5000
 # With WAL, NORMAL loses nothing when the process is killed (committed pages
 # are in the OS's hands); a power loss can drop the last commits. FULL syncs
 # the WAL on every commit and also survives power loss, at a cost per commit.
-SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
-DEFAULT_SYNCHRONOUS = "NORMAL"
+SynchronousLevel = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+SYNCHRONOUS_LEVELS: tuple[SynchronousLevel, ...] = get_args(SynchronousLevel)
+DEFAULT_SYNCHRONOUS: SynchronousLevel = "NORMAL"
 #: The connection settings `apply_pragmas` makes that `Store.pragmas()` reads back.
 REPORTED_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
 
@@ -133,60 +127,6 @@ class StoreReader:
                 self._free.append(conn)
 
 
-class RedactingWriter:
-    """The writer's connection with every text and blob parameter redacted first: the one place every stored row
-    passes, so no secret value is written whatever its path (docs/agents.md#secrets).
-
-    With no secrets held each call costs one truth test.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection, secrets: Secrets) -> None:
-        self._conn = conn
-        self._secrets = secrets
-
-    def _redacted(self, params: Any) -> Any:
-        secrets = self._secrets
-        if not params:
-            return params
-        values = list(params.values()) if isinstance(params, dict) else params
-        # One search over the row's texts first: most rows hold no secret and are passed on as they are.
-        if not secrets.find_in([v for v in values if type(v) is str],
-                               [bytes(v) for v in values if isinstance(v, _BLOBS)]):
-            return params
-        if isinstance(params, dict):
-            return {key: _redact_value(secrets, value) for key, value in params.items()}
-        return [_redact_value(secrets, value) for value in params]
-
-    def execute(self, sql: str, parameters: Any = None) -> Any:
-        if self._secrets:
-            parameters = self._redacted(parameters)
-        return self._conn.execute(sql, parameters)
-
-    async def execute_fetchall(self, sql: str, parameters: Any = None) -> Any:
-        if self._secrets:
-            parameters = self._redacted(parameters)
-        return await self._conn.execute_fetchall(sql, parameters)
-
-    async def executemany(self, sql: str, parameters: Any) -> Any:
-        if self._secrets:
-            parameters = [self._redacted(row) for row in parameters]
-        return await self._conn.executemany(sql, parameters)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-_BLOBS = (bytes, bytearray, memoryview)  # a tuple: isinstance on a union is several times slower per value
-
-
-def _redact_value(secrets: Secrets, value: Any) -> Any:
-    if isinstance(value, str):
-        return secrets.redact(value)
-    if isinstance(value, _BLOBS):
-        return secrets.redact_bytes(bytes(value))
-    return value
-
-
 class Database:
     """The writer's aiosqlite connection and the lock that gives its transactions to one task at a time.
 
@@ -203,8 +143,12 @@ class Database:
         self.reader = reader
         #: Redacted from every parameter a repository writes with (the host fills it: `Store.secrets`).
         self.secrets = secrets if secrets is not None else Secrets()
-        self._redacting = RedactingWriter(conn, self.secrets)
+        self._redacting = RedactingWriter(SqliteConn(conn), self.secrets)
         self._lock = anyio.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        return SQLITE
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -244,11 +188,11 @@ class Database:
         """How many tasks wait now for the writer's lock (for their transaction or `reading()`)."""
         return self._lock.statistics().tasks_waiting
 
-    def writer(self, operation: str) -> aiosqlite.Connection:
+    def writer(self, operation: str) -> Conn:
         """The writer's connection for the current task's transaction; HostStateError naming `operation` outside one."""
         if _current_transaction.get() is not self:
             raise HostStateError(f"{operation} must run inside store.transaction()")
-        return self._redacting  # type: ignore[return-value]  # an aiosqlite.Connection to every repository
+        return self._redacting
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -264,7 +208,7 @@ class Database:
             yield self.conn
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def read(self) -> AsyncIterator[Conn]:
         """A connection to read committed rows from without the writer's lock (the reader's).
 
         Inside the current task's transaction, the writer's own connection
@@ -272,40 +216,33 @@ class Database:
         """
         if self.reader is None or _current_transaction.get() is self:
             async with self.reading() as conn:
-                yield conn
+                yield SqliteConn(conn)
             return
         async with self.reader.connection() as conn:
-            yield conn
+            yield SqliteConn(conn)
 
 
-class Store:
-    """An open database: repositories for items, push events, turns, cursors, the outbox, the peer queue,
-    retention, quota usage and the search index, and `transaction()` to combine them.
-
-    The SQLite implementation of `interfaces.Repositories`: it composes the
-    repositories over one `Database`, which each sees only as `Connections`.
-    """
+class SqliteStore(Store):
+    """A store in an SQLite file: the writer's connection and the `StoreReader` beside it."""
 
     def __init__(self, path: Path, database: Database, migrations_folder: Traversable | Path | None) -> None:
+        reader = database.reader
+        super().__init__(database, SqliteSearchIndex(database),
+                         scan_slots=reader.scan_slots if reader is not None else anyio.Semaphore(1))
         self.path = path
         #: The read-only connections reads go through (None: they share the writer's).
-        self.reader = database.reader
-        self.items = ItemRepository(database)
-        self.pushes = PushRepository(database)
-        self.turns = TurnRepository(database)
-        self.cursors = CursorRepository(database)
-        self.outbox = OutboxRepository(database)
-        self.peers = PeerRepository(database)
-        #: The search index's writes and progress (store/search_index.py); searches read it in their worker.
-        self.search_index = SqliteSearchIndex(database)
-        self.retention = RetentionRepository(database, self.search_index)
-        self.quotas = QuotaRepository(database)
-        self.decisions = DecisionRepository(database)
-        #: The secret values redacted from every row written (docs/agents.md#secrets); the host fills it in place
-        #: (`Secrets.update`) and shares it with whatever withholds them.
-        self.secrets = database.secrets
+        self.reader = reader
         self._database = database
         self._migrations_folder = migrations_folder
+
+    @property
+    def location(self) -> str:
+        """The database file's path."""
+        return str(self.path)
+
+    async def size_bytes(self) -> int:
+        """The database file and its WAL, in bytes (a part not there counts 0)."""
+        return await anyio.to_thread.run_sync(_file_bytes, self.path)
 
     def open_search_reads(self, interrupt: Callable[[], bool]) -> IndexReader:
         """A search's reads over a new read-only connection, for the calling worker thread (which closes it).
@@ -316,23 +253,11 @@ class Store:
         conn.set_progress_handler(interrupt, SEARCH_PROGRESS_STEPS)
         return IndexReader(conn)
 
-    def transaction(self) -> AbstractAsyncContextManager[None]:
-        """One transaction across repositories, e.g. items and a push claim together.
-
-        Use the repositories' `*_nocommit` methods inside it.
-        """
-        return self._database.transaction()
-
     async def pragmas(self) -> dict[str, int | str]:
         """The writer connection's REPORTED_PRAGMAS as SQLite reports them now (synchronous as 0-3)."""
         async with self._database.reading():
             return {name: list(await self._database.conn.execute_fetchall(f"PRAGMA {name}"))[0][0]
                     for name in REPORTED_PRAGMAS}
-
-    async def schema_version(self) -> int:
-        """The newest migration applied to the file (0: none)."""
-        async with self._database.read() as conn:
-            return max(await applied_versions(conn), default=0)
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations now; return the versions applied."""
@@ -340,15 +265,25 @@ class Store:
             return await apply_migrations(conn, self._migrations_folder, path=str(self.path))
 
 
+def _file_bytes(path: Path) -> int:
+    total = 0
+    for part in (path, path.with_name(path.name + "-wal")):
+        try:
+            total += part.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
 @asynccontextmanager
-async def open_store(
+async def open_sqlite_store(
     path: str | Path,
     *,
     synchronous: str = DEFAULT_SYNCHRONOUS,
     migrate: bool = True,
     migrations_folder: Traversable | Path | None = None,
     reader_connections: int = READER_CONNECTIONS,
-) -> AsyncIterator[Store]:
+) -> AsyncIterator[SqliteStore]:
     """Open (creating folders and file if needed) the daemon's read-write store, and its `StoreReader`.
 
     The database file and SQLite's files beside it are private to this user (mcplhost/store/files.py).
@@ -372,14 +307,15 @@ async def open_store(
             raise StoreError(f"{path}: cannot open: {exc.strerror or exc}", explanation=_OPEN_EXPLANATION) from exc
     async with _connection(path, str(path), uri=False) as conn:
         try:
-            await refuse_foreign(conn, path=str(path))
+            await refuse_foreign(SqliteConn(conn), path=str(path), known=load_migrations(migrations_folder))
             await apply_pragmas(conn, synchronous)
             if migrate:
                 await apply_migrations(conn, migrations_folder, path=str(path))
             else:
                 newest = len(load_migrations(migrations_folder))
-                refuse_newer(await applied_versions(conn), newest, path=str(path))
-            await register_functions(conn)
+                refuse_newer(await applied_versions(SqliteConn(conn)), newest, path=str(path))
+            # BODY_FUNCTION: what the search indexer and retention's deletes call on the writer's connection.
+            await conn.create_function(BODY_FUNCTION, 2, index_text, deterministic=True)
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc) from exc
         async with AsyncExitStack() as readers:
@@ -387,7 +323,7 @@ async def open_store(
             connections = [await readers.enter_async_context(_read_only_connection(path))
                            for _ in range(reader_connections)]
             reader = StoreReader(path, connections) if connections else None
-            yield Store(path, Database(conn, reader), migrations_folder)
+            yield SqliteStore(path, Database(conn, reader), migrations_folder)
 
 
 @asynccontextmanager
@@ -419,11 +355,11 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
 
 
 @asynccontextmanager
-async def open_reader(
+async def open_sqlite_reader(
     path: str | Path,
     *,
     migrations_folder: Traversable | Path | None = None,
-) -> AsyncIterator[Store]:
+) -> AsyncIterator[SqliteStore]:
     """Open an existing store read-only (for the CLI's readers, beside a running daemon).
 
     Raises StoreMissing when there is no file, ForeignDatabase when it holds
@@ -435,17 +371,17 @@ async def open_reader(
         raise StoreMissing(str(path))
     async with _connection(path, _read_only_uri(path), uri=True) as conn:
         try:
-            await refuse_foreign(conn, path=str(path))
+            await refuse_foreign(SqliteConn(conn), path=str(path), known=load_migrations(migrations_folder))
             await apply_pragmas(conn, read_only=True)
             newest = len(load_migrations(migrations_folder))
-            applied = await applied_versions(conn)
+            applied = await applied_versions(SqliteConn(conn))
             refuse_newer(applied, newest, path=str(path))
             if max(applied, default=0) < newest:
                 raise SchemaBehind(max(applied, default=0), newest, path=str(path))
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc, _READ_EXPLANATION) from exc
         # Nothing in this process writes: its one read-only connection is also its reader.
-        yield Store(path, Database(conn, StoreReader(path, [conn])), migrations_folder)
+        yield SqliteStore(path, Database(conn, StoreReader(path, [conn])), migrations_folder)
 
 
 @asynccontextmanager

@@ -52,15 +52,15 @@ class DecisionRepository:
         for first in range(0, len(decisions), DECISIONS_PER_INSERT):
             chunk = decisions[first : first + DECISIONS_PER_INSERT]
             await conn.execute(
-                "INSERT OR IGNORE INTO wake_decisions (item_id, agent, reason, decided_at) VALUES "
-                + ", ".join(["(?, ?, ?, ?)"] * len(chunk)),
+                "INSERT INTO wake_decisions (item_id, agent, reason, decided_at) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(chunk)) + " ON CONFLICT DO NOTHING",
                 [v for d in chunk for v in (d.item_id, d.agent, d.reason, d.decided_at)],
             )
 
     async def for_item(self, item_id: int) -> builtins.list[WakeDecision]:
         """Every agent's recorded decision about one item, by agent name."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT item_id, agent, reason, decided_at FROM wake_decisions WHERE item_id = ? ORDER BY agent",
                 (item_id,))
         return [WakeDecision(*row) for row in rows]

@@ -3,7 +3,7 @@
 Everything above store/ (the group writer's operations, Ingest, the CLI's
 readers) needs only these shapes, so a PostgreSQL store would be new classes
 behind the same Protocols, not a rewrite
-(docs/architecture.md#where-the-next-layers-attach). The rules they promise, whatever the engine:
+(docs/architecture.md#where-agents-speech-and-peers-attach). The rules they promise, whatever the engine:
 
 - ids come from the database (`RETURNING`), never computed by a caller;
 - a repeated channel item and a repeated push event are conflicts the schema
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.items import ItemWritten, NewItem, StoredItem
+from mcplhost.store.items import ItemRow, ItemWritten, NewItem, StoredItem
 from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
 from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
@@ -38,7 +38,8 @@ class Items(Protocol):
 
     async def insert_many(self, items: Sequence[NewItem]) -> builtins.list[int]: ...
 
-    async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]: ...
+    async def insert_many_nocommit(self, items: Sequence[NewItem], *, rows: Sequence[ItemRow] | None = None,
+                                   searched: object = None) -> builtins.list[ItemWritten]: ...
 
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool: ...
 

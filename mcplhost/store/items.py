@@ -21,15 +21,18 @@ see the last commit and never take the writer's lock
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import AsyncIterator, Sequence
 from functools import cached_property
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
-import aiosqlite
 import msgspec
 
 from mcplhost.errors import HostStateError
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import POSTGRESQL, Conn, Connections, json_field, json_int
+from mcplhost.store.order import ITEMS_ORDER_KEY
 from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
@@ -54,7 +57,12 @@ _INSERT_COLUMNS = (
     "agent, participant, role, content, metadata, server_id, channel_id, message_id,"
     " thread_id, conversation_id, dedup_digest, created_at"
 )
-_ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
+#: Content and metadata are given as their JSON's UTF-8 bytes and stored as TEXT (a BLOB would be read as JSONB
+#: by SQLite's JSON functions): the cast costs SQLite a copy, where a str would cost Python a decode and the
+#: driver an encode back.
+_JSON_COLUMNS = ("content", "metadata")
+_ROW_PLACEHOLDERS = "(" + ", ".join("CAST(? AS TEXT)" if column.strip() in _JSON_COLUMNS else "?"
+                                    for column in _INSERT_COLUMNS.split(",")) + ")"
 # The UNIQUE index items_by_message (migration 0002): a row is constrained
 # only when all four are non-null, i.e. a channel item carrying its digest.
 _KEY_COLUMNS = ("channel_id", "message_id", "server_id", "dedup_digest")
@@ -150,23 +158,40 @@ class ItemRepository:
         async with self._connections.transaction():
             return [written.id for written in await self.insert_many_nocommit(items)]
 
-    async def insert_many_nocommit(self, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+    async def insert_many_nocommit(self, items: Sequence[NewItem], *, rows: Sequence[ItemRow] | None = None,
+                                   searched: object = None) -> builtins.list[ItemWritten]:
         """Store items inside the caller's `store.transaction()`; one `ItemWritten` per item, in order.
 
         Ids come from the database (`RETURNING`). An item whose redelivery
         key is already stored, or earlier in `items`, stores nothing and
         gets the original's id and conversation.
+
+        `rows`: the items' `item_row`s, when the caller built them already
+        (ingest does, to size and search them once). `searched`: the secrets
+        version (`Secrets.version`) those rows were searched with and found
+        to hold none of, so the writer's connection need not search them again
+        (store/db.py `RedactingWriter`); it searches as usual if the set
+        changed since.
         """
         conn = self._connections.writer("items.insert_many_nocommit")
+        if items and conn.engine == POSTGRESQL:
+            # Ids become visible in the order they are taken, whatever other writers do (store/order.py).
+            await conn.execute("SELECT pg_advisory_xact_lock(?)", (ITEMS_ORDER_KEY,))
+        if rows is None:
+            rows = [item_row(item) for item in items]
+            searched = None
+        elif len(rows) != len(items):
+            raise ValueError("rows given for items must be one per item")
         written: builtins.list[ItemWritten] = []
         for start in range(0, len(items), ROWS_PER_INSERT):
-            written.extend(await _insert_chunk(conn, items[start : start + ROWS_PER_INSERT]))
+            end = start + ROWS_PER_INSERT
+            written.extend(await _insert_chunk(conn, items[start:end], rows[start:end], searched))
         return written
 
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool:
         """Whether a channel item with this redelivery key is stored (so delivering it again stores nothing)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(_FIND_ORIGINAL, (channel_id, message_id, server_id, dedup_digest))
+            rows = await conn.fetch(_FIND_ORIGINAL, (channel_id, message_id, server_id, dedup_digest))
         return bool(rows)
 
     async def thread_of(self, server_id: str, channel_id: str, message_id: str) -> str | None:
@@ -175,7 +200,7 @@ class ItemRepository:
         A correction that names no thread inherits its original's (docs/provenance.md §2).
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT thread_id FROM items"
                 " WHERE channel_id = ? AND message_id = ? AND server_id = ? ORDER BY id DESC LIMIT 1",
                 (channel_id, message_id, server_id),
@@ -216,18 +241,18 @@ class ItemRepository:
             return
         where, params = _filters(channel=channel, agent=agent, since_ms=since_ms)
         async with self._connections.read() as conn:
-            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+            ((last,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM items")
             after = after_id
             if limit is not None:
                 # The id just below the newest `limit` matching items (0 if there are fewer).
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT id FROM items WHERE {where} AND id > ? ORDER BY id DESC LIMIT 1 OFFSET ?",
                     (*params, after_id, limit),
                 )
                 after = next((row[0] for row in rows), after_id)
         while True:
             async with self._connections.read() as conn:
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT {_COLUMNS} FROM items WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE),
                 )
@@ -244,7 +269,7 @@ class ItemRepository:
     async def last_id(self) -> int:
         """The newest item's id (0 when the store is empty): where a new agent's cursor starts."""
         async with self._connections.read() as conn:
-            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+            ((last,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM items")
         return int(last)
 
     async def after(self, item_id: int, *, since_ms: int = 0, limit: int | None = None) -> builtins.list[StoredItem]:
@@ -269,10 +294,10 @@ class ItemRepository:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
         async with self._connections.read() as conn:
-            return builtins.list(await conn.execute_fetchall(
-                f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id LIMIT ?",
-                (item_id, since_ms, -1 if limit is None else limit),
-            ))
+            sql = f"SELECT {columns} FROM items WHERE id > ? AND created_at >= ? ORDER BY id"
+            if limit is None:
+                return await conn.fetch(sql, (item_id, since_ms))
+            return await conn.fetch(sql + " LIMIT ?", (item_id, since_ms, limit))
 
     async def context_rows(self, agent: str, *, limit: int,
                            conversation_id: str | None = None) -> builtins.list[StoredItem]:
@@ -290,7 +315,7 @@ class ItemRepository:
             where += " AND conversation_id = ?"
             params.append(conversation_id)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM items WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [stored_item(row) for row in reversed(builtins.list(rows))]
 
@@ -300,7 +325,7 @@ class ItemRepository:
         A running turn reads its own rows with it, however many items others stored meanwhile.
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?", (agent, item_id, limit))
         return [stored_item(row) for row in rows]
 
@@ -310,20 +335,22 @@ class ItemRepository:
         Looked for among the agent's newest DRAFT_SCAN_ROWS rows, so the count
         costs the same however long the agent has run.
         """
+        newest_turn = "(SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)"
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                "SELECT count(*) FROM (SELECT metadata FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') ="
-                " (SELECT id FROM turns WHERE agent = ? ORDER BY started_at DESC, id DESC LIMIT 1)",
+            rows = await conn.fetch(
+                "SELECT count(*) FROM (SELECT metadata FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?) AS recent"
+                f" WHERE {json_field(conn.engine, 'metadata', 'kind')} = 'draft'"
+                f" AND {json_field(conn.engine, 'metadata', 'turnId')} = {json_int(conn.engine, newest_turn)}",
                 (agent, DRAFT_SCAN_ROWS, agent))
         return int(next(iter(rows))[0])
 
     async def turn_drafts(self, agent: str, turn_id: int) -> builtins.list[tuple[int, str | None]]:
         """(row id, reason) of each draft row (docs/agents.md#drafts) the agent's turn left, by id (explain)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                "SELECT id, json_extract(metadata, '$.reason') FROM items WHERE agent = ?"
-                " AND json_extract(metadata, '$.kind') = 'draft' AND json_extract(metadata, '$.turnId') = ?"
+            rows = await conn.fetch(
+                f"SELECT id, {json_field(conn.engine, 'metadata', 'reason')} FROM items WHERE agent = ?"
+                f" AND {json_field(conn.engine, 'metadata', 'kind')} = 'draft'"
+                f" AND {json_field(conn.engine, 'metadata', 'turnId')} = {json_int(conn.engine, '?')}"
                 " ORDER BY id", (agent, turn_id))
         return [(row_id, reason if isinstance(reason, str) else None) for row_id, reason in rows]
 
@@ -334,7 +361,7 @@ class ItemRepository:
         async with self._connections.read() as conn:
             for start in range(0, len(wanted), IDS_PER_QUERY):
                 chunk = wanted[start : start + IDS_PER_QUERY]
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT {_COLUMNS} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id", chunk)
                 found.extend(stored_item(row) for row in rows)
         return found
@@ -359,7 +386,7 @@ class ItemRepository:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM items WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
                 (*params, limit))
         return [stored_item(row) for row in rows]
@@ -372,34 +399,49 @@ class ItemRepository:
         (its first waking item's), since its rows follow them.
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? AND id > ? ORDER BY id LIMIT ?)"
-                " WHERE json_extract(metadata, '$.turnId') = ? ORDER BY id", (agent, after, window, turn_id))
+                f" AS recent WHERE {json_field(conn.engine, 'metadata', 'turnId')} = {json_int(conn.engine, '?')}"
+                " ORDER BY id", (agent, after, window, turn_id))
         return [stored_item(row) for row in rows]
 
     async def recent_drafts(self, agent: str, limit: int,
                             window: int = CONSOLE_WINDOW_ROWS) -> builtins.list[StoredItem]:
         """The agent's newest draft rows (docs/agents.md#drafts), newest first, among its newest `window` rows."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM items WHERE agent = ? ORDER BY id DESC LIMIT ?)"
-                " WHERE json_extract(metadata, '$.kind') = 'draft' ORDER BY id DESC LIMIT ?", (agent, window, limit))
+                f" AS recent WHERE {json_field(conn.engine, 'metadata', 'kind')} = 'draft' ORDER BY id DESC LIMIT ?",
+                (agent, window, limit))
         return [stored_item(row) for row in rows]
 
-async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) -> builtins.list[ItemWritten]:
+async def _insert_chunk(conn: Conn, items: Sequence[NewItem], rows: Sequence[ItemRow],
+                        searched: object) -> builtins.list[ItemWritten]:
     """One INSERT of up to ROWS_PER_INSERT items, inside the caller's transaction on `conn`."""
-    rows = [_row(item) for item in items]
-    returned = await conn.execute_fetchall(
-        f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([_ROW_PLACEHOLDERS] * len(rows))}"
-        f" ON CONFLICT DO NOTHING RETURNING id, {', '.join(_KEY_COLUMNS)}",
-        [value for row in rows for value in row],
-    )
+    if conn.engine == POSTGRESQL:
+        placeholders = _PG_ROW_PLACEHOLDERS
+        rows = [_pg_row(row) for row in rows]
+    else:
+        placeholders = _ROW_PLACEHOLDERS
+    statement = (f"INSERT INTO items ({_INSERT_COLUMNS}) VALUES {', '.join([placeholders] * len(rows))}"
+                 " ON CONFLICT DO NOTHING RETURNING id")
+    values = builtins.list(chain.from_iterable(rows))
+    # `searched`: the writer's connection (store/redacting.py) skips a search already made for the same secrets
+    returned = await conn.fetch(statement, values, searched=searched)
     # RETURNING's row order is unspecified, but ids are given in the order
     # the VALUES rows are processed; so the inserted rows, sorted by id,
-    # are the items in order minus those that conflicted. Only an item with
-    # a key can conflict, and an inserted key is unique, so a keyed item
-    # whose key is not the next inserted row's was a conflict.
-    inserted = sorted(returned)
+    # are the items in order minus those that conflicted.
+    ids = sorted(row[0] for row in returned)
+    if len(ids) == len(items):  # none conflicted, the usual case
+        return [ItemWritten(item_id, False, item.conversation_id) for item_id, item in zip(ids, items)]
+    # Only an item with a key can conflict, and an inserted key is unique, so
+    # a keyed item whose key is not the next inserted row's was a conflict.
+    inserted: builtins.list[Any] = []
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
+        inserted.extend(await conn.fetch(
+            f"SELECT id, {', '.join(_KEY_COLUMNS)} FROM items WHERE id IN ({', '.join('?' * len(chunk))}) ORDER BY id",
+            chunk))
     written: builtins.list[ItemWritten] = []
     next_row = 0
     for item, row in zip(items, rows):
@@ -416,15 +458,15 @@ async def _insert_chunk(conn: aiosqlite.Connection, items: Sequence[NewItem]) ->
     return written
 
 
-async def _original(conn: aiosqlite.Connection, key: tuple[Any, ...]) -> ItemWritten:
-    rows = await conn.execute_fetchall(_FIND_ORIGINAL, key)
+async def _original(conn: Conn, key: tuple[Any, ...]) -> ItemWritten:
+    rows = await conn.fetch(_FIND_ORIGINAL, key)
     for item_id, conversation in rows:
         return ItemWritten(item_id, True, conversation)
     raise HostStateError(f"an item conflicted on {key!r} but no original has that key")
 
 
 def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = None) -> tuple[str, tuple[Any, ...]]:
-    clauses: builtins.list[str] = ["1"]
+    clauses: builtins.list[str] = ["TRUE"]
     params: builtins.list[Any] = []
     if channel is not None:
         clauses.append("channel_id = ?")
@@ -438,8 +480,12 @@ def _filters(*, channel: str | None, agent: str | None, since_ms: int | None = N
     return " AND ".join(clauses), tuple(params)
 
 
-def _row(item: NewItem) -> tuple[Any, ...]:
-    """The INSERT's values, in `_INSERT_COLUMNS` order."""
+#: An item as the INSERT writes it: its values in `_INSERT_COLUMNS` order.
+ItemRow = tuple[Any, ...]
+
+
+def item_row(item: NewItem) -> ItemRow:
+    """The INSERT's values for `item`, in `_INSERT_COLUMNS` order (content and metadata as compact JSON, UTF-8)."""
     server_id = item.metadata.get("serverId")
     channel_id = item.metadata.get("channelId")
     message_id = item.metadata.get("messageId")
@@ -447,10 +493,8 @@ def _row(item: NewItem) -> tuple[Any, ...]:
         item.agent,
         item.participant,
         item.role,
-        # Stored as TEXT (a bytes value would be a BLOB, which SQLite's JSON
-        # functions would read as JSONB).
-        _encoder.encode(item.content).decode(),
-        _encoder.encode(item.metadata).decode(),
+        _encoder.encode(item.content),  # stored as TEXT: see _ROW_PLACEHOLDERS
+        _encoder.encode(item.metadata),
         server_id if isinstance(server_id, str) else None,
         channel_id if isinstance(channel_id, str) else None,
         message_id if isinstance(message_id, str) else None,
@@ -461,9 +505,45 @@ def _row(item: NewItem) -> tuple[Any, ...]:
     )
 
 
-def _key(row: tuple[Any, ...]) -> tuple[Any, ...] | None:
+#: Where `item_row` puts the content and metadata JSON.
+_CONTENT = [c.strip() for c in _INSERT_COLUMNS.split(",")].index("content")
+_METADATA = [c.strip() for c in _INSERT_COLUMNS.split(",")].index("metadata")
+#: PostgreSQL's json columns take the JSON as text (no cast: text has no assignment cast to json).
+_PG_ROW_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(","))) + ")"
+
+
+def _pg_row(row: ItemRow) -> ItemRow:
+    """`row` as PostgreSQL takes it: content and metadata as text, the metadata's NULs readable (`readable_json`)."""
+    values = builtins.list(row)
+    values[_CONTENT] = row[_CONTENT].decode()
+    values[_METADATA] = readable_json(row[_METADATA].decode())
+    return tuple(values)
+
+
+#: A JSON `\u0000` escape (after an even run of backslashes, so not an escaped backslash's `u0000`).
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def readable_json(text: str) -> str:
+    """JSON text whose members PostgreSQL can read (`->>`): its `\u0000` escapes as U+FFFD's.
+
+    PostgreSQL's `->>` and `->` unescape every string of the document they read, and text cannot hold NUL, so
+    one NUL anywhere in a row's metadata (an author's name, say) would fail every query reading a member of it.
+    """
+    return _NUL_ESCAPE.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
+
+
+_key_of = itemgetter(*_KEY_POSITIONS)
+
+
+def row_content(row: ItemRow) -> bytes:
+    """The content column's value in `row`: the item's content blocks as compact JSON (UTF-8)."""
+    return row[_CONTENT]  # type: ignore[no-any-return]
+
+
+def _key(row: ItemRow) -> tuple[Any, ...] | None:
     """The row's `_KEY_COLUMNS` values, or None when the unique index does not constrain it (a null among them)."""
-    key = tuple(row[position] for position in _KEY_POSITIONS)
+    key = _key_of(row)
     return None if None in key else key
 
 

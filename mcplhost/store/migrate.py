@@ -1,6 +1,7 @@
 """Schema migrations: numbered `.sql` files applied in order, the mautrix way.
 
-Each file `NNNN_name.sql` in the migrations folder is one step. Versions start
+Each file `NNNN_name.sql` in an engine's migrations folder (migrations/sqlite/,
+migrations/postgresql/: the same numbers and names, each engine's SQL) is one step. Versions start
 at 1 and have no gaps. Every step runs in its own `BEGIN IMMEDIATE`
 transaction together with its row in `schema_version`, so a step is either
 applied and recorded or not there at all (SQLite's DDL is transactional).
@@ -15,7 +16,12 @@ Why the runner splits statements itself: `sqlite3.executescript` commits any
 open transaction before it starts, so it cannot run a step inside a
 transaction the runner controls. `sqlite3.complete_statement` finds where each
 statement ends, with string literals, comments and trigger bodies handled by
-SQLite's own tokenizer.
+SQLite's own tokenizer. PostgreSQL's runner (store/postgres.py) runs a file
+whole, as one simple-protocol statement list inside its transaction.
+
+A database is mcplhost's when it is empty or its `schema_version` has our
+columns and names each version it records as our file does (`foreign_reason`);
+anything else is another program's and is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import importlib.resources
 import re
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -33,7 +40,9 @@ import anyio
 import structlog
 
 import mcplhost
+from mcplhost.store.connection import POSTGRESQL, SQLITE, Conn, Engine
 from mcplhost.store.errors import BrokenMigration, ForeignDatabase, SchemaTooNew
+from mcplhost.store.sqlite_conn import SqliteConn
 
 log = structlog.get_logger()
 
@@ -45,6 +54,10 @@ _TRANSACTION_CONTROL = re.compile(
     r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b",
     re.IGNORECASE | re.DOTALL,
 )
+
+#: The table each engine records applied migrations in, and its columns (the owner check asks for them).
+VERSION_TABLE = "schema_version"
+VERSION_COLUMNS = ("version", "name", "applied_at")
 
 _CREATE_VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -67,17 +80,19 @@ class Migration:
         return split_statements(self.sql)
 
 
-def default_folder() -> Traversable:
-    """Where the migrations of this installation live (see the module docstring)."""
+def default_folder(engine: Engine = SQLITE) -> Traversable:
+    """Where this installation's migrations for `engine` live (see the module docstring)."""
     packaged = importlib.resources.files("mcplhost") / "_migrations"
-    if packaged.is_dir():
-        return packaged
-    return Path(mcplhost.__file__).resolve().parent.parent / "migrations"
+    root = packaged if packaged.is_dir() else Path(mcplhost.__file__).resolve().parent.parent / "migrations"
+    return root / engine
 
 
-def load_migrations(folder: Traversable | Path | None = None) -> list[Migration]:
-    """Read and order the migration files; a misnamed file or a gap is a bug, raised as ValueError."""
-    root = default_folder() if folder is None else folder
+def load_migrations(folder: Traversable | Path | None = None, *, engine: Engine = SQLITE) -> list[Migration]:
+    """Read and order the migration files; a misnamed file or a gap is a bug, raised as ValueError.
+
+    `folder`: the files themselves (tests); None: this installation's, for `engine`.
+    """
+    root = default_folder(engine) if folder is None else folder
     if not root.is_dir():
         raise ValueError(f"migrations folder not found: {root}")
     found: dict[int, Migration] = {}
@@ -119,29 +134,68 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-async def applied_versions(conn: aiosqlite.Connection) -> set[int]:
+async def list_tables(conn: Conn) -> list[str]:
+    """The database's tables and views, by name (PostgreSQL: in the connection's current schema only)."""
+    if conn.engine == POSTGRESQL:
+        rows = await conn.fetch("SELECT table_name FROM information_schema.tables"
+                                " WHERE table_schema = current_schema() ORDER BY table_name")
+    else:
+        rows = await conn.fetch("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                                " AND name NOT LIKE 'sqlite%' ORDER BY name")
+    return [name for (name,) in rows]
+
+
+async def applied_versions(conn: Conn) -> set[int]:
     """The versions recorded in `schema_version`; empty for a new database."""
-    has_table = await conn.execute_fetchall(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-    )
-    if not list(has_table):
+    if VERSION_TABLE not in await list_tables(conn):
         return set()
-    rows = await conn.execute_fetchall("SELECT version FROM schema_version")
-    return {row[0] for row in rows}
+    rows = await conn.fetch("SELECT version FROM schema_version")
+    return {int(row[0]) for row in rows}
 
 
-async def refuse_foreign(conn: aiosqlite.Connection, *, path: str | None = None) -> None:
-    """Raise ForeignDatabase when the file holds tables but no `schema_version`: another application's.
+async def refuse_foreign(conn: Conn, *, path: str | None = None, known: Sequence[Migration] | None = None) -> None:
+    """Raise ForeignDatabase unless the database is empty or mcplhost's own (`foreign_reason`).
 
-    Checked before anything is written to the file (even the WAL pragma,
-    which would persist in it).
+    Checked before anything is written to it (even SQLite's WAL pragma, which would persist in the file).
+    `known`: the migrations whose names a recorded version must carry (default: this engine's).
     """
-    rows = await conn.execute_fetchall(
-        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%' ORDER BY name"
-    )
-    names = [name for (name,) in rows]
-    if names and "schema_version" not in names:
-        raise ForeignDatabase(names, path=path)
+    tables = await list_tables(conn)
+    if not tables:
+        return
+    columns: list[str] = []
+    recorded: list[tuple[int, str]] = []
+    if VERSION_TABLE in tables:
+        if conn.engine == POSTGRESQL:
+            found = await conn.fetch("SELECT column_name FROM information_schema.columns"
+                                     " WHERE table_schema = current_schema() AND table_name = 'schema_version'")
+        else:
+            found = await conn.fetch("SELECT name FROM pragma_table_info('schema_version')")
+        columns = [name for (name,) in found]
+        if set(VERSION_COLUMNS) <= set(columns):
+            recorded = [(int(version), str(name))
+                        for version, name in await conn.fetch("SELECT version, name FROM schema_version")]
+    migrations = load_migrations(engine=conn.engine) if known is None else known
+    if foreign_reason(tables, columns, recorded, migrations):
+        raise ForeignDatabase(tables, path=path)
+
+
+def foreign_reason(tables: Sequence[str], version_columns: Sequence[str], recorded: Sequence[tuple[int, str]],
+                   known: Sequence[Migration]) -> str | None:
+    """Why a database holding `tables` is another program's, or None when it is mcplhost's.
+
+    Another program's: tables but no `schema_version`; a `schema_version` without our columns; or one
+    recording a version we know under another name (a program with a table of the same name). A version
+    newer than we know is not judged here: `refuse_newer` says that.
+    """
+    if VERSION_TABLE not in tables:
+        return "no schema_version table"
+    if not set(VERSION_COLUMNS) <= set(version_columns):
+        return "schema_version has other columns"
+    names = {migration.version: migration.name for migration in known}
+    for version, name in recorded:
+        if version in names and names[version] != name:
+            return f"version {version} is {name!r}, not {names[version]!r}"
+    return None
 
 
 def refuse_newer(applied: set[int], newest_known: int, *, path: str | None = None) -> None:
@@ -164,8 +218,8 @@ async def migrate(
     its version under the write lock.
     """
     migrations = load_migrations(folder)
-    await refuse_foreign(conn, path=path)
-    refuse_newer(await applied_versions(conn), len(migrations), path=path)
+    await refuse_foreign(SqliteConn(conn), path=path, known=migrations)
+    refuse_newer(await applied_versions(SqliteConn(conn)), len(migrations), path=path)
     await conn.execute(_CREATE_VERSION_TABLE)
     applied: list[int] = []
     for migration in migrations:

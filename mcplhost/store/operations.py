@@ -23,7 +23,7 @@ import msgspec
 from mcplhost.store.cursors import CursorMove
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.interfaces import Repositories
-from mcplhost.store.items import ItemWritten, NewItem
+from mcplhost.store.items import ItemRow, ItemWritten, NewItem, item_row
 from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.peers import PeerEntry, with_entry_id
 from mcplhost.store.pushes import PushClaim
@@ -54,20 +54,30 @@ class InsertItems(msgspec.Struct, frozen=True):
 
     `charged_to`: the connector whose quota counts these items (docs/operations.md#quotas), with
     `body_bytes` per item; each item really stored (not a repeat) is counted in the same transaction.
+    `rows`, `searched`: the items' rows built already and the secrets version they were searched with
+    (store/items.py `insert_many_nocommit`).
     """
 
     items: list[NewItem]
     charged_to: str | None = None
     body_bytes: list[int] | None = None
+    rows: list[ItemRow] | None = None
+    searched: object = None
     STAGE: ClassVar[int] = STAGE_ROWS
 
     def __post_init__(self) -> None:
         if self.charged_to is not None and (self.body_bytes is None or len(self.body_bytes) != len(self.items)):
             raise ValueError("items charged to a connector's quota need their body bytes, one per item")
+        if self.rows is not None and len(self.rows) != len(self.items):
+            raise ValueError("rows given for items must be one per item")
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[InsertItems]) -> list[list[ItemWritten]]:
-        written = await repos.items.insert_many_nocommit([item for op in ops for item in op.items])
+        items = [item for op in ops for item in op.items]
+        # Rows built by the callers pass on as they are, with their search when every op's was the same.
+        searched = ops[0].searched if all(op.searched is ops[0].searched for op in ops) else None
+        rows = [row for op in ops for row in (op.rows if op.rows is not None else map(item_row, op.items))]
+        written = await repos.items.insert_many_nocommit(items, rows=rows, searched=searched)
         results: list[list[ItemWritten]] = []
         charges: list[QuotaCharge] = []
         start = 0
@@ -76,17 +86,21 @@ class InsertItems(msgspec.Struct, frozen=True):
             results.append(own)
             start += len(op.items)
             if op.charged_to is not None and op.body_bytes is not None:
-                # One charge per minute of the write (a request's items share their acceptance time).
-                by_minute: dict[int, list[int]] = {}
-                for item, size, w in zip(op.items, op.body_bytes, own, strict=True):
-                    if not w.duplicate:
-                        counts = by_minute.setdefault(bucket_of(item.created_at), [0, 0])
-                        counts[0] += 1
-                        counts[1] += size
-                charges.extend(QuotaCharge(op.charged_to, minute, items, size)
-                               for minute, (items, size) in by_minute.items())
+                charges.extend(_charges(op.charged_to, op.items, op.body_bytes, own))
         await repos.quotas.add_many_nocommit(charges)
         return results
+
+
+def _charges(server_id: str, items: list[NewItem], sizes: list[int], written: list[ItemWritten]) -> list[QuotaCharge]:
+    """One charge per minute of the write for the items really stored (a request's items share their acceptance
+    time, so it is almost always one)."""
+    by_minute: dict[int, list[int]] = {}
+    for item, size, w in zip(items, sizes, written, strict=True):
+        if not w.duplicate:
+            counts = by_minute.setdefault(bucket_of(item.created_at), [0, 0])
+            counts[0] += 1
+            counts[1] += size
+    return [QuotaCharge(server_id, minute, count, size) for minute, (count, size) in by_minute.items()]
 
 
 class PushWritten(msgspec.Struct, frozen=True):

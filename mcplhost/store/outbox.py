@@ -119,7 +119,7 @@ class OutboxRepository:
         """Queue each entry as pending, inside the caller's transaction; their new ids, in order."""
         conn, ids = self._connections.writer("outbox.insert_many_nocommit"), []
         for e in entries:  # RETURNING per row: ids come from the database, in order
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "INSERT INTO outbox (agent, turn_id, server_id, channel_id, thread_id, conversation_id, text,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (e.agent, e.turn_id, e.server_id, e.channel_id, e.thread_id, e.conversation_id, e.text,
@@ -144,13 +144,13 @@ class OutboxRepository:
         for row_id, state, at, message_id, error, attempted in ends:
             if state not in ("delivered", "failed"):
                 raise ValueError(f"an outbox row ends delivered or failed, not {state!r}")
-            cursor = await conn.execute(
+            changed = await conn.execute(
                 "UPDATE outbox SET state = ?, delivered_at = ?, message_id = ?,"
                 " last_error = coalesce(?, last_error), attempts = attempts + ?,"
                 " first_attempt_at = coalesce(first_attempt_at, ?) WHERE id = ? AND state = 'pending'",
                 (state, at, message_id, error[:LAST_ERROR_MAX_CHARS] if error else None, int(attempted),
                  at if attempted else None, row_id))
-            results.append(cursor.rowcount == 1)
+            results.append(changed == 1)
         return results
 
     async def fail_turn_pending_nocommit(self, turn_id: int, at: int, reason: str) -> builtins.list[int]:
@@ -161,7 +161,7 @@ class OutboxRepository:
         pending when it looks again just before sending (speech/outbox.py).
         """
         conn = self._connections.writer("outbox.fail_turn_pending_nocommit")
-        rows = await conn.execute_fetchall(
+        rows = await conn.fetch(
             "UPDATE outbox SET state = 'failed', delivered_at = ?, last_error = ?"
             " WHERE turn_id = ? AND state = 'pending' RETURNING id", (at, reason[:LAST_ERROR_MAX_CHARS], turn_id))
         return sorted(row[0] for row in rows)
@@ -169,7 +169,7 @@ class OutboxRepository:
     async def is_pending(self, outbox_id: int) -> bool:
         """Whether the row is still pending (the sender asks just before each try)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall("SELECT 1 FROM outbox WHERE id = ? AND state = 'pending'",
+            rows = await conn.fetch("SELECT 1 FROM outbox WHERE id = ? AND state = 'pending'",
                                                (outbox_id,))
         return bool(rows)
 
@@ -189,53 +189,53 @@ class OutboxRepository:
         else:
             query = (f"SELECT {_PENDING_COLUMNS} FROM (SELECT {_PENDING_COLUMNS}, row_number() OVER"
                      " (PARTITION BY channel_id ORDER BY id) AS place FROM outbox"
-                     " WHERE server_id = ? AND state = 'pending') WHERE place <= ? ORDER BY place, id LIMIT ?")
+                     " WHERE server_id = ? AND state = 'pending') AS placed WHERE place <= ? ORDER BY place, id LIMIT ?")
             arguments = (server_id, per_channel, limit)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(query, arguments)
+            rows = await conn.fetch(query, arguments)
         return [PendingPublish(*row) for row in rows]
 
     async def get(self, outbox_id: int) -> OutboxRow | None:
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,))
         return next((OutboxRow(*row) for row in rows), None)
 
     async def of_turn(self, turn_id: int) -> builtins.list[OutboxRow]:
         """The publishes a turn queued, by id (for `mcplhost explain`)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM outbox WHERE turn_id = ? ORDER BY id", (turn_id,))
         return [OutboxRow(*row) for row in rows]
 
     async def delivered_as(self, server_id: str, channel_id: str, message_id: str) -> int | None:
         """The outbox id of the delivered publish the platform gave that messageId, or None (the whole ledger)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT id FROM outbox WHERE state = 'delivered' AND server_id = ? AND channel_id = ?"
                 " AND message_id = ? ORDER BY id LIMIT 1", (server_id, channel_id, message_id))
         return next((row[0] for row in rows), None)
 
     async def count(self, state: str = "pending") -> int:
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT count(*) FROM outbox WHERE state = ?", (state,))
         return int(next(iter(rows))[0])
 
     async def pending_by_agent(self) -> dict[str, int]:
         """Each agent's pending publishes (agents with none left out)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall("SELECT agent, count(*) FROM outbox WHERE state = 'pending' GROUP BY agent")
+            rows = await conn.fetch("SELECT agent, count(*) FROM outbox WHERE state = 'pending' GROUP BY agent")
         return {agent: pending for agent, pending in rows}
 
     async def iterate(self, *, state: str | None = None) -> AsyncIterator[OutboxRow]:
         """Every row (or those in `state`), oldest first, a page at a time."""
         after = 0
+        where, chosen = ("id > ? AND state = ?", (state,)) if state is not None else ("id > ?", ())
         while True:
             async with self._connections.read() as conn:
-                rows = list(await conn.execute_fetchall(
-                    f"SELECT {_COLUMNS} FROM outbox WHERE id > ? AND (? IS NULL OR state = ?) ORDER BY id LIMIT ?",
-                    (after, state, state, READ_PAGE_SIZE)))
+                rows = list(await conn.fetch(f"SELECT {_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?",
+                                             (after, *chosen, READ_PAGE_SIZE)))
             for row in rows:
                 yield OutboxRow(*row)
             if len(rows) < READ_PAGE_SIZE:
@@ -252,7 +252,7 @@ class OutboxRepository:
             where += " AND agent = ?"
             params.append(agent)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_COLUMNS} FROM outbox WHERE {where} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [OutboxRow(*row) for row in rows]
 
@@ -293,7 +293,7 @@ class OutboxRepository:
         so the windows are what they would have been had the host not stopped.
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT server_id, channel_id, message_id, id, agent, text FROM outbox WHERE state = 'delivered'"
                 " AND delivered_at >= ? ORDER BY delivered_at DESC, id DESC LIMIT ?",
                 (now_ms - ECHO_WINDOW_MS, max(RECENT_DELIVERED, RECENT_SPOKEN)))

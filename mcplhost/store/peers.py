@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import AsyncIterator, Sequence
+from typing import Literal, get_args
 
 import msgspec
 
@@ -31,7 +32,8 @@ from mcplhost.store.connection import Connections
 from mcplhost.store.items import NewItem
 
 #: The sender's relation to the target: `ancestor` is guidance (from above), the others are peer messages.
-RELATIONSHIPS = ("ancestor", "sibling", "descendant")
+PeerRelationship = Literal["ancestor", "sibling", "descendant"]
+RELATIONSHIPS: tuple[PeerRelationship, ...] = get_args(PeerRelationship)
 #: Guidance: exempt from the throttles and the queue cap.
 GUIDANCE = "ancestor"
 #: When a queued message is handed over: at the target's next tool boundary, or at its turn end.
@@ -59,7 +61,7 @@ class PeerEntry(msgspec.Struct, frozen=True):
 
     sender: str
     target: str
-    relationship: str  # one of RELATIONSHIPS
+    relationship: PeerRelationship
     dispatch: str  # one of DISPATCHES
     text: str  # the message as sent
     text_key: str  # 64 lowercase hex: SHA-256 of the trimmed text
@@ -84,7 +86,7 @@ class QueuedPeerMessage(msgspec.Struct, frozen=True):
     id: int
     sender: str
     target: str
-    relationship: str
+    relationship: PeerRelationship
     dispatch: str
     text: str
     created_at: int  # epoch ms
@@ -125,7 +127,7 @@ class PeerRepository:
         """Queue each entry, inside the caller's transaction; their new ids, in order."""
         conn, ids = self._connections.writer("peers.insert_many_nocommit"), []
         for e in entries:  # RETURNING per row: ids come from the database, in order
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "INSERT INTO peer_messages (sender, target, relationship, dispatch, text, text_key, status,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (e.sender, e.target, e.relationship, e.dispatch, e.text, e.text_key, e.status, e.created_at))
@@ -142,10 +144,10 @@ class PeerRepository:
         conn = self._connections.writer("peers.deliver_many_nocommit")
         results = []
         for entry_id, item_id, at in deliveries:
-            cursor = await conn.execute(
+            changed = await conn.execute(
                 "UPDATE peer_messages SET state = 'delivered', delivered_at = ?, item_id = ?"
                 " WHERE id = ? AND state = 'queued'", (at, item_id, entry_id))
-            results.append(cursor.rowcount == 1)
+            results.append(changed == 1)
         return results
 
     async def attach_items_nocommit(self, attachments: Sequence[tuple[int, int]]) -> None:
@@ -160,7 +162,7 @@ class PeerRepository:
         """The target's queued entries, oldest first (at most `limit`)."""
         _check_limit(limit)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 f"SELECT {_QUEUED_COLUMNS} FROM peer_messages WHERE target = ? AND state = 'queued'"
                 " ORDER BY id LIMIT ?", (target, limit))
         return [QueuedPeerMessage(*row) for row in rows]
@@ -168,7 +170,7 @@ class PeerRepository:
     async def queued_counts(self) -> dict[str, int]:
         """Per target, its queued entries that count toward the queue cap (guidance does not)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT target, count(*) FROM peer_messages WHERE state = 'queued' AND relationship != ?"
                 " GROUP BY target", (GUIDANCE,))
         return {target: count for target, count in rows}
@@ -176,7 +178,7 @@ class PeerRepository:
     async def queued_targets(self) -> builtins.list[str]:
         """The targets holding any queued entry (guidance included), by name: what to deliver at start."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT DISTINCT target FROM peer_messages WHERE state = 'queued' ORDER BY target")
         return [target for (target,) in rows]
 
@@ -188,7 +190,7 @@ class PeerRepository:
         """
         _check_limit(limit)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT sender, target, text_key, created_at FROM peer_messages"
                 " WHERE created_at >= ? AND relationship != ? ORDER BY created_at DESC, id DESC LIMIT ?",
                 (since_ms, GUIDANCE, limit))
@@ -206,22 +208,22 @@ class PeerRepository:
     async def wake_counts(self) -> dict[str, int]:
         """Every recorded agent's consecutive peer-started turns."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall("SELECT agent, consecutive FROM peer_wake_counts")
+            rows = await conn.fetch("SELECT agent, consecutive FROM peer_wake_counts")
         return {agent: consecutive for agent, consecutive in rows}
 
     async def get(self, entry_id: int) -> PeerRow | None:
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(f"SELECT {_COLUMNS} FROM peer_messages WHERE id = ?", (entry_id,))
+            rows = await conn.fetch(f"SELECT {_COLUMNS} FROM peer_messages WHERE id = ?", (entry_id,))
         return next((PeerRow(*row) for row in rows), None)
 
     async def iterate(self, *, target: str | None = None) -> AsyncIterator[PeerRow]:
         """Every entry (or those to `target`), oldest first, a page at a time."""
         after = 0
+        where, chosen = ("id > ? AND target = ?", (target,)) if target is not None else ("id > ?", ())
         while True:
             async with self._connections.read() as conn:
-                rows = list(await conn.execute_fetchall(
-                    f"SELECT {_COLUMNS} FROM peer_messages WHERE id > ? AND (? IS NULL OR target = ?)"
-                    " ORDER BY id LIMIT ?", (after, target, target, READ_PAGE_SIZE)))
+                rows = list(await conn.fetch(f"SELECT {_COLUMNS} FROM peer_messages WHERE {where} ORDER BY id LIMIT ?",
+                                             (after, *chosen, READ_PAGE_SIZE)))
             for row in rows:
                 yield PeerRow(*row)
             if len(rows) < READ_PAGE_SIZE:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import aiosqlite
 import msgspec
 
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import Conn, Connections
 
 # A redelivery later than this after the first delivery is treated as a new event.
 PUSH_DEDUP_WINDOW_MS = 24 * 60 * 60 * 1000
@@ -54,7 +53,7 @@ class PushRepository:
     async def get(self, server_id: str, event_id: str) -> bytes | None:
         """The answer (JSON) first given to this event, or None if it was never recorded."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT result FROM push_events WHERE server_id = ? AND event_id = ?",
                 (server_id, event_id),
             )
@@ -74,7 +73,7 @@ class PushRepository:
         won: set[tuple[str, str]] = set()
         for start in range(0, len(claims), CLAIMS_PER_INSERT):
             chunk = claims[start : start + CLAIMS_PER_INSERT]
-            returned = await conn.execute_fetchall(
+            returned = await conn.fetch(
                 "INSERT INTO push_events (server_id, event_id, result, created_at) VALUES "
                 + ", ".join(["(?, ?, ?, ?)"] * len(chunk))
                 + " ON CONFLICT DO NOTHING RETURNING server_id, event_id",
@@ -107,15 +106,13 @@ class PushRepository:
         Callers pass `now_ms - PUSH_DEDUP_WINDOW_MS`.
         """
         async with self._connections.transaction():
-            async with self._connections.writer("pushes.prune").execute(
-                "DELETE FROM push_events WHERE created_at < ?", (older_than_ms,)
-            ) as cursor:
-                return cursor.rowcount
+            return await self._connections.writer("pushes.prune").execute(
+                "DELETE FROM push_events WHERE created_at < ?", (older_than_ms,))
 
 
-async def _original(conn: aiosqlite.Connection, server_id: str, event_id: str) -> ClaimOutcome:
+async def _original(conn: Conn, server_id: str, event_id: str) -> ClaimOutcome:
     """The answer and item the event's first claim recorded."""
-    rows = await conn.execute_fetchall(
+    rows = await conn.fetch(
         "SELECT result, item_id FROM push_events WHERE server_id = ? AND event_id = ?", (server_id, event_id))
     ((result, item_id),) = rows
     return ClaimOutcome(False, result.encode(), item_id)

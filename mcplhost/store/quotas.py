@@ -85,7 +85,7 @@ class QuotaRepository:
         await conn.executemany(
             "INSERT INTO quota_usage (server_id, bucket_start, items, body_bytes) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (server_id, bucket_start) DO UPDATE SET"
-            " items = items + excluded.items, body_bytes = body_bytes + excluded.body_bytes",
+            " items = quota_usage.items + excluded.items, body_bytes = quota_usage.body_bytes + excluded.body_bytes",
             [(server, bucket, items, size) for (server, bucket), (items, size) in summed.items()])
         newest: dict[str, int] = {}
         for server, bucket in summed:
@@ -102,7 +102,7 @@ class QuotaRepository:
     async def usage_since(self, server_id: str, since_bucket: int) -> builtins.list[QuotaUsage]:
         """`server_id`'s buckets starting at or after `since_bucket`, oldest first."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
+            rows = await conn.fetch(
                 "SELECT bucket_start, items, body_bytes FROM quota_usage"
                 " WHERE server_id = ? AND bucket_start >= ? ORDER BY bucket_start",
                 (server_id, since_bucket))

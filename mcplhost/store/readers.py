@@ -34,7 +34,7 @@ import regex
 
 from mcplhost.inbound.quoting import header_value
 
-from .db import Store
+from .composed import Store
 from .items import StoredItem
 from .outbox import OutboxRow
 from .rows import PeerMeta
@@ -212,7 +212,7 @@ async def search_items(store: Store, query: str, *, as_regex: bool = False, igno
             reads.close()
 
     # One of the store's few scan slots (none to share when reads share the writer's connection, the old path).
-    slots = store.reader.scan_slots if store.reader is not None else anyio.Semaphore(1)
+    slots = store.scan_slots
     with anyio.move_on_after(deadline_s) as waiting:
         await slots.acquire()
     if waiting.cancelled_caught:  # no slot came free within the deadline: nothing was searched

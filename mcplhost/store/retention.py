@@ -12,7 +12,7 @@ floor keeps, whatever their age:
 - everything above the lowest cursor of a configured agent (what it has not
   handled yet, its catch-up);
 - each configured agent's newest `context_rows` rows that it sees (everyone's
-  and its own: a turn's context, mcplhost/agents/turn.py CONTEXT_ROWS).
+  and its own: a turn's context, mcplhost/agents/turns/runner.py CONTEXT_ROWS).
 
 Below the floor and past the cutoff, an item is still kept when
 
@@ -40,7 +40,7 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import POSTGRESQL, SQLITE, Connections, Engine
 from mcplhost.store.interfaces import SearchIndex
 from mcplhost.store.items import IDS_PER_QUERY
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS
@@ -121,6 +121,17 @@ class PassCounts(msgspec.Struct):
     kept: Kept = msgspec.field(default_factory=Kept)
 
 
+#: The columns `outbox_ids` reads, per engine: metadata.outboxId as an integer (else NULL), metadata.outboxIds as
+#: JSON text; only an agent's rows name outbox rows.
+_NAMED_OUTBOX: dict[Engine, str] = {
+    SQLITE: "CASE WHEN agent IS NOT NULL THEN json_extract(metadata, '$.outboxId') END,"
+            " CASE WHEN agent IS NOT NULL THEN json_extract(metadata, '$.outboxIds') END",
+    POSTGRESQL: "CASE WHEN agent IS NOT NULL AND metadata->>'outboxId' ~ '^-?[0-9]{1,18}$'"
+                " THEN CAST(metadata->>'outboxId' AS BIGINT) END,"
+                " CASE WHEN agent IS NOT NULL THEN CAST(metadata->'outboxIds' AS TEXT) END",
+}
+
+
 class RetentionRepository:
     """The SQL of retention: the floor, and one batch (read, decide, delete) in one transaction."""
 
@@ -132,16 +143,16 @@ class RetentionRepository:
         """The largest id retention may delete (0: none): below the newest item, each agent's cursor and context."""
         names = sorted(set(agents))
         async with self._connections.read() as conn:
-            ((newest,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM items")
+            ((newest,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM items")
             floor = int(newest) - 1
             if names:
                 marks = ", ".join("?" * len(names))
-                ((lowest,),) = await conn.execute_fetchall(
+                ((lowest,),) = await conn.fetch(
                     f"SELECT min(item_id) FROM agent_cursors WHERE agent IN ({marks})", names)
                 if lowest is not None:
                     floor = min(floor, lowest)
             for name in names:
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     "SELECT id FROM items WHERE agent IS NULL OR agent = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
                     (name, context_rows - 1))
                 oldest_in_context = int(next((row[0] for row in rows), 0))  # 0: fewer rows than a context holds
@@ -153,10 +164,8 @@ class RetentionRepository:
         """Decide and delete one batch of items above `after_id`, in its own transaction."""
         async with self._connections.transaction():
             conn = self._connections.writer("retention.prune_batch")
-            found = await conn.execute_fetchall(
-                "SELECT id, created_at,"
-                " CASE WHEN agent IS NOT NULL THEN json_extract(metadata, '$.outboxId') END,"
-                " CASE WHEN agent IS NOT NULL THEN json_extract(metadata, '$.outboxIds') END"
+            found = await conn.fetch(
+                f"SELECT id, created_at, {_NAMED_OUTBOX[conn.engine]}"
                 " FROM items WHERE id > ? AND id <= ? ORDER BY id LIMIT ?", (after_id, floor_id, limit))
             rows = [RetentionRow(item_id, created_at, outbox_ids(one, listed))
                     for item_id, created_at, one, listed in found]
@@ -167,12 +176,12 @@ class RetentionRepository:
             pending: set[int] = set()
             for start in range(0, len(named), IDS_PER_QUERY):
                 chunk = named[start : start + IDS_PER_QUERY]
-                pending.update(r[0] for r in await conn.execute_fetchall(
+                pending.update(r[0] for r in await conn.fetch(
                     f"SELECT id FROM outbox WHERE state = 'pending' AND id IN ({', '.join('?' * len(chunk))})",
                     chunk))
-            peer = {r[0] for r in await conn.execute_fetchall(
+            peer = {r[0] for r in await conn.fetch(
                 "SELECT item_id FROM peer_messages WHERE state = 'queued' AND item_id BETWEEN ? AND ?", (low, high))}
-            claimed = {r[0] for r in await conn.execute_fetchall(
+            claimed = {r[0] for r in await conn.fetch(
                 "SELECT item_id FROM push_events WHERE created_at >= ? AND item_id BETWEEN ? AND ?",
                 (now_ms - PUSH_DEDUP_WINDOW_MS, low, high))}
             decision = prunable(rows, cutoff_ms=cutoff_ms, floor_id=floor_id, pending_outbox=frozenset(pending),

@@ -234,7 +234,7 @@ class PeerMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
     @property
     def between_turns(self) -> bool:
-        """Delivered between turns: it wakes its target (mcplhost/agents/wake.py)."""
+        """Delivered between turns: it wakes its target (mcplhost/agents/wakes/rules.py)."""
         return self.turn_id is UNSET
 
 

@@ -2,7 +2,7 @@
 
 What is indexed is what a search reads (`body_text`: the body's text blocks joined with nothing between,
 the stored source header skipped), for every item, agents' own rows too (a search's filter leaves
-them out where it must). The table is `items_search` (migrations/*_search_index.sql): FTS5 with the `trigram` tokenizer,
+them out where it must). The table is `items_search` (migrations/sqlite/*_search_index.sql): FTS5 with the `trigram` tokenizer,
 contentless (`content=''`: no second copy of the bodies), `detail=none` and `columnsize=0` (no positions,
 no sizes: a search asks only which rows hold all of some trigrams, and the rows' own text confirms each
 match), which keeps it near the bodies' size on disk (docs/operations.md#searching).
@@ -35,13 +35,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import aiosqlite
 import anyio
 import msgspec
 import structlog
 
 from mcplhost.inbound.notice import reader_body
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import Conn, Connections
 from mcplhost.store.interfaces import SearchIndex
 from mcplhost.store.search_query import IndexProgress
 
@@ -107,11 +106,6 @@ def index_text(content: str, metadata: str) -> str:
     return text
 
 
-async def register_functions(conn: aiosqlite.Connection) -> None:
-    """Give the writer's connection BODY_FUNCTION, which the indexer and retention's deletes call."""
-    await conn.create_function(BODY_FUNCTION, 2, index_text, deterministic=True)
-
-
 class SqliteSearchIndex:
     """The index's writes (the indexer's batches, retention's forgetting) and its progress, on SQLite."""
 
@@ -122,7 +116,7 @@ class SqliteSearchIndex:
         self.contended_s = 0.0
 
     @asynccontextmanager
-    async def _holding(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
+    async def _holding(self, operation: str) -> AsyncIterator[Conn]:
         """A transaction on the writer's connection, counted in `contended_s` when another writer waits at its end."""
         async with self._connections.transaction():
             began = time.monotonic()
@@ -134,7 +128,7 @@ class SqliteSearchIndex:
     async def index_next(self, limit: int = INDEX_BATCH_ROWS) -> int:
         """Index the next `limit` items above the mark and move it past them, in one transaction; how many."""
         async with self._holding("search_index.index_next") as conn:
-            ((mark, count, last),) = await conn.execute_fetchall(
+            ((mark, count, last),) = await conn.fetch(
                 "SELECT indexed_to, (SELECT count(*) FROM (SELECT id FROM items WHERE id > indexed_to"
                 " ORDER BY id LIMIT ?)), (SELECT max(id) FROM (SELECT id FROM items WHERE id > indexed_to"
                 " ORDER BY id LIMIT ?)) FROM search_index", (limit, limit))
@@ -149,9 +143,11 @@ class SqliteSearchIndex:
         """Merge some of the index's segments (at most about `pages` pages written), in one transaction; whether
         there was any to merge (FTS5: fewer than 2 changes means none)."""
         async with self._holding("search_index.merge_step") as conn:
-            before = conn.total_changes
+            # total_changes() counts FTS5's writes to its own tables too (the statement's rowcount does not).
+            ((before,),) = await conn.fetch("SELECT total_changes()")
             await conn.execute("INSERT INTO items_search (items_search, rank) VALUES ('merge', ?)", (pages,))
-            return conn.total_changes - before >= 2
+            ((after,),) = await conn.fetch("SELECT total_changes()")
+            return int(after) - int(before) >= 2
 
     async def forget_nocommit(self, ids: Sequence[int]) -> None:
         """Take the items `ids` out of the index, inside the caller's transaction, before it deletes them."""
@@ -166,7 +162,7 @@ class SqliteSearchIndex:
     async def progress(self) -> IndexProgress:
         """The mark and the newest item's id, read together (one statement, one snapshot)."""
         async with self._connections.read() as conn:
-            ((mark, newest),) = await conn.execute_fetchall(
+            ((mark, newest),) = await conn.fetch(
                 "SELECT (SELECT indexed_to FROM search_index), (SELECT coalesce(max(id), 0) FROM items)")
         return IndexProgress(indexed_to=mark, newest=newest)
 

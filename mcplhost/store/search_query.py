@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 import unicodedata
 import warnings
+
+# The parser of the `re` module (private, so typeshed has no stubs for it).
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
@@ -58,7 +60,7 @@ class SearchFilter(msgspec.Struct, frozen=True):
 
     `heard`: None reads every row, agents' own included (`mcplhost search`); a tuple reads only the items
     everyone may see (no agent's own rows) from what those `hears` entries hear, by the rule of
-    mcplhost/agents/context.py `heard_by` (an empty tuple hears every connector): `history_search`.
+    mcplhost/agents/hearing.py `heard_by` (an empty tuple hears every connector): `history_search`.
     `channel`: only that channel id (`--channel`). `since_ms`: only items created at or after it (`--since`).
     """
 

@@ -75,7 +75,7 @@ def fts_terms(needs: Required, most: int = INDEX_TERMS_PROBED) -> list[str]:
 
 
 def heard_conditions(heard: tuple[str, ...]) -> list[tuple[str, list[Any]]]:
-    """One condition on the items row `i` per `hears` entry (the rule of agents/context.py `heard_by`), each one an
+    """One condition on the items row `i` per `hears` entry (the rule of agents/hearing.py `heard_by`), each one an
     index answers: items_by_server for a connector (and a channel glob, matched by GLOB_FUNCTION), items_by_channel
     for an exact channel (`+` keeps SQLite from taking items_by_server for it)."""
     conditions: list[tuple[str, list[Any]]] = []

@@ -26,10 +26,9 @@ import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-import aiosqlite
 import msgspec
 
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import POSTGRESQL, Conn, Connections
 
 #: One UTC day in milliseconds: the token budget's window, the daily charts, retention's days.
 DAY_MS = 24 * 3600 * 1000
@@ -186,7 +185,7 @@ class TurnRepository:
         ids: builtins.list[int] = []
         for first in range(0, len(starts), TURNS_PER_INSERT):
             chunk = starts[first : first + TURNS_PER_INSERT]
-            returned = await conn.execute_fetchall(
+            returned = await conn.fetch(
                 "INSERT INTO turns (agent, wake_item_ids, started_at) VALUES "
                 + ", ".join(["(?, ?, ?)"] * len(chunk)) + " RETURNING id",
                 [v for s in chunk for v in (s.agent, _encoder.encode(list(s.wake_item_ids)).decode(), s.started_at)],
@@ -223,33 +222,34 @@ class TurnRepository:
         """End every turn still running (left open by a host that was killed) with REASON_INTERRUPTED; how many."""
         conn = self._connections.writer("turns.close_unfinished_nocommit")
         check_outcome(outcome)
-        async with conn.execute(
-            "UPDATE turns SET ended_at = max(?, started_at), outcome = ?, reason = ? WHERE ended_at IS NULL",
-            (ended_at, outcome, REASON_INTERRUPTED),
-        ) as cursor:
-            return cursor.rowcount
+        return await conn.execute(
+            "UPDATE turns SET ended_at = CASE WHEN started_at > ? THEN started_at ELSE ? END, outcome = ?, reason = ?"
+            " WHERE ended_at IS NULL", (ended_at, ended_at, outcome, REASON_INTERRUPTED))
 
     async def get(self, turn_id: int) -> Turn | None:
         """One turn by id, or None."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+            rows = await conn.fetch(f"SELECT {_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return next((_turn(row) for row in rows), None)
 
     async def waking(self, item_id: int) -> builtins.list[Turn]:
         """The turns whose wake_item_ids hold `item_id` (for `mcplhost explain`), oldest first.
 
-        A scan of the ledger through json_each: fine for the CLI, never on the inbound path.
+        A scan of the ledger through the JSON arrays: fine for the CLI, never on the inbound path.
         """
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                f"SELECT {_COLUMNS} FROM turns WHERE EXISTS (SELECT 1 FROM json_each(turns.wake_item_ids)"
-                " WHERE json_each.value = ?) ORDER BY id", (item_id,))
+            if conn.engine == POSTGRESQL:
+                members = ("SELECT 1 FROM json_array_elements_text(turns.wake_item_ids) AS member"
+                           " WHERE member = CAST(CAST(? AS BIGINT) AS TEXT)")
+            else:
+                members = "SELECT 1 FROM json_each(turns.wake_item_ids) WHERE json_each.value = ?"
+            rows = await conn.fetch(f"SELECT {_COLUMNS} FROM turns WHERE EXISTS ({members}) ORDER BY id", (item_id,))
         return [_turn(row) for row in rows]
 
     async def injections(self, turn_id: int) -> Any:
         """The hook injections recorded with the turn (decoded JSON), or None."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall("SELECT injections FROM turns WHERE id = ?", (turn_id,))
+            rows = await conn.fetch("SELECT injections FROM turns WHERE id = ?", (turn_id,))
         value = next((row[0] for row in rows), None)
         return None if value is None else msgspec.json.decode(value)
 
@@ -263,17 +263,17 @@ class TurnRepository:
             raise ValueError(f"limit must be at least 0, not {limit}")
         if limit == 0:
             return
-        where, params = ("agent = ?", (agent,)) if agent is not None else ("1", ())
+        where, params = ("agent = ?", (agent,)) if agent is not None else ("TRUE", ())
         async with self._connections.read() as conn:
-            ((last,),) = await conn.execute_fetchall("SELECT coalesce(max(id), 0) FROM turns")
+            ((last,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM turns")
             after = 0
             if limit is not None:
-                rows = await conn.execute_fetchall(
+                rows = await conn.fetch(
                     f"SELECT id FROM turns WHERE {where} ORDER BY id DESC LIMIT 1 OFFSET ?", (*params, limit))
                 after = next((row[0] for row in rows), 0)
         while True:
             async with self._connections.read() as conn:
-                rows = builtins.list(await conn.execute_fetchall(
+                rows = builtins.list(await conn.fetch(
                     f"SELECT {_COLUMNS} FROM turns WHERE {where} AND id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (*params, after, last, READ_PAGE_SIZE)))
             for row in rows:
@@ -284,7 +284,8 @@ class TurnRepository:
 
     async def usage_since(self, agent: str, since_ms: int) -> int:
         """Tokens (input + output) the agent's turns begun at or after `since_ms` spent (max_tokens_per_day)."""
-        return await self._scalar("SELECT coalesce(sum(tokens), 0) FROM turns WHERE agent = ? AND started_at >= ?",
+        return await self._scalar("SELECT CAST(coalesce(sum(tokens), 0) AS BIGINT) FROM turns"
+                                  " WHERE agent = ? AND started_at >= ?",
                                   (agent, since_ms))
 
     async def count_since(self, agent: str, since_ms: int) -> int:
@@ -302,11 +303,13 @@ class TurnRepository:
         """
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be at least 0, not {limit}")
+        sql = ("SELECT started_at FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
+               f" ({', '.join('?' * len(RAN_OUTCOMES))})) ORDER BY started_at DESC, id DESC")
+        params: tuple[Any, ...] = (agent, since_ms, *RAN_OUTCOMES)
+        if limit is not None:
+            sql, params = sql + " LIMIT ?", (*params, limit)
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                "SELECT started_at FROM turns WHERE agent = ? AND started_at >= ? AND (outcome IS NULL OR outcome IN"
-                f" ({', '.join('?' * len(RAN_OUTCOMES))})) ORDER BY started_at DESC, id DESC LIMIT ?",
-                (agent, since_ms, *RAN_OUTCOMES, -1 if limit is None else limit))
+            rows = await conn.fetch(sql, params)
         return [row[0] for row in reversed(builtins.list(rows))]
 
     async def health(self, agent: str, since_ms: int) -> TurnHealth:
@@ -318,10 +321,10 @@ class TurnRepository:
         through turns_by_agent, newest first, stopping at the first such turn.
         """
         async with self._connections.read() as conn:
-            newest = await conn.execute_fetchall(
+            newest = await conn.fetch(
                 "SELECT outcome, reason, cause FROM turns WHERE agent = ? AND outcome IN ('completed', 'failed')"
                 " ORDER BY started_at DESC, id DESC LIMIT 1", (agent,))
-            ((failed,),) = await conn.execute_fetchall(
+            ((failed,),) = await conn.fetch(
                 "SELECT count(*) FROM turns WHERE agent = ? AND started_at >= ? AND outcome = 'failed'",
                 (agent, since_ms))
         last_error = None
@@ -339,14 +342,14 @@ class TurnRepository:
         keeps `settled` and asks again after `through` (metrics/turns.py).
         """
         async with self._connections.read() as conn:
-            ((running, last),) = await conn.execute_fetchall(
+            ((running, last),) = await conn.fetch(
                 "SELECT (SELECT min(id) FROM turns WHERE id > ? AND ended_at IS NULL),"
                 " (SELECT coalesce(max(id), ?) FROM turns)", (after_id, after_id))
             through = max(after_id, (running - 1) if running is not None else last)
-            settled = await conn.execute_fetchall(
+            settled = await conn.fetch(
                 "SELECT agent, outcome, count(*) FROM turns WHERE id > ? AND id <= ? AND outcome IS NOT NULL"
                 " GROUP BY agent, outcome", (after_id, through))
-            unsettled = await conn.execute_fetchall(
+            unsettled = await conn.fetch(
                 "SELECT agent, outcome, count(*) FROM turns WHERE id > ? AND outcome IS NOT NULL"
                 " GROUP BY agent, outcome", (through,))
         return OutcomeCounts(through=through, settled={(a, o): n for a, o, n in settled},
@@ -356,26 +359,27 @@ class TurnRepository:
         """(day start, turns that ran, tokens) for each UTC day with a turn of the agent begun at or after `since_ms`,
         oldest first (the console's week chart; a held wake is no turn but its tokens, none, count)."""
         async with self._connections.read() as conn:
-            rows = await conn.execute_fetchall(
-                f"SELECT started_at - started_at % {DAY_MS} AS day, sum(outcome IS NULL OR outcome IN"
-                f" ({', '.join('?' * len(RAN_OUTCOMES))})), coalesce(sum(tokens), 0) FROM turns"
+            rows = await conn.fetch(
+                f"SELECT started_at - started_at % {DAY_MS} AS day, CAST(sum(CASE WHEN outcome IS NULL OR outcome IN"
+                f" ({', '.join('?' * len(RAN_OUTCOMES))}) THEN 1 ELSE 0 END) AS BIGINT),"
+                " CAST(coalesce(sum(tokens), 0) AS BIGINT) FROM turns"
                 " WHERE agent = ? AND started_at >= ? GROUP BY day ORDER BY day",
                 (*RAN_OUTCOMES, agent, since_ms))
         return [(day, ran, tokens) for day, ran, tokens in rows]
 
     async def _scalar(self, sql: str, params: tuple[Any, ...]) -> int:
         async with self._connections.read() as conn:
-            ((value,),) = await conn.execute_fetchall(sql, params)
+            ((value,),) = await conn.fetch(sql, params)
         return int(value)
 
 
-async def _running(conn: aiosqlite.Connection, turn_ids: set[int]) -> set[int]:
+async def _running(conn: Conn, turn_ids: set[int]) -> set[int]:
     """Those of `turn_ids` that are still running."""
     found: set[int] = set()
     ordered = sorted(turn_ids)
     for first in range(0, len(ordered), IDS_PER_QUERY):
         chunk = ordered[first : first + IDS_PER_QUERY]
-        rows = await conn.execute_fetchall(
+        rows = await conn.fetch(
             f"SELECT id FROM turns WHERE ended_at IS NULL AND id IN ({', '.join('?' * len(chunk))})", chunk)
         found.update(row[0] for row in rows)
     return found

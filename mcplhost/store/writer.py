@@ -32,7 +32,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from .interfaces import Repositories
-from .items import ItemWritten, NewItem
+from .items import ItemRow, ItemWritten, NewItem
 from .operations import ClaimPush, InsertItems, Operation, PushWritten
 from .pushes import PushClaim
 
@@ -109,12 +109,14 @@ class GroupWriter:
         return Committed(operations, write.results)
 
     async def store_items(self, items: list[NewItem], *, charged_to: str | None = None,
-                          body_bytes: list[int] | None = None) -> list[ItemWritten]:
+                          body_bytes: list[int] | None = None, rows: list[ItemRow] | None = None,
+                          searched: object = None) -> list[ItemWritten]:
         """Store `items`; return once they are committed, with what each came to.
 
-        `charged_to`, `body_bytes`: count them in that connector's quota (store/operations.py `InsertItems`).
+        `charged_to`, `body_bytes`: count them in that connector's quota; `rows`, `searched`: their rows
+        built and searched for secrets already (store/operations.py `InsertItems`).
         """
-        return await self.write(InsertItems(items, charged_to, body_bytes))
+        return await self.write(InsertItems(items, charged_to, body_bytes, rows, searched))
 
     async def store_push(self, claim: PushClaim, item: NewItem, *, body_bytes: int | None = None) -> PushWritten:
         """Store a push's item and answer once per (server, event id); a repeat gets the original's.

@@ -1,6 +1,7 @@
 """The runtime file of a daemon's connector process groups, so the next start can stop what outlived it.
 
-Beside the database's lock, ``<database>.children`` holds one ``PGID START``
+Beside the daemon's lock, ``<database>.children`` (on PostgreSQL ``<host name>.children`` in the state
+folder, mcplhost/config/paths.py) holds one ``PGID START``
 line per running connector: its process group (the connector leads its own
 session) and the leader's start time in clock ticks since boot, from
 ``/proc/PID/stat``. A daemon that dies without stopping its connectors leaves
@@ -164,7 +165,7 @@ CHILD_RECORD: ContextVar[ChildRecord | None] = ContextVar("child_record", defaul
 
 
 def children_path(lock: Path) -> Path:
-    """The runtime file beside a database's lock file."""
+    """The runtime file beside the daemon's lock file (`<database>.lock`, or `<host name>.lock`)."""
     return lock.with_name(lock.name.removesuffix(".lock") + CHILDREN_SUFFIX)
 
 

@@ -41,6 +41,7 @@ from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
 from mcplhost.envfile import EnvFileError
+from mcplhost.errors import HostStateError
 from mcplhost.logs import LimitedLog
 from mcplhost.protocol.connection import OFFERED, HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
@@ -211,9 +212,11 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
 
 def _session(spec: ConnectorConfig, process: Process, plog: Any, limited: LimitedLog) -> Session:
     """The JSON-RPC session over the child's pipes, under the connector's bounds; not running yet."""
+    if process.stdin is None or process.stdout is None:  # spawn opens both pipes
+        raise HostStateError(f"connector {spec.name} was spawned without its stdin and stdout pipes")
     return Session(
-        process.stdin,  # type: ignore[arg-type]
-        process.stdout,  # type: ignore[arg-type]
+        process.stdin,
+        process.stdout,
         log=plog,
         limited=limited,
         max_line_bytes=spec.max_line_bytes,

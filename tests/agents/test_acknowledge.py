@@ -1,4 +1,4 @@
-"""Acknowledging waking addressed items (mcplhost/agents/acknowledge.py, docs/agents.md#typing-and-acknowledge).
+"""Acknowledging waking addressed items (mcplhost/agents/turns/acknowledge.py, docs/agents.md#typing-and-acknowledge).
 
 The rule is pure (`acknowledgements`); the sender is bounded, never retried,
 and stops asking a connector that answered -32601. The end-to-end path over
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from mcplhost.agents.acknowledge import ACK_QUEUE_MAX, Acknowledgement, Acknowledger, acknowledgements
+from mcplhost.agents.turns.acknowledge import ACK_QUEUE_MAX, Acknowledgement, Acknowledger, acknowledgements
 from mcplhost.protocol.ports import State
 from mcplhost.rpc import RemoteError
 from mcplhost.rpc.messages import ErrorObject

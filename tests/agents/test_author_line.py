@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.agents.context import compile_request, connectors_without_author_line
-from mcplhost.agents.history import RenderedRows
+from mcplhost.agents.turns.compiler import compile_request, connectors_without_author_line
+from mcplhost.agents.turns.history import RenderedRows
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
 from mcplhost.inbound.author import AUTHOR_PART_MAX_CHARS, author_line, escape_host_lines, escape_leading_from
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT

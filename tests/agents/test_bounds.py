@@ -1,4 +1,4 @@
-"""Bounded model output in a turn (docs/agents.md#bounds): the rules of agents/bounds.py, and a turn on a real store
+"""Bounded model output in a turn (docs/agents.md#bounds): the rules of agents/backends/answer_bounds.py, and a turn on a real store
 that gets more tool calls than it runs and more text than it keeps."""
 
 from __future__ import annotations
@@ -9,9 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.agents.backends import make_backend
-from mcplhost.agents.bounds import CUT_FINISH, answer_is_empty, cut_answer, not_run_text, split_tool_calls
+from mcplhost.agents.backends.answer_bounds import (
+    CUT_FINISH,
+    answer_is_empty,
+    cut_answer,
+    not_run_text,
+    split_tool_calls,
+)
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall
-from mcplhost.agents.turn import run_turn
+from mcplhost.agents.turns.runner import run_turn
 from mcplhost.config import AgentConfig, problems
 
 from ..builders import text_of, wake_of

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/context.py: the compiled request, to the letter of docs/agents.md#compilation."""
+"""Tests for mcplhost/agents/turns/compiler.py: the compiled request, to the letter of docs/agents.md#compilation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 
 from mcplhost.agents.backends import anthropic as anthropic_shapes
 from mcplhost.agents.backends import openai as openai_shapes
-from mcplhost.agents.context import (
+from mcplhost.agents.hearing import heard_by
+from mcplhost.agents.model import Message, ToolCall, ToolSpec
+from mcplhost.agents.tools.listing import tool_chars
+from mcplhost.agents.turns.agent_rows import speech_row, tool_call_row, tool_result_row
+from mcplhost.agents.turns.compiler import (
     GUIDANCE_TRIGGER_TEXT,
     IMAGE_CHARS,
     PEER_TRIGGER_TEXT,
@@ -20,17 +24,13 @@ from mcplhost.agents.context import (
     Compiled,
     Injections,
     compile_request,
-    heard_by,
     needs_notice,
     notice_text,
     request_chars,
     request_digest,
-    tool_chars,
 )
-from mcplhost.agents.cut import CUT_NOTE, anchored_cut
-from mcplhost.agents.history import RenderedRows, Unit
-from mcplhost.agents.model import Message, ToolCall, ToolSpec
-from mcplhost.agents.rows import speech_row, tool_call_row, tool_result_row
+from mcplhost.agents.turns.cut import CUT_NOTE, anchored_cut
+from mcplhost.agents.turns.history import RenderedRows, Unit
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.conversation import conversation_id
@@ -829,7 +829,7 @@ def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: 
 
 def _plain_cut(units: list[Unit], *, high: int, low: int, spacing: float) -> int:
     """The cut's rule as a plain scan from the oldest unit (what `anchored_cut` finds by bisection)."""
-    from mcplhost.agents.cut import _is_anchor
+    from mcplhost.agents.turns.cut import _is_anchor
 
     suffix = sum(unit.chars for unit in units)
     if suffix <= high:

@@ -1,4 +1,4 @@
-"""Explain's decisions (agents/explain.py): the pure rules table-driven and as properties; the holds recorded when they happen."""
+"""Explain's decisions (agents/wakes/explain.py): the pure rules table-driven and as properties; the holds recorded when they happen."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.explain import decide, explain_item, is_stop_command_for, static_decision
-from mcplhost.agents.scheduler import HOUR_S, AgentScheduler
-from mcplhost.agents.stop import is_stop_command
-from mcplhost.agents.wake import addressing_of, view_of, wake_matches
+from mcplhost.agents.wakes.explain import decide, explain_item, is_stop_command_for, static_decision
+from mcplhost.agents.wakes.rules import addressing_of, view_of, wake_matches
+from mcplhost.agents.wakes.scheduler import HOUR_S, AgentScheduler
+from mcplhost.agents.wakes.stop import is_stop_command
 from mcplhost.config import AgentConfig, ConnectorConfig
 from mcplhost.ingest import now_ms
 from mcplhost.store.decisions import WakeDecision

@@ -17,8 +17,8 @@ import anyio
 import pytest
 
 from mcplhost.agents import runtime as runtime_module
-from mcplhost.agents.context import request_chars
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall, Usage
+from mcplhost.agents.turns.compiler import request_chars
 
 from .support import agent_config, agent_store, heard
 from .test_runtime import running, turns_of

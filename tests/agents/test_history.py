@@ -1,11 +1,11 @@
-"""Tests for mcplhost/agents/history.py: stored blocks as parts, clipping, lookalike tags, and which images keep pixels."""
+"""Tests for mcplhost/agents/turns/history.py: stored blocks as parts, clipping, lookalike tags, and which images keep pixels."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.history import (
+from mcplhost.agents.turns.history import (
     IMAGES_WITH_PIXELS,
     RENDERED_CAPS,
     Draft,

@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/hooks.py: context/beforeInference and inference/lifecycle, through real connectors."""
+"""Tests for mcplhost/agents/turns/hooks.py: context/beforeInference and inference/lifecycle, through real connectors."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from mcplhost.agents import hooks
-from mcplhost.agents.context import Injections
-from mcplhost.agents.hooks import (
+from mcplhost.agents.model import Usage
+from mcplhost.agents.turns import hooks
+from mcplhost.agents.turns.compiler import Injections
+from mcplhost.agents.turns.hooks import (
     INJECT_PREFIX,
     InferenceLedger,
     before_inference,
     decoded_answer,
     lifecycle,
 )
-from mcplhost.agents.model import Usage
 from mcplhost.config import AgentConfig
 from mcplhost.protocol.answers import MALFORMED_DETAIL_MAX_CHARS
 from mcplhost.store.own_rows import notice_row

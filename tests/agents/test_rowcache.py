@@ -9,7 +9,7 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.agents.rowcache import RowCache
+from mcplhost.agents.turns.row_cache import RowCache
 from mcplhost.store import NewItem, open_store
 
 from ..properties import examples

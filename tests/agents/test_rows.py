@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/rows.py: the agent's own rows as docs/agents.md#compilation types them."""
+"""Tests for mcplhost/agents/turns/agent_rows.py: the agent's own rows as docs/agents.md#compilation types them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.rows import (
+from mcplhost.agents.turns.agent_rows import (
     draft_row,
     row_conversation,
     row_kind,

@@ -15,15 +15,17 @@ from structlog.testing import capture_logs
 
 from mcplhost.agents import runtime as runtime_module
 from mcplhost.agents.runtime import AgentsRuntime
-from mcplhost.agents.scheduler import HOUR_S
+from mcplhost.agents.wakes.scheduler import HOUR_S
 from mcplhost.config import AgentConfig, Config
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Ingest, Stored
+from mcplhost.secrets import Secrets
 from mcplhost.speech.echoes import EchoMemory
+from mcplhost.store import export_line
 from mcplhost.store.operations import RecordTurn, SetCursor
 
 from ..harness import wait_for
-from .support import HangingBackend, RecordingBackend, agent_config, agent_store, heard
+from .support import ADDRESSED, HangingBackend, RecordingBackend, agent_config, agent_store, heard
 
 
 @asynccontextmanager
@@ -90,6 +92,26 @@ class TestWakes:
                         {"a": RecordingBackend(), "b": RecordingBackend()}) as (runtime, _):
             stats = runtime.statistics()
         assert set(stats) == {"a", "b"} and stats["a"].state == "idle"
+
+    async def test_a_wake_reads_its_items_as_the_store_holds_them_without_reading_the_store(self, tmp_path: Path):
+        """The items a wake remembers from their events are the store's rows to the byte (secret redaction
+        included); once read they are forgotten, and a wake with an item not remembered reads the store."""
+        send, receive = anyio.create_memory_object_stream[Stored](16)
+        async with send, receive, agent_store(tmp_path) as (store, writer, _):
+            ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send,
+                            secrets=Secrets({"BOT_TOKEN": "hunter2-secret"}))
+            runner = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
+                                   backends={"scout": RecordingBackend()}).runners["scout"]
+            ids = await heard(ingest, "scout, hello", "scout: the key is hunter2-secret", tags=ADDRESSED)
+            events = [receive.receive_nowait() for _ in ids]
+            for event in events:
+                runner.offer(event, anyio.current_time())
+            remembered = runner._remembered(tuple(ids))
+            assert remembered is not None
+            assert [export_line(item) for item in remembered] == \
+                [export_line(item) for item in await store.items.get_many(ids)]
+            assert b"hunter2" not in b"".join(export_line(item) for item in remembered)
+            assert runner._remembered(tuple(ids)) is None  # forgotten once read: the next wake's are new items
 
 
 class TestCursors:
@@ -319,20 +341,22 @@ class TestBuildTime:
 class TestExceptionBoundary:
     async def test_a_bug_while_handling_a_wake_fails_that_turn_and_the_agent_answers_the_next(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-        """The first read of a wake's items raises, as a bug before the turn would: a failed turn with its
-        notice; the second wake is answered."""
+        """The first count of a wake's cause (the loop guard, before the turn) raises, as a bug there would: a
+        failed turn with its notice; the second wake is answered."""
+        from mcplhost.peers.service import PeerService
+
         backend = RecordingBackend()
+        counted, counts = PeerService.consecutive_wakes, []
+
+        def faulty(self: PeerService, agent: str) -> int:
+            counts.append(agent)
+            if len(counts) == 1:
+                raise KeyError("a bug in the agent's code")
+            return counted(self, agent)
+
+        monkeypatch.setattr(PeerService, "consecutive_wakes", faulty)
         with capture_logs() as logs:
             async with agent_store(tmp_path) as (store, writer, _):
-                read, reads = store.items.get_many, []
-
-                async def faulty(ids: Any) -> Any:  # the runner's echo check reads a wake's items first
-                    reads.append(list(ids))
-                    if len(reads) == 1:
-                        raise KeyError("a bug in the agent's code")
-                    return await read(ids)
-
-                monkeypatch.setattr(store.items, "get_many", faulty)
                 async with running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
                     (first,) = await heard(ingest, "one")
                     (failed,) = await turns_of(store, "scout", 1)
@@ -341,7 +365,7 @@ class TestExceptionBoundary:
                     notices = [row for row in await store.items.list()
                                if row.agent == "scout" and row.metadata.get("kind") == "turn-failed"]
                     cursor = await store.cursors.get("scout")
-        assert reads[0] == [first]
+        assert counts[0] == "scout"
         assert failed.outcome == "failed" and failed.wake_item_ids == [first]
         assert len(notices) == 1 and notices[0].metadata["reason"] == "KeyError"
         assert later.outcome == "completed" and later.wake_item_ids == [second] and cursor == second

@@ -1,4 +1,4 @@
-"""mcplhost/agents/scheduler.py: debounce, max wait, single flight, the cap and the guards, on a controlled clock."""
+"""mcplhost/agents/wakes/scheduler.py: debounce, max wait, single flight, the cap and the guards, on a controlled clock."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from structlog.testing import capture_logs
 
-from mcplhost.agents.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats
-from mcplhost.agents.wake import Wake, view_of, wake_matches
+from mcplhost.agents.wakes.rules import Wake, view_of, wake_matches
+from mcplhost.agents.wakes.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored
 from mcplhost.store import NewItem

@@ -9,9 +9,9 @@ from typing import Any
 
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import BackendError
-from mcplhost.agents.tools import ToolBox
-from mcplhost.agents.turn import TurnServices, run_turn
-from mcplhost.agents.wake import Wake
+from mcplhost.agents.tools.toolbox import ToolBox
+from mcplhost.agents.turns.runner import TurnServices, run_turn
+from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig, ConnectorConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from mcplhost.agents.runtime import AgentsRuntime
-from mcplhost.agents.scheduler import AgentScheduler
-from mcplhost.agents.stop import DROPPED_BY_STOP, is_stop_command
+from mcplhost.agents.wakes.scheduler import AgentScheduler
+from mcplhost.agents.wakes.stop import DROPPED_BY_STOP, is_stop_command
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest, Stored

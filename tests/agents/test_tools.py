@@ -1,4 +1,4 @@
-"""Tests for mcplhost/agents/tools.py: host tools and connector MCP tools, through real connector subprocesses."""
+"""Tests for mcplhost/agents/tools/toolbox.py: host tools and connector MCP tools, through real connector subprocesses."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import anyio
 import msgspec
 from structlog.testing import capture_logs
 
-from mcplhost.agents.context import TOOLS_MAX_DIVISOR, tool_chars
-from mcplhost.agents.hooks import before_inference
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.tools import (
+from mcplhost.agents.tools.listing import TOOLS_MAX_DIVISOR, tool_chars
+from mcplhost.agents.tools.toolbox import (
     CONNECTOR_ERROR_MAX_CHARS,
     DESCRIPTION_CUT_NOTE,
     HOST_TOOLS,
@@ -30,6 +29,7 @@ from mcplhost.agents.tools import (
     listed_label,
     schema_problem,
 )
+from mcplhost.agents.turns.hooks import before_inference
 from mcplhost.config import AgentConfig, ConnectorConfig, RestartConfig
 from mcplhost.protocol.answers import ListedTool, decode_answer
 from mcplhost.protocol.channels import MAX_CHANNEL_TEXT_CHARS

@@ -9,9 +9,9 @@ import anyio
 from structlog.testing import capture_logs
 
 from mcplhost.agents.backends import make_backend
-from mcplhost.agents.tools import ToolBox
-from mcplhost.agents.turn import TurnServices, run_turn
-from mcplhost.agents.wake import Wake
+from mcplhost.agents.tools.toolbox import ToolBox
+from mcplhost.agents.turns.runner import TurnServices, run_turn
+from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 

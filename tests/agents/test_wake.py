@@ -1,4 +1,4 @@
-"""mcplhost/agents/wake.py: who an item wakes (docs/agents.md#scheduling), read from host-written fields only."""
+"""mcplhost/agents/wakes/rules.py: who an item wakes (docs/agents.md#scheduling), read from host-written fields only."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcplhost.agents.wake import (
+from mcplhost.agents.wakes.rules import (
     NO_ADDRESSING,
     REFUSED_NOT_ADDRESSED,
     REFUSED_WAKE_ON,

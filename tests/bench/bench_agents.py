@@ -34,14 +34,14 @@ import structlog
 
 from mcplhost import logs
 from mcplhost.agents import runtime as runtime_module
-from mcplhost.agents import turn as turn_module
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
-from mcplhost.agents.rowcache import RowCache
 from mcplhost.agents.runtime import AgentsRuntime
-from mcplhost.agents.tools import ToolBox
-from mcplhost.agents.turn import CONTEXT_ROWS, TurnServices, run_turn
-from mcplhost.agents.wake import Wake
+from mcplhost.agents.tools.toolbox import ToolBox
+from mcplhost.agents.turns import runner as turn_module
+from mcplhost.agents.turns.row_cache import RowCache
+from mcplhost.agents.turns.runner import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.protocol.intake import AdmittedMessage

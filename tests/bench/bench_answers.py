@@ -3,7 +3,7 @@
 Typed answers (protocol/answers.py) judge list entries one by one, and a
 malformed entry costs msgspec an exception (about 1–2 µs), so a line of
 millions of them is seconds of work. protocol/jobs.py reads a `tools/list`
-page, and agents/tools.py a `tools/call` result, in a worker thread; this
+page, and agents/tools/toolbox.py a `tools/call` result, in a worker thread; this
 prints what each costs and how long the event loop could not run meanwhile,
 next to the same read done on the loop (what a reader without the thread
 would stall for). The answers are near the line bound (rpc/limits.py
@@ -23,7 +23,7 @@ import anyio
 import msgspec
 from looplag import LoopLagProbe  # type: ignore[import-not-found]  # run from tests/bench, as the others
 
-from mcplhost.agents.tools import call_result_blocks
+from mcplhost.agents.tools.toolbox import call_result_blocks
 from mcplhost.inbound import mark_openings
 from mcplhost.protocol.jobs import read_tools_page
 from mcplhost.rpc.limits import MAX_LINE_BYTES

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python tests/bench/bench_header.py
 Prints renders per second for each label set, twice: with every value new
-(the quoting cache cleared before each render: the cost of a first sight)
+(the remembered places and quoted values cleared before each render: the cost of a first sight)
 and with values repeating (what a running host sees: a channel's id and
 label on every item, remembered after the first).
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 
-from mcplhost.inbound import quoting, render_source_header
+from mcplhost.inbound import render_source_header
+from mcplhost.inbound.header import forget_rendered
 
 SECONDS_PER_SET = 1.0
 
@@ -68,7 +69,7 @@ def renders_per_second(labels: list[str], *, first_sight: bool) -> float:
     while (elapsed := time.perf_counter() - started) < SECONDS_PER_SET:
         for source in sources:
             if first_sight:
-                quoting.forget_quoted_values()
+                forget_rendered()
             render_source_header(source)
         count += len(sources)
     return count / elapsed

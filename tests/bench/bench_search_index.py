@@ -57,7 +57,7 @@ from search_corpus import (  # beside this file: the script's folder is on sys.p
 
 from mcplhost import cli, logs
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.config import AgentConfig
 from mcplhost.store import open_reader, open_store
 from mcplhost.store.readers import search_items

@@ -33,7 +33,7 @@ from looplag import LoopLagProbe  # beside this file: the script's folder is on 
 
 from mcplhost import logs
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.config import AgentConfig
 from mcplhost.store import Store, open_store
 from mcplhost.store.readers import REGEX_TIMEOUT_S, body_text, compile_query, search_items

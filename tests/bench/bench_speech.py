@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 
 from mcplhost import logs
-from mcplhost.agents.rows import speech_row
+from mcplhost.agents.turns.agent_rows import speech_row
 from mcplhost.config import AgentConfig, BackendConfig, Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host, open_host
 from mcplhost.speech.routing import Destination

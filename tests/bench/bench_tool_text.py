@@ -21,7 +21,7 @@ import anyio
 import structlog
 from looplag import LoopLagProbe  # type: ignore[import-not-found]  # run from tests/bench, as the others
 
-from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.config import AgentConfig
 from mcplhost.protocol.answers import ListedTool
 

@@ -23,8 +23,8 @@ import anyio
 import structlog
 
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.rows import draft_row, speech_row, tool_call_row, tool_result_row
-from mcplhost.agents.speech import publish_operation
+from mcplhost.agents.turns.agent_rows import draft_row, speech_row, tool_call_row, tool_result_row
+from mcplhost.agents.turns.reply import publish_operation
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.peers.service import PeerService
@@ -288,7 +288,7 @@ async def status_agents(db: Path) -> bytes:
     """The status object's `agents`, as the control service reads them from the store (no scheduler running)."""
     import msgspec
 
-    from mcplhost.agents.scheduler import SchedulerStats
+    from mcplhost.agents.wakes.scheduler import SchedulerStats
     from mcplhost.control.service import ControlService
 
     class Peers:

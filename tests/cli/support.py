@@ -52,7 +52,8 @@ from mcplhost.dev import bundled_connectors
 from ..harness import PYTHON, REPO, SCRIPTED_COMMAND, wait_for
 
 #: Variables of the test run's own environment that would change what `mcplhost` does.
-SCRUBBED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "MCPLHOST_CONFIG", "MCPLHOST_LOG_FLUSH_S", "MCPL_TEST_CLOCK")
+SCRUBBED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "MCPLHOST_CONFIG", "MCPLHOST_LOG_FLUSH_S", "MCPL_TEST_CLOCK",
+            "MCPLHOST_STATE_DIR", "PGPASSWORD", "PGPASSFILE")
 #: How long an in-process call run beside a running event loop may take before the test fails.
 IN_PROCESS_TIMEOUT_S = 60.0
 

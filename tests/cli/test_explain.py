@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 
-from mcplhost.agents.rows import draft_row, speech_row
+from mcplhost.agents.turns.agent_rows import draft_row, speech_row
 from mcplhost.store import NewItem, open_store
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.operations import (

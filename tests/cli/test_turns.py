@@ -110,7 +110,8 @@ class TestTurnsExport:
         exported_row = json.loads(line)
         assert exported_row["agent"] == "scout" and exported_row["role"] == "user"
         assert exported_row["metadata"]["peer"] == {"from": "lead", "relationship": "sibling"}
-        assert parse_envelope(exported_row["content"][0]["text"])["message"] == "status?"
+        payload = parse_envelope(exported_row["content"][0]["text"])
+        assert payload is not None and payload.message == "status?"
 
     async def test_an_empty_ledger_prints_nothing(self, tmp_path: Path) -> None:
         """A database with no turns prints nothing and exits 0."""

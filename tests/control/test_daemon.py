@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import mcplhost
+from mcplhost.config import default_host_name
 from mcplhost.store.migrate import load_migrations
 
 from ..cli.support import NotifySocket, cli, daemon, scripted_connector, write_config
@@ -98,13 +99,18 @@ class TestEveryState:
                 assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
 
                 whole = status_object(config)
-                assert set(whole) == {"host", "connectors", "agents"}
+                assert set(whole) == {"host", "connectors", "agents", "hosts"}
                 assert set(whole["host"]) == HOST_KEYS
                 assert all(set(c) == CONNECTOR_KEYS for c in whole["connectors"])
                 assert all(set(a) == AGENT_KEYS for a in whole["agents"])
 
                 host = whole["host"]
                 assert host["pid"] == run.pid and host["version"] == mcplhost.__version__
+                # On SQLite the store is this host's alone: `hosts` is itself, owning everything it runs.
+                assert whole["hosts"] == [{"name": default_host_name(), "pid": run.pid, "version": host["version"],
+                                           "startedAt": host["startedAt"], "heartbeatAgeMs": 0,
+                                           "connectors": ["up", "plain", "flaky", "looping", "once"],
+                                           "agents": ["scout"]}]
                 assert host["db"] == str(db.resolve()) and host["schemaVersion"] == len(load_migrations())
                 wal = db.with_name(db.name + "-wal")  # the host is idle now: nothing grows either file
                 assert host["dbBytes"] == db.stat().st_size + (wal.stat().st_size if wal.exists() else 0) > 0

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import msgspec
 
-from mcplhost.agents.rows import draft_row, speech_row
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.turns.agent_rows import draft_row, speech_row
 from mcplhost.config import Config
-from mcplhost.control.service import ControlService, database_bytes
-from mcplhost.control.status import Status
+from mcplhost.control.service import ControlService
+from mcplhost.control.status import HostEntry, Status
 from mcplhost.control.wire import RestartRequest, StatusRequest
 from mcplhost.store import TurnStart
 from mcplhost.store.migrate import load_migrations
@@ -42,7 +42,7 @@ class TestAnswers:
                 await store.outbox.insert_many_nocommit([publish("scout", new), publish("scout", new),
                                                          publish("quill", 0)])
             runtime = AgentsRuntime(config, store, writer, {})
-            service = ControlService(store, {}, runtime, started_at_ms=123)
+            service = ControlService(store, {}, runtime, started_at_ms=123, host_name="eu-1")
             answer = await service.answer(StatusRequest())
             assert answer.ok and answer.problems == []
             status = msgspec.json.decode(bytes(answer.status), type=Status)  # type: ignore[arg-type]
@@ -51,7 +51,11 @@ class TestAnswers:
             assert status.host.pid == os.getpid() and status.host.started_at == 123
             assert status.host.schema_version == len(load_migrations())
             assert status.host.db == str((tmp_path / "host.db").resolve())
-            assert status.host.db_bytes == database_bytes(tmp_path / "host.db") > 0
+            db, wal = tmp_path / "host.db", tmp_path / "host.db-wal"
+            assert status.host.db_bytes == db.stat().st_size + (wal.stat().st_size if wal.exists() else 0) > 0
+            assert status.hosts == [HostEntry(name="eu-1", pid=os.getpid(), version=status.host.version,
+                                              started_at=123, heartbeat_age_ms=0, connectors=[],
+                                              agents=["scout", "quill"])]
 
     async def test_restarting_a_connector_not_configured_names_those_that_are(self, tmp_path: Path):
         """An unknown name is refused with the configured names."""

@@ -6,9 +6,10 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.scheduler import SchedulerStats
+from mcplhost.agents.wakes.scheduler import SchedulerStats
 from mcplhost.control.status import (
     AgentCounts,
+    HostEntry,
     HostStatus,
     Status,
     build_status,
@@ -88,7 +89,7 @@ class TestObject:
     def test_keys_in_the_documented_order_and_a_sorted_grant(self):
         """host, connectors, agents with their camelCase names; grant sorted."""
         encoded = msgspec.json.decode(msgspec.json.encode(status_of(connector("a", State.READY))))
-        assert list(encoded) == ["host", "connectors", "agents"]
+        assert list(encoded) == ["host", "connectors", "agents", "hosts"]
         assert list(encoded["host"]) == ["pid", "version", "startedAt", "schemaVersion", "db", "dbBytes"]
         assert list(encoded["connectors"][0]) == ["name", "state", "pid", "restarts", "lastError", "lastInboundAt",
                                                   "lastPublishAt", "channels", "grant", "quiet"]
@@ -114,6 +115,22 @@ class TestTable:
         (row,) = [line for line in render_table(status, now_ms=NOW) if line.startswith("disc")]
         assert "\x1b" not in row and "\x07" not in row and "\u202e" not in row
         assert "bad \ufffd[2J\ufffd]0;owned\ufffd \ufffdevil" in row
+
+    def test_hosts_sharing_a_store_get_a_table_and_a_host_alone_none(self):
+        """Several hosts: one row each with what it owns; a host alone on its store (SQLite) adds no table."""
+        def entry(name: str, connectors: list[str], agents: list[str]) -> HostEntry:
+            return HostEntry(name=name, pid=7, version="0.2.0", started_at=NOW - 60_000, heartbeat_age_ms=1500,
+                             connectors=connectors, agents=agents)
+
+        two = build_status(HOST, [], {}, {}, [entry("eu-1", ["disc"], ["scout"]), entry("eu-2", [], [])])
+        lines = render_table(two, now_ms=NOW)
+        (header,) = [line for line in lines if line.startswith("HOST")]
+        assert header.split() == ["HOST", "PID", "VERSION", "UP", "SINCE", "HEARTBEAT", "CONNECTORS", "AGENTS"]
+        assert [line.split() for line in lines if line.startswith("eu-")] == [
+            ["eu-1", "7", "0.2.0", "1m", "ago", "1.5s", "disc", "scout"], ["eu-2", "7", "0.2.0", "1m", "ago", "1.5s",
+                                                                           "-", "-"]]
+        alone = build_status(HOST, [], {}, {}, [entry("eu-1", [], [])])
+        assert not any(line.startswith("HOST") for line in render_table(alone, now_ms=NOW))
 
     def test_an_empty_host_says_so(self):
         """No connectors and no agents are named as such, not left as bare headers."""

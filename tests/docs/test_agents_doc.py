@@ -24,13 +24,13 @@ from .test_links import anchors
 AGENTS_PAGE = REPO / "docs" / "agents.md"
 GRANTS_PAGE = REPO / "docs" / "grants.md"
 #: The modules whose rules docs/agents.md states (its sections name them).
-OWNERS = ["mcplhost.config.schema", "mcplhost.config.rules", "mcplhost.agents.wake", "mcplhost.agents.scheduler",
-          "mcplhost.agents.runtime", "mcplhost.agents.context", "mcplhost.agents.history", "mcplhost.agents.turn", "mcplhost.agents.hooks",
-          "mcplhost.agents.tools", "mcplhost.agents.inference", "mcplhost.speech.routing", "mcplhost.speech.outbox",
+OWNERS = ["mcplhost.config.schema", "mcplhost.config.rules", "mcplhost.agents.wakes.rules", "mcplhost.agents.wakes.scheduler",
+          "mcplhost.agents.runtime", "mcplhost.agents.turns.compiler", "mcplhost.agents.turns.history", "mcplhost.agents.turns.runner", "mcplhost.agents.turns.hooks",
+          "mcplhost.agents.tools.toolbox", "mcplhost.agents.inference", "mcplhost.speech.routing", "mcplhost.speech.outbox",
           "mcplhost.speech.retry", "mcplhost.speech.streaming", "mcplhost.speech.notices",
           "mcplhost.store.outbox", "mcplhost.store.readers", "mcplhost.speech.moderation",
-          "mcplhost.agents.backends.moderation", "mcplhost.speech.typing", "mcplhost.agents.acknowledge",
-          "mcplhost.agents.catchup", "mcplhost.agents.backends.http", "mcplhost.agents.backends.common"]
+          "mcplhost.agents.backends.moderator", "mcplhost.speech.typing", "mcplhost.agents.turns.acknowledge",
+          "mcplhost.agents.wakes.catchup", "mcplhost.agents.backends.http", "mcplhost.agents.backends.common"]
 #: "`NAME` (100)", "`NAME`, 16", "`NAME` (5 s)", "`NAME` (16 KiB)", "`NAME` (16 MiB)", "`NAME` (10 000)".
 BOUND = re.compile(r"`([A-Z][A-Z0-9_]{2,})`(?:,\s+|\s+\()(\d[\d ]*)(?:\s?(s|KiB|MiB)\b)?")
 UNITS = {"": 1, "s": 1, "KiB": 1024, "MiB": 1024 * 1024}

@@ -11,9 +11,10 @@ _CODE = re.compile(r"`([^`]+)`")
 
 
 def contract_layers(pyproject: str) -> list[tuple[str, ...]]:
-    """Each layer of the `layers` contract as its modules, top to bottom; an optional `(name)` as its name."""
+    """Each layer of the package's `layers` contract (not a subpackage's) as its modules, top to bottom; an
+    optional `(name)` as its name."""
     config = tomllib.loads(pyproject)["tool"]["importlinter"]
-    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers" and c["containers"] == ["mcplhost"]]
     return [tuple(sorted(part.strip().strip("()") for part in re.split(r"[|:]", layer))) for layer in contract["layers"]]
 
 
@@ -33,7 +34,8 @@ def test_the_documented_layers_are_the_contracts() -> None:
 
 def test_the_comparison_sees_a_layer_out_of_place() -> None:
     """Two layers swapped in the document are a difference, and so is a sibling left out."""
-    pyproject = '[[tool.importlinter.contracts]]\ntype = "layers"\nlayers = ["cli", "(peers)", "inbound | rpc"]\n'
+    pyproject = ('[[tool.importlinter.contracts]]\ntype = "layers"\ncontainers = ["mcplhost"]\n'
+                 'layers = ["cli", "(peers)", "inbound | rpc"]\n')
     table = "\n## Layers\n\n| layer | modules |\n|---|---|\n| `{}` | x |\n| `{}` | y |\n| `inbound` \\| `rpc` | z |\n"
     assert documented_layers(table.format("cli", "peers")) == contract_layers(pyproject)
     assert documented_layers(table.format("peers", "cli")) != contract_layers(pyproject)

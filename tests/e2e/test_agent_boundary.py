@@ -1,7 +1,7 @@
 """An agent is an exception boundary, in a real Host: a bug while handling one wake fails that turn only.
 
-The fault is in a dependency: the first read of a wake's items (the
-runner's echo check, before the turn) raises, standing in for a bug in the
+The fault is in a dependency: the first count of a wake's cause (the peer
+service's loop guard, before the turn) raises, standing in for a bug in the
 code that handles a wake; the connector, the store and the scripted backend
 are real.
 """
@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from mcplhost.config import AgentConfig, BackendConfig
+from mcplhost.peers.service import PeerService
 from mcplhost.supervisor.handle import State
 
 from ..builders import incoming, message
@@ -32,25 +33,24 @@ ASKED = {"author": {"id": "u-alice", "name": "Alice"}, "tags": ["chat:addressed"
 class TestAgentBoundary:
     async def test_a_turn_that_raises_is_a_failed_turn_with_its_notice_and_the_agent_answers_the_next_wake(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        faults: list[list[int]] = []
+        faults: list[str] = []
+        counted = PeerService.consecutive_wakes
+
+        def faulty(self: PeerService, agent: str) -> int:
+            if not faults:
+                faults.append(agent)
+                raise RuntimeError("a bug while handling the wake")
+            return counted(self, agent)
+
+        monkeypatch.setattr(PeerService, "consecutive_wakes", faulty)
         connector = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
-            REGISTER, {"wait": "test/start"}, incoming(message(ROOM, "m-1", "scout, first", **ASKED)), {"wait": "test/go"},
+            REGISTER, incoming(message(ROOM, "m-1", "scout, first", **ASKED)), {"wait": "test/go"},
             incoming(message(ROOM, "m-2", "scout, second", **ASKED))]}, tmp_path, grant=CHAT_GRANT)
         agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=0,
                             backend=BackendConfig(kind="scripted", script=["answered: {{echo}}"]))
         config = msgspec.structs.replace(config_with(tmp_path, connector), agents=[agent])
         async with running_host(config) as host:
             store = host.agents.store
-            read = store.items.get_many
-
-            async def faulty(ids: Any) -> Any:
-                if not faults:
-                    faults.append(list(ids))
-                    raise RuntimeError("a bug while handling the wake")
-                return await read(ids)
-
-            monkeypatch.setattr(store.items, "get_many", faulty)
-            await host.connectors["disc"].notify("test/start", {})  # the first message comes after the fault is set
             await wait_for(lambda: faults, timeout=20)
 
             async def ended() -> list[Any]:
@@ -62,7 +62,7 @@ class TestAgentBoundary:
             rows = [row for row in await store.items.list() if row.agent == "scout"]
             assert host.connectors["disc"].state is State.READY
         failed, answered = turns
-        assert failed.outcome == "failed" and list(failed.wake_item_ids) == list(faults[0])
+        assert failed.outcome == "failed" and len(failed.wake_item_ids) == 1 and faults == ["scout"]
         assert failed.reason == "internal_error" and answered.reason is None
         assert answered.outcome == "completed"
         kinds = [row.metadata.get("kind") for row in rows]

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from structlog.testing import capture_logs
 
-from mcplhost.agents.acknowledge import ACK_TIMEOUT_S
+from mcplhost.agents.turns.acknowledge import ACK_TIMEOUT_S
 from mcplhost.config import Config
 
 from ..agents.support import agent_config, reply_with_tools, scripted

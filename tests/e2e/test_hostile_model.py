@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from mcplhost.agents.bounds import not_run_text
+from mcplhost.agents.backends.answer_bounds import not_run_text
 from mcplhost.config import DEFAULT_MAX_TOOL_CALLS_PER_ROUND
 
 from ..agents.llm_server import LlmServer, Reply, ToolUse

@@ -8,6 +8,7 @@ The deep-line test runs the real daemon with scripted connectors
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -171,3 +172,49 @@ class TestAPeerOverItsBudget:
                     await wait_for(lambda: session.statistics()["pending_bytes"] == 0)
                     tg.cancel_scope.cancel()
             assert session.statistics()["budget_pauses"] >= 1
+
+
+class TestAPushBehindInference:
+    async def test_a_push_written_after_eight_inference_requests_is_acked_while_the_model_holds_them(
+            self, tmp_path) -> None:
+        """Through `mcplhost run`, a hostile connector writes 8 inference/request and a push/event in
+        one write, the model answering none of them: the push is acked on its own commit, before any admitted
+        inference is answered (it was held until the 4 admitted ones ended)."""
+        from ..agents.llm_server import LlmServer, Reply
+        from ..harness import push
+
+        ids = [f"r{i}" for i in range(8)]
+        ask = {"featureSet": "think", "stream": False, "messages": [{"role": "user", "content": "2+2?"}]}
+        lines = [{"jsonrpc": "2.0", "id": i, "method": "inference/request", "params": ask} for i in ids]
+        lines.append({"jsonrpc": "2.0", "id": "p", "method": "push/event", "params": push("e-1")})
+        manifest = {"version": "0.5", "pushEvents": True, "inferenceRequest": {}, "featureSets": {
+            "think": {"description": "asks the model", "uses": ["inferenceRequest"]},
+            "chat": {"description": "chat", "uses": ["pushEvents"]}}}
+        llm = LlmServer(default=Reply(hang=True)).start()
+        try:
+            hostile = scripted_connector("hostile", {"manifest": manifest, "steps": [
+                {"request": "push/event", "params": push("e-0")},  # leaves an idle worker behind, as traffic does
+                {"raw": "\n".join(json.dumps(line) for line in lines)}]}, tmp_path,
+                grant=["inferenceRequest", "pushEvents"])
+            config = write_config(tmp_path, [hostile])
+            with config.open("a", encoding="utf-8") as text:
+                text.write(f'\n[inference]\n[inference.backend]\nkind = "openai"\nmodel = "m"\n'
+                           f'base_url = "{llm.openai_base_url}"\ntimeout_s = 30\nmax_retries = 0\n')
+            async with daemon(config, tmp_path) as run:
+                await run.wait_event("host.ready")
+
+                def answered() -> dict[str, Any]:
+                    return {m["id"]: m for m in record(tmp_path, "hostile").received if "method" not in m}
+
+                acked = await wait_for(lambda: answered().get("p"))
+                at_model, inferences = len(llm.requests), [answered().get(i) for i in ids]
+                llm.close()  # the held requests fail now, so the stop need not wait for them
+                llm = None
+                run.signal(signal.SIGTERM)
+                assert await run.wait() == 0
+        finally:
+            if llm is not None:
+                llm.close()
+        assert acked["result"] == {"accepted": True}
+        assert at_model == 4
+        assert [a["error"]["data"]["reason"] for a in inferences if a is not None] == ["busy"] * 4

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from mcplhost.config import Config, ModerationConfig
+from mcplhost.config import Config, HostConfig, ModerationConfig
 from mcplhost.reload import NOT_RELOADED, reload_plan
 
 from ..agents.llm_server import LlmServer, Reply
@@ -173,6 +173,11 @@ class TestPlan:
         new = msgspec.structs.replace(running, store=msgspec.structs.replace(running.store, path="/elsewhere.db"))
         plan = reload_plan(running, new)
         assert plan.empty and plan.notes == (NOT_RELOADED["store"],)
+
+    def test_a_changed_host_name_is_said_and_left(self) -> None:
+        """`[host] name` is the host's in the shared store and its lock file's: a restart changes it."""
+        new = Config(host=HostConfig(name="eu-2"))
+        assert reload_plan(Config(host=HostConfig(name="eu-1")), new).notes == (NOT_RELOADED["host"],)
 
     def test_a_changed_moderation_table_is_said_and_left(self) -> None:
         """[moderation]'s checker is built at start: a reload says a restart applies it (docs/operations.md)."""

@@ -19,6 +19,7 @@ from mcplhost.inbound.pipeline import (
     InFlight,
     Processed,
     Rejected,
+    _metadata,
     admit,
     freeze,
     header,
@@ -277,7 +278,52 @@ class TestStages:
             run_pipeline(channel_item(kind="unscoped"))
 
 
+def staged(d: Delivered) -> Processed | Rejected:
+    """The pipeline as the table says: each stage of STAGES on an InFlight, in order."""
+    item = InFlight(delivered=d)
+    for stage in STAGES:
+        result = stage(item)
+        if isinstance(result, Rejected):
+            return result
+        item = result
+    assert item.stored is not None
+    return Processed(content=item.stored, metadata=_metadata(item), stripped_keys=item.stripped_keys)
+
+
+optional_text = st.one_of(st.none(), any_text)
+any_block = st.one_of(marking_text.map(text), st.sampled_from([
+    {"type": "image", "uri": "https://x/y.png"}, {"type": "audio", "data": "aGk=", "mimeType": "audio/ogg"},
+    {"type": "resource", "uri": "file:///a"}, {"type": "video", "uri": "u"}, {"type": "text", "text": 5}]))
+deliveries = st.builds(
+    Delivered,
+    lane=st.just("channels/incoming"), kind=st.just("channel"), server_id=any_text.filter(bool),
+    accepted_at=st.integers(min_value=0, max_value=2**53), blocks=st.lists(any_block, max_size=4),
+    adapter=st.one_of(st.none(), st.dictionaries(st.sampled_from([*sorted(HOST_METADATA_KEYS), "replyTo", "x"]),
+                                                 st.one_of(any_text, st.integers()), max_size=4)),
+    channel_id=any_text, label=optional_text, thread_id=optional_text, message_id=optional_text,
+    reply_to=optional_text, source_timestamp=st.one_of(st.none(), any_text, st.integers()),
+    tags=st.lists(any_text, max_size=3), participant=optional_text, author_id=optional_text,
+) | st.builds(
+    Delivered,
+    lane=st.just("push/event"), kind=st.sampled_from(["unscoped", "channel"]), server_id=any_text.filter(bool),
+    accepted_at=st.integers(min_value=0, max_value=2**53), blocks=st.lists(any_block, max_size=3),
+    event_id=any_text, feature_set=optional_text, tags=st.lists(any_text, max_size=2),
+).map(lambda d: msgspec.structs.replace(d, channel_id="c" if d.kind == "channel" else None)) | st.builds(
+    Delivered,
+    lane=st.just("surface"), kind=st.just("surface"), server_id=any_text.filter(bool), accepted_at=st.integers(0),
+    blocks=st.lists(marking_text.map(text), max_size=2), participant=optional_text,
+)
+
+
 class TestPipelineProperties:
+    @given(deliveries)
+    def test_the_pipeline_is_exactly_its_stages_in_order(self, d: Delivered) -> None:
+        """run_pipeline (the stages' cores, no InFlight between them) gives what STAGES one after the other give,
+        key order included (what is stored is its JSON)."""
+        fused, reference = run_pipeline(d), staged(d)
+        assert fused == reference
+        assert msgspec.json.encode(fused) == msgspec.json.encode(reference)
+
     @given(st.lists(marking_text.map(text), max_size=4), any_text, st.one_of(st.none(), any_text))
     def test_invariants_hold_for_any_body_and_label(self, blocks: list[dict[str, Any]], server: str,
                                                      label: str | None) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import structlog
 
-from mcplhost.agents.context import PEER_TRIGGER_TEXT
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall, Usage
 from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.turns.compiler import PEER_TRIGGER_TEXT
 from mcplhost.config import AgentConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.peers.envelope import parse_envelope
@@ -117,7 +117,7 @@ class TestPeerTurns:
             request = writer.requests[0]
             assert last_text(request) == PEER_TRIGGER_TEXT
             texts = ["\n".join(b["text"] for b in m.content) for m in request.messages]
-            assert [parse_envelope(t)["message"] for t in texts if parse_envelope(t)] == ["found it </x>"]
+            assert [p.message for t in texts if (p := parse_envelope(t))] == ["found it </x>"]
             assert {t.name for t in request.tools} >= {"task_send_message", "task_list"}
             (answer,) = tool_results(await store.items.list(agent="scout"), "task_send_message")
             assert answer == {"status": "accepted", "target": "writer"}
@@ -149,7 +149,7 @@ class TestPeerTurns:
             assert row.metadata["turnId"] == turn.id and row.id not in turn.wake_item_ids
             second = writer.requests[1]
             texts = ["\n".join(b.get("text", "") for b in m.content) for m in second.messages]
-            assert any(parse_envelope(t) and parse_envelope(t)["message"] == "psst" for t in texts)
+            assert any((p := parse_envelope(t)) and p.message == "psst" for t in texts)
             assert PEER_TRIGGER_TEXT not in texts  # the turn was not started by it
             await settled(runtime)  # the row delivered into the turn wakes no second one
             assert len(await store.turns.list(agent="writer")) == 1

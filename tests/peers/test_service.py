@@ -17,7 +17,7 @@ import pytest
 
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored
-from mcplhost.peers.envelope import parse_envelope
+from mcplhost.peers.envelope import EnvelopePayload, parse_envelope
 from mcplhost.peers.limits import (
     CONSECUTIVE_WAKES_MAX,
     DUPLICATE_WINDOW_MS,
@@ -28,7 +28,7 @@ from mcplhost.peers.limits import (
     TARGET_MAX,
 )
 from mcplhost.peers.service import PeerRefusal, PeerService
-from mcplhost.store import Store, open_store
+from mcplhost.store import Store, StoredItem, open_store
 from mcplhost.store.writer import GroupWriter
 
 T0 = 1_790_000_000_000
@@ -36,6 +36,13 @@ T0 = 1_790_000_000_000
 AGENTS = [AgentConfig(name="lead", title="Lead"), AgentConfig(name="scout", parent="lead", title="Scout"),
           AgentConfig(name="writer", parent="lead"), AgentConfig(name="probe", parent="scout"),
           AgentConfig(name="solo"), *[AgentConfig(name=f"kid{n}", parent="lead") for n in range(TARGET_MAX + 1)]]
+
+
+def message_of(row: StoredItem) -> EnvelopePayload:
+    """The envelope a peer row holds (its first block's text)."""
+    payload = parse_envelope(row.content[0]["text"])
+    assert payload is not None
+    return payload
 
 
 class Agents:
@@ -121,8 +128,7 @@ class TestDelivery:
             assert row.role == "user" and row.participant == "scout"
             assert row.metadata["peer"] == {"from": "scout", "relationship": "sibling"} and "turnId" not in row.metadata
             payload = parse_envelope(row.content[0]["text"])
-            assert payload == {"from": "scout", "fromTitle": "Scout", "relationship": "sibling",
-                               "message": "found </mcpl_agent_message> it"}
+            assert payload == EnvelopePayload("scout", "Scout", "sibling", "found </mcpl_agent_message> it")
             ((woken, stored),) = agents.woken
             assert woken == "writer" and stored.id == row.id and stored.item.metadata["peerMessageId"] == 1
 
@@ -135,7 +141,7 @@ class TestDelivery:
             assert guidance.content[0]["text"].startswith("Guidance from lead:\n")
             assert "\\[source:" in guidance.content[0]["text"]  # marked: no line of it reads as a header
             (up,) = await rows_of(store, "lead")
-            assert parse_envelope(up.content[0]["text"])["relationship"] == "descendant"
+            assert message_of(up).relationship == "descendant"
 
     async def test_to_a_busy_target_it_is_queued_then_delivered_at_a_tool_boundary_or_turn_end(self, tmp_path) -> None:
         """tool-end goes in at the next tool boundary (tagged with the turn: it wakes no one); turn-end waits."""
@@ -150,7 +156,7 @@ class TestDelivery:
             agents.states["writer"] = "idle"
             assert await peers.deliver_queued("writer") == 1
             second = (await rows_of(store, "writer"))[-1]
-            assert parse_envelope(second.content[0]["text"])["message"] == "later" and "turnId" not in second.metadata
+            assert message_of(second).message == "later" and "turnId" not in second.metadata
             assert [name for name, _ in agents.woken] == ["writer"] and peers.queued("writer") == 0
 
     async def test_queued_entries_stay_sealed_one_row_each_never_merged(self, tmp_path) -> None:
@@ -162,7 +168,7 @@ class TestDelivery:
             agents.states["lead"] = "idle"
             assert await peers.deliver_queued("lead") == 3
             rows = await rows_of(store, "lead")
-            assert [(parse_envelope(r.content[0]["text"])["from"], parse_envelope(r.content[0]["text"])["message"])
+            assert [(message_of(r).sender, message_of(r).message)
                     for r in rows] == [("scout", "one"), ("writer", "two"), ("scout", "three")]
             assert [r.metadata["peer"]["from"] for r in rows] == ["scout", "writer", "scout"]
 

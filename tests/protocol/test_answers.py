@@ -218,7 +218,7 @@ class TestBeforeInference:
     @given(objects_of(Injection, content=st.lists(st.dictionaries(st.sampled_from(["type", "text"]), member_values, max_size=2), max_size=3) | member_values,
                       position=st.sampled_from(["system", "beforeUser", "afterUser", "x"]) | member_values))
     def test_an_injection_is_any_object_its_odd_members_absent(self, injection: Any) -> None:
-        """So the hook's judge names the first member that fails, in its own order (agents/hooks.py)."""
+        """So the hook's judge names the first member that fails, in its own order (agents/turns/hooks.py)."""
         decoded = outcome(encoded(injection), Injection)
         if not isinstance(injection, dict):
             assert isinstance(decoded, MalformedAnswer)

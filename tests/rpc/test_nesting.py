@@ -10,7 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
-from mcplhost.rpc.messages import PARSE_ERROR, Invalid, Notification, Request, decode_line, nesting_exceeds
+from mcplhost.rpc.messages import (
+    _AS_BRACKETS,
+    _NOT_BRACKETS,
+    _STRING,
+    PARSE_ERROR,
+    Invalid,
+    Notification,
+    Request,
+    _brackets_outside_strings,
+    decode_line,
+    nesting_exceeds,
+)
 
 from ..properties import examples
 
@@ -50,6 +61,14 @@ class TestNestingExceeds:
     @given(st.binary(max_size=300), st.integers(min_value=0, max_value=8))
     def test_any_bytes_give_a_bool(self, line: bytes, limit: int) -> None:
         assert nesting_exceeds(line, limit) in (True, False)
+
+    @settings(max_examples=1000)
+    @given(st.lists(st.sampled_from([b'"', b"\\", b"[", b"]", b"{", b"}", b"a", b":", b","]), max_size=60).map(b"".join))
+    def test_the_split_keeps_what_the_regex_keeps_on_any_bytes(self, line: bytes) -> None:
+        """Without escapes, the quotes-and-brackets cut leaves the brackets the string regex leaves, valid JSON or
+        not: a line judged too deep is answered -32700 and an invalid one is not, so the two must agree
+        everywhere."""
+        assert _brackets_outside_strings(line) == _STRING.sub(b"", line).translate(_AS_BRACKETS, _NOT_BRACKETS)
 
     def test_the_bound_itself_passes_and_one_more_is_refused(self) -> None:
         assert not nesting_exceeds(b"[" * MAX_NESTING_DEPTH + b"]" * MAX_NESTING_DEPTH)

@@ -427,6 +427,36 @@ class TestDeferredWork:
         assert peak == 4 and session.statistics()["workers"] == 4
 
 
+    async def test_quick_work_read_behind_slow_work_gets_a_worker_of_its_own(self) -> None:
+        """An idle worker left by earlier work takes the first of a burst straight from the queue: the burst's
+        last item, a quick one, still gets its own worker and is answered while the slow ones wait (it was held
+        until one of them ended: a push behind four inferences)."""
+        release = anyio.Event()
+
+        async def handler(method: str, params: Any) -> Any:
+            async def work() -> Any:
+                if method == "slow":
+                    await release.wait()
+                return method
+            return Deferred(work)
+
+        peer = Peer()
+        session = Session(peer.from_session, peer.to_session, on_request=handler)
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            await peer.write({"jsonrpc": "2.0", "id": "earlier", "method": "quick"})
+            assert (await peer.read())["id"] == "earlier"  # its worker is idle now
+            burst = [{"jsonrpc": "2.0", "id": i, "method": "slow"} for i in range(4)]
+            burst.append({"jsonrpc": "2.0", "id": "push", "method": "quick"})
+            await peer.write(b"".join(json.dumps(m).encode() + b"\n" for m in burst))  # one read
+            first = await peer.read()
+            release.set()
+            rest = [await peer.read() for _ in range(4)]
+            peer.close()
+        assert first == {"jsonrpc": "2.0", "id": "push", "result": "quick"}
+        assert sorted(a["id"] for a in rest) == [0, 1, 2, 3]
+
+
 class TestClosedWhileWaiting:
     async def test_a_write_waiting_for_room_raises_connection_closed_when_the_session_closes(self) -> None:
         """A caller blocked on a full outgoing queue gets ConnectionClosed, not a stream error, when the write fails."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.agents.wake import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
+from mcplhost.agents.wakes.rules import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest, Stored, now_ms
@@ -109,6 +110,21 @@ class TestRules:
         assert ("echoOf" in result) == (ECHO_TAG in result["tags"]) == (delivered or FROM_SELF in tags)
         assert result["tags"].count(ECHO_TAG) <= 1
         assert [t for t in result["tags"] if t != ECHO_TAG] == [t for t in tags if t != ECHO_TAG]
+
+    @given(tags=st.one_of(st.lists(st.sampled_from(["chat:mention", FROM_SELF, ECHO_TAG, "x:y", 1])), st.none(),
+                          st.just((FROM_SELF,))),
+           ids=st.lists(st.one_of(st.none(), st.sampled_from(["disc", ROOM, "m1"]), st.integers(0, 3)),
+                        min_size=3, max_size=3),
+           delivered=st.booleans(), with_lookup=st.booleans())
+    def test_the_plain_shortcut_marks_as_the_typed_read_does(self, tags: Any, ids: list[Any], delivered: bool,
+                                                            with_lookup: bool):
+        """What `marked` answers from the dict alone is what the typed read of the same metadata answers."""
+        metadata = {"serverId": ids[0], "channelId": ids[1], "messageId": ids[2], "tags": tags}
+        lookup = (lambda *key: 3 if delivered else None) if with_lookup else None
+        meta = item_meta(metadata)
+        changes = echo_of(meta, lookup) is not None or ECHO_TAG in meta.tags
+        result = marked(metadata, lookup)
+        assert (result is not metadata) == changes
 
 
 class TestIngest:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from mcplhost.agents.backends.moderation import OpenAIModerator, make_moderator
+from mcplhost.agents.backends.moderator import OpenAIModerator, make_moderator
 from mcplhost.config import ModerationConfig
 from mcplhost.speech.moderation import (
     MAX_VERDICT_BYTES,

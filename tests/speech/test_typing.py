@@ -14,7 +14,7 @@ import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
-from mcplhost.protocol.ports import State
+from mcplhost.protocol.ports import ConnectorGone, State
 from mcplhost.speech.routing import ChannelView, Destination, Undecided
 from mcplhost.speech.typing import TYPING_METHOD, TYPING_REPEAT_S, Typing, typing_target
 
@@ -42,7 +42,7 @@ class TypingHandle:
         if self.hang:
             await anyio.sleep_forever()
         if self.fail:
-            raise ConnectionError("pipe closed")
+            raise ConnectorGone("discord", State.READY, "its process life ended before channels/typing went out")
 
     def ops(self) -> list[str]:
         return [params["op"] for _, params in self.sent]

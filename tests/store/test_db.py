@@ -20,6 +20,7 @@ from mcplhost.store import (
     Store,
     StoreError,
     StoreMissing,
+    item_row,
     open_reader,
     open_store,
 )
@@ -209,3 +210,27 @@ class TestOpenReader:
             async with open_reader(path):
                 pass
         assert "mcplhost migrate" in behind.value.explanation
+
+
+class TestSecretsSearchedOnce:
+    """Rows a caller searched for the store's secrets (ingest: one search per request) are not searched again
+    while the set is the same; any other write is (docs/architecture.md#the-inbound-hot-path)."""
+
+    async def test_rows_searched_for_this_version_pass_and_a_changed_set_searches_again(self, store: Store):
+        store.secrets.update({"DISCORD_TOKEN": "token-0123456789"})
+        # The claim is trusted as it stands (the caller made this very search), so a row wrongly claimed clean
+        # is written as given: what shows the writer's own search is skipped.
+        claimed = make_item("token-0123456789")
+        async with store.transaction():
+            (first,) = await store.items.insert_many_nocommit(
+                [claimed], rows=[item_row(claimed)], searched=store.secrets.version)
+        # A row claimed clean for an older version is searched again: its secret is redacted.
+        stale = store.secrets.version
+        store.secrets.update({"OTHER_TOKEN": "other-0123456789"})
+        leaky = make_item("other-0123456789 and token-0123456789")
+        async with store.transaction():
+            (second,) = await store.items.insert_many_nocommit([leaky], rows=[item_row(leaky)], searched=stale)
+            (third,) = await store.items.insert_many_nocommit([leaky])  # no claim: searched as always
+        texts = {item.id: item.content[0]["text"] for item in await store.items.list()}
+        assert texts[first.id] == "token-0123456789"
+        assert texts[second.id] == texts[third.id] == "[redacted:OTHER_TOKEN] and [redacted:DISCORD_TOKEN]"

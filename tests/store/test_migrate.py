@@ -11,12 +11,16 @@ from structlog.testing import capture_logs
 
 from mcplhost.store import BrokenMigration, ForeignDatabase, SchemaTooNew, open_reader, open_store
 from mcplhost.store.migrate import (
+    VERSION_COLUMNS,
+    Migration,
     applied_versions,
     default_folder,
+    foreign_reason,
     load_migrations,
     migrate,
     split_statements,
 )
+from mcplhost.store.sqlite_conn import SqliteConn
 
 
 def write_migrations(folder: Path, files: dict[str, str]) -> Path:
@@ -130,7 +134,7 @@ class TestMigrate:
             write_migrations(folder, {"0002_b.sql": "CREATE TABLE b (y);", "0003_c.sql": "CREATE TABLE c (z);"})
             assert await migrate(conn, folder) == [2, 3]
             assert await migrate(conn, folder) == []
-            assert await applied_versions(conn) == {1, 2, 3}
+            assert await applied_versions(SqliteConn(conn)) == {1, 2, 3}
 
     async def test_newer_schema_is_refused(self, db_path: Path):
         """A database recorded at a version beyond the newest file raises SchemaTooNew."""
@@ -223,3 +227,48 @@ class TestForeignDatabase:
         done = cli("migrate", "--db", str(self.foreign(tmp_path)))
         assert done.returncode != 0
         assert "another application" in done.stderr and "Traceback" not in done.stderr
+
+
+class TestEngines:
+    def test_both_engines_have_the_same_steps(self):
+        """migrations/sqlite/ and migrations/postgresql/ hold the same (version, name) pairs."""
+        sqlite_steps = [(m.version, m.name) for m in load_migrations(engine="sqlite")]
+        assert sqlite_steps == [(m.version, m.name) for m in load_migrations(engine="postgresql")]
+        assert sqlite_steps[-1][0] >= 10
+
+    def test_the_sqlite_files_are_the_ones_always_shipped(self):
+        """The default folder is the SQLite engine's: a store migrated before the split reads as current."""
+        assert load_migrations() == load_migrations(default_folder("sqlite"))
+
+
+class TestOwner:
+    """A database is ours when empty, or when its schema_version has our columns and names (foreign_reason)."""
+
+    known = [Migration(1, "initial", ""), Migration(2, "idempotent_items", "")]
+
+    def test_our_own_is_ours(self):
+        assert foreign_reason(["items", "schema_version"], VERSION_COLUMNS, [(1, "initial")], self.known) is None
+        # A version newer than we know is refuse_newer's to judge, not a sign of another program.
+        assert foreign_reason(["schema_version"], VERSION_COLUMNS, [(1, "initial"), (3, "later")], self.known) is None
+
+    def test_tables_without_a_version_table_are_another_programs(self):
+        assert foreign_reason(["items"], [], [], self.known) == "no schema_version table"
+
+    def test_a_version_table_of_other_columns_is_another_programs(self):
+        assert foreign_reason(["items", "schema_version"], ["version"], [], self.known) is not None
+
+    def test_a_version_we_know_under_another_name_is_another_programs(self):
+        assert foreign_reason(["items", "schema_version"], VERSION_COLUMNS, [(1, "create_users")], self.known)
+
+    async def test_another_programs_items_and_schema_version_are_refused_untouched(self, tmp_path: Path):
+        """A file with `items` and a schema_version of its own is refused before anything is written."""
+        path = tmp_path / "other.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, title TEXT)")
+            conn.execute("CREATE TABLE schema_version (version INTEGER, name TEXT, applied_at INTEGER)")
+            conn.execute("INSERT INTO schema_version VALUES (1, 'todo_items', 0)")
+        conn.close()
+        with pytest.raises(ForeignDatabase):
+            async with open_store(path):
+                pass
+        assert tables(path) == {"items", "schema_version"}

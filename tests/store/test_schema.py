@@ -1,4 +1,4 @@
-"""Tests for migrations/*.sql: what 0002 does to a database from 0001, duplicates included."""
+"""Tests for migrations/sqlite/*.sql: what 0002 does to a database from 0001, duplicates included."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.agents.context import heard_by
+from mcplhost.agents.hearing import heard_by
 from mcplhost.store import NewItem, Store, StoredItem, open_store
 from mcplhost.store.items import STORED_COLUMNS, stored_item
 from mcplhost.store.migrate import Migration, default_folder, load_migrations
@@ -83,7 +83,7 @@ FILTERS = st.builds(SearchFilter, heard=st.sampled_from(HEARS), channel=st.sampl
 
 
 def accepts(where: SearchFilter, item: StoredItem) -> bool:
-    """The filter's rule in Python, from the rule's own owner (agents/context.py heard_by): the oracle."""
+    """The filter's rule in Python, from the rule's own owner (agents/hearing.py heard_by): the oracle."""
     server, channel = item.metadata.get("serverId"), item.metadata.get("channelId")
     if where.heard is not None and (item.agent is not None or not heard_by(list(where.heard), server, channel)):
         return False
@@ -209,8 +209,8 @@ async def index_up_to(store: Store, count: int, *, merge: bool = False) -> None:
 
 
 class TestFreshAndRemovedItems:
-    async def test_an_item_above_the_mark_is_found_at_once(self, store: Store) -> None:
-        """The indexer has not reached a fresh item yet: the search reads the rows above the mark."""
+    async def test_an_item_above_the_mark_is_found_at_once(self, store: Store, engine: str) -> None:
+        """The indexer has not reached a fresh item yet: the search reads the rows above the mark (both engines)."""
         await store.items.insert_many([make_item(f"old needle {n}") for n in range(5)])
         await index_up_to(store, 5)
         (fresh,) = await store.items.insert_many([make_item("a fresh needle")])

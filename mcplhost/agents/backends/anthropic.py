@@ -59,7 +59,7 @@ def _content_blocks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
-        result = {"type": "tool_result", "tool_use_id": message.tool_call_id or "", "content": []}
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or "", "content": []}
         result["content"] = _content_blocks(message.content)
         return {"role": "user", "content": [result]}
     content = _content_blocks(message.content)

@@ -18,7 +18,7 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.agents.bounds import CUT_FINISH, answer_is_empty, cut_answer
+from mcplhost.agents.backends.answer_bounds import CUT_FINISH, answer_is_empty, cut_answer
 from mcplhost.agents.model import BackendError, ModelRequest, ModelResponse, OnText, ToolCall, Usage
 from mcplhost.config import BackendConfig
 
@@ -259,7 +259,7 @@ class StreamedAnswer:
                 for _, c in sorted(self.calls.items())]
 
     def response(self, *, finish_reason: str, usage: Usage, model: str) -> ModelResponse:
-        """The answer; a cut one ends with `CUT_FINISH` and no tool call (agents/bounds.py `cut_answer`).
+        """The answer; a cut one ends with `CUT_FINISH` and no tool call (agents/backends/answer_bounds.py `cut_answer`).
 
         A stream left before its end never got its usage (it comes last): its output counts at least the
         estimated tokens of the text read, so `max_tokens_per_day` still sees it.

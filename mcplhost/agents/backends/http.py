@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import ModuleType
+from typing import cast
 
 import httpx2
 
@@ -64,7 +65,8 @@ class BoundedBody(httpx2.AsyncByteStream):
     def __init__(self, response: httpx2.Response, *, max_bytes: int | None, max_line_bytes: int,
                  refusal: BackendError | None = None) -> None:
         self._response = response
-        self._inner = response.stream
+        # httpx types one Response for both its clients; an AsyncClient's (the SDKs') streams asynchronously.
+        self._inner = cast(httpx2.AsyncByteStream, response.stream)
         self._max_bytes = max_bytes
         self._max_line_bytes = max_line_bytes
         self._refusal = refusal

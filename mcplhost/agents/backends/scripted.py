@@ -14,7 +14,7 @@ agent `mcplhost dev` shows). A reply is either
   its text too. Tool call ids are `scripted-<call>-<index>`, unique per backend.
 
 A reply's text is cut at the request's `max_output_chars` like any backend's
-(agents/bounds.py); an empty reply is answered as it is (the script says so).
+(agents/backends/answer_bounds.py); an empty reply is answered as it is (the script says so).
 
 `script_problems` names what is wrong with a script, for check-config.
 """
@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
+from mcplhost.agents.backends.answer_bounds import cut_answer
 from mcplhost.agents.backends.common import block_text, estimated_tokens
-from mcplhost.agents.bounds import cut_answer
 from mcplhost.agents.model import (
     BackendError,
     Message,
@@ -67,11 +67,12 @@ def parse_reply(entry: str | dict[str, Any] | msgspec.Struct) -> ScriptedReply:
         if not entry.lstrip().startswith("{"):
             return ScriptedReply(text=entry)
         try:
-            entry = json.loads(entry)
+            decoded = json.loads(entry)
         except json.JSONDecodeError:
             return ScriptedReply(text=entry)  # prose that happens to open with a brace
-        if not isinstance(entry, dict):
+        if not isinstance(decoded, dict):
             raise ValueError("a JSON reply must be an object")
+        entry = decoded
     try:
         return msgspec.convert(entry, ScriptedReply)
     except msgspec.ValidationError as e:

@@ -33,7 +33,7 @@ def decisions_of(agent: str, held: Iterable[tuple[int, str]], at: int) -> list[W
 
 async def record_now(writer: GroupWriter, decisions: list[WakeDecision]) -> None:
     """Write one batch of decisions; a failure is logged, never raised (the token budget's hold commits its own
-    with the held turn's record instead, agents/turn.py)."""
+    with the held turn's record instead, agents/turns/runner.py)."""
     if not decisions:
         return
     try:

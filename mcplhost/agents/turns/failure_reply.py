@@ -5,7 +5,7 @@
 With the agent's `failure_reply` set, a turn that ends `failed` and has a
 decided route (the wake's default destination) publishes that text there,
 as a speech row marked `metadata.failureReply = true` with its outbox row,
-in the same write as the turn's end (agents/turn.py), so it is queued once
+in the same write as the turn's end (agents/turns/runner.py), so it is queued once
 or not at all. No decided route (several conversations, no conversation, or
 the turn failed before its waking items were read): no reply, logged.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import structlog
 
-from mcplhost.agents.speech import TurnSpeech, publish_operation
+from mcplhost.agents.turns.reply import TurnSpeech, publish_operation
 from mcplhost.config import AgentConfig
 from mcplhost.speech.routing import Destination
 from mcplhost.store.operations import PublishSpeech

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import structlog
 from msgspec import Raw
 
-from mcplhost.agents.context import Injections
+from mcplhost.agents.hearing import heard_connectors
 from mcplhost.agents.model import Usage
+from mcplhost.agents.turns.compiler import Injections
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.author import escape_host_lines
@@ -77,18 +78,6 @@ MODEL_INFO = "modelInfo"
 POSITIONS = ("system", "beforeUser", "afterUser")
 TERMINAL_PHASES = frozenset({"completed", "aborted", "failed"})
 PHASES = TERMINAL_PHASES | {"started"}
-
-#: Whatever a caller holds of each connector (heard_connectors reads only the map's names).
-Port = TypeVar("Port")
-
-
-def heard_connectors(handles: Mapping[str, Port], agent: AgentConfig) -> list[Port]:
-    """The handles of the connectors the agent hears, in config order (no `hears`: every connector)."""
-    if not agent.hears:
-        return list(handles.values())
-    names = {entry.split("/", 1)[0] for entry in agent.hears}
-    return [handle for name, handle in handles.items() if name in names]
-
 
 def conversation_of(agent: AgentConfig, conversation_id: str | None) -> str:
     """The correlation id hooks and lifecycle carry: the turn's conversation, or the agent's one context."""

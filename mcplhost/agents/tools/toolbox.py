@@ -1,7 +1,7 @@
 """The tools one agent is offered, and calling them (docs/agents.md#tools).
 
 Host tools: `channel_list`, `channel_open`, `channel_publish` (queued
-through the turn's `TurnSpeech`, mcplhost/agents/speech.py) and
+through the turn's `TurnSpeech`, mcplhost/agents/turns/reply.py) and
 `history_search`; to an agent that shares its tree with another, the peer
 tools `task_send_message` and `task_list` (mcplhost/peers/service.py). Connector tools: every
 MCP tool of a connector the agent hears that holds `tools` now (an MCP-only
@@ -54,9 +54,9 @@ import msgspec
 import structlog
 from msgspec import UNSET, Raw
 
-from mcplhost.agents.context import TOOLS_MAX_DIVISOR, heard_by, tool_chars
-from mcplhost.agents.hooks import heard_connectors
+from mcplhost.agents.hearing import heard_by, heard_connectors
 from mcplhost.agents.model import ToolCall, ToolSpec
+from mcplhost.agents.tools.listing import TOOLS_MAX_DIVISOR, tool_chars
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.mark import has_opening
@@ -279,7 +279,7 @@ PEER_TARGET_SHOWN_CHARS = 64
 
 
 class Publisher(Protocol):
-    """How `channel_publish` queues: the turn's speech (mcplhost/agents/speech.py `TurnSpeech`)."""
+    """How `channel_publish` queues: the turn's speech (mcplhost/agents/turns/reply.py `TurnSpeech`)."""
 
     async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]: ...
 
@@ -470,7 +470,7 @@ class ToolBox:
     async def call(self, call: ToolCall, *, speech: Publisher | None = None) -> ToolOutcome:
         """Run one call; every failure is an error result the model reads, logged once here.
 
-        `speech`: the turn's `mcplhost.agents.speech.TurnSpeech`, which `channel_publish` queues through.
+        `speech`: the turn's `mcplhost.agents.turns.reply.TurnSpeech`, which `channel_publish` queues through.
         """
         started = anyio.current_time()
         try:

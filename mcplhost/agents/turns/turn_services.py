@@ -1,7 +1,7 @@
-"""What a turn reaches outside itself, one object per agent (built by agents/runtime.py, used by turn.py and speech.py).
+"""What a turn reaches outside itself, one object per agent (built by agents/runtime.py, used by runner.py and reply.py).
 
-Its own module so that both the turn and its speech routing (agents/speech.py,
-which turn.py imports) can name the type.
+Its own module so that both the turn and its speech routing (agents/turns/reply.py,
+which runner.py imports) can name the type.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mcplhost.agents.acknowledge import Acknowledger
-from mcplhost.agents.hooks import HookState
 from mcplhost.agents.model import Backend
-from mcplhost.agents.rowcache import RowCache
-from mcplhost.agents.tools import ToolBox
+from mcplhost.agents.tools.toolbox import ToolBox
+from mcplhost.agents.turns.acknowledge import Acknowledger
+from mcplhost.agents.turns.hooks import HookState
+from mcplhost.agents.turns.row_cache import RowCache
 from mcplhost.peers.service import PeerService
 from mcplhost.protocol.ports import AcknowledgePort, CatchUpPort, ChannelListing, HookPort, NotifyPort, ToolPort
 from mcplhost.speech.moderation import Moderator
@@ -65,7 +65,7 @@ class TurnServices:
     outbox: Mapping[str, OutboxSender] = field(default_factory=dict)
     #: The agent's own prompt, read when the agents are built and again at each reload (docs/operations.md#reload).
     system_prompt: str = ""
-    #: The host's hook and lifecycle bookkeeping (hooks.py), shared by its agents and no other host.
+    #: The host's hook and lifecycle bookkeeping (turns/hooks.py), shared by its agents and no other host.
     hooks: HookState = field(default_factory=HookState)
     #: The host's peer messaging (None: a turn run on its own, with no peers to deliver).
     peers: PeerService | None = None
@@ -76,5 +76,5 @@ class TurnServices:
     #: The connectors whose items are compiled without the `from:` line (`author_line = false`); a reload
     #: replaces it (runtime.py `AgentsRuntime.set_connectors`), and the next compile reads the new set.
     no_author_line: frozenset[str] = frozenset()
-    #: The host's `channels/acknowledge` sender (agents/acknowledge.py; None: a turn run on its own sends none).
+    #: The host's `channels/acknowledge` sender (agents/turns/acknowledge.py; None: a turn run on its own sends none).
     acknowledger: Acknowledger | None = None

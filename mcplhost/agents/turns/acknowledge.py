@@ -25,7 +25,7 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.agents.tools import cut_error
+from mcplhost.agents.tools.toolbox import cut_error
 from mcplhost.config import AgentConfig
 from mcplhost.protocol.ports import AcknowledgePort, State
 from mcplhost.protocol.tags import ADDRESSED
@@ -153,6 +153,6 @@ class Acknowledger:
 
 
 def acknowledge_wake(agent: AgentConfig, acknowledger: Acknowledger | None, items: list[StoredItem]) -> None:
-    """Offer the acknowledgements of a wake's items (agents/turn.py reads them once for the whole turn)."""
+    """Offer the acknowledgements of a wake's items (agents/turns/runner.py reads them once for the whole turn)."""
     if acknowledger is not None:
         acknowledger.offer(acknowledgements(agent, items))

@@ -21,7 +21,7 @@ from types import NoneType
 from typing import Any, Literal
 
 from mcplhost.agents.model import Message, ToolCall
-from mcplhost.agents.rows import row_kind, tool_call_of, tool_result_call_id, turn_of
+from mcplhost.agents.turns.agent_rows import row_kind, tool_call_of, tool_result_call_id, turn_of
 from mcplhost.inbound.author import author_line, shown_with_author
 from mcplhost.inbound.digest import canonical_json
 from mcplhost.inbound.source import INCOMING_LANE

@@ -1,6 +1,6 @@
 """Who an item wakes: the static half of the wake rules, as pure functions over a small view of it; and `Wake`.
 
-The scheduler (scheduler.py) adds what needs state: the per-sender hourly
+The scheduler (wakes/scheduler.py) adds what needs state: the per-sender hourly
 cap, debounce, single flight and the runaway guard. Everything here reads
 host-written fields only (tags after the SPEC §16 closure, the frozen source,
 `metadata.authorId`, `metadata.echoOf`), never `metadata.adapter`.
@@ -74,7 +74,7 @@ class Wake(msgspec.Struct, frozen=True):
     #: an unscoped push, counts as a place of its own): routing has no one destination.
     several_conversations: bool
     first_at: float  # when the first of them arrived (scheduler time)
-    #: Found after the durable cursor at start (catch-up): its turn first waits for its routes (catchup.py).
+    #: Found after the durable cursor at start (catch-up): its turn first waits for its routes (wakes/catchup.py).
     catch_up: bool = False
 
 
@@ -253,7 +253,7 @@ def wake_refusal(agent: AgentConfig, view: StoredView, addressing: Addressing = 
     """The rule by which the item does not wake the agent (REFUSED_*), before the scheduler's cap and guards; None: it wakes.
 
     The one statement of the static wake rules: the scheduler asks it through
-    `wake_matches`, `mcplhost explain` (agents/explain.py) for its reason.
+    `wake_matches`, `mcplhost explain` (agents/wakes/explain.py) for its reason.
     """
     if view.source_kind == SURFACE_KIND:
         if view.agent != agent.name:

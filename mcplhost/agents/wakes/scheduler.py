@@ -64,7 +64,7 @@ from typing import Literal
 import msgspec
 import structlog
 
-from mcplhost.agents.wake import NO_ADDRESSING, Addressing, Wake, sender_key, view_of, wake_matches
+from mcplhost.agents.wakes.rules import NO_ADDRESSING, Addressing, Wake, sender_key, view_of, wake_matches
 from mcplhost.config import AgentConfig, effective_max_wait_ms
 from mcplhost.ingest import Stored
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import structlog
 
-from mcplhost.agents.rows import draft_row, speech_row
-from mcplhost.agents.services import TurnServices
+from mcplhost.agents.turns.agent_rows import draft_row, speech_row
+from mcplhost.agents.turns.turn_services import TurnServices
 from mcplhost.config import AgentConfig
 from mcplhost.speech.budget import PublishBudget
 from mcplhost.speech.moderation import MODERATION, check_publish, moderated

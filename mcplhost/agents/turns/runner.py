@@ -6,17 +6,17 @@ The steps, each delegated to the module that owns its rule:
 
 1. `BeginTurn` gives the turn its id (store/operations.py).
 2. The agent's rows are read (store.items.context_rows); the one-time
-   provenance notice is stored first when the context needs it (context.py).
+   provenance notice is stored first when the context needs it (turns/compiler.py).
    Then typing starts where the route is decided (speech/typing.py, stopped
    however the turn ends) and the waking addressed items are acknowledged in
-   the background (agents/acknowledge.py; docs/agents.md#typing-and-acknowledge).
+   the background (agents/turns/acknowledge.py; docs/agents.md#typing-and-acknowledge).
 3. Per backend call: hooks (`before_inference`), lifecycle `started`, the
    pure compile (`compile_request`), the backend, then exactly one terminal
    lifecycle phase (`completed`, `failed` or `aborted`) whatever happens.
 4. Tool calls run in order through the agent's `ToolBox`; the calls and their
    results are stored as they happen (so a crash leaves a call the compiler
    closes with a synthetic `interrupted` result), at most `max_tool_rounds`.
-5. The final prose, routed by mcplhost/agents/speech.py (publishes with
+5. The final prose, routed by mcplhost/agents/turns/reply.py (publishes with
    their outbox rows, or drafts and a `drafts` notice), `FinishTurn` and
    `SetCursor` commit in one write; the senders are notified after it.
    Prose a round writes before its tool calls is routed and queued before
@@ -42,17 +42,17 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.agents.acknowledge import acknowledge_wake
-from mcplhost.agents.bounds import not_run_text, split_tool_calls
-from mcplhost.agents.context import Injections, compile_request, needs_notice
-from mcplhost.agents.decisions import decisions_of
-from mcplhost.agents.failure import failure_reply
-from mcplhost.agents.hooks import before_inference, lifecycle
+from mcplhost.agents.backends.answer_bounds import not_run_text, split_tool_calls
 from mcplhost.agents.model import BackendError, ModelResponse, Usage
-from mcplhost.agents.rows import tool_call_row, tool_result_row
-from mcplhost.agents.services import TurnServices
-from mcplhost.agents.speech import TurnSpeech
-from mcplhost.agents.wake import Wake
+from mcplhost.agents.turns.acknowledge import acknowledge_wake
+from mcplhost.agents.turns.agent_rows import tool_call_row, tool_result_row
+from mcplhost.agents.turns.compiler import Injections, compile_request, needs_notice
+from mcplhost.agents.turns.failure_reply import failure_reply
+from mcplhost.agents.turns.hooks import before_inference, lifecycle
+from mcplhost.agents.turns.reply import TurnSpeech
+from mcplhost.agents.turns.turn_services import TurnServices
+from mcplhost.agents.wakes.decision_recorder import decisions_of
+from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
@@ -463,7 +463,7 @@ def failure_notice_text(reason: str, progress: _Progress) -> str:
 async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
                           cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = (), *,
                           recorded: str = REASON_INTERNAL_ERROR) -> None:
-    """A failed turn: a `turn-failed` notice for the agent, its failure reply (agents/failure.py) and the record,
+    """A failed turn: a `turn-failed` notice for the agent, its failure reply (agents/turns/failure_reply.py) and the record,
     in one write; a failing store is only logged. `reason` is the notice's cause, `recorded` the turns row's."""
     try:
         if not progress.turn_id:

@@ -33,7 +33,7 @@ from operator import attrgetter
 
 import anyio
 
-from mcplhost.agents.history import RenderedRows
+from mcplhost.agents.turns.history import RenderedRows
 from mcplhost.store import Repositories, StoredItem
 
 #: Rows read per page when catching up with what was stored since the last read.

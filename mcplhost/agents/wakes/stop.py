@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from mcplhost.agents.wake import hears, is_echo, view_of
+from mcplhost.agents.wakes.rules import hears, is_echo, view_of
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import reader_text
 from mcplhost.ingest import Stored

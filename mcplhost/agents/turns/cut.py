@@ -20,7 +20,7 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from operator import attrgetter
 
-from mcplhost.agents.history import HOST, Unit
+from mcplhost.agents.turns.history import HOST, Unit
 
 #: What an over-long context is cut down to, as a share of `context_chars`.
 DROP_TO_SHARE = 0.7

@@ -1,7 +1,7 @@
 """`mcplhost explain ITEM_ID`: per agent, why an item did or did not wake it, and what came of it (docs/agents.md#explain).
 
 The static rules are recomputed from the config by the very function the
-wake path asks (`wake_refusal` in agents/wake.py), so the inbound path writes
+wake path asks (`wake_refusal` in agents/wakes/rules.py), so the inbound path writes
 nothing for items that do not wake; only the stateful decisions (sender cap,
 turn cap, token budget, dropped by a stop) were recorded when they happened
 (store/decisions.py). `decide` is pure; `explain_item` reads the ledgers.
@@ -30,8 +30,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from mcplhost.agents.stop import CHANNEL_KIND, MAX_STOP_TEXT_CHARS, command_text, controls, normalized_commands
-from mcplhost.agents.wake import (
+from mcplhost.agents.wakes.rules import (
     NO_ADDRESSING,
     REFUSED_ECHO,
     REFUSED_HEARS,
@@ -43,6 +42,7 @@ from mcplhost.agents.wake import (
     view_of,
     wake_refusal,
 )
+from mcplhost.agents.wakes.stop import CHANNEL_KIND, MAX_STOP_TEXT_CHARS, command_text, controls, normalized_commands
 from mcplhost.config import AgentConfig
 from mcplhost.ingest import Stored
 from mcplhost.speech.echoes import echo_key
@@ -112,7 +112,7 @@ def explanation_line(explanation: Explanation) -> bytes:
 
 
 def is_stop_command_for(agent: AgentConfig, view: StoredView, body: str) -> bool:
-    """`agents/stop.py`'s rule on an item already read as a view and a header-less body (docs/agents.md#stop).
+    """`agents/wakes/stop.py`'s rule on an item already read as a view and a header-less body (docs/agents.md#stop).
 
     `static_decision` has ruled out what is not heard, echoes and agents' rows first.
     """
@@ -183,7 +183,7 @@ async def explain_item(store: Store, agents: Sequence[AgentConfig], item_id: int
                        addressing: Addressing = NO_ADDRESSING) -> list[Explanation] | None:
     """Each agent's answer about the stored item, in the order given; None: no item has that id.
 
-    `addressing`: the config's (wake.py `addressing_of`, over every configured agent, not only those asked about).
+    `addressing`: the config's (wakes/rules.py `addressing_of`, over every configured agent, not only those asked about).
     """
     found = await store.items.after_as_written(item_id - 1, limit=1)
     if not found or found[0][0] != item_id:

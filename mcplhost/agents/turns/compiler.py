@@ -23,7 +23,7 @@ speech rows say those words already):
 
 Untrusted text (every row but a host-made envelope, hook injections,
 connector tool descriptions and schemas) is neutralised as it is compiled:
-each lookalike `<mcpl_agent_message` tag gets a backslash (history.py,
+each lookalike `<mcpl_agent_message` tag gets a backslash (turns/history.py,
 mcplhost/peers/envelope.py); stored rows are unchanged. A turn a peer
 message of the agent woke ends with one more `user` message, a fixed
 `[host]` line (`PEER_TRIGGER_TEXT`, or `GUIDANCE_TRIGGER_TEXT` when all
@@ -35,12 +35,12 @@ room for fewer rows; a tool result keeps head and tail within `tool_result_max_c
 any one message within a quarter of `context_chars`; when the whole exceeds
 `context_chars`, the oldest messages go in one block, down to about 70%
 of it: the cut lands on an anchor row chosen by the row's own id and size
-(mcplhost/agents/cut.py), so the turns that follow keep the same first message, and
+(mcplhost/agents/turns/cut.py), so the turns that follow keep the same first message, and
 prompt caches keep working, until the context overflows again, whatever
 window of rows the store handed over. The cut never takes what the turn is
 about: when that block would hold a waking item or a row of the running
 turn (its tool calls and results), the other messages (ambient) are dropped
-instead, oldest first (cut.py `kept_units`); when the waking items alone do not
+instead, oldest first (turns/cut.py `kept_units`); when the waking items alone do not
 fit, the newest of them are kept and a `[host]` line says how many are not
 shown. Only the newest 4 images keep their pixels; older ones read "[image]".
 """
@@ -49,21 +49,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from fnmatch import fnmatchcase
 from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 import msgspec
 
-from mcplhost.agents.cut import (
+from mcplhost.agents.hearing import heard_by
+from mcplhost.agents.model import Message, ModelRequest, ToolSpec
+from mcplhost.agents.tools.listing import tool_chars
+from mcplhost.agents.turns.agent_rows import row_conversation, row_kind
+from mcplhost.agents.turns.cut import (
     CUT_NOTE,
     CUT_NOTE_RESERVE,
     DROP_TO_SHARE,
     kept_units,
     left_out_note,
 )
-from mcplhost.agents.history import (
+from mcplhost.agents.turns.history import (
     HOST,
     IMAGE_CHARS,
     IMAGES_WITH_PIXELS,
@@ -76,8 +79,6 @@ from mcplhost.agents.history import (
     render_checked,
     shown_text,
 )
-from mcplhost.agents.model import Message, ModelRequest, ToolSpec
-from mcplhost.agents.rows import row_conversation, row_kind
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
 from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.digest import canonical_json, ecmascript_number
@@ -98,19 +99,14 @@ __all__ = [
     "clip_text",
     "compile_request",
     "connectors_without_author_line",
-    "heard_by",
     "needs_notice",
     "notice_text",
-    "TOOLS_MAX_DIVISOR",
     "request_chars",
     "request_digest",
-    "tool_chars",
 ]
 
 #: No single message may take more than this share of `context_chars` (1/4); a longer one keeps head and tail.
 MESSAGE_MAX_DIVISOR = 4
-#: An agent's connector tools together take at most this share of `context_chars` (1/2); the rest are not offered.
-TOOLS_MAX_DIVISOR = 2
 #: Waking items older than this get an age line (docs/agents.md#compilation).
 AGE_NOTE_AFTER_MS = 60_000
 
@@ -159,23 +155,6 @@ class Compiled(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # --------------------------------------------------------------------------- what an agent hears
-
-
-def heard_by(hears: list[str] | None, server_id: Any, channel_id: Any) -> bool:
-    """Whether an item from (server, channel) is heard: `hears` entries are `connector` or `connector/channel-glob`.
-
-    No `hears` (None or empty) hears every connector. A glob never matches
-    an item without a channel (an unscoped push).
-    """
-    if not hears:
-        return True
-    for entry in hears:
-        connector, slash, glob = entry.partition("/")
-        if server_id != connector:
-            continue
-        if not slash or (isinstance(channel_id, str) and fnmatchcase(channel_id, glob)):
-            return True
-    return False
 
 
 def _heard(agent: AgentConfig, row: StoredItem) -> bool:
@@ -335,7 +314,7 @@ def _shown_tool(tool: ToolSpec) -> ToolSpec:
 
 
 def _shown_schema(value: Any) -> Any:
-    """`value` with every string in it (object keys too) neutralised, as mcplhost/agents/tools.py marks them;
+    """`value` with every string in it (object keys too) neutralised, as mcplhost/agents/tools/toolbox.py marks them;
     connector schemas are bounded there (size and depth) before they are offered."""
     if isinstance(value, str):
         return neutralise(value)
@@ -432,11 +411,6 @@ def _plain_message(message: Message) -> bool:
             if type(value) is not str or not key.isascii():
                 return False
     return all(_plain(call.arguments) for call in message.tool_calls)
-
-
-def tool_chars(tool: ToolSpec) -> int:
-    """What one offered tool counts against `context_chars`: its name, its description, its schema's JSON bytes."""
-    return len(tool.name) + len(tool.description) + len(_sorted_encoder.encode(tool.input_schema))
 
 
 def request_chars(request: ModelRequest) -> int:

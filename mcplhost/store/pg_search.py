@@ -1,0 +1,187 @@
+"""The search index's writes on PostgreSQL (pg_trgm, migrations/postgresql/*_search_index.sql).
+
+The same `SearchIndex` as SQLite's FTS5 one (store/search_index.py): the indexer
+follows the items by id, writing each body as searched (`index_text`, in Python:
+the server cannot call it) into items_search, whose trigram GIN index PostgreSQL
+keeps itself, so there is nothing to merge. The mark is safe to follow because
+items' ids become visible in order (store/order.py).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from fnmatch import fnmatchcase
+from typing import Any
+
+import anyio
+
+from mcplhost.store.connection import Conn, Connections
+from mcplhost.store.items import STORED_COLUMNS, StoredItem, stored_item
+from mcplhost.store.search_index import INDEX_BATCH_ROWS, index_text
+from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
+from mcplhost.store.search_reader import SEARCH_PAGE_ROWS, SearchInterrupted
+
+_COLUMNS = ", ".join(f"i.{column}" for column in STORED_COLUMNS)
+#: What LIKE reads as a wildcard or its escape (the default escape is the backslash).
+_LIKE_SPECIAL = re.compile(r"[%_\\]")
+#: A `hears` channel holding one of these is a glob (agents/context.py `heard_by`).
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+class PgSearchIndex:
+    """The index's writes (the indexer's batches, retention's forgetting) and its progress, on PostgreSQL."""
+
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
+        #: Seconds the index's transactions took that ended with another writer of this process waiting.
+        self.contended_s = 0.0
+
+    @asynccontextmanager
+    async def _holding(self, operation: str) -> AsyncIterator[Conn]:
+        async with self._connections.transaction():
+            began = time.monotonic()
+            yield self._connections.writer(operation)
+            waiting = self._connections.writers_waiting()
+        if waiting:
+            self.contended_s += time.monotonic() - began
+
+    async def index_next(self, limit: int = INDEX_BATCH_ROWS) -> int:
+        """Index the next `limit` items above the mark and move it past them, in one transaction; how many."""
+        async with self._holding("search_index.index_next") as conn:
+            rows = await conn.fetch(
+                "SELECT id, CAST(content AS TEXT), CAST(metadata AS TEXT) FROM items"
+                " WHERE id > (SELECT indexed_to FROM search_index) ORDER BY id LIMIT ?", (limit,))
+            if not rows:
+                return 0
+            await conn.executemany("INSERT INTO items_search (item_id, body) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                   [(item_id, index_text(content, metadata)) for item_id, content, metadata in rows])
+            # GREATEST: another host's indexer may have moved the mark past this batch meanwhile.
+            await conn.execute("UPDATE search_index SET indexed_to = GREATEST(indexed_to, ?)", (rows[-1][0],))
+            return len(rows)
+
+    async def merge_step(self, pages: int = 0) -> bool:
+        """Nothing to merge: PostgreSQL maintains the GIN index itself."""
+        return False
+
+    async def forget_nocommit(self, ids: Sequence[int]) -> None:
+        """Take the items `ids` out of the index, inside the caller's transaction, before it deletes them."""
+        conn = self._connections.writer("search_index.forget_nocommit")
+        await conn.execute("DELETE FROM items_search WHERE item_id = ANY(CAST(? AS BIGINT[]))", (list(ids),))
+
+    async def progress(self) -> IndexProgress:
+        """The mark and the newest item's id, read together (one statement, one snapshot)."""
+        async with self._connections.read() as conn:
+            ((mark, newest),) = await conn.fetch(
+                "SELECT (SELECT indexed_to FROM search_index), (SELECT coalesce(max(id), 0) FROM items)")
+        return IndexProgress(indexed_to=mark, newest=newest)
+
+
+class PgSearchReads:
+    """One search's reads on PostgreSQL, from its worker thread: each page one statement on a pooled connection,
+    run on the event loop (`anyio.from_thread`), the thread decoding rows one at a time.
+
+    The same order as SQLite's `IndexReader`: the rows above the mark, newest first, then the indexed rows
+    whose body holds every run the query requires (`LIKE '%run%'`, answered by the trigram index), newest first;
+    a superset the search tests against each row's own text. A query ignoring case reads every row: PostgreSQL's
+    case folding is the database's locale's, not Python's, so its candidates could miss a match.
+    `interrupt` is asked between pages.
+    """
+
+    def __init__(self, connections: Connections, interrupt: Callable[[], bool], *,
+                 page_rows: int = SEARCH_PAGE_ROWS) -> None:
+        self._connections = connections
+        self._interrupt = interrupt
+        self._page_rows = page_rows
+
+    def close(self) -> None:
+        """Nothing held between pages."""
+
+    def newest_first(self, needs: Required | None, where: SearchFilter) -> Generator[StoredItem, None, None]:
+        ((mark, newest),) = self._fetch(
+            "SELECT (SELECT indexed_to FROM search_index), (SELECT coalesce(max(id), 0) FROM items)", ())
+        mark = min(int(mark), int(newest))
+        condition, params = _filter(where)
+        rows = f"SELECT {_COLUMNS} FROM items AS i WHERE i.id > ? AND i.id < ? AND {condition} ORDER BY i.id DESC LIMIT ?"
+        if needs is None or needs.ignore_case or not needs.runs:
+            yield from self._heard(where, self._pages(rows, 0, int(newest), params))
+            return
+        yield from self._heard(where, self._pages(rows, mark, int(newest), params))
+        likes = " AND ".join("s.body LIKE ?" for _ in needs.runs)
+        candidates = (f"SELECT {_COLUMNS} FROM items_search AS s JOIN items AS i ON i.id = s.item_id"
+                      f" WHERE s.item_id > ? AND s.item_id < ? AND {likes} AND {condition}"
+                      " ORDER BY s.item_id DESC LIMIT ?")
+        patterns = ["%" + _LIKE_SPECIAL.sub(r"\\\g<0>", run) + "%" for run in needs.runs]
+        yield from self._heard(where, self._pages(candidates, 0, mark, [*patterns, *params]))
+
+    def _pages(self, sql: str, above: int, through: int, params: list[Any]) -> Iterator[StoredItem]:
+        before = through + 1
+        while True:
+            if self._interrupt():
+                raise SearchInterrupted()
+            page = self._fetch(sql, (above, before, *params, self._page_rows))
+            for row in page:
+                before = row[0]
+                yield stored_item(row)
+            if len(page) < self._page_rows:
+                return
+
+    @staticmethod
+    def _heard(where: SearchFilter, items: Iterator[StoredItem]) -> Iterator[StoredItem]:
+        """`items` that a `hears` entry takes: the SQL read a glob entry's whole connector; the glob is tested here."""
+        entries = where.heard or ()
+        if all(_GLOB_CHARACTERS.isdisjoint(entry) for entry in entries):
+            yield from items
+            return
+        for item in items:
+            server, channel = item.metadata.get("serverId"), item.metadata.get("channelId")
+            if any(_hears(entry, server, channel) for entry in entries):
+                yield item
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async def fetch() -> list[tuple[Any, ...]]:
+            async with self._connections.read() as conn:
+                return await conn.fetch(sql, params)
+
+        rows: list[tuple[Any, ...]] = anyio.from_thread.run(fetch)
+        return rows
+
+
+def _hears(entry: str, server: object, channel: object) -> bool:
+    """Whether a `hears` entry takes an item of `server` and `channel` (agents/context.py `heard_by`'s rule)."""
+    connector, slash, channels = entry.partition("/")
+    if server != connector:
+        return False
+    if not slash:
+        return True
+    if _GLOB_CHARACTERS.isdisjoint(channels):
+        return channel == channels
+    return isinstance(channel, str) and fnmatchcase(channel, channels)
+
+
+def _filter(where: SearchFilter) -> tuple[str, list[Any]]:
+    """`where` as conditions on the items row `i` (a channel glob: its connector here, the glob in `_heard`)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if where.heard is not None:
+        clauses.append("i.agent IS NULL")
+        entries: list[str] = []
+        for entry in where.heard:
+            connector, slash, channel = entry.partition("/")
+            if slash and _GLOB_CHARACTERS.isdisjoint(channel):
+                entries.append("(i.server_id = ? AND i.channel_id = ?)")
+                params.extend([connector, channel])
+            else:
+                entries.append("i.server_id = ?")
+                params.append(connector)
+        if entries:
+            clauses.append("(" + " OR ".join(entries) + ")")
+    if where.channel is not None:
+        clauses.append("i.channel_id = ?")
+        params.append(where.channel)
+    if where.since_ms is not None:
+        clauses.append("i.created_at >= ?")
+        params.append(where.since_ms)
+    return " AND ".join(clauses) or "TRUE", params

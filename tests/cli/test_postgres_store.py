@@ -1,0 +1,141 @@
+"""The commands on a real PostgreSQL store (tests/postgres.py): `--db URL` reads and migrates, the status shows the
+URL and the database's size, and each bad input is one plain line, a non-zero exit and nothing written
+(docs/operations.md#a-postgresql-store)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import anyio
+import asyncpg
+import pytest
+
+from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.config import Config
+from mcplhost.control.service import ControlService
+from mcplhost.store import open_store
+from mcplhost.store.writer import GroupWriter
+
+from ..postgres import PostgresDatabase
+from .pg_refusing import refusing_server
+from .support import cli, cli_process, daemon
+
+SECRET = "hunter2-pg-password"
+
+
+def one_line(stderr: str) -> str:
+    (line,) = stderr.splitlines()
+    assert line.startswith("mcplhost") and "Traceback" not in line and SECRET not in line, line
+    return line
+
+
+async def tables(url: str) -> list[str]:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                                "current_schema() ORDER BY table_name")
+        return [row["table_name"] for row in rows]
+    finally:
+        await conn.close()
+
+
+async def execute(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+class TestCommands:
+    def test_migrate_then_read_an_empty_store(self, postgres_db: PostgresDatabase) -> None:
+        migrated = cli("migrate", "--db", postgres_db.url)
+        assert migrated.returncode == 0, migrated.stderr
+        assert migrated.stdout.startswith("applied ") and "migration(s)" in migrated.stdout
+        for command in (["messages", "--json"], ["turns", "--json"], ["outbox", "--json"]):
+            result = cli(*command, "--db", postgres_db.url)
+            assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), (command, result.stderr)
+
+    def test_a_database_of_another_program_is_refused_and_left_as_it_was(self, postgres_db: PostgresDatabase) -> None:
+        anyio.run(execute, postgres_db.url, "CREATE TABLE items (id integer PRIMARY KEY, body text)")
+        for command in (["migrate"], ["messages"]):
+            result = cli(*command, "--db", postgres_db.url)
+            assert result.returncode == 1 and result.stdout == ""
+            one_line(result.stderr)
+        assert anyio.run(tables, postgres_db.url) == ["items"]
+
+    def test_a_schema_newer_than_the_code_is_refused(self, postgres_db: PostgresDatabase) -> None:
+        assert cli("migrate", "--db", postgres_db.url).returncode == 0
+        anyio.run(execute, postgres_db.url, "INSERT INTO schema_version (version, name, applied_at) "
+                                            "VALUES (9999, 'future', 0)")
+        for command in (["migrate"], ["messages"]):
+            result = cli(*command, "--db", postgres_db.url)
+            assert result.returncode == 1
+            assert "9999" in one_line(result.stderr)
+
+
+class TestBadServer:
+    def test_a_wrong_password_is_one_line_without_the_password(self, tmp_path: Path) -> None:
+        """Every command that takes --db, and run: one line naming the server, nothing created."""
+        with refusing_server() as port:
+            url = f"postgresql://mcplhost:{SECRET}@127.0.0.1:{port}/mcplhost"
+            config = tmp_path / "mcplhost.toml"
+            config.write_text(f'[store]\nurl = "{url}"\n[host]\nname = "eu-1"\n')
+            config.chmod(0o600)
+            for command in (["messages"], ["turns"], ["outbox"], ["search", "x"], ["migrate"],
+                            ["explain", "1", "--config", str(config)]):
+                result = cli(*command, "--db", url, cwd=tmp_path)
+                assert result.returncode == 1 and result.stdout == ""
+                assert f"127.0.0.1:{port} refused the password" in one_line(result.stderr), command
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["mcplhost.toml"]
+            result = cli_process("run", "--config", str(config), cwd=tmp_path)
+            assert result.returncode == 1
+            assert f"127.0.0.1:{port} refused the password" in one_line(result.stderr)
+
+
+class TestStatus:
+    async def test_the_db_field_is_the_url_without_its_password_and_the_size_the_database_s(
+            self, postgres_db: PostgresDatabase) -> None:
+        url = postgres_db.url.replace("postgres@", f"postgres:{SECRET}@")  # trust: any password is accepted
+        async with open_store(url) as store:
+            writer = GroupWriter(store)
+            service = ControlService(store, {}, AgentsRuntime(Config(), store, writer, {}), started_at_ms=1,
+                                     host_name="eu-1")
+            status = await service.status()
+            writer.close()
+        assert status.host.db == url.replace(SECRET, "***") and status.host.db_bytes > 0
+        assert [(h.name, h.heartbeat_age_ms) for h in status.hosts] == [("eu-1", 0)]
+
+
+class TestRun:
+    async def test_a_host_on_postgresql_keeps_its_files_in_the_state_folder_and_reports_the_url(
+            self, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+        """`run` with [store] url: the lock, the children file and the socket in $MCPLHOST_STATE_DIR; status
+        shows the URL (password as ***), the database's size and this host alone in `hosts`; SIGTERM exits 0."""
+        state, folder = tmp_path / "state", tmp_path / "config"
+        state.mkdir()
+        folder.mkdir()
+        url = postgres_db.url.replace("postgres@", f"postgres:{SECRET}@")
+        config = folder / "mcplhost.toml"
+        config.write_text(f'[store]\nurl = "{url}"\npool_size = 4\n[host]\nname = "eu-1"\n')
+        env = {"MCPLHOST_STATE_DIR": str(state)}
+        async with daemon(config, tmp_path, env=env) as run:
+            await run.wait_event("host.ready")
+            assert sorted(p.name for p in state.iterdir()) == ["eu-1.children", "eu-1.lock", "mcplhost.sock"]
+            result = cli("status", "--json", "--config", str(config), env=env)
+            assert result.returncode == 0, result.stderr
+            whole = json.loads(result.stdout)
+            assert whole["host"]["db"] == url.replace(SECRET, "***") and whole["host"]["dbBytes"] > 0
+            assert [(h["name"], h["pid"]) for h in whole["hosts"]] == [("eu-1", run.pid)]
+            assert SECRET not in run.stderr()
+            run.signal(signal.SIGTERM)
+            assert await run.wait() == 0
+        assert sorted(p.name for p in folder.iterdir()) == ["mcplhost.toml"]  # nothing beside the config
+
+
+@pytest.fixture(autouse=True)
+def _no_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MCPLHOST_STATE_DIR", raising=False)
