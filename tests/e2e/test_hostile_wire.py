@@ -181,7 +181,7 @@ class TestAPushBehindInference:
         one write, the model answering none of them: the push is acked on its own commit, before any admitted
         inference is answered (it was held until the 4 admitted ones ended)."""
         from ..agents.llm_server import LlmServer, Reply
-        from ..harness import push
+        from ..builders import push
 
         ids = [f"r{i}" for i in range(8)]
         ask = {"featureSet": "think", "stream": False, "messages": [{"role": "user", "content": "2+2?"}]}
