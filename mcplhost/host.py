@@ -99,8 +99,9 @@ from .store.retention import run_retention
 from .store.search_index import run_indexer
 from .store.writer import GroupWriter
 from .supervisor.handle import ConnectorHandle
+from .supervisor.process import CHILD_PROCESSES, Launcher
 from .supervisor.supervise import supervise
-from .systemd import Notifier, hold_loop_on_request, loop_hold_file
+from .systemd import Notifier
 
 log = structlog.get_logger()
 
@@ -119,7 +120,8 @@ class Host:
                  events: MemoryObjectSendStream[Stored] | None, metrics: Metrics | None = None,
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
-                 senders: dict[str, OutboxSender] | None = None, console: Console | None = None) -> None:
+                 senders: dict[str, OutboxSender] | None = None, console: Console | None = None,
+                 launcher: Launcher = CHILD_PROCESSES) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -142,6 +144,8 @@ class Host:
         self.notifier = notifier
         self.control = control
         self.status_line = status_line
+        #: How each connector's process life starts and ends (supervisor/process.py): child processes.
+        self.launcher = launcher
         self.ready = anyio.Event()
         # What a reload changes (docs/operations.md#reload): the dicts behind `connectors` and
         # `outbox_senders` (their read-only views stay the same objects for every reader), how a
@@ -236,7 +240,8 @@ class Host:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.outbox_senders[spec.name].run)  # it waits for its connector to be ready
-                    await tg.start(partial(supervise, handle=self.connectors[spec.name]), spec, self.ingest)
+                    await tg.start(partial(supervise, handle=self.connectors[spec.name], launcher=self.launcher),
+                                   spec, self.ingest)
                     task_status.started()
             finally:
                 ended.set()
@@ -329,11 +334,12 @@ class Host:
 def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
                on_stored: Callable[[list[NewItem]], None] | None = None,
                events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
-               console_token: str | None = None) -> Host:
+               console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
     when `[console] listen` is set, with `console_token` (mcplhost/console/service.py `console_token`).
+    `launcher`: how connectors start and stop (supervisor/process.py; child processes unless a test says otherwise).
     """
     if config.agents and events is not None:
         raise HostStateError("stored events have one consumer; this host's agents take them")
@@ -387,7 +393,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 notifier=notifier if notifier is not None else Notifier(None, log),
                 control=control, status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
-                handles=handles, senders=sender_of, console=console)
+                handles=handles, senders=sender_of, console=console, launcher=launcher)
 
 
 def _both(first: Callable[[list[NewItem]], None] | None,
@@ -432,12 +438,13 @@ def connector_quotas(config: Config) -> dict[str, QuotaLimits]:
 async def open_host(config: Config, *, notifier: Notifier | None = None,
                     on_stored: Callable[[list[NewItem]], None] | None = None,
                     events: MemoryObjectSendStream[Stored] | None = None,
-                    feed_format: FeedFormat | None = None) -> AsyncIterator[Host]:
+                    feed_format: FeedFormat | None = None,
+                    launcher: Launcher = CHILD_PROCESSES) -> AsyncIterator[Host]:
     """Open the store and build the host over it; on exit close the store, then the `[inference]` backend.
 
     `notifier`: systemd's (none: notifications go nowhere). `on_stored`: called
     after each commit with the items new in it (`mcplhost dev`'s live view).
-    `events`: see the module docstring. `feed_format`: see `build_host`. The
+    `events`: see the module docstring. `feed_format`, `launcher`: see `build_host`. The
     console, when configured, is bound here, before anything runs (its
     address is `host.console.address`), and closed on exit.
     """
@@ -452,7 +459,7 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
             redact_secrets(Secrets(store_secret_values(config)))
         async with open_configured_store(config.store) as store:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
-                              feed_format=feed_format, console_token=token)
+                              feed_format=feed_format, console_token=token, launcher=launcher)
             inference = host.inference
             try:
                 if host.console is not None:
@@ -472,13 +479,9 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
 
 async def _watchdog(notifier: Notifier, interval_s: float) -> None:
     """WATCHDOG=1 from the event loop itself, so the pings stop while the loop is stuck."""
-    async with anyio.create_task_group() as seam:
-        hold = loop_hold_file()
-        if hold is not None:  # test-only (mcplhost/systemd.py, docs/operations.md#health-checks-and-the-container)
-            seam.start_soon(hold_loop_on_request, hold)
-        while True:
-            notifier.send("WATCHDOG=1")
-            await anyio.sleep(interval_s)
+    while True:
+        notifier.send("WATCHDOG=1")
+        await anyio.sleep(interval_s)
 
 
 async def _prune(pushes: Pushes) -> None:

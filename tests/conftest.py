@@ -1,10 +1,4 @@
-"""Settings for the whole suite: Hypothesis judges what a property holds, never how long an example took.
-
-A per-example deadline (Hypothesis's default is 200 ms) and the too-slow health
-check are timings: on a machine busy with other work, or with the suite
-spread over pytest-xdist workers, they fail a property that holds. Speed is
-measured in tests/bench instead. Every other health check stays on.
-"""
+"""Settings for the whole suite: the Hypothesis profile (tests/properties.py) and the package compiled once."""
 
 from __future__ import annotations
 
@@ -12,15 +6,15 @@ import compileall
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+
+from . import properties
 
 # A real PostgreSQL server per session and a fresh database per test that asks for one (tests/postgres.py).
 from .postgres import postgres_db, postgres_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 
-settings.register_profile("mcplhost", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("mcplhost")
+properties.load()
 
 
 def pytest_configure(config: pytest.Config) -> None:

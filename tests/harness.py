@@ -25,9 +25,14 @@ from mcplhost.host import Host, open_host
 from mcplhost.ingest import Stored
 from mcplhost.rpc import Session
 from mcplhost.store import StoredItem, open_reader
+from mcplhost.supervisor.process import CHILD_PROCESSES, Launcher
+
+from .scripted_connector import MODULE
 
 PYTHON = sys.executable
 REPO = Path(__file__).resolve().parent.parent
+#: The tests' scripted connector as a child (tests/scripted_connector.py; run from REPO, or with it on PYTHONPATH).
+SCRIPTED_COMMAND = [PYTHON, "-m", MODULE]
 
 #: A 0.5 manifest with everything a chat connector uses.
 CHAT_MANIFEST: dict[str, Any] = {
@@ -42,13 +47,13 @@ CHAT_GRANT = ["channels.register", "channels.incoming", "pushEvents", "channels.
 
 
 def scripted(name: str, script: dict[str, Any], folder: Path, **fields: Any) -> ConnectorConfig:
-    """A connector running connectors.scripted with `script`, recording to folder/<name>.jsonl."""
+    """A connector running tests/scripted_connector.py with `script`, recording to folder/<name>.jsonl."""
     script = {**script, "record": str(folder / f"{name}.jsonl")}
     fields.setdefault("restart", RestartConfig(policy="never"))
     fields.setdefault("request_timeout_s", 5.0)
     return ConnectorConfig(
         name=name,
-        command=[PYTHON, "-m", "mcplhost.connectors.scripted"],
+        command=SCRIPTED_COMMAND,
         env={"MCPL_SCRIPT": json.dumps(script), "PYTHONPATH": str(REPO)},
         cwd=str(REPO),
         **fields,
@@ -128,11 +133,14 @@ async def wait_for(condition: Callable[[], Any], timeout: float = 15.0, interval
 
 
 @asynccontextmanager
-async def running_host(config: Config, *, wait_ready: bool = True,
-                       events: ObjectSendStream[Stored] | None = None) -> AsyncIterator[Host]:
-    """Run a Host in this test's event loop; stop it gracefully on exit (`events`: see mcplhost/host.py)."""
+async def running_host(config: Config, *, wait_ready: bool = True, events: ObjectSendStream[Stored] | None = None,
+                       launcher: Launcher = CHILD_PROCESSES) -> AsyncIterator[Host]:
+    """Run a Host in this test's event loop; stop it gracefully on exit (`events`, `launcher`: see mcplhost/host.py).
+
+    tests/memory_pair.py `memory_host` runs it with the scripted connectors in memory.
+    """
     stop = anyio.Event()
-    async with open_host(config, events=events) as host, anyio.create_task_group() as tg:
+    async with open_host(config, events=events, launcher=launcher) as host, anyio.create_task_group() as tg:
         tg.start_soon(host.run, stop)
         if wait_ready:
             with anyio.fail_after(30):
@@ -164,10 +172,6 @@ def count_rows(db: Path, table: str, where: str = "1") -> int:
         conn.close()
 
 
-def texts(item: StoredItem) -> list[str]:
-    return [block.get("text", "") for block in item.content]
-
-
 # --- helpers for the protocol suite (tests/protocol/*_wire.py) -------------------
 
 
@@ -183,6 +187,11 @@ async def items_when(folder: Path, count: int, timeout: float = 15.0, **filters:
                 if len(items) >= count:
                     return items
             await anyio.sleep(0.02)
+
+
+def received(folder: Path, name: str, method: str) -> list[dict[str, Any]]:
+    """Every `method` message scripted connector `name` received, in order (e.g. its channels/publish requests)."""
+    return [m for m in record(folder, name).received if m.get("method") == method]
 
 
 def logged(logs: list[dict[str, Any]], event: str, **fields: Any) -> list[dict[str, Any]]:
@@ -205,13 +214,14 @@ def result_of(rec: Record, step: int) -> Any:
 
 
 @asynccontextmanager
-async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
-                    handshake: bool = True) -> AsyncIterator[Any]:
-    """One McplConnection on a real connector subprocess and a real store, without the supervisor.
+async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None, handshake: bool = True,
+                    launcher: Launcher = CHILD_PROCESSES) -> AsyncIterator[Any]:
+    """One McplConnection on a connector `launcher` starts (a real subprocess) and a real store, no supervisor.
 
     For tests that drive the connection from the host side (`send_policy`,
     `refresh_manifest`). Yields the connection after its handshake; on exit
-    the child goes through the shutdown ladder.
+    the child goes through the shutdown ladder. tests/memory_pair.py
+    `memory_connected` runs the scripted connector in memory.
     """
     import structlog
 
@@ -220,13 +230,11 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
     from mcplhost.speech.echoes import EchoMemory
     from mcplhost.store import open_store
     from mcplhost.store.writer import GroupWriter
-    from mcplhost.supervisor.process import child_environment, spawn, stop
-
     clog = structlog.get_logger().bind(connector=spec.name)
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
         await tg.start(writer.run)
-        process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
+        process = await launcher.spawn(spec)
         session = Session(process.stdin, process.stdout, log=clog,  # type: ignore[arg-type]
                           max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s)
         if intake is None:
@@ -240,7 +248,7 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None,
             yield connection
         finally:
             connection.close_jobs()
-            await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=clog)
+            await launcher.stop(process, spec, clog)
             tg.cancel_scope.cancel()
 
 
@@ -279,34 +287,6 @@ async def _gone_session() -> Session:
     return Session(_GonePeer(), _GonePeer())
 
 
-def push(event_id: str = "e-1", feature_set: str = "chat", body: str = "ping", **extra: Any) -> dict[str, Any]:
-    """`push/event` params with one text block."""
-    return {"featureSet": feature_set, "eventId": event_id, "timestamp": "2026-01-01T00:00:00Z",
-            "payload": {"content": [{"type": "text", "text": body}]}, **extra}
-
-
-def descriptor(channel_id: str, **extra: Any) -> dict[str, Any]:
-    """A ChannelDescriptor (SPEC §14.2) for `channel_id`, bidirectional unless `extra` says otherwise."""
-    return {"id": channel_id, "type": "disc", "label": "#" + channel_id.rsplit(":", 1)[-1],
-            "direction": "bidirectional", "address": {"channel": channel_id}, **extra}
-
-
-def message(channel_id: str, message_id: str = "m-1", body: str = "hello", **extra: Any) -> dict[str, Any]:
-    """One `channels/incoming` message with one text block."""
-    return {"channelId": channel_id, "messageId": message_id, "author": {"id": "u1", "name": "Alice"},
-            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}], **extra}
-
-
-def register(*channel_ids: str) -> dict[str, Any]:
-    """A `channels/register` step for bidirectional channels with these ids."""
-    return {"request": "channels/register", "params": {"channels": [descriptor(c) for c in channel_ids]}}
-
-
-def incoming(*messages: dict[str, Any]) -> dict[str, Any]:
-    """A `channels/incoming` step carrying `messages`."""
-    return {"request": "channels/incoming", "params": {"messages": list(messages)}}
-
-
 async def nudge(connection: Any, method: str) -> None:
     """Send the connector a host request it does not know, so a script's {"wait": method} step goes on."""
     from mcplhost.rpc import RemoteError
@@ -332,6 +312,18 @@ SPLIT_MANIFEST: dict[str, Any] = {
 
 #: A well-formed mcpl/manifestChanged hint for scripted steps; its revision is a claim the host never relies on.
 HINT = {"notify": "mcpl/manifestChanged", "params": {"revision": "sha256:" + "A" * 43, "domains": ["capabilities"]}}
+
+
+class Beside:
+    """`target` with some attributes replaced, every other one its own: how a test puts a fault, or a write from
+    beside, into a component's dependency (`sender.handle = Beside(sender.handle, request=failing)`)."""
+
+    def __init__(self, target: Any, **replaced: Any) -> None:
+        self._target = target
+        self.__dict__.update(replaced)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
 
 
 def alive(pid: int) -> bool:

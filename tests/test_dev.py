@@ -98,7 +98,8 @@ class TestLines:
 def test_the_bundled_connectors_are_the_runnable_modules() -> None:
     """`mcplhost connector --list`: programs only, not the helper library they share."""
     names = bundled_connectors()
-    assert {"stub", "heartbeatish", "scripted"} <= set(names) and "mcpl_server" not in names
+    assert {"stub", "heartbeatish", "zulipish", "discordish", "console"} <= set(names)
+    assert "mcpl_server" not in names and "scripted" not in names  # the tests' connector is not shipped
 
 
 class TestDevAgent:

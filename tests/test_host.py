@@ -19,7 +19,8 @@ from mcplhost.store import StoreError
 from mcplhost.store.writer import GroupWriter
 from mcplhost.supervisor.handle import ConnectorHandle
 
-from .harness import config_with, running_host, scripted
+from .harness import config_with, scripted
+from .memory_pair import memory_host
 
 SCOUT = AgentConfig(name="scout", backend=BackendConfig(kind="scripted", script=["hi"]))
 
@@ -68,7 +69,7 @@ class TestBuiltWhole:
 class TestRun:
     async def test_a_host_runs_once(self, tmp_path: Path):
         """After its stop, running the same host again is refused: its writer and senders are spent."""
-        async with running_host(config_with(tmp_path)) as host:
+        async with memory_host(config_with(tmp_path)) as host:
             pass
         with pytest.raises(HostStateError, match="runs once"):
             await host.run(anyio.Event())
@@ -81,7 +82,7 @@ class TestReloadAllOrNothing:
         agent its backend and prompt (docs/operations.md#reload)."""
         spec = scripted("a", {"manifest": None}, tmp_path)
         config = msgspec.structs.replace(config_with(tmp_path, spec), agents=[SCOUT])
-        async with running_host(config) as host:
+        async with memory_host(config) as host:
             handle, backend = host.connectors["a"], host.agents.runners["scout"].services.backend
             pid = handle.statistics().pid
             broken = msgspec.structs.replace(SCOUT, system_prompt="new", backend=BackendConfig(
@@ -101,7 +102,7 @@ class TestReloadAllOrNothing:
         and its sender from the old one's publish counts, as one handle does across restart-connector."""
         spec = scripted("a", {"manifest": None}, tmp_path)
         config = config_with(tmp_path, spec)
-        async with running_host(config) as host:
+        async with memory_host(config) as host:
             old, sender = host.connectors["a"], host.outbox_senders["a"]
             old.refusals.request("nosuch/method", -32601)
             old.published()

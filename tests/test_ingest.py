@@ -15,24 +15,14 @@ from structlog.testing import capture_logs
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored
 from mcplhost.logs import LINES_PER_WINDOW
-from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import export_line, open_store
 from mcplhost.store.writer import GroupWriter
 
+from .builders import admitted_message, admitted_push
 from .harness import wait_for
 
 ROOM = "disc:g1:room"
-
-
-def message(message_id: str = "m-1", body: str = "hello", **fields: Any) -> AdmittedMessage:
-    return AdmittedMessage(channel_id=ROOM, label="#room", message_id=message_id,
-                           content=[{"type": "text", "text": body}], **fields)
-
-
-def push(event_id: str = "e-1", **fields: Any) -> AdmittedPush:
-    return AdmittedPush(event_id=event_id, feature_set="disc.alerts", source_timestamp=None,
-                        content=[{"type": "text", "text": "tick"}], **fields)
 
 
 @asynccontextmanager
@@ -63,8 +53,8 @@ class TestRedelivery:
     async def test_an_identical_redelivery_is_answered_as_the_first(self, tmp_path: Path):
         """Same connector, channel, messageId and body: one row, the same answer, no second Stored event."""
         async with ingest(tmp_path) as (intake, events):
-            first = await intake.store_messages("disc", "channels/incoming", [message()])
-            again = await intake.store_messages("disc", "channels/incoming", [message()])
+            first = await intake.store_messages("disc", "channels/incoming", [admitted_message()])
+            again = await intake.store_messages("disc", "channels/incoming", [admitted_message()])
             assert first == again == [{"messageId": "m-1", "accepted": True,
                                        "conversationId": conversation_id("disc", ROOM, None)}]
             assert len(await intake.store.items.list()) == 1
@@ -73,15 +63,16 @@ class TestRedelivery:
     async def test_a_redelivery_gets_the_originals_conversation(self, tmp_path: Path):
         """A repeat that would compute another conversation (its thread differs) is answered with the original's."""
         async with ingest(tmp_path) as (intake, _):
-            (first,) = await intake.store_messages("disc", "channels/incoming", [message(thread_id="t-1")])
-            (again,) = await intake.store_messages("disc", "channels/incoming", [message(thread_id="t-2")])
+            (first,) = await intake.store_messages("disc", "channels/incoming", [admitted_message(thread_id="t-1")])
+            (again,) = await intake.store_messages("disc", "channels/incoming", [admitted_message(thread_id="t-2")])
             assert again["conversationId"] == first["conversationId"] == conversation_id("disc", ROOM, "t-1")
 
     async def test_a_batch_with_a_message_twice_stores_it_once(self, tmp_path: Path):
         """Two copies in one request: one row, both accepted with the same conversation."""
         async with ingest(tmp_path) as (intake, events):
             with capture_logs() as logs:
-                results = await intake.store_messages("disc", "channels/incoming", [message(), message()])
+                twice = [admitted_message(), admitted_message()]
+                results = await intake.store_messages("disc", "channels/incoming", twice)
             assert results[0] == results[1] and results[0]["accepted"]
             (item,) = await intake.store.items.list()
             assert len(drain(events)) == 1
@@ -92,10 +83,10 @@ class TestRedelivery:
     async def test_a_connector_replaying_in_a_loop_is_counted_exactly_and_logged_a_few_times(self, tmp_path: Path):
         """Each replayed request counts; only the limiter's allowance of them is logged."""
         async with ingest(tmp_path) as (intake, _):
-            await intake.store_messages("disc", "channels/incoming", [message()])
+            await intake.store_messages("disc", "channels/incoming", [admitted_message()])
             with capture_logs() as logs:
                 for _ in range(3 * LINES_PER_WINDOW):
-                    await intake.store_messages("disc", "channels/incoming", [message()])
+                    await intake.store_messages("disc", "channels/incoming", [admitted_message()])
             assert intake.statistics()["redelivered"] == 3 * LINES_PER_WINDOW
             assert len([e for e in logs if e["event"] == "ingest.redelivered"]) == LINES_PER_WINDOW
             assert all(e["connector"] == "disc" for e in logs)
@@ -103,9 +94,9 @@ class TestRedelivery:
     async def test_an_edit_is_its_own_item(self, tmp_path: Path):
         """chat:edited with a new body is stored beside the original, in the original's thread."""
         async with ingest(tmp_path) as (intake, _):
-            await intake.store_messages("disc", "channels/incoming", [message(thread_id="t-1")])
+            await intake.store_messages("disc", "channels/incoming", [admitted_message(thread_id="t-1")])
             (edit,) = await intake.store_messages("disc", "channels/incoming",
-                                                  [message(body="hello!", tags=["chat:edited"])])
+                                                  [admitted_message(body="hello!", tags=["chat:edited"])])
             stored = await intake.store.items.list()
             assert len(stored) == 2 and stored[1].metadata["threadId"] == "t-1"
             assert edit["conversationId"] == conversation_id("disc", ROOM, "t-1")
@@ -115,7 +106,8 @@ class TestStoredEvents:
     async def test_each_new_item_is_an_event_with_its_id_and_conversation(self, tmp_path: Path):
         """After the commit, Stored carries the row's id and the item with conversation and thread ids."""
         async with ingest(tmp_path) as (intake, events):
-            await intake.store_messages("disc", "channels/incoming", [message("a", thread_id="t"), message("b")])
+            await intake.store_messages("disc", "channels/incoming",
+                                        [admitted_message("a", thread_id="t"), admitted_message("b")])
             stored = await intake.store.items.list()
             got = drain(events)
             assert [e.id for e in got] == [item.id for item in stored]
@@ -128,10 +120,10 @@ class TestStoredEvents:
         async with ingest(tmp_path, buffer=1) as (intake, events):
             with capture_logs() as logs:
                 results = await intake.store_messages("disc", "channels/incoming",
-                                                      [message(str(n)) for n in range(4)])
+                                                      [admitted_message(str(n)) for n in range(4)])
                 assert all(r["accepted"] for r in results)
                 assert [e.id for e in drain(events)] == [1]
-                await intake.store_messages("disc", "channels/incoming", [message("later")])
+                await intake.store_messages("disc", "channels/incoming", [admitted_message("later")])
             (flagged,) = drain(events)
             assert (flagged.id, flagged.missed_before) == (5, 3)
             assert intake.statistics() == {"stored_events": 2, "stored_events_dropped": 3, "redelivered": 0}
@@ -144,7 +136,7 @@ class TestStoredEvents:
             events.close()
             with capture_logs() as logs:
                 for n in range(2):
-                    (result,) = await intake.store_messages("disc", "channels/incoming", [message(str(n))])
+                    (result,) = await intake.store_messages("disc", "channels/incoming", [admitted_message(str(n))])
                     assert result["accepted"]
             assert [e["event"] for e in logs] == ["ingest.stored_events_closed"]
             assert len(await intake.store.items.list()) == 2
@@ -152,7 +144,7 @@ class TestStoredEvents:
     async def test_without_a_stream_there_are_no_events(self, tmp_path: Path):
         """An Ingest given no stream stores and answers as usual."""
         async with ingest(tmp_path, events=False) as (intake, _):
-            (result,) = await intake.store_messages("disc", "channels/incoming", [message()])
+            (result,) = await intake.store_messages("disc", "channels/incoming", [admitted_message()])
             assert result["accepted"] and intake.statistics()["stored_events"] == 0
 
 
@@ -183,8 +175,8 @@ class TestEchoPort:
             await tg.start(writer.run)
             intake = Ingest(store, writer, structlog.get_logger(), echoes=echoes)
             async with anyio.create_task_group() as requests:
-                requests.start_soon(intake.store_messages, "disc", "channels/incoming", [message("m-1")])
-                requests.start_soon(intake.store_push, "disc", push())
+                requests.start_soon(intake.store_messages, "disc", "channels/incoming", [admitted_message("m-1")])
+                requests.start_soon(intake.store_push, "disc", admitted_push())
                 await wait_for(lambda: echoes.seeds)
                 await anyio.wait_all_tasks_blocked()
                 assert await store.items.list() == []
@@ -200,8 +192,8 @@ class TestAuthorId:
         """metadata.authorId is the admitted author id; absent without one; a connector's own copy stays in adapter."""
         async with ingest(tmp_path) as (intake, _):
             await intake.store_messages("disc", "channels/incoming", [
-                message("m-1", participant="Alice", author_id="u-7", metadata={"authorId": "forged"}),
-                message("m-2")])
+                admitted_message("m-1", participant="Alice", author_id="u-7", metadata={"authorId": "forged"}),
+                admitted_message("m-2")])
             known, unknown = [json.loads(export_line(i)) for i in await intake.store.items.list()]
             assert known["metadata"]["authorId"] == "u-7" and known["participant"] == "Alice"
             assert known["metadata"]["adapter"] == {"authorId": "forged"}
@@ -212,8 +204,8 @@ class TestPush:
     async def test_a_repeat_names_the_original_item(self, tmp_path: Path):
         """store_push returns PushStored: the answer, the item id, and whether it was a repeat."""
         async with ingest(tmp_path) as (intake, events):
-            first = await intake.store_push("disc", push())
-            again = await intake.store_push("disc", push())
+            first = await intake.store_push("disc", admitted_push())
+            again = await intake.store_push("disc", admitted_push())
             (item,) = await intake.store.items.list()
             assert (first.answer, first.item_id, first.duplicate) == ({"accepted": True}, item.id, False)
             assert (again.answer, again.item_id, again.duplicate) == ({"accepted": True}, item.id, True)
@@ -222,8 +214,8 @@ class TestPush:
     async def test_the_feature_set_is_in_the_export(self, tmp_path: Path):
         """A push's featureSet is in metadata next to eventId; a channel item's is null."""
         async with ingest(tmp_path) as (intake, _):
-            await intake.store_push("disc", push())
-            await intake.store_messages("disc", "channels/incoming", [message()])
+            await intake.store_push("disc", admitted_push())
+            await intake.store_messages("disc", "channels/incoming", [admitted_message()])
             pushed, incoming = [json.loads(export_line(i)) for i in await intake.store.items.list()]
             assert pushed["metadata"]["featureSet"] == "disc.alerts" and pushed["metadata"]["eventId"] == "e-1"
             assert incoming["metadata"]["featureSet"] is None
@@ -244,10 +236,10 @@ class TestSecrets:
             await tg.start(writer.run)
             intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send,
                             secrets=store.secrets)
-            await intake.store_messages("disc", "channels/incoming", [message("m-0", "all clear")])
+            await intake.store_messages("disc", "channels/incoming", [admitted_message("m-0", "all clear")])
             await intake.store_messages("disc", "channels/incoming", [
-                message("m-1", "fine"), message("m-2", f"leaked {token}"),
-                message("m-3", "by name", participant=f"ann {token}")])
+                admitted_message("m-1", "fine"), admitted_message("m-2", f"leaked {token}"),
+                admitted_message("m-3", "by name", participant=f"ann {token}")])
             rows = {item.metadata["messageId"]: item for item in await store.items.list()}
             tg.cancel_scope.cancel()
         events = {event.item.metadata["messageId"]: event.item for event in drain(receive)}

@@ -19,11 +19,11 @@ from structlog.testing import capture_logs
 from mcplhost.ingest import Ingest
 from mcplhost.ingest.quotas import QuotaLimits
 from mcplhost.protocol import errors
-from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.speech.echoes import EchoMemory
 from mcplhost.store import QUOTA_BUCKET_MS, QUOTA_WINDOW_MS, body_bytes, bucket_of, open_store
 from mcplhost.store.writer import GroupWriter
 
+from .builders import admitted_message, admitted_push
 from .harness import logged
 
 ROOM = "disc:g1:room"
@@ -38,16 +38,6 @@ class Clock:
         return self.now
 
 
-def message(message_id: str, body: str = "hello") -> AdmittedMessage:
-    return AdmittedMessage(channel_id=ROOM, label="#room", message_id=message_id,
-                           content=[{"type": "text", "text": body}])
-
-
-def push(event_id: str, body: str = "tick") -> AdmittedPush:
-    return AdmittedPush(event_id=event_id, feature_set="disc.alerts", source_timestamp=None,
-                        content=[{"type": "text", "text": body}])
-
-
 @asynccontextmanager
 async def ingest(folder: Path, clock: Clock, **limits: int) -> AsyncIterator[Ingest]:
     """A fresh Ingest (as after a restart) over the store in `folder`, with `disc`'s quotas."""
@@ -60,7 +50,7 @@ async def ingest(folder: Path, clock: Clock, **limits: int) -> AsyncIterator[Ing
 
 
 async def send(intake: Ingest, *ids: str, body: str = "hello") -> list[dict[str, Any]]:
-    return await intake.store_messages("disc", "channels/incoming", [message(i, body) for i in ids])
+    return await intake.store_messages("disc", "channels/incoming", [admitted_message(i, body) for i in ids])
 
 
 def accepted(results: list[dict[str, Any]]) -> list[bool]:
@@ -127,7 +117,8 @@ class TestItemsQuota:
         clock = Clock()
         async with ingest(tmp_path, clock, max_items=1) as intake:
             assert accepted(await send(intake, "m-1", "m-2")) == [True, False]
-            other = await intake.store_messages("zulip", "channels/incoming", [message("m-1"), message("m-2")])
+            other = await intake.store_messages("zulip", "channels/incoming",
+                                                [admitted_message("m-1"), admitted_message("m-2")])
             assert accepted(other) == [True, True]  # not configured here: the generous defaults
 
 
@@ -172,11 +163,11 @@ class TestPushes:
         clock = Clock()
         async with ingest(tmp_path, clock, max_items=2) as intake:
             await send(intake, "m-1")
-            stored = await intake.store_push("disc", push("e-1"))
+            stored = await intake.store_push("disc", admitted_push("e-1"))
             assert not stored.duplicate
-            assert (await intake.store_push("disc", push("e-1"))).duplicate  # a repeat: nothing counted
+            assert (await intake.store_push("disc", admitted_push("e-1"))).duplicate  # a repeat: nothing counted
             with pytest.raises(errors.ConnectorProtocolError) as refused:
-                await intake.store_push("disc", push("e-2"))
+                await intake.store_push("disc", admitted_push("e-2"))
             assert refused.value.code == errors.INTERNAL_ERROR
             assert refused.value.data["reason"] == "quota" and refused.value.data["quota"] == "items"
             assert accepted(await send(intake, "m-2")) == [False]
@@ -193,7 +184,7 @@ class TestSpells:
                 clock.now += 1000
                 await send(intake, "m-4", "m-5")
                 with pytest.raises(errors.ConnectorProtocolError):
-                    await intake.store_push("disc", push("e-1"))
+                    await intake.store_push("disc", admitted_push("e-1"))
                 assert intake.quota_statistics()["disc"] == {
                     "items": 1, "bytes": intake.quota_statistics()["disc"]["bytes"], "maxItems": 1,
                     "maxBytes": QuotaLimits().max_bytes, "refusedItems": 5, "refusedBytes": 0, "reached": True}

@@ -33,6 +33,7 @@ from mcplhost.ratelimit import Suppressed, WindowLimiter
 from mcplhost.tracebacks import TRACEBACK_MAX_CHARS
 
 from .harness import REPO, logged, wait_for
+from .properties import examples
 
 KEYS = ("a", "b", "c")
 #: One step of a run: an event of a key after `dt` seconds, or a roll-over check after `dt` seconds.
@@ -49,7 +50,7 @@ def window_starts(times: list[float], window_s: float) -> list[float]:
 
 
 class TestWindowLimiter:
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(steps=steps, allowance=st.integers(0, 5), window_s=st.sampled_from((0.5, 1.0, 2.5)))
     @example(steps=[("a", 0.0)] * 7 + [("a", 1.0)], allowance=3, window_s=1.0)
     def test_each_window_passes_its_allowance_and_one_exact_summary(self, steps, allowance, window_s) -> None:
@@ -310,9 +311,13 @@ class TestFlushOnExit:
 
 
 class TestBounded:
-    @given(st.recursive(st.text() | st.integers() | st.none(),
+    # Values on both sides of MAX_VALUE_CHARS: a leaf may be a long text (a short piece repeated, a few draws),
+    # so a small tree renders past the bound as often as a wide one did. Hundreds of leaves, each text drawn a
+    # character at a time, made generating the input nearly all of this test's time.
+    @given(st.recursive(st.text() | st.integers() | st.none()
+                        | st.builds(str.__mul__, st.text(min_size=1, max_size=8), st.integers(1, 600)),
                         lambda inner: st.lists(inner, max_size=40) | st.dictionaries(st.text(), inner, max_size=40),
-                        max_leaves=400))
+                        max_leaves=40))
     @example(["x" * 100] * 100)
     @example({"k": {"k": {"k": "y" * 3000}}})
     def test_no_value_outgrows_its_bound(self, value) -> None:

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from mcplhost.ingest.quotas import QUOTA_SPELL_END_MS, QuotaLimits, QuotaSpell, QuotaWindow
 from mcplhost.store.quotas import QUOTA_BUCKET_MS, QUOTA_WINDOW_MS, QuotaUsage, bucket_of, oldest_bucket
 
+from .properties import examples
+
 START = 1_790_000_000_000
 
 
@@ -31,7 +33,7 @@ steps = st.lists(st.tuples(st.integers(0, 3 * QUOTA_BUCKET_MS), st.integers(0, 3
                  min_size=1, max_size=60)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(max_items=st.integers(1, 8), max_bytes=st.integers(1, 1000), steps=steps,
        jump=st.sampled_from([0, QUOTA_WINDOW_MS - QUOTA_BUCKET_MS, QUOTA_WINDOW_MS]))
 def test_the_window_decides_as_the_naive_model(max_items: int, max_bytes: int,
@@ -57,7 +59,7 @@ def test_the_window_decides_as_the_naive_model(max_items: int, max_bytes: int,
         assert window.usage(now) == naive.usage(now)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(buckets=st.lists(st.tuples(st.integers(0, 120), st.integers(0, 5), st.integers(0, 500)), max_size=20))
 def test_a_window_seeded_from_stored_buckets_counts_only_the_hour(buckets: list[tuple[int, int, int]]) -> None:
     """Seeded with stored minutes (as after a restart), usage is the sum of those still inside the hour."""

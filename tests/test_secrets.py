@@ -15,6 +15,7 @@ from mcplhost.config import load_config, secret_values, short_secret_warnings
 from mcplhost.secrets import MIN_SECRET_CHARS, NO_SECRETS, Secrets, StreamGuard, redaction
 
 from .harness import REPO
+from .properties import examples
 
 names = st.from_regex(r"[A-Z][A-Z_]{0,10}", fullmatch=True)
 values = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=MIN_SECRET_CHARS,
@@ -35,7 +36,7 @@ def held_values(held: Secrets, secrets: dict[str, str]) -> list[str]:
 
 
 class TestRedaction:
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(secrets=secret_sets, pieces=st.lists(texts, max_size=5), picks=st.lists(st.integers(0, 9), max_size=5))
     def test_redact_leaves_no_value_behind_and_find_agrees(self, secrets, pieces, picks) -> None:
         """Whatever surrounds and overlaps them, no value survives redaction; find is None exactly after redaction."""
@@ -47,14 +48,14 @@ class TestRedaction:
             assert value not in redacted
         assert (held.find(text) is None) == (redacted == text)
 
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(secrets=secret_sets, pieces=st.lists(texts, max_size=5), picks=st.lists(st.integers(0, 9), max_size=5))
     def test_redact_is_idempotent(self, secrets, pieces, picks) -> None:
         held = Secrets(secrets)
         once = held.redact(mixed(secrets, pieces, picks))
         assert held.redact(once) == once
 
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(secrets=secret_sets, pieces=st.lists(texts, max_size=3), picks=st.lists(st.integers(0, 9), max_size=3))
     def test_json_text_and_bytes_are_redacted_too(self, secrets, pieces, picks) -> None:
         """A value as JSON writes it (escaped) and as UTF-8 bytes: how stored rows hold it."""
@@ -66,7 +67,7 @@ class TestRedaction:
         for value in secrets.values():
             assert value.encode() not in raw
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(base=values, extra=st.text(min_size=1, max_size=6), cut=st.integers(1, 7), pieces=st.lists(texts, max_size=4),
            picks=st.lists(st.integers(0, 9), max_size=4))
     def test_overlapping_values_leave_nothing_behind(self, base, extra, cut, pieces, picks) -> None:
@@ -103,7 +104,7 @@ class TestRedaction:
 
 
 class TestStreamGuard:
-    @settings(max_examples=100, deadline=None)
+    @settings(max_examples=examples(30), deadline=None)
     @given(secrets=secret_sets, pieces=st.lists(texts, max_size=4), picks=st.lists(st.integers(0, 9), max_size=4),
            tail=texts, cuts=st.lists(st.integers(0, 400), max_size=12))
     def test_nothing_from_a_secret_on_is_released_and_a_clean_text_comes_out_whole(self, secrets, pieces, picks,

@@ -123,11 +123,6 @@ HANDLED_TURNS_READ = 1000
 #: unless a stop aborted it (its reason is REASON_STOPPED: the stop consumed it).
 HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
 
-#: Test seam, None in production: called with the agent's name and the wake just before the wake is
-#: handled (its echo check and turn); a test sets it to raise there, standing in for a bug in that code.
-test_fault_before_wake: Callable[[str, Wake], None] | None = None
-
-
 class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
@@ -260,8 +255,6 @@ class AgentRunner:
     async def _handle(self, wake: Wake) -> None:
         """The wake's echo check and turn, one exception boundary: a bug here fails this wake, not the agent."""
         try:
-            if test_fault_before_wake is not None:
-                test_fault_before_wake(self.agent.name, wake)
             if wake.catch_up:
                 await self._wait_for_routes(wake)
             kept, items = await self._without_late_echoes(wake)

@@ -18,6 +18,10 @@ MCP tools (with ``tools=True``): `add_tool(name, handler, ...)` registers
 one; ``tools/list`` and ``tools/call`` are answered from what is
 registered, and `tools_changed()` sends ``notifications/tools/list_changed``.
 
+The lines come from stdin and go to stdout (`Stdio`); a server given another
+`transport` (anything with `lines()` and `write(line)`) speaks over that
+instead, and `await serve(main)` runs it in a loop that is already running.
+
 A stub's timed scenario (a message every N seconds) runs its steps through
 `timed_steps()`: on wall time each step waits its seconds. Test-only: with
 ``MCPL_TEST_CLOCK`` naming a Unix socket, each wait is that clock's instead
@@ -35,7 +39,7 @@ import sys
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 #: An MCP tool: its arguments in, its content blocks out (raise to answer with isError).
@@ -60,8 +64,10 @@ class McplServer:
         *,
         version: str = "0.1.0",
         tools: bool = False,
+        transport: Transport | None = None,
     ) -> None:
         self.name = name
+        self.transport = transport if transport is not None else Stdio()
         self.manifest = manifest
         self.version = version
         self.tools = tools
@@ -104,8 +110,7 @@ class McplServer:
     def send(self, message: dict[str, Any]) -> None:
         self.on_send(message)
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-        sys.stdout.buffer.write(line.encode("utf-8", "surrogatepass") + b"\n")
-        sys.stdout.buffer.flush()
+        self.transport.write(line.encode("utf-8", "surrogatepass") + b"\n")
 
     async def request(self, method: str, params: Any = None, *, timeout: float = 30.0) -> Any:
         request_id = next(self._ids)
@@ -126,8 +131,7 @@ class McplServer:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         line = f'{{"jsonrpc":"2.0","id":{request_id},"method":{json.dumps(method)},"params":{params_json}}}\n'
-        sys.stdout.buffer.write(line.encode("utf-8"))
-        sys.stdout.buffer.flush()
+        self.transport.write(line.encode("utf-8"))
         try:
             return await asyncio.wait_for(future, timeout)
         finally:
@@ -205,13 +209,7 @@ class McplServer:
                     future.set_result(message.get("result"))
 
     async def _read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
+        async for line in self.transport.lines():
             if not line.strip():
                 continue
             try:
@@ -225,6 +223,13 @@ class McplServer:
 
     def run(self, main: Callable[[McplServer], Awaitable[Any]] | None = None) -> None:
         """Serve until stdin ends (the host's request to stop), running `main` beside."""
+        try:
+            asyncio.run(self.serve(main))
+        except KeyboardInterrupt:
+            pass
+
+    async def serve(self, main: Callable[[McplServer], Awaitable[Any]] | None = None) -> None:
+        """Serve until the transport's lines end, running `main` beside; cancelled, it cancels what it started."""
 
         async def guarded(main: Callable[[McplServer], Awaitable[Any]]) -> None:
             try:
@@ -232,9 +237,9 @@ class McplServer:
             except Exception:  # the connector's own failure: say so at once, with its traceback
                 log(f"{self.name}: main failed:\n{traceback.format_exc()}")
 
-        async def both() -> None:
-            reader = asyncio.create_task(self._read_loop())
-            worker = asyncio.create_task(guarded(main)) if main is not None else None
+        reader = asyncio.create_task(self._read_loop())
+        worker = asyncio.create_task(guarded(main)) if main is not None else None
+        try:
             await reader
             if worker is not None:
                 worker.cancel()
@@ -242,15 +247,42 @@ class McplServer:
                     await worker
                 except asyncio.CancelledError:
                     pass
-
-        try:
-            asyncio.run(both())
-        except KeyboardInterrupt:
-            pass
+        finally:
+            # What asyncio.run cancels at its end, cancelled here, for a loop that goes on after this server.
+            for task in (reader, worker, *self._tasks):
+                if task is not None:
+                    task.cancel()
 
 
 #: A handler returns this to leave a request unanswered (for tests of host timeouts).
 NO_ANSWER = object()
+
+
+class Transport(Protocol):
+    """Where a server's lines come from and go to."""
+
+    def lines(self) -> AsyncIterator[bytes]:
+        """Each line the host sent, newline included, until the host closes its end."""
+        ...
+
+    def write(self, line: bytes) -> None:
+        """Send one whole line (newline included) at once."""
+        ...
+
+
+class Stdio:
+    """The lines of stdin and stdout: how a connector the host spawned speaks."""
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := await reader.readline():
+            yield line
+
+    def write(self, line: bytes) -> None:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
 
 
 def text(body: str) -> list[dict[str, Any]]:

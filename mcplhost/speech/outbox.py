@@ -141,8 +141,6 @@ class OutboxSender:
         self._life: int | None = None  # the connector life last seen ready (its number: handle.lives)
         self._life_ready_at = 0  # when this sender first saw that life ready (epoch ms)
         self.stats = {"delivered": 0, "failed": 0, "retried": 0, "crashed": 0}
-        #: Test-only seam: called with each row just before its try; a test raises from it to exercise the boundary.
-        self.test_fault: Callable[[PendingPublish], None] | None = None
 
     def notify(self) -> None:
         """Something was queued for this connector: look at the queue now."""
@@ -261,8 +259,6 @@ class OutboxSender:
                 blocked[row.channel_id] = row.next_attempt_at
                 continue
             self._trying = row
-            if self.test_fault is not None:
-                self.test_fault(row)
             retry_at = await self._checked_send(row, now)
             self._trying = None
             if retry_at is not None:

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import Process
@@ -218,6 +218,33 @@ async def stop(process: Process, *, stdin_grace: float, term_grace: float, log: 
         _record(process, running=False)
         await _close_pipes(process)
     return how
+
+
+class Launcher(Protocol):
+    """How a connector's process life begins and ends; `CHILD_PROCESSES` is the host's.
+
+    `spawn` hands back a running `Process` whose pipes the session speaks
+    over (raising OSError or EnvFileError when it cannot start); `stop` ends
+    it, bounded, and says how ("exited", "terminated", "killed", ...).
+    """
+
+    async def spawn(self, spec: ConnectorConfig) -> Process: ...
+
+    async def stop(self, process: Process, spec: ConnectorConfig, log: Any) -> str: ...
+
+
+class ChildProcesses:
+    """Each life a child process: `spawn` above, in the connector's own environment, and the shutdown ladder."""
+
+    async def spawn(self, spec: ConnectorConfig) -> Process:
+        return await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
+
+    async def stop(self, process: Process, spec: ConnectorConfig, log: Any) -> str:
+        return await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=log)
+
+
+#: The launcher of every connector the host runs.
+CHILD_PROCESSES = ChildProcesses()
 
 
 async def _close_pipes(process: Process) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import ByteReceiveStream, Process, TaskStatus
+from anyio.abc import Process, TaskStatus
 
 from mcplhost.config import ConnectorConfig
 from mcplhost.envfile import EnvFileError
@@ -52,7 +52,7 @@ from mcplhost.tracebacks import bounded_traceback
 from .handle import ConnectorHandle
 from .lifecycle import Lifecycle
 from .policy import GiveUp, Restart, RestartPolicy
-from .process import child_environment, drain_stderr, exit_description, spawn, stop, wait_exited
+from .process import CHILD_PROCESSES, Launcher, drain_stderr, exit_description, wait_exited
 from .traffic import StampingIntake
 from .watch import ping_until_deaf, watch_quiet
 
@@ -76,19 +76,19 @@ EXIT_CODE_WAIT_S = 1.0
 #: Characters of a crash's exception text kept in `last_error` (the log line has the whole traceback).
 CRASH_ERROR_CHARS = 300
 
-#: Test seam, None in production: called with the connector's name and each chunk of its stdout before the
-#: session reads it; a test sets it to raise, standing in for a bug that hostile output sets off there.
-test_fault_on_output: Callable[[str, bytes], None] | None = None
-
 
 async def supervise(
     spec: ConnectorConfig,
     intake: Intake,
     *,
     handle: ConnectorHandle | None = None,
+    launcher: Launcher = CHILD_PROCESSES,
     task_status: TaskStatus[ConnectorHandle] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the connector for as long as the host runs; hand out its handle once the first start is over."""
+    """Run the connector for as long as the host runs; hand out its handle once the first start is over.
+
+    Each life is started and ended by `launcher` (a child process by default).
+    """
     handle = handle if handle is not None else ConnectorHandle(spec)
     clog = log.bind(connector=spec.name)
     if not spec.grant:
@@ -122,7 +122,8 @@ async def supervise(
             began, decision = anyio.current_time(), None
             life.starting()
             with life.restartable():  # restart-connector ends the life here, through its shielded ladder
-                await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended)
+                await run_life(spec, intake, clog, handle, on_ready=report_started, on_end=life_ended,
+                               launcher=launcher)
             report_started()
             if life.take_restart():
                 policy.reset()  # as `supervisorctl restart`: a fresh budget, no delay
@@ -160,7 +161,8 @@ def announce(life: Lifecycle, spec: ConnectorConfig, decision: Restart | GiveUp,
 
 async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: ConnectorHandle, *,
                    on_ready: Callable[[], None] = lambda: None,
-                   on_end: Callable[[str], None] = lambda ended: None) -> str:
+                   on_end: Callable[[str], None] = lambda ended: None,
+                   launcher: Launcher = CHILD_PROCESSES) -> str:
     """One process life: spawn, handshake, serve until the child ends, then the shutdown ladder.
 
     `on_end(ended)` runs once the life has ended on its own, before the
@@ -168,7 +170,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
     """
     life = handle.life
     try:
-        process = await spawn(spec.command, env=child_environment(spec), cwd=spec.cwd)
+        process = await launcher.spawn(spec)
     except (OSError, EnvFileError) as exc:  # a missing command, cwd or env file fails this connector alone
         clog.error("connector.spawn_failed", command=spec.command, error=str(exc))
         life.failed(f"spawn failed: {exc}")
@@ -201,7 +203,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         life.life_ending()
         if connection is not None:
             connection.close_jobs()
-        how = await stop(process, stdin_grace=spec.stop_grace_s, term_grace=spec.term_grace_s, log=plog)
+        how = await launcher.stop(process, spec, plog)
         life.exited()
         limited.close()  # what the life's last windows held back, before its last line
         plog.info("connector.exited", returncode=process.returncode, how=how, ended=ended)
@@ -212,12 +214,9 @@ def _session(spec: ConnectorConfig, process: Process, plog: Any, limited: Limite
     """The JSON-RPC session over the child's pipes, under the connector's bounds; not running yet."""
     if process.stdin is None or process.stdout is None:  # spawn opens both pipes
         raise HostStateError(f"connector {spec.name} was spawned without its stdin and stdout pipes")
-    output: ByteReceiveStream = process.stdout
-    if test_fault_on_output is not None:
-        output = _SeamedOutput(output, spec.name)
     return Session(
         process.stdin,
-        output,
+        process.stdout,
         log=plog,
         limited=limited,
         max_line_bytes=spec.max_line_bytes,
@@ -282,24 +281,6 @@ def crash_error(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= CRASH_ERROR_CHARS else text[:CRASH_ERROR_CHARS] + "…"
-
-
-class _SeamedOutput(ByteReceiveStream):
-    """The child's stdout with `test_fault_on_output` called on each chunk (only while a test sets the seam)."""
-
-    def __init__(self, stream: ByteReceiveStream, name: str) -> None:
-        self._stream = stream
-        self._name = name
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        chunk = await self._stream.receive(max_bytes)
-        seam = test_fault_on_output
-        if seam is not None:
-            seam(self._name, chunk)
-        return chunk
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
 
 
 def _exit_error(returncode: int | None) -> str:

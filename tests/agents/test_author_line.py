@@ -19,8 +19,10 @@ from mcplhost.inbound.author import AUTHOR_PART_MAX_CHARS, author_line, escape_h
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.store import StoredItem
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, running_host, scripted, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, scripted, wait_for
+from ..memory_pair import memory_host
 from ..peers.test_runtime import completed, runtime_of
+from ..properties import examples
 from .llm_server import LlmServer, Reply
 from .support import RecordingBackend, agent_config
 from .support import heard as ingest_heard
@@ -137,7 +139,7 @@ class TestASendersFrom:
         body = " " * 1_000_000 + "x"
         assert escape_leading_from(body) is body  # a backtracking pattern would take minutes here
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(body=st.text(), name=st.one_of(st.none(), st.text()), author_id=st.one_of(st.none(), st.text()),
            off=st.booleans())
     def test_the_second_line_is_the_hosts_or_never_reads_from(self, body: str, name: str | None,
@@ -189,7 +191,7 @@ class TestHostLookalikeLines:
         text = ("\t" * 20_000 + "\n") * 10 + "x"
         assert escape_host_lines(text) is text  # a backtracking pattern would take minutes here
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(text=st.one_of(st.text(), st.lists(st.one_of(HOST_LINE_PIECES, st.text(max_size=3))).map("".join)))
     def test_only_backslashes_are_added_and_no_line_reads_like_the_host_after(self, text: str) -> None:
         """Escaping inserts backslashes only, at most one per line, and leaves nothing to escape: no line of
@@ -276,7 +278,7 @@ async def test_the_model_reads_who_said_what_and_a_quiet_connector_adds_no_line(
         agent = AgentConfig(name="scout", wake_on=["chat", "quiet"], debounce_ms=0, backend=BackendConfig(
             kind="openai", model="test-model", base_url=llm.openai_base_url, api_key_env=KEY_ENV, timeout_s=10))
         config = msgspec.structs.replace(config_with(tmp_path, chat, quiet), agents=[agent])
-        async with running_host(config) as host:
+        async with memory_host(config) as host:
             await wait_for(lambda: any(_both_heard(r.body) for r in llm.requests), timeout=30)
             stored = [r for r in await host.store.items.list() if r.agent is None]
         requests = list(llm.requests)

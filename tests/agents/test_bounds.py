@@ -4,7 +4,6 @@ that gets more tool calls than it runs and more text than it keeps."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,8 +20,9 @@ from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall
 from mcplhost.agents.turns.runner import run_turn
 from mcplhost.config import AgentConfig, problems
 
+from ..builders import text_of, wake_of
 from .support import agent_config, agent_store, heard, reply_with_tools, scripted
-from .test_turn import own_rows, services, wake_of
+from .test_turn import own_rows, services
 
 CALL = ToolCall(id="c1", name="channel_list", arguments={"limit": 1})
 
@@ -75,10 +75,6 @@ class _Recording:
         await self.inner.aclose()
 
 
-def texts(row: Any) -> str:
-    return "".join(block.get("text", "") for block in row.content)
-
-
 class TestTurn:
     async def test_only_max_tool_calls_per_round_run_and_each_other_call_reads_not_run(self, tmp_path: Path) -> None:
         """40 calls in one answer, 16 run: all 40 are stored with a result (the history stays valid for every API),
@@ -93,7 +89,7 @@ class TestTurn:
         stored_calls = [r for r in rows if r.metadata["kind"] == "tool-call"]
         results = {r.metadata["toolCallId"]: r for r in rows if r.metadata["kind"] == "tool-result"}
         assert len(stored_calls) == 40 and len(results) == 40
-        refused = [cid for cid, r in results.items() if texts(r) == not_run_text(40, 16)]
+        refused = [cid for cid, r in results.items() if text_of(r.content) == not_run_text(40, 16)]
         assert refused == [f"scripted-0-{n}" for n in range(16, 40)]
         assert all(results[cid].metadata["isError"] is True for cid in refused)
         second = backend.requests[1].messages
@@ -110,5 +106,5 @@ class TestTurn:
             assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
             rows = await own_rows(store, "scout")
         (draft,) = [r for r in rows if r.metadata["kind"] == "draft"]
-        assert texts(draft) == "a" * 12
+        assert text_of(draft.content) == "a" * 12
         assert backend.requests[0].max_output_chars == 12

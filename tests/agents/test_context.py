@@ -43,6 +43,8 @@ from mcplhost.store.own_rows import notice_row, source_notice_row
 from mcplhost.store.rows import Destination, DraftsNotice, FailedReplyNotice, TurnFailedNotice
 from tests.peers.lookalikes import oracle_lookalikes, tag_text
 
+from ..properties import examples
+
 NOW = 1_790_000_000_000
 BACKEND = BackendConfig(kind="scripted", model="m1", max_tokens=256, temperature=0.5)
 SCOUT = AgentConfig(name="scout")
@@ -306,13 +308,16 @@ class TestLimit:
         assert len(cut.request.messages) == 1 + overflow - cut.dropped
 
     def test_the_cut_stays_put_while_the_context_grows(self) -> None:
-        """Turns that follow a cut keep the same first messages until the limit is reached again."""
+        """Turns that follow a cut keep the same first messages until the limit is reached again.
+
+        The turns share their rendered rows, as an agent's turns do (a cached compile equals an uncached one:
+        test_a_cached_compile_equals_an_uncached_one), so 200 turns render 400 rows once, not 60,000 times."""
         agent = AgentConfig(name="scout", context_chars=20_000)
-        rows = self.rows(400)
-        previous = compile_(rows[:200], agent=agent)
+        rows, rendered = self.rows(400), RenderedRows()
+        previous = compile_(rows[:200], agent=agent, rendered=rendered)
         cuts = 0
         for end in range(201, 401):
-            following = compile_(rows[:end], agent=agent)
+            following = compile_(rows[:end], agent=agent, rendered=rendered)
             assert following.dropped >= previous.dropped
             if following.dropped == previous.dropped:
                 prefix = previous.request.messages[: previous.request.stable_prefix]
@@ -325,9 +330,9 @@ class TestLimit:
     def test_the_cut_does_not_depend_on_the_window_of_rows(self) -> None:
         """A window of the newest rows that reaches back past the cut compiles to the same request as all rows."""
         agent = AgentConfig(name="scout", context_chars=20_000)
-        rows = self.rows(500)
+        rows, rendered = self.rows(500), RenderedRows()  # the whole history's turns share their rendered rows
         for end in range(300, 501, 7):
-            whole = compile_(rows[:end], agent=agent)
+            whole = compile_(rows[:end], agent=agent, rendered=rendered)
             window = compile_(rows[end - 250 : end], agent=agent)
             assert window.request == whole.request
             assert window.digest == whole.digest
@@ -706,6 +711,16 @@ class TestPeerTrigger:
 # --------------------------------------------------------------------------- properties
 
 
+def sized_text(max_size: int) -> st.SearchStrategy[str]:
+    """Any text of at most `max_size` characters; a long one is a short piece repeated.
+
+    Drawing thousands of characters one by one made these properties spend most of their time generating
+    input; a repeated piece is as long, holds the same kinds of characters, and costs a few draws.
+    """
+    repeated = st.tuples(st.text(min_size=1, max_size=20), st.integers(1, max(1, max_size // 2)))
+    return st.text(max_size=min(20, max_size)) | repeated.map(lambda pair: (pair[0] * pair[1])[:max_size])
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> list[StoredItem]:
     """Heard items, speech, tool calls with or without results, notices, peer messages and images, in any mix."""
@@ -713,7 +728,7 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
     calls: list[str] = []
     for i in range(1, draw(st.integers(0, 40)) + 1):
         choice = draw(st.sampled_from(["heard", "speech", "call", "result", "notice", "peer", "guidance"]))
-        text = draw(st.text(max_size=draw(st.sampled_from([10, 400, 3000]))) | tag_text)
+        text = draw(sized_text(draw(st.sampled_from([10, 400, 3000]))) | tag_text)
         if choice == "peer":
             rows.append(sibling_message(i, text))
         elif choice == "guidance":
@@ -735,18 +750,18 @@ def histories(draw: st.DrawFn) -> list[StoredItem]:
     return rows
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(histories(), st.integers(3000, 30_000), st.data())
 def test_properties(rows: list[StoredItem], limit: int, data: st.DataObject) -> None:
     """Compiling is deterministic, bounded by context_chars, and never separates a call from its result."""
     agent = AgentConfig(name="scout", context_chars=limit, tool_result_max_chars=data.draw(st.integers(1, 5000)))
     wake = data.draw(st.lists(st.sampled_from([r.id for r in rows]), max_size=3)) if rows else []
     shuffled = data.draw(st.permutations(rows))
-    hooks = st.lists(st.text(max_size=200) | tag_text, max_size=2)
+    hooks = st.lists(sized_text(200) | tag_text, max_size=2)
     injections = Injections(system=data.draw(hooks), before_user=data.draw(hooks), after_user=data.draw(hooks))
     now = NOW + data.draw(st.sampled_from([0, 3_600_000]))
     tools = [ToolSpec(name=f"t{n}", description=text, input_schema={"type": "object", "title": text})
-             for n, text in enumerate(data.draw(st.lists(st.text(max_size=limit // 16) | tag_text, max_size=2)))]
+             for n, text in enumerate(data.draw(st.lists(sized_text(limit // 16) | tag_text, max_size=2)))]
     first = compile_(rows, wake, agent=agent, prompt="p", injections=injections, now=now, tools=tools)
     again = compile_(shuffled, wake, agent=agent, prompt="p", injections=injections, now=now, tools=tools)
     assert first == again
@@ -794,7 +809,7 @@ async def test_compiles_what_the_store_gives_back(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the rendered rows, kept between turns
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(histories(), st.integers(3000, 30_000), st.integers(3000, 30_000), st.integers(1, 50), st.data())
 def test_a_cached_compile_equals_an_uncached_one(rows: list[StoredItem], limit: int, other_limit: int, size: int,
                                                  data: st.DataObject) -> None:

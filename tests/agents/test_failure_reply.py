@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from ..builders import incoming, message
 from ..cli.support import daemon, scripted_connector, write_config
 from ..e2e.test_agents import turns, with_agents
-from ..harness import running_host, wait_for
+from ..harness import wait_for
+from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply
-from .test_stop import GRANT, MANIFEST, REGISTER, ROOM, host_config, incoming, message, published_texts, scout, until
+from .test_stop import ASKED, GRANT, MANIFEST, REGISTER, ROOM, host_config, published_texts, scout, until
 
 SORRY = "Sorry, something went wrong on my side."
+ASKING = incoming(message(ROOM, "m-1", "scout?", **ASKED))
 
 
 async def failed_turn(store: Any) -> list[Any]:
@@ -32,8 +35,8 @@ class TestFailureReply:
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply.error(500)) as llm:
-            config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=SORRY))
-            async with running_host(config) as host:
+            config = host_config(tmp_path, [ASKING], scout(llm, failure_reply=SORRY))
+            async with memory_host(config) as host:
                 (turn,) = await until(lambda: failed_turn(host.store))
                 await wait_for(lambda: published_texts(tmp_path))
 
@@ -56,8 +59,8 @@ class TestFailureReply:
         completed one that says nothing."""
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply(text="")) as llm:
-            config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=SORRY))
-            async with running_host(config) as host:
+            config = host_config(tmp_path, [ASKING], scout(llm, failure_reply=SORRY))
+            async with memory_host(config) as host:
                 (turn,) = await until(lambda: failed_turn(host.store))
                 await wait_for(lambda: published_texts(tmp_path))
                 own = await host.store.items.list(agent="scout")
@@ -69,8 +72,8 @@ class TestFailureReply:
     async def test_no_failure_reply_when_it_is_empty(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("TEST_LLM_KEY", "k")
         with LlmServer(default=Reply.error(500)) as llm:
-            config = host_config(tmp_path, [incoming(message("m-1", "scout?"))], scout(llm, failure_reply=""))
-            async with running_host(config) as host:
+            config = host_config(tmp_path, [ASKING], scout(llm, failure_reply=""))
+            async with memory_host(config) as host:
                 await until(lambda: failed_turn(host.store))
                 assert await host.store.outbox.list() == []
                 kinds = [r.metadata.get("kind") for r in await host.store.items.list(agent="scout")]
@@ -80,10 +83,10 @@ class TestFailureReply:
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         """Two waking items of two conversations (a thread and its channel): no single route, no reply, a log line."""
         monkeypatch.setenv("TEST_LLM_KEY", "k")
-        two_places = incoming(message("m-1", "scout?"), {**message("m-2", "scout!"), "threadId": "t-1"})
+        two_places = incoming(message(ROOM, "m-1", "scout?", **ASKED), message(ROOM, "m-2", "scout!", threadId="t-1", **ASKED))
         with LlmServer(default=Reply.error(500)) as llm, capture_logs() as logs:
             config = host_config(tmp_path, [two_places], scout(llm, failure_reply=SORRY))
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 await until(lambda: failed_turn(host.store))
                 assert await host.store.outbox.list() == []
         (skipped,) = [e for e in logs if e["event"] == "agent.failure_reply_skipped"]
@@ -94,7 +97,7 @@ class TestThroughMcplhostRun:
     async def test_mcplhost_run_posts_the_failure_reply_and_turns_json_shows_the_reason(self, tmp_path: Path):
         """The documented surfaces: the connector receives the reply; `turns --json` has outcome failed and its reason."""
         db = tmp_path / "host.db"
-        script = {"manifest": MANIFEST, "steps": [REGISTER, incoming(message("m-1", "scout?"))],
+        script = {"manifest": MANIFEST, "steps": [REGISTER, incoming(message(ROOM, "m-1", "scout?", **ASKED))],
                   "handlers": {"channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}}}
         with LlmServer(default=Reply.error(500)) as llm:
             config = with_agents(

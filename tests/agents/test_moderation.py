@@ -20,7 +20,9 @@ import msgspec
 from mcplhost.config import AgentConfig, BackendConfig, Config, ModerationConfig
 from mcplhost.host import Host
 
-from ..harness import config_with, record, running_host
+from ..builders import text_of
+from ..harness import config_with, received
+from ..memory_pair import memory_host
 from ..speech.test_moderation import JUDGE
 from ..speech.test_streaming import outgoing, turn_connector
 from .llm_server import LlmServer
@@ -57,41 +59,38 @@ async def rows(host: Host, kind: str) -> list[Any]:
 
 
 def publishes(tmp_path: Path) -> list[dict[str, Any]]:
-    return [m for m in record(tmp_path, "disc").received if m.get("method") == "channels/publish"]
-
-
-def text(row: Any) -> str:
-    return "".join(block.get("text", "") for block in row.content)
+    return received(tmp_path, "disc", "channels/publish")
 
 
 class TestRefused:
     async def test_a_refused_reply_is_a_draft_with_a_notice_and_nothing_reaches_the_connector(self, tmp_path: Path):
-        async with running_host(host_config(tmp_path, judge(tmp_path), ["this is forbidden"])) as host:
+        async with memory_host(host_config(tmp_path, judge(tmp_path), ["this is forbidden"])) as host:
             assert (await turn_done(host)).outcome == "completed"
             (draft,) = await rows(host, "draft")
             (notice,) = await rows(host, "drafts")
             assert await host.store.outbox.list() == []
-        assert draft.metadata["reason"] == "moderation" and text(draft) == "this is forbidden"
-        assert "moderation" in text(notice) and "channel_publish" not in text(notice)  # re-sending would be refused
+        assert draft.metadata["reason"] == "moderation" and text_of(draft.content) == "this is forbidden"
+        # re-sending would be refused
+        assert "moderation" in text_of(notice.content) and "channel_publish" not in text_of(notice.content)
         assert publishes(tmp_path) == [] and outgoing(tmp_path, "disc") == []
 
     async def test_a_refused_channel_publish_answers_refused_and_is_kept_as_a_draft(self, tmp_path: Path):
         script = [reply_with_tools("", ("channel_publish", {"channel": ROOM, "text": "forbidden words"})), "fine"]
-        async with running_host(host_config(tmp_path, judge(tmp_path), script)) as host:
+        async with memory_host(host_config(tmp_path, judge(tmp_path), script)) as host:
             await turn_done(host)
             (result,) = await rows(host, "tool-result")
             (draft,) = await rows(host, "draft")
             (speech,) = await rows(host, "speech")
-        assert json.loads(text(result)) == {"status": "refused", "reason": "moderation"}
-        assert draft.metadata["reason"] == "moderation" and text(draft) == "forbidden words"
-        assert text(speech) == "fine" and speech.metadata["outboxId"]  # the closing prose passed and was queued
+        assert json.loads(text_of(result.content)) == {"status": "refused", "reason": "moderation"}
+        assert draft.metadata["reason"] == "moderation" and text_of(draft.content) == "forbidden words"
+        assert text_of(speech.content) == "fine" and speech.metadata["outboxId"]  # the closing prose passed and was queued
 
     async def test_a_moderations_endpoint_answering_500_refuses(self, tmp_path: Path):
         """Fail-closed: the check errs, so the segment is a draft; the endpoint was asked."""
         with LlmServer() as server:
             server.moderation_status = 500
             moderation = ModerationConfig(kind="openai", base_url=server.openai_base_url, timeout_s=5.0)
-            async with running_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
+            async with memory_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
                 await turn_done(host)
                 (draft,) = await rows(host, "draft")
                 assert await host.store.outbox.list() == []
@@ -103,7 +102,7 @@ class TestRefused:
 class TestAllowed:
     async def test_an_allowed_reply_is_published_and_nothing_was_streamed(self, tmp_path: Path):
         """The connector holds channels.streaming, yet with moderation on no channels/outgoing/* goes out."""
-        async with running_host(host_config(tmp_path, judge(tmp_path), ["hello, Ann"])) as host:
+        async with memory_host(host_config(tmp_path, judge(tmp_path), ["hello, Ann"])) as host:
             await turn_done(host)
             with anyio.fail_after(30):
                 while not publishes(tmp_path):
@@ -116,7 +115,7 @@ class TestAllowed:
         with LlmServer() as server:
             server.flag_words = {"forbidden"}
             moderation = ModerationConfig(kind="openai", base_url=server.openai_base_url, timeout_s=5.0)
-            async with running_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
+            async with memory_host(host_config(tmp_path, moderation, ["hello, Ann"])) as host:
                 await turn_done(host)
                 with anyio.fail_after(30):
                     while not publishes(tmp_path):

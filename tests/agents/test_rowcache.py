@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from mcplhost.agents.turns.row_cache import RowCache
 from mcplhost.store import NewItem, open_store
 
+from ..properties import examples
+
 WHO = st.sampled_from([None, "a", "b"])
 STEPS = st.lists(st.tuples(st.sampled_from(["insert", "read"]), WHO), min_size=1, max_size=30)
 
@@ -33,7 +35,7 @@ async def replay(folder: Path, limit: int, steps: list[tuple[str, str | None]]) 
                 assert got == want, (n, who)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(min_value=1, max_value=5), STEPS)
 def test_cached_rows_equal_the_store_s_context_rows(limit: int, steps: list[tuple[str, str | None]]) -> None:
     """Inserts of everyone's and two agents' rows interleaved with reads: every read matches the store's."""

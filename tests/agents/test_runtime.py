@@ -341,26 +341,31 @@ class TestBuildTime:
 class TestExceptionBoundary:
     async def test_a_bug_while_handling_a_wake_fails_that_turn_and_the_agent_answers_the_next(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-        """The test seam raises for the first wake: a failed turn with its notice; the second wake is answered."""
-        faults: list[int] = []
+        """The first count of a wake's cause (the loop guard, before the turn) raises, as a bug there would: a
+        failed turn with its notice; the second wake is answered."""
+        from mcplhost.peers.service import PeerService
 
-        def fault(agent: str, wake: Any) -> None:
-            if not faults:
-                faults.append(wake.item_ids[0])
-                raise KeyError("a bug in the agent's code")
-
-        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
         backend = RecordingBackend()
+        counted, counts = PeerService.consecutive_wakes, []
+
+        def faulty(self: PeerService, agent: str) -> int:
+            counts.append(agent)
+            if len(counts) == 1:
+                raise KeyError("a bug in the agent's code")
+            return counted(self, agent)
+
+        monkeypatch.setattr(PeerService, "consecutive_wakes", faulty)
         with capture_logs() as logs:
-            async with agent_store(tmp_path) as (store, writer, _), \
-                    running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
-                (first,) = await heard(ingest, "one")
-                (failed,) = await turns_of(store, "scout", 1)
-                (second,) = await heard(ingest, "two")
-                later = (await turns_of(store, "scout", 2))[1]
-                notices = [row for row in await store.items.list()
-                           if row.agent == "scout" and row.metadata.get("kind") == "turn-failed"]
-                cursor = await store.cursors.get("scout")
+            async with agent_store(tmp_path) as (store, writer, _):
+                async with running(store, writer, [agent_config()], {"scout": backend}) as (_, ingest):
+                    (first,) = await heard(ingest, "one")
+                    (failed,) = await turns_of(store, "scout", 1)
+                    (second,) = await heard(ingest, "two")
+                    later = (await turns_of(store, "scout", 2))[1]
+                    notices = [row for row in await store.items.list()
+                               if row.agent == "scout" and row.metadata.get("kind") == "turn-failed"]
+                    cursor = await store.cursors.get("scout")
+        assert counts[0] == "scout"
         assert failed.outcome == "failed" and failed.wake_item_ids == [first]
         assert len(notices) == 1 and notices[0].metadata["reason"] == "KeyError"
         assert later.outcome == "completed" and later.wake_item_ids == [second] and cursor == second

@@ -14,6 +14,7 @@ from mcplhost.speech.streaming import COMPLETE, Streamer
 from mcplhost.speech.withhold import SECRET, publish_refusal, secret_notice, withhold_secrets
 
 from ..harness import record, scripted, wait_for
+from ..properties import examples
 from ..speech.test_streaming import MANIFEST, reference_end, split, stream, streaming_host
 
 TOKEN = "tok-0123456789-abc"
@@ -22,7 +23,7 @@ ROOM = Destination(server_id="disc", channel_id="room")
 
 
 class TestStreamHoldBack:
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(before=st.text(max_size=30).filter(lambda t: ">" not in t), after=st.text(max_size=30),
            cuts=st.lists(st.integers(0, 200), max_size=8))
     def test_a_secret_split_anywhere_across_chunks_is_never_sent(self, before, after, cuts) -> None:
@@ -34,7 +35,7 @@ class TestStreamHoldBack:
         assert before.startswith(streamed)  # only text before the secret, never past its start
         assert all(TOKEN not in str(p) for _m, p in sent)
 
-    @settings(max_examples=100, deadline=None)
+    @settings(max_examples=examples(30), deadline=None)
     @given(text=st.text(max_size=60).filter(lambda t: ">" not in t), cuts=st.lists(st.integers(0, 200), max_size=8))
     def test_without_a_secret_everything_is_streamed_by_the_end(self, text, cuts) -> None:
         """The held-back tail goes out when the inference ends: the preview is whole (the text up to where the

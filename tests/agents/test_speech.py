@@ -22,6 +22,7 @@ from mcplhost.protocol.intake import AdmittedMessage
 from mcplhost.speech.budget import DUPLICATE, PUBLISH_CAP
 from mcplhost.supervisor.handle import State
 
+from ..builders import wake_of
 from .support import ADDRESSED, ROOM, agent_config, agent_store, reply_with_tools, scripted
 
 OTHER = "disc:g1:other"
@@ -78,10 +79,6 @@ async def said(ingest: Ingest, body: str, *, channel: str = ROOM, thread: str | 
     await ingest.store_messages(server, "channels/incoming", [message])
     items = await ingest.store.items.list()
     return max(item.id for item in items if item.metadata.get("messageId") == message.message_id)
-
-
-def wake_of(*ids: int, overflow: int = 0) -> Wake:
-    return Wake(item_ids=tuple(ids), overflow=overflow, conversations=(), several_conversations=False, first_at=0.0)
 
 
 async def turn(tmp_path_store: Any, agent: AgentConfig, handles: dict[str, Any], wake: Wake,

@@ -35,13 +35,17 @@ from mcplhost.store import NewItem
 from mcplhost.store.operations import PublishSpeech, StartCursor
 from mcplhost.store.outbox import OutboxEntry
 
-from ..harness import config_with, record, running_host, scripted, wait_for
+from ..builders import incoming, message
+from ..harness import Beside, config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply, ToolUse
 from .support import RecordingBackend, agent_config, agent_store
 from .test_scheduler import addressed
 
 ROOM = "disc:g1:room"
 BOSS, ALICE = "u-boss", "u-alice"
+#: Alice (or, with author replaced, the boss) asking scout.
+ASKED: dict[str, Any] = {"author": {"id": ALICE, "name": ALICE}, "tags": ["chat:addressed"]}
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
     "channels": {"register": True, "incoming": True, "publish": True},
@@ -52,16 +56,6 @@ MANIFEST: dict[str, Any] = {
 GRANT = ["channels.register", "channels.incoming", "channels.publish", "inferenceLifecycle"]
 REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
-
-
-def message(message_id: str, body: str, author: str = ALICE) -> dict[str, Any]:
-    return {"channelId": ROOM, "messageId": message_id, "author": {"id": author, "name": author},
-            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}],
-            "tags": ["chat:addressed"]}
-
-
-def incoming(*messages: dict[str, Any]) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": list(messages)}}
 
 
 def lifecycle_phases(folder: Path) -> list[str]:
@@ -161,16 +155,16 @@ class TestStopMidTurn:
         cursor is past the stop, so a restart runs no catch-up turn.
         """
         monkeypatch.setenv("TEST_LLM_KEY", "k")
-        steps = [incoming(message("m-1", "scout, go")),
+        steps = [incoming(message(ROOM, "m-1", "scout, go", **ASKED)),
                  {"wait": "inference/lifecycle", "count": 5},  # the third inference has started
-                 incoming(message("m-2", "and this too")),
-                 incoming(message("m-3", " !STOP ", author=BOSS))]
+                 incoming(message(ROOM, "m-2", "and this too", **ASKED)),
+                 incoming(message(ROOM, "m-3", " !STOP ", **{**ASKED, "author": {"id": BOSS, "name": BOSS}}))]
         slow_publish = {"delay": 30, "result": {"delivered": True, "messageId": "sent-1"}}
         with LlmServer(default=Reply(hang=True)) as llm:
             llm.push(Reply("one", tool_calls=(ToolUse("c1", "history_search", {"query": "a"}),)),
                      Reply("two", tool_calls=(ToolUse("c2", "history_search", {"query": "b"}),)))
             config = host_config(tmp_path, steps, scout(llm), **{"channels/publish": slow_publish})
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 store = host.store
                 (turn,) = await until(lambda: _ended_turns(store))
                 m2, m3 = await item_id(store, "m-2"), await item_id(store, "m-3")
@@ -187,7 +181,7 @@ class TestStopMidTurn:
         assert {row.state for row in rows} == {"failed"} and all(row.last_error == "stopped" for row in rows)
         assert len(rows) == 2 and "two" not in published_texts(tmp_path)
         with capture_logs() as logs:
-            async with running_host(host_config(tmp_path, [], scout(llm))) as host:
+            async with memory_host(host_config(tmp_path, [], scout(llm))) as host:
                 await wait_for(lambda: [e for e in logs if e["event"] == "agent.catch_up"])
                 assert len(await host.store.turns.list()) == 1
         (catch_up,) = [e for e in logs if e["event"] == "agent.catch_up"]
@@ -290,14 +284,20 @@ class TestSenderNeverSendsAFailedRow:
         db = tmp_path / "host.db"
         config = config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))
 
-        def stop_lands(row: Any) -> None:  # the sender's seam, just before the try: a write from beside it
-            with sqlite3.connect(db) as conn:
-                conn.execute("UPDATE outbox SET state = 'failed', last_error = 'stopped' WHERE id = ?", (row.id,))
+        def stop_lands(outbox: Any) -> Beside:  # the sender's check just before its try, after a write beside it
+
+            async def is_pending(outbox_id: int) -> bool:
+                with sqlite3.connect(db) as conn:
+                    conn.execute("UPDATE outbox SET state = 'failed', last_error = 'stopped' WHERE id = ?", (outbox_id,))
+                return await outbox.is_pending(outbox_id)
+
+            return Beside(outbox, is_pending=is_pending)
 
         with capture_logs() as logs:
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 await wait_for(lambda: any(e["kind"] == "step" for e in record(tmp_path, "disc").events))
-                host.outbox_senders["disc"].test_fault = stop_lands
+                sender = host.outbox_senders["disc"]
+                sender.store = Beside(sender.store, outbox=stop_lands(sender.store.outbox))
                 speech = NewItem(role="assistant", content=[{"type": "text", "text": "late"}],
                                  metadata={"kind": "speech"}, created_at=1, agent="scout")
                 entry = _entry("late")

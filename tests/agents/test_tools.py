@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -35,22 +36,9 @@ from mcplhost.protocol.channels import MAX_CHANNEL_TEXT_CHARS
 from mcplhost.speech.notices import SHOWN_LABEL_MAX_CHARS
 from mcplhost.store import open_reader
 
-from ..harness import (
-    CHAT_GRANT,
-    CHAT_MANIFEST,
-    PYTHON,
-    REPO,
-    config_with,
-    descriptor,
-    incoming,
-    logged,
-    message,
-    record,
-    register,
-    running_host,
-    scripted,
-    wait_for,
-)
+from ..builders import descriptor, incoming, message, register, texts
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, HINT, PYTHON, REPO, config_with, logged, record, scripted, wait_for
+from ..memory_pair import memory_host
 
 ROOM, OTHER = "disc:g1:room", "disc:g1:other"
 WEATHER = {"name": "forecast", "description": "The weather", "inputSchema": {
@@ -76,10 +64,6 @@ def agent(**fields: Any) -> AgentConfig:
     return AgentConfig(name="scout", **fields)
 
 
-def texts(blocks: list[dict[str, Any]]) -> list[str]:
-    return [b["text"] for b in blocks if b.get("type") == "text"]
-
-
 def call(name: str, **arguments: Any) -> ToolCall:
     return ToolCall(id="call-1", name=name, arguments=arguments)
 
@@ -98,7 +82,7 @@ class TestOffered:
         """A ready connector holding `tools` offers its MCP tools as <connector>__<tool>, after the host tools."""
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True,
                                  "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 specs = box.specs()
         assert [s.name for s in specs] == ["channel_list", "channel_open", "channel_publish", "history_search",
@@ -112,12 +96,17 @@ class TestOffered:
                          tmp_path, grant=TOOLS_GRANT)
         unheard = scripted("zulip", {"manifest": CHAT_MANIFEST, "tools": True,
                                      "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=TOOLS_GRANT)
-        ungranted = scripted("irc", {"manifest": CHAT_MANIFEST, "tools": True,
-                                     "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=CHAT_GRANT)
+        # irc's manifest hint after ready is a marker: a tools/list the host queued at ready would go out before
+        # the mcpl/manifest it asks for (one job at a time, in order).
+        ungranted = scripted("irc", {"manifest": CHAT_MANIFEST, "tools": True, "steps": [HINT],
+                                     "handlers": {"tools/list": tools_list(WEATHER),
+                                                  "mcpl/manifest": {"result": CHAT_MANIFEST}}},
+                             tmp_path, grant=CHAT_GRANT)
         config = agent(hears=["disc", "irc"], tools=["history_*", "*__forecast"])
-        async with running_host(config_with(tmp_path, heard, unheard, ungranted)) as host:
+        async with memory_host(config_with(tmp_path, heard, unheard, ungranted)) as host:
             async with box_when(host, tmp_path, config, "disc__forecast") as box:
-                await anyio.sleep(0.3)  # give the others time to be listed, were they listed
+                await wait_for(lambda: host.connectors["zulip"].tools())  # listed, yet not offered: unheard
+                await wait_for(lambda: "mcpl/manifest" in record(tmp_path, "irc").methods_received())
                 names = [s.name for s in box.specs()]
                 refused = await box.call(call("disc__secret"))
         assert names == ["history_search", "disc__forecast"]
@@ -133,7 +122,7 @@ class TestOffered:
                          tmp_path, grant=["tools"])
         denied = scripted("denied", {"manifest": None, "tools": True, "after": "initialized",
                                      "handlers": {"tools/list": tools_list(WEATHER)}}, tmp_path, grant=[])
-        async with running_host(config_with(tmp_path, plain, denied)) as host:
+        async with memory_host(config_with(tmp_path, plain, denied)) as host:
             async with box_when(host, tmp_path, agent(), "plain__forecast") as box:
                 outcome = await box.call(call("plain__forecast", city="Oslo"))
                 assert host.connectors["plain"].grant == {"tools"} and host.connectors["denied"].grant == frozenset()
@@ -149,7 +138,7 @@ class TestOffered:
             "handlers": {"tools/list": [tools_list(WEATHER), tools_list({"name": "tides"})]},
             "steps": [{"wait": "tools/list"}, {"sleep": 0.2}, {"notify": "notifications/tools/list_changed"}],
         }, tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__tides") as box:
                 names = [s.name for s in box.specs()]
         assert "disc__forecast" not in names
@@ -171,7 +160,7 @@ class TestListing:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {"tools/list": pages}},
                         tmp_path, grant=TOOLS_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 async with box_when(host, tmp_path, agent(), "disc__moon") as box:
                     specs = {s.name: s for s in box.specs() if "__" in s.name}
         assert list(specs) == ["disc__forecast", "disc__tides", "disc__moon"]
@@ -189,7 +178,7 @@ class TestListing:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {"tools/list": pages}},
                         tmp_path, grant=TOOLS_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 await wait_for(lambda: logged(logs, "connector.tools_listed", connector="disc"))
                 async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                     names = [s.name for s in box.specs() if "__" in s.name]
@@ -233,7 +222,7 @@ class TestToolTextIsUntrusted:
                                            "handlers": {"tools/list": tools_list(forged, huge, big, WEATHER)}},
                                   tmp_path, grant=TOOLS_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                     specs = {s.name: s for s in box.specs()}
                     box.specs()  # a second turn's listing logs nothing new
@@ -266,7 +255,7 @@ class TestToolTextIsUntrusted:
                         tmp_path, grant=TOOLS_GRANT)
         config = agent(context_chars=20_000)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 async with box_when(host, tmp_path, config, "disc__t000") as box:
                     offered = [s for s in box.specs() if s.name.startswith("disc__")]
                     box.specs()
@@ -283,7 +272,7 @@ class TestToolTextIsUntrusted:
             "tools/list": tools_list(WEATHER),
             "tools/call": {"error": {"code": -32603, "message": "[source: a / b] " + "z" * 50_000}}}},
             tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 outcome = await box.call(call("disc__forecast"))
         (text,) = texts(outcome.blocks)
@@ -296,7 +285,7 @@ class TestToolTextIsUntrusted:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": {
             "tools/list": tools_list(WEATHER), "tools/call": {"result": {"content": []}}}},
             tmp_path, grant=TOOLS_GRANT, max_line_bytes=4096)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 outcome = await box.call(call("disc__forecast", city="x" * 5000))
         (text,) = texts(outcome.blocks)
@@ -312,7 +301,7 @@ class TestToolTextIsUntrusted:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
             {"request": "channels/register", "params": {"channels": channels}}],
             "handlers": {"channels/open": {"result": {}}}}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             await wait_for(lambda: record(tmp_path, "disc").done)
             async with box_when(host, tmp_path, agent(), "channel_open") as box:
                 listed = json.loads(texts(box.channel_list().blocks)[0])["channels"]
@@ -336,7 +325,7 @@ class TestConnectorCalls:
                 {"error": {"code": -32603, "message": "backend down"}},
                 {"delay": 5, "result": {"content": []}},
             ]}}, tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(tool_timeout_s=0.5), "disc__forecast") as box:
                 marked = await box.call(call("disc__forecast"))
                 flagged = await box.call(call("disc__forecast"))
@@ -380,7 +369,7 @@ class TestConnectorCalls:
                            {"result": {"content": "not a list", "isError": "yes", "structuredContent": None}},
                            {"result": {"content": [{"type": "text", "text": "ok"}], "isError": 1}}]}},
             tmp_path, grant=TOOLS_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "disc__forecast") as box:
                 junk = await box.call(call("disc__forecast"))
                 odd = await box.call(call("disc__forecast"))
@@ -404,7 +393,7 @@ class TestHostTools:
                                  "handlers": {"channels/open": {"result": {"channel": descriptor(ROOM),
                                                                            "messages": backscroll}}}},
                         tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             await wait_for(lambda: record(tmp_path, "disc").done)
             async with box_when(host, tmp_path, agent(), "channel_open") as box:
                 listed = json.loads(texts(box.channel_list().blocks)[0])
@@ -436,7 +425,7 @@ class TestHostTools:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [register(ROOM)], "handlers": handlers},
                         tmp_path, grant=CHAT_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)) as host:
+            async with memory_host(config_with(tmp_path, spec)) as host:
                 await wait_for(lambda: record(tmp_path, "disc").done)
                 async with box_when(host, tmp_path, agent(), "channel_open") as box:
                     outcome = await box.call(call("channel_open", channel=f"disc/{ROOM}"))
@@ -459,7 +448,7 @@ class TestHostTools:
             tmp_path, grant=CHAT_GRANT)
         zulip = scripted("zulip", {"manifest": CHAT_MANIFEST, "steps": [
             register(ROOM), incoming(message(ROOM, "m-1", "deploy secrets"))]}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, disc, zulip)) as host:
+        async with memory_host(config_with(tmp_path, disc, zulip)) as host:
             await wait_for(lambda: record(tmp_path, "disc").done and record(tmp_path, "zulip").done)
             async with box_when(host, tmp_path, agent(hears=["disc"]), "history_search") as box:
                 found = await box.call(call("history_search", query="deploy"))
@@ -474,7 +463,7 @@ class TestHostTools:
     async def test_a_tool_that_crashes_inside_the_host_is_an_error_result(self, tmp_path) -> None:
         """Bad arguments and an unknown tool are results the model reads, never exceptions."""
         spec = scripted("disc", {"manifest": CHAT_MANIFEST}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             async with box_when(host, tmp_path, agent(), "channel_list") as box:
                 with capture_logs() as logs:
                     missing = await box.call(call("channel_open"))
@@ -497,7 +486,7 @@ class TestBundledConnectors:
                        STUB_MESSAGES="1", STUB_INTERVAL_S="0.01")
         heartbeat = bundled("heartbeat", "mcplhost.connectors.heartbeatish", ["pushEvents", "tools"],
                             HEARTBEAT_INTERVAL_S="60")
-        async with running_host(config_with(tmp_path, stub, heartbeat)) as host:
+        async with memory_host(config_with(tmp_path, stub, heartbeat)) as host:
             async with box_when(host, tmp_path, agent(), "heartbeat__uptime") as box:
                 await wait_for(lambda: "stub__echo" in [s.name for s in box.specs()])
                 echoed = await box.call(call("stub__echo", text="hello [source: me]"))
@@ -512,13 +501,14 @@ class TestBundledConnectors:
 #: Backtracks past REGEX_TIMEOUT_S on a run of a's with a b at its end (the review's stall); "hello" matches at once.
 SLOW_OR_HELLO = r"(a|aa)+$|hello"
 SLOW_BODY = "a" * 60 + "b"
-#: The longest the event loop may go without running a task during a search (the unbounded path stalled it for seconds).
-LOOP_LAG_BOUND_S = 0.3
-#: Scheduling slack on top of a bound these tests time: a busy machine (or the other pytest-xdist worker) can
-#: hold a thread that long; still far below what each test's bug would cost (15 s, 30 s).
-TIMING_SLACK_S = 3.0
 #: The pathological search's deadline: several REGEX_TIMEOUT_S, a fraction of its 30 slow rows' 15 s.
 SEARCH_TEST_DEADLINE_S = 2.5
+#: A search run on the event loop (the unbounded path) stalls it for the whole search, at least the deadline; one
+#: run beside it leaves it ticking, a stall of half the deadline only on a machine far busier than any CI.
+LOOP_STALL_BOUND_S = SEARCH_TEST_DEADLINE_S / 2
+#: The probe's ticks during the search when the loop runs beside it (hundreds on a quiet machine; one or two
+#: when the search holds the loop).
+LOOP_TICKS_MIN = 10
 
 
 async def seeded_store(tmp_path: Any, bodies: list[str]) -> AsyncIterator[Any]:
@@ -550,9 +540,13 @@ class TestHistorySearchBounds:
         answer = json.loads(texts(found.blocks)[0])
         assert not found.is_error
         assert [hit["id"] for hit in answer["hits"]] == [len(bodies)]  # the newest, found before the deadline
-        assert answer["timedOut"] >= 1 and "items older than id" in answer["stoppedEarly"]
-        assert SEARCH_TEST_DEADLINE_S <= took < SEARCH_TEST_DEADLINE_S + TIMING_SLACK_S, took  # not 30 × REGEX_TIMEOUT_S
-        assert probe.max_s < LOOP_LAG_BOUND_S, probe.summary()
+        # The deadline ended it, not the rows' end: it says where it stopped, short of the oldest slow row (id 2).
+        # How many rows timed out before that depends on the machine's load (tests/cli/test_search.py::TestScan
+        # counts them on a fake clock); so does how long past the deadline the answer came.
+        stopped = re.search(r"items older than id (\d+)", answer["stoppedEarly"])
+        assert stopped is not None and int(stopped[1]) > 2, answer
+        assert took >= SEARCH_TEST_DEADLINE_S, took
+        assert probe.max_s < LOOP_STALL_BOUND_S and len(probe.lags_s) >= LOOP_TICKS_MIN, probe.summary()
 
     async def test_a_cancelled_search_stops_its_worker_promptly(self, tmp_path) -> None:
         """Cancelling the caller sets the worker's stop flag: the wait ends within one match, not at the deadline."""
@@ -564,7 +558,9 @@ class TestHistorySearchBounds:
                 await search_items(store, SLOW_OR_HELLO, as_regex=True, deadline_s=60)
             took = anyio.current_time() - started
         assert scope.cancelled_caught
-        assert took < 0.3 + REGEX_TIMEOUT_S + TIMING_SLACK_S, took  # 60 rows × REGEX_TIMEOUT_S without the flag
+        # Without the flag the wait is 60 rows × REGEX_TIMEOUT_S (30 s); with it, one match past the cancel, and a
+        # busy machine's scheduling on top: a quarter of the unflagged wait tells the two apart on any machine.
+        assert took < 60 * REGEX_TIMEOUT_S / 4, took
 
     async def test_a_long_match_is_cut_in_its_snippet_and_a_long_query_is_refused(self, tmp_path) -> None:
         """A sender controls the match length (`.*` over a huge body) and the model the query's: both are bounded."""

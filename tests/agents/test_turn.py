@@ -15,6 +15,7 @@ from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 
+from ..builders import wake_of
 from .support import (
     FailingBackend,
     HangingBackend,
@@ -25,10 +26,6 @@ from .support import (
     reply_with_tools,
     scripted,
 )
-
-
-def wake_of(*ids: int) -> Wake:
-    return Wake(item_ids=tuple(ids), overflow=0, conversations=(), several_conversations=False, first_at=0.0)
 
 
 def services(agent: AgentConfig, store, writer, backend) -> TurnServices:

@@ -49,7 +49,7 @@ from mcplhost import cli as mcplhost_cli
 from mcplhost import logs
 from mcplhost.dev import bundled_connectors
 
-from ..harness import PYTHON, REPO, wait_for
+from ..harness import PYTHON, REPO, SCRIPTED_COMMAND, wait_for
 
 #: Variables of the test run's own environment that would change what `mcplhost` does.
 SCRUBBED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "MCPLHOST_CONFIG", "MCPLHOST_LOG_FLUSH_S", "MCPL_TEST_CLOCK",
@@ -197,10 +197,10 @@ def write_config(folder: Path, connectors: list[dict[str, Any]] | None = None, *
 
 
 def scripted_connector(name: str, script: dict[str, Any], folder: Path, **fields: Any) -> dict[str, Any]:
-    """A [[connectors]] table running connectors.scripted, recording to folder/<name>.jsonl."""
+    """A [[connectors]] table running tests/scripted_connector.py, recording to folder/<name>.jsonl."""
     script_path = folder / f"{name}.script.json"  # a file: a long script would not fit in one env variable
     script_path.write_text(json.dumps({**script, "record": str(folder / f"{name}.jsonl")}), encoding="utf-8")
-    return {"name": name, "command": [PYTHON, "-m", "mcplhost.connectors.scripted"],
+    return {"name": name, "command": SCRIPTED_COMMAND,
             "env": {"MCPL_SCRIPT": f"@{script_path}", "PYTHONPATH": str(REPO)}, "cwd": str(REPO),
             "request_timeout_s": 5, "stop_grace_s": 1, "term_grace_s": 1,
             **fields}

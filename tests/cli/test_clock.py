@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from mcplhost.connectors.mcpl_server import TEST_CLOCK_ENV, timed_steps
 
+from ..properties import examples
 from .clock import SteppedClock
 
 #: Each party's waits, in whole seconds; party p's first wait also gets p/10, so no two steps share a time.
@@ -45,7 +46,7 @@ def stepped(waits: list[list[int]]) -> tuple[list[tuple[str, int, int]], Stepped
 
 
 class TestSteppedClock:
-    @settings(max_examples=25, deadline=None)
+    @settings(max_examples=examples(25), deadline=None)
     @given(scenarios)
     def test_steps_come_in_the_order_of_their_times_each_after_the_one_before_has_ended(
             self, waits: list[list[int]]) -> None:

@@ -14,7 +14,8 @@ from mcplhost import __version__
 from mcplhost.store import NewItem, open_store
 from mcplhost.store.migrate import load_migrations
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, record, running_host, scripted, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
 from .support import cli, cli_env
 
 EXPORT_KEYS = ["id", "agent", "participant", "role", "content", "metadata", "createdAt"]
@@ -38,7 +39,7 @@ def exported(db: Path, *args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def texts(items: list[dict]) -> list[str]:
+def exported_texts(items: list[dict]) -> list[str]:
     return [item["content"][-1]["text"] for item in items]
 
 
@@ -52,7 +53,7 @@ class TestMessagesExport:
                       "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": "hello"}],
                       "metadata": {"mentions": ["@scout"]}}]}}]
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "disc").done)
         result = cli("messages", "--db", str(tmp_path / "host.db"), "--json")
         (line,) = result.stdout.splitlines()
@@ -77,12 +78,12 @@ class TestMessagesExport:
         await seed(tmp_path / "host.db")
         items = exported(tmp_path / "host.db")
         assert [i["id"] for i in items] == list(range(1, 11))
-        assert texts(items) == [f"item {n}" for n in range(10)]
+        assert exported_texts(items) == [f"item {n}" for n in range(10)]
 
     async def test_limit_gives_the_newest_n_oldest_first(self, tmp_path) -> None:
         """--limit 3 prints the three newest items, still oldest first."""
         await seed(tmp_path / "host.db")
-        assert texts(exported(tmp_path / "host.db", "--limit", "3")) == ["item 7", "item 8", "item 9"]
+        assert exported_texts(exported(tmp_path / "host.db", "--limit", "3")) == ["item 7", "item 8", "item 9"]
 
     async def test_limit_larger_than_the_store_and_zero(self, tmp_path) -> None:
         """--limit beyond the row count prints everything; --limit 0 prints nothing."""
@@ -101,9 +102,9 @@ class TestMessagesExport:
         """--channel keeps one channel's items, --agent one agent's rows, together with --limit they combine."""
         db = tmp_path / "host.db"
         await seed(db)
-        assert texts(exported(db, "--channel", "disc:g1:b")) == [f"item {n}" for n in (1, 3, 5, 7, 9)]
-        assert texts(exported(db, "--agent", "scout")) == [f"item {n}" for n in (0, 3, 6, 9)]
-        assert texts(exported(db, "--agent", "scout", "--channel", "disc:g1:a", "--limit", "1")) == ["item 6"]
+        assert exported_texts(exported(db, "--channel", "disc:g1:b")) == [f"item {n}" for n in (1, 3, 5, 7, 9)]
+        assert exported_texts(exported(db, "--agent", "scout")) == [f"item {n}" for n in (0, 3, 6, 9)]
+        assert exported_texts(exported(db, "--agent", "scout", "--channel", "disc:g1:a", "--limit", "1")) == ["item 6"]
         assert exported(db, "--channel", "nowhere") == []
 
     async def test_without_json_one_readable_line_per_item(self, tmp_path) -> None:

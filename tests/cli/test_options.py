@@ -67,8 +67,8 @@ class TestConnectorCommand:
     def test_list_names_the_bundled_connectors(self) -> None:
         """`mcplhost connector --list` prints one runnable connector per line."""
         result = cli("connector", "--list")
-        assert result.returncode == 0 and {"stub", "heartbeatish", "scripted"} <= set(result.stdout.split())
-        assert "mcpl_server" not in result.stdout
+        assert result.returncode == 0 and {"stub", "heartbeatish", "zulipish"} <= set(result.stdout.split())
+        assert "mcpl_server" not in result.stdout and "scripted" not in result.stdout
 
     @pytest.mark.parametrize(("args", "says"), [(["nosuch"], "no bundled connector is named 'nosuch'"),
                                                ([], "name a bundled connector")])

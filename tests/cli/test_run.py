@@ -13,15 +13,11 @@ from typing import Any
 
 import pytest
 
+from ..builders import message
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, alive, record, wait_for
 from .support import cli, cli_env, cli_process, daemon, scripted_connector, write_config
 
 CHANNEL = {"id": "disc:g1:room", "type": "disc", "label": "#room", "direction": "bidirectional", "address": {}}
-
-
-def message(n: int) -> dict[str, Any]:
-    return {"channelId": CHANNEL["id"], "messageId": f"m-{n}", "author": {"id": "u1", "name": "Alice"},
-            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": f"message {n}"}]}
 
 
 def idle_chat(name: str, folder: Path, **fields: Any) -> dict[str, Any]:
@@ -110,7 +106,8 @@ class TestSignals:
 
     async def test_in_flight_work_is_committed_on_sigterm(self, tmp_path) -> None:
         """Every message a connector got an accepted answer for before the stop is in the database afterwards."""
-        batches = [{"requests": [["channels/incoming", {"messages": [message(b * 25 + i)]}] for i in range(25)]}
+        batches = [{"requests": [["channels/incoming", {"messages": [message(CHANNEL["id"], f"m-{n}", f"message {n}")]}]
+                                 for n in range(b * 25, b * 25 + 25)]}
                    for b in range(40)]
         steps = [{"request": "channels/register", "params": {"channels": [CHANNEL]}}, *batches]
         config = write_config(tmp_path, [scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps},

@@ -20,7 +20,8 @@ from mcplhost.store.db import SCAN_WORKERS
 from mcplhost.store.items import READ_PAGE_SIZE
 from mcplhost.store.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, incoming, message, record, register, wait_for
+from ..builders import incoming, message, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
 from .support import cli, daemon, scripted_connector, write_config
 
 #: Matches "hello" at once, and backtracks past REGEX_TIMEOUT_S on a long run of a's with a b at its end.
@@ -64,7 +65,7 @@ class TestResults:
         async with open_reader(tmp_path / "host.db") as store:
             tracemalloc.start()
             try:
-                found = await search_items(store, "needle")
+                found = await search_items(store, "needle", deadline_s=3600)  # under tracemalloc, a slow walk
                 _, peak = tracemalloc.get_traced_memory()
             finally:
                 tracemalloc.stop()
@@ -95,13 +96,16 @@ class TestTheDeadline:
     async def test_a_search_cut_short_prints_its_hits_and_one_warning_and_exits_0(self, tmp_path) -> None:
         """--timeout ends the search with what it found; stderr says where it stopped."""
         await seed(tmp_path / "host.db", ["hello old", *[SLOW_BODY] * 20, "hello new"])
-        # 2 s: four REGEX_TIMEOUT_S, so the first slow body times out on its own even when a loaded machine
-        # makes the regex module's timeout overshoot (0.5 s measured at 1.4 s at load 7).
+        # 2 s: four REGEX_TIMEOUT_S, of the twenty slow bodies' 10 s. How many bodies time out before the deadline
+        # depends on the machine's load (the regex module's 0.5 s ran 1.4 s at load 7, and a body the deadline
+        # cuts is not counted as timed out), so the timed-out line, said before the stop, may be missing; which
+        # bodies time out is tested on a fake clock (TestScan) and in TestTimedOutExpressions.
         result = search(tmp_path / "host.db", "--regex", SLOW_OR_HELLO, "--timeout", "2")
         assert result.returncode == 0, result.stderr
         assert [line.split()[0] for line in result.stdout.splitlines()] == ["22"]
-        timed_out, stopped = result.stderr.splitlines()
-        assert timed_out.startswith("mcplhost: warning: the regular expression ran out of time")
+        *timed_out, stopped = result.stderr.splitlines()
+        assert all(line.startswith("mcplhost: warning: the regular expression ran out of time") for line in timed_out)
+        assert len(timed_out) <= 1, result.stderr
         assert stopped.startswith("mcplhost: warning: the search stopped after 2 s with 1 hits; items older than id")
 
     async def test_a_search_that_finds_no_free_worker_within_its_deadline_says_it_searched_nothing(
@@ -117,7 +121,7 @@ class TestTheDeadline:
             took = anyio.current_time() - started
             busy.cancel_scope.cancel()
         assert found.stopped_early and found.searched == 0 and found.oldest_searched is None
-        assert 0.5 <= took < 2.0, took
+        assert took >= 0.5, took  # and it gave up: the busy searches hold their slots for up to 60 s
 
     def test_a_timeout_that_is_not_seconds_is_a_usage_error(self, tmp_path) -> None:
         result = search(tmp_path / "host.db", "x", "--timeout", "soon")

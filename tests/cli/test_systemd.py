@@ -8,13 +8,13 @@ import signal
 import tempfile
 from pathlib import Path
 
-import anyio
 import structlog
 from structlog.testing import capture_logs
 
-from mcplhost.systemd import HOLD_LOOP_ENV, HOLD_LOOP_HELD_SUFFIX, Notifier, loop_hold_file, watchdog_interval_s
+from mcplhost.systemd import Notifier, watchdog_interval_s
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, record, wait_for
+from .held_loop import HELD_LOOP_FILE, HELD_LOOP_S, held_record, sent
 from .support import NotifySocket, daemon, scripted_connector, write_config
 
 #: Slack for process start-up and scheduling on a busy machine.
@@ -83,11 +83,6 @@ class TestWatchdogInterval:
         """WATCHDOG_PID naming another process turns the watchdog off for us; our own pid keeps it on."""
         assert watchdog_interval_s({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}) == 1.0
         assert watchdog_interval_s({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid() + 1)}) is None
-
-    def test_the_loop_hold_seam_is_off_unless_its_variable_names_a_file(self, tmp_path) -> None:
-        """The test-only hold seam exists only when MCPLHOST_TEST_HOLD_LOOP is set and not empty."""
-        assert loop_hold_file({}) is None and loop_hold_file({HOLD_LOOP_ENV: ""}) is None
-        assert loop_hold_file({HOLD_LOOP_ENV: str(tmp_path / "hold")}) == tmp_path / "hold"
 
     def test_absent_zero_or_garbage_means_no_watchdog(self) -> None:
         """No WATCHDOG_USEC, 0, or a value that is not a number: no pings."""
@@ -173,9 +168,10 @@ class TestRunUnderSystemd:
             async with daemon(None, tmp_path, command=command,
                               env={"NOTIFY_SOCKET": sock.address, "WATCHDOG_USEC": "200000"}) as run:
                 await sock.wait("READY=1")
-                with anyio.fail_after(10):
-                    while sock.poll().count("WATCHDOG=1") < 3:
-                        await anyio.sleep(0.02)
+                await wait_for(lambda: sock.poll().count("WATCHDOG=1") >= 3, timeout=10)
+                # The first ping goes out as the host starts, before READY=1 (host.py starts the watchdog
+                # first): the test below counts on it.
+                assert sock.poll().index("WATCHDOG=1") < sock.poll().index("READY=1")
                 run.signal(signal.SIGTERM)
                 assert await run.wait() == 0
 
@@ -187,33 +183,40 @@ class TestRunUnderSystemd:
             env["NOTIFY_SOCKET"] = sock.address
             async with daemon(config, tmp_path, env=env) as run:
                 await sock.wait("READY=1")
-                await anyio.sleep(0.5)  # ten ping intervals: absence cannot be awaited
+                # A watchdog that is on pings before READY=1 (the test above): none came, so none is on.
+                assert "WATCHDOG=1" not in sock.poll()
                 run.signal(signal.SIGTERM)
                 assert await run.wait() == 0
             assert "WATCHDOG=1" not in sock.poll()
 
     async def test_the_pings_stop_while_the_loop_is_held_and_resume_after(self, tmp_path) -> None:
-        """The test seam blocks the daemon's event loop in time.sleep: no WATCHDOG=1 while held, pings once released.
+        """A task blocks the daemon's event loop in time.sleep (tests/cli/held_loop.py): no WATCHDOG=1 is sent
+        while it holds, and the pings come back after.
 
-        WATCHDOG_PID is unset here, which counts as ours (systemd's rule).
+        The daemon's launcher records when the loop was held and when each notification went out, so the
+        test asserts on that record once the hold is over. WATCHDOG_PID is unset here, which counts as ours
+        (systemd's rule).
         """
         config = write_config(tmp_path)
         hold = tmp_path / "hold"
-        held = tmp_path / f"hold{HOLD_LOOP_HELD_SUFFIX}"
         interval_s = HELD_WATCHDOG_USEC / 2_000_000
+        command = [PYTHON, "-m", "tests.cli.held_loop", "run", "--config", str(config)]
         with NotifySocket.abstract() as sock:
-            env = {"NOTIFY_SOCKET": sock.address, "WATCHDOG_USEC": str(HELD_WATCHDOG_USEC), HOLD_LOOP_ENV: str(hold)}
-            async with daemon(config, tmp_path, env=env) as run:
+            env = {"NOTIFY_SOCKET": sock.address, "WATCHDOG_USEC": str(HELD_WATCHDOG_USEC),
+                   HELD_LOOP_FILE: str(hold), HELD_LOOP_S: str(HELD_INTERVALS * interval_s)}
+            async with daemon(None, tmp_path, command=command, env=env) as run:
                 await sock.wait("READY=1")
                 await wait_for(lambda: sock.poll().count("WATCHDOG=1") >= 2, interval=0.005)
                 hold.touch()
-                await wait_for(held.exists, interval=0.005)
-                before = len(sock.poll())  # every ping sent before the hold began is in the socket by now
-                await anyio.sleep(HELD_INTERVALS * interval_s)  # absence cannot be awaited
-                assert len(sock.poll()) == before, "a WATCHDOG=1 came while the loop was held"
-                hold.unlink()
-                await wait_for(lambda: not held.exists(), interval=0.005)  # the loop runs again
-                await wait_for(lambda: len(sock.poll()) >= before + 2, interval=0.005)
-                assert sock.poll()[before:before + 2] == ["WATCHDOG=1", "WATCHDOG=1"]
+                await wait_for(held_record(hold).exists, interval=0.005)  # the hold is over
+                start, end = map(float, held_record(hold).read_text(encoding="utf-8").split())
+                await wait_for(lambda: len([t for t, state in sent(hold) if state == "WATCHDOG=1" and t > end]) >= 2,
+                               interval=0.005)
                 run.signal(signal.SIGTERM)
                 assert await run.wait() == 0
+            received = sock.poll().count("WATCHDOG=1")
+        pings = [t for t, state in sent(hold) if state == "WATCHDOG=1"]
+        assert received == len(pings)  # the record is what the socket got
+        assert end - start >= HELD_INTERVALS * interval_s
+        assert [t for t in pings if start <= t <= end] == [], "a WATCHDOG=1 went out while the loop was held"
+        assert len([t for t in pings if t < start]) >= 2 and len([t for t in pings if t > end]) >= 2

@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig, FeatureSetSelection, RestartConfig
 
-from ..harness import PYTHON, REPO, config_with, items_when, logged, running_host, stored_items, texts, wait_for
+from ..builders import texts
+from ..harness import PYTHON, REPO, config_with, items_when, logged, running_host, stored_items, wait_for
 
 #: The grant of the issue's outside check: no typing, streaming or acknowledge.
 GRANT = ["channels.register", "channels.incoming", "channels.publish", "channels.lifecycle", "pushEvents", "tools"]
@@ -68,8 +69,8 @@ class TestDiscordish:
         for entry in sent:
             item = by_id[entry["messageId"]]
             assert item.metadata["channelId"] == entry["channelId"], entry
-            assert texts(item)[0] == item.metadata["sourceHeader"], texts(item)
-            assert texts(item)[0].startswith(f"[source: discord / {entry['channelId']} · "), texts(item)
+            assert texts(item.content)[0] == item.metadata["sourceHeader"], texts(item.content)
+            assert texts(item.content)[0].startswith(f"[source: discord / {entry['channelId']} · "), texts(item.content)
         # The quirks: a banner on stdout skipped, host/command refused, the DM channel announced later.
         assert logged(logs, "rpc.junk_line", connector="discord")
         assert logged(logs, "mcpl.refused", connector="discord", method="host/command", code=-32601)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.inbound.conversation import conversation_id
 
-from ..harness import PYTHON, REPO, config_with, items_when, running_host, texts
+from ..builders import texts
+from ..harness import PYTHON, REPO, config_with, items_when, running_host
 
 GRANT = ["channels.register", "channels.incoming"]
 
@@ -37,4 +38,4 @@ class TestZulipish:
         assert answer == {"delivered": True, "messageId": "z-1"}
         echo = items[-1]
         assert echo.participant == "Scout" and echo.metadata["messageId"] == "z-1"
-        assert echo.metadata["threadId"] == "deploys" and texts(echo)[-1] == "Noted."
+        assert echo.metadata["threadId"] == "deploys" and texts(echo.content)[-1] == "Noted."

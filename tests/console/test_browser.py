@@ -27,6 +27,7 @@ from mcplhost.host import Host
 from mcplhost.rpc import RemoteError
 from mcplhost.store import NewItem, StoredItem
 
+from ..builders import incoming, message
 from ..cli.support import cli
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, count_rows, scripted, stored_items
 from .browser import chromium
@@ -45,22 +46,19 @@ LIVE = "a live line for the feed"
 PUBLISHED = {"result": {"delivered": True, "messageId": "sent-1"}}
 
 
-def message(message_id: str, body: str, tags: list[str], author: str = "Alice") -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": [
-        {"channelId": ROOM, "messageId": message_id, "author": {"id": "u-alice", "name": author},
-         "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}], "tags": tags}]}}
+ALICE = {"id": "u-alice", "name": "Alice"}
 
 
 STEPS = [
     {"request": "channels/register", "params": {"channels": [
         {"id": ROOM, "type": "evil", "direction": "bidirectional", "address": {}, "label": LABEL}]}},
-    message("m-hostile", BODY, ["chat:ambient"], author=AUTHOR),
-    message("m-woken", "scout, say hi", ["chat:addressed"]),
+    incoming(message(ROOM, "m-hostile", BODY, author={**ALICE, "name": AUTHOR}, tags=["chat:ambient"])),
+    incoming(message(ROOM, "m-woken", "scout, say hi", author=ALICE, tags=["chat:addressed"])),
     {"wait": "channels/publish"},
-    message("m-held", "scout, once more", ["chat:addressed"]),
-    message("m-quiet", "just chatting", ["chat:ambient"]),
+    incoming(message(ROOM, "m-held", "scout, once more", author=ALICE, tags=["chat:addressed"])),
+    incoming(message(ROOM, "m-quiet", "just chatting", author=ALICE, tags=["chat:ambient"])),
     {"wait": "test/next"},
-    message("m-live", LIVE, ["chat:ambient"]),
+    incoming(message(ROOM, "m-live", LIVE, author=ALICE, tags=["chat:ambient"])),
 ]
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from mcplhost.config import ConnectorConfig, RestartConfig
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
-from ..harness import config_with, running_host, wait_for
+from ..harness import config_with, wait_for
+from ..memory_pair import memory_host
 from ..metrics.test_metrics import scrape, with_metrics
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTA"
@@ -50,7 +51,7 @@ class TestMetrics:
         """A secret pasted as a connector's name (a label value) is redacted in /metrics as in a log line."""
         named = ConnectorConfig(name=TOKEN, command=["/bin/false"], env={"DISC_TOKEN": TOKEN},
                                 restart=RestartConfig(policy="never"))
-        async with running_host(with_metrics(config_with(tmp_path, named)), wait_ready=False) as host:
+        async with memory_host(with_metrics(config_with(tmp_path, named)), wait_ready=False) as host:
             address = await wait_for(lambda: host.metrics_address)
             samples = await scrape(address)
         labels = {value for (_name, pairs) in samples for _key, value in pairs}

@@ -15,7 +15,8 @@ import tomllib
 from mcplhost.config import ConnectorConfig, RestartConfig, problems
 from mcplhost.protocol.grants import unknown_grant_problem
 
-from ..harness import REPO, config_with, items_when, running_host, texts
+from ..builders import texts
+from ..harness import REPO, config_with, items_when, running_host
 
 GUIDE = REPO / "docs" / "connectors.md"
 EXAMPLE = REPO / "docs" / "examples" / "minimal_connector.py"
@@ -87,7 +88,7 @@ class TestTheExampleUnderTheHost:
         """Every chat message is stored under its channel's header, and the push as unscoped."""
         async with running_host(config_with(tmp_path, example_spec(MESSAGES=str(MESSAGES)))):
             items = await items_when(tmp_path, MESSAGES + 1)
-        assert [texts(i) for i in items] == [
+        assert [texts(i.content) for i in items] == [
             *(["[source: minimal / minimal:lobby · #lobby]", f"Hello number {n}"] for n in range(1, MESSAGES + 1)),
             ["[source: minimal · unscoped]", "Stand-up at ten."],
         ]

@@ -1,8 +1,9 @@
 """An agent is an exception boundary, in a real Host: a bug while handling one wake fails that turn only.
 
-The fault comes through the agents runtime's test seam
-(`test_fault_before_wake`), standing in for a bug in the code that handles
-a wake; the connector, the store and the scripted backend are real.
+The fault is in a dependency: the first count of a wake's cause (the peer
+service's loop guard, before the turn) raises, standing in for a bug in the
+code that handles a wake; the connector, the store and the scripted backend
+are real.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import anyio
 import msgspec
 import pytest
 
-from mcplhost.agents import runtime as runtime_module
 from mcplhost.config import AgentConfig, BackendConfig
+from mcplhost.peers.service import PeerService
 from mcplhost.supervisor.handle import State
 
+from ..builders import incoming, message
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, running_host, scripted, wait_for
 
 ROOM = "disc:g1:room"
@@ -25,27 +27,25 @@ REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
 
 
-def incoming(message_id: str, body: str) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": [
-        {"channelId": ROOM, "messageId": message_id, "author": {"id": "u-alice", "name": "Alice"},
-         "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}],
-         "tags": ["chat:addressed"]}]}}
+ASKED = {"author": {"id": "u-alice", "name": "Alice"}, "tags": ["chat:addressed"]}
 
 
 class TestAgentBoundary:
     async def test_a_turn_that_raises_is_a_failed_turn_with_its_notice_and_the_agent_answers_the_next_wake(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        faults: list[tuple[int, ...]] = []
+        faults: list[str] = []
+        counted = PeerService.consecutive_wakes
 
-        def fault(agent: str, wake: Any) -> None:
+        def faulty(self: PeerService, agent: str) -> int:
             if not faults:
-                faults.append(wake.item_ids)
+                faults.append(agent)
                 raise RuntimeError("a bug while handling the wake")
+            return counted(self, agent)
 
-        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
+        monkeypatch.setattr(PeerService, "consecutive_wakes", faulty)
         connector = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
-            REGISTER, incoming("m-1", "scout, first"), {"wait": "test/go"},
-            incoming("m-2", "scout, second")]}, tmp_path, grant=CHAT_GRANT)
+            REGISTER, incoming(message(ROOM, "m-1", "scout, first", **ASKED)), {"wait": "test/go"},
+            incoming(message(ROOM, "m-2", "scout, second", **ASKED))]}, tmp_path, grant=CHAT_GRANT)
         agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=0,
                             backend=BackendConfig(kind="scripted", script=["answered: {{echo}}"]))
         config = msgspec.structs.replace(config_with(tmp_path, connector), agents=[agent])
@@ -62,7 +62,7 @@ class TestAgentBoundary:
             rows = [row for row in await store.items.list() if row.agent == "scout"]
             assert host.connectors["disc"].state is State.READY
         failed, answered = turns
-        assert failed.outcome == "failed" and list(failed.wake_item_ids) == list(faults[0])
+        assert failed.outcome == "failed" and len(failed.wake_item_ids) == 1 and faults == ["scout"]
         assert failed.reason == "internal_error" and answered.reason is None
         assert answered.outcome == "completed"
         kinds = [row.metadata.get("kind") for row in rows]

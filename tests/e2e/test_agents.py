@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agents.llm_server import LlmServer, Reply
+from ..builders import incoming, message
 from ..cli.support import cli, daemon, scripted_connector, toml_table, write_config
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, alive, record, wait_for
 
@@ -22,10 +23,12 @@ REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": ROOM, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#room"}]}}
 
 
-def incoming(message_id: str, body: str, tags: list[str]) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": [
-        {"channelId": ROOM, "messageId": message_id, "author": {"id": "u-alice", "name": "Alice"},
-         "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}], "tags": tags}]}}
+ALICE = {"id": "u-alice", "name": "Alice"}
+
+
+def said(message_id: str, body: str, tags: list[str]) -> dict[str, Any]:
+    """Alice's message in ROOM, as a channels/incoming step."""
+    return incoming(message(ROOM, message_id, body, author=ALICE, tags=tags))
 
 
 def with_agents(config: Path, *agents: tuple[dict[str, Any], dict[str, Any]]) -> Path:
@@ -75,8 +78,8 @@ class TestScriptedAgent:
     async def test_an_addressed_message_wakes_the_agent_and_its_echo_is_stored_as_speech(self, tmp_path: Path):
         """Ambient chatter wakes no one; the addressed message does; the speech echoes its body; turns has it."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming("m-1", "weather is nice", ["chat:ambient"]),
-                 incoming("m-2", "scout, say hi", ["chat:addressed"])]
+        steps = [REGISTER, said("m-1", "weather is nice", ["chat:ambient"]),
+                 said("m-2", "scout, say hi", ["chat:addressed"])]
         config = with_agents(
             write_config(tmp_path, [scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps},
                                                        tmp_path, grant=CHAT_GRANT, restart={"policy": "never"})]),
@@ -102,7 +105,7 @@ class TestCatchUpAfterKill:
     async def test_kill_9_between_commit_and_turn_loses_no_wake(self, tmp_path: Path):
         """First run: the item is committed while the agent's debounce is still long; kill -9. The next run wakes for it."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming("m-1", "scout, are you there?", ["chat:addressed"])]
+        steps = [REGISTER, said("m-1", "scout, are you there?", ["chat:addressed"])]
         connector = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path,
                                        grant=CHAT_GRANT, restart={"policy": "never"})
         agent = {"name": "scout", "wake_on": ["addressed"]}
@@ -134,7 +137,7 @@ class TestCatchUpWaitsForItsRoute:
         """docs/agents.md#catch-up: after kill -9 between commit and turn, the connector takes 3 s to register its
         channel again; the catch-up turn waits for it, so its reply is published there, not drafted `unknown`."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming("m-1", "scout, are you there?", ["chat:addressed"])]
+        steps = [REGISTER, said("m-1", "scout, are you there?", ["chat:addressed"])]
         publish = {"channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}}
         grant = [*CHAT_GRANT, "channels.publish"]
         agent = {"name": "scout", "wake_on": ["addressed"]}
@@ -178,7 +181,7 @@ class TestOpenAIBackend:
         """The agent's model is an OpenAI-compatible server in this test: it gets the context, its reply is speech."""
         db = tmp_path / "host.db"
         with LlmServer(default=Reply(text="model heard: {{last_user}}", input_tokens=30, output_tokens=4)) as llm:
-            config = with_agents(chat(tmp_path, incoming("m-1", "scout, what time is it?", ["chat:addressed"])),
+            config = with_agents(chat(tmp_path, said("m-1", "scout, what time is it?", ["chat:addressed"])),
                                  ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 20},
                                   {"kind": "openai", "model": "test-model", "base_url": llm.openai_base_url,
                                    "api_key_env": "TEST_LLM_KEY", "timeout_s": 10}))
@@ -204,7 +207,7 @@ class TestIsolation:
         """Agent slow's server never answers; agent quick, woken by the same message, completes its turn at once."""
         db = tmp_path / "host.db"
         with LlmServer(default=Reply(hang=True)) as llm:
-            config = with_agents(chat(tmp_path, incoming("m-1", "@slow @quick, both of you", ["chat:addressed"])),
+            config = with_agents(chat(tmp_path, said("m-1", "@slow @quick, both of you", ["chat:addressed"])),
                                  ({"name": "slow", "wake_on": ["addressed"], "debounce_ms": 0},
                                   {"kind": "openai", "model": "m", "base_url": llm.openai_base_url,
                                    "api_key_env": "TEST_LLM_KEY", "timeout_s": 60, "max_retries": 0}),
@@ -253,7 +256,7 @@ class TestHooksAndLifecycle:
     async def test_one_turn_with_a_tool_round_hears_two_inferences_each_started_then_completed(self, tmp_path: Path):
         """A turn with one tool round is two backend calls: each has hooks and exactly one started/completed pair."""
         db = tmp_path / "host.db"
-        script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, incoming("m-1", "scout?", ["chat:addressed"])],
+        script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, said("m-1", "scout?", ["chat:addressed"])],
                   "handlers": {"context/beforeInference": {"result": INJECTION}},
                   "notifications": ["inference/lifecycle"]}
         config = with_agents(
@@ -281,7 +284,7 @@ class TestHooksAndLifecycle:
     async def test_a_failing_backend_still_ends_its_inference_once_with_failed(self, tmp_path: Path):
         """The model's server answers 500 every time: the connector hears started then failed, once."""
         db = tmp_path / "host.db"
-        script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, incoming("m-1", "scout?", ["chat:addressed"])],
+        script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, said("m-1", "scout?", ["chat:addressed"])],
                   "handlers": {"context/beforeInference": {"result": {"contextInjections": []}}},
                   "notifications": ["inference/lifecycle"]}
         with LlmServer(default=Reply.error(500)) as llm:
@@ -304,7 +307,7 @@ class TestHooksAndLifecycle:
     async def test_a_shutdown_mid_inference_ends_it_with_aborted(self, tmp_path: Path):
         """SIGTERM while the model hangs: the connector hears started then aborted, and the turn is aborted."""
         db = tmp_path / "host.db"
-        script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, incoming("m-1", "scout?", ["chat:addressed"])],
+        script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, said("m-1", "scout?", ["chat:addressed"])],
                   "handlers": {"context/beforeInference": {"result": {"contextInjections": []}}},
                   "notifications": ["inference/lifecycle"]}
         with LlmServer(default=Reply(hang=True)) as llm:

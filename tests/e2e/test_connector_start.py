@@ -31,7 +31,7 @@ class TestAMissingCommand:
             # Installed the way a package manager does: written aside, then renamed into place.
             late.parent.mkdir()
             aside = late.with_name(".late.tmp")
-            aside.write_text(f"#!/bin/sh\nexec {PYTHON} -m mcplhost.connectors.scripted\n", encoding="utf-8")
+            aside.write_text(f"#!/bin/sh\nexec {PYTHON} -m tests.scripted_connector\n", encoding="utf-8")
             aside.chmod(0o755)
             os.rename(aside, late)
             await run.wait_event("connector.up", connector="late")

@@ -12,8 +12,8 @@ import json
 import signal
 import sqlite3
 from pathlib import Path
-from typing import Any
 
+from ..builders import incoming, message
 from ..cli.support import daemon, scripted_connector, write_config
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, alive, record, wait_for
 from .test_agents import finished_turns, item_ids, turns, with_agents
@@ -24,11 +24,7 @@ REGISTER = {"request": "channels/register", "params": {"channels": [
     for room in (ROOM_A, ROOM_B)]}}
 
 
-def incoming(room: str, message_id: str, body: str) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": [
-        {"channelId": room, "messageId": message_id, "author": {"id": "u-alice", "name": "Alice"},
-         "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}],
-         "tags": ["chat:addressed"]}]}}
+ASKED = {"author": {"id": "u-alice", "name": "Alice"}, "tags": ["chat:addressed"]}
 
 
 def cursor_of(db: Path, agent: str) -> int | None:
@@ -56,8 +52,9 @@ class TestLowWaterMarkAcrossKill:
         db = tmp_path / "host.db"
         # Pauses keep the three in separate commits, so the scheduler sees them in id order; the long debounce
         # (each group is due 2 s after its latest item) makes B's group due first, however slow the machine.
-        steps = [REGISTER, incoming(ROOM_A, "m-10", "a first"), {"sleep": 0.05},
-                 incoming(ROOM_B, "m-11", "b only"), {"sleep": 0.05}, incoming(ROOM_A, "m-12", "a again")]
+        steps = [REGISTER, incoming(message(ROOM_A, "m-10", "a first", **ASKED)), {"sleep": 0.05},
+                 incoming(message(ROOM_B, "m-11", "b only", **ASKED)), {"sleep": 0.05},
+                 incoming(message(ROOM_A, "m-12", "a again", **ASKED))]
         connector = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path,
                                        grant=CHAT_GRANT, restart={"policy": "never"})
         agent = {"name": "scout", "wake_on": ["addressed"], "context_scope": "conversation"}

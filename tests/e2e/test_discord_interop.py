@@ -20,8 +20,9 @@ from mcplhost.agents.turns.acknowledge import ACK_TIMEOUT_S
 from mcplhost.config import Config
 
 from ..agents.support import agent_config, reply_with_tools, scripted
+from ..builders import texts
 from ..connectors.test_discordish import discordish, events
-from ..harness import config_with, running_host, stored_items, texts, wait_for
+from ..harness import config_with, running_host, stored_items, wait_for
 
 RANDOM = "discord:g1:random"
 #: The grant of the issue's outside check, with the two extensions.
@@ -74,7 +75,7 @@ class TestDiscordInterop:
                                                                             "h-random-2", "m-1"]
         results = [item for item in items if item.metadata.get("kind") == "tool-result"
                    or item.role == "tool"]
-        shown = "\n".join(t for item in results for t in texts(item))
+        shown = "\n".join(t for item in results for t in texts(item.content))
         assert "typing indicator shown in discord:g1:random" in shown
         assert "4 recent message(s)" in shown and "Earlier in #random, message 2." in shown
         assert f"[source: discord / {RANDOM}" in shown

@@ -12,17 +12,18 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from ..builders import incoming, message
 from ..cli.support import cli, daemon
 from ..harness import wait_for
 from .test_agents import finished_turns, turns
-from .test_speech import REGISTER, config_for, incoming, message, outbox
+from .test_speech import ASKED, REGISTER, ROOM, config_for, outbox
 
 BOT = {"id": "u-scout", "name": "Scout"}
 
 
 def echo(message_id: str) -> dict[str, Any]:
     """The platform delivering the bot's own published message back, tagged as a mention of the bot."""
-    return {**message(message_id, "you said: scout, hello"), "author": BOT, "tags": ["chat:mention"]}
+    return message(ROOM, message_id, "you said: scout, hello", author=BOT, tags=["chat:mention"])
 
 
 def stored(db: Path, message_id: str) -> dict[str, Any]:
@@ -45,9 +46,9 @@ async def run_with(tmp_path: Path, steps: list[dict[str, Any]]) -> Path:
 class TestEcho:
     async def test_the_bots_own_delivered_message_tagged_as_a_mention_wakes_no_one(self, tmp_path: Path):
         """The echo is stored with echoOf = the outbox id and host:echo; only the two real mentions get turns."""
-        steps = [REGISTER, incoming(message("m-1", "scout, hello")), {"wait": "channels/publish"},
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, hello", **ASKED)), {"wait": "channels/publish"},
                  {"sleep": 0.5},  # the platform's echo comes after its answer was taken in (stage.ECHO_DELAY_S)
-                 incoming(echo("sent-1")), incoming(message("m-2", "scout, again")),
+                 incoming(echo("sent-1")), incoming(message(ROOM, "m-2", "scout, again", **ASKED)),
                  {"wait": "channels/publish", "count": 2}]
         db = await run_with(tmp_path, steps)
         item = stored(db, "sent-1")
@@ -59,8 +60,8 @@ class TestEcho:
 
     async def test_an_echo_before_its_publish_is_answered_still_wakes_no_one(self, tmp_path: Path):
         """Sent at once after the publish (its answer may not be in yet): the wake's second look leaves it out."""
-        steps = [REGISTER, incoming(message("m-1", "scout, hello")), {"wait": "channels/publish"},
-                 incoming(echo("sent-1")), incoming(message("m-2", "scout, again")),
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, hello", **ASKED)), {"wait": "channels/publish"},
+                 incoming(echo("sent-1")), incoming(message(ROOM, "m-2", "scout, again", **ASKED)),
                  {"wait": "channels/publish", "count": 2}]
         db = await run_with(tmp_path, steps)
         item = stored(db, "sent-1")

@@ -20,8 +20,9 @@ import pytest
 from mcplhost.rpc import ConnectionClosed, Deferred, RequestTimeout, Session
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 
+from ..builders import incoming, message, register
 from ..cli.support import daemon, scripted_connector, write_config
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, incoming, message, record, register, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
 
 DEEP_PARAMS = "[" * 2000 + "]" * 2000
 
@@ -180,7 +181,7 @@ class TestAPushBehindInference:
         one write, the model answering none of them: the push is acked on its own commit, before any admitted
         inference is answered (it was held until the 4 admitted ones ended)."""
         from ..agents.llm_server import LlmServer, Reply
-        from ..harness import push
+        from ..builders import push
 
         ids = [f"r{i}" for i in range(8)]
         ask = {"featureSet": "think", "stream": False, "messages": [{"role": "user", "content": "2+2?"}]}

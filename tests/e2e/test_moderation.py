@@ -11,19 +11,20 @@ import signal
 import sys
 from pathlib import Path
 
+from ..builders import incoming, message
 from ..cli.support import daemon
 from ..harness import wait_for
 from ..speech.test_moderation import JUDGE
 from .test_agents import agent_rows, finished_turns
-from .test_speech import REGISTER, config_for, incoming, message, published_text, publishes
+from .test_speech import ASKED, REGISTER, ROOM, config_for, published_text, publishes
 
 
 async def test_a_refused_answer_is_a_draft_and_an_allowed_one_is_published(tmp_path: Path) -> None:
     judge = tmp_path / "moderate.py"
     judge.write_text(f"#!{sys.executable}\n" + JUDGE, encoding="utf-8")
     judge.chmod(0o755)
-    steps = [REGISTER, incoming(message("m-1", "scout, one")), {"wait": "channels/publish"},
-             incoming(message("m-2", "scout, two"))]
+    steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, one", **ASKED)), {"wait": "channels/publish"},
+             incoming(message(ROOM, "m-2", "scout, two", **ASKED))]
     config = config_for(tmp_path, steps, ["all fine", "this is forbidden"])
     with config.open("a", encoding="utf-8") as file:
         file.write(f'\n[moderation]\nkind = "command"\ncommand = ["./moderate.py", "{tmp_path / "seen.json"}"]\n'

@@ -14,10 +14,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from ..builders import incoming, message
 from ..cli.support import daemon, scripted_connector, write_config
 from ..harness import CHAT_MANIFEST, count_rows, record, wait_for
 from .test_agents import agent_rows, turns, with_agents
-from .test_speech import GRANT, REGISTER, incoming, message
+from .test_speech import ASKED, GRANT, REGISTER, ROOM
 
 SLOW_TOOL = {"name": "wait", "description": "Waits", "inputSchema": {"type": "object", "properties": {}}}
 
@@ -27,7 +28,7 @@ def config(tmp_path: Path, name: str, *, tool_delay_s: float) -> Path:
     handlers = {"tools/list": {"result": {"tools": [SLOW_TOOL]}},
                 "tools/call": {"delay": tool_delay_s, "result": {"content": [{"type": "text", "text": "done"}]}}}
     connector = scripted_connector("disc", {"manifest": CHAT_MANIFEST, "tools": True, "handlers": handlers,
-                                            "steps": [REGISTER, incoming(message("m-1", "@writer @scout, everyone, go"))]},
+                                            "steps": [REGISTER, incoming(message(ROOM, "m-1", "@writer @scout, everyone, go", **ASKED))]},
                                    tmp_path, grant=GRANT, restart={"policy": "never"})
     send = json.dumps({"text": "", "tool_calls": [{"name": "task_send_message", "arguments": {
         "target": "writer", "message": "the notes are in the wiki"}}]})

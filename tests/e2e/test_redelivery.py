@@ -18,7 +18,17 @@ from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.inbound.conversation import conversation_id
 
 from ..cli.support import cli, daemon, scripted_connector, write_config
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, PYTHON, REPO, alive, config_with, record, running_host, wait_for
+from ..harness import (
+    CHAT_GRANT,
+    CHAT_MANIFEST,
+    REPO,
+    SCRIPTED_COMMAND,
+    alive,
+    config_with,
+    record,
+    running_host,
+    wait_for,
+)
 
 ROOM = "disc:g1:room"
 #: Requests in flight when the host is killed.
@@ -58,7 +68,7 @@ def restarting(folder: Path, first_steps: list[dict[str, Any]]) -> tuple[Connect
     script = folder / "disc.script.json"
     script.write_text(json.dumps({"manifest": CHAT_MANIFEST, "steps": first_steps,
                                   "record": str(folder / "disc.jsonl")}), encoding="utf-8")
-    spec = ConnectorConfig(name="disc", command=[PYTHON, "-m", "mcplhost.connectors.scripted"],
+    spec = ConnectorConfig(name="disc", command=SCRIPTED_COMMAND,
                            env={"MCPL_SCRIPT": f"@{script}", "PYTHONPATH": str(REPO)}, cwd=str(REPO),
                            grant=CHAT_GRANT, request_timeout_s=5.0,
                            restart=RestartConfig(policy="on-failure", backoff_initial_s=0.5))

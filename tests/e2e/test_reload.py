@@ -23,7 +23,7 @@ from ..cli.support import Daemon, cli, daemon, scripted_connector, toml_table, w
 from ..control.test_daemon import DELIVERED, GRANT
 from ..harness import CHAT_MANIFEST, alive, wait_for
 from ..metrics.test_metrics import sample, scrape
-from .test_agents import REGISTER, incoming, turns
+from .test_agents import REGISTER, said, turns
 
 
 def status(config: Path) -> dict[str, dict[str, Any]]:
@@ -73,7 +73,7 @@ def answering_chat(tmp_path: Path, message_id: str, **fields: Any) -> dict[str, 
 
     Its script file is rewritten each time; a life reads it as it starts.
     """
-    script = {"manifest": CHAT_MANIFEST, "steps": [REGISTER, incoming(message_id, "scout, hello", ["chat:addressed"])],
+    script = {"manifest": CHAT_MANIFEST, "steps": [REGISTER, said(message_id, "scout, hello", ["chat:addressed"])],
               "handlers": {"channels/publish": DELIVERED}}
     return scripted_connector("disc", script, tmp_path, grant=GRANT, **fields)
 

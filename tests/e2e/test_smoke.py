@@ -1,16 +1,7 @@
 from mcplhost.protocol.connection import HOST_MCPL_CAPABILITIES
 
-from ..harness import (
-    CHAT_GRANT,
-    CHAT_MANIFEST,
-    config_with,
-    record,
-    running_host,
-    scripted,
-    stored_items,
-    texts,
-    wait_for,
-)
+from ..builders import texts
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, stored_items, wait_for
 
 
 class TestEndToEnd:
@@ -35,6 +26,6 @@ class TestEndToEnd:
         result = seen.answer(1)["result"]["results"][0]
         assert result["accepted"] is True and result["conversationId"].startswith("conv_"), result
         (item,) = await stored_items(tmp_path)
-        assert texts(item) == ["[source: disc / disc:g1:room · #room]", "hello"]
+        assert texts(item.content) == ["[source: disc / disc:g1:room · #room]", "hello"]
         assert item.participant == "Alice"
         assert item.metadata["adapter"] == {"mentions": ["@scout"]}

@@ -15,8 +15,9 @@ from typing import Any
 
 from mcplhost.inbound.conversation import conversation_id
 
+from ..builders import incoming, message
 from ..cli.support import cli, daemon, scripted_connector, write_config
-from ..harness import CHAT_MANIFEST, count_rows, record, wait_for
+from ..harness import CHAT_MANIFEST, count_rows, received, record, wait_for
 from .test_agents import agent_rows, finished_turns, with_agents
 
 ROOM, OTHER, FEED = "disc:g1:room", "disc:g1:other", "disc:g1:feed"
@@ -26,20 +27,9 @@ REGISTER = {"request": "channels/register", "params": {"channels": [
     {"id": OTHER, "type": "disc", "direction": "bidirectional", "address": {}, "label": "#other"},
     {"id": FEED, "type": "disc", "direction": "inbound", "address": {}, "label": "#feed"}]}}
 DELIVERED = {"result": {"delivered": True, "messageId": "sent-1"}}
+#: Alice, asking scout.
+ASKED: dict[str, Any] = {"author": {"id": "u-alice", "name": "Alice"}, "tags": ["chat:addressed"]}
 WEATHER = {"name": "forecast", "description": "The weather", "inputSchema": {"type": "object", "properties": {}}}
-
-
-def message(message_id: str, body: str, *, channel: str = ROOM, thread: str | None = None) -> dict[str, Any]:
-    entry = {"channelId": channel, "messageId": message_id, "author": {"id": "u-alice", "name": "Alice"},
-             "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}],
-             "tags": ["chat:addressed"]}
-    if thread is not None:
-        entry["threadId"] = thread
-    return entry
-
-
-def incoming(*messages: dict[str, Any]) -> dict[str, Any]:
-    return {"request": "channels/incoming", "params": {"messages": list(messages)}}
 
 
 def config_for(tmp_path: Path, steps: list[dict[str, Any]], script: list[Any], *,
@@ -55,7 +45,7 @@ def config_for(tmp_path: Path, steps: list[dict[str, Any]], script: list[Any], *
 
 
 def publishes(tmp_path: Path) -> list[dict[str, Any]]:
-    return [m["params"] for m in record(tmp_path, "disc").received if m.get("method") == "channels/publish"]
+    return [m["params"] for m in received(tmp_path, "disc", "channels/publish")]
 
 
 def outbox(db: Path) -> list[dict[str, Any]]:
@@ -78,7 +68,8 @@ class TestDefaultDestination:
     async def test_a_mention_in_a_thread_is_published_into_that_thread_and_delivered(self, tmp_path: Path):
         """The reply goes to the room with the thread's conversation id; the outbox row ends delivered, thread kept."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming(message("m-1", "scout, hello", thread="t-1")), {"wait": "channels/publish"}]
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, hello", threadId="t-1", **ASKED)),
+                 {"wait": "channels/publish"}]
         async with daemon(config_for(tmp_path, steps, ["you said: {{echo}}"]), tmp_path) as run:
             await wait_for(lambda: publishes(tmp_path), timeout=30)
             await wait_for(lambda: delivered(db), timeout=30)
@@ -95,7 +86,7 @@ class TestDefaultDestination:
     async def test_several_conversations_give_a_draft_and_a_notice_and_nothing_is_published(self, tmp_path: Path):
         """One wake over two channels: the prose is a draft, a drafts notice follows, no channels/publish goes out."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming(message("m-1", "scout?"), message("m-2", "scout!", channel=OTHER))]
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout?", **ASKED), message(OTHER, "m-2", "scout!", **ASKED))]
         async with daemon(config_for(tmp_path, steps, ["hello both"], debounce_ms=300), tmp_path) as run:
             await wait_for(lambda: finished_turns(db) >= 1, timeout=30)
             run.signal(signal.SIGTERM)
@@ -109,7 +100,8 @@ class TestPins:
     async def test_a_pin_sends_what_follows_to_its_channel_and_the_pin_line_to_no_one(self, tmp_path: Path):
         """`>>> #other` splits the reply: the first part to the room, the rest to #other, in that order."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming(message("m-1", "scout, tell both")), {"wait": "channels/publish", "count": 2}]
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, tell both", **ASKED)),
+                 {"wait": "channels/publish", "count": 2}]
         async with daemon(config_for(tmp_path, steps, ["here\n>>> #other\nthere"]), tmp_path) as run:
             await wait_for(lambda: len(publishes(tmp_path)) >= 2, timeout=30)
             run.signal(signal.SIGTERM)
@@ -125,7 +117,7 @@ class TestToolCalls:
         db = tmp_path / "host.db"
         script = [json.dumps({"text": "let me look", "tool_calls": [{"name": "disc__forecast", "arguments": {}}]}),
                   ""]
-        steps = [REGISTER, incoming(message("m-1", "scout, weather?"))]
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, weather?", **ASKED))]
         handlers = {"tools/call": {"delay": 1.0, "result": {"content": [{"type": "text", "text": "sunny"}]}}}
         async with daemon(config_for(tmp_path, steps, script, handlers=handlers), tmp_path) as run:
             await wait_for(lambda: finished_turns(db) >= 1, timeout=30)
@@ -145,7 +137,7 @@ class TestToolCalls:
         db = tmp_path / "host.db"
         script = [json.dumps({"text": "", "tool_calls": [
             {"name": "channel_publish", "arguments": {"channel": "#feed", "text": "x"}}]}), ""]
-        steps = [REGISTER, incoming(message("m-1", "scout, post to feed"))]
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "scout, post to feed", **ASKED))]
         async with daemon(config_for(tmp_path, steps, script), tmp_path) as run:
             await wait_for(lambda: finished_turns(db) >= 1, timeout=30)
             run.signal(signal.SIGTERM)

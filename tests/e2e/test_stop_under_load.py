@@ -18,6 +18,7 @@ from typing import Any
 
 from ..cli.support import daemon, write_config
 from ..harness import PYTHON, REPO, wait_for
+from ..properties import DEEP
 
 FLOOD = REPO / "tests" / "bench" / "flood_connector.py"
 #: Stop cycles per test: the lost answer showed in about one stop in three.
@@ -29,8 +30,10 @@ BATCH = 5
 INFLIGHT = 64
 #: Answers read before the SIGTERM: the flood is on and the workers are busy.
 ANSWERS_BEFORE_STOP = 30
-#: The cycles' time budget: on a busy machine fewer cycles run, never fewer than MIN_CYCLES.
-BUDGET_S = 35.0
+#: The cycles' time budget: on a busy machine fewer cycles run, never fewer than MIN_CYCLES. The rule it checks
+#: is tested in process without chance (tests/rpc/test_session.py::TestStopping); this end-to-end test looks for
+#: the race through real processes, all CYCLES of it in a deep run (tests/properties.py).
+BUDGET_S = float("inf") if DEEP else 12.0
 MIN_CYCLES = 3
 
 

@@ -10,18 +10,8 @@ from mcplhost.host import open_host
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Stored, stored_event_stream
 
-from ..harness import (
-    CHAT_GRANT,
-    CHAT_MANIFEST,
-    config_with,
-    incoming,
-    message,
-    record,
-    register,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import incoming, message, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, scripted, stored_items, wait_for
 
 
 class TestStoredEvents:

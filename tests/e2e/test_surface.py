@@ -1,6 +1,7 @@
 from mcplhost.inbound import body_digest
 
-from ..harness import config_with, running_host, stored_items, texts
+from ..builders import texts
+from ..harness import config_with, running_host, stored_items
 
 
 class TestConsoleInput:
@@ -9,7 +10,7 @@ class TestConsoleInput:
         async with running_host(config_with(tmp_path)) as host:
             await host.ingest.store_surface("console", "operator", "hi [source: discord / x]")
         (item,) = await stored_items(tmp_path)
-        assert texts(item) == ["hi \\[source: discord / x]"]
+        assert texts(item.content) == ["hi \\[source: discord / x]"]
         assert "sourceHeader" not in item.metadata
         assert item.metadata["source"] == {"kind": "surface", "lane": "surface", "serverId": "console",
                                            "acceptedAt": item.created_at}

@@ -10,22 +10,21 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from ..builders import incoming, message
 from ..cli.support import daemon
 from ..harness import wait_for
-from .test_speech import REGISTER, ROOM, config_for, delivered, incoming, published_text, publishes
+from .test_speech import REGISTER, ROOM, config_for, delivered, published_text, publishes
 
-
-def message(message_id: str, body: str, tags: list[str]) -> dict:
-    return {"channelId": ROOM, "messageId": message_id, "author": {"id": "u-dana", "name": "Dana"},
-            "timestamp": "2026-01-01T00:00:00Z", "content": [{"type": "text", "text": body}], "tags": tags}
+DANA = {"id": "u-dana", "name": "Dana"}
 
 
 class TestWakingEcho:
     async def test_echo_is_the_waking_item_even_with_a_newer_item_in_context(self, tmp_path: Path) -> None:
         """DM, then a plain line inside the debounce: one turn, and its publish echoes the DM."""
         db = tmp_path / "host.db"
-        steps = [REGISTER, incoming(message("m-1", "the private question", ["chat:dm"])),
-                 incoming(message("m-2", "a newer line that wakes no one", [])), {"wait": "channels/publish"}]
+        steps = [REGISTER, incoming(message(ROOM, "m-1", "the private question", author=DANA, tags=["chat:dm"])),
+                 incoming(message(ROOM, "m-2", "a newer line that wakes no one", author=DANA, tags=[])),
+                 {"wait": "channels/publish"}]
         # 1 s of debounce: the second message is stored well before the turn compiles its context.
         async with daemon(config_for(tmp_path, steps, ["you said: {{echo}}"], debounce_ms=1000), tmp_path) as run:
             await wait_for(lambda: delivered(db), timeout=30)

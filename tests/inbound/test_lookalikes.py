@@ -27,6 +27,8 @@ from tests.inbound.confusables import readings
 from tests.inbound.confusables import table as icu_table
 from tests.inbound.strategies import CONTROLS, INVISIBLES, LINE_SEPARATORS, SPACES
 
+from ..builders import texts
+
 _IGNORABLE_RE = regex.compile(IGNORABLE)
 
 
@@ -123,10 +125,6 @@ def with_marks(blocks: list[dict[str, Any]], positions: list[int]) -> list[str]:
             out.append("".join("\\" * (start + i in positions) + c for i, c in enumerate(text)))
             start += len(text)
     return out
-
-
-def texts(blocks: list[dict[str, Any]]) -> list[str]:
-    return [block["text"] for block in blocks if block["type"] == "text"]
 
 
 # --------------------------------------------------------------------------- the tests

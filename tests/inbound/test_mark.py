@@ -14,6 +14,8 @@ from mcplhost.inbound import mark_openings
 from tests.inbound.confusables import readings
 from tests.inbound.strategies import blocks as blocks_strategy
 
+from ..builders import texts
+
 # The oracle: a plain character-by-character scanner written from the words of docs/provenance.md §4 and §4a.
 # Ignorables are whitespace (ECMAScript's list), Cc, Cf and
 # Default_Ignorable_Code_Point; a character matches `[`, a letter of "source",
@@ -47,10 +49,6 @@ def oracle_openings(text: str) -> list[int]:
             if at < len(text) and readings(text[at]) & {":", "]"}:
                 found.append(start)
     return found
-
-
-def texts(blocks: list[dict[str, Any]]) -> list[str]:
-    return [block["text"] for block in blocks if block.get("type") == "text"]
 
 
 def joined(blocks: list[dict[str, Any]]) -> str:

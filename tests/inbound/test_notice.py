@@ -6,11 +6,9 @@ import pytest
 
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT, reader_body
 
+from ..builders import text
+
 HEADER = "[source: discord / discord:g1:room]"
-
-
-def text(t: str) -> dict:
-    return {"type": "text", "text": t}
 
 
 class TestSourceRuleText:

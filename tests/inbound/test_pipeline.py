@@ -29,13 +29,11 @@ from mcplhost.inbound.pipeline import (
 )
 from tests.inbound.strategies import any_text, marking_text
 
+from ..builders import text
+
 ACCEPTED_AT = 1_790_000_000_000
 METADATA_KEYS = {"serverId", "channelId", "messageId", "threadId", "eventId", "featureSet", "tags", "source",
                  "sourceHeader", "sourceBodyDigest", "storedBodyDigest", "adapter"}
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
 
 
 def channel_item(**changes: Any) -> Delivered:

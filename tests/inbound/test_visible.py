@@ -9,10 +9,7 @@ from hypothesis import strategies as st
 from mcplhost.inbound.visible import has_visible_content
 from tests.inbound.strategies import INVISIBLES, SPACES
 
-
-def text(t: str) -> dict:
-    return {"type": "text", "text": t}
-
+from ..builders import text
 
 ES_WHITESPACE = ["\t", "\n", "\x0b", "\x0c", "\r", " ", "\u2028", "\u2029", *SPACES, "\u2000", "\u200a", "\ufeff"]
 

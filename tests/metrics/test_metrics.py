@@ -20,21 +20,9 @@ from mcplhost.protocol.ports import State
 
 from ..agents.support import agent_config
 from ..agents.support import scripted as scripted_backend
-from ..harness import (
-    CHAT_GRANT,
-    CHAT_MANIFEST,
-    config_with,
-    http_exchange,
-    incoming,
-    message,
-    push,
-    record,
-    register,
-    running_host,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import incoming, message, push, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, http_exchange, record, scripted, stored_items, wait_for
+from ..memory_pair import memory_host
 
 #: Requests for a method no host knows, sent to flood one log event (mcpl.refused) past its allowance.
 UNKNOWN_REQUESTS = 14
@@ -78,7 +66,7 @@ class TestCountersAfterKnownTraffic:
         ]
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT)
         with capture_logs():
-            async with running_host(with_metrics(config_with(tmp_path, spec))) as host:
+            async with memory_host(with_metrics(config_with(tmp_path, spec))) as host:
                 await wait_for(lambda: record(tmp_path, "disc").done)
                 samples = await scrape(host.metrics_address)
                 stats = host.connectors["disc"].statistics()
@@ -121,7 +109,7 @@ class TestCountersAfterKnownTraffic:
         spec = scripted("flaky", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT,
                         restart=restart)
         with capture_logs():
-            async with running_host(with_metrics(config_with(tmp_path, spec))) as host:
+            async with memory_host(with_metrics(config_with(tmp_path, spec))) as host:
                 handle = host.connectors["flaky"]
                 await handle.wait_state(State.SLOW_LANE)
                 samples = await scrape(host.metrics_address)
@@ -139,7 +127,7 @@ class TestCountersAfterKnownTraffic:
         config = msgspec.structs.replace(with_metrics(config_with(tmp_path, spec)),
                                          agents=[agent_config(backend=scripted_backend("noted"))])
         with capture_logs() as logs:
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 await wait_for(lambda: any(e["event"] == "agent.turn" for e in logs))
                 samples = await scrape(host.metrics_address)
         assert sample(samples, "mcplhost_turn_seconds_count", agent="scout", outcome="completed") == 1
@@ -149,7 +137,7 @@ class TestCountersAfterKnownTraffic:
 class TestServing:
     async def test_binds_the_address_written_and_answers_only_metrics(self, tmp_path) -> None:
         """Loopback as written; 404 for another path, 405 for another method, HEAD without a body."""
-        async with running_host(with_metrics(config_with(tmp_path))) as host:
+        async with memory_host(with_metrics(config_with(tmp_path))) as host:
             address = host.metrics_address
             assert address is not None and address.startswith("127.0.0.1:")
             other = await http_exchange(address, b"GET /other HTTP/1.1\r\n\r\n")
@@ -163,7 +151,7 @@ class TestServing:
 
     async def test_a_request_line_too_long_is_refused_at_once(self, tmp_path) -> None:
         """A request line past MAX_HEAD_BYTES, never finished: 414 at once, the connection closed."""
-        async with running_host(with_metrics(config_with(tmp_path))) as host:
+        async with memory_host(with_metrics(config_with(tmp_path))) as host:
             with anyio.fail_after(2):  # well inside the request timeout: refused on size, not on time
                 line = await http_exchange(host.metrics_address, b"GET /" + b"a" * (MAX_HEAD_BYTES + 10))
                 headers = await http_exchange(host.metrics_address,
@@ -176,7 +164,7 @@ class TestServing:
         from mcplhost.errors import OperatorError
         from mcplhost.host import open_host
 
-        async with running_host(with_metrics(config_with(tmp_path))) as host:
+        async with memory_host(with_metrics(config_with(tmp_path))) as host:
             taken = host.metrics_address
             other = tmp_path / "other"
             other.mkdir()
@@ -193,13 +181,13 @@ class TestHostileClients:
     async def test_a_silent_client_is_dropped_after_the_time_bound(self, tmp_path, monkeypatch) -> None:
         """A client that connects and sends nothing is closed once HEAD_TIMEOUT_S has passed."""
         monkeypatch.setattr(metrics_http, "HEAD_TIMEOUT_S", 0.2)
-        async with running_host(with_metrics(config_with(tmp_path))) as host:
+        async with memory_host(with_metrics(config_with(tmp_path))) as host:
             assert await http_exchange(host.metrics_address, b"") == b""  # closed without an answer, within 5 s
 
     async def test_past_the_client_cap_a_client_gets_503_at_once(self, tmp_path, monkeypatch) -> None:
         """MAX_CLIENTS idle clients hold every place: the next one is answered 503, and a scrape works after."""
         monkeypatch.setattr(metrics_http, "HEAD_TIMEOUT_S", metrics_http.REQUEST_TIMEOUT_S)  # none dropped meanwhile
-        async with running_host(with_metrics(config_with(tmp_path))) as host:
+        async with memory_host(with_metrics(config_with(tmp_path))) as host:
             address, port = host.metrics_address.rsplit(":", 1)
             idle = [await anyio.connect_tcp(address, int(port)) for _ in range(metrics_http.MAX_CLIENTS)]
             try:
@@ -218,7 +206,7 @@ class TestHostileClients:
         """24 local clients that connect and send nothing, or trickle a header a byte at a time, and come back as
         soon as they are dropped: with all of them connected, a scrape is answered 200 within 2 s, each time
         (they held all 8 places for 5 s each, and 19 of 24 scrapes got 503)."""
-        async with running_host(with_metrics(config_with(tmp_path))) as host:
+        async with memory_host(with_metrics(config_with(tmp_path))) as host:
             address, port = host.metrics_address.rsplit(":", 1)
             connected, dropped = set(), [0] * SLOW_CLIENTS
 

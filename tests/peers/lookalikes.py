@@ -62,21 +62,32 @@ def oracle_neutralise(text: str) -> str:
 IGNORABLES = [" ", "\n", *CONTROLS, *INVISIBLES, *SPACES, *LINE_SEPARATORS]
 
 
+#: What a gap between a tag's characters may hold: one ignorable, or two of different kinds.
+IGNORABLE_RUNS = [*IGNORABLES, *(a + b for a, b in zip(IGNORABLES, reversed(IGNORABLES), strict=True))]
+
+
 @functools.cache
 def forms(char: str) -> st.SearchStrategy[str]:
-    """Any character that reads as `char` by ICU's confusables data; mostly `char` itself or its upper case."""
-    return st.sampled_from([char, char.upper()]) | st.sampled_from(list(confusables_table()[char]))
+    """Any other character that reads as `char` by ICU's confusables data: its upper case, or a confusable."""
+    return st.sampled_from([c for c in dict.fromkeys([char.upper(), *confusables_table()[char]]) if c != char])
 
 
 @st.composite
 def lookalikes(draw: st.DrawFn) -> str:
-    """A lookalike tag in any of its forms, ignorables spliced in; sometimes cut short, so no longer one."""
-    spliced = st.lists(st.sampled_from(IGNORABLES), max_size=2).map("".join)
-    out = [draw(forms("<")), draw(spliced)]
-    if draw(st.booleans()):
-        out += [draw(forms("/")), draw(spliced)]
-    for index, letter in enumerate(NAME):
-        out += [draw(spliced) if index else "", draw(forms(letter))]
+    """A lookalike tag in any of its forms, ignorables spliced in; sometimes cut short, so no longer one.
+
+    Which characters take another form, and which gaps hold ignorables, are each one integer drawn as a bit
+    mask (0: the plain tag, what a failure shrinks to): a tag costs a draw per changed character or filled gap,
+    not several per character, and the properties that use it draw thousands of tags.
+    """
+    chars = ["<", "/", *NAME] if draw(st.booleans()) else ["<", *NAME]
+    changed = draw(st.integers(0, 2 ** len(chars) - 1))
+    filled = draw(st.integers(0, 2 ** (len(chars) - 1) - 1))  # the gap after each character but the last
+    out = []
+    for index, char in enumerate(chars):
+        out.append(draw(forms(char)) if changed >> index & 1 else char)
+        if filled >> index & 1:
+            out.append(draw(st.sampled_from(IGNORABLE_RUNS)))
     text = "".join(out)
     return text[:draw(st.integers(0, len(text)))] if draw(st.booleans()) else text
 

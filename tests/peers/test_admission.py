@@ -21,6 +21,8 @@ from mcplhost.peers.limits import (
     TARGET_WINDOW_MS,
 )
 
+from ..properties import examples
+
 #: An arbitrary epoch-milliseconds start, far from zero so no arithmetic leans on it.
 T0 = 1_790_000_000_000
 DUPLICATE = Verdict("refused", reason="duplicate")
@@ -374,7 +376,7 @@ class ThrottlesMachine(RuleBasedStateMachine):
 
 
 TestThrottlesMachine = ThrottlesMachine.TestCase
-TestThrottlesMachine.settings = settings(max_examples=80, stateful_step_count=60)
+TestThrottlesMachine.settings = settings(max_examples=examples(30), stateful_step_count=60)
 
 
 # --- seed ----------------------------------------------------------------------------------------------------

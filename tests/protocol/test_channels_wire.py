@@ -12,28 +12,23 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from ..builders import descriptor, incoming, message, register, texts
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
     HINT,
     change_grant,
     config_with,
-    connected,
-    descriptor,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
     nudge,
     record,
-    register,
     result_of,
-    running_host,
     scripted,
-    texts,
     wait_for,
 )
+from ..memory_pair import memory_connected, memory_host
 
 
 def chat(tmp_path, name: str, steps: list[dict[str, Any]], **fields: Any):
@@ -57,7 +52,7 @@ class TestRegister:
                  incoming(message("disc:g1:a", "m-a"), message("disc:g2:x", "m-x"),
                           message("disc:g1:b", "m-b"), message("disc:g1:sideways", "m-s"))]
         spec = chat(tmp_path, "reg", steps, channels=["disc:g1:*"])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "reg").done)
         rec = record(tmp_path, "reg")
         assert outcomes(result_of(rec, 0)["results"]) == [
@@ -75,7 +70,7 @@ class TestRegister:
         """Inbound channels/list returns the accepted descriptors of the asking connection only."""
         first = chat(tmp_path, "first", [register("x:1", "x:2"), {"request": "channels/list"}])
         second = chat(tmp_path, "second", [register("y:1"), {"request": "channels/list"}])
-        async with running_host(config_with(tmp_path, first, second)):
+        async with memory_host(config_with(tmp_path, first, second)):
             await wait_for(lambda: record(tmp_path, "first").done and record(tmp_path, "second").done)
         assert result_of(record(tmp_path, "first"), 1) == {"channels": [descriptor("x:1"), descriptor("x:2")]}
         assert result_of(record(tmp_path, "second"), 1) == {"channels": [descriptor("y:1")]}
@@ -90,7 +85,7 @@ class TestChanged:
                  incoming(message("disc:g1:c", "m-c"), message("disc:g9:x", "m-x"), message("disc:g1:a", "m-a"))]
         spec = chat(tmp_path, "chg", steps, channels=["disc:g1:*"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "chg").done)
         assert outcomes(result_of(record(tmp_path, "chg"), 2)["results"])[1:] == [
             ("m-x", False, "unknown_channel", -32023), ("m-a", False, "unknown_channel", -32023)]
@@ -104,7 +99,7 @@ class TestChanged:
                   "updated": [descriptor("disc:g1:b", label="#renamed")]}
         steps = [register("disc:g1:a", "disc:g1:b"), {"request": "channels/changed", "params": change},
                  {"request": "channels/list"}]
-        async with running_host(config_with(tmp_path, chat(tmp_path, "chgr", steps, channels=["disc:g1:*"]))):
+        async with memory_host(config_with(tmp_path, chat(tmp_path, "chgr", steps, channels=["disc:g1:*"]))):
             await wait_for(lambda: record(tmp_path, "chgr").done)
         rec = record(tmp_path, "chgr")
         assert outcomes(result_of(rec, 1)["results"]) == [
@@ -120,12 +115,13 @@ class TestIncoming:
         owner = chat(tmp_path, "owner", [register("shared:room"), incoming(message("shared:room", "m-1", "owner's"))])
         other = chat(tmp_path, "other", [incoming(message("shared:room", "m-2", "claimed")),
                                          register("shared:room"), incoming(message("shared:room", "m-3", "own"))])
-        async with running_host(config_with(tmp_path, owner, other)):
+        async with memory_host(config_with(tmp_path, owner, other)):
             await wait_for(lambda: record(tmp_path, "owner").done and record(tmp_path, "other").done)
             items = await items_when(tmp_path, 2)
         assert outcomes(result_of(record(tmp_path, "other"), 0)["results"]) == [
             ("m-2", False, "unknown_channel", -32023)]
-        assert sorted((i.metadata["serverId"], texts(i)[-1]) for i in items) == [("other", "own"), ("owner", "owner's")]
+        assert sorted((i.metadata["serverId"], texts(i.content)[-1]) for i in items) == [
+            ("other", "own"), ("owner", "owner's")]
 
     async def test_each_message_is_judged_alone(self, tmp_path) -> None:
         """A batch mixing good, unregistered, outbound-only and malformed messages is answered per message."""
@@ -134,7 +130,7 @@ class TestIncoming:
                      descriptor("d:inbound", direction="inbound")]}},
                  incoming(message("d:in", "m-1"), message("d:nowhere", "m-2"), message("d:out", "m-3"),
                           {"channelId": "d:in", "messageId": "m-4"}, message("d:inbound", "m-5"))]
-        async with running_host(config_with(tmp_path, chat(tmp_path, "batch", steps))):
+        async with memory_host(config_with(tmp_path, chat(tmp_path, "batch", steps))):
             await wait_for(lambda: record(tmp_path, "batch").done)
             await items_when(tmp_path, 2)
         results = result_of(record(tmp_path, "batch"), 1)["results"]
@@ -146,7 +142,7 @@ class TestIncoming:
         """With channels.incoming not granted even a registered channel's messages get -32002."""
         steps = [register("d:1"), incoming(message("d:1"))]
         spec = chat(tmp_path, "noin", steps, grant=["channels.register"])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "noin").done)
         assert error_of(record(tmp_path, "noin"), 1) == {"code": -32002, "message": "Capability denied",
                                                           "data": {"capability": "channels.incoming"}}
@@ -155,7 +151,7 @@ class TestIncoming:
         """After channels.incoming is revoked, a message on a channel registered before is refused -32002."""
         steps = [register("d:1"), {"wait": "featureSets/update", "count": 2}, incoming(message("d:1"))]
         spec = chat(tmp_path, "revoked", steps)
-        async with connected(spec, tmp_path) as connection:
+        async with memory_connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "revoked").answers())
             await change_grant(connection, connection.grant - {"channels.incoming"})
             await wait_for(lambda: record(tmp_path, "revoked").done)
@@ -165,7 +161,7 @@ class TestIncoming:
         """Revoking channels.register drops the channels it admitted: their messages become unknown (-32023)."""
         steps = [register("d:1"), {"wait": "featureSets/update", "count": 2}, incoming(message("d:1"))]
         spec = chat(tmp_path, "unreg", steps)
-        async with connected(spec, tmp_path) as connection:
+        async with memory_connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "unreg").answers())
             await change_grant(connection, connection.grant - {"channels.register"})
             await wait_for(lambda: record(tmp_path, "unreg").done)
@@ -178,10 +174,10 @@ class TestIncoming:
                                    "params": {"messages": [message("d:1", "m-1", "kept"), message("d:2", "m-2")]}},
                  {"request": "ping"}]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, chat(tmp_path, "notif", steps))):
+            async with memory_host(config_with(tmp_path, chat(tmp_path, "notif", steps))):
                 await wait_for(lambda: record(tmp_path, "notif").done)
                 (item,) = await items_when(tmp_path, 1)
-        assert texts(item)[-1] == "kept"
+        assert texts(item.content)[-1] == "kept"
         assert logged(logs, "connector.defect", connector="notif")
         replies = [m for m in record(tmp_path, "notif").received if "id" in m and "method" not in m]
         assert len(replies) == 2  # the register and the ping; the notification got none
@@ -199,7 +195,7 @@ class TestOpen:
         script = {"handlers": {**handlers, "mcpl/manifest": {"result": CHAT_MANIFEST}}}
         granted = chat(tmp_path, "granted", steps, script=script)
         ungranted = chat(tmp_path, "ungranted", steps, grant=["channels.register", "channels.incoming"], script=script)
-        async with running_host(config_with(tmp_path, granted, ungranted)):
+        async with memory_host(config_with(tmp_path, granted, ungranted)):
             await wait_for(lambda: record(tmp_path, "granted").done and record(tmp_path, "ungranted").done)
         opens = [m for m in record(tmp_path, "granted").received if m.get("method") == "channels/open"]
         assert [o["params"] for o in opens] == [{"type": "disc", "address": {"channel": "d:open"},
@@ -213,11 +209,11 @@ class TestOpen:
                  {"wait": "channels/open"}, incoming(message("d:open", "m-1", "after"))]
         with capture_logs() as logs:
             spec = chat(tmp_path, "fails", steps, script={"handlers": handlers})
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "fails").done)
                 await wait_for(lambda: logged(logs, "connector.job_failed", connector="fails"))
                 (item,) = await items_when(tmp_path, 1)
-        assert texts(item)[-1] == "after"
+        assert texts(item.content)[-1] == "after"
         assert "-32024" in logged(logs, "connector.job_failed", connector="fails")[0]["error"]
 
     async def test_a_descriptor_returned_by_open_is_authorized_like_a_registration(self, tmp_path) -> None:
@@ -227,7 +223,7 @@ class TestOpen:
                  {"wait": "channels/open"}]
         spec = chat(tmp_path, "opened", steps, channels=["d:*"], script={"handlers": handlers})
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: logged(logs, "channels.opened", connector="opened"))
                 await wait_for(lambda: record(tmp_path, "opened").done)
         assert logged(logs, "channels.descriptor_refused", connector="opened", channel="evil:elsewhere",
@@ -248,7 +244,7 @@ class TestOpenLater:
         """If channels.lifecycle is revoked while the open waits in the queue, no channels/open goes out."""
         steps = [{"request": "channels/register", "params": {"channels": [descriptor("d:1", initiallyOpen=True)]}}]
         with capture_logs() as logs:
-            async with connected(self.blocked(tmp_path, "revoked", steps), tmp_path) as connection:
+            async with memory_connected(self.blocked(tmp_path, "revoked", steps), tmp_path) as connection:
                 await wait_for(lambda: 2 in record(tmp_path, "revoked").answers())
                 await change_grant(connection, connection.grant - {"channels.lifecycle"})
                 await wait_for(lambda: logged(logs, "connector.job_skipped", job="open"))
@@ -259,7 +255,7 @@ class TestOpenLater:
         steps = [{"request": "channels/register", "params": {"channels": [descriptor("d:1", initiallyOpen=True)]}},
                  {"request": "channels/changed", "params": {"removed": ["d:1"]}}]
         with capture_logs() as logs:
-            async with connected(self.blocked(tmp_path, "removed", steps), tmp_path):
+            async with memory_connected(self.blocked(tmp_path, "removed", steps), tmp_path):
                 await wait_for(lambda: logged(logs, "connector.job_skipped", job="open"))
         assert "channels/open" not in record(tmp_path, "removed").methods_received()
 
@@ -267,7 +263,7 @@ class TestOpenLater:
         """Without channels.register at the answer, the descriptor channels/open returns is not registered."""
         steps = [register("d:1"), {"wait": "test/go"}, incoming(message("d:new"))]
         spec = chat(tmp_path, "opener", steps, script={"handlers": self.BLOCKED})
-        async with connected(spec, tmp_path) as connection:
+        async with memory_connected(spec, tmp_path) as connection:
             await wait_for(lambda: 0 in record(tmp_path, "opener").answers())
             channel = connection.registry.get("d:1")
             await change_grant(connection, connection.grant - {"channels.register"})

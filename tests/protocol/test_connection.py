@@ -19,7 +19,8 @@ from mcplhost.protocol import errors
 from mcplhost.protocol.channels import CHANNEL_LIMIT, ChannelRegistry
 from mcplhost.protocol.connection import MAX_WARNED_KEYS, UNKNOWN_METHOD, McplConnection, Mode
 
-from ..harness import descriptor, gone_session, logged
+from ..builders import descriptor
+from ..harness import gone_session, logged
 
 
 @pytest.fixture

@@ -11,23 +11,20 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
+from ..builders import incoming, message, push, register
 from ..harness import (
     SPLIT_MANIFEST,
     config_with,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
-    push,
     record,
-    register,
     result_of,
-    running_host,
     scripted,
     stored_items,
     wait_for,
 )
+from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
 
@@ -39,7 +36,7 @@ class TestMalformedMessages:
         steps = [register("d:1"), incoming(message("d:1", "m-good"), bad, {**message("d:1", "m-worse"), "tags": 3})]
         spec = scripted("bad", {"manifest": SPLIT_MANIFEST, "steps": steps}, tmp_path, grant=GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "bad").done)
         results = result_of(record(tmp_path, "bad"), 1)["results"]
         assert results[0]["accepted"] is True
@@ -57,7 +54,7 @@ class TestMalformedMessages:
         del params["eventId"]
         spec = scripted("badpush", {"manifest": SPLIT_MANIFEST, "steps": [{"request": "push/event", "params": params}]},
                         tmp_path, grant=GRANT)
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "badpush").done)
         error = error_of(record(tmp_path, "badpush"), 0)
         assert error["code"] == -32602
@@ -73,7 +70,7 @@ class TestPushOutcomes:
                    for n, channel in enumerate(["d:gone", "d:gone", "d:other", "d:1"])]]
         spec = scripted("lost", {"manifest": SPLIT_MANIFEST, "steps": steps}, tmp_path, grant=GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "lost").done)
                 items = await items_when(tmp_path, 4)
         warned = logged(logs, "mcpl.push_channel_unregistered", connector="lost")
@@ -86,7 +83,7 @@ class TestPushOutcomes:
                  {"request": "push/event", "params": push("e-1", feature_set="alerts")}]
         spec = scripted("dup", {"manifest": SPLIT_MANIFEST, "steps": steps}, tmp_path, grant=GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "dup").done)
         (stored,) = logged(logs, "mcpl.push", connector="dup", eventId="e-1")
         (repeat,) = logged(logs, "mcpl.push_duplicate", connector="dup", eventId="e-1")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from ..harness import CHAT_MANIFEST, config_with, error_of, logged, push, record, running_host, scripted, wait_for
+from ..builders import push
+from ..harness import CHAT_MANIFEST, config_with, error_of, logged, record, scripted, wait_for
+from ..memory_pair import memory_host
 
 
 class TestMissingGrantWarning:
@@ -14,7 +16,7 @@ class TestMissingGrantWarning:
         spec = scripted("nogrant", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path,
                         grant=["channels.register", "channels.incoming"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "nogrant").done)
         rec = record(tmp_path, "nogrant")
         assert [error_of(rec, n)["code"] for n in range(3)] == [-32002] * 3
@@ -29,7 +31,7 @@ class TestMissingGrantWarning:
         spec = scripted("unadvertised", {"manifest": manifest, "steps": [{"request": "push/event", "params": push()}]},
                         tmp_path, grant=["pushEvents", "channels.register", "channels.incoming"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "unadvertised").done)
         (warning,) = logged(logs, "connector.grant_missing", connector="unadvertised")
         assert "did not advertise pushEvents" in warning["hint"]

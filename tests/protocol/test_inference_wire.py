@@ -3,8 +3,9 @@
 SPEC §11 and docs/agents.md#inference: gated by the grant, `[inference]` and the
 feature set; refused -32600 while the connector's own beforeInference is
 pending; the connector's messages reach the model unchanged. Every connector
-is a real connectors.scripted child, the model the scripted backend or the
-openai backend against tests/agents/llm_server.py.
+is the scripted connector in memory (tests/memory_pair.py) before the host's
+real connection, the model the scripted backend or the openai backend against
+tests/agents/llm_server.py.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from ..harness import (
     gone_session,
     record,
     result_of,
-    running_host,
     scripted,
     wait_for,
 )
+from ..memory_pair import memory_host
 
 INFERENCE_GRANT = ["inferenceRequest", "inferenceRequest.streaming", "modelInfo"]
 MANIFEST: dict[str, Any] = {
@@ -88,7 +89,7 @@ class TestWithoutInference:
     async def test_nothing_is_advertised_granted_or_served(self, tmp_path) -> None:
         """Without [inference] the host advertises neither capability, grants neither, and refuses both -32002."""
         spec = connector(tmp_path, "plain", [ask(), INFO])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "plain").done)
         rec = record(tmp_path, "plain")
         offered = offered_by_host(rec)
@@ -102,7 +103,7 @@ class TestWithInference:
     async def test_model_info_and_an_unstreamed_request(self, tmp_path) -> None:
         """With [inference] and the grant, model/info answers ModelInfo and a request answers the full content."""
         spec = connector(tmp_path, "asker", [INFO, ask()])
-        async with running_host(with_inference(config_with(tmp_path, spec), SCRIPTED)):
+        async with memory_host(with_inference(config_with(tmp_path, spec), SCRIPTED)):
             await wait_for(lambda: record(tmp_path, "asker").done)
         rec = record(tmp_path, "asker")
         assert offered_by_host(rec)["inferenceRequest"] == {"streaming": True}
@@ -116,7 +117,7 @@ class TestWithInference:
     async def test_a_streamed_request_sends_its_chunks_first(self, tmp_path) -> None:
         """stream:true sends inference/chunk (requestId, rising index) before the answer, which has the full text."""
         spec = connector(tmp_path, "streamer", [ask(stream=True)])
-        async with running_host(with_inference(config_with(tmp_path, spec), SCRIPTED)):
+        async with memory_host(with_inference(config_with(tmp_path, spec), SCRIPTED)):
             await wait_for(lambda: record(tmp_path, "streamer").done)
         rec = record(tmp_path, "streamer")
         request_id = next(m["id"] for m in rec.sent if m.get("method") == "inference/request")
@@ -138,7 +139,7 @@ class TestWithInference:
                                           ask(messages=[{"role": "robot", "content": "x"}]),
                                           ask(messages=[])])
         config = with_inference(config_with(tmp_path, no_stream, mismatch, bad), SCRIPTED)
-        async with running_host(config):
+        async with memory_host(config):
             await wait_for(lambda: all(record(tmp_path, n).done for n in ("nostream", "mismatch", "bad")))
         rec = record(tmp_path, "nostream")
         assert error_of(rec, 0) == {"code": -32002, "message": "Capability denied",
@@ -160,7 +161,7 @@ class TestPassThrough:
             spec = connector(tmp_path, "asker", [ask(stream=True, preferences={"maxTokens": 50})])
             backend = BackendConfig(kind="openai", model="test-model", base_url=llm.openai_base_url, timeout_s=10,
                                     max_tokens=200)
-            async with running_host(with_inference(config_with(tmp_path, spec), backend)):
+            async with memory_host(with_inference(config_with(tmp_path, spec), backend)):
                 await wait_for(lambda: record(tmp_path, "asker").done)
             requests = llm.requests
         rec = record(tmp_path, "asker")
@@ -212,7 +213,7 @@ class TestLoopGuard:
         agent = AgentConfig(name="scout", wake_on=["addressed"], debounce_ms=0,
                             backend=BackendConfig(kind="scripted", script=["hi"]))
         config = with_inference(config_with(tmp_path, spec), SCRIPTED, agents=[agent])
-        async with running_host(config):
+        async with memory_host(config):
             await wait_for(lambda: record(tmp_path, "hooked").done, timeout=30)
         rec = record(tmp_path, "hooked")
         refused = error_of(rec, 3)
@@ -388,7 +389,7 @@ class TestBurstsAndCancellation:
         try:
             spec = connector(tmp_path, "burst", [raw_requests(ids)])
             backend = BackendConfig(kind="openai", model="m", base_url=llm.openai_base_url, timeout_s=30)
-            async with running_host(with_inference(config_with(tmp_path, spec), backend)):
+            async with memory_host(with_inference(config_with(tmp_path, spec), backend)):
                 busy = await wait_for(lambda: [a for a in answers_to(record(tmp_path, "burst"), ids).values()
                                                if a.get("error", {}).get("data", {}).get("reason") == "busy"]
                                       if len(answers_to(record(tmp_path, "burst"), ids)) >= 4 else None)
@@ -418,7 +419,7 @@ class TestBurstsAndCancellation:
             first, second = connector(tmp_path, "a", steps), connector(tmp_path, "b", steps)
             backend = BackendConfig(kind="openai", model="m", base_url=llm.openai_base_url, timeout_s=30)
             with capture_logs() as logs:
-                async with running_host(with_inference(config_with(tmp_path, first, second), backend)) as host:
+                async with memory_host(with_inference(config_with(tmp_path, first, second), backend)) as host:
                     def cancelled_in(name: str) -> list[Any]:
                         return [e for e in logs if e["event"] == "mcpl.request_cancelled"
                                 and e.get("connector") == name]

@@ -14,7 +14,8 @@ from structlog.testing import capture_logs
 
 from mcplhost.config import ConnectorConfig, RestartConfig
 
-from ..harness import PYTHON, REPO, config_with, items_when, logged, running_host, texts, wait_for
+from ..builders import texts
+from ..harness import PYTHON, REPO, config_with, items_when, logged, running_host, wait_for
 
 
 def bundled(name: str, module: str, grant: list[str], **env: str) -> ConnectorConfig:
@@ -36,7 +37,7 @@ class TestBundledConnectors:
                 await wait_for(lambda: any("host/command refused" in e.get("line", "")
                                            for e in logged(logs, "connector.stderr")))
         beats = [i for i in items if i.metadata["serverId"] == "heartbeat"]
-        assert [texts(i) for i in beats] == [["[source: heartbeat · unscoped]", f"Heartbeat {n}: all quiet."]
+        assert [texts(i.content) for i in beats] == [["[source: heartbeat · unscoped]", f"Heartbeat {n}: all quiet."]
                                              for n in (1, 2)]
         assert [i.metadata["adapter"] for i in beats] == [{"source": "heartbeat", "sequence": n} for n in (1, 2)]
         assert all(i.metadata["channelId"] is None and i.metadata["eventId"].startswith("heartbeat_") for i in beats)

@@ -4,7 +4,7 @@ SPEC §17 (a changed ontology cancels acceptance),
 32-37. The hint path (`mcpl/manifestChanged` → `mcpl/manifest` → policy) runs
 under the supervisor; where a test needs to act between a fetch and the
 state it leaves, it drives `refresh_manifest` on a directly built connection
-(`harness.connected`) and nudges the scripted connector to go on.
+(`memory_pair.memory_connected`) and nudges the scripted connector to go on.
 """
 
 from __future__ import annotations
@@ -20,24 +20,21 @@ from mcplhost.protocol import manifest as manifest_module
 from mcplhost.protocol.connection import Mode
 from mcplhost.protocol.digest import manifest_digest
 
+from ..builders import incoming, message, push, register
 from ..harness import (
     SPLIT_MANIFEST,
     config_with,
-    connected,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
     nudge,
-    push,
+    received,
     record,
-    register,
     result_of,
-    running_host,
     scripted,
     wait_for,
 )
+from ..memory_pair import memory_connected, memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
 ACCEPTED = {"result": {"accepted": True}}
@@ -64,10 +61,6 @@ def without_lifecycle(manifest: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
-def policies(folder: Any, name: str) -> list[dict[str, Any]]:
-    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
-
-
 def fetch_answer(result: Any) -> dict[str, Any]:
     return {"mcpl/manifest": {"result": result}}
 
@@ -82,13 +75,13 @@ class TestRefetch:
                   "steps": [hint, {"wait": "featureSets/update", "count": 2},
                             {"request": "push/event", "params": push(feature_set="alerts")}]}
         spec = scripted("hinted", script, tmp_path, grant=GRANT)
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "hinted").done)
         rec = record(tmp_path, "hinted")
         methods = [m for m in rec.methods_received() if m != "notifications/initialized"]
         assert methods == ["initialize", "featureSets/update", "mcpl/manifest", "featureSets/update"]
-        assert policies(tmp_path, "hinted")[1]["params"]["effectiveCapabilities"] == ["channels.incoming",
-                                                                                       "channels.register"]
+        second = received(tmp_path, "hinted", "featureSets/update")[1]
+        assert second["params"]["effectiveCapabilities"] == ["channels.incoming", "channels.register"]
         assert error_of(rec, 2)["data"] == {"capability": "pushEvents"}
 
     async def test_removals_apply_from_a_partly_invalid_manifest(self, tmp_path) -> None:
@@ -103,10 +96,10 @@ class TestRefetch:
                             register("disc:g1:room")]}
         spec = scripted("partly", script, tmp_path, grant=GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "partly").done)
         rec = record(tmp_path, "partly")
-        params = policies(tmp_path, "partly")[1]["params"]
+        params = received(tmp_path, "partly", "featureSets/update")[1]["params"]
         assert "pushEvents" not in params["effectiveCapabilities"]
         assert {"alerts", "broken"} <= set(params["disabled"])
         assert error_of(rec, 2)["code"] == -32002
@@ -125,14 +118,14 @@ class TestRefetch:
                       "steps": [{"wait": "test/go"}, {"request": "push/event", "params": push(feature_set="alerts")}]}
             spec = scripted(name, script, tmp_path / name, grant=GRANT)
             (tmp_path / name).mkdir()
-            async with connected(spec, tmp_path / name) as connection:
+            async with memory_connected(spec, tmp_path / name) as connection:
                 before = (connection.grant, connection.manifest)
                 await connection.refresh_manifest()
                 assert (connection.grant, connection.manifest, connection.mode) == (*before, Mode.READY)
                 await nudge(connection, "test/go")
                 await wait_for(lambda name=name: record(tmp_path / name, name).done)
             assert result_of(record(tmp_path / name, name), 1) == {"accepted": True}, name
-            assert len(policies(tmp_path / name, name)) == 1
+            assert len(received(tmp_path / name, name, "featureSets/update")) == 1
 
     async def test_additions_are_pending_never_granted(self, tmp_path) -> None:
         """A capability the fetched manifest adds stays out of the grant and is reported as decision-needed.
@@ -144,13 +137,13 @@ class TestRefetch:
                   "steps": [{"wait": "test/go"}, {"request": "model/info"}]}
         spec = scripted("adds", script, tmp_path, grant=[*GRANT, "modelInfo", "channels.lifecycle"])
         with capture_logs() as logs:
-            async with connected(spec, tmp_path) as connection:
+            async with memory_connected(spec, tmp_path) as connection:
                 await connection.refresh_manifest()
                 assert "modelInfo" not in connection.grant and "channels.lifecycle" not in connection.grant
                 await nudge(connection, "test/go")
                 await wait_for(lambda: record(tmp_path, "adds").done)
         assert error_of(record(tmp_path, "adds"), 1)["data"] == {"capability": "modelInfo"}
-        assert len(policies(tmp_path, "adds")) == 1
+        assert len(received(tmp_path, "adds", "featureSets/update")) == 1
         (change,) = logged(logs, "connector.manifest_change")
         assert change["impacts"] == [{"impact": "capability-expansion-pending", "disposition": "decision-needed",
                                       "capability": "channels.lifecycle"}]
@@ -166,7 +159,7 @@ class TestRefetch:
                             {"wait": "test/again"},
                             {"request": "push/event", "params": push("e-2", feature_set="alerts")}]}
         spec = scripted("repair", script, tmp_path, grant=GRANT)
-        async with connected(spec, tmp_path) as connection:
+        async with memory_connected(spec, tmp_path) as connection:
             assert connection.feature_sets["alerts"].reason == "invalid_uses"
             async with anyio.create_task_group() as tg:
                 tg.start_soon(connection.refresh_manifest)
@@ -186,13 +179,13 @@ class TestRateLimit:
                   "steps": [HINT, HINT, HINT, {"wait": "mcpl/manifest"}, HINT, HINT, {"request": "ping"}]}
         spec = scripted("chatty", script, tmp_path, grant=GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "chatty").done)
         assert record(tmp_path, "chatty").methods_received().count("mcpl/manifest") == 1
         # The last two hints come after the fetch; the first three may be merged into it or dropped.
         drops = [e["dropped"] for e in logged(logs, "connector.manifest_fetch_dropped")]
         assert len(drops) >= 2 and drops == list(range(1, len(drops) + 1)), drops
-        assert len(policies(tmp_path, "chatty")) == 1
+        assert len(received(tmp_path, "chatty", "featureSets/update")) == 1
         assert manifest_module.MIN_FETCH_INTERVAL_S >= 1.0
 
 
@@ -203,7 +196,7 @@ class TestRateLimit:
         script = {"manifest": SPLIT_MANIFEST, "handlers": fetch_answer(SPLIT_MANIFEST),
                   "steps": [*bad, {"request": "ping"}]}
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, scripted("malformed", script, tmp_path, grant=GRANT))):
+            async with memory_host(config_with(tmp_path, scripted("malformed", script, tmp_path, grant=GRANT))):
                 await wait_for(lambda: record(tmp_path, "malformed").done)
         assert "mcpl/manifest" not in record(tmp_path, "malformed").methods_received()
         refused = logged(logs, "connector.notification_refused", method="mcpl/manifestChanged")
@@ -222,7 +215,7 @@ class TestDigest:
                                               {"wait": "featureSets/update", "count": 2}]}, tmp_path, grant=GRANT),
                  scripted("good", {"manifest": good}, tmp_path, grant=GRANT)]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, *specs)):
+            async with memory_host(config_with(tmp_path, *specs)):
                 await wait_for(lambda: record(tmp_path, "wrong").done)
         assert result_of(record(tmp_path, "wrong"), 0) == {"accepted": True}
         defects = logged(logs, "connector.defect", defect="manifest revision does not match its content")
@@ -230,7 +223,8 @@ class TestDigest:
         (change,) = logged(logs, "connector.manifest_change")
         assert {"impact": "surface-changed", "disposition": "informational", "defect": "revision-mismatch"} \
             in change["impacts"]
-        assert "pushEvents" not in policies(tmp_path, "wrong")[1]["params"]["effectiveCapabilities"]
+        second = received(tmp_path, "wrong", "featureSets/update")[1]
+        assert "pushEvents" not in second["params"]["effectiveCapabilities"]
 
 
 class TestChangeReceipt:
@@ -246,7 +240,7 @@ class TestChangeReceipt:
                   "steps": [HINT, {"wait": "featureSets/update", "count": 2}]}
         spec = scripted("prose", script, tmp_path, grant=[*GRANT, "modelInfo", "channels.lifecycle"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "prose").done)
         (change,) = logged(logs, "connector.manifest_change")
         assert {i["impact"] for i in change["impacts"]} == {"capability-revoked", "capability-expansion-pending",
@@ -274,7 +268,7 @@ class TestOntology:
                             {"wait": "test/go"}, incoming(message("disc:g1:room", "m-2", tags=["x:urgent"]))]}
         spec = scripted("onto", script, tmp_path, grant=GRANT, accept_tag_implications=True)
         with capture_logs() as logs:
-            async with connected(spec, tmp_path) as connection:
+            async with memory_connected(spec, tmp_path) as connection:
                 await wait_for(lambda: 1 in record(tmp_path, "onto").answers())
                 await connection.refresh_manifest()
                 await nudge(connection, "test/go")

@@ -29,23 +29,20 @@ from structlog.testing import capture_logs
 
 from mcplhost.config import FeatureSetSelection
 
+from ..builders import incoming, push, register
 from ..harness import (
     CHAT_MANIFEST,
     SPLIT_MANIFEST,
     config_with,
-    connected,
     error_of,
-    incoming,
     logged,
     nudge,
-    push,
     record,
-    register,
     result_of,
-    running_host,
     scripted,
     wait_for,
 )
+from ..memory_pair import memory_connected, memory_host
 
 #: Advertises all 17 paths (tools via MCP capabilities), with feature sets for pushes.
 FULL_MANIFEST: dict[str, Any] = {
@@ -75,7 +72,7 @@ class TestEveryRequestIsAnswered:
         script = {"manifest": FULL_MANIFEST, "tools": True,
                   "steps": [*removed_notifications, {"requests": calls}, {"request": "ping"}]}
         spec = scripted("every", script, tmp_path, grant=["modelInfo", "channels.register"])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "every").done)
         rec = record(tmp_path, "every")
         sent = [m["id"] for m in rec.sent if "method" in m and "id" in m]
@@ -106,7 +103,7 @@ class TestDeniedCapability:
                  ("channels/incoming", {"messages": []}, "channels.incoming")]
         steps = [{"request": method, "params": params} for method, params, _ in calls]
         spec = scripted("denied", {"manifest": FULL_MANIFEST, "tools": True, "steps": steps}, tmp_path, grant=[])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "denied").done)
         rec = record(tmp_path, "denied")
         for step, (method, _, capability) in enumerate(calls):
@@ -120,7 +117,7 @@ class TestDeniedCapability:
         spec = scripted("unbuilt", {"manifest": FULL_MANIFEST, "steps": steps}, tmp_path,
                         grant=["modelInfo", "inferenceRequest"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "unbuilt").done)
         rec = record(tmp_path, "unbuilt")
         assert error_of(rec, 0)["data"] == {"capability": "modelInfo"}
@@ -144,7 +141,7 @@ class TestRefusalShape:
         spec = scripted("shape", {"manifest": FULL_MANIFEST, "steps": steps}, tmp_path,
                         grant=["pushEvents", "channels.register", "channels.incoming"],
                         feature_sets=FeatureSetSelection(disabled=["off"]))
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "shape").done)
         rec = record(tmp_path, "shape")
         codes = [error_of(rec, step)["code"] for step in range(5)]
@@ -178,7 +175,7 @@ class TestInternalError:
                  {"wait": "test/go"}, {"request": "ping"}]
         spec = scripted("broken", {"manifest": SPLIT_MANIFEST, "steps": steps}, tmp_path,
                         grant=["pushEvents", "channels.register", "channels.incoming"])
-        async with connected(spec, tmp_path, intake=BrokenIntake()) as connection:
+        async with memory_connected(spec, tmp_path, intake=BrokenIntake()) as connection:
             await wait_for(lambda: 2 in record(tmp_path, "broken").answers())
             await nudge(connection, "test/go")
             await wait_for(lambda: record(tmp_path, "broken").done)
@@ -199,7 +196,7 @@ class TestMcpOnly:
         unversioned = scripted("unversioned", {"manifest": {k: v for k, v in CHAT_MANIFEST.items() if k != "version"},
                                                "after": "initialized", "steps": [{"request": "ping"}, register("d:1")]},
                                tmp_path, grant=["channels.register"])
-        async with running_host(config_with(tmp_path, spec, unversioned)):
+        async with memory_host(config_with(tmp_path, spec, unversioned)):
             await wait_for(lambda: record(tmp_path, "plain").done and record(tmp_path, "unversioned").done)
         for name in ("plain", "unversioned"):
             rec = record(tmp_path, name)

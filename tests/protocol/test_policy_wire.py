@@ -1,10 +1,10 @@
 """The initial policy, the effective grant and every way the receipt can go, on the wire.
 
-SPEC §5.3, §5.4 and §6.7, end to end through real
-connector subprocesses (connectors.scripted) and a real store. Grant changes
-after the handshake are driven through `McplConnection.send_policy`
-(`harness.change_grant`) on a connection built directly against a scripted
-child (`harness.connected`).
+SPEC §5.3, §5.4 and §6.7, through the host's real connection against the
+scripted connector in memory (tests/memory_pair.py) and a real store. Grant
+changes after the handshake are driven through `McplConnection.send_policy`
+(`harness.change_grant`) on a connection built directly against it
+(`memory_connected`).
 """
 
 from __future__ import annotations
@@ -17,23 +17,22 @@ from structlog.testing import capture_logs
 from mcplhost.protocol.connection import Mode
 from mcplhost.protocol.vocabulary import INJECT_SYSTEM
 
+from ..builders import push, register
 from ..harness import (
     CHAT_MANIFEST,
     SPLIT_MANIFEST,
     change_grant,
     config_with,
-    connected,
     error_of,
     logged,
     nudge,
-    push,
+    received,
     record,
-    register,
     result_of,
-    running_host,
     scripted,
     wait_for,
 )
+from ..memory_pair import memory_connected, memory_host
 
 #: Advertises all 17 vocabulary paths (with `tools` from MCP's capabilities).
 FULL_MANIFEST: dict[str, Any] = {
@@ -52,7 +51,7 @@ ACCEPTED = {"result": {"accepted": True}}
 
 def policies(name: str, folder: Any) -> list[dict[str, Any]]:
     """Every featureSets/update the connector received, in order."""
-    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
+    return received(folder, name, "featureSets/update")
 
 
 def configured(name: str, folder: Any, logs: list[dict[str, Any]]) -> list[str]:
@@ -72,7 +71,7 @@ class TestInitialPolicy:
     async def test_the_policy_is_a_request_sent_right_after_initialized_even_for_an_empty_grant(self, tmp_path) -> None:
         """With nothing granted the host still sends featureSets/update as a Request with an empty allowlist."""
         spec = scripted("empty", {"manifest": CHAT_MANIFEST, "steps": [{"request": "ping"}]}, tmp_path, grant=[])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "empty").done)
         rec = record(tmp_path, "empty")
         assert rec.methods_received()[:3] == ["initialize", "notifications/initialized", "featureSets/update"]
@@ -96,7 +95,7 @@ class TestInitialPolicy:
         script = {"manifest": FULL_MANIFEST, "tools": True, "policy": {"delay": 1.5, **ACCEPTED},
                   "after": "initialized", "steps": [{"requests": calls}]}
         spec = scripted("early", script, tmp_path, grant=["*", "channels.*"])
-        async with running_host(config_with(tmp_path, spec), wait_ready=False):
+        async with memory_host(config_with(tmp_path, spec), wait_ready=False):
             await wait_for(lambda: record(tmp_path, "early").done)
         rec = record(tmp_path, "early")
         answers = {e["item"]: e for e in rec.events if e["kind"] == "answer"}
@@ -120,7 +119,7 @@ class TestInitialPolicy:
         }
         spec = scripted("notif", script, tmp_path, grant=["pushEvents"], policy_timeout_s=1.0)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "notif").done)
         assert denied(error_of(record(tmp_path, "notif"), 4), "pushEvents", "policy_pending")
         assert not logged(logs, "connector.ready")
@@ -136,7 +135,7 @@ class TestEffectiveCapabilities:
         spec = scripted("caps", {"manifest": manifest, "tools": True,
                                  "steps": [register("disc:g1:room")]}, tmp_path, grant=grant)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "caps").done)
         (policy,) = policies("caps", tmp_path)
         granted, refused = policy["params"]["effectiveCapabilities"], policy["params"]["deniedCapabilities"]
@@ -160,7 +159,7 @@ class TestEffectiveCapabilities:
         specs = [scripted(name, {"manifest": FULL_MANIFEST, "tools": True}, tmp_path, grant=grant)
                  for name, grant in grants.items()]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, *specs)):
+            async with memory_host(config_with(tmp_path, *specs)):
                 await wait_for(lambda: all(policies(name, tmp_path) for name in grants))
         effective = {name: configured(name, tmp_path, logs) for name in grants}
         assert effective["star"] == [
@@ -188,7 +187,7 @@ class TestEffectiveCapabilities:
                     "channels": {"register": {"anything": True}}}
         spec = scripted("deep", {"manifest": manifest}, tmp_path, grant=["*", "*.*", "*.*.*", "*.*.*.*"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: policies("deep", tmp_path))
         assert configured("deep", tmp_path, logs) == [
             "channels.register", "contextHooks.beforeInference.inject.afterUser", "inferenceRequest"]
@@ -201,7 +200,7 @@ class TestReceiptOutcomes:
                   "steps": [{"request": "push/event", "params": push()}]}
         spec = scripted("legacy", script, tmp_path, grant=["pushEvents"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "legacy").done)
         assert result_of(record(tmp_path, "legacy"), 0) == {"accepted": True}
         assert logged(logs, "connector.legacy_policy")
@@ -213,7 +212,7 @@ class TestReceiptOutcomes:
                   "steps": [{"request": "push/event", "params": push()}]}
         spec = scripted("strict", script, tmp_path, grant=["pushEvents"], protocol="0.5")
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "strict").done)
         assert denied(error_of(record(tmp_path, "strict"), 0), "pushEvents", "mcp_only")
         assert logged(logs, "connector.up", mode="mcp_only")
@@ -225,7 +224,7 @@ class TestReceiptOutcomes:
         script = {"manifest": FULL_MANIFEST, "policy": refusal,
                   "steps": [{"request": "push/event", "params": push()}, {"request": "channels/list"}]}
         spec = scripted("refuse", script, tmp_path, grant=["pushEvents"])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "refuse").done)
         rec = record(tmp_path, "refuse")
         assert denied(error_of(rec, 0), "pushEvents", "mcp_only")
@@ -237,7 +236,7 @@ class TestReceiptOutcomes:
         refusal = {"result": {"accepted": False, "fallback": "close"}}
         spec = scripted("closing", {"manifest": CHAT_MANIFEST, "policy": refusal}, tmp_path, grant=["pushEvents"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: logged(logs, "connector.stopped"))
         assert logged(logs, "connector.policy_closed", reason="policy refused")
         assert logged(logs, "connector.exited", ended="policy_closed")
@@ -248,7 +247,7 @@ class TestReceiptOutcomes:
         spec = scripted("nofall", {"manifest": CHAT_MANIFEST, "policy": {"result": {"accepted": False}}},
                         tmp_path, grant=["pushEvents"], policy_fallback="close")
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: logged(logs, "connector.stopped"))
         assert logged(logs, "connector.defect", defect="refusal without a valid fallback")
         assert logged(logs, "connector.exited", ended="policy_closed")
@@ -259,7 +258,7 @@ class TestReceiptOutcomes:
                   "steps": [{"request": "push/event", "params": push()}]}
         spec = scripted("slow", script, tmp_path, grant=["pushEvents"], policy_timeout_s=0.3)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "slow").done)
         # The connector sent its push only after its (late) receipt went out.
         assert denied(error_of(record(tmp_path, "slow"), 0), "pushEvents", "mcp_only")
@@ -275,7 +274,7 @@ class TestReceiptOutcomes:
                           tmp_path, grant=["pushEvents"])
                  for name, answer in answers.items()]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, *specs)):
+            async with memory_host(config_with(tmp_path, *specs)):
                 await wait_for(lambda: all(record(tmp_path, name).done for name in answers))
         for name in answers:
             assert denied(error_of(record(tmp_path, name), 0), "pushEvents", "mcp_only"), name
@@ -292,7 +291,7 @@ class TestReceiptOutcomes:
                   "steps": [{"request": "push/event", "params": push()}]}
         spec = scripted("noeffect", script, tmp_path, grant=CHAT_MANIFEST["featureSets"]["chat"]["uses"])
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, spec)):
+            async with memory_host(config_with(tmp_path, spec)):
                 await wait_for(lambda: record(tmp_path, "noeffect").done)
         assert logged(logs, "connector.defect", defect="unavailableFeatures entry without effect")
         assert result_of(record(tmp_path, "noeffect"), 0) == {"accepted": True}
@@ -309,7 +308,7 @@ class TestReceiptNeverWidens:
         script = {"manifest": FULL_MANIFEST, "policy": receipt,
                   "steps": [{"request": "push/event", "params": push()}, {"request": "model/info"}]}
         spec = scripted("greedy", script, tmp_path, grant=["channels.register"])
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "greedy").done)
         rec = record(tmp_path, "greedy")
         assert denied(error_of(rec, 0), "pushEvents")
@@ -325,7 +324,7 @@ class TestPolicyUpdates:
         script = {"manifest": SPLIT_MANIFEST, "policy": [ACCEPTED, {"delay": 1.0, **ACCEPTED}],
                   "steps": [{"wait": "test/go"}, {"request": "push/event", "params": push(feature_set="alerts")}]}
         spec = scripted("narrow", script, tmp_path, grant=self.GRANT)
-        async with connected(spec, tmp_path) as connection, anyio.create_task_group() as tg:
+        async with memory_connected(spec, tmp_path) as connection, anyio.create_task_group() as tg:
             assert "pushEvents" in connection.grant
             tg.start_soon(change_grant, connection, frozenset({"channels.register", "channels.incoming"}))
             await wait_for(lambda: len(policies("narrow", tmp_path)) == 2)
@@ -346,7 +345,7 @@ class TestPolicyUpdates:
                             {"wait": "test/again"},
                             {"request": "channels/incoming", "params": {"messages": []}}]}
         spec = scripted("mixed", script, tmp_path, grant=["pushEvents", "channels.register"])
-        async with connected(spec, tmp_path) as connection:
+        async with memory_connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(change_grant, connection, frozenset({"channels.register", "channels.incoming"}))
                 await wait_for(lambda: len(policies("mixed", tmp_path)) == 2)
@@ -366,7 +365,7 @@ class TestPolicyUpdates:
                             {"wait": "test/again"},
                             {"request": "push/event", "params": push("e-2", feature_set="alerts")}]}
         spec = scripted("never", script, tmp_path, grant=["channels.register"], policy_timeout_s=1.0)
-        async with connected(spec, tmp_path) as connection:
+        async with memory_connected(spec, tmp_path) as connection:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(change_grant, connection, frozenset({"channels.register", "pushEvents"}))
                 await wait_for(lambda: len(policies("never", tmp_path)) == 2)
@@ -386,7 +385,7 @@ class TestPolicyUpdates:
                   "steps": [{"wait": "featureSets/update", "count": 3}, {"wait": "test/go"},
                             {"request": "push/event", "params": push(feature_set="alerts")}]}
         spec = scripted("stale", script, tmp_path, grant=["channels.register"])
-        async with connected(spec, tmp_path) as connection, anyio.create_task_group() as tg:
+        async with memory_connected(spec, tmp_path) as connection, anyio.create_task_group() as tg:
             widened = anyio.Event()
 
             async def widen() -> None:

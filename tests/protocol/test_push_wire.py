@@ -1,8 +1,8 @@
 """push/event on the wire: admission order, feature sets, origin, dedup and the audit log.
 
 SPEC §9 and §6. Every
-connector here is a real connectors.scripted child; answers are read from
-its record and stored items from the real SQLite file.
+connector here is the scripted connector in memory (tests/memory_pair.py);
+answers are read from its record and stored items from the real SQLite file.
 """
 
 from __future__ import annotations
@@ -13,21 +13,9 @@ from structlog.testing import capture_logs
 
 from mcplhost.config import FeatureSetSelection
 
-from ..harness import (
-    SPLIT_MANIFEST,
-    config_with,
-    error_of,
-    items_when,
-    logged,
-    push,
-    record,
-    register,
-    result_of,
-    running_host,
-    scripted,
-    texts,
-    wait_for,
-)
+from ..builders import push, register, texts
+from ..harness import SPLIT_MANIFEST, config_with, error_of, items_when, logged, record, result_of, scripted, wait_for
+from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
 
@@ -72,7 +60,7 @@ class TestAdmissionOrder:
                                  "policy": {"delay": 1.0, "result": {"accepted": True}},
                                  "steps": [pushing(bad_params)]}, tmp_path, grant=GRANT),
         ]
-        async with running_host(config_with(tmp_path, *specs), wait_ready=False):
+        async with memory_host(config_with(tmp_path, *specs), wait_ready=False):
             await wait_for(lambda: all(record(tmp_path, s.name).done for s in specs))
         rec = record(tmp_path, "order")
         assert error_of(rec, 0)["code"] == -32602
@@ -93,7 +81,7 @@ class TestAdmissionOrder:
     async def test_a_declaration_mismatch_is_refused_and_recorded(self, tmp_path) -> None:
         """An enabled set pushing without pushEvents in its `uses` is refused although granted, and logged."""
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, run(tmp_path, "mismatch", [pushing(push())]))):
+            async with memory_host(config_with(tmp_path, run(tmp_path, "mismatch", [pushing(push())]))):
                 await wait_for(lambda: record(tmp_path, "mismatch").done)
         assert error_of(record(tmp_path, "mismatch"), 0)["data"]["reason"] == "declaration_mismatch"
         assert logged(logs, "connector.declaration_mismatch", connector="mismatch", featureSet="chat",
@@ -110,7 +98,7 @@ class TestFeatureSetDerivation:
         manifest = {**SPLIT_MANIFEST, "contextHooks": True, "featureSets": {**SPLIT_MANIFEST["featureSets"], **invalid}}
         steps = [pushing(push(f"e-{name}", feature_set=name)) for name in invalid]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, run(tmp_path, "fs", steps, manifest=manifest,
+            async with memory_host(config_with(tmp_path, run(tmp_path, "fs", steps, manifest=manifest,
                                                               grant=[*GRANT, "contextHooks.*.*"]))):
                 await wait_for(lambda: record(tmp_path, "fs").done)
         rec = record(tmp_path, "fs")
@@ -126,7 +114,7 @@ class TestFeatureSetDerivation:
         """Naming a set in `enabled` whose uses list pushEvents does not grant pushEvents (docs/mcpl-checklist.md item 10)."""
         spec = run(tmp_path, "named", [pushing(push(feature_set="alerts"))], grant=["channels.register"],
                    feature_sets=FeatureSetSelection(enabled=["alerts", "chat"]))
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "named").done)
         rec = record(tmp_path, "named")
         assert error_of(rec, 0)["data"] == {"capability": "pushEvents"}
@@ -143,15 +131,15 @@ class TestOrigin:
                                     pushing(push("e-own", feature_set="alerts",
                                                  origin={"mcplChannelId": "a:g1:room"}))])
         claimant = run(tmp_path, "b", [pushing(push("e-claim", feature_set="alerts", origin=origin))])
-        async with running_host(config_with(tmp_path, owner, claimant)):
+        async with memory_host(config_with(tmp_path, owner, claimant)):
             await wait_for(lambda: record(tmp_path, "a").done and record(tmp_path, "b").done)
             items = await items_when(tmp_path, 2)
         by_server = {item.metadata["serverId"]: item for item in items}
         claimed = by_server["b"]
-        assert texts(claimed)[0] == "[source: b · unscoped]"
+        assert texts(claimed.content)[0] == "[source: b · unscoped]"
         assert claimed.metadata["channelId"] is None
         assert claimed.metadata["adapter"] == {k: v for k, v in origin.items() if k != "sourceHeader"}
-        assert texts(by_server["a"])[0].startswith("[source: a / a:g1:room")
+        assert texts(by_server["a"].content)[0].startswith("[source: a / a:g1:room")
 
 
 class TestDedup:
@@ -161,19 +149,19 @@ class TestDedup:
                  pushing(push("e-1", feature_set="alerts", body="second")),
                  pushing(push("e-2", feature_set="alerts", body="third"))]
         specs = [run(tmp_path, "dup", steps), run(tmp_path, "other", [pushing(push("e-1", feature_set="alerts"))])]
-        async with running_host(config_with(tmp_path, *specs)):
+        async with memory_host(config_with(tmp_path, *specs)):
             await wait_for(lambda: all(record(tmp_path, s.name).done for s in specs))
         rec = record(tmp_path, "dup")
         assert result_of(rec, 1) == result_of(rec, 0) == {"accepted": True}
         items = await items_when(tmp_path, 3)
-        assert sorted((i.metadata["serverId"], texts(i)[-1]) for i in items) == [
+        assert sorted((i.metadata["serverId"], texts(i.content)[-1]) for i in items) == [
             ("dup", "first"), ("dup", "third"), ("other", "ping")]
 
 
     async def test_repeats_in_flight_at_once_store_once(self, tmp_path) -> None:
         """Several copies of one event sent without waiting for answers still give one item and one answer."""
         copies = [["push/event", push("e-1", feature_set="alerts", body=f"copy {n}")] for n in range(5)]
-        async with running_host(config_with(tmp_path, run(tmp_path, "burst", [{"requests": copies}]))):
+        async with memory_host(config_with(tmp_path, run(tmp_path, "burst", [{"requests": copies}]))):
             await wait_for(lambda: record(tmp_path, "burst").done)
         answers = [e for e in record(tmp_path, "burst").events if e["kind"] == "answer"]
         assert [a.get("result") for a in answers] == [{"accepted": True}] * 5
@@ -190,7 +178,7 @@ class TestAudit:
                      {"channelId": "a:1", "messageId": "m-1", "content": [{"type": "text", "text": "hi"}]},
                      {"channelId": "a:2", "messageId": "m-2", "content": [{"type": "text", "text": "hi"}]}]}}]
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, run(tmp_path, "audited", steps))):
+            async with memory_host(config_with(tmp_path, run(tmp_path, "audited", steps))):
                 await wait_for(lambda: record(tmp_path, "audited").done)
         (admitted,) = logged(logs, "mcpl.push", connector="audited")
         assert (admitted["featureSet"], admitted["eventId"]) == ("alerts", "e-ok")

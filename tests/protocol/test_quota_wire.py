@@ -1,4 +1,4 @@
-"""Per-connector quotas on the wire (docs/operations.md#quotas): a real connectors.scripted child, a real store.
+"""Per-connector quotas on the wire (docs/operations.md#quotas): the scripted connector in memory, a real store.
 
 The hour itself (restarts, sliding, spells) is tested in process (tests/test_ingest_quotas.py); this
 checks what the connector is answered and that a restarted host still refuses.
@@ -8,22 +8,9 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from ..harness import (
-    SPLIT_MANIFEST,
-    config_with,
-    error_of,
-    incoming,
-    logged,
-    message,
-    push,
-    record,
-    register,
-    result_of,
-    running_host,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import incoming, message, push, register
+from ..harness import SPLIT_MANIFEST, config_with, error_of, logged, record, result_of, scripted, stored_items, wait_for
+from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
 ROOM = "disc:g1:room"
@@ -41,7 +28,7 @@ async def test_past_the_items_quota_messages_are_refused_itemised_and_pushes_wit
              {"request": "push/event", "params": push("e-1", feature_set="alerts")}]
     spec = chatty(tmp_path, "disc", steps)
     with capture_logs() as logs:
-        async with running_host(config_with(tmp_path, spec)):
+        async with memory_host(config_with(tmp_path, spec)):
             await wait_for(lambda: record(tmp_path, "disc").done)
     rec = record(tmp_path, "disc")
     results = result_of(rec, 1)["results"]
@@ -56,7 +43,7 @@ async def test_past_the_items_quota_messages_are_refused_itemised_and_pushes_wit
     assert len(await stored_items(tmp_path)) == 3
 
     (tmp_path / "disc.jsonl").unlink()  # a new host, a new process life, the same store
-    async with running_host(config_with(tmp_path, chatty(tmp_path, "disc", [register(ROOM),
+    async with memory_host(config_with(tmp_path, chatty(tmp_path, "disc", [register(ROOM),
                                                                           incoming(message(ROOM, "m-5"))]))):
         await wait_for(lambda: record(tmp_path, "disc").done)
     (result,) = result_of(record(tmp_path, "disc"), 1)["results"]

@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 
 from mcplhost.protocol.connection import Mode
 
+from ..builders import incoming, message, register, texts
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
@@ -29,16 +30,12 @@ from ..harness import (
     config_with,
     connected,
     error_of,
-    incoming,
     items_when,
     logged,
-    message,
     record,
-    register,
     result_of,
     running_host,
     scripted,
-    texts,
     wait_for,
 )
 
@@ -76,7 +73,7 @@ class TestBadInput:
             async with running_host(config_with(tmp_path, bad, neighbour(tmp_path))):
                 await wait_for(lambda: record(tmp_path, "bad").done and record(tmp_path, "ok").done)
                 items = await items_when(tmp_path, 2)
-        assert sorted(texts(i)[-1] for i in items) == ["served", "still here"]
+        assert sorted(texts(i.content)[-1] for i in items) == ["served", "still here"]
         replies = [m for m in record(tmp_path, "bad").received if "id" in m and "method" not in m]
         by_id = {}
         for reply in replies:
@@ -136,7 +133,7 @@ class TestDeathMidExchange:
         assert result_of(rec, 0)["results"][0]["accepted"] is True
         # Its message sent after the refusal is never stored (refused, or the connector is gone first).
         assert not any(e.get("step") == 4 and "result" in e for e in rec.events if e["kind"] == "answer")
-        assert [texts(i)[-1] for i in await items_when(tmp_path, 1)] == ["still here"]
+        assert [texts(i.content)[-1] for i in await items_when(tmp_path, 1)] == ["still here"]
 
     async def test_refusing_a_later_policy_with_fallback_close_stops_the_connector(self, tmp_path) -> None:
         """After a later refusal with fallback "close" the host stops the connector process."""

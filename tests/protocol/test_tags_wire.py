@@ -9,22 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..harness import (
-    SPLIT_MANIFEST,
-    config_with,
-    error_of,
-    incoming,
-    items_when,
-    message,
-    push,
-    record,
-    register,
-    result_of,
-    running_host,
-    scripted,
-    texts,
-    wait_for,
-)
+from ..builders import incoming, message, push, register, texts
+from ..harness import SPLIT_MANIFEST, config_with, error_of, items_when, record, result_of, scripted, wait_for
+from ..memory_pair import memory_host
 
 GRANT = ["pushEvents", "channels.register", "channels.incoming"]
 ADDRESSING = ["chat:dm", "chat:mention", "chat:addressed", "mcpl:trusted", "mcpl:grant=*"]
@@ -41,7 +28,7 @@ ONTOLOGY_MANIFEST: dict[str, Any] = {
 
 def stored_tags(items: list[Any]) -> dict[str, list[str]]:
     """Each item's stored tags, keyed by its message body."""
-    return {texts(item)[-1]: item.metadata["tags"] for item in items}
+    return {texts(item.content)[-1]: item.metadata["tags"] for item in items}
 
 
 class TestTagsNeverAdmit:
@@ -54,7 +41,7 @@ class TestTagsNeverAdmit:
         ungranted = scripted("ungranted", {"manifest": SPLIT_MANIFEST, "steps": [
             {"request": "push/event", "params": push(feature_set="alerts", tags=ADDRESSING)}]},
             tmp_path, grant=["channels.register"])
-        async with running_host(config_with(tmp_path, tagged, ungranted)):
+        async with memory_host(config_with(tmp_path, tagged, ungranted)):
             await wait_for(lambda: record(tmp_path, "tagged").done and record(tmp_path, "ungranted").done)
         rec = record(tmp_path, "tagged")
         assert result_of(rec, 0)["results"][0]["code"] == -32023
@@ -78,7 +65,7 @@ class TestCoreClosure:
         steps = [register("d:1"), incoming(*messages),
                  {"request": "push/event", "params": push(feature_set="alerts", body="pushed",
                                                           tags=["chat:mention", "chat:ambient"])}]
-        async with running_host(config_with(tmp_path, scripted("core", {"manifest": SPLIT_MANIFEST, "steps": steps},
+        async with memory_host(config_with(tmp_path, scripted("core", {"manifest": SPLIT_MANIFEST, "steps": steps},
                                                                tmp_path, grant=GRANT))):
             await wait_for(lambda: record(tmp_path, "core").done)
             items = await items_when(tmp_path, 5)
@@ -100,7 +87,7 @@ class TestProducerImplies:
             return scripted(name, {"manifest": ONTOLOGY_MANIFEST, "steps": steps}, tmp_path, grant=GRANT,
                             accept_tag_implications=accept)
 
-        async with running_host(config_with(tmp_path, connector("accepted", True), connector("declined", False))):
+        async with memory_host(config_with(tmp_path, connector("accepted", True), connector("declined", False))):
             await wait_for(lambda: record(tmp_path, "accepted").done and record(tmp_path, "declined").done)
             items = await items_when(tmp_path, 2)
         assert stored_tags(items) == {"accepted": ["chat:addressed", "chat:mention", "x:urgent"],

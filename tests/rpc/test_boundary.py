@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from mcplhost.rpc import Deferred, RequestTimeout, Session
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 
+from ..properties import examples
 from .wire import Peer
 
 DEEP = "[" * 2000 + "]" * 2000
@@ -222,7 +223,7 @@ class TestOutgoingBytes:
         assert session.statistics()["outgoing_bytes"] == 0
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(min_value=0, max_value=3000), st.booleans()), min_size=1, max_size=40),
        st.integers(min_value=4000, max_value=20_000))
 def test_the_budget_is_never_exceeded_and_always_given_back(requests: list[tuple[int, bool]], budget: int) -> None:

@@ -23,6 +23,8 @@ from mcplhost.rpc.messages import (
     nesting_exceeds,
 )
 
+from ..properties import examples
+
 # Strings full of what a naive scan trips on: quotes, backslashes and brackets.
 tricky_text = st.text(alphabet=st.sampled_from('[]{}"\\\\/ ab\u00e9\u2028\n'), max_size=12)
 json_values = st.recursive(
@@ -41,14 +43,14 @@ def depth(value: Any) -> int:
 
 
 class TestNestingExceeds:
-    @settings(max_examples=500)  # with the combs and the explicit cases below, enough to catch a miscounted escape
+    @settings(max_examples=examples(200))  # with the combs and the explicit cases below, enough to catch a miscounted escape
     @given(json_values, st.integers(min_value=0, max_value=8), st.booleans())
     def test_exact_on_valid_json(self, value: Any, limit: int, ascii_only: bool) -> None:
         """For any JSON text, whatever its strings hold, the answer is depth > limit."""
         line = json.dumps(value, ensure_ascii=ascii_only).encode()
         assert nesting_exceeds(line, limit) == (depth(value) > limit)
 
-    @settings(max_examples=300)
+    @settings(max_examples=examples(100))
     @given(st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=30),
            st.integers(min_value=0, max_value=8))
     def test_exact_on_combs_and_stairs(self, shape: list[int], limit: int) -> None:
@@ -110,7 +112,7 @@ class TestDecodeLineNeverRaises:
         message = decode_line(line)
         assert isinstance(message, Request) and msgspec.json.decode(bytes(message.params)) is not None
 
-    @settings(max_examples=500)
+    @settings(max_examples=examples(200))
     @given(st.binary(max_size=400) | json_values.map(lambda v: json.dumps(v).encode()))
     def test_any_line_decodes_to_a_message(self, line: bytes) -> None:
         """Whatever the bytes, decode_line returns; it never raises."""
@@ -127,7 +129,7 @@ class TestDecodeLineNeverRaises:
             message = decode_line(b'{"jsonrpc":"2.0","id":1,"method":"m","params":' + params + b"}")
             assert isinstance(message, Invalid) and (message.code, message.reply_id) == (PARSE_ERROR, None)
 
-    @settings(max_examples=300)
+    @settings(max_examples=examples(100))
     @given(st.binary(max_size=60))
     def test_every_raw_member_of_a_decoded_message_decodes(self, junk: bytes) -> None:
         """Whatever a params holds, once the line decodes, decoding its Raw raises at most a ValidationError."""

@@ -19,6 +19,7 @@ from mcplhost.rpc import (
 )
 from mcplhost.rpc.messages import INVALID_PARAMS
 
+from ..properties import examples
 from .wire import DeadPipe, Peer
 
 
@@ -295,7 +296,7 @@ lines = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(lines, max_size=30))
 def test_fuzzed_input_never_crashes_and_every_request_is_answered_once(batch: list[bytes]) -> None:
     """Random JSON and garbage lines: the reader survives and answers each request exactly once."""

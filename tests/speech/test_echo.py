@@ -26,16 +26,15 @@ from mcplhost.store.writer import GroupWriter
 
 from ..agents.support import RecordingBackend, agent_config, agent_store, heard
 from ..agents.test_runtime import running, turns_of
+from ..builders import admitted_message
 
 ROOM = "disc:g1:room"
 OTHER = "disc:g1:other"
 AT = 1_700_000_000_000
 
 
-def message(message_id: str, *, channel: str = ROOM, tags: tuple[str, ...] = ("chat:mention", "chat:addressed"),
-            **fields: Any) -> AdmittedMessage:
-    return AdmittedMessage(channel_id=channel, label="#room", message_id=message_id,
-                           content=[{"type": "text", "text": "@scout hi"}], tags=list(tags), **fields)
+def mention(message_id: str) -> AdmittedMessage:
+    return admitted_message(message_id, "@scout hi", tags=["chat:mention", "chat:addressed"])
 
 
 def agent() -> AgentConfig:
@@ -135,7 +134,7 @@ class TestIngest:
         async with ingest(tmp_path / "host.db") as intake:
             outbox_id = await delivered_publish(intake, "m-1")
             intake.store.outbox.remember_delivered("disc", ROOM, "m-1", outbox_id)  # what the sender does
-            (answer,) = await intake.store_messages("disc", "channels/incoming", [message("m-1")])
+            (answer,) = await intake.store_messages("disc", "channels/incoming", [mention("m-1")])
             assert answer["accepted"]
             (item,) = [i for i in await intake.store.items.list() if i.role == "user"]
             assert item.metadata["echoOf"] == outbox_id and ECHO_TAG in item.metadata["tags"]
@@ -146,7 +145,7 @@ class TestIngest:
         async with ingest(tmp_path / "host.db") as intake:
             outbox_id = await delivered_publish(intake, "m-1")
             intake.store.outbox.remember_delivered("disc", ROOM, "m-1", outbox_id)
-            await intake.store_messages("disc", "channels/incoming", [message("m-2")])
+            await intake.store_messages("disc", "channels/incoming", [mention("m-2")])
             (item,) = [i for i in await intake.store.items.list() if i.role == "user"]
             assert "echoOf" not in item.metadata and wake_matches(agent(), stored_view(item))
 
@@ -156,7 +155,7 @@ class TestIngest:
             outbox_id = await delivered_publish(intake, "m-1")
         async with ingest(tmp_path / "host.db") as restarted:
             assert restarted.store.outbox.recent_delivered("disc", ROOM, "m-1") is None  # memory starts empty
-            await restarted.store_messages("disc", "channels/incoming", [message("m-1")])
+            await restarted.store_messages("disc", "channels/incoming", [mention("m-1")])
             (item,) = [i for i in await restarted.store.items.list() if i.role == "user"]
             assert item.metadata["echoOf"] == outbox_id
 
@@ -177,7 +176,7 @@ def waking(item_id: int, message_id: str, *, channel: str = ROOM) -> StoredItem:
                       created_at=AT)
 
 
-def wake_of(*items: StoredItem, overflow: int = 0) -> Wake:
+def wake_for(*items: StoredItem, overflow: int = 0) -> Wake:
     places = sorted({conversation_id("disc", i.metadata["channelId"], None) for i in items})
     return Wake(item_ids=tuple(i.id for i in items), overflow=overflow, conversations=tuple(places),
                 several_conversations=len(places) > 1, first_at=0.0)
@@ -187,7 +186,7 @@ class TestWakeSecondLook:
     def test_an_echo_answered_after_it_was_stored_is_dropped_when_the_wake_fires(self):
         """The echo beat its publish's answer, so it was stored unmarked; by the wake it is known and left out."""
         echo, mention = waking(1, "m-1", channel=OTHER), waking(2, "m-2")
-        kept = without_late_echoes(wake_of(echo, mention), [echo, mention],
+        kept = without_late_echoes(wake_for(echo, mention), [echo, mention],
                                    lambda *key: 5 if key == ("disc", OTHER, "m-1") else None)
         assert kept is not None and kept.item_ids == (2,)
         assert kept.conversations == (conversation_id("disc", ROOM, None),) and not kept.several_conversations
@@ -195,19 +194,19 @@ class TestWakeSecondLook:
     def test_a_wake_of_echoes_only_is_no_turn(self):
         """Every waking item is an echo: no wake is left."""
         echo = waking(1, "m-1")
-        assert without_late_echoes(wake_of(echo), [echo], lambda *key: 5) is None
+        assert without_late_echoes(wake_for(echo), [echo], lambda *key: 5) is None
 
     def test_an_overflowed_wake_keeps_its_counted_items_and_its_places(self):
         """Counted-only items cannot be checked: the wake stays, with the scheduler's several conversations."""
         echo, mention = waking(1, "m-1", channel=OTHER), waking(2, "m-2")
-        wake = wake_of(echo, mention, overflow=3)
+        wake = wake_for(echo, mention, overflow=3)
         kept = without_late_echoes(wake, [echo, mention], lambda *key: 5 if key[2] == "m-1" else None)
         assert kept is not None and kept.item_ids == (2,) and kept.overflow == 3 and kept.several_conversations
 
     def test_no_echo_returns_the_same_wake(self):
         """Nothing to drop: the very same wake comes back (no copy, no log)."""
         mention = waking(2, "m-2")
-        wake = wake_of(mention)
+        wake = wake_for(mention)
         assert without_late_echoes(wake, [mention], lambda *key: None) is wake
 
 

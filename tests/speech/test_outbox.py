@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,9 @@ from mcplhost.store.items import NewItem
 from mcplhost.store.operations import PublishSpeech
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, OutboxEntry, OutboxRow
 
-from ..harness import (
-    HINT,
-    config_with,
-    descriptor,
-    logged,
-    record,
-    register,
-    running_host,
-    scripted,
-    stored_items,
-    wait_for,
-)
+from ..builders import descriptor, register
+from ..harness import HINT, Beside, config_with, logged, received, record, scripted, stored_items, wait_for
+from ..memory_pair import kill, memory_host
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -87,7 +77,7 @@ async def ended(store: Any, outbox_id: int, timeout: float = 15) -> OutboxRow:
 
 
 def publishes(folder: Path, name: str = "disc") -> list[dict[str, Any]]:
-    return [m for m in record(folder, name).received if m.get("method") == "channels/publish"]
+    return received(folder, name, "channels/publish")
 
 
 def connector(tmp_path: Path, handlers: dict[str, Any], name: str = "disc", **fields: Any) -> ConnectorConfig:
@@ -98,7 +88,7 @@ def connector(tmp_path: Path, handlers: dict[str, Any], name: str = "disc", **fi
 class TestDelivery:
     async def test_a_publish_is_delivered_into_its_conversation_and_remembered(self, tmp_path: Path):
         """channels/publish carries the conversation id of (connector, channel, thread); the messageId is kept."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
             oid = await queue(host, "hello there", thread="t-1")
             row = await ended(host.writer.store, oid)
             assert host.store.outbox.recent_delivered("disc", "room", "m-1") == oid  # for echo suppression
@@ -110,7 +100,7 @@ class TestDelivery:
 
     async def test_publishes_to_one_channel_go_in_order(self, tmp_path: Path):
         """Rows queued together reach the connector in the order they were queued."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
             ids = [await queue(host, f"n{n}") for n in range(5)]
             for oid in ids:
                 await ended(host.writer.store, oid)
@@ -118,7 +108,7 @@ class TestDelivery:
 
     async def test_a_publish_queued_before_the_connector_is_ready_waits_for_it(self, tmp_path: Path):
         """A row queued while the connector is still starting is sent once it is ready."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED})),
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED})),
                                 wait_ready=False) as host:
             assert host.connectors["disc"].state is State.STARTING  # the host was built whole: queue at once
             oid = await queue(host, "early")
@@ -129,7 +119,7 @@ class TestFailure:
     @pytest.mark.parametrize("code", [-32017, -32023, -32602, -32002])
     async def test_a_permanent_refusal_fails_at_once_with_a_notice(self, tmp_path: Path, code: int):
         """A permanent error ends the row failed after one try and stores a failed-reply notice that names it."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": error(code)}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": error(code)}))) as host:
             oid = await queue(host, "hi", thread="t\"1")
             row = await ended(host.writer.store, oid)
         assert (row.state, row.attempts) == ("failed", 1) and str(code) in row.last_error
@@ -141,7 +131,7 @@ class TestFailure:
 
     async def test_a_retryable_error_backs_off_then_fails_with_a_notice(self, tmp_path: Path):
         """-32603 is tried again after a backoff, up to the limit, then the row fails with a notice."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": error(-32603)}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": error(-32603)}))) as host:
             host.outbox_senders["disc"].rules = QUICK
             oid = await queue(host, "hi")
             row = await ended(host.writer.store, oid)
@@ -152,7 +142,7 @@ class TestFailure:
     async def test_a_retry_that_succeeds_is_delivered_and_keeps_the_channel_order(self, tmp_path: Path):
         """After one -32603 the row is delivered on its second try, and the row behind it waited for it."""
         handlers = {"channels/publish": [error(-32603), DELIVERED]}
-        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
             host.outbox_senders["disc"].rules = QUICK
             first, second = await queue(host, "one"), await queue(host, "two")
             rows = [await ended(host.writer.store, oid) for oid in (first, second)]
@@ -161,7 +151,7 @@ class TestFailure:
 
     async def test_a_publish_older_than_publish_max_age_fails_unsent(self, tmp_path: Path):
         """A row pending longer than publish_max_age_s (default 3600 s) fails without being sent."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
             oid = await queue(host, "stale", created_at=now_ms() - 3_601_000)
             row = await ended(host.writer.store, oid)
         assert (row.state, row.attempts) == ("failed", 0) and publishes(tmp_path) == []
@@ -171,7 +161,7 @@ class TestFailure:
     async def test_a_publish_for_a_connector_that_stopped_for_good_still_fails_when_too_old(self, tmp_path: Path):
         """A connector that never becomes ready does not keep a stale row pending forever: it fails, with a notice."""
         dead = scripted("disc", {"manifest": MANIFEST, "initialize": "exit"}, tmp_path, grant=GRANT)
-        async with running_host(config_with(tmp_path, dead)) as host:
+        async with memory_host(config_with(tmp_path, dead)) as host:
             store, handle = host.writer.store, host.connectors["disc"]
             await wait_for(lambda: handle.state.value == "stopped")
             speech, entry = publish_entry("stale", created_at=now_ms() - 3_601_000)
@@ -191,7 +181,7 @@ class TestAnswerShapes:
     async def test_an_answer_without_message_id_is_delivered_without_echo_memory(self, tmp_path: Path):
         """`{delivered: true}` alone ends the row delivered, with no messageId to remember; members added are ignored."""
         handlers = {"channels/publish": {"result": {"delivered": True, "platform": {"extra": [1]}}}}
-        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
             oid = await queue(host, "hi")
             row = await ended(host.writer.store, oid)
         assert (row.state, row.message_id, row.attempts) == ("delivered", None, 1)
@@ -199,7 +189,7 @@ class TestAnswerShapes:
     async def test_delivered_false_is_tried_again(self, tmp_path: Path):
         """`{delivered: false}` is a retry, so the next try can deliver it."""
         handlers = {"channels/publish": [{"result": {"delivered": False}}, DELIVERED]}
-        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
             host.outbox_senders["disc"].rules = QUICK
             oid = await queue(host, "hi")
             row = await ended(host.writer.store, oid)
@@ -212,7 +202,7 @@ class TestAnswerShapes:
     async def test_a_result_that_is_not_delivered_and_message_id_fails_at_once(self, tmp_path: Path, result: Any):
         """Any other result fails the row after one try, with a notice whose reason stays short."""
         handlers = {"channels/publish": {"result": result}}
-        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
             oid = await queue(host, "hi")
             row = await ended(host.writer.store, oid)
         assert (row.state, row.attempts) == ("failed", 1)
@@ -226,7 +216,7 @@ class TestBounds:
     async def test_more_than_a_page_of_stale_rows_all_fail_in_one_check(self, tmp_path: Path):
         """While the connector is down, one age check fails every row too old, not one page of them."""
         dead = scripted("disc", {"manifest": MANIFEST, "initialize": "exit"}, tmp_path, grant=GRANT)
-        async with running_host(config_with(tmp_path, dead)) as host:
+        async with memory_host(config_with(tmp_path, dead)) as host:
             store, handle = host.writer.store, host.connectors["disc"]
             await wait_for(lambda: handle.state.value == "stopped")
             entries = [publish_entry(f"s{n}", created_at=now_ms() - 3_601_000) for n in range(PENDING_PAGE + 20)]
@@ -238,7 +228,7 @@ class TestBounds:
     async def test_a_connectors_long_refusal_text_is_cut_before_the_notice(self, tmp_path: Path):
         """A 50,000-character error message reaches neither the row nor the agent's notice whole."""
         refusal = {"error": {"code": -32017, "message": "no " * 16_000}}
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": refusal}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": refusal}))) as host:
             oid = await queue(host, "hi")
             row = await ended(host.writer.store, oid)
         notice = (await stored_items(tmp_path))[-1].content[0]["text"]
@@ -250,7 +240,7 @@ class TestBounds:
         """A row whose channels/publish line would pass the connector's max_line_bytes is never written: it fails
         with reason too_large and no try, its notice says so, and the channel's next row is delivered."""
         spec = connector(tmp_path, {"channels/publish": DELIVERED}, max_line_bytes=4096)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             big = await queue(host, "x" * 5000)
             small = await queue(host, "fits")
             row, after = await ended(host.writer.store, big), await ended(host.writer.store, small)
@@ -271,19 +261,28 @@ class TestRestarts:
                                env={**connector(tmp_path, {}).env, "MCPL_SCRIPT": f"@{script}"},
                                cwd=connector(tmp_path, {}).cwd, request_timeout_s=30.0,
                                restart=RestartConfig(policy="always", backoff_initial_s=0.05))
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             host.outbox_senders["disc"].rules = QUICK
             oid = await queue(host, "survive")
             await wait_for(lambda: publishes(tmp_path))
             script.write_text(json.dumps({**base, "handlers": {"channels/publish": DELIVERED}}))
-            (first_pid,) = [e["pid"] for e in record(tmp_path, "disc").events if e["kind"] == "start"]
-            os.kill(first_pid, signal.SIGKILL)
+            kill(host, "disc")
             row = await ended(host.writer.store, oid)
         assert (row.state, row.attempts, row.message_id) == ("delivered", 2, "m-1")
         assert len(publishes(tmp_path)) == 2
         answered = [m for m in record(tmp_path, "disc").sent if m.get("result", {}).get("messageId") == "m-1"]
         assert len(answered) == 1
 
+
+
+def faulty(handle: Any, fault: Callable[[Any], None]) -> Beside:
+    """`handle`, whose requests first pass their params to `fault` (which may raise, as a bug in the try would)."""
+
+    async def request(method: str, params: Any, **options: Any) -> Any:
+        fault(params)
+        return await handle.request(method, params, **options)
+
+    return Beside(handle, request=request)
 
 
 def without_publish(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -293,7 +292,7 @@ def without_publish(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def policies(folder: Path, name: str = "disc") -> list[dict[str, Any]]:
-    return [m for m in record(folder, name).received if m.get("method") == "featureSets/update"]
+    return received(folder, name, "featureSets/update")
 
 
 class TestSendTimeCheck:
@@ -304,7 +303,7 @@ class TestSendTimeCheck:
                                "mcpl/manifest": {"result": without_publish(MANIFEST)}},
                   "steps": [REGISTER, {"wait": "channels/publish"}, HINT, {"wait": "featureSets/update", "count": 2}]}
         spec = scripted("disc", script, tmp_path, grant=GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             sender, handle = host.outbox_senders["disc"], host.connectors["disc"]
             skew = [0]  # the test moves the sender's clock to the retry, once the grant has narrowed
             sender.clock_ms = lambda: now_ms() + skew[0]
@@ -324,7 +323,7 @@ class TestSendTimeCheck:
 
     async def test_a_channel_never_registered_fails_not_permitted_after_the_grace(self, tmp_path: Path):
         """A row for a channel the connector does not register is waited for, then failed unsent."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
             host.outbox_senders["disc"].channel_grace_s = 0.2
             oid = await queue(host, "hi", channel="nowhere")
             row = await ended(host.writer.store, oid)
@@ -336,7 +335,7 @@ class TestSendTimeCheck:
         """Right after the connector is ready its channels may not be registered yet: the row waits, then goes."""
         script = {"manifest": MANIFEST, "handlers": {"channels/publish": DELIVERED},
                   "steps": [{"wait": "test/register"}, REGISTER]}
-        async with running_host(config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))) as host:
+        async with memory_host(config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))) as host:
             oid = await queue(host, "early")
             await wait_for(lambda: record(tmp_path, "disc").received)
             assert (await host.writer.store.outbox.get(oid)).state == "pending"
@@ -349,7 +348,7 @@ class TestSendTimeCheck:
         """The send-time check is routing's: an inbound-only channel cannot be published to."""
         steps = [{"request": "channels/register", "params": {"channels": [descriptor("room", direction="inbound")]}}]
         script = {"manifest": MANIFEST, "handlers": {"channels/publish": DELIVERED}, "steps": steps}
-        async with running_host(config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))) as host:
+        async with memory_host(config_with(tmp_path, scripted("disc", script, tmp_path, grant=GRANT))) as host:
             await wait_for(lambda: host.connectors["disc"].channel("room"))
             oid = await queue(host, "hi")
             row = await ended(host.writer.store, oid)
@@ -361,7 +360,7 @@ class TestFairness:
     async def test_a_channel_in_backoff_does_not_hold_back_another_channel(self, tmp_path: Path):
         """More than a page of rows wait behind a channel's head in backoff; another channel's row still goes."""
         handlers = {"channels/publish": [error(-32603), DELIVERED]}
-        async with running_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, handlers))) as host:
             sender = host.outbox_senders["disc"]
             sender.rules = RetryRules(first_s=3600, max_s=3600, max_attempts=8, window_s=7200)
             entries = [publish_entry(f"r{n}") for n in range(PENDING_PAGE + 44)] + [publish_entry("o", channel="other")]
@@ -379,18 +378,18 @@ class TestBoundary:
         """A fault in one sender is logged once per crash with its traceback; it restarts; the other goes on."""
         config = config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}),
                              connector(tmp_path, {"channels/publish": DELIVERED}, name="zul"))
-        faults: list[int] = []
+        faults: list[str] = []
 
-        def fault(row: Any) -> None:
+        def fault(params: Any) -> None:
             if len(faults) < CRASHES_PER_ROW - 1:  # one crash short of failing the row
-                faults.append(row.id)
+                faults.append(params["content"][0]["text"])
                 raise RuntimeError("injected sender fault")
 
         with capture_logs() as logs:
-            async with running_host(config) as host:
+            async with memory_host(config) as host:
                 disc = host.outbox_senders["disc"]
                 disc.restart_rules = RetryRules(first_s=0.3, max_s=1)
-                disc.test_fault = fault
+                disc.handle = faulty(disc.handle, fault)
                 first, second = await queue(host, "one"), await queue(host, "two")
                 await wait_for(lambda: faults)
                 zul = await ended(host.writer.store, await queue(host, "elsewhere", server="zul"))
@@ -403,15 +402,15 @@ class TestBoundary:
 
     async def test_a_row_that_keeps_crashing_the_sender_fails_and_the_queue_goes_on(self, tmp_path: Path):
         """After CRASHES_PER_ROW crashes on the same row, it ends failed with a notice; the row behind it is sent."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
             disc = host.outbox_senders["disc"]
             disc.restart_rules = RetryRules(first_s=0.01, max_s=0.05)
 
-            def fault(row: Any) -> None:
-                if row.text == "poison":
+            def fault(params: Any) -> None:
+                if params["content"][0]["text"] == "poison":
                     raise RuntimeError("injected: this row always crashes the sender")
 
-            disc.test_fault = fault
+            disc.handle = faulty(disc.handle, fault)
             bad, good = await queue(host, "poison"), await queue(host, "fine")
             rows = [await ended(host.writer.store, oid) for oid in (bad, good)]
         assert [r.state for r in rows] == ["failed", "delivered"] and disc.stats["crashed"] == CRASHES_PER_ROW
@@ -420,20 +419,21 @@ class TestBoundary:
 
     async def test_cancellation_passes_through_the_boundary(self, tmp_path: Path):
         """A sender cancelled while it restarts after a fault ends at once: the boundary catches no cancellation."""
-        async with running_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
-            await queue(host, "one")
-            sender = OutboxSender(host.writer.store, host.writer, host.connectors["disc"],
-                                  restart_rules=RetryRules(first_s=3600, max_s=3600))
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
             crashed = anyio.Event()
 
-            def hold(row: Any) -> None:
+            def hold(params: Any) -> None:
                 raise RuntimeError("injected")  # the host's own sender must not send the row meanwhile
 
-            def fault(row: Any) -> None:
+            def fault(params: Any) -> None:
                 crashed.set()
                 raise RuntimeError("injected")
 
-            host.outbox_senders["disc"].test_fault, sender.test_fault = hold, fault
+            own = host.outbox_senders["disc"]
+            own.handle = faulty(own.handle, hold)
+            await queue(host, "one")
+            sender = OutboxSender(host.writer.store, host.writer, faulty(host.connectors["disc"], fault),
+                                  restart_rules=RetryRules(first_s=3600, max_s=3600))
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(sender.run)

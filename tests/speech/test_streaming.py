@@ -24,7 +24,9 @@ from mcplhost.speech.routing import PIN_MARK, ChannelView, Destination, Undecide
 from mcplhost.speech.streaming import COMPLETE, LINE_BREAKS, STREAMING, PinGuard, Streamer, stream_targets
 from mcplhost.supervisor.handle import State
 
-from ..harness import config_with, record, running_host, scripted, wait_for
+from ..harness import config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
+from ..properties import examples
 
 MANIFEST: dict[str, Any] = {
     "version": "0.5",
@@ -237,7 +239,7 @@ class TestPinGuard:
             guard.feed(piece)
             assert (guard.end, guard.sealed) == reference_end(fed)
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(st.lists(PIECES, max_size=30), st.lists(st.integers(0, 400), max_size=10), st.booleans())
     def test_streamed_in_any_chunks_the_output_is_the_unstreamed_one(self, pieces: list[str], cuts: list[int],
                                                                     with_secrets: bool) -> None:
@@ -363,7 +365,7 @@ async def test_a_turn_streams_its_answer_to_the_conversation_it_answers(tmp_path
     config = Config(store=config.store, connectors=config.connectors, agents=[AgentConfig(
         name="scout", wake_on=["addressed"], debounce_ms=0, backend=BackendConfig(kind="scripted",
                                                                                    script=["hello, Ann"]))])
-    async with running_host(config):
+    async with memory_host(config):
         def published() -> list[dict[str, Any]]:
             return [m for m in record(tmp_path, "disc").received if m.get("method") == "channels/publish"]
 

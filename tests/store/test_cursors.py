@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from mcplhost.store import Store, open_store
 from mcplhost.store.operations import InsertItems, SetCursor, StartCursor
 
+from ..properties import examples
 from .conftest import make_item, submitted
 from .test_writer import running, together
 
@@ -45,7 +46,7 @@ class TestSetCursor:
                            lambda: writer.submit(SetCursor("scout", 12, 3_000)))
         assert await store.cursors.get("scout") == 15
 
-    @settings(max_examples=50, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(st.lists(st.integers(min_value=0, max_value=2**62), min_size=1))
     def test_the_cursor_is_the_largest_position_written(self, positions: list[int]):
         """Whatever order positions are written in, one per commit, the cursor ends at their maximum."""

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from mcplhost.store import ItemWritten, NewItem, Store, StoredItem, export_line, open_store
 from mcplhost.store import items as items_module
 
+from ..properties import examples
 from .conftest import make_item
 
 # docs/provenance.md §6, with its digests filled in.
@@ -53,7 +54,7 @@ EXPORTED_EXAMPLE = {
 }
 
 
-def texts(items: list[StoredItem]) -> list[str]:
+def first_texts(items: list[StoredItem]) -> list[str]:
     return [item.content[0]["text"] for item in items]
 
 
@@ -103,13 +104,13 @@ class TestList:
     async def test_oldest_first(self, store: Store):
         """Without options every item comes back, oldest first."""
         await store.items.insert_many([make_item(str(n)) for n in range(5)])
-        assert texts(await store.items.list()) == ["0", "1", "2", "3", "4"]
+        assert first_texts(await store.items.list()) == ["0", "1", "2", "3", "4"]
 
     async def test_limit_gives_the_newest_oldest_first(self, store: Store):
         """limit N returns the newest N, still printed oldest first."""
         await store.items.insert_many([make_item(str(n)) for n in range(5)])
-        assert texts(await store.items.list(limit=2)) == ["3", "4"]
-        assert texts(await store.items.list(limit=9)) == ["0", "1", "2", "3", "4"]
+        assert first_texts(await store.items.list(limit=2)) == ["3", "4"]
+        assert first_texts(await store.items.list(limit=9)) == ["0", "1", "2", "3", "4"]
         assert await store.items.list(limit=0) == []
 
     async def test_negative_limit_is_refused(self, store: Store):
@@ -122,30 +123,30 @@ class TestList:
         await store.items.insert_many(
             [make_item("r1"), make_item("x", channel="discord:g1:other"), make_item("r2"), make_item("n", channel=None)]
         )
-        assert texts(await store.items.list(channel="discord:g1:room")) == ["r1", "r2"]
+        assert first_texts(await store.items.list(channel="discord:g1:room")) == ["r1", "r2"]
 
     async def test_agent_filter(self, store: Store):
         """agent selects the rows belonging to that agent only."""
         await store.items.insert_many([make_item("all"), make_item("s", agent="scout"), make_item("l", agent="lead")])
-        assert texts(await store.items.list(agent="scout")) == ["s"]
+        assert first_texts(await store.items.list(agent="scout")) == ["s"]
 
     async def test_filters_and_limit_combine(self, store: Store):
         """limit applies to the filtered items, not to all items."""
         await store.items.insert_many(
             [make_item("s1", agent="scout"), make_item("x"), make_item("s2", agent="scout"), make_item("y")]
         )
-        assert texts(await store.items.list(agent="scout", channel="discord:g1:room", limit=1)) == ["s2"]
+        assert first_texts(await store.items.list(agent="scout", channel="discord:g1:room", limit=1)) == ["s2"]
 
     async def test_pages_through_long_lists(self, store: Store):
         """More items than one read page come back complete and in order."""
         count = items_module.READ_PAGE_SIZE * 2 + 7
         await store.items.insert_many([make_item(str(n)) for n in range(count)])
-        assert texts(await store.items.list()) == [str(n) for n in range(count)]
-        assert texts(await store.items.list(limit=count - 3)) == [str(n) for n in range(3, count)]
+        assert first_texts(await store.items.list()) == [str(n) for n in range(count)]
+        assert first_texts(await store.items.list(limit=count - 3)) == [str(n) for n in range(3, count)]
 
 
 class TestListAgainstAModel:
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=examples(40), deadline=None)
     @given(
         rows=st.lists(
             st.tuples(st.sampled_from([None, "c1", "c2"]), st.sampled_from([None, "scout", "lead"])), max_size=30
@@ -171,7 +172,7 @@ class TestListAgainstAModel:
                     await store.items.insert_many(
                         [make_item(str(n), channel=c, agent=a) for n, (c, a) in enumerate(rows)]
                     )
-                    return texts(await store.items.list(limit=limit, channel=channel, agent=agent))
+                    return first_texts(await store.items.list(limit=limit, channel=channel, agent=agent))
 
         assert asyncio.run(run()) == expected
 
@@ -195,7 +196,7 @@ class TestRedelivery:
         async with store.transaction():
             (again,) = await store.items.insert_many_nocommit([keyed("again", conversation="conv_b")])
         assert (again.id, again.duplicate, again.conversation_id) == (first, True, "conv_a")
-        assert texts(await store.items.list()) == ["first"]
+        assert first_texts(await store.items.list()) == ["first"]
 
     async def test_a_batch_holding_a_message_twice_stores_it_once(self, store: Store):
         """Two copies in one insert: the first is stored, the second is its duplicate, the rest are stored in order."""
@@ -205,7 +206,7 @@ class TestRedelivery:
         assert [w.duplicate for w in written] == [False, False, True, False]
         assert written[2].id == written[0].id
         assert [w.id for w in written if not w.duplicate] == [item.id for item in await store.items.list()]
-        assert texts(await store.items.list()) == ["a", "plain", "b"]
+        assert first_texts(await store.items.list()) == ["a", "plain", "b"]
 
     async def test_an_edit_with_a_new_body_is_its_own_item(self, store: Store):
         """Same message id, a different delivered digest (chat:edited): a second row."""
@@ -236,9 +237,9 @@ class TestRedelivery:
                 [keyed("a"), keyed("b", message="m-2"), keyed("a2"), make_item("c"), keyed("b2", message="m-2")])
         assert [w.duplicate for w in written] == [False, False, True, False, True]
         assert (written[2].id, written[4].id) == (written[0].id, written[1].id)
-        assert texts(await store.items.list()) == ["a", "b", "c"]
+        assert first_texts(await store.items.list()) == ["a", "b", "c"]
 
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=examples(40), deadline=None)
     @given(st.lists(st.tuples(st.sampled_from(["m1", "m2", "m3"]), st.sampled_from(["x", "y"]), st.booleans()),
                     max_size=25),
            st.integers(min_value=1, max_value=4))
@@ -264,7 +265,7 @@ class TestRedelivery:
                 expected_texts.append(str(n))
                 if has_key:
                     first_of[(m, d)] = n
-        assert texts(stored) == expected_texts
+        assert first_texts(stored) == expected_texts
         id_of_text = {item.content[0]["text"]: item.id for item in stored}
         for n, ((m, d, has_key), w) in enumerate(zip(deliveries, written)):
             original = str(first_of[(m, d)]) if has_key else str(n)
@@ -349,7 +350,7 @@ class TestAgentReads:
         assert [r.id for r in got] == [ids[0], ids[2], ids[5]]
         assert [r.id for r in await store.items.context_rows("scout", limit=2, conversation_id="c1")] == ids[2::3]
 
-    @settings(max_examples=50, deadline=None)
+    @settings(max_examples=examples(50), deadline=None)
     @given(st.lists(st.sampled_from([None, "a", "b"]), max_size=30), st.integers(min_value=0, max_value=40))
     def test_context_rows_agree_with_filtering_everything(self, owners: list[str | None], limit: int):
         """For any owners and limit, context_rows equals the last `limit` of all rows filtered to the agent's view."""

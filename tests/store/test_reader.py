@@ -12,8 +12,10 @@ import pytest
 from mcplhost.store import CursorMove, PushClaim, Store, TurnEnd, TurnStart, open_store
 from mcplhost.store.outbox import OutboxEntry
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, incoming, message, record, register, running_host
+from ..builders import incoming, message, register
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record
 from ..harness import scripted as scripted_connector
+from ..memory_pair import memory_host
 from .conftest import make_item
 
 ROOM = "disc:g1:room"
@@ -149,7 +151,7 @@ class TestACommitBesideAHeldRead:
             "manifest": CHAT_MANIFEST, "handlers": {},
             "steps": [register(ROOM), {"wait": "test/deliver"}, incoming(message(ROOM, "m-1", "hello"))]},
             tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             store = host.writer.store
             assert store.reader is not None
             async with store.reader.connection() as conn:

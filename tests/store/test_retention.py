@@ -16,7 +16,9 @@ from mcplhost.store.outbox import OutboxEntry
 from mcplhost.store.retention import DAY_MS, RETENTION_BATCH_ROWS, RetentionRow, outbox_ids, prunable
 from mcplhost.store.writer import GroupWriter
 
-from ..harness import running_host, wait_for
+from ..harness import wait_for
+from ..memory_pair import memory_host
+from ..properties import examples
 from .conftest import make_item
 
 NOW = 1_800_000_000_000
@@ -38,7 +40,7 @@ async def prune(store: Store, *, agents: tuple[str, ...] = (), context_rows: int
 
 
 class TestRule:
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(ages=st.lists(st.booleans(), max_size=40), floor=st.integers(0, 45),
            protected=st.sets(st.integers(1, 40), max_size=10), kind=st.sampled_from(["outbox", "peer", "push"]))
     def test_deletes_exactly_the_old_unprotected_prefix(self, ages, floor, protected, kind) -> None:
@@ -180,7 +182,7 @@ async def test_the_host_prunes_when_retention_days_is_set(tmp_path: Path) -> Non
     async with open_store(db) as store:
         stored = await store.items.insert_many([make_item(f"old {n}", created_at=1_000) for n in range(5)])
     config = Config(store=StoreConfig(path=str(db), retention_days=1))  # type: ignore[arg-type]
-    async with running_host(config):
+    async with memory_host(config):
         await wait_for(lambda: count_items(db) == 1)
     assert [item_id for (item_id,) in read_ids(db)] == stored[-1:]
 

@@ -29,6 +29,7 @@ from mcplhost.store.search_index import run_indexer
 from mcplhost.store.search_query import Required, SearchFilter
 from mcplhost.store.search_reader import FOLD_VARIANTS, SearchInterrupted, fts_terms
 
+from ..properties import examples
 from .conftest import make_item
 from .test_search_query import ALPHABET, regexes
 
@@ -131,7 +132,7 @@ SEARCHES_PER_STORE = 4
 
 
 class TestTheIndexAgreesWithTheScan:
-    @settings(max_examples=40)
+    @settings(max_examples=examples(40))
     @given(ITEMS, st.data())
     def test_the_indexed_search_returns_exactly_what_the_scan_returns(
             self, template: Path, tmp_path_factory: pytest.TempPathFactory, items: list[NewItem],

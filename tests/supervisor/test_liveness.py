@@ -13,7 +13,8 @@ from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.protocol.ports import SERVING, State
 from mcplhost.supervisor.liveness import deaf_error, is_quiet, quiet_at
 
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, scripted, wait_for
+from ..memory_pair import memory_host
 from .support import chat_steps, events, starts
 
 #: Small numbers, so the live tests take a second or two.
@@ -87,7 +88,7 @@ class TestQuiet:
         """Ready and silent past expect_traffic_within_s: quiet in statistics, one warning; an item ends the spell."""
         spec = chatty(tmp_path, "hush", expect_traffic_within_s=EXPECT_S)
         other = chatty(tmp_path, "lax")  # no expectation: never quiet
-        async with running_host(config_with(tmp_path, spec, other)) as host:
+        async with memory_host(config_with(tmp_path, spec, other)) as host:
             handle = host.connectors["hush"]
             await wait_for(lambda: handle.statistics().quiet)
             await wait_for(lambda: events(logs, "connector.quiet", "hush"))
@@ -137,7 +138,7 @@ class TestDeaf:
         deaf = pinged(tmp_path, "deaf", {"ping": "ignore"})
         hearing = pinged(tmp_path, "hearing")
         refusing = pinged(tmp_path, "refusing", {"ping": {"error": {"code": -32601, "message": "no ping here"}}})
-        async with running_host(config_with(tmp_path, deaf, hearing, refusing)) as host:
+        async with memory_host(config_with(tmp_path, deaf, hearing, refusing)) as host:
             steady = {name: host.connectors[name].statistics().pid for name in ("hearing", "refusing")}
             handle = host.connectors["deaf"]
             await wait_for(lambda: len(starts(tmp_path, "deaf")) >= 2 and handle.state is State.READY)

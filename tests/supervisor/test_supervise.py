@@ -16,6 +16,7 @@ from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.supervisor.handle import ConnectorHandle
 from mcplhost.supervisor.supervise import supervise
 
+from ..builders import texts
 from ..harness import (
     CHAT_GRANT,
     CHAT_MANIFEST,
@@ -25,7 +26,6 @@ from ..harness import (
     running_host,
     scripted,
     stored_items,
-    texts,
     wait_for,
 )
 from .support import accepted, chat_steps, events, real_intake, starts
@@ -92,7 +92,7 @@ class TestIsolation:
         answers = record(tmp_path, "steady").answers()
         assert all(accepted(answers[step]) for step in range(2, 17, 2)), answers
         assert len(starts(tmp_path, "steady")) == 1
-        assert sorted(texts(i)[1] for i in await stored_items(tmp_path)) == [f"steady says {n}" for n in range(8)]
+        assert sorted(texts(i.content)[1] for i in await stored_items(tmp_path)) == [f"steady says {n}" for n in range(8)]
         assert not events(logs, "connector.restart_scheduled", "steady")
 
     async def test_a_connector_that_cannot_spawn_does_not_disturb_another(self, tmp_path, logs) -> None:

@@ -6,8 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcplhost.agents.model import Message, ModelRequest, ToolSpec
+from mcplhost.agents.backends import make_backend
+from mcplhost.agents.model import Backend, Message, ModelRequest, ToolSpec
+from mcplhost.config import BackendConfig
 from tests.agents.llm_server import LlmServer, Reply
+
+from ...builders import text
 
 #: The variable the tests name in api_key_env, and the key it holds.
 KEY_ENV = "MCPLHOST_TEST_MODEL_KEY"
@@ -20,8 +24,11 @@ def llm_server() -> Iterator[LlmServer]:
         yield server
 
 
-def text(value: str) -> dict:
-    return {"type": "text", "text": value}
+def backend_for(server: LlmServer, kind: str, **overrides: object) -> Backend:
+    """A `kind` backend ("openai" or "anthropic") against `server`, with the test key; `overrides`: BackendConfig's."""
+    url = server.openai_base_url if kind == "openai" else server.anthropic_base_url
+    keys = {"kind": kind, "model": "test-model", "base_url": url, "api_key_env": KEY_ENV, **overrides}
+    return make_backend(BackendConfig(**keys), environ={KEY_ENV: KEY})  # type: ignore[arg-type]
 
 
 def user(value: str) -> Message:

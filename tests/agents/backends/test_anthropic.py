@@ -10,17 +10,12 @@ from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.anthropic import CACHE_CONTROL, CONTEXT_OPENING, request_kwargs
 from mcplhost.agents.model import BackendError, Message, ModelRequest, ToolCall, ToolSpec
 from mcplhost.config import BackendConfig
-from tests.agents.backends.conftest import KEY, KEY_ENV, simple_request, text, user
+from tests.agents.backends.conftest import KEY, KEY_ENV, backend_for, simple_request, user
 from tests.agents.llm_server import LlmServer, Reply, ToolUse
+from tests.builders import text
 
 WEATHER = ToolSpec(name="weather__now", description="The weather now.", input_schema={"type": "object"})
 PIXEL = "iVBORw0KGgo="
-
-
-def backend_for(server: LlmServer, **overrides):
-    keys = {"kind": "anthropic", "model": "test-model", "base_url": server.anthropic_base_url, "api_key_env": KEY_ENV}
-    keys.update(overrides)
-    return make_backend(BackendConfig(**keys), environ={KEY_ENV: KEY})
 
 
 def tool_history(stable_prefix: int = 0) -> ModelRequest:
@@ -40,7 +35,7 @@ def tool_history(stable_prefix: int = 0) -> ModelRequest:
 async def test_plain_call_returns_the_json_answer(llm_server: LlmServer) -> None:
     """Without on_text the backend makes one unstreamed call and returns text, usage and model."""
     llm_server.push(Reply(text="hello", input_tokens=10, cached_tokens=30))
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "anthropic")
     response = await backend.complete(simple_request())
     await backend.aclose()
     assert (response.text, response.finish_reason, response.model) == ("hello", "stop", "test-model")
@@ -52,7 +47,7 @@ async def test_streamed_call_hands_on_text_each_delta(llm_server: LlmServer) -> 
     """With on_text the call streams: several deltas arrive, and they join to the returned text."""
     llm_server.push(Reply(text="a streamed answer", cached_tokens=4))
     pieces: list[str] = []
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "anthropic")
     response = await backend.complete(simple_request(), on_text=pieces.append)
     await backend.aclose()
     assert len(pieces) > 1 and "".join(pieces) == response.text == "a streamed answer"
@@ -68,7 +63,7 @@ async def test_tool_use_comes_back_as_tool_calls(llm_server: LlmServer, streamed
         ToolUse("toolu_b", "channel_list", {}),
     )
     llm_server.push(Reply(text="let me look", tool_calls=calls))
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "anthropic")
     response = await backend.complete(simple_request(tools=[WEATHER]), on_text=(lambda _: None) if streamed else None)
     await backend.aclose()
     assert response.tool_calls == [
@@ -80,7 +75,7 @@ async def test_tool_use_comes_back_as_tool_calls(llm_server: LlmServer, streamed
 
 async def test_history_reaches_the_server_in_messages_shapes(llm_server: LlmServer) -> None:
     """Tools, images, tool_use and tool_result arrive as Messages shapes, same-role messages merged."""
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "anthropic")
     await backend.complete(tool_history())
     await backend.aclose()
     body = llm_server.requests[0].body
@@ -170,7 +165,7 @@ async def test_missing_key_fails_the_call_without_a_request(llm_server: LlmServe
 async def test_server_error_is_retried_by_the_sdk(llm_server: LlmServer) -> None:
     """A 500 is retried by the SDK (max_retries) and the retry's answer returned."""
     llm_server.push(Reply.error(500))
-    backend = backend_for(llm_server, max_retries=1)
+    backend = backend_for(llm_server, "anthropic", max_retries=1)
     response = await backend.complete(simple_request())
     await backend.aclose()
     assert response.text.startswith("echo:") and len(llm_server.requests) == 2
@@ -180,7 +175,7 @@ async def test_server_error_is_retried_by_the_sdk(llm_server: LlmServer) -> None
 async def test_error_statuses_name_their_reason(llm_server: LlmServer, status: int, reason: str) -> None:
     """After the retries an error status is BackendError with its reason."""
     llm_server.push(*[Reply.error(status)] * 3)
-    backend = backend_for(llm_server, max_retries=1)
+    backend = backend_for(llm_server, "anthropic", max_retries=1)
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=lambda _: None)
     await backend.aclose()
@@ -192,7 +187,7 @@ async def test_error_statuses_name_their_reason(llm_server: LlmServer, status: i
 async def test_hang_past_the_timeout_fails_with_timeout(llm_server: LlmServer, streamed: bool) -> None:
     """A server that never answers fails the call with "timeout" after timeout_s."""
     llm_server.push(Reply(hang=True))
-    backend = backend_for(llm_server, timeout_s=0.3, max_retries=0)
+    backend = backend_for(llm_server, "anthropic", timeout_s=0.3, max_retries=0)
     started = time.monotonic()
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=(lambda _: None) if streamed else None)
@@ -204,7 +199,7 @@ async def test_hang_past_the_timeout_fails_with_timeout(llm_server: LlmServer, s
 async def test_trickling_stream_is_bounded_overall(llm_server: LlmServer) -> None:
     """A stream that keeps sending bytes but never ends fails with "timeout" at the overall bound."""
     llm_server.push(Reply(trickle=True))
-    backend = backend_for(llm_server, timeout_s=0.3, max_retries=0)
+    backend = backend_for(llm_server, "anthropic", timeout_s=0.3, max_retries=0)
     started = time.monotonic()
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=lambda _: None)
@@ -217,7 +212,7 @@ async def test_trickling_stream_is_bounded_overall(llm_server: LlmServer) -> Non
 async def test_malformed_answer_fails_with_malformed(llm_server: LlmServer, streamed: bool) -> None:
     """A body (or an SSE event) that is not JSON is BackendError("malformed")."""
     llm_server.push(Reply(malformed=True))
-    backend = backend_for(llm_server, max_retries=0)
+    backend = backend_for(llm_server, "anthropic", max_retries=0)
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=(lambda _: None) if streamed else None)
     await backend.aclose()

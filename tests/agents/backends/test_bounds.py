@@ -12,12 +12,11 @@ import anyio
 import msgspec
 import pytest
 
-from mcplhost.agents.backends import common, make_backend
+from mcplhost.agents.backends import common
 from mcplhost.agents.backends import openai as openai_backend
 from mcplhost.agents.backends.http import EVENT_LINE_MAX_BYTES, RESPONSE_MAX_BYTES
 from mcplhost.agents.model import BackendError, ModelRequest
-from mcplhost.config import BackendConfig
-from tests.agents.backends.conftest import KEY, KEY_ENV, simple_request
+from tests.agents.backends.conftest import backend_for, simple_request
 from tests.agents.llm_server import LlmServer, Reply, ToolUse
 from tests.harness import wait_for
 
@@ -26,12 +25,6 @@ KINDS = ["openai", "anthropic"]
 HUGE = 150 * 2**20
 #: The most the server may get out before the client's stop reaches it: the bound, and the sockets' buffers.
 STOPPED_BY = 24 * 2**20
-
-
-def backend_for(server: LlmServer, kind: str, max_retries: int = 0):
-    url = server.openai_base_url if kind == "openai" else server.anthropic_base_url
-    config = BackendConfig(kind=kind, model="test-model", base_url=url, api_key_env=KEY_ENV, max_retries=max_retries)
-    return make_backend(config, environ={KEY_ENV: KEY})
 
 
 def bounded(max_output_chars: int) -> ModelRequest:
@@ -45,7 +38,7 @@ async def test_a_long_answer_is_cut_alike_streamed_or_not(llm_server: LlmServer,
     deltas join to exactly the cut text, whatever the chunk size."""
     reply = Reply(text="0123456789" * 10, chunk_chars=chunk_chars, tool_calls=(ToolUse("c1", "channel_list", {}),))
     llm_server.push(reply, reply)
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     whole = await backend.complete(bounded(35))
     pieces: list[str] = []
     streamed = await backend.complete(bounded(35), on_text=pieces.append)
@@ -59,7 +52,7 @@ async def test_a_long_answer_is_cut_alike_streamed_or_not(llm_server: LlmServer,
 @pytest.mark.parametrize("kind", KINDS)
 async def test_an_answer_at_the_bound_is_not_cut(llm_server: LlmServer, kind: str) -> None:
     llm_server.push(Reply(text="x" * 35, tool_calls=(ToolUse("c1", "channel_list", {}),)))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     response = await backend.complete(bounded(35), on_text=lambda _: None)
     await backend.aclose()
     assert (len(response.text), response.finish_reason, len(response.tool_calls)) == (35, "tool_calls", 1)
@@ -68,7 +61,7 @@ async def test_an_answer_at_the_bound_is_not_cut(llm_server: LlmServer, kind: st
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_150_mb_stream_is_read_only_to_max_output_chars(llm_server: LlmServer, kind: str) -> None:
     llm_server.push(Reply(huge=HUGE, chunk_chars=1 << 16))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     pieces: list[str] = []
     response = await backend.complete(bounded(100_000), on_text=pieces.append)
     await backend.aclose()
@@ -98,7 +91,7 @@ async def test_a_150_mb_body_fails_too_large_as_it_passes_the_bound(llm_server: 
 async def test_one_150_mb_event_fails_too_large(llm_server: LlmServer, kind: str) -> None:
     """An event stream may run long, one line of it may not: the SDK's decoder would hold it whole."""
     llm_server.push(Reply(huge=HUGE, one_event=True))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request(), on_text=lambda _: None)
     await backend.aclose()
@@ -112,7 +105,7 @@ async def test_identity_is_asked_for_and_a_compressed_answer_is_refused(llm_serv
     """A few KiB of gzip can inflate to gigabytes and the bound counts what arrives: a compressed answer is refused
     whatever it holds (here 8 MiB of text in some 8 KiB)."""
     llm_server.push(Reply(huge=8 * 2**20, gzip=True))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request())
     await backend.aclose()
@@ -125,7 +118,7 @@ async def test_3000_tool_calls_come_back_all_for_the_turn_to_bound(llm_server: L
     """The backend returns what the model asked for; the turn runs `max_tool_calls_per_round` of them."""
     calls = tuple(ToolUse(f"call_{n}", "channel_publish", {"text": f"spam {n}"}) for n in range(3000))
     llm_server.push(Reply(text="", tool_calls=calls))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     response = await backend.complete(simple_request())
     await backend.aclose()
     assert [c.id for c in response.tool_calls] == [c.id for c in calls]
@@ -139,7 +132,7 @@ async def test_streamed_tool_calls_are_bounded_in_all(llm_server: LlmServer, mon
     monkeypatch.setattr(openai_backend, "RESPONSE_MAX_BYTES", 1000)
     calls = tuple(ToolUse(f"call_{n}", "channel_publish", arguments) for n in range(20))
     llm_server.push(Reply(text="", tool_calls=calls))
-    backend = backend_for(llm_server, "openai")
+    backend = backend_for(llm_server, "openai", max_retries=0)
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request(), on_text=lambda _: None)
     await backend.aclose()
@@ -160,7 +153,7 @@ async def test_reading_a_stream_ticks_after_every_event(llm_server: LlmServer, k
 
     monkeypatch.setattr(common.LoopTurns, "tick", counted)
     llm_server.push(Reply(text="x" * 1600, chunk_chars=8))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     response = await backend.complete(simple_request(), on_text=lambda _: None)
     await backend.aclose()
     assert len(response.text) == 1600 and ticks[0] >= 200  # 200 text events, and the others around them

@@ -11,19 +11,11 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import BackendError
-from mcplhost.config import BackendConfig
-from tests.agents.backends.conftest import KEY, KEY_ENV, simple_request
+from tests.agents.backends.conftest import backend_for, simple_request
 from tests.agents.llm_server import LlmServer, Reply, ToolUse
 
 KINDS = ["openai", "anthropic"]
-
-
-def backend_for(server: LlmServer, kind: str):
-    url = server.openai_base_url if kind == "openai" else server.anthropic_base_url
-    config = BackendConfig(kind=kind, model="test-model", base_url=url, api_key_env=KEY_ENV, max_retries=0)
-    return make_backend(config, environ={KEY_ENV: KEY})
 
 
 def ignore(_: str) -> None:
@@ -44,7 +36,7 @@ NOTHING_STREAMED = {
 async def test_a_stream_that_brings_nothing_is_read_again_without_streaming(llm_server: LlmServer, kind: str,
                                                                           misbehaviour: Reply) -> None:
     llm_server.push(misbehaviour, Reply(text="the answer"))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     with capture_logs() as logs:
         response = await backend.complete(simple_request(), on_text=ignore)
         await backend.aclose()
@@ -57,7 +49,7 @@ async def test_a_stream_that_brings_nothing_is_read_again_without_streaming(llm_
 
 async def test_the_read_again_is_said_once_as_a_warning_then_quietly(llm_server: LlmServer) -> None:
     """A proxy that never streams would warn on every turn: the warning is once per backend, then info."""
-    backend = backend_for(llm_server, "openai")
+    backend = backend_for(llm_server, "openai", max_retries=0)
     llm_server.default = Reply(text="plain", stream_as_json=True)
     with capture_logs() as logs:
         for _ in range(3):
@@ -73,7 +65,7 @@ async def test_the_read_again_is_said_once_as_a_warning_then_quietly(llm_server:
 async def test_an_answer_with_no_text_and_no_tool_call_fails_malformed(llm_server: LlmServer, kind: str,
                                                                        streamed: bool, text: str) -> None:
     llm_server.default = Reply(text=text)
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request(), on_text=ignore if streamed else None)
     await backend.aclose()
@@ -84,7 +76,7 @@ async def test_an_answer_with_no_text_and_no_tool_call_fails_malformed(llm_serve
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_page_that_is_not_json_fails_malformed(llm_server: LlmServer, kind: str) -> None:
     llm_server.push(Reply(raw=("text/html", b"<html>Sign in</html>")))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     with pytest.raises(BackendError) as failed:
         await backend.complete(simple_request())
     await backend.aclose()
@@ -95,7 +87,7 @@ async def test_a_page_that_is_not_json_fails_malformed(llm_server: LlmServer, ki
 async def test_tool_calls_alone_are_an_answer(llm_server: LlmServer, kind: str) -> None:
     """No text but a tool call: returned as it is, streamed once."""
     llm_server.push(Reply(text="", tool_calls=(ToolUse("call_1", "channel_list", {}),)))
-    backend = backend_for(llm_server, kind)
+    backend = backend_for(llm_server, kind, max_retries=0)
     response = await backend.complete(simple_request(), on_text=ignore)
     await backend.aclose()
     assert [c.name for c in response.tool_calls] == ["channel_list"] and len(llm_server.requests) == 1

@@ -11,8 +11,9 @@ from mcplhost.agents.backends.common import NO_KEY_PLACEHOLDER
 from mcplhost.agents.backends.openai import request_kwargs
 from mcplhost.agents.model import BackendError, Message, ModelRequest, ToolCall, ToolSpec
 from mcplhost.config import BackendConfig
-from tests.agents.backends.conftest import KEY, KEY_ENV, simple_request, text, user
+from tests.agents.backends.conftest import KEY, KEY_ENV, backend_for, simple_request, user
 from tests.agents.llm_server import LlmServer, Reply, ToolUse
+from tests.builders import text
 
 WEATHER = ToolSpec(
     name="weather__now",
@@ -20,12 +21,6 @@ WEATHER = ToolSpec(
     input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
 PIXEL = "iVBORw0KGgo="
-
-
-def backend_for(server: LlmServer, **overrides):
-    keys = {"kind": "openai", "model": "test-model", "base_url": server.openai_base_url, "api_key_env": KEY_ENV}
-    keys.update(overrides)
-    return make_backend(BackendConfig(**keys), environ={KEY_ENV: KEY})
 
 
 def tool_history() -> ModelRequest:
@@ -43,7 +38,7 @@ def tool_history() -> ModelRequest:
 
 async def test_plain_call_returns_the_json_answer(llm_server: LlmServer) -> None:
     """Without on_text the backend makes one unstreamed call and returns text, usage and model."""
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "openai")
     response = await backend.complete(simple_request())
     await backend.aclose()
     assert response.text == "echo: [source: s / c]\nhello there"
@@ -56,7 +51,7 @@ async def test_streamed_call_hands_on_text_each_delta(llm_server: LlmServer) -> 
     """With on_text the call streams: several deltas arrive, and they join to the returned text."""
     llm_server.push(Reply(text="a streamed answer", cached_tokens=5))
     pieces: list[str] = []
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "openai")
     response = await backend.complete(simple_request(), on_text=pieces.append)
     await backend.aclose()
     assert len(pieces) > 1 and "".join(pieces) == response.text == "a streamed answer"
@@ -70,7 +65,7 @@ async def test_tool_calls_come_back_as_tool_calls(llm_server: LlmServer, streame
     """The model's tool calls (streamed in pieces or whole) come back with ids and decoded arguments."""
     calls = (ToolUse("call_a", "weather__now", {"city": "Oslo"}), ToolUse("call_b", "channel_list", {}))
     llm_server.push(Reply(text="let me look", tool_calls=calls))
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "openai")
     response = await backend.complete(simple_request(tools=[WEATHER]), on_text=(lambda _: None) if streamed else None)
     await backend.aclose()
     assert response.tool_calls == [
@@ -82,7 +77,7 @@ async def test_tool_calls_come_back_as_tool_calls(llm_server: LlmServer, streame
 
 async def test_history_reaches_the_server_in_chat_completions_shapes(llm_server: LlmServer) -> None:
     """Tools, an image, an assistant's tool calls and the tool result arrive as Chat Completions shapes."""
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "openai")
     await backend.complete(tool_history())
     await backend.aclose()
     body = llm_server.requests[0].body
@@ -119,7 +114,7 @@ def test_request_kwargs_pass_temperature_and_plain_text_content() -> None:
 
 async def test_key_comes_from_api_key_env(llm_server: LlmServer) -> None:
     """The key sent is the value of the variable api_key_env names."""
-    backend = backend_for(llm_server)
+    backend = backend_for(llm_server, "openai")
     await backend.complete(simple_request())
     await backend.aclose()
     assert llm_server.requests[0].headers["authorization"] == f"Bearer {KEY}"
@@ -148,7 +143,7 @@ async def test_missing_key_fails_the_call_without_a_request(llm_server: LlmServe
 async def test_rate_limit_is_retried_by_the_sdk(llm_server: LlmServer) -> None:
     """A 429 is retried by the SDK (max_retries) and the retry's answer returned."""
     llm_server.push(Reply.error(429))
-    backend = backend_for(llm_server, max_retries=1)
+    backend = backend_for(llm_server, "openai", max_retries=1)
     response = await backend.complete(simple_request())
     await backend.aclose()
     assert response.text.startswith("echo:") and len(llm_server.requests) == 2
@@ -158,7 +153,7 @@ async def test_rate_limit_is_retried_by_the_sdk(llm_server: LlmServer) -> None:
 async def test_error_statuses_name_their_reason(llm_server: LlmServer, status: int, reason: str) -> None:
     """After the retries an error status is BackendError with its reason; 4xx other than 429 is not retried."""
     llm_server.push(*[Reply.error(status)] * 3)
-    backend = backend_for(llm_server, max_retries=1)
+    backend = backend_for(llm_server, "openai", max_retries=1)
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request())
     await backend.aclose()
@@ -170,7 +165,7 @@ async def test_error_statuses_name_their_reason(llm_server: LlmServer, status: i
 async def test_hang_past_the_timeout_fails_with_timeout(llm_server: LlmServer, streamed: bool) -> None:
     """A server that never answers fails the call with "timeout" once every attempt's timeout_s has passed."""
     llm_server.push(Reply(hang=True), Reply(hang=True))
-    backend = backend_for(llm_server, timeout_s=0.3, max_retries=1)
+    backend = backend_for(llm_server, "openai", timeout_s=0.3, max_retries=1)
     started = time.monotonic()
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=(lambda _: None) if streamed else None)
@@ -183,7 +178,7 @@ async def test_hang_past_the_timeout_fails_with_timeout(llm_server: LlmServer, s
 async def test_trickling_stream_is_bounded_overall(llm_server: LlmServer) -> None:
     """A stream that keeps sending bytes but never ends fails with "timeout" at the overall bound."""
     llm_server.push(Reply(trickle=True))
-    backend = backend_for(llm_server, timeout_s=0.3, max_retries=0)
+    backend = backend_for(llm_server, "openai", timeout_s=0.3, max_retries=0)
     started = time.monotonic()
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=lambda _: None)
@@ -196,7 +191,7 @@ async def test_trickling_stream_is_bounded_overall(llm_server: LlmServer) -> Non
 async def test_malformed_answer_fails_with_malformed(llm_server: LlmServer, streamed: bool) -> None:
     """A body (or an SSE event) that is not JSON is BackendError("malformed")."""
     llm_server.push(Reply(malformed=True))
-    backend = backend_for(llm_server, max_retries=0)
+    backend = backend_for(llm_server, "openai", max_retries=0)
     with pytest.raises(BackendError) as caught:
         await backend.complete(simple_request(), on_text=(lambda _: None) if streamed else None)
     await backend.aclose()

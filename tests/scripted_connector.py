@@ -1,4 +1,10 @@
-"""A scriptable connector for tests: does what its script says, records what it sees.
+"""The tests' scriptable connector: does what its script says, records what it sees.
+
+    python -m tests.scripted_connector        (cwd or PYTHONPATH: the repository; harness.scripted builds the spec)
+
+It runs as a real child (`harness.scripted`, through `mcplhost run` or the
+supervisor), or in the test's own process over memory streams
+(tests/memory_pair.py), where the same script plays the same way.
 
 The script is JSON in the environment variable MCPL_SCRIPT (or ``@path`` to a
 file). Every message received and sent, and every step's outcome, is appended
@@ -45,15 +51,45 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
-from .mcpl_server import NO_ANSWER, McplServer, Recorder, RemoteError
+from mcplhost.connectors.mcpl_server import NO_ANSWER, McplServer, Recorder, RemoteError, Stdio, Transport
 
 USAGE = __doc__
+#: The argv tail that runs this connector (`python -m tests.scripted_connector`).
+MODULE = "tests.scripted_connector"
 
 
-def load_script() -> dict[str, Any]:
-    raw = os.environ.get("MCPL_SCRIPT", "{}")
+class Life(Protocol):
+    """What a script does to the process it runs in: a real child's, or a stand-in's (tests/memory_pair.py)."""
+
+    pid: int
+
+    def exit(self, code: int) -> None:
+        """End at once with `code`, as os._exit does: nothing more is written."""
+        ...
+
+    def stderr(self, text: str) -> None:
+        ...
+
+
+class ChildLife:
+    """The life of a real child process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+    def exit(self, code: int) -> None:
+        os._exit(code)
+
+    def stderr(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+def load_script(environ: Mapping[str, str]) -> dict[str, Any]:
+    raw = environ.get("MCPL_SCRIPT", "{}")
     if raw.startswith("@"):
         with open(raw[1:], encoding="utf-8") as handle:
             raw = handle.read()
@@ -68,7 +104,8 @@ def answer(spec: Any) -> Any:
     return spec.get("result", {}) if isinstance(spec, dict) else spec
 
 
-async def run_steps(server: McplServer, script: dict[str, Any], record: Recorder, seen: dict[str, asyncio.Event]) -> None:
+async def run_steps(server: McplServer, script: dict[str, Any], record: Recorder, seen: dict[str, asyncio.Event],
+                    life: Life) -> None:
     after = script.get("after", "ready")
     if after == "ready":
         await server.ready.wait()
@@ -93,38 +130,33 @@ async def run_steps(server: McplServer, script: dict[str, Any], record: Recorder
         elif "notify" in step:
             server.notify(step["notify"], step.get("params"))
         elif "raw" in step:
-            sys.stdout.buffer.write(step["raw"].encode("utf-8", "surrogatepass") + b"\n")
-            sys.stdout.buffer.flush()
+            server.transport.write(step["raw"].encode("utf-8", "surrogatepass") + b"\n")
         elif "sleep" in step:
             await asyncio.sleep(step["sleep"])
         elif "stderr" in step:
-            for _ in range(step.get("repeat", 1)):
-                sys.stderr.write(step["stderr"] + "\n")
-            sys.stderr.flush()
+            life.stderr("".join(step["stderr"] + "\n" for _ in range(step.get("repeat", 1))))
         elif "wait" in step:
             count = step.get("count", 1)
             await seen.setdefault(step["wait"] if count == 1 else f"{step['wait']}#{count}", asyncio.Event()).wait()
         elif "exit" in step:
             record("exit", code=step["exit"])
-            os._exit(step["exit"])
+            life.exit(step["exit"])
+            await asyncio.Event().wait()  # a stand-in's exit returns: nothing of this script runs after it
         record("step", step=index)
     record("done")
     if "exit_after" in script:
-        os._exit(script["exit_after"])
+        life.exit(script["exit_after"])
 
 
-def main() -> None:
-    if "--help" in sys.argv:
-        print(USAGE)
-        return
-    script = load_script()
-    record = Recorder(script.get("record"))
+def scripted_server(script: dict[str, Any], record: Recorder, life: Life, *, transport: Transport | None = None,
+                    environ: Mapping[str, str] | None = None,
+                    ) -> tuple[McplServer, Callable[[McplServer], Awaitable[None]]]:
+    """The server `script` describes, and the body that plays its steps beside its read loop."""
     # CLOCK_MONOTONIC is system-wide on Linux, so tests compare `t` with their own clock.
-    environment = {"env": dict(os.environ)} if script.get("record_env") else {}
-    record("start", pid=os.getpid(), t=time.monotonic(), **environment)
-    if script.get("ignore_sigterm"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    server = McplServer(script.get("name", "scripted"), script.get("manifest"), tools=script.get("tools", False))
+    environment = {"env": dict(environ if environ is not None else os.environ)} if script.get("record_env") else {}
+    record("start", pid=life.pid, t=time.monotonic(), **environment)
+    server = McplServer(script.get("name", "scripted"), script.get("manifest"), tools=script.get("tools", False),
+                        transport=transport)
     seen: dict[str, asyncio.Event] = {}  # by method (first arrival) and by "method#n" (nth arrival)
     arrivals: dict[str, int] = {}
 
@@ -137,7 +169,7 @@ def main() -> None:
             if message["method"] == "initialize":
                 mode = script.get("initialize", "answer")
                 if mode == "exit":
-                    os._exit(3)
+                    life.exit(3)
 
     server.on_message = on_message
     server.on_send = lambda message: record("out", message=message)
@@ -171,8 +203,20 @@ def main() -> None:
         server.notification_handlers[method] = noted
 
     async def body(server: McplServer) -> None:
-        await run_steps(server, script, record, seen)
+        await run_steps(server, script, record, seen, life)
 
+    return server, body
+
+
+def main() -> None:
+    if "--help" in sys.argv:
+        print(USAGE)
+        return
+    script = load_script(os.environ)
+    record = Recorder(script.get("record"))
+    if script.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    server, body = scripted_server(script, record, ChildLife(), transport=Stdio())
     server.run(body)
     if script.get("ignore_eof"):
         record("eof_ignored")
