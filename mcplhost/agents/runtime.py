@@ -1,6 +1,6 @@
 """The agents at run time: one scheduler and one task per agent, fed by the core's `Stored` events.
 
-    runtime = AgentsRuntime(config, store, writer, host.connectors, outbox=host.outbox_senders)
+    runtime = build_agents(config, store, writer, host.connectors, outbox=host.outbox_senders)  # agents/wiring.py
     await task_group.start(runtime.run, stored_events)
 
 The dispatcher reads each `Stored` event and hands it to every agent's
@@ -69,41 +69,34 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from mcplhost.agents.backends.moderator import make_moderator
 from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.acknowledge import Acknowledger
 from mcplhost.agents.turns.compiler import connectors_without_author_line
-from mcplhost.agents.turns.hooks import HookState
-from mcplhost.agents.turns.row_cache import RowCache
 from mcplhost.agents.turns.runner import (
-    CONTEXT_ROWS,
     OUTCOME_COMPLETED,
     OUTCOME_FAILED,
     OUTCOME_HELD,
     record_failed_turn,
     run_turn,
 )
-from mcplhost.agents.turns.turn_services import AgentConnector, NoTimings, TurnServices, TurnTimings
+from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.catchup import wait_for_routes
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
 from mcplhost.agents.wakes.rules import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
 from mcplhost.agents.wakes.scheduler import HOUR_S, AgentScheduler, SchedulerStats
 from mcplhost.agents.wakes.stop import DROPPED_BY_STOP, is_stop_command
-from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
-from mcplhost.ingest import Stored, now_ms
+from mcplhost.ingest import Stored
 from mcplhost.peers.loops import held, wake_cause
 from mcplhost.peers.ports import Activity
 from mcplhost.peers.service import PeerService
-from mcplhost.speech.outbox import OutboxSender
-from mcplhost.store import Store, StoredItem
+from mcplhost.store import StoredItem
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
 from mcplhost.store.rows import PeerMeta
 from mcplhost.store.turns import REASON_STOPPED
-from mcplhost.store.writer import GroupWriter
 
 log = structlog.get_logger()
 
@@ -131,12 +124,12 @@ test_fault_before_wake: Callable[[str, Wake], None] | None = None
 class AgentRunner:
     """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
 
-    def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService, recorder: DecisionRecorder | None = None,
-                 addressing: Addressing = NO_ADDRESSING) -> None:
+    def __init__(self, agent: AgentConfig, deps: TurnDeps, state: AgentState, seen_through: Callable[[], int],
+                 peers: PeerService, recorder: DecisionRecorder, addressing: Addressing = NO_ADDRESSING) -> None:
         self.agent = agent
         self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
-        self.services = services
+        self.deps = deps  # the host's parts, shared by every agent
+        self.state = state  # this agent's settings in force (a reload replaces them between turns)
         self.peers = peers
         self.scheduler = AgentScheduler(agent, addressing)
         self.cursor: int | None = None  # the durable cursor as last written
@@ -180,11 +173,11 @@ class AgentRunner:
     async def _write_stop(self) -> None:
         """After a stop: the dropped items' decisions and the cursor past them (and the stop), in one write."""
         dropped, self._dropped, self._stop_unwritten = self._dropped, [], False
-        at = self.services.clock_ms()
+        at = self.deps.clock_ms()
         decisions = [WakeDecision(item_id, self.agent.name, DROPPED_BY_STOP, at) for item_id in dropped]
         operations: list[Operation[Any]] = [RecordWakeDecisions(decisions)] if decisions else []
         operations.append(SetCursor(self.agent.name, self._cursor_after_turn(), at))
-        await self.services.writer.submit(*operations)
+        await self.deps.writer.submit(*operations)
 
     def catch_up(self, events: list[Stored], now: float) -> None:
         events = [event for event in events if not is_stop_command(self.agent, event.item)]  # stale: wakes no one
@@ -226,7 +219,7 @@ class AgentRunner:
 
     def _report_decisions(self) -> None:
         decided = self.scheduler.take_decisions()
-        if decided and self._recorder is not None:
+        if decided:
             self._recorder.note(self.agent.name, decided)
 
     async def reconfigure(self, agent: AgentConfig, *, backend: Backend, toolbox: ToolBox, system_prompt: str) -> None:
@@ -236,9 +229,9 @@ class AgentRunner:
         async with self._turn_lock:
             self.agent = agent
             self.scheduler.reconfigure(agent)
-            self.services.backend = backend
-            self.services.toolbox = toolbox
-            self.services.system_prompt = system_prompt
+            self.state.backend = backend
+            self.state.toolbox = toolbox
+            self.state.system_prompt = system_prompt
         self._nudge.set()  # a shorter debounce may make a pending wake due now
 
     async def _handle(self, wake: Wake) -> None:
@@ -252,7 +245,7 @@ class AgentRunner:
             if kept is not None and await self._held_as_loop(kept, items):
                 return
         except Exception as exc:  # only Exception: a cancellation (or a group holding one) goes through
-            await record_failed_turn(self.agent, wake, self.services, exc, cursor=self._cursor_after_turn)
+            await record_failed_turn(self.agent, wake, self.deps, exc, cursor=self._cursor_after_turn)
             return
         if kept is None:
             return
@@ -261,14 +254,14 @@ class AgentRunner:
                  conversations=len(kept.conversations), several_conversations=kept.several_conversations)
         if items:  # the wake latency: from its oldest item's acceptance to this turn's start
             oldest_ms = min(item.created_at for item in items)
-            self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
-        await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
+            self.deps.timings.wake_started(max(0.0, (self.deps.clock_ms() - oldest_ms) / 1000))
+        await run_turn(self.agent, kept, self.deps, self.state, cursor=self._cursor_after_turn, stopped=self._is_stopping)
 
     async def _wait_for_routes(self, wake: Wake) -> None:
         """A catch-up wake: wait until its connectors registered its items' channels, or gave up (wakes/catchup.py)."""
-        items = await self.services.store.items.get_many(wake.item_ids)
+        items = await self.deps.store.items.get_many(wake.item_ids)
         started = anyio.current_time()
-        missing = await wait_for_routes(self.services.handles, items)
+        missing = await wait_for_routes(self.deps.handles, items)
         waited = round(anyio.current_time() - started, 3)
         if missing:
             log.warning("agent.catch_up_unrouted", agent=self.agent.name, waited_s=waited, channels=missing[:10],
@@ -293,7 +286,7 @@ class AgentRunner:
     async def _without_late_echoes(self, wake: Wake) -> tuple[Wake | None, list[StoredItem]]:
         """The wake without items now known as echoes (wakes/rules.py), and its items read; None, cursor moved past
         them, if none is left."""
-        store = self.services.store
+        store = self.deps.store
         items = await store.items.get_many(wake.item_ids)
         kept = without_late_echoes(wake, items, store.outbox.recent_delivered)
         if kept is wake:
@@ -308,8 +301,8 @@ class AgentRunner:
 
     async def _let_go(self) -> None:
         """A wake that runs no turn: the cursor moves past it."""
-        await self.services.writer.write(SetCursor(self.agent.name, self._cursor_after_turn(),
-                                                   self.services.clock_ms()))
+        await self.deps.writer.write(SetCursor(self.agent.name, self._cursor_after_turn(),
+                                                   self.deps.clock_ms()))
 
     async def _held_as_loop(self, wake: Wake, items: list[StoredItem]) -> bool:
         """Count the wake by its cause (mcplhost/peers/loops.py); True when agents alone caused it past the cap.
@@ -319,7 +312,7 @@ class AgentRunner:
         or a parent causes.
         """
         name = self.agent.name
-        cause = wake_cause(name, items, self.services.store.outbox.recent_speaker)
+        cause = wake_cause(name, items, self.deps.store.outbox.recent_speaker)
         count = self.peers.consecutive_wakes(name)
         peer_rows = any(item.agent == name and isinstance(item.host, PeerMeta) for item in items)
         if held(count, cause, admitted_peer_rows=peer_rows):
@@ -352,40 +345,64 @@ class AgentsReload(msgspec.Struct, frozen=True):
 
     def built(self) -> list[Backend]:
         """Every backend this reload built (none is in use until `apply_reload` hands it over)."""
-        return [u.backend for u in self.updates if u.backend is not None] + [r.services.backend for r in self.added]
+        return [u.backend for u in self.updates if u.backend is not None] + [r.state.backend for r in self.added]
+
+
+class Running:
+    """Which agents run now and in what state: what peer messaging asks (mcplhost/peers/ports.py AgentActivity).
+
+    Built before the peer service and the runtime (agents/wiring.py), shared by
+    both: the runtime fills `runners` and says when it serves; the peer service
+    only reads.
+    """
+
+    def __init__(self) -> None:
+        self.runners: dict[str, AgentRunner] = {}
+        self.serving = False  # the runners run (between start and shutdown): peers may reach them
+
+    def activity(self, name: str) -> Activity:
+        runner = self.runners.get(name)
+        if runner is None or not self.serving:
+            return "inactive"
+        return "busy" if runner.scheduler.statistics().state == "in_turn" else "idle"
+
+    def status(self, name: str) -> str:
+        runner = self.runners.get(name)
+        if runner is None or not self.serving:
+            return "inactive"
+        return runner.scheduler.statistics().state
+
+    def wake(self, name: str, stored: Stored) -> None:
+        """A peer row delivered between turns, offered to its agent only (it wakes no other)."""
+        runner = self.runners.get(name)
+        if runner is not None:
+            runner.offer(stored, anyio.current_time())
 
 
 class AgentsRuntime:
-    """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
+    """Every configured agent, fed from one `Stored` stream; `run` until cancelled.
 
-    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
-                 backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
-                 outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
-                 timings: TurnTimings | None = None) -> None:
+    It receives the host's parts built (agents/wiring.py `build_agents`) and
+    builds only each agent's runner and tools, at start and at a reload.
+    """
+
+    def __init__(self, config: Config, deps: TurnDeps, backends: Mapping[str, Backend], *, peers: PeerService,
+                 running: Running, recorder: DecisionRecorder) -> None:
         self.config = config
-        self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
-        self.store = store
-        self.writer = writer
-        self.handles = handles
-        #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
-        self.hooks = hooks if hooks is not None else HookState()
-        self.runners: dict[str, AgentRunner] = {}
-        self.decisions = DecisionRecorder(writer, clock_ms)
-        #: Peer messaging between this host's agents; the runtime is its view of who is idle or busy.
-        self.peers = PeerService(config.agents, store, writer, activity=self, clock_ms=clock_ms)
-        self._serving = False  # the runners run (between start and shutdown): peers may reach them
-        self._rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
-        self._outbox = outbox if outbox is not None else {}
-        self._timings = timings if timings is not None else NoTimings()
-        #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
-        self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
+        self.deps = deps
+        self.clock_ms = deps.clock_ms  # wall clock, epoch ms: the ledger's and the items' time
+        self.store = deps.store
+        self.writer = deps.writer
+        #: Peer messaging between this host's agents; `running` is its view of who is idle or busy.
+        self.peers = peers
+        self._running = running
+        self.runners = running.runners
+        self.decisions = recorder
         self._no_author_line = connectors_without_author_line(config.connectors)
         #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
         self.addressing = addressing_of(config.connectors, config.agents)
-        self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
-        for i, agent in enumerate(config.agents):
-            given = (backends or {}).get(agent.name)
-            self.runners[agent.name] = self._runner(agent, given or build_backend(f"agents[{i}].backend", agent.backend))
+        for agent in config.agents:
+            self.runners[agent.name] = self._runner(agent, backends[agent.name])
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
         self._group: TaskGroup | None = None
         self._runner_scopes: dict[str, anyio.CancelScope] = {}
@@ -397,16 +414,15 @@ class AgentsRuntime:
         #: no cursor passes it before the next start's catch-up.
         self._unoffered: float = math.inf
 
+    def _toolbox(self, agent: AgentConfig) -> ToolBox:
+        return ToolBox(agent, self.deps.handles, self.store, peers=self.peers)
+
     def _runner(self, agent: AgentConfig, backend: Backend, prompt: str | None = None) -> AgentRunner:
-        """One agent's runner with its services (`prompt`: its system prompt, read now when not given)."""
-        toolbox = ToolBox(agent, self.handles, self.store, peers=self.peers)
-        services = TurnServices(self.store, self.writer, self.handles, backend, toolbox,
-                                self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
-                                system_prompt=start_prompt(agent) if prompt is None else prompt, hooks=self.hooks,
-                                peers=self.peers,
-                                timings=self._timings, moderator=self.moderator,
-                                no_author_line=self._no_author_line, acknowledger=self.acknowledger)
-        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions, self.addressing)
+        """One agent's runner with its state (`prompt`: its system prompt, read now when not given)."""
+        state = AgentState(backend=backend, toolbox=self._toolbox(agent),
+                           system_prompt=start_prompt(agent) if prompt is None else prompt,
+                           no_author_line=self._no_author_line)
+        return AgentRunner(agent, self.deps, state, self.seen_through, self.peers, self.decisions, self.addressing)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
         """A reload's connector tables: which of them show the `from:` line, and whom their addressed items address,
@@ -414,7 +430,7 @@ class AgentsRuntime:
         self.config = msgspec.structs.replace(self.config, connectors=connectors)
         self._no_author_line = connectors_without_author_line(connectors)
         for runner in self.runners.values():
-            runner.services.no_author_line = self._no_author_line
+            runner.state.no_author_line = self._no_author_line
         self._readdress()
 
     def _readdress(self) -> None:
@@ -459,11 +475,11 @@ class AgentsRuntime:
                 if runner is None:
                     if self._group is not None:  # a runtime that does not run starts no agent (mcplhost/reload.py)
                         added.append(self._runner(agent, build_backend(f"agents[{i}].backend", agent.backend), prompt))
-                elif runner.agent != agent or runner.services.system_prompt != prompt:
+                elif runner.agent != agent or runner.state.system_prompt != prompt:
                     backend = None if agent.backend == runner.agent.backend else \
                         build_backend(f"agents[{i}].backend", agent.backend)
                     updates.append(AgentUpdate(agent, prompt, backend,
-                                               ToolBox(agent, self.handles, self.store, peers=self.peers)))
+                                               self._toolbox(agent)))
             except ConfigError as exc:  # start_prompt's names no path; build_backend's problem does
                 problems += exc.problems or [f"agents[{i}].system_prompt_file: {exc.message} ({exc.explanation})"]
         wanted = {agent.name for agent in agents}
@@ -488,7 +504,7 @@ class AgentsRuntime:
                 await self._remove(name)
             for update in plan.updates:
                 runner = self.runners[update.agent.name]
-                old = runner.services.backend
+                old = runner.state.backend
                 await runner.reconfigure(update.agent, backend=update.backend or old, toolbox=update.toolbox,
                                          system_prompt=update.prompt)
                 if update.backend is not None:
@@ -497,7 +513,7 @@ class AgentsRuntime:
                     await close_backends([old])
             for runner in plan.added:
                 await self._add(runner)
-                unused.pop(id(runner.services.backend))
+                unused.pop(id(runner.state.backend))
         finally:
             await close_backends(unused.values())
         applied = [self.runners[name].agent for name in plan.names if name in self.runners]
@@ -525,37 +541,17 @@ class AgentsRuntime:
                 scope.cancel()
             del self.runners[name]
         try:
-            await runner.services.backend.aclose()
+            await runner.state.backend.aclose()
         except Exception:
             log.warning("agent.backend_close_failed", agent=name, exc_info=True)
         log.info("agent.removed", agent=name)
-
-    # --- the peers' port (mcplhost/peers/ports.py AgentActivity) ------------------------
-
-    def activity(self, name: str) -> Activity:
-        runner = self.runners.get(name)
-        if runner is None or not self._serving:
-            return "inactive"
-        return "busy" if runner.scheduler.statistics().state == "in_turn" else "idle"
-
-    def status(self, name: str) -> str:
-        runner = self.runners.get(name)
-        if runner is None or not self._serving:
-            return "inactive"
-        return runner.scheduler.statistics().state
-
-    def wake(self, name: str, stored: Stored) -> None:
-        """A peer row delivered between turns, offered to its agent only (it wakes no other)."""
-        runner = self.runners.get(name)
-        if runner is not None:
-            runner.offer(stored, anyio.current_time())
 
     def statistics(self) -> dict[str, SchedulerStats]:
         """Each agent's scheduler state, for the status socket."""
         stats = {}
         for name, runner in self.runners.items():
             snapshot = runner.scheduler.statistics()
-            if runner.services.budget_held and not snapshot.held:  # max_tokens_per_day holds it too
+            if runner.state.budget_held and not snapshot.held:  # max_tokens_per_day holds it too
                 snapshot = msgspec.structs.replace(snapshot, held=True)
             stats[name] = snapshot
         return stats
@@ -570,23 +566,24 @@ class AgentsRuntime:
                 await self._start_cursors()
                 await self.peers.start()  # after catch-up: what the queue held is delivered now
                 self._group = tg
-                tg.start_soon(self.acknowledger.run, name="acknowledge")
+                if self.deps.acknowledger is not None:
+                    tg.start_soon(self.deps.acknowledger.run, name="acknowledge")
                 tg.start_soon(self.decisions.run, name="wake decisions")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
-                self._serving = True
+                self._running.serving = True
                 task_status.started()
                 await self._dispatch(stored)
         finally:
-            self._serving = False
+            self._running.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
                 for runner in self.runners.values():
                     try:
-                        await runner.services.backend.aclose()
+                        await runner.state.backend.aclose()
                     except Exception:
                         log.warning("agent.backend_close_failed", agent=runner.agent.name, exc_info=True)
-                if self.moderator is not None:
-                    await self.moderator.aclose()
+                if self.deps.moderator is not None:
+                    await self.deps.moderator.aclose()
 
     async def _start_cursors(self) -> None:
         """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.

@@ -11,9 +11,14 @@ _CODE = re.compile(r"`([^`]+)`")
 
 
 def contract_layers(pyproject: str) -> list[tuple[str, ...]]:
-    """Each layer of the `layers` contract as its modules, top to bottom; an optional `(name)` as its name."""
+    """Each layer of the package's `layers` contract as its modules, top to bottom; an optional `(name)` as its name.
+
+    The package's is the one over `mcplhost` itself (or naming no container); a subpackage's own layers
+    (agents/) are another contract, documented with that package.
+    """
     config = tomllib.loads(pyproject)["tool"]["importlinter"]
-    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    (contract,) = [c for c in config["contracts"]
+                   if c["type"] == "layers" and c.get("containers", ["mcplhost"]) == ["mcplhost"]]
     return [tuple(sorted(part.strip().strip("()") for part in re.split(r"[|:]", layer))) for layer in contract["layers"]]
 
 
