@@ -70,16 +70,11 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcplhost.agents.model import Backend
-from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
+from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backend, close_backends
 from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.agents.turns.compiler import connectors_without_author_line
-from mcplhost.agents.turns.runner import (
-    OUTCOME_COMPLETED,
-    OUTCOME_FAILED,
-    OUTCOME_HELD,
-    record_failed_turn,
-    run_turn,
-)
+from mcplhost.agents.turns.record import OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD
+from mcplhost.agents.turns.runner import record_failed_turn, run_turn
 from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.catchup import wait_for_routes
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
@@ -540,10 +535,7 @@ class AgentsRuntime:
             if scope is not None:
                 scope.cancel()
             del self.runners[name]
-        try:
-            await runner.state.backend.aclose()
-        except Exception:
-            log.warning("agent.backend_close_failed", agent=name, exc_info=True)
+        await close_backend(runner.state.backend, agent=name)
         log.info("agent.removed", agent=name)
 
     def statistics(self) -> dict[str, SchedulerStats]:
@@ -578,10 +570,7 @@ class AgentsRuntime:
             self._running.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
                 for runner in self.runners.values():
-                    try:
-                        await runner.state.backend.aclose()
-                    except Exception:
-                        log.warning("agent.backend_close_failed", agent=runner.agent.name, exc_info=True)
+                    await close_backend(runner.state.backend, agent=runner.agent.name)
                 if self.deps.moderator is not None:
                     await self.deps.moderator.aclose()
 

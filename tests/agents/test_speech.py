@@ -90,7 +90,7 @@ async def turn(tmp_path_store: Any, agent: AgentConfig, handles: dict[str, Any],
     store, writer = tmp_path_store
     deps = TurnDeps(store=store, writer=writer, handles=handles, outbox=senders or {})
     state = AgentState(backend=make_backend(agent.backend), toolbox=ToolBox(agent, handles, store))
-    return await run_turn(agent, wake, deps, state)
+    return (await run_turn(agent, wake, deps, state)).outcome
 
 
 async def own(store: Any, kind: str | None = None) -> list[Any]:
@@ -296,7 +296,7 @@ class TestFailedTurnNotice:
             item = await said(ingest, "hello")
             deps = TurnDeps(store=store, writer=writer, handles=handles)
             state = AgentState(backend=FailsAfter(agent.backend, answered=1), toolbox=ToolBox(agent, handles, store))
-            assert await run_turn(agent, wake_of(item), deps, state) == "failed"
+            assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "failed"
             (entry,) = await store.outbox.list()
             (notice,) = await own(store, "turn-failed")
         assert entry.channel_id == ROOM
@@ -310,7 +310,7 @@ class TestFailedTurnNotice:
             item = await said(ingest, "hello")
             deps = TurnDeps(store=store, writer=writer, handles=handles)
             state = AgentState(backend=FailsAfter(agent.backend, answered=0), toolbox=ToolBox(agent, handles, store))
-            assert await run_turn(agent, wake_of(item), deps, state) == "failed"
+            assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "failed"
             (notice,) = await own(store, "turn-failed")
             assert await store.outbox.list() == []
         assert text_of(notice) == "Your last turn failed (server_error); nothing of it was sent."

@@ -47,9 +47,9 @@ class TestCompletedTurn:
         async with agent_store(tmp_path) as (store, writer, ingest):
             (first,) = await heard(ingest, "hello [source: evil]")
             backend = RecordingBackend("hi Alice")
-            assert await run_turn(agent, wake_of(first), *services(agent, store, writer, backend)) == "completed"
+            result = await run_turn(agent, wake_of(first), *services(agent, store, writer, backend))
             (second,) = await heard(ingest, "and again")
-            assert await run_turn(agent, wake_of(second), *services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake_of(second), *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
             turns = await store.turns.list()
             cursor = await store.cursors.get("scout")
@@ -61,6 +61,10 @@ class TestCompletedTurn:
         assert [t.outcome for t in turns] == ["completed", "completed"]
         assert turns[0].wake_item_ids == [first] and turns[0].model == "recording-1"
         assert turns[0].usage is not None and turns[0].usage["inputTokens"] == 5
+        # The turn's value is its record: outcome, model, calls and usage as the turns row has them.
+        assert (result.turn_id, result.outcome, result.reason, result.model, result.calls) == (
+            turns[0].id, "completed", None, "recording-1", 1)
+        assert result.usage.input_tokens == turns[0].usage["inputTokens"]
         assert all(re.fullmatch(r"[0-9a-f]{64}", t.request_digest or "") for t in turns)
         assert cursor == second
         assert "hello" in str(backend.requests[0].messages)
@@ -104,7 +108,7 @@ class TestToolRounds:
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello there")
             backend = make_backend(agent.backend)
-            assert await run_turn(agent, wake_of(item), *services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake_of(item), *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
         kinds = [row.metadata["kind"] for row in rows]
         assert kinds == ["source-header-notice", "draft", "drafts", "tool-call", "tool-result", "draft", "drafts"]
@@ -118,7 +122,7 @@ class TestToolRounds:
         agent = agent_config(backend=scripted(reply_with_tools("", ("nope__tool", {})), "sorry"))
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            outcome = await run_turn(agent, wake_of(item), *services(agent, store, writer, make_backend(agent.backend)))
+            outcome = (await run_turn(agent, wake_of(item), *services(agent, store, writer, make_backend(agent.backend)))).outcome
             rows = await own_rows(store, "scout")
         assert outcome == "completed"
         result = next(row for row in rows if row.metadata["kind"] == "tool-result")
@@ -141,13 +145,14 @@ class TestFailedTurn:
         agent = agent_config()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            assert await run_turn(agent, wake_of(item), *services(agent, store, writer, FailingBackend())) == "failed"
+            result = await run_turn(agent, wake_of(item), *services(agent, store, writer, FailingBackend()))
             rows = await own_rows(store, "scout")
             (turn,) = await store.turns.list()
             cursor = await store.cursors.get("scout")
         notice = rows[-1]
         assert notice.role == "user" and notice.metadata["kind"] == "turn-failed" and notice.metadata["system"] is True
         assert "server_error" in notice.content[0]["text"]
+        assert (result.outcome, result.reason, result.cause) == ("failed", "backend_error", "server_error")
         assert turn.outcome == "failed" and turn.request_digest is not None and cursor == item
 
     async def test_spent_daily_tokens_hold_the_turn_before_the_backend(self, tmp_path: Path):
@@ -157,10 +162,10 @@ class TestFailedTurn:
             (item,) = await heard(ingest, "hello")
             backend = RecordingBackend(tokens=5)
             deps, state = services(agent, store, writer, backend)
-            assert await run_turn(agent, wake_of(item), deps, state) == "completed"
+            assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "completed"
             with capture_logs() as logs:
-                assert await run_turn(agent, wake_of(item), deps, state) == "held"
-                assert await run_turn(agent, wake_of(item), deps, state) == "held"
+                assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "held"
+                assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "held"
             outcomes = [t.outcome for t in await store.turns.list()]
         assert outcomes == ["completed", "held", "held"] and len(backend.requests) == 1
         assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["agent.tokens_per_day_reached"]
@@ -177,7 +182,7 @@ class TestCancelledTurn:
             outcomes: list[str] = []
 
             async def turn() -> None:
-                outcomes.append(await run_turn(agent, wake_of(item), *services(agent, store, writer, backend)))
+                outcomes.append((await run_turn(agent, wake_of(item), *services(agent, store, writer, backend))).outcome)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(turn)
@@ -197,7 +202,7 @@ class TestCancelledTurn:
             deps, state = services(agent, store, writer, backend)
             state.system_prompt = "You are Scout, as read at start."
             (item,) = await heard(ingest, "hello")
-            outcome = await run_turn(agent, wake_of(item), deps, state)
+            outcome = (await run_turn(agent, wake_of(item), deps, state)).outcome
         assert outcome == "completed"
         assert "You are Scout, as read at start." in str(backend.requests[0].system)
 
@@ -215,9 +220,14 @@ class TestUnexpectedFailure:
         agent = agent_config()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            assert await run_turn(agent, wake_of(item), *services(agent, store, writer, BuggyBackend())) == "failed"
+            result = await run_turn(agent, wake_of(item), *services(agent, store, writer, BuggyBackend()))
             notice = (await own_rows(store, "scout"))[-1]
+            (turn,) = await store.turns.list()
         assert notice.metadata["kind"] == "turn-failed" and notice.metadata["reason"] == "RuntimeError"
+        # The turn's value says what its record says: which side failed, and the finer cause.
+        assert (result.outcome, result.reason, result.cause, result.turn_id) == ("failed", "internal_error",
+                                                                                 "RuntimeError", turn.id)
+        assert (turn.outcome, turn.reason) == ("failed", "internal_error")
 
 
 class TestConversationScope:
@@ -234,7 +244,7 @@ class TestConversationScope:
             backend = RecordingBackend("ok")
             wake = Wake(item_ids=(item,), overflow=0, conversations=(conversation,), several_conversations=False,
                         first_at=0.0)
-            assert await run_turn(agent, wake, *services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake, *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
         seen = str(backend.requests[0].messages)
         assert "hello from a" in seen and "private to b" not in seen
