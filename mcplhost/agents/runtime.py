@@ -319,11 +319,15 @@ class AgentRunner:
         return False
 
     async def _deliver_peer_messages(self) -> None:
-        """After a turn: deliver the peer messages queued meanwhile (they wake the agent); a failure keeps them queued."""
+        """After a turn: deliver the peer messages queued meanwhile, and wake for them; a failure keeps them queued."""
         try:
-            await self.peers.deliver_queued(self.agent.name)
-        except Exception:
+            delivered = await self.peers.deliver_queued(self.agent.name)
+        except Exception:  # the delivery's write (any store failure): the messages stay queued for the next turn end
             log.error("agent.peer_delivery_failed", agent=self.agent.name, exc_info=True)
+            return
+        now = anyio.current_time()
+        for stored in delivered:
+            self.offer(stored, now)
 
 
 class AgentsReload(msgspec.Struct, frozen=True):
@@ -367,9 +371,10 @@ class Running:
             return "inactive"
         return runner.scheduler.statistics().state
 
-    def wake(self, name: str, stored: Stored) -> None:
-        """A peer row delivered between turns, offered to its agent only (it wakes no other)."""
-        runner = self.runners.get(name)
+    def wake(self, stored: Stored) -> None:
+        """A peer row delivered between turns (returned by mcplhost/peers/service.py), offered to its agent only
+        (`item.agent`: it wakes no other)."""
+        runner = self.runners.get(stored.item.agent or "")
         if runner is not None:
             runner.offer(stored, anyio.current_time())
 
@@ -410,7 +415,7 @@ class AgentsRuntime:
         self._unoffered: float = math.inf
 
     def _toolbox(self, agent: AgentConfig) -> ToolBox:
-        return ToolBox(agent, self.deps.handles, self.store, peers=self.peers)
+        return ToolBox(agent, self.deps.handles, self.store, peers=self.peers, woken=self._running.wake)
 
     def _runner(self, agent: AgentConfig, backend: Backend, prompt: str | None = None) -> AgentRunner:
         """One agent's runner with its state (`prompt`: its system prompt, read now when not given)."""
@@ -556,7 +561,8 @@ class AgentsRuntime:
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
-                await self.peers.start()  # after catch-up: what the queue held is delivered now
+                for row in await self.peers.start():  # after catch-up: what the queue held is delivered now
+                    self._running.wake(row)
                 self._group = tg
                 if self.deps.acknowledger is not None:
                     tg.start_soon(self.deps.acknowledger.run, name="acknowledge")

@@ -62,6 +62,7 @@ from mcplhost.inbound import mark_openings
 from mcplhost.inbound.mark import has_opening
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
+from mcplhost.ingest import Stored
 from mcplhost.peers.service import PeerRefusal, PeerService
 from mcplhost.protocol.answers import (
     BackscrollEntry,
@@ -376,9 +377,11 @@ class ToolBox:
 
     def __init__(self, agent: AgentConfig, handles: Mapping[str, ToolPort], store: Store, *,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 peers: PeerService | None = None) -> None:
+                 peers: PeerService | None = None, woken: Callable[[Stored], None] | None = None) -> None:
         self.agent = agent
         self.peers = peers  # the host's peer messaging (None: no peer tools)
+        #: Where a peer row delivered at once to an idle target goes to wake it (the runtime's; None: nowhere).
+        self.woken = woken
         self.handles = handles
         self.store = store
         #: What history_search reads: items everyone may see (no agent's own rows) from what the agent hears.
@@ -548,8 +551,11 @@ class ToolBox:
             if name == "task_list":
                 rows = peers.listing(self.agent.name, arguments.get("scope"))
                 return as_text({"agents": [{**row, "title": listed_label(row["title"])} for row in rows]})
-            answer = await peers.send(self.agent.name, arguments.get("target"), arguments.get("message"),
-                                      arguments.get("dispatch"))
+            sent = await peers.send(self.agent.name, arguments.get("target"), arguments.get("message"),
+                                    arguments.get("dispatch"))
+            if sent.delivered is not None and self.woken is not None:
+                self.woken(sent.delivered)  # accepted: the idle target wakes for it now
+            answer = sent.answer
             # `target` is the model's own argument, echoed back: bounded and marked like any text it may carry.
             target = answer["target"]
             shown = target if len(target) <= PEER_TARGET_SHOWN_CHARS else target[:PEER_TARGET_SHOWN_CHARS] + "…"
