@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from mcplhost.agents.agent_loop import Running
 from mcplhost.agents.backends.moderator import make_moderator
 from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import build_backend
-from mcplhost.agents.runtime import AgentsRuntime, Running
+from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.turns.acknowledge import Acknowledger
 from mcplhost.agents.turns.hooks import HookState
 from mcplhost.agents.turns.row_cache import RowCache

@@ -10,7 +10,7 @@ Activity = Literal["idle", "busy", "inactive"]
 
 
 class AgentActivity(Protocol):
-    """The agents as peer messaging sees them: who is idle or busy (mcplhost/agents/runtime.py `Running`).
+    """The agents as peer messaging sees them: who is idle or busy (mcplhost/agents/agent_loop.py `Running`).
 
     Read only: a row delivered is returned to the caller, which wakes its
     agent (mcplhost/peers/service.py); the service never calls the agents.

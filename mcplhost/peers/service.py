@@ -1,6 +1,6 @@
 """Peer messaging at run time: admission, the durable sealed queue, delivery (docs/peers.md).
 
-    peers = PeerService(config.agents, store, writer, activity=running)   # agents/runtime.py `Running`
+    peers = PeerService(config.agents, store, writer, activity=running)   # agents/agent_loop.py `Running`
     delivered = await peers.start()                        # reload throttles and counts; deliver what waits
     sent = await peers.send("scout", "lead", "found it", None)   # sent.answer: a task_send_message result
     await peers.deliver_at_tool_boundary("lead", turn_id, conversation)

@@ -13,6 +13,7 @@ import structlog
 from anyio.abc import ObjectSendStream
 from structlog.testing import capture_logs
 
+from mcplhost.agents import agent_loop
 from mcplhost.agents import runtime as runtime_module
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.wakes.scheduler import HOUR_S
@@ -328,7 +329,7 @@ class TestExceptionBoundary:
                 faults.append(wake.item_ids[0])
                 raise KeyError("a bug in the agent's code")
 
-        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
+        monkeypatch.setattr(agent_loop, "test_fault_before_wake", fault)
         backend = RecordingBackend()
         with capture_logs() as logs:
             async with agent_store(tmp_path) as (store, writer, _), \

@@ -33,7 +33,7 @@ import anyio
 import structlog
 
 from mcplhost import logs
-from mcplhost.agents import runtime as runtime_module
+from mcplhost.agents import agent_loop as loop_module
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
 from mcplhost.agents.tools.toolbox import ToolBox
@@ -132,13 +132,13 @@ async def bench_latency(folder: Path) -> None:
     backends = {a.name: TimedBackend() for a in agents}
     committed: dict[str, list[float]] = {a.name: [] for a in agents}
     turn_starts: dict[str, list[float]] = {a.name: [] for a in agents}
-    original = runtime_module.run_turn
+    original = loop_module.run_turn
 
     async def timed_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState, **kwargs: Any) -> Any:
         turn_starts[agent.name].append(time.perf_counter())
         return await original(agent, wake, deps, state, **kwargs)
 
-    runtime_module.run_turn = timed_turn  # type: ignore[assignment]  # the split: scheduling vs the turn's own work
+    loop_module.run_turn = timed_turn  # type: ignore[assignment]  # the split: scheduling vs the turn's own work
 
     async def body(store: Any, ingest: Ingest) -> None:
         per_connector = RATE // CONNECTORS
@@ -168,7 +168,7 @@ async def bench_latency(folder: Path) -> None:
     try:
         await with_runtime(folder, agents, backends, body)
     finally:
-        runtime_module.run_turn = original  # type: ignore[assignment]
+        loop_module.run_turn = original  # type: ignore[assignment]
     seconds = time.perf_counter() - started
     latencies = [ms for name in committed for ms in serve(committed[name], backends[name].calls)]
     # Each agent's first turn also stores the one-time source notice (and warms the caches): shown apart too.

@@ -14,7 +14,7 @@ import anyio
 import msgspec
 import pytest
 
-from mcplhost.agents import runtime as runtime_module
+from mcplhost.agents import agent_loop
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.supervisor.handle import State
 
@@ -42,7 +42,7 @@ class TestAgentBoundary:
                 faults.append(wake.item_ids)
                 raise RuntimeError("a bug while handling the wake")
 
-        monkeypatch.setattr(runtime_module, "test_fault_before_wake", fault)
+        monkeypatch.setattr(agent_loop, "test_fault_before_wake", fault)
         connector = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [
             REGISTER, incoming("m-1", "scout, first"), {"wait": "test/go"},
             incoming("m-2", "scout, second")]}, tmp_path, grant=CHAT_GRANT)
