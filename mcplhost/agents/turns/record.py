@@ -1,11 +1,11 @@
 """How a turn ends: its progress so far, the end it comes to as a value, and the one write that records it.
 
     progress = TurnProgress(conversation=...)            # filled in as the turn goes
-    committed = await write_end(deps, agent, progress, TurnEnd(outcome=OUTCOME_COMPLETED, first=final), cursor)
+    committed = await write_end(deps, agent, progress, TurnEnding(outcome=OUTCOME_COMPLETED, first=final), cursor)
     result = progress.result(seconds)                     # what run_turn returns (agents/turns/runner.py)
 
 Every way a turn ends (completed, held by the token budget, failed, aborted
-by a shutdown or a stop) is a `TurnEnd`: its outcome, why, and the writes that
+by a shutdown or a stop) is a `TurnEnding`: its outcome, why, and the writes that
 lead the record (the final prose's publishes, the held items' decisions, the
 `turn-failed` notice and the failure reply, the stopped turn's unsent
 publishes). `write_end` commits them with `FinishTurn` and, unless the end
@@ -57,7 +57,7 @@ class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float = 0.0
 
 
-class TurnEnd(msgspec.Struct, frozen=True, kw_only=True):
+class TurnEnding(msgspec.Struct, frozen=True, kw_only=True):
     """How a turn ends, before it is written: its outcome, why, and the writes that lead its record."""
 
     outcome: str
@@ -85,7 +85,7 @@ class TurnProgress:
     speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
     turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
     typing: Typing | None = None  # the turn's typing indicator (speech/typing.py), started once routing is decided
-    end: TurnEnd | None = None  # how it ended, once its end is written
+    end: TurnEnding | None = None  # how it ended, once its end is written
 
     def add(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -114,7 +114,7 @@ class TurnProgress:
                                       cached_tokens=self.cached_tokens), seconds=seconds)
 
 
-async def write_end(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress, end: TurnEnd,
+async def write_end(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress, end: TurnEnding,
                     cursor: Callable[[], int | None] | None) -> Committed:
     """The turn's end: its leading writes, its last rows, its turns record and the agent's cursor, in one commit.
 
@@ -149,13 +149,13 @@ def failure_cause(agent: AgentConfig, progress: TurnProgress, exc: Exception) ->
 
 
 def failed_end(agent: AgentConfig, progress: TurnProgress, cause: str, reason: str, clock_ms: Callable[[], int],
-               ) -> TurnEnd:
+               ) -> TurnEnding:
     """A failed (and begun) turn's end: a `turn-failed` notice for the agent and its failure reply
     (agents/turns/failure_reply.py) in the same write as its record."""
     notice = notice_row(agent.name, TurnFailedNotice(reason=cause), failure_notice_text(cause, progress),
                         created_at=clock_ms(), conversation_id=progress.conversation)
     reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=clock_ms())
-    return TurnEnd(outcome=OUTCOME_FAILED, reason=reason, cause=cause, first=tuple(reply), rows=(notice,))
+    return TurnEnding(outcome=OUTCOME_FAILED, reason=reason, cause=cause, first=tuple(reply), rows=(notice,))
 
 
 def failure_notice_text(reason: str, progress: TurnProgress) -> str:

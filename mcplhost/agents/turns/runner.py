@@ -26,7 +26,7 @@ The steps, each delegated to the module that owns its rule:
    next backend call reads them.
 
 The turn returns its `TurnResult` (turns/record.py); every way it ends is a
-`TurnEnd` value, written once with the turn's record and the cursor. A
+`TurnEnding` value, written once with the turn's record and the cursor. A
 failed turn stores a `turn-failed` notice and logs the cause; it never
 raises (the runtime keeps serving every agent). A cancelled turn (host
 shutdown, or a stop command) sends lifecycle `aborted` and records outcome
@@ -54,7 +54,7 @@ from mcplhost.agents.turns.record import (
     OUTCOME_COMPLETED,
     OUTCOME_FAILED,
     OUTCOME_HELD,
-    TurnEnd,
+    TurnEnding,
     TurnProgress,
     TurnResult,
     failed_end,
@@ -143,7 +143,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentS
 
 
 async def _converse_to_end(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState,
-                           progress: TurnProgress) -> TurnEnd:
+                           progress: TurnProgress) -> TurnEnding:
     """The turn's work and the end it comes to: completed with its final prose's writes, or held by the budget."""
     try:
         text = await _converse(agent, wake, deps, state, progress)
@@ -154,10 +154,10 @@ async def _converse_to_end(agent: AgentConfig, wake: Wake, deps: TurnDeps, state
         # The held items' decisions (for explain, docs/agents.md#explain) commit with the held turn's record.
         held_items = RecordWakeDecisions(decisions_of(agent.name, ((i, REASON_TOKEN_BUDGET) for i in wake.item_ids),
                                                       deps.clock_ms()))
-        return TurnEnd(outcome=OUTCOME_HELD, reason=REASON_TOKEN_BUDGET, first=(held_items,))
+        return TurnEnding(outcome=OUTCOME_HELD, reason=REASON_TOKEN_BUDGET, first=(held_items,))
     # The final prose is routed and queued in the same commit as the turn's end.
     final = await progress.speech.operations(text) if progress.speech is not None else []
-    return TurnEnd(outcome=OUTCOME_COMPLETED, first=tuple(final))
+    return TurnEnding(outcome=OUTCOME_COMPLETED, first=tuple(final))
 
 
 async def _write_aborted(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress,
@@ -165,11 +165,11 @@ async def _write_aborted(deps: TurnDeps, agent: AgentConfig, progress: TurnProgr
     """A cancelled turn's end (under the caller's shield): stopped, the cursor moves and nothing more of it is
     sent; or shut down, and the cursor stays (the wake was not handled: a restart's catch-up wakes for it again)."""
     if not stop:
-        await write_end(deps, agent, progress, TurnEnd(outcome=OUTCOME_ABORTED, reason=REASON_SHUTDOWN,
+        await write_end(deps, agent, progress, TurnEnding(outcome=OUTCOME_ABORTED, reason=REASON_SHUTDOWN,
                                                        moves_cursor=False), cursor)
         return
     unsent = FailTurnPublishes(progress.turn_id, deps.clock_ms(), REASON_STOPPED)
-    committed = await write_end(deps, agent, progress, TurnEnd(outcome=OUTCOME_ABORTED, reason=REASON_STOPPED,
+    committed = await write_end(deps, agent, progress, TurnEnding(outcome=OUTCOME_ABORTED, reason=REASON_STOPPED,
                                                                first=(unsent,)), cursor)
     log.info("agent.turn_stopped", agent=agent.name, turn=progress.turn_id, unsent_failed=len(committed[unsent]))
 
