@@ -69,6 +69,7 @@ from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
 from .agents.turns.hooks import HookState
 from .agents.turns.runner import CONTEXT_ROWS
+from .agents.wiring import build_agents
 from .config import (
     Config,
     ConnectorConfig,
@@ -376,7 +377,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
         handles[spec.name], sender_of[spec.name] = new_connector(spec)
     senders = MappingProxyType(sender_of)
     connectors = MappingProxyType(handles)
-    agents = AgentsRuntime(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings)
+    agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings)
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)

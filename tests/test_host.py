@@ -38,7 +38,7 @@ class TestBuiltWhole:
             assert all(isinstance(s, OutboxSender) and s.handle is host.connectors[name]
                        for name, s in host.outbox_senders.items())
             assert isinstance(host.agents, AgentsRuntime) and list(host.agents.runners) == ["scout"]
-            assert host.agents.store is host.store and host.agents.hooks is host.hooks
+            assert host.agents.store is host.store and host.agents.deps.hooks is host.hooks
 
     async def test_without_agents_the_runtime_is_empty_and_the_events_stay_free(self, tmp_path: Path):
         """No agent configured: an empty runtime (statistics say so), and a caller may take the Stored events."""
@@ -83,7 +83,7 @@ class TestReloadAllOrNothing:
         spec = scripted("a", {"manifest": None}, tmp_path)
         config = msgspec.structs.replace(config_with(tmp_path, spec), agents=[SCOUT])
         async with memory_host(config) as host:
-            handle, backend = host.connectors["a"], host.agents.runners["scout"].services.backend
+            handle, backend = host.connectors["a"], host.agents.runners["scout"].state.backend
             pid = handle.statistics().pid
             broken = msgspec.structs.replace(SCOUT, system_prompt="new", backend=BackendConfig(
                 kind="openai", model="m", base_url="::::"))
@@ -95,7 +95,7 @@ class TestReloadAllOrNothing:
                                               "have a path starting with ':'"]
             assert host.connectors["a"] is handle and handle.statistics().pid == pid and host.config == config
             runner = host.agents.runners["scout"]
-            assert runner.agent == SCOUT and runner.services.backend is backend and runner.services.system_prompt == ""
+            assert runner.agent == SCOUT and runner.state.backend is backend and runner.state.system_prompt == ""
 
     async def test_a_changed_connector_keeps_its_counts(self, tmp_path: Path):
         """Restarted by a reload, a connector's new handle goes on from the old one's restarts, refusals and times,

@@ -59,7 +59,16 @@ async def close_backends(backends: Iterable[Backend]) -> None:
     """Close backends no agent uses (a refused or cancelled reload's), shielded and bounded; failures logged."""
     with anyio.CancelScope(shield=True), anyio.move_on_after(DISCARD_CLOSE_S):
         for backend in backends:
-            try:
-                await backend.aclose()
-            except Exception:
-                log.warning("agent.backend_close_failed", backend=backend.name, exc_info=True)
+            await close_backend(backend, backend=backend.name)
+
+
+async def close_backend(backend: Backend, /, **where: str) -> None:
+    """Close one backend; whatever its SDK raises is logged with `where` (the agent, or the backend's name).
+
+    The one boundary around a backend's close: an SDK's own failure to
+    close its client never stops the others from closing, nor a shutdown.
+    """
+    try:
+        await backend.aclose()
+    except Exception:
+        log.warning("agent.backend_close_failed", **where, exc_info=True)

@@ -1,6 +1,6 @@
 """The agents at run time: one scheduler and one task per agent, fed by the core's `Stored` events.
 
-    runtime = AgentsRuntime(config, store, writer, host.connectors, outbox=host.outbox_senders)
+    runtime = build_agents(config, store, writer, host.connectors, outbox=host.outbox_senders)  # agents/wiring.py
     await task_group.start(runtime.run, stored_events)
 
 The dispatcher reads each `Stored` event and hands it to every agent's
@@ -34,15 +34,13 @@ start's catch-up leaves out the items the ledger's newest finished turns
 handled (`_handled_above`) rather than waking for them twice.
 
 Stop commands (docs/agents.md#stop, mcplhost/agents/wakes/stop.py): a stop item
-acts in `offer`, on arrival: the scheduler drops the pending wakes, the
+acts in `AgentRunner.offer` (agents/agent_loop.py), on arrival: the scheduler drops the pending wakes, the
 running turn's cancel scope is cancelled (the turn, told it was a stop,
 ends aborted with reason `stopped` and moves the cursor), and the runner
 then records the dropped items' `dropped_by_stop` decisions and the cursor.
 
-Exception boundary: an unexpected error while handling one wake (outside
-the turn's own boundary in turns/runner.py) fails that wake as a turn (`failed`,
-with its `turn-failed` notice); the agent goes on serving later wakes.
-Cancellation always goes through.
+Each agent's own loop, its exception boundaries and its stop handling are
+in agents/agent_loop.py.
 
 Echoes (docs/agents.md#echoes): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
@@ -60,8 +58,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import anyio
 import msgspec
@@ -69,41 +66,22 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from mcplhost.agents.backends.moderator import make_moderator
+from mcplhost.agents.agent_loop import AgentRunner, Running
 from mcplhost.agents.model import Backend
-from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backends
+from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backend, close_backends
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.acknowledge import Acknowledger
 from mcplhost.agents.turns.compiler import connectors_without_author_line
-from mcplhost.agents.turns.hooks import HookState
-from mcplhost.agents.turns.row_cache import RowCache
-from mcplhost.agents.turns.runner import (
-    CONTEXT_ROWS,
-    OUTCOME_COMPLETED,
-    OUTCOME_FAILED,
-    OUTCOME_HELD,
-    record_failed_turn,
-    run_turn,
-)
-from mcplhost.agents.turns.turn_services import AgentConnector, NoTimings, TurnServices, TurnTimings
-from mcplhost.agents.wakes.catchup import wait_for_routes
+from mcplhost.agents.turns.record import OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD
+from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
-from mcplhost.agents.wakes.rules import NO_ADDRESSING, Addressing, Wake, addressing_of, without_late_echoes
-from mcplhost.agents.wakes.scheduler import HOUR_S, MAX_PENDING_IDS, AgentScheduler, SchedulerStats
-from mcplhost.agents.wakes.stop import DROPPED_BY_STOP, is_stop_command
-from mcplhost.config import AgentConfig, Config, ConnectorConfig, api_key_places, system_prompt_text, unset_api_key
+from mcplhost.agents.wakes.rules import addressing_of
+from mcplhost.agents.wakes.scheduler import HOUR_S, SchedulerStats
+from mcplhost.config import AgentConfig, Config, ConnectorConfig, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
-from mcplhost.ingest import Stored, now_ms
-from mcplhost.peers.loops import held, wake_cause
-from mcplhost.peers.ports import Activity
+from mcplhost.ingest import Stored
 from mcplhost.peers.service import PeerService
-from mcplhost.speech.outbox import OutboxSender
-from mcplhost.store import NewItem, Store, StoredItem
-from mcplhost.store.decisions import WakeDecision
-from mcplhost.store.operations import CloseUnfinishedTurns, Operation, RecordWakeDecisions, SetCursor, StartCursor
-from mcplhost.store.rows import PeerMeta
+from mcplhost.store.operations import CloseUnfinishedTurns, StartCursor
 from mcplhost.store.turns import REASON_STOPPED
-from mcplhost.store.writer import GroupWriter
 
 log = structlog.get_logger()
 
@@ -113,8 +91,6 @@ CATCH_UP_PAGE = 1000
 CATCH_UP_MAX_ITEMS = 200_000
 #: Item ids remembered as offered, so a gap's read never offers an item twice.
 RECENT_IDS = 8192
-#: After an unexpected error in an agent's loop, how long it pauses before going on.
-RECOVER_S = 1.0
 #: How long closing the backends may take on shutdown.
 BACKEND_CLOSE_S = 5.0
 #: An agent's newest turns read at start for items already handled above its cursor (older ones may wake again).
@@ -122,232 +98,6 @@ HANDLED_TURNS_READ = 1000
 #: Turn outcomes that handled their wake (the cursor moves past it); an aborted turn's wake runs again,
 #: unless a stop aborted it (its reason is REASON_STOPPED: the stop consumed it).
 HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
-
-class AgentRunner:
-    """One agent: its scheduler, its backend and tools, and the task that runs its turns one at a time."""
-
-    def __init__(self, agent: AgentConfig, services: TurnServices, seen_through: Callable[[], int],
-                 peers: PeerService, recorder: DecisionRecorder | None = None,
-                 addressing: Addressing = NO_ADDRESSING) -> None:
-        self.agent = agent
-        self._recorder = recorder  # where the scheduler's stateful holds go (docs/agents.md#explain)
-        self.services = services
-        self.peers = peers
-        self.scheduler = AgentScheduler(agent, addressing)
-        self.cursor: int | None = None  # the durable cursor as last written
-        self._seen_through = seen_through  # every item up to this id was offered (the runtime vouches)
-        self._nudge = anyio.Event()
-        #: Held while a wake is handled (its turn included): a reload waits on it, so settings change between turns.
-        self._turn_lock = anyio.Lock()
-        #: While a wake is handled: the scope a stop command cancels (docs/agents.md#stop).
-        self._turn_scope: anyio.CancelScope | None = None
-        self._stopping = False  # a stop cancelled the running turn: it ends stopped, not shut down
-        self._dropped: list[int] = []  # items a stop dropped, their decisions not written yet
-        #: The items pending in the scheduler as their events carried them (the newest MAX_PENDING_IDS): a
-        #: wake reads its items from here, with no store read before its turn starts (the wake's latency).
-        self._waking: OrderedDict[int, NewItem] = OrderedDict()
-        self._stop_unwritten = False  # a stop happened: its decisions and the cursor are written next step
-
-    def offer(self, stored: Stored, now: float) -> None:
-        try:
-            if is_stop_command(self.agent, stored.item):
-                self._stop(stored.id, now)
-                return
-            woke = self.scheduler.on_item(stored, now)
-            self._report_decisions()
-        except Exception:  # a bug for one item must not stop the stream for every agent
-            log.error("agent.offer_failed", agent=self.agent.name, item=stored.id, exc_info=True)
-            return
-        if woke:
-            self._waking[stored.id] = stored.item
-            if len(self._waking) > MAX_PENDING_IDS:
-                self._waking.popitem(last=False)
-            self._nudge.set()
-
-    def _remembered(self, ids: tuple[int, ...]) -> list[StoredItem] | None:
-        """The wake's items as their events carried them, by id (as `get_many` gives them), each forgotten now;
-        None when one is not remembered (a catch-up wake, one past the bound): then all are read from the store."""
-        items = [(item_id, self._waking.pop(item_id, None)) for item_id in sorted(set(ids))]
-        if any(item is None for _, item in items):
-            return None
-        return [StoredItem(id=item_id, agent=item.agent, participant=item.participant, role=item.role,
-                           content=item.content, metadata=item.metadata, created_at=item.created_at)
-                for item_id, item in items if item is not None]
-
-    def _stop(self, item_id: int, now: float) -> None:
-        """A stop command on arrival: drop the pending wakes and abort the running turn (docs/agents.md#stop)."""
-        dropped, counted_only = self.scheduler.drop_pending(now)
-        self._dropped.extend(dropped)
-        self._stop_unwritten = True
-        scope = self._turn_scope
-        running = scope is not None
-        if scope is not None and not self._stopping:
-            self._stopping = True
-            scope.cancel()
-        log.info("agent.stop", agent=self.agent.name, item=item_id, turn_aborted=running, dropped=len(dropped),
-                 dropped_counted_only=counted_only)
-        self._nudge.set()  # the runner writes the decisions and the cursor
-
-    async def _write_stop(self) -> None:
-        """After a stop: the dropped items' decisions and the cursor past them (and the stop), in one write."""
-        dropped, self._dropped, self._stop_unwritten = self._dropped, [], False
-        at = self.services.clock_ms()
-        decisions = [WakeDecision(item_id, self.agent.name, DROPPED_BY_STOP, at) for item_id in dropped]
-        operations: list[Operation[Any]] = [RecordWakeDecisions(decisions)] if decisions else []
-        operations.append(SetCursor(self.agent.name, self._cursor_after_turn(), at))
-        await self.services.writer.submit(*operations)
-
-    def catch_up(self, events: list[Stored], now: float) -> None:
-        events = [event for event in events if not is_stop_command(self.agent, event.item)]  # stale: wakes no one
-        if events:
-            self.scheduler.catch_up(events, now)
-            self._nudge.set()
-
-    async def run(self) -> None:
-        """Sleep until the next deadline or nudge; run each due wake's turn; forever (a bug pauses, never ends it)."""
-        while True:
-            try:
-                await self._step()
-            except Exception:
-                log.error("agent.runner_failed", agent=self.agent.name, exc_info=True)
-                await anyio.sleep(RECOVER_S)
-
-    async def _step(self) -> None:
-        """Run the due wake's turn, or sleep until the next deadline or nudge."""
-        async with self._turn_lock:
-            if self._stop_unwritten:
-                await self._write_stop()
-            now = anyio.current_time()
-            wake = self.scheduler.due(now)
-            self._report_decisions()
-            if wake is not None:
-                try:
-                    with anyio.CancelScope() as self._turn_scope:  # a stop cancels it (`_stop`)
-                        await self._handle(wake)
-                finally:
-                    self._turn_scope, self._stopping = None, False
-                    self.scheduler.turn_ended(anyio.current_time())
-                await self._deliver_peer_messages()
-                return
-        deadline = self.scheduler.next_deadline()
-        delay = math.inf if deadline is None else max(0.0, deadline - now)
-        with anyio.move_on_after(delay):
-            await self._nudge.wait()
-        self._nudge = anyio.Event()
-
-    def _report_decisions(self) -> None:
-        decided = self.scheduler.take_decisions()
-        if decided and self._recorder is not None:
-            self._recorder.note(self.agent.name, decided)
-
-    async def reconfigure(self, agent: AgentConfig, *, backend: Backend, toolbox: ToolBox, system_prompt: str) -> None:
-        """Take new settings once the turn in progress (if any) has ended; the next wake uses them."""
-        if self._turn_lock.locked():
-            log.info("agent.reload_waits", agent=agent.name, detail="its turn in progress ends first")
-        async with self._turn_lock:
-            self.agent = agent
-            self.scheduler.reconfigure(agent)
-            self.services.backend = backend
-            self.services.toolbox = toolbox
-            self.services.system_prompt = system_prompt
-        self._nudge.set()  # a shorter debounce may make a pending wake due now
-
-    async def _handle(self, wake: Wake) -> None:
-        """The wake's echo check and turn, one exception boundary: a bug here fails this wake, not the agent."""
-        try:
-            if wake.catch_up:
-                await self._wait_for_routes(wake)
-            kept, items = await self._without_late_echoes(wake)
-            if kept is not None and await self._held_as_loop(kept, items):
-                return
-        except Exception as exc:  # only Exception: a cancellation (or a group holding one) goes through
-            await record_failed_turn(self.agent, wake, self.services, exc, cursor=self._cursor_after_turn)
-            return
-        if kept is None:
-            return
-        log.info("agent.wake", agent=self.agent.name, items=len(kept.item_ids), overflow=kept.overflow,
-                 first_item=min(kept.item_ids, default=None),
-                 conversations=len(kept.conversations), several_conversations=kept.several_conversations)
-        if items:  # the wake latency: from its oldest item's acceptance to this turn's start
-            oldest_ms = min(item.created_at for item in items)
-            self.services.timings.wake_started(max(0.0, (self.services.clock_ms() - oldest_ms) / 1000))
-        await run_turn(self.agent, kept, self.services, cursor=self._cursor_after_turn, stopped=self._is_stopping)
-
-    async def _wait_for_routes(self, wake: Wake) -> None:
-        """A catch-up wake: wait until its connectors registered its items' channels, or gave up (wakes/catchup.py)."""
-        items = await self.services.store.items.get_many(wake.item_ids)
-        started = anyio.current_time()
-        missing = await wait_for_routes(self.services.handles, items)
-        waited = round(anyio.current_time() - started, 3)
-        if missing:
-            log.warning("agent.catch_up_unrouted", agent=self.agent.name, waited_s=waited, channels=missing[:10],
-                        detail="their connectors have not registered these channels: a reply there is a draft")
-        elif waited:
-            log.info("agent.catch_up_routed", agent=self.agent.name, waited_s=waited)
-
-    def _is_stopping(self) -> bool:
-        """Asked by a cancelled turn: a stop (reason stopped, the cursor moves) rather than a shutdown."""
-        return self._stopping
-
-    def _cursor_after_turn(self) -> int:
-        """The cursor to write with the running turn's end: its low-water mark, asked just before that write.
-
-        Always given, even when it has not moved: the store keeps the larger
-        (store/cursors.py), and a write that failed is made good by the next.
-        """
-        mark = self.scheduler.handled_through(self._seen_through(), turn_done=True)
-        self.cursor = max(self.cursor or 0, mark)
-        return mark
-
-    async def _without_late_echoes(self, wake: Wake) -> tuple[Wake | None, list[StoredItem]]:
-        """The wake without items now known as echoes (wakes/rules.py), and its items read; None, cursor moved past
-        them, if none is left."""
-        store = self.services.store
-        items = self._remembered(wake.item_ids)
-        if items is None:
-            items = await store.items.get_many(wake.item_ids)
-        kept = without_late_echoes(wake, items, store.outbox.recent_delivered)
-        if kept is wake:
-            return wake, items
-        log.info("agent.echoes_skipped", agent=self.agent.name,
-                 echoes=len(wake.item_ids) - (len(kept.item_ids) if kept else 0), turn=kept is not None)
-        if kept is None:
-            await self._let_go()
-            return None, items
-        wanted = set(kept.item_ids)
-        return kept, [item for item in items if item.id in wanted]
-
-    async def _let_go(self) -> None:
-        """A wake that runs no turn: the cursor moves past it."""
-        await self.services.writer.write(SetCursor(self.agent.name, self._cursor_after_turn(),
-                                                   self.services.clock_ms()))
-
-    async def _held_as_loop(self, wake: Wake, items: list[StoredItem]) -> bool:
-        """Count the wake by its cause (mcplhost/peers/loops.py); True when agents alone caused it past the cap.
-
-        A held wake runs no turn and its cursor moves past it, like a wake of
-        echoes only: its items stay in the context for the next turn a user
-        or a parent causes.
-        """
-        name = self.agent.name
-        cause = wake_cause(name, items, self.services.store.outbox.recent_speaker)
-        count = self.peers.consecutive_wakes(name)
-        peer_rows = any(item.agent == name and isinstance(item.host, PeerMeta) for item in items)
-        if held(count, cause, admitted_peer_rows=peer_rows):
-            log.warning("agent.loop_held", agent=name, consecutive_wakes=count, items=len(wake.item_ids),
-                        detail="agents alone woke this agent again and again; a user or its parent must speak")
-            await self._let_go()
-            return True
-        await self.peers.turn_starting(name, cause)
-        return False
-
-    async def _deliver_peer_messages(self) -> None:
-        """After a turn: deliver the peer messages queued meanwhile (they wake the agent); a failure keeps them queued."""
-        try:
-            await self.peers.deliver_queued(self.agent.name)
-        except Exception:
-            log.error("agent.peer_delivery_failed", agent=self.agent.name, exc_info=True)
-
 
 class AgentsReload(msgspec.Struct, frozen=True):
     """What a reload changes among the agents, with everything it needs built (`AgentsRuntime.prepare_reload`)."""
@@ -363,40 +113,33 @@ class AgentsReload(msgspec.Struct, frozen=True):
 
     def built(self) -> list[Backend]:
         """Every backend this reload built (none is in use until `apply_reload` hands it over)."""
-        return [u.backend for u in self.updates if u.backend is not None] + [r.services.backend for r in self.added]
+        return [u.backend for u in self.updates if u.backend is not None] + [r.state.backend for r in self.added]
 
 
 class AgentsRuntime:
-    """Every configured agent, fed from one `Stored` stream; `run` until cancelled."""
+    """Every configured agent, fed from one `Stored` stream; `run` until cancelled.
 
-    def __init__(self, config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
-                 backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
-                 outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
-                 timings: TurnTimings | None = None) -> None:
+    It receives the host's parts built (agents/wiring.py `build_agents`) and
+    builds only each agent's runner and tools, at start and at a reload.
+    """
+
+    def __init__(self, config: Config, deps: TurnDeps, backends: Mapping[str, Backend], *, peers: PeerService,
+                 running: Running, recorder: DecisionRecorder) -> None:
         self.config = config
-        self.clock_ms = clock_ms  # wall clock, epoch ms: the ledger's and the items' time
-        self.store = store
-        self.writer = writer
-        self.handles = handles
-        #: The host's hook bookkeeping (its connectors' inference/request asks the same object).
-        self.hooks = hooks if hooks is not None else HookState()
-        self.runners: dict[str, AgentRunner] = {}
-        self.decisions = DecisionRecorder(writer, clock_ms)
-        #: Peer messaging between this host's agents; the runtime is its view of who is idle or busy.
-        self.peers = PeerService(config.agents, store, writer, activity=self, clock_ms=clock_ms)
-        self._serving = False  # the runners run (between start and shutdown): peers may reach them
-        self._rows = RowCache(store, CONTEXT_ROWS)  # one for every agent: everyone's rows are the same rows
-        self._outbox = outbox if outbox is not None else {}
-        self._timings = timings if timings is not None else NoTimings()
-        #: `[moderation]`'s one checker for every agent (docs/agents.md#moderation), closed when the runtime ends.
-        self.moderator = make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config)))
+        self.deps = deps
+        self.clock_ms = deps.clock_ms  # wall clock, epoch ms: the ledger's and the items' time
+        self.store = deps.store
+        self.writer = deps.writer
+        #: Peer messaging between this host's agents; `running` is its view of who is idle or busy.
+        self.peers = peers
+        self._running = running
+        self.runners = running.runners
+        self.decisions = recorder
         self._no_author_line = connectors_without_author_line(config.connectors)
         #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
         self.addressing = addressing_of(config.connectors, config.agents)
-        self.acknowledger = Acknowledger(self.handles)  # one for every agent: -32601 is remembered per connector
-        for i, agent in enumerate(config.agents):
-            given = (backends or {}).get(agent.name)
-            self.runners[agent.name] = self._runner(agent, given or build_backend(f"agents[{i}].backend", agent.backend))
+        for agent in config.agents:
+            self.runners[agent.name] = self._runner(agent, backends[agent.name])
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
         self._group: TaskGroup | None = None
         self._runner_scopes: dict[str, anyio.CancelScope] = {}
@@ -408,16 +151,15 @@ class AgentsRuntime:
         #: no cursor passes it before the next start's catch-up.
         self._unoffered: float = math.inf
 
+    def _toolbox(self, agent: AgentConfig) -> ToolBox:
+        return ToolBox(agent, self.deps.handles, self.store, peers=self.peers, woken=self._running.wake)
+
     def _runner(self, agent: AgentConfig, backend: Backend, prompt: str | None = None) -> AgentRunner:
-        """One agent's runner with its services (`prompt`: its system prompt, read now when not given)."""
-        toolbox = ToolBox(agent, self.handles, self.store, peers=self.peers)
-        services = TurnServices(self.store, self.writer, self.handles, backend, toolbox,
-                                self._rows, clock_ms=self.clock_ms, outbox=self._outbox,
-                                system_prompt=start_prompt(agent) if prompt is None else prompt, hooks=self.hooks,
-                                peers=self.peers,
-                                timings=self._timings, moderator=self.moderator,
-                                no_author_line=self._no_author_line, acknowledger=self.acknowledger)
-        return AgentRunner(agent, services, self.seen_through, self.peers, self.decisions, self.addressing)
+        """One agent's runner with its state (`prompt`: its system prompt, read now when not given)."""
+        state = AgentState(backend=backend, toolbox=self._toolbox(agent),
+                           system_prompt=start_prompt(agent) if prompt is None else prompt,
+                           no_author_line=self._no_author_line)
+        return AgentRunner(agent, self.deps, state, self.seen_through, self.peers, self.decisions, self.addressing)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
         """A reload's connector tables: which of them show the `from:` line, and whom their addressed items address,
@@ -425,7 +167,7 @@ class AgentsRuntime:
         self.config = msgspec.structs.replace(self.config, connectors=connectors)
         self._no_author_line = connectors_without_author_line(connectors)
         for runner in self.runners.values():
-            runner.services.no_author_line = self._no_author_line
+            runner.state.no_author_line = self._no_author_line
         self._readdress()
 
     def _readdress(self) -> None:
@@ -470,11 +212,11 @@ class AgentsRuntime:
                 if runner is None:
                     if self._group is not None:  # a runtime that does not run starts no agent (mcplhost/reload.py)
                         added.append(self._runner(agent, build_backend(f"agents[{i}].backend", agent.backend), prompt))
-                elif runner.agent != agent or runner.services.system_prompt != prompt:
+                elif runner.agent != agent or runner.state.system_prompt != prompt:
                     backend = None if agent.backend == runner.agent.backend else \
                         build_backend(f"agents[{i}].backend", agent.backend)
                     updates.append(AgentUpdate(agent, prompt, backend,
-                                               ToolBox(agent, self.handles, self.store, peers=self.peers)))
+                                               self._toolbox(agent)))
             except ConfigError as exc:  # start_prompt's names no path; build_backend's problem does
                 problems += exc.problems or [f"agents[{i}].system_prompt_file: {exc.message} ({exc.explanation})"]
         wanted = {agent.name for agent in agents}
@@ -499,7 +241,7 @@ class AgentsRuntime:
                 await self._remove(name)
             for update in plan.updates:
                 runner = self.runners[update.agent.name]
-                old = runner.services.backend
+                old = runner.state.backend
                 await runner.reconfigure(update.agent, backend=update.backend or old, toolbox=update.toolbox,
                                          system_prompt=update.prompt)
                 if update.backend is not None:
@@ -508,7 +250,7 @@ class AgentsRuntime:
                     await close_backends([old])
             for runner in plan.added:
                 await self._add(runner)
-                unused.pop(id(runner.services.backend))
+                unused.pop(id(runner.state.backend))
         finally:
             await close_backends(unused.values())
         applied = [self.runners[name].agent for name in plan.names if name in self.runners]
@@ -535,38 +277,15 @@ class AgentsRuntime:
             if scope is not None:
                 scope.cancel()
             del self.runners[name]
-        try:
-            await runner.services.backend.aclose()
-        except Exception:
-            log.warning("agent.backend_close_failed", agent=name, exc_info=True)
+        await close_backend(runner.state.backend, agent=name)
         log.info("agent.removed", agent=name)
-
-    # --- the peers' port (mcplhost/peers/ports.py AgentActivity) ------------------------
-
-    def activity(self, name: str) -> Activity:
-        runner = self.runners.get(name)
-        if runner is None or not self._serving:
-            return "inactive"
-        return "busy" if runner.scheduler.statistics().state == "in_turn" else "idle"
-
-    def status(self, name: str) -> str:
-        runner = self.runners.get(name)
-        if runner is None or not self._serving:
-            return "inactive"
-        return runner.scheduler.statistics().state
-
-    def wake(self, name: str, stored: Stored) -> None:
-        """A peer row delivered between turns, offered to its agent only (it wakes no other)."""
-        runner = self.runners.get(name)
-        if runner is not None:
-            runner.offer(stored, anyio.current_time())
 
     def statistics(self) -> dict[str, SchedulerStats]:
         """Each agent's scheduler state, for the status socket."""
         stats = {}
         for name, runner in self.runners.items():
             snapshot = runner.scheduler.statistics()
-            if runner.services.budget_held and not snapshot.held:  # max_tokens_per_day holds it too
+            if runner.state.budget_held and not snapshot.held:  # max_tokens_per_day holds it too
                 snapshot = msgspec.structs.replace(snapshot, held=True)
             stats[name] = snapshot
         return stats
@@ -579,25 +298,24 @@ class AgentsRuntime:
         try:
             async with anyio.create_task_group() as tg:
                 await self._start_cursors()
-                await self.peers.start()  # after catch-up: what the queue held is delivered now
+                for row in await self.peers.start():  # after catch-up: what the queue held is delivered now
+                    self._running.wake(row)
                 self._group = tg
-                tg.start_soon(self.acknowledger.run, name="acknowledge")
+                if self.deps.acknowledger is not None:
+                    tg.start_soon(self.deps.acknowledger.run, name="acknowledge")
                 tg.start_soon(self.decisions.run, name="wake decisions")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
-                self._serving = True
+                self._running.serving = True
                 task_status.started()
                 await self._dispatch(stored)
         finally:
-            self._serving = False
+            self._running.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
                 for runner in self.runners.values():
-                    try:
-                        await runner.services.backend.aclose()
-                    except Exception:
-                        log.warning("agent.backend_close_failed", agent=runner.agent.name, exc_info=True)
-                if self.moderator is not None:
-                    await self.moderator.aclose()
+                    await close_backend(runner.state.backend, agent=runner.agent.name)
+                if self.deps.moderator is not None:
+                    await self.deps.moderator.aclose()
 
     async def _start_cursors(self) -> None:
         """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.

@@ -1,10 +1,14 @@
 """Peer messaging at run time: admission, the durable sealed queue, delivery (docs/peers.md).
 
-    peers = PeerService(config.agents, store, writer, activity=runtime)
-    await peers.start()                                    # reload throttles and counts; deliver what waits
-    answer = await peers.send("scout", "lead", "found it", None)   # a task_send_message result
+    peers = PeerService(config.agents, store, writer, activity=running)   # agents/agent_loop.py `Running`
+    delivered = await peers.start()                        # reload throttles and counts; deliver what waits
+    sent = await peers.send("scout", "lead", "found it", None)   # sent.answer: a task_send_message result
     await peers.deliver_at_tool_boundary("lead", turn_id, conversation)
-    await peers.deliver_queued("lead")                     # at the end of lead's turn
+    delivered = await peers.deliver_queued("lead")         # at the end of lead's turn
+
+Delivery returns the rows it stored as values (`Stored`); the caller, the
+agents runtime, wakes their agents (`stored.item.agent`): the service only
+asks the runtime who is idle or busy (peers/ports.py), never calls it back.
 
 Admission runs the guards in docs/peers.md's order, all of them and the
 enqueue under one lock per target, so two concurrent sends cannot both slip
@@ -13,8 +17,8 @@ ancestor sends only (an ancestor's guidance is exempt), the throttles
 (admission.py), the queue cap and the consecutive-wake cap. An admitted
 message is written to SQLite before its sender is answered: `accepted`
 (the target is idle; its row is stored in the same commit and wakes it) or
-`queued` (the target is in a turn). A refusal writes nothing and counts
-toward no window.
+`queued` (the target is in a turn; `Sent.delivered` is then None). A
+refusal writes nothing and counts toward no window.
 
 Delivery stores each queued entry as one row of the target's (its envelope,
 or the guidance text), never merged with another entry or with other input,
@@ -35,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 from msgspec import UNSET
 
@@ -65,6 +70,13 @@ class PeerRefusal(Exception):
     """Arguments the tool cannot take (not a refusal status): said to the model as a failed call."""
 
 
+class Sent(msgspec.Struct, frozen=True):
+    """`task_send_message`'s answer, and the row it stored for an idle target (`accepted`): the caller wakes it."""
+
+    answer: dict[str, Any]
+    delivered: Stored | None = None
+
+
 class PeerService:
     """The host's peer messaging: one per host, shared by its agents."""
 
@@ -90,17 +102,21 @@ class PeerService:
 
     # --- start -----------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Reload the throttles, queue counts and wake counts from SQLite, then deliver what still waits."""
+    async def start(self) -> list[Stored]:
+        """Reload the throttles, queue counts and wake counts from SQLite, then deliver what still waits: the rows
+        delivered, each to wake its agent (`item.agent`)."""
         since = self.clock_ms() - LONGEST_WINDOW_MS
         sends = await self.store.peers.recent_sends(since, limit=SEED_SENDS)
         self.throttles.seed((s.sender, s.target, s.text_key, s.created_at) for s in sends)
         self._queued = dict(await self.store.peers.queued_counts())
         self._wakes = dict(await self.store.peers.wake_counts())
+        delivered: list[Stored] = []
         for target in await self.store.peers.queued_targets():
             if target in self.tree:
-                delivered = await self.deliver_queued(target)
-                log.info("peer.delivered_at_start", agent=target, messages=delivered)
+                rows = await self.deliver_queued(target)
+                log.info("peer.delivered_at_start", agent=target, messages=len(rows))
+                delivered += rows
+        return delivered
 
     # --- the tools -------------------------------------------------------------------
 
@@ -112,30 +128,32 @@ class PeerService:
             raise PeerRefusal(f"task_list: `scope` is one of {', '.join(SCOPES)}")
         return self.tree.listing(caller, scope, self.activity.status)
 
-    async def send(self, sender: str, target: Any, message: Any, dispatch: Any) -> dict[str, Any]:
-        """`task_send_message`: the guards in order, the enqueue; the answer the sending model reads."""
+    async def send(self, sender: str, target: Any, message: Any, dispatch: Any) -> Sent:
+        """`task_send_message`: the guards in order, the enqueue; the answer the sending model reads, and the row
+        delivered at once to an idle target (the caller wakes it)."""
         if not isinstance(target, str) or not target:
             raise PeerRefusal("task_send_message needs `target`, an agent's name")
         if not isinstance(message, str) or not message.strip():
             raise PeerRefusal("task_send_message needs `message`, a non-empty string")
         if dispatch is not None and dispatch not in DISPATCHES:
             raise PeerRefusal(f"task_send_message: `dispatch` is one of {', '.join(DISPATCHES)}")
-        answer = await self._admit(sender, target, message, dispatch)
+        sent = await self._admit(sender, target, message, dispatch)
+        answer = sent.answer
         self.admissions[answer["status"]] = self.admissions.get(answer["status"], 0) + 1
         log.info("peer.send", agent=sender, target=target, status=answer["status"], reason=answer.get("reason"),
                  chars=len(message))
-        return answer
+        return sent
 
-    async def _admit(self, sender: str, target: str, message: str, dispatch: str | None) -> dict[str, Any]:
+    async def _admit(self, sender: str, target: str, message: str, dispatch: str | None) -> Sent:
         relation = self.tree.relation(sender, target)
         if relation is None:
-            return {"status": "invalid_scope", "target": target}
+            return Sent({"status": "invalid_scope", "target": target})
         if len(message) > MESSAGE_MAX_CHARS:
-            return {"status": "refused", "target": target, "reason": "too_long"}
+            return Sent({"status": "refused", "target": target, "reason": "too_long"})
         async with self._locks[target]:
             state = self.activity.activity(target)
             if state == "inactive":
-                return {"status": "not_active", "target": target}
+                return Sent({"status": "not_active", "target": target})
             guided = relation == "descendant"  # an ancestor's guidance: exempt from the throttles
             key = text_key(message)
             at = self.clock_ms()
@@ -143,9 +161,9 @@ class PeerService:
                 verdict = self.throttles.check(sender, target, key, at, queued=self._queued.get(target, 0),
                                                consecutive_wakes=self.consecutive_wakes(target))
                 if verdict.status == "rate_limited":
-                    return {"status": "rate_limited", "target": target, "retryAfterMs": verdict.retry_after_ms}
+                    return Sent({"status": "rate_limited", "target": target, "retryAfterMs": verdict.retry_after_ms})
                 if verdict.status == "refused":
-                    return {"status": "refused", "target": target, "reason": verdict.reason}
+                    return Sent({"status": "refused", "target": target, "reason": verdict.reason})
             status = "accepted" if state == "idle" else "queued"
             entry = PeerEntry(sender=sender, target=target, relationship=SENDER_RELATIONSHIP[relation],
                               dispatch=dispatch or default_dispatch(relation), text=message, text_key=key,
@@ -154,14 +172,15 @@ class PeerService:
             written = await self.writer.write(EnqueuePeerMessage(entry, row))
             if not guided:
                 self.throttles.record(sender, target, key, at)
+            delivered = None
             if row is None:
                 if not guided:
                     self._queued[target] = self._queued.get(target, 0) + 1
             elif written.item_id is not None:
                 _log_delivered(entry, written.item_id, in_turn=False)
                 # The row as the store holds it (EnqueuePeerMessage named its entry), not built a second time.
-                self.activity.wake(target, Stored(written.item_id, with_entry_id(row, written.entry_id)))
-            return {"status": status, "target": target}
+                delivered = Stored(written.item_id, with_entry_id(row, written.entry_id))
+            return Sent({"status": status, "target": target}, delivered)
 
     # --- delivery ----------------------------------------------------------------------
 
@@ -186,31 +205,29 @@ class PeerService:
                        created_at=self.clock_ms(), agent=entry.target, participant=entry.sender,
                        conversation_id=conversation_id)
 
-    async def deliver_at_tool_boundary(self, agent: str, turn_id: int, conversation_id: str | None) -> int:
-        """Deliver the agent's queued `tool-end` entries into its running turn; how many were delivered."""
+    async def deliver_at_tool_boundary(self, agent: str, turn_id: int, conversation_id: str | None) -> list[Stored]:
+        """Deliver the agent's queued `tool-end` entries into its running turn; the rows delivered (they wake no
+        one: the turn reads them)."""
         if agent not in self._locks:
-            return 0
+            return []
         async with self._locks[agent]:
             entries = [e for e in await self.store.peers.queued(agent, limit=DELIVER_PAGE) if e.dispatch == "tool-end"]
             if not entries:
-                return 0
-            delivered = await self._deliver(agent, entries, turn_id=turn_id, conversation_id=conversation_id)
-        return len(delivered)
+                return []
+            return await self._deliver(agent, entries, turn_id=turn_id, conversation_id=conversation_id)
 
-    async def deliver_queued(self, agent: str) -> int:
-        """Deliver every entry still queued for the agent (its turn ended, or the host started); they wake it."""
+    async def deliver_queued(self, agent: str) -> list[Stored]:
+        """Deliver every entry still queued for the agent (its turn ended, or the host started); the rows delivered,
+        which the caller offers to the agent (they wake it)."""
         if agent not in self._locks:
-            return 0
-        total = 0
+            return []
+        delivered: list[Stored] = []
         async with self._locks[agent]:
             while entries := await self.store.peers.queued(agent, limit=DELIVER_PAGE):
-                delivered = await self._deliver(agent, entries, turn_id=None, conversation_id=None)
-                for stored in delivered:
-                    self.activity.wake(agent, stored)
-                total += len(delivered)
+                delivered += await self._deliver(agent, entries, turn_id=None, conversation_id=None)
                 if len(entries) < DELIVER_PAGE:
                     break
-        return total
+        return delivered
 
     async def _deliver(self, agent: str, entries: list[QueuedPeerMessage], *, turn_id: int | None,
                        conversation_id: str | None) -> list[Stored]:

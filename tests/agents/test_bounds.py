@@ -84,7 +84,7 @@ class TestTurn:
         backend = _Recording(agent)
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "search a lot")
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake_of(item), *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
         stored_calls = [r for r in rows if r.metadata["kind"] == "tool-call"]
         results = {r.metadata["toolCallId"]: r for r in rows if r.metadata["kind"] == "tool-result"}
@@ -103,7 +103,7 @@ class TestTurn:
         backend = _Recording(agent)
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "talk a lot")
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake_of(item), *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
         (draft,) = [r for r in rows if r.metadata["kind"] == "draft"]
         assert text_of(draft.content) == "a" * 12

@@ -27,10 +27,10 @@ from mcplhost.agents.turns.compiler import (
     needs_notice,
     notice_text,
     request_chars,
-    request_digest,
 )
 from mcplhost.agents.turns.cut import CUT_NOTE, anchored_cut
 from mcplhost.agents.turns.history import RenderedRows, Unit
+from mcplhost.agents.turns.request_digest import request_digest
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.author import AUTHOR_RULE_TEXT
 from mcplhost.inbound.conversation import conversation_id

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcplhost.agents import runtime as runtime_module
+from mcplhost.agents import wiring as wiring_module
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall, Usage
 from mcplhost.agents.turns.compiler import request_chars
 
@@ -91,13 +91,13 @@ def shown(request: ModelRequest) -> list[str]:
 
 async def test_a_tool_call_under_a_flood_keeps_the_mention_the_call_and_its_result(tmp_path: Path,
                                                                                     monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(runtime_module, "CONTEXT_ROWS", WINDOW)
+    monkeypatch.setattr(wiring_module, "CONTEXT_ROWS", WINDOW)
     agent = agent_config(wake_on=["addressed"], debounce_ms=300, max_wait_ms=3000, context_chars=20_000)
     backend, flood = ToolThenAnswer(), Flood()
     async with agent_store(tmp_path) as (store, writer, _), \
             running(store, writer, [agent], {"scout": backend}) as (runtime, ingest), anyio.create_task_group() as tg:
         runner = runtime.runners["scout"]
-        runner.services.toolbox = SlowTools(runner.services.toolbox, flood, WINDOW + 100)
+        runner.state.toolbox = SlowTools(runner.state.toolbox, flood, WINDOW + 100)
         tg.start_soon(flood.run, ingest)
         await flood.reached(100)
         (mention,) = await heard(ingest, MENTION)

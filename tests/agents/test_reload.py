@@ -99,7 +99,7 @@ class TestReload:
             assert await runtime.reload([scout]) == []
             prompt.write_text("You are B.")
             assert await runtime.reload([scout]) == ["scout"]
-            assert runtime.runners["scout"].services.system_prompt == "You are B."
+            assert runtime.runners["scout"].state.system_prompt == "You are B."
 
     async def test_a_problem_with_one_agent_changes_no_agent(self, tmp_path: Path) -> None:
         """All or nothing: scout's new backend cannot be built, writer's new prompt file is gone, and reader's new
@@ -107,7 +107,7 @@ class TestReload:
         scout, writer = agent_config("scout", backend=scripted("s")), agent_config("writer", system_prompt="W")
         reader = agent_config("reader")
         async with runtime_of(tmp_path, [scout, writer, reader], {}) as (runtime, _ingest, _store):
-            before = {name: (r.agent, r.services.backend, r.services.system_prompt)
+            before = {name: (r.agent, r.state.backend, r.state.system_prompt)
                       for name, r in runtime.runners.items()}
             broken = msgspec.structs.replace(scout, backend=BackendConfig(kind="openai", model="m", base_url="::::"))
             gone = msgspec.structs.replace(writer, system_prompt=None, system_prompt_file=str(tmp_path / "gone.md"))
@@ -115,5 +115,5 @@ class TestReload:
                 await runtime.reload([broken, gone, msgspec.structs.replace(reader, debounce_ms=9)])
             assert [p.split(":")[0] for p in refused.value.problems] == ["agents[0].backend",
                                                                          "agents[1].system_prompt_file"]
-            assert {name: (r.agent, r.services.backend, r.services.system_prompt)
+            assert {name: (r.agent, r.state.backend, r.state.system_prompt)
                     for name, r in runtime.runners.items()} == before

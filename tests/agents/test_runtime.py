@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 from mcplhost.agents import runtime as runtime_module
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.wakes.scheduler import HOUR_S
+from mcplhost.agents.wiring import build_agents
 from mcplhost.config import AgentConfig, Config
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Ingest, Stored
@@ -34,7 +35,7 @@ async def running(store: Any, writer: Any, agents: list[AgentConfig], backends: 
     """The runtime fed by an Ingest's real Stored stream; yields both; cancelled on exit."""
     send, receive = anyio.create_memory_object_stream[Stored](64)
     ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
-    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends, **options)
+    runtime = build_agents(Config(agents=agents), store, writer, {}, backends=backends, **options)
     async with send, anyio.create_task_group() as tg:
         await tg.start(runtime.run, receive)
         yield runtime, ingest
@@ -46,7 +47,7 @@ async def hand_fed(store: Any, writer: Any, agents: list[AgentConfig], backends:
                    ) -> AsyncIterator[ObjectSendStream[Stored]]:
     """The runtime fed by hand: yields the sending end of its Stored stream; cancelled on exit."""
     send, receive = anyio.create_memory_object_stream[Stored](8)
-    runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends)
+    runtime = build_agents(Config(agents=agents), store, writer, {}, backends=backends)
     async with send, anyio.create_task_group() as tg:
         await tg.start(runtime.run, receive)
         yield send
@@ -335,7 +336,7 @@ class TestBuildTime:
         async with agent_store(tmp_path) as (store, writer, _):
             agent = agent_config(system_prompt_file=str(tmp_path / "gone.md"))
             with pytest.raises(ConfigError, match="system_prompt_file"):
-                AgentsRuntime(Config(agents=[agent]), store, writer, {}, backends={"scout": RecordingBackend()})
+                build_agents(Config(agents=[agent]), store, writer, {}, backends={"scout": RecordingBackend()})
 
 
 class TestExceptionBoundary:

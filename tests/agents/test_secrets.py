@@ -7,7 +7,7 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcplhost.agents.tools.toolbox import ToolOutcome, redacted_outcome
+from mcplhost.agents.tools.outcome import ToolOutcome, redacted_outcome
 from mcplhost.secrets import Secrets
 from mcplhost.speech.routing import Destination, Segment
 from mcplhost.speech.streaming import COMPLETE, Streamer

@@ -10,7 +10,8 @@ from typing import Any
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import BackendError
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.runner import TurnServices, run_turn
+from mcplhost.agents.turns.runner import run_turn
+from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig, ConnectorConfig
 from mcplhost.inbound.conversation import conversation_id
@@ -84,9 +85,9 @@ async def said(ingest: Ingest, body: str, *, channel: str = ROOM, thread: str | 
 async def turn(tmp_path_store: Any, agent: AgentConfig, handles: dict[str, Any], wake: Wake,
                senders: dict[str, CountingSender] | None = None) -> str:
     store, writer = tmp_path_store
-    services = TurnServices(store, writer, handles, make_backend(agent.backend), ToolBox(agent, handles, store),
-                            outbox=senders or {})
-    return await run_turn(agent, wake, services)
+    deps = TurnDeps(store=store, writer=writer, handles=handles, outbox=senders or {})
+    state = AgentState(backend=make_backend(agent.backend), toolbox=ToolBox(agent, handles, store))
+    return (await run_turn(agent, wake, deps, state)).outcome
 
 
 async def own(store: Any, kind: str | None = None) -> list[Any]:
@@ -290,9 +291,9 @@ class TestFailedTurnNotice:
         handles = {"disc": disc(*ROOMS)}
         async with agent_store(tmp_path) as (store, writer, ingest):
             item = await said(ingest, "hello")
-            services = TurnServices(store, writer, handles, FailsAfter(agent.backend, answered=1),
-                                    ToolBox(agent, handles, store), outbox={})
-            assert await run_turn(agent, wake_of(item), services) == "failed"
+            deps = TurnDeps(store=store, writer=writer, handles=handles)
+            state = AgentState(backend=FailsAfter(agent.backend, answered=1), toolbox=ToolBox(agent, handles, store))
+            assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "failed"
             (entry,) = await store.outbox.list()
             (notice,) = await own(store, "turn-failed")
         assert entry.channel_id == ROOM
@@ -304,9 +305,9 @@ class TestFailedTurnNotice:
         handles = {"disc": disc(*ROOMS)}
         async with agent_store(tmp_path) as (store, writer, ingest):
             item = await said(ingest, "hello")
-            services = TurnServices(store, writer, handles, FailsAfter(agent.backend, answered=0),
-                                    ToolBox(agent, handles, store), outbox={})
-            assert await run_turn(agent, wake_of(item), services) == "failed"
+            deps = TurnDeps(store=store, writer=writer, handles=handles)
+            state = AgentState(backend=FailsAfter(agent.backend, answered=0), toolbox=ToolBox(agent, handles, store))
+            assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "failed"
             (notice,) = await own(store, "turn-failed")
             assert await store.outbox.list() == []
         assert text_of(notice) == "Your last turn failed (server_error); nothing of it was sent."

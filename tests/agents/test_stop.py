@@ -23,9 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.wakes.scheduler import AgentScheduler
 from mcplhost.agents.wakes.stop import DROPPED_BY_STOP, is_stop_command
+from mcplhost.agents.wiring import build_agents
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.ingest import Ingest, Stored
@@ -219,7 +219,7 @@ class TestStopInTheRuntime:
         """The runtime fed by an Ingest's real Stored stream, while `body` runs."""
         send, receive = anyio.create_memory_object_stream[Stored](64)
         ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
-        runtime = AgentsRuntime(Config(agents=[agent]), store, writer, {}, backends={agent.name: backend})
+        runtime = build_agents(Config(agents=[agent]), store, writer, {}, backends={agent.name: backend})
         async with send, anyio.create_task_group() as tg:
             await tg.start(runtime.run, receive)
             await body(ingest, store)

@@ -13,22 +13,19 @@ import msgspec
 from structlog.testing import capture_logs
 
 from mcplhost.agents.model import ToolCall
-from mcplhost.agents.tools.listing import TOOLS_MAX_DIVISOR, tool_chars
-from mcplhost.agents.tools.toolbox import (
-    CONNECTOR_ERROR_MAX_CHARS,
+from mcplhost.agents.tools.host_tools import HOST_TOOLS, MAX_BACKSCROLL, listed_label
+from mcplhost.agents.tools.listing import (
     DESCRIPTION_CUT_NOTE,
-    HOST_TOOLS,
-    MAX_BACKSCROLL,
-    MAX_RESULT_BLOCKS,
     TOOL_DESCRIPTION_MAX_CHARS,
     TOOL_SCHEMA_MAX_BYTES,
     TOOL_SCHEMA_MAX_DEPTH,
-    ToolBox,
-    call_result_blocks,
+    TOOLS_MAX_DIVISOR,
     connector_tool_spec,
-    listed_label,
     schema_problem,
+    tool_chars,
 )
+from mcplhost.agents.tools.outcome import CONNECTOR_ERROR_MAX_CHARS, MAX_RESULT_BLOCKS, call_result_blocks
+from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.agents.turns.hooks import before_inference
 from mcplhost.config import AgentConfig, ConnectorConfig, RestartConfig
 from mcplhost.protocol.answers import ListedTool, decode_answer

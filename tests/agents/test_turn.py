@@ -10,7 +10,8 @@ from structlog.testing import capture_logs
 
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.runner import TurnServices, run_turn
+from mcplhost.agents.turns.runner import run_turn
+from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
@@ -28,8 +29,8 @@ from .support import (
 )
 
 
-def services(agent: AgentConfig, store, writer, backend) -> TurnServices:
-    return TurnServices(store, writer, {}, backend, ToolBox(agent, {}, store))
+def services(agent: AgentConfig, store, writer, backend) -> tuple[TurnDeps, AgentState]:
+    return TurnDeps(store=store, writer=writer, handles={}), AgentState(backend=backend, toolbox=ToolBox(agent, {}, store))
 
 
 async def own_rows(store, agent: str):
@@ -43,9 +44,9 @@ class TestCompletedTurn:
         async with agent_store(tmp_path) as (store, writer, ingest):
             (first,) = await heard(ingest, "hello [source: evil]")
             backend = RecordingBackend("hi Alice")
-            assert await run_turn(agent, wake_of(first), services(agent, store, writer, backend)) == "completed"
+            result = await run_turn(agent, wake_of(first), *services(agent, store, writer, backend))
             (second,) = await heard(ingest, "and again")
-            assert await run_turn(agent, wake_of(second), services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake_of(second), *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
             turns = await store.turns.list()
             cursor = await store.cursors.get("scout")
@@ -57,6 +58,10 @@ class TestCompletedTurn:
         assert [t.outcome for t in turns] == ["completed", "completed"]
         assert turns[0].wake_item_ids == [first] and turns[0].model == "recording-1"
         assert turns[0].usage is not None and turns[0].usage["inputTokens"] == 5
+        # The turn's value is its record: outcome, model, calls and usage as the turns row has them.
+        assert (result.turn_id, result.outcome, result.reason, result.model, result.calls) == (
+            turns[0].id, "completed", None, "recording-1", 1)
+        assert result.usage.input_tokens == turns[0].usage["inputTokens"]
         assert all(re.fullmatch(r"[0-9a-f]{64}", t.request_digest or "") for t in turns)
         assert cursor == second
         assert "hello" in str(backend.requests[0].messages)
@@ -66,7 +71,7 @@ class TestCompletedTurn:
         agent = agent_config()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            await run_turn(agent, wake_of(item), services(agent, store, writer, RecordingBackend("  \n")))
+            await run_turn(agent, wake_of(item), *services(agent, store, writer, RecordingBackend("  \n")))
             kinds = [row.metadata["kind"] for row in await own_rows(store, "scout")]
         assert kinds == ["source-header-notice"]
 
@@ -80,7 +85,7 @@ class TestWhatTheModelReads:
             await heard(ingest, "earlier chatter")
             (question,) = await heard(ingest, "@scout what time is it?")
             backend = RecordingBackend("noon")
-            await run_turn(agent, wake_of(question), services(agent, store, writer, backend))
+            await run_turn(agent, wake_of(question), *services(agent, store, writer, backend))
         (request,) = backend.requests
         in_tools = {tool.name for tool in request.tools if SOURCE_RULE_TEXT in tool.description}
         in_messages = [i for i, m in enumerate(request.messages) for b in m.content if SOURCE_RULE_TEXT in b["text"]]
@@ -100,7 +105,7 @@ class TestToolRounds:
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello there")
             backend = make_backend(agent.backend)
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake_of(item), *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
         kinds = [row.metadata["kind"] for row in rows]
         assert kinds == ["source-header-notice", "draft", "drafts", "tool-call", "tool-result", "draft", "drafts"]
@@ -114,7 +119,7 @@ class TestToolRounds:
         agent = agent_config(backend=scripted(reply_with_tools("", ("nope__tool", {})), "sorry"))
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            outcome = await run_turn(agent, wake_of(item), services(agent, store, writer, make_backend(agent.backend)))
+            outcome = (await run_turn(agent, wake_of(item), *services(agent, store, writer, make_backend(agent.backend)))).outcome
             rows = await own_rows(store, "scout")
         assert outcome == "completed"
         result = next(row for row in rows if row.metadata["kind"] == "tool-result")
@@ -126,7 +131,7 @@ class TestToolRounds:
                              backend=scripted(reply_with_tools("again", ("history_search", {"query": "x"}))))
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            await run_turn(agent, wake_of(item), services(agent, store, writer, make_backend(agent.backend)))
+            await run_turn(agent, wake_of(item), *services(agent, store, writer, make_backend(agent.backend)))
             kinds = [row.metadata["kind"] for row in await own_rows(store, "scout")]
         assert kinds.count("tool-call") == 2 and kinds.count("tool-result") == 2 and kinds[-2] == "draft"
 
@@ -137,13 +142,14 @@ class TestFailedTurn:
         agent = agent_config()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, FailingBackend())) == "failed"
+            result = await run_turn(agent, wake_of(item), *services(agent, store, writer, FailingBackend()))
             rows = await own_rows(store, "scout")
             (turn,) = await store.turns.list()
             cursor = await store.cursors.get("scout")
         notice = rows[-1]
         assert notice.role == "user" and notice.metadata["kind"] == "turn-failed" and notice.metadata["system"] is True
         assert "server_error" in notice.content[0]["text"]
+        assert (result.outcome, result.reason, result.cause) == ("failed", "backend_error", "server_error")
         assert turn.outcome == "failed" and turn.request_digest is not None and cursor == item
 
     async def test_spent_daily_tokens_hold_the_turn_before_the_backend(self, tmp_path: Path):
@@ -152,15 +158,15 @@ class TestFailedTurn:
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
             backend = RecordingBackend(tokens=5)
-            turn_services = services(agent, store, writer, backend)
-            assert await run_turn(agent, wake_of(item), turn_services) == "completed"
+            deps, state = services(agent, store, writer, backend)
+            assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "completed"
             with capture_logs() as logs:
-                assert await run_turn(agent, wake_of(item), turn_services) == "held"
-                assert await run_turn(agent, wake_of(item), turn_services) == "held"
+                assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "held"
+                assert (await run_turn(agent, wake_of(item), deps, state)).outcome == "held"
             outcomes = [t.outcome for t in await store.turns.list()]
         assert outcomes == ["completed", "held", "held"] and len(backend.requests) == 1
         assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["agent.tokens_per_day_reached"]
-        assert turn_services.budget_held
+        assert state.budget_held
 
 
 class TestCancelledTurn:
@@ -173,7 +179,7 @@ class TestCancelledTurn:
             outcomes: list[str] = []
 
             async def turn() -> None:
-                outcomes.append(await run_turn(agent, wake_of(item), services(agent, store, writer, backend)))
+                outcomes.append((await run_turn(agent, wake_of(item), *services(agent, store, writer, backend))).outcome)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(turn)
@@ -190,10 +196,10 @@ class TestCancelledTurn:
         agent = agent_config(system_prompt_file=str(tmp_path / "gone.md"))
         backend = RecordingBackend()
         async with agent_store(tmp_path) as (store, writer, ingest):
-            turn_services = services(agent, store, writer, backend)
-            turn_services.system_prompt = "You are Scout, as read at start."
+            deps, state = services(agent, store, writer, backend)
+            state.system_prompt = "You are Scout, as read at start."
             (item,) = await heard(ingest, "hello")
-            outcome = await run_turn(agent, wake_of(item), turn_services)
+            outcome = (await run_turn(agent, wake_of(item), deps, state)).outcome
         assert outcome == "completed"
         assert "You are Scout, as read at start." in str(backend.requests[0].system)
 
@@ -211,9 +217,14 @@ class TestUnexpectedFailure:
         agent = agent_config()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (item,) = await heard(ingest, "hello")
-            assert await run_turn(agent, wake_of(item), services(agent, store, writer, BuggyBackend())) == "failed"
+            result = await run_turn(agent, wake_of(item), *services(agent, store, writer, BuggyBackend()))
             notice = (await own_rows(store, "scout"))[-1]
+            (turn,) = await store.turns.list()
         assert notice.metadata["kind"] == "turn-failed" and notice.metadata["reason"] == "RuntimeError"
+        # The turn's value says what its record says: which side failed, and the finer cause.
+        assert (result.outcome, result.reason, result.cause, result.turn_id) == ("failed", "internal_error",
+                                                                                 "RuntimeError", turn.id)
+        assert (turn.outcome, turn.reason) == ("failed", "internal_error")
 
 
 class TestConversationScope:
@@ -230,7 +241,7 @@ class TestConversationScope:
             backend = RecordingBackend("ok")
             wake = Wake(item_ids=(item,), overflow=0, conversations=(conversation,), several_conversations=False,
                         first_at=0.0)
-            assert await run_turn(agent, wake, services(agent, store, writer, backend)) == "completed"
+            assert (await run_turn(agent, wake, *services(agent, store, writer, backend))).outcome == "completed"
             rows = await own_rows(store, "scout")
         seen = str(backend.requests[0].messages)
         assert "hello from a" in seen and "private to b" not in seen

@@ -33,15 +33,16 @@ import anyio
 import structlog
 
 from mcplhost import logs
-from mcplhost.agents import runtime as runtime_module
+from mcplhost.agents import agent_loop as loop_module
 from mcplhost.agents.backends import make_backend
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, Usage
-from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.tools.toolbox import ToolBox
 from mcplhost.agents.turns import runner as turn_module
 from mcplhost.agents.turns.row_cache import RowCache
-from mcplhost.agents.turns.runner import CONTEXT_ROWS, TurnServices, run_turn
+from mcplhost.agents.turns.runner import CONTEXT_ROWS, run_turn
+from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.rules import Wake
+from mcplhost.agents.wiring import build_agents
 from mcplhost.config import AgentConfig, BackendConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.protocol.intake import AdmittedMessage
@@ -107,7 +108,7 @@ async def with_runtime(folder: Path, agents: list[AgentConfig], backends: dict[s
         await tg.start(writer.run)
         send, receive = anyio.create_memory_object_stream[Stored](STREAM_BUFFER)
         ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send)
-        runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends)
+        runtime = build_agents(Config(agents=agents), store, writer, {}, backends=backends)
         await tg.start(runtime.run, receive)
         async with send:
             result = await body(store, ingest)
@@ -131,13 +132,13 @@ async def bench_latency(folder: Path) -> None:
     backends = {a.name: TimedBackend() for a in agents}
     committed: dict[str, list[float]] = {a.name: [] for a in agents}
     turn_starts: dict[str, list[float]] = {a.name: [] for a in agents}
-    original = runtime_module.run_turn
+    original = loop_module.run_turn
 
-    async def timed_turn(agent: AgentConfig, wake: Wake, services: TurnServices, **kwargs: Any) -> str:
+    async def timed_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState, **kwargs: Any) -> Any:
         turn_starts[agent.name].append(time.perf_counter())
-        return await original(agent, wake, services, **kwargs)
+        return await original(agent, wake, deps, state, **kwargs)
 
-    runtime_module.run_turn = timed_turn  # type: ignore[assignment]  # the split: scheduling vs the turn's own work
+    loop_module.run_turn = timed_turn  # type: ignore[assignment]  # the split: scheduling vs the turn's own work
 
     async def body(store: Any, ingest: Ingest) -> None:
         per_connector = RATE // CONNECTORS
@@ -167,7 +168,7 @@ async def bench_latency(folder: Path) -> None:
     try:
         await with_runtime(folder, agents, backends, body)
     finally:
-        runtime_module.run_turn = original  # type: ignore[assignment]
+        loop_module.run_turn = original  # type: ignore[assignment]
     seconds = time.perf_counter() - started
     latencies = [ms for name in committed for ms in serve(committed[name], backends[name].calls)]
     # Each agent's first turn also stores the one-time source notice (and warms the caches): shown apart too.
@@ -195,9 +196,10 @@ async def bench_overhead(folder: Path) -> None:
                 for n in range(start, start + 50)])
         last = await store.items.last_id()
         backend = make_backend(one.backend)
-        services = TurnServices(store, writer, {}, backend, ToolBox(one, {}, store), RowCache(store, CONTEXT_ROWS))
+        deps = TurnDeps(store=store, writer=writer, handles={}, rows=RowCache(store, CONTEXT_ROWS))
+        state = AgentState(backend=backend, toolbox=ToolBox(one, {}, store))
         wake = Wake(item_ids=(last,), overflow=0, conversations=(), several_conversations=False, first_at=0.0)
-        await run_turn(one, wake, services)  # the notice, once
+        await run_turn(one, wake, deps, state)  # the notice, once
         times: list[float] = []
         compiling: list[float] = []
         original = turn_module.compile_request
@@ -213,7 +215,7 @@ async def bench_overhead(folder: Path) -> None:
         try:
             for _ in range(OVERHEAD_TURNS):
                 begin = time.perf_counter()
-                await run_turn(one, wake, services)
+                await run_turn(one, wake, deps, state)
                 times.append((time.perf_counter() - begin) * 1000)
         finally:
             turn_module.compile_request = original  # type: ignore[assignment]

@@ -23,7 +23,7 @@ import anyio
 import msgspec
 from looplag import LoopLagProbe  # type: ignore[import-not-found]  # run from tests/bench, as the others
 
-from mcplhost.agents.tools.toolbox import call_result_blocks
+from mcplhost.agents.tools.outcome import call_result_blocks
 from mcplhost.inbound import mark_openings
 from mcplhost.protocol.jobs import read_tools_page
 from mcplhost.rpc.limits import MAX_LINE_BYTES

@@ -379,7 +379,7 @@ async def ingest_rate(items: int, agents: list[AgentConfig] | None = None, decid
     """
     import structlog
 
-    from mcplhost.agents.runtime import AgentsRuntime
+    from mcplhost.agents.wiring import build_agents
     from mcplhost.ingest import Stored
     from mcplhost.protocol.intake import AdmittedMessage
     from mcplhost.speech.echoes import EchoMemory
@@ -391,7 +391,7 @@ async def ingest_rate(items: int, agents: list[AgentConfig] | None = None, decid
             await tg.start(writer.run)
             send, receive = anyio.create_memory_object_stream[Stored](1024)
             if agents is not None:
-                runtime = AgentsRuntime(Config(agents=agents), store, writer, {})
+                runtime = build_agents(Config(agents=agents), store, writer, {})
                 await tg.start(runtime.run, receive)
             intake = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox),
                             events=send if agents is not None else None)

@@ -26,7 +26,7 @@ from mcplhost.agents.model import ToolCall
 from mcplhost.agents.turns.agent_rows import draft_row, speech_row, tool_call_row, tool_result_row
 from mcplhost.agents.turns.reply import publish_operation
 from mcplhost.config import AgentConfig
-from mcplhost.ingest import Ingest, Stored
+from mcplhost.ingest import Ingest
 from mcplhost.peers.service import PeerService
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.speech.echoes import EchoMemory
@@ -107,7 +107,7 @@ class Clock:
 
 
 class Activity:
-    """The agents runtime's side of the peer port: who is busy, and nothing woken (the fixture runs no turns)."""
+    """The agents runtime's side of the peer port: who is busy (the fixture runs no turns, so wakes no one)."""
 
     def __init__(self) -> None:
         self.busy: set[str] = set()
@@ -117,9 +117,6 @@ class Activity:
 
     def status(self, name: str) -> str:
         return "in_turn" if name in self.busy else "idle"
-
-    def wake(self, name: str, stored: Stored) -> None:
-        pass
 
 
 def _message(message_id: str, text: str, *, channel: str = ROOM, **fields: Any) -> AdmittedMessage:

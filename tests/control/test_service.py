@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgspec
 
-from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.turns.agent_rows import draft_row, speech_row
+from mcplhost.agents.wiring import build_agents
 from mcplhost.config import Config
 from mcplhost.control.service import ControlService
 from mcplhost.control.status import HostEntry, Status
@@ -41,7 +41,7 @@ class TestAnswers:
                     draft_row("scout", new, "second", "several conversations", created_at=2_002)])
                 await store.outbox.insert_many_nocommit([publish("scout", new), publish("scout", new),
                                                          publish("quill", 0)])
-            runtime = AgentsRuntime(config, store, writer, {})
+            runtime = build_agents(config, store, writer, {})
             service = ControlService(store, {}, runtime, started_at_ms=123, host_name="eu-1")
             answer = await service.answer(StatusRequest())
             assert answer.ok and answer.problems == []
@@ -60,6 +60,6 @@ class TestAnswers:
     async def test_restarting_a_connector_not_configured_names_those_that_are(self, tmp_path: Path):
         """An unknown name is refused with the configured names."""
         async with agent_store(tmp_path) as (store, writer, _):
-            service = ControlService(store, {}, AgentsRuntime(Config(), store, writer, {}), started_at_ms=0)
+            service = ControlService(store, {}, build_agents(Config(), store, writer, {}), started_at_ms=0)
             answer = await service.answer(RestartRequest(name="disc"))
             assert not answer.ok and answer.error == "no connector is named 'disc' (configured: none)"

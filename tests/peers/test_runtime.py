@@ -15,6 +15,7 @@ import structlog
 from mcplhost.agents.model import ModelRequest, ModelResponse, OnText, ToolCall, Usage
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.turns.compiler import PEER_TRIGGER_TEXT
+from mcplhost.agents.wiring import build_agents
 from mcplhost.config import AgentConfig, Config
 from mcplhost.ingest import Ingest, Stored
 from mcplhost.peers.envelope import parse_envelope
@@ -69,7 +70,7 @@ async def runtime_of(tmp_path: Path, agents: list[AgentConfig], backends: dict[s
     async with agent_store(tmp_path) as (store, writer, _):
         events_in, events_out = anyio.create_memory_object_stream[Stored](64)
         ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=events_in)
-        runtime = AgentsRuntime(Config(agents=agents), store, writer, {}, backends=backends)
+        runtime = build_agents(Config(agents=agents), store, writer, {}, backends=backends)
         async with events_in, anyio.create_task_group() as tg:
             await tg.start(runtime.run, events_out)
             yield runtime, ingest, store

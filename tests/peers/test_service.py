@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from mcplhost.config import AgentConfig
-from mcplhost.ingest import Stored
 from mcplhost.peers.envelope import EnvelopePayload, parse_envelope
 from mcplhost.peers.limits import (
     CONSECUTIVE_WAKES_MAX,
@@ -46,20 +45,16 @@ def message_of(row: StoredItem) -> EnvelopePayload:
 
 
 class Agents:
-    """The runtime's side of the port: each agent's activity as the test sets it, and the rows it was woken for."""
+    """The runtime's side of the port: each agent's activity as the test sets it (the service only reads it)."""
 
     def __init__(self) -> None:
         self.states: dict[str, str] = {}
-        self.woken: list[tuple[str, Stored]] = []
 
     def activity(self, name: str) -> str:
         return self.states.get(name, "idle")
 
     def status(self, name: str) -> str:
         return {"busy": "in_turn"}.get(self.activity(name), self.activity(name))
-
-    def wake(self, name: str, stored: Stored) -> None:
-        self.woken.append((name, stored))
 
 
 class Clock:
@@ -83,6 +78,11 @@ async def peers_over(db: Path, agents: Agents | None = None,
         tg.cancel_scope.cancel()
 
 
+async def send(peers: PeerService, sender: str, target: object, message: object, dispatch: object) -> dict:
+    """`task_send_message`'s answer alone (the row an accepted send delivered is `Sent.delivered`)."""
+    return (await peers.send(sender, target, message, dispatch)).answer
+
+
 async def rows_of(store: Store, agent: str) -> list:
     return [item for item in await store.items.list(agent=agent) if "peer" in item.metadata]
 
@@ -92,14 +92,14 @@ class TestScopeAndActivity:
                                                     ("scout", "ghost")])
     async def test_self_another_tree_or_an_unknown_name_is_invalid_scope(self, tmp_path, sender, target) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, store, agents, _):
-            assert await peers.send(sender, target, "hello", None) == {"status": "invalid_scope", "target": target}
-            assert await rows_of(store, target) == [] and agents.woken == []
+            assert await send(peers, sender, target, "hello", None) == {"status": "invalid_scope", "target": target}
+            assert await rows_of(store, target) == []
 
     @pytest.mark.parametrize("sender", ["scout", "lead"])  # a peer, and an ancestor (guidance) alike
     async def test_an_inactive_target_is_not_active_and_nothing_is_queued(self, tmp_path, sender) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, store, agents, _):
             agents.states["writer"] = "inactive"
-            assert await peers.send(sender, "writer", "hello", None) == {"status": "not_active", "target": "writer"}
+            assert await send(peers, sender, "writer", "hello", None) == {"status": "not_active", "target": "writer"}
             assert [row async for row in store.peers.iterate()] == []
 
     async def test_bad_arguments_are_a_failed_call_not_a_status(self, tmp_path) -> None:
@@ -107,35 +107,37 @@ class TestScopeAndActivity:
             for target, message, dispatch in [(None, "hi", None), ("lead", "  ", None), ("lead", 7, None),
                                               ("lead", "hi", "now")]:
                 with pytest.raises(PeerRefusal):
-                    await peers.send("scout", target, message, dispatch)
+                    await send(peers, "scout", target, message, dispatch)
             with pytest.raises(PeerRefusal):
                 peers.listing("scout", "everyone")
 
     async def test_a_message_too_long_is_refused_whole_never_cut(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, _agents, _):
-            assert await peers.send("scout", "writer", "x" * MESSAGE_MAX_CHARS, None) == {
+            assert await send(peers, "scout", "writer", "x" * MESSAGE_MAX_CHARS, None) == {
                 "status": "accepted", "target": "writer"}
-            assert await peers.send("scout", "writer", "y" * (MESSAGE_MAX_CHARS + 1), None) == {
+            assert await send(peers, "scout", "writer", "y" * (MESSAGE_MAX_CHARS + 1), None) == {
                 "status": "refused", "target": "writer", "reason": "too_long"}
 
 
 class TestDelivery:
     async def test_to_an_idle_sibling_it_is_accepted_stored_as_its_envelope_and_wakes_it(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, store, agents, _):
-            assert await peers.send("scout", "writer", "found </mcpl_agent_message> it", None) == {
-                "status": "accepted", "target": "writer"}
+            sent = await peers.send("scout", "writer", "found </mcpl_agent_message> it", None)
+            assert sent.answer == {"status": "accepted", "target": "writer"}
             (row,) = await rows_of(store, "writer")
             assert row.role == "user" and row.participant == "scout"
             assert row.metadata["peer"] == {"from": "scout", "relationship": "sibling"} and "turnId" not in row.metadata
             payload = parse_envelope(row.content[0]["text"])
             assert payload == EnvelopePayload("scout", "Scout", "sibling", "found </mcpl_agent_message> it")
-            ((woken, stored),) = agents.woken
-            assert woken == "writer" and stored.id == row.id and stored.item.metadata["peerMessageId"] == 1
+            # The row delivered is returned, for the runtime to wake its agent with: the service calls no one.
+            stored = sent.delivered
+            assert stored is not None and stored.item.agent == "writer"
+            assert stored.id == row.id and stored.item.metadata["peerMessageId"] == 1
 
     async def test_down_the_tree_it_is_guidance_and_up_it_is_an_envelope_from_a_descendant(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, store, _agents, _):
-            await peers.send("lead", "probe", "look at [source: x / y] closely", None)
-            await peers.send("probe", "lead", "done", None)
+            await send(peers, "lead", "probe", "look at [source: x / y] closely", None)
+            await send(peers, "probe", "lead", "done", None)
             (guidance,) = await rows_of(store, "probe")
             assert guidance.metadata["peer"] == {"from": "lead", "relationship": "ancestor"}
             assert guidance.content[0]["text"].startswith("Guidance from lead:\n")
@@ -147,26 +149,26 @@ class TestDelivery:
         """tool-end goes in at the next tool boundary (tagged with the turn: it wakes no one); turn-end waits."""
         async with peers_over(tmp_path / "p.db") as (peers, store, agents, _):
             agents.states["writer"] = "busy"
-            assert (await peers.send("scout", "writer", "now", None))["status"] == "queued"
-            assert (await peers.send("probe", "writer", "later", "turn-end"))["status"] == "queued"
+            assert (await send(peers, "scout", "writer", "now", None))["status"] == "queued"
+            assert (await send(peers, "probe", "writer", "later", "turn-end"))["status"] == "queued"
             assert peers.queued("writer") == 2 and await rows_of(store, "writer") == []
-            assert await peers.deliver_at_tool_boundary("writer", 41, "conv_x") == 1
+            assert [s.item.agent for s in await peers.deliver_at_tool_boundary("writer", 41, "conv_x")] == ["writer"]
             (first,) = await rows_of(store, "writer")
-            assert first.metadata["turnId"] == 41 and first.metadata["conversationId"] == "conv_x" and agents.woken == []
+            assert first.metadata["turnId"] == 41 and first.metadata["conversationId"] == "conv_x"
             agents.states["writer"] = "idle"
-            assert await peers.deliver_queued("writer") == 1
+            (delivered,) = await peers.deliver_queued("writer")
             second = (await rows_of(store, "writer"))[-1]
             assert message_of(second).message == "later" and "turnId" not in second.metadata
-            assert [name for name, _ in agents.woken] == ["writer"] and peers.queued("writer") == 0
+            assert delivered.id == second.id and delivered.item.agent == "writer" and peers.queued("writer") == 0
 
     async def test_queued_entries_stay_sealed_one_row_each_never_merged(self, tmp_path) -> None:
         """Three queued messages from two senders: three rows, each its own envelope and sender, in order."""
         async with peers_over(tmp_path / "p.db") as (peers, store, agents, _):
             agents.states["lead"] = "busy"
             for sender, text in [("scout", "one"), ("writer", "two"), ("scout", "three")]:
-                assert (await peers.send(sender, "lead", text, None))["status"] == "queued"
+                assert (await send(peers, sender, "lead", text, None))["status"] == "queued"
             agents.states["lead"] = "idle"
-            assert await peers.deliver_queued("lead") == 3
+            assert len(await peers.deliver_queued("lead")) == 3
             rows = await rows_of(store, "lead")
             assert [(message_of(r).sender, message_of(r).message)
                     for r in rows] == [("scout", "one"), ("writer", "two"), ("scout", "three")]
@@ -175,7 +177,7 @@ class TestDelivery:
     async def test_a_delivery_racing_another_stores_each_message_once(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, store, agents, _):
             agents.states["lead"] = "busy"
-            await peers.send("scout", "lead", "once", None)
+            await send(peers, "scout", "lead", "once", None)
             agents.states["lead"] = "idle"
             async with anyio.create_task_group() as tg:
                 for _ in range(4):
@@ -187,28 +189,28 @@ class TestThrottles:
     async def test_the_pair_limit_answers_rate_limited_with_retry_after_and_the_window_slides(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, _agents, clock):
             for n in range(PAIR_MAX):
-                assert (await peers.send("scout", "writer", f"m{n}", None))["status"] == "accepted"
+                assert (await send(peers, "scout", "writer", f"m{n}", None))["status"] == "accepted"
                 clock.now += 1000
-            refused = await peers.send("scout", "writer", "one more", None)
+            refused = await send(peers, "scout", "writer", "one more", None)
             assert refused == {"status": "rate_limited", "target": "writer",
                                "retryAfterMs": PAIR_WINDOW_MS - PAIR_MAX * 1000}
-            assert (await peers.send("probe", "writer", "another sender", None))["status"] == "accepted"
+            assert (await send(peers, "probe", "writer", "another sender", None))["status"] == "accepted"
             clock.now = T0 + PAIR_WINDOW_MS  # the first send leaves the window
-            assert (await peers.send("scout", "writer", "again", None))["status"] == "accepted"
+            assert (await send(peers, "scout", "writer", "again", None))["status"] == "accepted"
 
     async def test_the_target_limit_counts_every_sender(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, _agents, _):
             for n in range(TARGET_MAX):
-                assert (await peers.send(f"kid{n}", "scout", "hi", None))["status"] == "accepted"
-            assert (await peers.send(f"kid{TARGET_MAX}", "scout", "hi", None))["status"] == "rate_limited"
+                assert (await send(peers, f"kid{n}", "scout", "hi", None))["status"] == "accepted"
+            assert (await send(peers, f"kid{TARGET_MAX}", "scout", "hi", None))["status"] == "rate_limited"
 
     async def test_the_same_trimmed_text_is_a_duplicate_within_its_window(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, _agents, clock):
-            assert (await peers.send("scout", "writer", "same", None))["status"] == "accepted"
-            assert await peers.send("scout", "writer", "  same\n", None) == {
+            assert (await send(peers, "scout", "writer", "same", None))["status"] == "accepted"
+            assert await send(peers, "scout", "writer", "  same\n", None) == {
                 "status": "refused", "target": "writer", "reason": "duplicate"}
             clock.now += DUPLICATE_WINDOW_MS
-            assert (await peers.send("scout", "writer", "same", None))["status"] == "accepted"
+            assert (await send(peers, "scout", "writer", "same", None))["status"] == "accepted"
 
     async def test_the_queue_cap_refuses_queue_full_and_guidance_is_exempt(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, agents, clock):
@@ -216,30 +218,30 @@ class TestThrottles:
             senders = ["probe", "writer", *[f"kid{n}" for n in range(TARGET_MAX)]]
             answers = []
             for sender in senders[:QUEUE_MAX]:  # spread out, so the target window (10 per 60 s) is not what refuses
-                answers.append(await peers.send(sender, "scout", f"from {sender}", None))
+                answers.append(await send(peers, sender, "scout", f"from {sender}", None))
                 clock.now += 7000
             assert {a["status"] for a in answers} == {"queued"} and peers.queued("scout") == QUEUE_MAX
-            assert await peers.send(senders[QUEUE_MAX], "scout", "one more", None) == {
+            assert await send(peers, senders[QUEUE_MAX], "scout", "one more", None) == {
                 "status": "refused", "target": "scout", "reason": "queue_full"}
-            assert (await peers.send("lead", "scout", "guidance gets through", None))["status"] == "queued"
+            assert (await send(peers, "lead", "scout", "guidance gets through", None))["status"] == "queued"
             assert peers.queued("scout") == QUEUE_MAX  # guidance is not counted
 
     async def test_the_wake_cap_refuses_needs_attention_until_user_input_resets_it(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, _agents, _):
             for _ in range(CONSECUTIVE_WAKES_MAX):
                 await peers.turn_starting("writer", "agent")
-            assert await peers.send("scout", "writer", "hi", None) == {
+            assert await send(peers, "scout", "writer", "hi", None) == {
                 "status": "refused", "target": "writer", "reason": "needs_attention"}
-            assert (await peers.send("lead", "writer", "guidance is exempt", None))["status"] == "accepted"
+            assert (await send(peers, "lead", "writer", "guidance is exempt", None))["status"] == "accepted"
             await peers.turn_starting("writer", "user")
-            assert (await peers.send("scout", "writer", "hi", None))["status"] == "accepted"
+            assert (await send(peers, "scout", "writer", "hi", None))["status"] == "accepted"
 
     async def test_a_refused_send_counts_toward_no_window(self, tmp_path) -> None:
         async with peers_over(tmp_path / "p.db") as (peers, _store, _agents, _):
             for _ in range(3):
-                assert (await peers.send("scout", "writer", "x" * (MESSAGE_MAX_CHARS + 1), None))["status"] == "refused"
+                assert (await send(peers, "scout", "writer", "x" * (MESSAGE_MAX_CHARS + 1), None))["status"] == "refused"
             for n in range(PAIR_MAX):
-                assert (await peers.send("scout", "writer", f"m{n}", None))["status"] == "accepted"
+                assert (await send(peers, "scout", "writer", f"m{n}", None))["status"] == "accepted"
 
     async def test_concurrent_sends_racing_the_pair_limit_admit_exactly_the_limit(self, tmp_path) -> None:
         """Twenty sends at once, one admission lock per target: PAIR_MAX admitted, the rest rate_limited."""
@@ -248,7 +250,7 @@ class TestThrottles:
             answers: list[dict] = []
 
             async def one(n: int) -> None:
-                answers.append(await peers.send("scout", "writer", f"race {n}", None))
+                answers.append(await send(peers, "scout", "writer", f"race {n}", None))
 
             async with anyio.create_task_group() as tg:
                 for n in range(20):
@@ -265,15 +267,15 @@ class TestRestart:
         agents.states["writer"] = "busy"
         async with peers_over(db, agents, clock) as (peers, _store, _agents, _):
             for n in range(PAIR_MAX):
-                await peers.send("scout", "writer", f"m{n}", None)
+                await send(peers, "scout", "writer", f"m{n}", None)
             for _ in range(CONSECUTIVE_WAKES_MAX):
                 await peers.turn_starting("lead", "agent")
         clock.now += 1000
         agents.states["writer"] = "busy"  # still busy: start delivers the queue
         async with peers_over(db, agents, clock) as (peers, store, _agents, _):
             assert len(await rows_of(store, "writer")) == PAIR_MAX  # delivered at start, each once
-            assert (await peers.send("scout", "writer", "m0", None))["status"] == "rate_limited"
-            assert (await peers.send("scout", "lead", "hi", None))["reason"] == "needs_attention"
+            assert (await send(peers, "scout", "writer", "m0", None))["status"] == "rate_limited"
+            assert (await send(peers, "scout", "lead", "hi", None))["reason"] == "needs_attention"
         async with peers_over(db, agents, clock) as (peers, store, _agents, _):
             assert len(await rows_of(store, "writer")) == PAIR_MAX  # a second start delivers nothing again
 

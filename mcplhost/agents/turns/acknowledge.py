@@ -25,7 +25,7 @@ import anyio
 import msgspec
 import structlog
 
-from mcplhost.agents.tools.toolbox import cut_error
+from mcplhost.agents.tools.outcome import cut_error
 from mcplhost.config import AgentConfig
 from mcplhost.protocol.ports import AcknowledgePort, State
 from mcplhost.protocol.tags import ADDRESSED

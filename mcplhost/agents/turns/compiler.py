@@ -47,7 +47,6 @@ shown. Only the newest 4 images keep their pixels; older ones read "[image]".
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from itertools import chain
 from operator import attrgetter
@@ -56,7 +55,7 @@ from typing import Any
 import msgspec
 
 from mcplhost.agents.hearing import heard_by
-from mcplhost.agents.model import Message, ModelRequest, ToolSpec
+from mcplhost.agents.model import ModelRequest, ToolSpec
 from mcplhost.agents.tools.listing import tool_chars
 from mcplhost.agents.turns.agent_rows import row_conversation, row_kind
 from mcplhost.agents.turns.cut import (
@@ -79,9 +78,10 @@ from mcplhost.agents.turns.history import (
     render_checked,
     shown_text,
 )
+from mcplhost.agents.turns.request_digest import digest_of
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
 from mcplhost.inbound.author import AUTHOR_RULE_TEXT
-from mcplhost.inbound.digest import canonical_json, ecmascript_number
+from mcplhost.inbound.digest import canonical_json
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.peers.envelope import LESS_THAN_BYTES, neutralise
 from mcplhost.speech.echoes import Lookup, echo_key
@@ -102,7 +102,6 @@ __all__ = [
     "needs_notice",
     "notice_text",
     "request_chars",
-    "request_digest",
 ]
 
 #: No single message may take more than this share of `context_chars` (1/4); a longer one keeps head and tail.
@@ -295,8 +294,11 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
         model=backend.model or "", system=system, messages=messages, tools=list(tools),
         max_tokens=backend.max_tokens or 1024, temperature=backend.temperature,
         stable_prefix=min(first_injected, oldest_pixels))
-    return Compiled(request=request, digest=_digest(request, unchecked, drafts), dropped=dropped,
+    return Compiled(request=request, digest=digest_of(request, unchecked, drafts), dropped=dropped,
                     waking_left_out=waking_left_out)
+
+
+_sorted_encoder = msgspec.json.Encoder(order="sorted")
 
 
 def _drafts_of(units: list[Unit]) -> Iterator[Draft]:
@@ -337,80 +339,6 @@ def _trigger(agent: AgentConfig, rows: list[StoredItem], wake_ids: set[int]) -> 
 
 def _peer_relationship(row: StoredItem) -> str | None:
     return row.host.peer.relationship if isinstance(row.host, PeerMeta) else None
-
-
-def request_digest(request: ModelRequest) -> str:
-    """SHA-256 (64 lowercase hex) of the request's canonical JSON (docs/agents.md#compilation).
-
-    A request whose every number is an integer (or a temperature both write
-    alike, such as 0.7) and every key ASCII, which is what compiled content
-    blocks are, takes msgspec's sorted encoder: it writes the same bytes as
-    `canonical_json` (the tests hold the two equal) in a tenth of the time.
-    Anything else (a temperature of 1.0, a float or non-ASCII key in tool
-    arguments or schemas) goes through `canonical_json`.
-    """
-    return _digest(request, request.messages, None)
-
-
-def _digest(request: ModelRequest, unchecked: list[Message], drafts: list[Draft] | None) -> str:
-    """`request_digest`, checking for plain JSON only the messages in `unchecked` (the rest are known plain).
-
-    With the `drafts` the messages were rendered from, each text-only
-    draft's message is encoded once and its bytes reused (`_encode`).
-    """
-    if _plain_number(request.temperature) and all(_plain(tool.input_schema) for tool in request.tools) and all(
-            _plain_message(m) for m in unchecked):
-        try:
-            encoded = _sorted_encoder.encode(request) if drafts is None else _encode(request, drafts)
-            return hashlib.sha256(encoded).hexdigest()
-        except UnicodeEncodeError:  # a lone surrogate: canonical_json replaces it
-            pass
-    return hashlib.sha256(canonical_json(msgspec.to_builtins(request)).encode("utf-8")).hexdigest()
-
-
-_sorted_encoder = msgspec.json.Encoder(order="sorted")
-_EMPTY_MESSAGES = b'"messages":[]'
-
-
-def _encode(request: ModelRequest, drafts: list[Draft]) -> bytes:
-    """`_sorted_encoder.encode(request)`, the messages spliced in from their drafts' kept bytes.
-
-    The sorted keys put "messages" second, after "max_tokens" (an
-    integer), so the first `"messages":[]` of the request encoded without
-    messages is where the list goes.
-    """
-    chunks = []
-    for draft, message in zip(drafts, request.messages, strict=True):
-        if draft.message is not message:
-            chunks.append(_sorted_encoder.encode(message))
-            continue
-        if draft.encoded is None:
-            draft.encoded = _sorted_encoder.encode(message)
-        chunks.append(draft.encoded)
-    empty = _sorted_encoder.encode(msgspec.structs.replace(request, messages=[]))
-    at = empty.index(_EMPTY_MESSAGES) + len(_EMPTY_MESSAGES) - 1
-    return b"".join((empty[:at], b",".join(chunks), empty[at:]))
-
-
-def _plain_number(x: float | None) -> bool:
-    return x is None or _sorted_encoder.encode(x).decode() == ecmascript_number(x)
-
-
-def _plain(x: Any) -> bool:
-    """JSON whose keys are ASCII and whose numbers are integers: written alike by msgspec and canonical_json."""
-    if isinstance(x, dict):
-        return all(type(k) is str and k.isascii() and _plain(v) for k, v in x.items())
-    if isinstance(x, list):
-        return all(_plain(v) for v in x)
-    return x is None or isinstance(x, (str, int))  # bool is an int; float is neither
-
-
-def _plain_message(message: Message) -> bool:
-    for block in message.content:
-        for key, value in block.items():
-            if type(value) is not str or not key.isascii():
-                return False
-    return all(_plain(call.arguments) for call in message.tool_calls)
 
 
 def request_chars(request: ModelRequest) -> int:

@@ -1,6 +1,6 @@
 """A turn's speech: from the model's prose (and `channel_publish`) to rows and outbox entries (docs/agents.md#routing, docs/agents.md#outbox).
 
-    speech = TurnSpeech(agent, services, turn_id, sources, overflow=..., conversation=...)
+    speech = TurnSpeech(agent, deps, turn_id, sources, overflow=..., conversation=...)
     await speech.say(prose)              # prose before a round's tool calls: queued before they run
     operations = await speech.operations(text)  # the final prose, committed with the turn's end
     speech.notify(operations, committed)  # wake the senders once that write is in
@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 
 from mcplhost.agents.turns.agent_rows import draft_row, speech_row
-from mcplhost.agents.turns.turn_services import TurnServices
+from mcplhost.agents.turns.turn_services import TurnDeps
 from mcplhost.config import AgentConfig
 from mcplhost.speech.budget import PublishBudget
 from mcplhost.speech.moderation import MODERATION, check_publish, moderated
@@ -70,10 +70,10 @@ def publish_operation(agent: str, turn_id: int, destination: Destination, text: 
 class TurnSpeech:
     """One turn's speech state: its default destination and whether `channel_publish` already reached it."""
 
-    def __init__(self, agent: AgentConfig, services: TurnServices, turn_id: int, sources: list[Source | None], *,
+    def __init__(self, agent: AgentConfig, deps: TurnDeps, turn_id: int, sources: list[Source | None], *,
                  overflow: bool, conversation: str | None) -> None:
         self.agent = agent
-        self.services = services
+        self.deps = deps
         self.turn_id = turn_id
         self.conversation = conversation  # the wake's one conversation: drafts and notices belong to it
         self.default = default_destination(sources, overflow=overflow)
@@ -85,11 +85,11 @@ class TurnSpeech:
     @property
     def moderated(self) -> bool:
         """`[moderation]` is on: segments are checked whole, so the turn streams nothing (speech/streaming.py)."""
-        return self.services.moderator is not None
+        return self.deps.moderator is not None
 
     def views(self) -> list[ChannelView]:
         """The channels the agent hears, as routing sees them now (grant and registrations change)."""
-        return channel_views(self.services.handles, self.agent.hears)
+        return channel_views(self.deps.handles, self.agent.hears)
 
     # --- prose ------------------------------------------------------------------------
 
@@ -101,10 +101,10 @@ class TurnSpeech:
         segments = route_prose(prose, self.current, views,
                                published_default=self.published_default and self.current == self.default)
         self.current = route_after(prose, self.current, views)  # a pin holds for the rest of the turn (docs/agents.md#pins)
-        segments, secret_names = withhold_secrets(segments, self.services.store.secrets)  # docs/agents.md#secrets
+        segments, secret_names = withhold_secrets(segments, self.deps.store.secrets)  # docs/agents.md#secrets
         segments = self.budget.bounded(segments)  # before moderation: what is past the bounds is never checked
-        segments = await moderated(self.services.moderator, segments, self.agent.name)  # after: no secret leaves
-        now = self.services.clock_ms()
+        segments = await moderated(self.deps.moderator, segments, self.agent.name)  # after: no secret leaves
+        now = self.deps.clock_ms()
         operations: list[Operation[Any]] = []
         drafts = []
         for segment in segments:
@@ -129,11 +129,11 @@ class TurnSpeech:
         """Store `prose` now (routed segments queued, the rest drafts) and wake the senders."""
         operations = await self.operations(prose)
         if operations:
-            self.notify(operations, await self.services.writer.submit(*operations))
+            self.notify(operations, await self.deps.writer.submit(*operations))
 
     def notify(self, operations: Sequence[Operation[Any]], committed: Committed) -> None:
         """Wake the sender of every connector an outbox row of `operations` went to; log each queued publish."""
-        senders = self.services.outbox
+        senders = self.deps.outbox
         woken: set[str] = set()
         for operation in operations:
             if not isinstance(operation, PublishSpeech):
@@ -154,7 +154,7 @@ class TurnSpeech:
 
     async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]:
         """`channel_publish`: queue `text` for `channel` (thread optional); the tool's JSON answer."""
-        secret = self.services.store.secrets.find_json([channel, text, thread])
+        secret = self.deps.store.secrets.find_json([channel, text, thread])
         if secret is not None:  # docs/agents.md#secrets: refused, not sent
             log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason="secret", variable=secret)
             return publish_refusal(secret)
@@ -166,12 +166,12 @@ class TurnSpeech:
         if bound is not None:  # docs/agents.md#bounds: the model is told; nothing is stored or sent
             log.info("speech.refused", agent=self.agent.name, turn=self.turn_id, reason=bound)
             return self.budget.answer(bound)
-        if not (await check_publish(self.services.moderator, text, self.agent.name, destination)).allowed:
+        if not (await check_publish(self.deps.moderator, text, self.agent.name, destination)).allowed:
             await self._keep_refused(text)
             return {"status": "refused", "reason": MODERATION}
         self.budget.spend(destination, text)
-        operation = self._publish_op(destination, text, self.services.clock_ms())
-        committed = await self.services.writer.submit(operation)
+        operation = self._publish_op(destination, text, self.deps.clock_ms())
+        committed = await self.deps.writer.submit(operation)
         if destination == self.default:
             self.published_default = True  # the closing prose is not sent there again (docs/agents.md#routing)
         self.notify([operation], committed)
@@ -179,6 +179,6 @@ class TurnSpeech:
 
     async def _keep_refused(self, text: str) -> None:
         """A `channel_publish` moderation refused, kept as a draft (the tool's answer is the agent's notice)."""
-        row = draft_row(self.agent.name, self.turn_id, text, MODERATION, created_at=self.services.clock_ms(),
+        row = draft_row(self.agent.name, self.turn_id, text, MODERATION, created_at=self.deps.clock_ms(),
                         conversation_id=self.conversation)
-        await self.services.writer.write(InsertItems([row]))
+        await self.deps.writer.write(InsertItems([row]))

@@ -1,6 +1,6 @@
 """One agent turn, in order: compile, hooks, backend, tools, record (docs/agents.md#turns).
 
-    outcome = await run_turn(agent, wake, services)
+    result = await run_turn(agent, wake, deps, state)   # a TurnResult: outcome, reason, cause, usage, ...
 
 The steps, each delegated to the module that owns its rule:
 
@@ -25,7 +25,9 @@ The steps, each delegated to the module that owns its rule:
    `tool-end` are delivered into the turn (mcplhost/peers/service.py), so the
    next backend call reads them.
 
-A failed turn stores a `turn-failed` notice and logs the cause; it never
+The turn returns its `TurnResult` (turns/record.py); every way it ends is a
+`TurnEnding` value, written once with the turn's record and the cursor. A
+failed turn stores a `turn-failed` notice and logs the cause; it never
 raises (the runtime keeps serving every agent). A cancelled turn (host
 shutdown, or a stop command) sends lifecycle `aborted` and records outcome
 `aborted` in a shielded, bounded write, then lets the cancellation through.
@@ -34,8 +36,7 @@ shutdown, or a stop command) sends lifecycle `aborted` and records outcome
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -43,14 +44,25 @@ import msgspec
 import structlog
 
 from mcplhost.agents.backends.answer_bounds import not_run_text, split_tool_calls
-from mcplhost.agents.model import BackendError, ModelResponse, Usage
+from mcplhost.agents.model import ModelResponse, Usage
 from mcplhost.agents.turns.acknowledge import acknowledge_wake
 from mcplhost.agents.turns.agent_rows import tool_call_row, tool_result_row
 from mcplhost.agents.turns.compiler import Injections, compile_request, needs_notice
-from mcplhost.agents.turns.failure_reply import failure_reply
 from mcplhost.agents.turns.hooks import before_inference, lifecycle
+from mcplhost.agents.turns.record import (
+    OUTCOME_ABORTED,
+    OUTCOME_COMPLETED,
+    OUTCOME_FAILED,
+    OUTCOME_HELD,
+    TurnEnding,
+    TurnProgress,
+    TurnResult,
+    failed_end,
+    failure_cause,
+    write_end,
+)
 from mcplhost.agents.turns.reply import TurnSpeech
-from mcplhost.agents.turns.turn_services import TurnServices
+from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.decision_recorder import decisions_of
 from mcplhost.agents.wakes.rules import Wake
 from mcplhost.config import AgentConfig
@@ -61,24 +73,16 @@ from mcplhost.store import NewItem, StoredItem
 from mcplhost.store.operations import (
     BeginTurn,
     FailTurnPublishes,
-    FinishTurn,
     InsertItems,
-    Operation,
     RecordWakeDecisions,
-    SetCursor,
 )
-from mcplhost.store.own_rows import notice_row, source_notice_row
-from mcplhost.store.rows import TurnFailedNotice
+from mcplhost.store.own_rows import source_notice_row
 from mcplhost.store.turns import (
     DAY_MS,
-    REASON_BACKEND_ERROR,
-    REASON_INTERNAL_ERROR,
     REASON_SHUTDOWN,
     REASON_STOPPED,
     REASON_TOKEN_BUDGET,
 )
-from mcplhost.store.writer import Committed
-from mcplhost.tracebacks import bounded_traceback
 
 log = structlog.get_logger()
 
@@ -87,134 +91,109 @@ CONTEXT_ROWS = 2000
 #: How long the final write of a cancelled turn (lifecycle aborted, outcome aborted) may take.
 ABORT_WRITE_S = 5.0
 
-OUTCOME_COMPLETED = "completed"
-OUTCOME_FAILED = "failed"
-OUTCOME_ABORTED = "aborted"
-OUTCOME_HELD = "held"
-
-
-@dataclass
-class _Progress:
-    """What the turn has done so far, for the record whatever way it ends."""
-
-    turn_id: int = 0
-    model: str | None = None
-    digest: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    calls: int = 0
-    open_inference: str | None = None  # an inference with `started` sent and no terminal phase yet
-    injections: Any = None  # the hook injections of the first request (JSON-able), kept with the turn
-    conversation: str | None = None  # the wake's one conversation, which the turn's rows belong to
-    speech: TurnSpeech | None = None  # the turn's speech routing, once the waking items are read
-    turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
-    reason: str | None = None  # why it ended other than completed, once its end is written (the turns row's)
-    typing: Typing | None = None  # the turn's typing indicator (speech/typing.py), started once routing is decided
-
-    def add(self, usage: Usage) -> None:
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        self.cached_tokens += usage.cached_tokens
-
-    def usage(self) -> dict[str, int] | None:
-        if not self.calls:
-            return None
-        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
-                "cachedTokens": self.cached_tokens}
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
 class TokenBudgetSpent(Exception):
     """`max_tokens_per_day` is reached: the turn is held before its next backend call."""
 
 
-async def run_turn(agent: AgentConfig, wake: Wake, services: TurnServices, *,
+async def run_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState, *,
                    cursor: Callable[[], int | None] | None = None,
-                   stopped: Callable[[], bool] | None = None) -> str:
-    """Run one turn for `wake`; return its outcome. Never raises except the cancellation of a shutdown.
+                   stopped: Callable[[], bool] | None = None) -> TurnResult:
+    """Run one turn for `wake`; return what it came to. Never raises except the cancellation of a shutdown.
 
-    `cursor`: asked when the turn's end is written, the agent's cursor to
-    write with it (the scheduler's low-water mark, counting this turn as
-    handled), or None to leave it. Without it (a turn run on its own), the
-    cursor moves to the wake's highest id. A turn aborted by a shutdown never
-    moves it. `stopped`: asked when the turn is cancelled; True means a stop
-    command aborted it (docs/agents.md#stop): reason `stopped`, the cursor
-    moves as for a handled turn, and its unsent outbox rows fail `stopped`.
+    The turn's one exception boundary: whatever the turn raises ends it
+    `failed`, recorded (turns/record.py). Its end and the cursor are written
+    here, once, however it ends. `cursor`: asked when the turn's end is
+    written, the agent's cursor to write with it (the scheduler's low-water
+    mark, counting this turn as handled), or None to leave it. Without it (a
+    turn run on its own), the cursor moves to the wake's highest id. A turn
+    aborted by a shutdown never moves it. `stopped`: asked when the turn is
+    cancelled; True means a stop command aborted it (docs/agents.md#stop):
+    reason `stopped`, the cursor moves as for a handled turn, and its unsent
+    outbox rows fail `stopped`.
     """
     started = anyio.current_time()
-    progress = _Progress(conversation=wake_conversation(wake))
+    progress = TurnProgress(conversation=wake_conversation(wake))
     new_cursor = cursor if cursor is not None else (lambda: max(wake.item_ids, default=None))
     outcome = OUTCOME_COMPLETED
     try:
-        progress.turn_id = await services.writer.write(BeginTurn(agent.name, tuple(wake.item_ids), services.clock_ms()))
-        async with Typing(services.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
-            text = await _converse(agent, wake, services, progress)
-            # The final prose is routed and queued in the same commit as the turn's end.
-            final = await progress.speech.operations(text) if progress.speech is not None else []
-            results = await _finish(services, agent, progress, OUTCOME_COMPLETED, [], new_cursor, first=final)
+        progress.turn_id = await deps.writer.write(BeginTurn(agent.name, tuple(wake.item_ids), deps.clock_ms()))
+        async with Typing(deps.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
+            end = await _converse_to_end(agent, wake, deps, state, progress)
+            outcome = end.outcome
+            committed = await write_end(deps, agent, progress, end, new_cursor)
         if progress.speech is not None:
-            progress.speech.notify(final, results)
-    except TokenBudgetSpent:
-        outcome = OUTCOME_HELD
-        if not services.budget_held:  # one warning per held spell, not one per wake
-            services.budget_held = True
-            log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
-        # The held items' decisions (for explain, docs/agents.md#explain) commit with the held turn's record.
-        held_items = RecordWakeDecisions(decisions_of(agent.name, ((i, REASON_TOKEN_BUDGET) for i in wake.item_ids),
-                                                      services.clock_ms()))
-        await _finish(services, agent, progress, outcome, [], new_cursor, first=[held_items],
-                      reason=REASON_TOKEN_BUDGET)
+            progress.speech.notify(end.first, committed)  # the final prose's publishes: wake their senders
     except anyio.get_cancelled_exc_class():
         outcome = OUTCOME_ABORTED
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):
-            await _close_inference(services, agent, progress, "aborted")
-            if progress.turn_id and stopped is not None and stopped():
-                # The stop consumed the wake: the cursor moves, and nothing more of the turn is sent.
-                unsent = FailTurnPublishes(progress.turn_id, services.clock_ms(), REASON_STOPPED)
-                results = await _finish(services, agent, progress, outcome, [], new_cursor, first=[unsent],
-                                        reason=REASON_STOPPED)
-                log.info("agent.turn_stopped", agent=agent.name, turn=progress.turn_id,
-                         unsent_failed=len(results[unsent]))
-            elif progress.turn_id:
-                # The cursor stays: the wake was not handled, so a restart's catch-up wakes for it again.
-                await _finish(services, agent, progress, outcome, [], None, reason=REASON_SHUTDOWN)
+            await _close_inference(deps, agent, progress, "aborted")
+            if progress.turn_id:
+                await _write_aborted(deps, agent, progress, new_cursor, stop=stopped is not None and stopped())
         raise
-    except Exception as exc:  # only Exception: a cancellation (or a group holding one) is the branch above
+    except Exception as exc:  # the turn's one boundary: a cancellation (or a group holding one) is the branch above
         outcome = OUTCOME_FAILED
-        await _fail(agent, services, progress, exc, new_cursor)
+        await _record_failure(agent, deps, progress, exc, new_cursor)
     finally:
         seconds = anyio.current_time() - started
-        services.timings.turn_ended(agent.name, outcome, seconds)
+        deps.timings.turn_ended(agent.name, outcome, seconds)
         log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=outcome, reason=progress.reason,
                  seconds=round(seconds, 3), model=progress.model, tokens=progress.tokens,
                  calls=progress.calls, wake=len(wake.item_ids) + wake.overflow)
-    return outcome
+    return progress.result(outcome, seconds)
 
 
-async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress) -> str:
+async def _converse_to_end(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState,
+                           progress: TurnProgress) -> TurnEnding:
+    """The turn's work and the end it comes to: completed with its final prose's writes, or held by the budget."""
+    try:
+        text = await _converse(agent, wake, deps, state, progress)
+    except TokenBudgetSpent:
+        if not state.budget_held:  # one warning per held spell, not one per wake
+            state.budget_held = True
+            log.warning("agent.tokens_per_day_reached", agent=agent.name, limit=agent.max_tokens_per_day)
+        # The held items' decisions (for explain, docs/agents.md#explain) commit with the held turn's record.
+        held_items = RecordWakeDecisions(decisions_of(agent.name, ((i, REASON_TOKEN_BUDGET) for i in wake.item_ids),
+                                                      deps.clock_ms()))
+        return TurnEnding(outcome=OUTCOME_HELD, reason=REASON_TOKEN_BUDGET, first=(held_items,))
+    # The final prose is routed and queued in the same commit as the turn's end.
+    final = await progress.speech.operations(text) if progress.speech is not None else []
+    return TurnEnding(outcome=OUTCOME_COMPLETED, first=tuple(final))
+
+
+async def _write_aborted(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress,
+                         cursor: Callable[[], int | None], *, stop: bool) -> None:
+    """A cancelled turn's end (under the caller's shield): stopped, the cursor moves and nothing more of it is
+    sent; or shut down, and the cursor stays (the wake was not handled: a restart's catch-up wakes for it again)."""
+    if not stop:
+        await write_end(deps, agent, progress, TurnEnding(outcome=OUTCOME_ABORTED, reason=REASON_SHUTDOWN,
+                                                       moves_cursor=False), cursor)
+        return
+    unsent = FailTurnPublishes(progress.turn_id, deps.clock_ms(), REASON_STOPPED)
+    committed = await write_end(deps, agent, progress, TurnEnding(outcome=OUTCOME_ABORTED, reason=REASON_STOPPED,
+                                                               first=(unsent,)), cursor)
+    log.info("agent.turn_stopped", agent=agent.name, turn=progress.turn_id, unsent_failed=len(committed[unsent]))
+
+
+async def _converse(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState, progress: TurnProgress) -> str:
     """Backend calls and tool rounds until the model stops asking for tools; the final prose."""
-    rows = await _rows(agent, wake, services)
+    rows = await _rows(agent, wake, deps)
     if needs_notice(rows, agent):
-        await services.writer.write(InsertItems([_source_notice(agent, progress, services.clock_ms())]))
-        rows = await _rows(agent, wake, services)
-    system_prompt = services.system_prompt
-    waking = await _waking_items(services, wake, rows)
+        await deps.writer.write(InsertItems([_source_notice(agent, progress, deps.clock_ms())]))
+        rows = await _rows(agent, wake, deps)
+    system_prompt = state.system_prompt
+    waking = await _waking_items(deps, wake, rows)
     rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
-    speech = progress.speech = TurnSpeech(agent, services, progress.turn_id, [item.meta.source for item in waking],
+    speech = progress.speech = TurnSpeech(agent, deps, progress.turn_id, [item.meta.source for item in waking],
                                           overflow=wake.overflow > 0, conversation=progress.conversation)
     if progress.typing is not None:
         progress.typing.start(typing_target(speech))  # the route is decided: "start", repeated until the turn ends
-    acknowledge_wake(agent, services.acknowledger, waking)
-    await services.toolbox.judge_new_tools()
-    tools = services.toolbox.specs()
+    acknowledge_wake(agent, deps.acknowledger, waking)
+    await state.toolbox.judge_new_tools()
+    tools = state.toolbox.specs()
     progress.turn_rows_after = max((row.id for row in rows), default=0)  # later rows are this turn's own
     for turn_index in range(agent.max_tool_rounds + 1):
-        response = await _one_inference(agent, wake, services, progress, rows=rows, system_prompt=system_prompt,
+        response = await _one_inference(agent, wake, deps, state, progress, rows=rows, system_prompt=system_prompt,
                                         tools=tools, turn_index=turn_index, waking_text=user_message,
                                         user_message=user_message if turn_index == 0 else None)
         if not response.tool_calls:
@@ -225,28 +204,28 @@ async def _converse(agent: AgentConfig, wake: Wake, services: TurnServices, prog
             return response.text
         if response.text.strip():
             await speech.say(response.text)  # queued before this round's calls run
-        await _tool_round(agent, services, progress, response)
-        await _deliver_at_tool_boundary(agent, services, progress)
-        rows = await _turn_rows(agent, wake, services, progress, waking)
+        await _tool_round(agent, deps, state, progress, response)
+        await _deliver_at_tool_boundary(agent, deps, progress)
+        rows = await _turn_rows(agent, wake, deps, progress, waking)
     return ""  # not reached: the last round returns above
 
 
-async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress, *,
+async def _one_inference(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentState, progress: TurnProgress, *,
                          rows: list[StoredItem], system_prompt: str, tools: list[Any], turn_index: int,
                          user_message: str | None, waking_text: str) -> ModelResponse:
     """One backend call with its hooks and its lifecycle pair."""
-    await _check_budget(agent, services)
+    await _check_budget(agent, deps, state)
     inference_id = f"inf_{uuid.uuid4().hex[:16]}"
     conversation = wake_conversation(wake)
-    injections: Injections = await before_inference(services.handles, agent, state=services.hooks,
+    injections: Injections = await before_inference(deps.handles, agent, state=deps.hooks,
                                                     inference_id=inference_id,
                                                     turn_index=turn_index, user_message=user_message,
                                                     conversation_id=conversation)
     compiled = compile_request(agent, system_prompt=system_prompt, rows=rows, wake_item_ids=list(wake.item_ids),
-                               tools=tools, injections=injections, now_ms=services.clock_ms(),
-                               backend=agent.backend, rendered=None if services.rows is None else services.rows.rendered,
-                               turn_rows_after=progress.turn_rows_after, no_author_line=services.no_author_line,
-                               turn_id=progress.turn_id, delivered=services.store.outbox.recent_delivered)
+                               tools=tools, injections=injections, now_ms=deps.clock_ms(),
+                               backend=agent.backend, rendered=None if deps.rows is None else deps.rows.rendered,
+                               turn_rows_after=progress.turn_rows_after, no_author_line=state.no_author_line,
+                               turn_id=progress.turn_id, delivered=deps.store.outbox.recent_delivered)
     if compiled.waking_left_out:
         log.warning("agent.waking_items_cut", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
                     left_out=compiled.waking_left_out, context_chars=agent.context_chars)
@@ -256,44 +235,44 @@ async def _one_inference(agent: AgentConfig, wake: Wake, services: TurnServices,
     if progress.digest is None:
         progress.digest = compiled.digest  # the first compiled request is the one the turns row names
         progress.injections = msgspec.to_builtins(injections)
-    await lifecycle(services.handles, agent, state=services.hooks, inference_id=inference_id, phase="started",
+    await lifecycle(deps.handles, agent, state=deps.hooks, inference_id=inference_id, phase="started",
                     turn_index=turn_index, conversation_id=conversation)
     progress.open_inference = inference_id
     try:
-        targets = stream_targets(progress.speech, services.handles)  # routing decided: stream only there
+        targets = stream_targets(progress.speech, deps.handles)  # routing decided: stream only there
         if targets:
             # One complete per channel, however it ends; a secret is never streamed (docs/agents.md#secrets).
-            async with Streamer(services.handles, inference_id, secrets=services.store.secrets) as streamer:
+            async with Streamer(deps.handles, inference_id, secrets=deps.store.secrets) as streamer:
                 streamer.open(targets)
-                response = await services.backend.complete(request, on_text=streamer.chunk)
+                response = await state.backend.complete(request, on_text=streamer.chunk)
         else:
-            response = await services.backend.complete(request)
+            response = await state.backend.complete(request)
     except anyio.get_cancelled_exc_class():
         raise  # the caller sends `aborted` under its shield
     except BaseException:
-        await _close_inference(services, agent, progress, "failed")
+        await _close_inference(deps, agent, progress, "failed")
         raise
     progress.calls += 1
     progress.add(response.usage)
     progress.model = response.model or compiled.request.model or progress.model
-    await _close_inference(services, agent, progress, "completed", usage=response.usage)
+    await _close_inference(deps, agent, progress, "completed", usage=response.usage)
     return response
 
 
-async def _close_inference(services: TurnServices, agent: AgentConfig, progress: _Progress, phase: str, *,
+async def _close_inference(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress, phase: str, *,
                            usage: Usage | None = None) -> None:
     """The terminal lifecycle phase of the open inference, once; a failure to send it is logged, not raised."""
     inference_id, progress.open_inference = progress.open_inference, None
     if inference_id is None:
         return
     try:
-        await lifecycle(services.handles, agent, state=services.hooks, inference_id=inference_id, phase=phase,
+        await lifecycle(deps.handles, agent, state=deps.hooks, inference_id=inference_id, phase=phase,
                         usage=usage)
     except Exception:
         log.warning("agent.lifecycle_failed", agent=agent.name, phase=phase, exc_info=True)
 
 
-async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Progress,
+async def _tool_round(agent: AgentConfig, deps: TurnDeps, state: AgentState, progress: TurnProgress,
                       response: ModelResponse) -> None:
     """Store the round's calls (its prose is stored as speech just before), run each in order, store each result.
 
@@ -301,48 +280,48 @@ async def _tool_round(agent: AgentConfig, services: TurnServices, progress: _Pro
     arguments, each with a result saying it was not run, in the same write as the calls.
     """
     run, skipped = split_tool_calls(response.tool_calls, agent.max_tool_calls_per_round)
-    rows = [tool_call_row(agent.name, progress.turn_id, call, created_at=services.clock_ms(),
+    rows = [tool_call_row(agent.name, progress.turn_id, call, created_at=deps.clock_ms(),
                           conversation_id=progress.conversation) for call in [*run, *skipped]]
     if skipped:
         log.warning("agent.tool_calls_not_run", agent=agent.name, turn=progress.turn_id,
                     calls=len(response.tool_calls), limit=agent.max_tool_calls_per_round)
         not_run = [{"type": "text", "text": not_run_text(len(response.tool_calls), agent.max_tool_calls_per_round)}]
         rows += [tool_result_row(agent.name, progress.turn_id, call.id, call.name, not_run, True,
-                                 created_at=services.clock_ms(), conversation_id=progress.conversation)
+                                 created_at=deps.clock_ms(), conversation_id=progress.conversation)
                  for call in skipped]
-    await services.writer.write(InsertItems(rows))
+    await deps.writer.write(InsertItems(rows))
     for call in run:
-        outcome = await services.toolbox.call(call, speech=progress.speech)
+        outcome = await state.toolbox.call(call, speech=progress.speech)
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
-                                 created_at=services.clock_ms(), conversation_id=progress.conversation)
-        await services.writer.write(InsertItems([result]))
+                                 created_at=deps.clock_ms(), conversation_id=progress.conversation)
+        await deps.writer.write(InsertItems([result]))
 
 
-async def _deliver_at_tool_boundary(agent: AgentConfig, services: TurnServices, progress: _Progress) -> None:
+async def _deliver_at_tool_boundary(agent: AgentConfig, deps: TurnDeps, progress: TurnProgress) -> None:
     """Peer messages queued for this agent with dispatch `tool-end` join the turn now (docs/peers.md#delivery).
 
     A failure to deliver is logged, never fails the turn: the messages stay
     queued and go in at the turn's end instead.
     """
-    if services.peers is None:
+    if deps.peers is None:
         return
     try:
-        await services.peers.deliver_at_tool_boundary(agent.name, progress.turn_id, progress.conversation)
+        await deps.peers.deliver_at_tool_boundary(agent.name, progress.turn_id, progress.conversation)
     except Exception:
         log.error("agent.peer_delivery_failed", agent=agent.name, turn=progress.turn_id, exc_info=True)
 
 
-async def _check_budget(agent: AgentConfig, services: TurnServices) -> None:
+async def _check_budget(agent: AgentConfig, deps: TurnDeps, state: AgentState) -> None:
     """Hold the turn when `max_tokens_per_day` is spent, read from the durable ledger before each call."""
     if agent.max_tokens_per_day <= 0:
         return
-    spent = await services.store.turns.usage_since(agent.name, services.clock_ms() - DAY_MS)
+    spent = await deps.store.turns.usage_since(agent.name, deps.clock_ms() - DAY_MS)
     if spent >= agent.max_tokens_per_day:
         raise TokenBudgetSpent
-    services.budget_held = False
+    state.budget_held = False
 
 
-def _source_notice(agent: AgentConfig, progress: _Progress, at: int) -> NewItem:
+def _source_notice(agent: AgentConfig, progress: TurnProgress, at: int) -> NewItem:
     """The one-time notice; under "conversation" scope it belongs to the conversation, so that scope's reads see it."""
     scoped = agent.context_scope == "conversation"
     return source_notice_row(agent.name, created_at=at, conversation_id=progress.conversation if scoped else None)
@@ -355,23 +334,23 @@ def wake_conversation(wake: Wake) -> str | None:
     return None
 
 
-async def _rows(agent: AgentConfig, wake: Wake, services: TurnServices) -> list[StoredItem]:
+async def _rows(agent: AgentConfig, wake: Wake, deps: TurnDeps) -> list[StoredItem]:
     """The rows the compiler chooses from: the agent's, or under "conversation" scope its conversation's."""
     if agent.context_scope == "conversation":
-        rows: list[StoredItem] = await services.store.items.context_rows(
+        rows: list[StoredItem] = await deps.store.items.context_rows(
             agent.name, limit=CONTEXT_ROWS, conversation_id=wake_conversation(wake))
         return rows
-    if services.rows is not None:
-        return await services.rows.rows_for(agent.name)
-    return await services.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
+    if deps.rows is not None:
+        return await deps.rows.rows_for(agent.name)
+    return await deps.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
 
 
-async def _turn_rows(agent: AgentConfig, wake: Wake, services: TurnServices, progress: _Progress,
+async def _turn_rows(agent: AgentConfig, wake: Wake, deps: TurnDeps, progress: TurnProgress,
                      waking: list[StoredItem]) -> list[StoredItem]:
     """The rows for a call after a tool round: the context's, and always the waking items and the rows this turn
     wrote (its calls and results), which a flood of newer items can push out of the window of newest rows."""
-    rows = await _rows(agent, wake, services)
-    own = await services.store.items.own_after(agent.name, progress.turn_rows_after or 0, limit=CONTEXT_ROWS)
+    rows = await _rows(agent, wake, deps)
+    own = await deps.store.items.own_after(agent.name, progress.turn_rows_after or 0, limit=CONTEXT_ROWS)
     return _merged(rows, [*waking, *own])
 
 
@@ -382,7 +361,7 @@ def _merged(rows: list[StoredItem], more: list[StoredItem]) -> list[StoredItem]:
     return [*rows, *missing] if missing else rows
 
 
-async def _waking_items(services: TurnServices, wake: Wake, rows: list[StoredItem]) -> list[StoredItem]:
+async def _waking_items(deps: TurnDeps, wake: Wake, rows: list[StoredItem]) -> list[StoredItem]:
     """The waking items by ascending id: taken from the context rows, or read once when one is not among them.
 
     What the turn's speech routing, the hooks' `userMessage` and the acknowledgements all read.
@@ -390,7 +369,7 @@ async def _waking_items(services: TurnServices, wake: Wake, rows: list[StoredIte
     wanted = set(wake.item_ids)
     found = [row for row in rows if row.id in wanted]
     if len(found) < len(wanted):
-        return await services.store.items.get_many(sorted(wanted))
+        return await deps.store.items.get_many(sorted(wanted))
     return sorted(found, key=lambda item: item.id)
 
 
@@ -400,80 +379,32 @@ def _waking_text(items: list[StoredItem]) -> str:
     return "\n\n".join(t for t in texts if t)
 
 
-async def _finish(services: TurnServices, agent: AgentConfig, progress: _Progress, outcome: str,
-                  rows: list[NewItem], cursor: Callable[[], int | None] | None, *,
-                  first: Sequence[Operation[Any]] = (), reason: str | None = None, cause: str | None = None,
-                  ) -> Committed:
-    """The turn's last rows, its turns record and the agent's cursor, in one commit; the write's results.
-
-    `cursor` is asked here, just before the write: the cursor it gives
-    counts what was handled up to now. `first`: operations that lead the
-    write (the final prose's publishes).
-    `reason`: why the turn ended other than completed (the turns row's `reason`); `cause`: a failed turn's
-    finer cause (the turns row's `cause`, read back as status's `lastError`).
-    """
-    operations: list[Operation[Any]] = list(first)
-    if rows:
-        operations.append(InsertItems(rows))
-    ended = services.clock_ms()
-    progress.reason = reason
-    operations.append(FinishTurn(progress.turn_id, ended, outcome, progress.model, progress.usage(),
-                                 progress.digest, injections=progress.injections, reason=reason, cause=cause))
-    position = cursor() if cursor is not None else None
-    if position is not None:
-        operations.append(SetCursor(agent.name, position, ended))
-    return await services.writer.submit(*operations)
-
-
-async def record_failed_turn(agent: AgentConfig, wake: Wake, services: TurnServices, exc: Exception, *,
-                             cursor: Callable[[], int | None]) -> str:
+async def record_failed_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, exc: Exception, *,
+                             cursor: Callable[[], int | None]) -> TurnResult:
     """A wake whose handling failed before its turn began (a bug in the caller): recorded as a failed turn.
 
     Like a turn that fails: logged with its cause, a `turn-failed` notice and
     the record, the cursor moved as `cursor` says; never raises.
     """
-    progress = _Progress(conversation=wake_conversation(wake))
-    await _fail(agent, services, progress, exc, cursor, wake_ids=wake.item_ids)
-    services.timings.turn_ended(agent.name, OUTCOME_FAILED, 0.0)  # one observation per turns-ledger row
+    progress = TurnProgress(conversation=wake_conversation(wake))
+    await _record_failure(agent, deps, progress, exc, cursor, wake_ids=wake.item_ids)
+    deps.timings.turn_ended(agent.name, OUTCOME_FAILED, 0.0)  # one observation per turns-ledger row
     log.info("agent.turn", agent=agent.name, turn=progress.turn_id, outcome=OUTCOME_FAILED, seconds=0.0,
              model=None, tokens=0, calls=0, wake=len(wake.item_ids) + wake.overflow)
-    return OUTCOME_FAILED
+    return progress.result(OUTCOME_FAILED, 0.0)
 
 
-async def _fail(agent: AgentConfig, services: TurnServices, progress: _Progress, exc: Exception,
-                cursor: Callable[[], int | None], *, wake_ids: tuple[int, ...] = ()) -> None:
-    """Log why the turn failed (a bounded traceback for anything but a BackendError) and record it."""
-    reason = exc.reason if isinstance(exc, BackendError) else type(exc).__name__
-    detail = {} if isinstance(exc, BackendError) else {"traceback": bounded_traceback(exc)}
-    log.warning("agent.turn_failed", agent=agent.name, turn=progress.turn_id, reason=reason, **detail)
-    # The turns row says which side failed; the finer cause is the notice's and the log line's.
-    recorded = REASON_BACKEND_ERROR if isinstance(exc, BackendError) else REASON_INTERNAL_ERROR
-    await _record_failure(services, agent, progress, reason, cursor, wake_ids, recorded=recorded)
-
-
-def failure_notice_text(reason: str, progress: _Progress) -> str:
-    """What a failed turn's notice tells the agent: prose queued before an earlier round's tool calls was sent."""
-    queued = progress.speech.queued if progress.speech is not None else 0
-    if not queued:
-        return f"Your last turn failed ({reason}); nothing of it was sent."
-    said = "the publish" if queued == 1 else f"the {queued} publishes"
-    return f"Your last turn failed ({reason}); {said} queued before the failure went out, the rest was not sent."
-
-
-async def _record_failure(services: TurnServices, agent: AgentConfig, progress: _Progress, reason: str,
-                          cursor: Callable[[], int | None], wake_ids: tuple[int, ...] = (), *,
-                          recorded: str = REASON_INTERNAL_ERROR) -> None:
-    """A failed turn: a `turn-failed` notice for the agent, its failure reply (agents/turns/failure_reply.py) and the record,
-    in one write; a failing store is only logged. `reason` is the notice's cause, `recorded` the turns row's."""
+async def _record_failure(agent: AgentConfig, deps: TurnDeps, progress: TurnProgress, exc: Exception,
+                          cursor: Callable[[], int | None], *, wake_ids: tuple[int, ...] = ()) -> None:
+    """A failed turn: why, logged; then a `turn-failed` notice for the agent, its failure reply and the record, in
+    one write (turns/record.py `failed_end`); a failing store is only logged."""
+    cause, reason = failure_cause(agent, progress, exc)
     try:
         if not progress.turn_id:
-            progress.turn_id = await services.writer.write(BeginTurn(agent.name, wake_ids, services.clock_ms()))
-        notice = notice_row(agent.name, TurnFailedNotice(reason=reason), failure_notice_text(reason, progress),
-                            created_at=services.clock_ms(), conversation_id=progress.conversation)
-        reply = failure_reply(agent, progress.speech, turn_id=progress.turn_id, at=services.clock_ms())
-        results = await _finish(services, agent, progress, OUTCOME_FAILED, [notice], cursor, first=reply,
-                                reason=recorded, cause=reason)
-        if reply and progress.speech is not None:
-            progress.speech.notify(reply, results)  # wake the sender: the reply goes out like any speech
-    except Exception:
+            progress.turn_id = await deps.writer.write(BeginTurn(agent.name, wake_ids, deps.clock_ms()))
+        end = failed_end(agent, progress, cause, reason, deps.clock_ms)
+        committed = await write_end(deps, agent, progress, end, cursor)
+        if end.first and progress.speech is not None:
+            progress.speech.notify(end.first, committed)  # wake the sender: the reply goes out like any speech
+    except Exception:  # the record's write, inside the turn's boundary: the store's failure is only logged
         log.error("agent.turn_record_failed", agent=agent.name, turn=progress.turn_id, exc_info=True)

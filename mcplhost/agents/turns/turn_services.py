@@ -1,7 +1,15 @@
-"""What a turn reaches outside itself, one object per agent (built by agents/runtime.py, used by runner.py and reply.py).
+"""What a turn reaches outside itself: the host's parts (`TurnDeps`) apart from one agent's state (`AgentState`).
 
-Its own module so that both the turn and its speech routing (agents/turns/reply.py,
-which runner.py imports) can name the type.
+    deps = TurnDeps(store=store, writer=writer, handles=handles)      # built once by agents/wiring.py
+    state = AgentState(backend=backend, toolbox=toolbox)              # one per agent, owned by its runner
+    result = await run_turn(agent, wake, deps, state)
+
+`TurnDeps` never changes once built: every agent's turns share it. What a
+reload replaces between two turns (the backend, the tools, the prompt, the
+connectors without the `from:` line) and what one agent carries from turn to
+turn (its held token budget) is its `AgentState`. Its own module so that the
+turn and its reply path (agents/turns/reply.py, which runner.py imports) can
+name both types.
 """
 
 from __future__ import annotations
@@ -49,22 +57,21 @@ class NoTimings:
         pass
 
 
-@dataclass
-class TurnServices:
-    """What a turn reaches outside itself: the store, the writer, the connectors, its backend and tools."""
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnDeps:
+    """The host's parts every turn reaches: the store, the writer, the connectors, and the shared services."""
 
     store: Store  # items, turns and cursors; the reader behind the search tool
     writer: GroupWriter
     handles: Mapping[str, AgentConnector]  # connector name → its ports (the supervisor's handle)
-    backend: Backend
-    toolbox: ToolBox
     rows: RowCache | None = None  # the host's shared row cache; None: read the store each time
-    budget_held: bool = False  # max_tokens_per_day reached and warned about; reset once a call is made again
-    clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    clock_ms: Callable[[], int] = _wall_ms
     #: connector name → its outbox sender (speech/outbox.py); `notify()` it after queuing a publish.
     outbox: Mapping[str, OutboxSender] = field(default_factory=dict)
-    #: The agent's own prompt, read when the agents are built and again at each reload (docs/operations.md#reload).
-    system_prompt: str = ""
     #: The host's hook and lifecycle bookkeeping (turns/hooks.py), shared by its agents and no other host.
     hooks: HookState = field(default_factory=HookState)
     #: The host's peer messaging (None: a turn run on its own, with no peers to deliver).
@@ -73,8 +80,19 @@ class TurnServices:
     timings: TurnTimings = field(default_factory=NoTimings)
     #: `[moderation]`'s check of every segment before it is queued (None: no moderation); the host's one, shared.
     moderator: Moderator | None = None
+    #: The host's `channels/acknowledge` sender (agents/turns/acknowledge.py; None: a turn run on its own sends none).
+    acknowledger: Acknowledger | None = None
+
+
+@dataclass(kw_only=True)
+class AgentState:
+    """One agent's settings in force and what it carries between its turns; its runner alone changes it."""
+
+    backend: Backend
+    toolbox: ToolBox
+    #: The agent's own prompt, read when the agents are built and again at each reload (docs/operations.md#reload).
+    system_prompt: str = ""
     #: The connectors whose items are compiled without the `from:` line (`author_line = false`); a reload
     #: replaces it (runtime.py `AgentsRuntime.set_connectors`), and the next compile reads the new set.
     no_author_line: frozenset[str] = frozenset()
-    #: The host's `channels/acknowledge` sender (agents/turns/acknowledge.py; None: a turn run on its own sends none).
-    acknowledger: Acknowledger | None = None
+    budget_held: bool = False  # max_tokens_per_day reached and warned about; reset once a call is made again
