@@ -101,8 +101,8 @@ class TestWakes:
         async with send, receive, agent_store(tmp_path) as (store, writer, _):
             ingest = Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), events=send,
                             secrets=Secrets({"BOT_TOKEN": "hunter2-secret"}))
-            runner = AgentsRuntime(Config(agents=[agent_config()]), store, writer, {},
-                                   backends={"scout": RecordingBackend()}).runners["scout"]
+            runner = build_agents(Config(agents=[agent_config()]), store, writer, {},
+                                 backends={"scout": RecordingBackend()}).runners["scout"]
             ids = await heard(ingest, "scout, hello", "scout: the key is hunter2-secret", tags=ADDRESSED)
             events = [receive.receive_nowait() for _ in ids]
             for event in events:
