@@ -79,7 +79,7 @@ class ControlService:
         standby: dict[str, Standby] = {}
         if self.sharing is not None:
             live = await self.sharing.live_hosts()
-            hosts = [_entry(row) for row in live]
+            hosts = [_entry(row, answering=row.name == self.sharing.identity.name) for row in live]
             for name in self.connectors:
                 if self.sharing.is_standby(name):
                     standby[name] = Standby(next((row.name for row in live if row.name != self.sharing.identity.name
@@ -118,7 +118,9 @@ class ControlService:
                 return Answer(ok=True)
 
 
-def _entry(row: LiveHost) -> HostEntry:
+def _entry(row: LiveHost, *, answering: bool) -> HostEntry:
+    """A live host's `hosts` entry; the answering host's heartbeat age is 0 (it is alive: it answers)."""
     return HostEntry(name=row.name, pid=row.pid, version=row.version, started_at=row.started_at,
-                     heartbeat_age_ms=row.heartbeat_age_ms, connectors=row.connectors, agents=row.agents)
+                     heartbeat_age_ms=0 if answering else row.heartbeat_age_ms, connectors=row.connectors,
+                     agents=row.agents)
 
