@@ -25,12 +25,15 @@ LIVE_BOUND_MS is not live. PostgreSQL only: an SQLite store has one daemon.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
 from mcplhost.store.connection import Conn
+from mcplhost.store.errors import StoreError
 from mcplhost.store.order import ownership_key
 
 log = structlog.get_logger()
@@ -111,9 +114,7 @@ class Sharing:
         """Take `connector`'s lock if it is free (or held already); False: another live session holds it."""
         if connector in self._owned:
             return True
-        async with self._lock:
-            ((taken,),) = await self._session.fetch("SELECT pg_try_advisory_lock(?)",
-                                                    (ownership_key("connector", connector),))
+        ((taken,),) = await self._fetch("SELECT pg_try_advisory_lock(?)", (ownership_key("connector", connector),))
         if taken:
             self._standby.pop(connector, None)
             self._owned[connector] = None
@@ -142,10 +143,9 @@ class Sharing:
 
     async def live_hosts(self) -> list[LiveHost]:
         """Every host whose heartbeat is within LIVE_BOUND_MS, by name."""
-        async with self._lock:
-            rows = await self._session.fetch(
-                f"SELECT name, pid, version, started_at, {_NOW_MS} - heartbeat_at, connectors, agents FROM hosts"
-                f" WHERE heartbeat_at > {_NOW_MS} - ? ORDER BY name", (LIVE_BOUND_MS,))
+        rows = await self._fetch(
+            f"SELECT name, pid, version, started_at, {_NOW_MS} - heartbeat_at, connectors, agents FROM hosts"
+            f" WHERE heartbeat_at > {_NOW_MS} - ? ORDER BY name", (LIVE_BOUND_MS,))
         return [LiveHost(name=name, pid=pid, version=version, started_at=started, heartbeat_age_ms=max(age, 0),
                          connectors=_names.decode(connectors), agents=_names.decode(agents))
                 for name, pid, version, started, age, connectors, agents in rows]
@@ -166,5 +166,15 @@ class Sharing:
              msgspec.json.encode(self.agents).decode()))
 
     async def _execute(self, sql: str, params: tuple[object, ...]) -> None:
+        await self._fetch(sql, params)
+
+    async def _fetch(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        """One statement on the session; a broken session (its locks are gone with it) is a StoreError."""
         async with self._lock:
-            await self._session.fetch(sql, params)
+            try:
+                return await self._session.fetch(sql, params)
+            except Exception as exc:  # the driver's errors are store/postgres.py's to name; all mean the same here
+                raise StoreError(f"host {self.identity.name}: the store session holding its connector locks failed:"
+                                 f" {' '.join(str(exc).split()) or type(exc).__name__}",
+                                 explanation="the host stops rather than run connectors it may no longer own;"
+                                             " start it again") from exc

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import anyio
 import asyncpg
+import pytest
 from anyio.abc import TaskStatus
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.store import open_store
+from mcplhost.store import StoreError, open_store
 from mcplhost.store.hosts import LIVE_BOUND_MS, HostIdentity, Sharing
 from mcplhost.store.order import ITEMS_ORDER_KEY, MIGRATION_KEY, ownership_key
 from tests.postgres import PostgresDatabase
@@ -75,6 +76,8 @@ async def test_a_connector_owned_by_one_session_waits_on_the_other_until_that_se
                 while "chat" not in b.owned:
                     await anyio.sleep(0.05)
             assert not b.is_standby("chat")
+            with pytest.raises(StoreError, match="host a: the store session holding its connector locks failed"):
+                await a.try_own("other")  # A's session is gone: it owns nothing, and says so in one line
             tg.cancel_scope.cancel()
 
 
