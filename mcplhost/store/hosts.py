@@ -20,7 +20,9 @@ on without them.
 The hosts table says who is live and what each owns: a host upserts its row at
 start and at each heartbeat (the database's clock, so machines' clocks never
 disagree), and deletes it at a clean stop; a row whose heartbeat is older than
-LIVE_BOUND_MS is not live. PostgreSQL only: an SQLite store has one daemon.
+LIVE_BOUND_MS is not live, nor one whose session the server has ended (its
+`session_pid` is no longer in pg_stat_activity: a host killed leaves the list
+when its locks come free, not a bound later). PostgreSQL only: an SQLite store has one daemon.
 """
 
 from __future__ import annotations
@@ -142,10 +144,12 @@ class Sharing:
                 log.warning("hosts.release_failed", connector=connector, error=str(exc))
 
     async def live_hosts(self) -> list[LiveHost]:
-        """Every host whose heartbeat is within LIVE_BOUND_MS, by name."""
+        """Every host whose heartbeat is within LIVE_BOUND_MS and whose session is open, by name."""
         rows = await self._fetch(
             f"SELECT name, pid, version, started_at, {_NOW_MS} - heartbeat_at, connectors, agents FROM hosts"
-            f" WHERE heartbeat_at > {_NOW_MS} - ? ORDER BY name", (LIVE_BOUND_MS,))
+            f" WHERE heartbeat_at > {_NOW_MS} - ?"
+            f" AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = hosts.session_pid) ORDER BY name",
+            (LIVE_BOUND_MS,))
         return [LiveHost(name=name, pid=pid, version=version, started_at=started, heartbeat_age_ms=max(age, 0),
                          connectors=_names.decode(connectors), agents=_names.decode(agents))
                 for name, pid, version, started, age, connectors, agents in rows]
@@ -158,10 +162,11 @@ class Sharing:
     async def _beat(self) -> None:
         me = self.identity
         await self._execute(
-            f"INSERT INTO hosts (name, pid, version, started_at, heartbeat_at, connectors, agents)"
-            f" VALUES (?, ?, ?, ?, {_NOW_MS}, ?, ?) ON CONFLICT (name) DO UPDATE SET pid = excluded.pid,"
-            f" version = excluded.version, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,"
-            f" connectors = excluded.connectors, agents = excluded.agents",
+            f"INSERT INTO hosts (name, pid, version, started_at, heartbeat_at, connectors, agents, session_pid)"
+            f" VALUES (?, ?, ?, ?, {_NOW_MS}, ?, ?, pg_backend_pid()) ON CONFLICT (name) DO UPDATE SET"
+            f" pid = excluded.pid, version = excluded.version, started_at = excluded.started_at,"
+            f" heartbeat_at = excluded.heartbeat_at, connectors = excluded.connectors, agents = excluded.agents,"
+            f" session_pid = excluded.session_pid",
             (me.name, me.pid, me.version, me.started_at, msgspec.json.encode(self.owned).decode(),
              msgspec.json.encode(self.agents).decode()))
 

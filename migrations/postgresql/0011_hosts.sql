@@ -8,5 +8,6 @@ CREATE TABLE hosts (
     started_at    BIGINT NOT NULL,
     heartbeat_at  BIGINT NOT NULL,
     connectors    TEXT NOT NULL,
-    agents        TEXT NOT NULL
+    agents        TEXT NOT NULL,
+    session_pid   BIGINT NOT NULL
 );

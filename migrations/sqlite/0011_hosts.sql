@@ -10,5 +10,6 @@ CREATE TABLE hosts (
     started_at    INTEGER NOT NULL,   -- epoch ms
     heartbeat_at  INTEGER NOT NULL,   -- epoch ms, the database's clock; older than the live bound: not live
     connectors    TEXT NOT NULL,      -- JSON array of the connector names it owns
-    agents        TEXT NOT NULL       -- JSON array of the agent names it runs
+    agents        TEXT NOT NULL,      -- JSON array of the agent names it runs
+    session_pid   INTEGER NOT NULL    -- the server process of its session: gone with the session, so is the host
 );

@@ -160,8 +160,8 @@ class TestRun:
                 status = json.loads(cli("status", "--json", "--config", str(runs["b"])).stdout)
                 assert [(c["state"], c["pid"] is not None, "owner" in c) for c in status["connectors"]] == [
                     ("mcp_only", True, False)]
-                # A's row stays until its heartbeat is older than the live bound (15 s): it said no goodbye
-                assert ("b", ["chat"]) in [(h["name"], h["connectors"]) for h in status["hosts"]]
+                # A said no goodbye, but its session ended with it: it is no longer listed
+                assert [(h["name"], h["connectors"]) for h in status["hosts"]] == [("b", ["chat"])]
 
 
 @pytest.fixture(autouse=True)

@@ -81,16 +81,23 @@ async def test_a_connector_owned_by_one_session_waits_on_the_other_until_that_se
             tg.cancel_scope.cancel()
 
 
-async def test_a_heartbeat_older_than_the_bound_is_not_live_and_a_clean_stop_leaves(
+async def test_a_heartbeat_older_than_the_bound_or_an_ended_session_is_not_live_and_a_clean_stop_leaves(
         migrated_db: PostgresDatabase) -> None:
     async with open_store(migrated_db.url) as store, store.session() as session:
+        ((live_pid,),) = await session.fetch("SELECT pg_backend_pid()")
         async with anyio.create_task_group() as tg:
             me = Sharing(session, identity("me", 7))
             await tg.start(me.run)
-            await session.fetch("INSERT INTO hosts (name, pid, version, started_at, heartbeat_at, connectors, agents)"
-                                " VALUES ('gone', 3, '1', 0, 0, '[\"chat\"]', '[]')")
-            assert [h.name for h in await me.live_hosts()] == ["me"]
+            other = await asyncpg.connect(migrated_db.url)  # not `session`: its heartbeats may be using it
+            try:
+                await other.execute(
+                    "INSERT INTO hosts (name, pid, version, started_at, heartbeat_at, connectors, agents, session_pid)"
+                    " VALUES ('old', 3, '1', 0, 0, '[\"chat\"]', '[]', $1), ('ended', 4, '1', 0,"
+                    " (extract(epoch FROM clock_timestamp()) * 1000)::bigint, '[\"chat\"]', '[]', -1)", live_pid)
+            finally:
+                await other.close()
+            assert [h.name for h in await me.live_hosts()] == ["me"]  # a stale heartbeat, a session that ended
             assert await me.owner_of("chat") is None
             tg.cancel_scope.cancel()
         rows = await session.fetch("SELECT name FROM hosts ORDER BY name")
-        assert rows == [("gone",)]  # its own row deleted on the way out
+        assert rows == [("ended",), ("old",)]  # its own row deleted on the way out
