@@ -9,6 +9,7 @@ import anyio
 import msgspec
 
 from mcplhost.config import Config, HostConfig, StoreConfig
+from mcplhost.control.wire import RestartRequest
 from mcplhost.host import Host, open_host
 from mcplhost.protocol.ports import SERVING
 
@@ -43,6 +44,8 @@ async def test_the_standby_host_takes_the_connector_over_when_its_owner_stops(
             assert b.connectors["chat"].statistics().pid is None  # no process started on B
             assert [(h.name, h.connectors) for h in status.hosts] == [("a", ["chat"]), ("b", [])]
             assert msgspec.json.decode(msgspec.json.encode(chat))["owner"] == "a"
+            refused = await b.control.answer(RestartRequest(name="chat"))
+            assert not refused.ok and refused.error == "'chat' is on standby here: host a runs it; restart it there"
 
             stop_a.set()  # A stops: its lock comes free
             await wait_for(lambda: serving(b), timeout=10)
