@@ -38,6 +38,11 @@ systemd's STATUS= line with the connectors counted by state after changes.
 listen` is set: bound by `open_host`, served by `run` beside the control
 socket, and stopped with the rest of the base group, after the connectors.
 
+`Host.sharing` is this host's part in a shared PostgreSQL store (store/hosts.py;
+None on SQLite): its row and heartbeats run in the base group, and each connector
+starts only once its ownership lock is held; until then it stands by
+(docs/operations.md#several-hosts-on-one-store).
+
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
 
@@ -52,6 +57,7 @@ is committed. Passing `events=` to a host with agents is refused
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -64,6 +70,7 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from . import __version__
 from .agents.inference import ConnectorInference, connector_inference
 from .agents.reconfigure import close_backends
 from .agents.runtime import AgentsRuntime
@@ -76,6 +83,7 @@ from .config import (
     StoreConfig,
     connector_secret_sources,
     control_socket_path,
+    default_host_name,
     secret_values,
     store_secret_values,
 )
@@ -95,6 +103,7 @@ from .secrets import Secrets
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .store import NewItem, Pushes, Store, open_store
+from .store.hosts import HostIdentity, Sharing
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
 from .store.search_index import run_indexer
@@ -122,7 +131,7 @@ class Host:
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
                  senders: dict[str, OutboxSender] | None = None, console: Console | None = None,
-                 launcher: Launcher = CHILD_PROCESSES) -> None:
+                 launcher: Launcher = CHILD_PROCESSES, sharing: Sharing | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -142,6 +151,7 @@ class Host:
         self.metrics_address: str | None = None
         #: The web console (None: `[console] listen` is not set); `console.address` once `open_host` bound it.
         self.console = console
+        self.sharing = sharing
         self.notifier = notifier
         self.control = control
         self.status_line = status_line
@@ -175,6 +185,8 @@ class Host:
                                  control_socket_path(self.config), self.control.answer)
                 if self.console is not None:
                     await base.start(self.console.run)
+                if self.sharing is not None:  # registered before any connector asks for its lock
+                    await base.start(self.sharing.run)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
@@ -239,12 +251,19 @@ class Host:
         with anyio.CancelScope() as scope:
             self._running[spec.name] = (scope, ended)
             try:
+                if self.sharing is not None and not await self.sharing.try_own(spec.name):
+                    task_status.started()  # on standby: READY=1 does not wait for another host's connector
+                    task_status = anyio.TASK_STATUS_IGNORED
+                    await self.sharing.own(spec.name)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.outbox_senders[spec.name].run)  # it waits for its connector to be ready
                     await tg.start(partial(supervise, handle=self.connectors[spec.name], launcher=self.launcher),
                                    spec, self.ingest)
                     task_status.started()
             finally:
+                if self.sharing is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self.sharing.release(spec.name)
                 ended.set()
 
     async def reload(self, new: Config) -> ReloadPlan:
@@ -335,7 +354,8 @@ class Host:
 def build_host(config: Config, store: Store, *, notifier: Notifier | None = None,
                on_stored: Callable[[list[NewItem]], None] | None = None,
                events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
-               console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES) -> Host:
+               console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES,
+               sharing: Sharing | None = None) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
@@ -381,7 +401,8 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
-    control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name)
+    control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name,
+                             sharing=sharing)
     console = None
     if config.console.listen and feed_format is not None:
         console = Console(config.console, token=console_token, store_path=config.store.url or Path(config.store.path),
@@ -394,7 +415,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 notifier=notifier if notifier is not None else Notifier(None, log),
                 control=control, status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
-                handles=handles, senders=sender_of, console=console, launcher=launcher)
+                handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing)
 
 
 def _both(first: Callable[[list[NewItem]], None] | None,
@@ -458,9 +479,9 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
         # errors and log lines come before the host is built (build_host installs every secret).
         if config.store.url is not None:
             redact_secrets(Secrets(store_secret_values(config)))
-        async with open_configured_store(config.store) as store:
+        async with open_configured_store(config.store) as store, _sharing(config, store) as sharing:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
-                              feed_format=feed_format, console_token=token, launcher=launcher)
+                              feed_format=feed_format, console_token=token, launcher=launcher, sharing=sharing)
             inference = host.inference
             try:
                 if host.console is not None:
@@ -476,6 +497,18 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
             events.close()  # also when the store could not be opened: the consumer must not wait forever
         if inference is not None:
             await inference.aclose()
+
+
+@asynccontextmanager
+async def _sharing(config: Config, store: Store) -> AsyncIterator[Sharing | None]:
+    """This host's part in a shared PostgreSQL store, on a session connection of its own; None on SQLite."""
+    if config.store.url is None:
+        yield None
+        return
+    identity = HostIdentity(name=config.host.name or default_host_name(), pid=os.getpid(), version=__version__,
+                            started_at=now_ms())
+    async with store.session() as session:
+        yield Sharing(session, identity, agents=[agent.name for agent in config.agents])
 
 
 async def _watchdog(notifier: Notifier, interval_s: float) -> None:

@@ -24,9 +24,19 @@ from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.config import default_host_name
 from mcplhost.protocol.ports import ConnectorStopped
 from mcplhost.store import Store, is_database_url
+from mcplhost.store.hosts import LiveHost, Sharing
 from mcplhost.supervisor.handle import ConnectorHandle
 
-from .status import AgentCounts, HostStatus, Status, build_status, check_problems, sole_host
+from .status import (
+    AgentCounts,
+    HostEntry,
+    HostStatus,
+    Standby,
+    Status,
+    build_status,
+    check_problems,
+    sole_host,
+)
 from .wire import Answer, Request, RestartRequest, StatusRequest
 
 log = structlog.get_logger()
@@ -41,8 +51,10 @@ class ControlService:
     """Answers `status` and `restart-connector` for one host."""
 
     def __init__(self, store: Store, connectors: Mapping[str, ConnectorHandle], agents: AgentsRuntime, *,
-                 started_at_ms: int, host_name: str | None = None) -> None:
+                 started_at_ms: int, host_name: str | None = None, sharing: Sharing | None = None) -> None:
         self.store = store
+        #: This host's part in a shared PostgreSQL store (None: it shares with none, as on SQLite).
+        self.sharing = sharing
         self.connectors = connectors
         self.agents = agents
         self.started_at_ms = started_at_ms
@@ -64,8 +76,16 @@ class ControlService:
                                        outbox_pending=pending.get(name, 0), last_error=health.last_error,
                                        failed_turns_last_hour=health.failed_since)
         hosts = [sole_host(self.host_name, host, self.connectors, self.agents.runners)]
+        standby: dict[str, Standby] = {}
+        if self.sharing is not None:
+            live = await self.sharing.live_hosts()
+            hosts = [_entry(row, answering=row.name == self.sharing.identity.name) for row in live]
+            for name in self.connectors:
+                if self.sharing.is_standby(name):
+                    standby[name] = Standby(next((row.name for row in live if row.name != self.sharing.identity.name
+                                                  and name in row.connectors), None))
         return self._redacted(build_status(host, (handle.statistics() for handle in self.connectors.values()),
-                                           self.agents.statistics(), counts, hosts))
+                                           self.agents.statistics(), counts, hosts, standby))
 
     def _redacted(self, status: Status) -> Status:
         """`status` with every secret value in any of its strings replaced by `[redacted:NAME]` (one pass over its
@@ -86,9 +106,21 @@ class ControlService:
                 if handle is None:
                     known = ", ".join(self.connectors) or "none"
                     return Answer(ok=False, error=f"no connector is named {name!r} (configured: {known})")
+                if self.sharing is not None and self.sharing.is_standby(name):
+                    owner = await self.sharing.owner_of(name)
+                    return Answer(ok=False, error=f"{name!r} is on standby here: host {owner or '(unknown)'} runs it;"
+                                                  " restart it there")
                 try:
                     handle.restart()
                 except ConnectorStopped as exc:
                     return Answer(ok=False, error=f"{exc}; restart the host to start it again")
                 log.info("control.restart_connector", connector=name)
                 return Answer(ok=True)
+
+
+def _entry(row: LiveHost, *, answering: bool) -> HostEntry:
+    """A live host's `hosts` entry; the answering host's heartbeat age is 0 (it is alive: it answers)."""
+    return HostEntry(name=row.name, pid=row.pid, version=row.version, started_at=row.started_at,
+                     heartbeat_age_ms=0 if answering else row.heartbeat_age_ms, connectors=row.connectors,
+                     agents=row.agents)
+

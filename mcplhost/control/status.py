@@ -36,7 +36,7 @@ class HostStatus(_Camel, frozen=True):
     db_bytes: int  # the file and its WAL
 
 
-class ConnectorStatus(_Camel, frozen=True):
+class ConnectorStatus(_Camel, frozen=True, omit_defaults=True):
     name: str
     state: str
     pid: int | None
@@ -47,6 +47,7 @@ class ConnectorStatus(_Camel, frozen=True):
     channels: int
     grant: list[str]  # sorted
     quiet: bool
+    owner: str | None = None  # a `standby` connector's owning host (absent otherwise: SQLite's object is unchanged)
 
 
 class AgentStatus(_Camel, frozen=True):
@@ -91,7 +92,23 @@ class AgentCounts(msgspec.Struct, frozen=True):
     failed_turns_last_hour: int = 0
 
 
-def connector_status(stats: ConnectorStatistics) -> ConnectorStatus:
+#: A connector this host is configured for while another live host owns it (a shared PostgreSQL store):
+#: not a state of the handle's life (protocol/ports.py `State`), only of the status object.
+STANDBY = "standby"
+
+
+class Standby(msgspec.Struct, frozen=True):
+    """A connector on standby here, and the live host that owns it (None: not known yet)."""
+
+    owner: str | None
+
+
+def connector_status(stats: ConnectorStatistics, standby: Standby | None = None) -> ConnectorStatus:
+    if standby is not None:  # not run here: no process, no quiet verdict of its own
+        return ConnectorStatus(
+            name=stats.name, state=STANDBY, pid=None, restarts=stats.restarts, last_error=stats.last_error,
+            last_inbound_at=stats.last_inbound_at, last_publish_at=stats.last_publish_at, channels=0,
+            grant=sorted(stats.grant), quiet=False, owner=standby.owner)
     return ConnectorStatus(
         name=stats.name, state=stats.state.value, pid=stats.pid, restarts=stats.restarts,
         last_error=stats.last_error, last_inbound_at=stats.last_inbound_at, last_publish_at=stats.last_publish_at,
@@ -109,9 +126,13 @@ def agent_status(name: str, stats: SchedulerStats, counts: AgentCounts) -> Agent
 
 
 def build_status(host: HostStatus, connectors: Iterable[ConnectorStatistics], agents: Mapping[str, SchedulerStats],
-                 counts: Mapping[str, AgentCounts], hosts: Sequence[HostEntry] = ()) -> Status:
-    """The whole object: connectors and agents in their configured order, then the hosts sharing the store."""
-    return Status(host=host, connectors=[connector_status(c) for c in connectors],
+                 counts: Mapping[str, AgentCounts], hosts: Sequence[HostEntry] = (),
+                 standby: Mapping[str, Standby] | None = None) -> Status:
+    """The whole object: connectors and agents in their configured order, then the hosts sharing the store.
+
+    `standby`: the connectors another live host owns, by name."""
+    standby = standby or {}
+    return Status(host=host, connectors=[connector_status(c, standby.get(c.name)) for c in connectors],
                   agents=[agent_status(name, stats, counts.get(name, AgentCounts())) for name, stats in agents.items()],
                   hosts=list(hosts))
 
@@ -130,7 +151,7 @@ UNPRINTABLE = "\ufffd"
 PROBLEM_ERROR_CHARS = 200
 
 #: States a healthy connector may be in: serving, or waiting out an ordinary backoff.
-HEALTHY = frozenset({State.READY.value, State.MCP_ONLY.value, State.BACKOFF.value})
+HEALTHY = frozenset({State.READY.value, State.MCP_ONLY.value, State.BACKOFF.value, STANDBY})
 #: What each unhealthy state means, for its problem line.
 UNHEALTHY_WHY = {
     State.STARTING.value: "starting",
@@ -144,7 +165,7 @@ UNHEALTHY_WHY = {
 def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
     """One line per problem, each beginning with its connector's or agent's name and a colon; none: healthy.
 
-    A connector is fine when ready, mcp_only or in backoff, and not quiet;
+    A connector is fine when ready, mcp_only, in backoff or on standby, and not quiet;
     `stopped` is fine only under restart policy `never` (`policies`: name →
     policy), since nothing was meant to start it again. An agent is fine
     unless its newest turn failed (`last_error` set).

@@ -18,7 +18,20 @@ insert to their COMMIT (SQLite's single writer does the same for every commit).
 
 from __future__ import annotations
 
+import hashlib
+
 #: pg_advisory_xact_lock key taken before inserting items (64-bit, fixed: the same in every mcplhost process).
 ITEMS_ORDER_KEY = 0x6D63_706C_0001  # "mcpl" 1
 #: pg_advisory_xact_lock key each migration step takes, so two processes migrating apply a step once.
 MIGRATION_KEY = 0x6D63_706C_0002  # "mcpl" 2
+
+
+def ownership_key(kind: str, name: str) -> int:
+    """The session-level advisory-lock key a host holds while it runs the connector or agent `name` (`kind`:
+    "connector" or "agent"; docs/operations.md#several-hosts-on-one-store).
+
+    64 bits of BLAKE2b over the kind and the name, as a signed bigint: the same in every process, and a collision
+    with the fixed keys above or between two names is as likely as guessing a 64-bit hash.
+    """
+    digest = hashlib.blake2b(f"mcplhost:{kind}:{name}".encode(), digest_size=8, person=b"mcplhost-own").digest()
+    return int.from_bytes(digest, "big", signed=True)

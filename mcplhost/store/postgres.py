@@ -230,6 +230,24 @@ class PgStore(Store):
         """A search's reads for the calling worker thread: pages on pooled connections (pg_search.py)."""
         return PgSearchReads(self._database, interrupt)
 
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Conn]:
+        """A connection outside the pool (store/hosts.py holds its advisory locks on it), closed on exit."""
+        try:
+            raw = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S,
+                                        server_settings={"application_name": f"{APPLICATION_NAME}-session"})
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"{self.location}: cannot open the host's session connection: {_one_line(exc)}",
+                             explanation=_OPEN_EXPLANATION) from exc
+        try:
+            yield PgConn(raw)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await raw.close(timeout=CONNECT_TIMEOUT_S)
+                except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    raw.terminate()
+
     async def migrate(self) -> list[int]:
         async with self._database.pool.acquire() as conn:
             return await migrate_database(conn, load_migrations(self._migrations_folder, engine=POSTGRESQL),

@@ -20,7 +20,7 @@ from mcplhost.store.writer import GroupWriter
 
 from ..postgres import PostgresDatabase
 from .pg_refusing import refusing_server
-from .support import cli, cli_process, daemon
+from .support import cli, cli_process, daemon, scripted_connector, toml_table
 
 SECRET = "hunter2-pg-password"
 
@@ -134,6 +134,34 @@ class TestRun:
             run.signal(signal.SIGTERM)
             assert await run.wait() == 0
         assert sorted(p.name for p in folder.iterdir()) == ["mcplhost.toml"]  # nothing beside the config
+
+    async def test_kill_9_of_a_connectors_owner_lets_the_standby_host_run_it_within_10_s(
+            self, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+        """Two `run`s configured for one connector: the second shows it as standby with the first as its owner;
+        kill -9 of the first ends its database session, and with it the lock: the second runs the connector."""
+        runs = {}
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            connector = toml_table("[[connectors]]", scripted_connector("chat", {}, tmp_path / name))
+            (tmp_path / name / "mcplhost.toml").write_text(
+                f'[store]\nurl = "{postgres_db.url}"\npool_size = 2\n[host]\nname = "{name}"\n\n{connector}')
+            runs[name] = tmp_path / name / "mcplhost.toml"
+        async with daemon(runs["a"], tmp_path) as a:
+            await a.wait_event("hosts.connector_owned", host="a", connector="chat")
+            async with daemon(runs["b"], tmp_path) as b:
+                await b.wait_event("host.ready")
+                status = json.loads(cli("status", "--json", "--config", str(runs["b"])).stdout)
+                assert [(c["state"], c["pid"], c["owner"]) for c in status["connectors"]] == [("standby", None, "a")]
+                assert [(h["name"], h["pid"], h["connectors"]) for h in status["hosts"]] == [
+                    ("a", a.pid, ["chat"]), ("b", b.pid, [])]
+                a.signal(signal.SIGKILL)
+                await b.wait_event("hosts.connector_owned", timeout=10, host="b", connector="chat")
+                await b.wait_event("connector.mcp_only", timeout=10)
+                status = json.loads(cli("status", "--json", "--config", str(runs["b"])).stdout)
+                assert [(c["state"], c["pid"] is not None, "owner" in c) for c in status["connectors"]] == [
+                    ("mcp_only", True, False)]
+                # A said no goodbye, but its session ended with it: it is no longer listed
+                assert [(h["name"], h["connectors"]) for h in status["hosts"]] == [("b", ["chat"])]
 
 
 @pytest.fixture(autouse=True)

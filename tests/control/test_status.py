@@ -11,6 +11,7 @@ from mcplhost.control.status import (
     AgentCounts,
     HostEntry,
     HostStatus,
+    Standby,
     Status,
     build_status,
     check_problems,
@@ -97,6 +98,18 @@ class TestObject:
         assert encoded["agents"] == [{"name": "scout", "state": "idle", "pendingWakes": 0, "queuedPeerMessages": 0,
                                       "drafts": 0, "outboxPending": 0, "turnsLastHour": 2, "held": False,
                                       "lastError": None, "failedTurnsLastHour": 0}]
+
+    def test_a_standby_connector_has_no_pid_names_its_owner_and_is_healthy(self):
+        """Another live host runs it (a shared store): state `standby`, `pid` null, `owner` last; --check is content,
+        and a quiet verdict of this host's idle handle is not reported."""
+        stats = msgspec.structs.replace(connector("a", State.STARTING, quiet=True), pid=4242)
+        status = build_status(HOST, [stats, connector("b", State.READY)], {}, {},
+                              standby={"a": Standby("eu-2")})
+        encoded = msgspec.json.decode(msgspec.json.encode(status))["connectors"]
+        assert (encoded[0]["state"], encoded[0]["pid"], encoded[0]["quiet"]) == ("standby", None, False)
+        assert list(encoded[0])[-1] == "owner" and encoded[0]["owner"] == "eu-2"
+        assert "owner" not in encoded[1]
+        assert check_problems(status, {}) == []
 
 
 class TestTable:
