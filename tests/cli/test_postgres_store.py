@@ -12,7 +12,7 @@ import anyio
 import asyncpg
 import pytest
 
-from mcplhost.agents.runtime import AgentsRuntime
+from mcplhost.agents.wiring import build_agents
 from mcplhost.config import Config
 from mcplhost.control.service import ControlService
 from mcplhost.store import open_store
@@ -102,7 +102,7 @@ class TestStatus:
         url = postgres_db.url.replace("postgres@", f"postgres:{SECRET}@")  # trust: any password is accepted
         async with open_store(url) as store:
             writer = GroupWriter(store)
-            service = ControlService(store, {}, AgentsRuntime(Config(), store, writer, {}), started_at_ms=1,
+            service = ControlService(store, {}, build_agents(Config(), store, writer, {}), started_at_ms=1,
                                      host_name="eu-1")
             status = await service.status()
             writer.close()
