@@ -10,17 +10,15 @@ items' ids become visible in order (store/order.py).
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Generator, Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
 import anyio
 
-from mcplhost.store.connection import Conn, Connections
+from mcplhost.store.connection import Connections
 from mcplhost.store.items import STORED_COLUMNS, StoredItem, stored_item
-from mcplhost.store.search_index import INDEX_BATCH_ROWS, index_text
+from mcplhost.store.search_index import INDEX_BATCH_ROWS, IndexWrites, index_text
 from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
 from mcplhost.store.search_reader import SEARCH_PAGE_ROWS, SearchInterrupted
 
@@ -31,22 +29,8 @@ _LIKE_SPECIAL = re.compile(r"[%_\\]")
 _GLOB_CHARACTERS = frozenset("*?[")
 
 
-class PgSearchIndex:
+class PgSearchIndex(IndexWrites):
     """The index's writes (the indexer's batches, retention's forgetting) and its progress, on PostgreSQL."""
-
-    def __init__(self, connections: Connections) -> None:
-        self._connections = connections
-        #: Seconds the index's transactions took that ended with another writer of this process waiting.
-        self.contended_s = 0.0
-
-    @asynccontextmanager
-    async def _holding(self, operation: str) -> AsyncIterator[Conn]:
-        async with self._connections.transaction():
-            began = time.monotonic()
-            yield self._connections.writer(operation)
-            waiting = self._connections.writers_waiting()
-        if waiting:
-            self.contended_s += time.monotonic() - began
 
     async def index_next(self, limit: int = INDEX_BATCH_ROWS) -> int:
         """Index the next `limit` items above the mark and move it past them, in one transaction; how many."""

@@ -106,8 +106,9 @@ def index_text(content: str, metadata: str) -> str:
     return text
 
 
-class SqliteSearchIndex:
-    """The index's writes (the indexer's batches, retention's forgetting) and its progress, on SQLite."""
+class IndexWrites:
+    """The index's transactions on the writer's connection, and how long they held other writers up: what both
+    engines' index share."""
 
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
@@ -124,6 +125,10 @@ class SqliteSearchIndex:
             waiting = self._connections.writers_waiting()
         if waiting:
             self.contended_s += time.monotonic() - began
+
+
+class SqliteSearchIndex(IndexWrites):
+    """The index's writes (the indexer's batches, retention's forgetting) and its progress, on SQLite."""
 
     async def index_next(self, limit: int = INDEX_BATCH_ROWS) -> int:
         """Index the next `limit` items above the mark and move it past them, in one transaction; how many."""

@@ -197,7 +197,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         # Reached only when the life ended on its own: a host stop cancels past this line.
         life.life_ending()
         if ended == Life.EXITED:
-            life.failed(_exit_error(process.returncode))
+            life.failed(_exit_error(process.returncode, connection.mode if connection is not None else None))
         on_end(ended)
     finally:
         life.life_ending()
@@ -283,11 +283,16 @@ def crash_error(exc: BaseException) -> str:
     return text if len(text) <= CRASH_ERROR_CHARS else text[:CRASH_ERROR_CHARS] + "…"
 
 
-def _exit_error(returncode: int | None) -> str:
-    """Why a life whose output ended is over (the child normally exits right after closing its output)."""
+def _exit_error(returncode: int | None, mode: Mode | None) -> str:
+    """Why a life whose output ended is over (the child normally exits right after closing its output).
+
+    `mode` still the handshake's: the output ended before the handshake's own failure was told (its task had
+    not resumed when the life ended), so say what `_handshake_failure` would have said.
+    """
     if returncode is None:
         return "the process closed its output"
-    return f"the process {exit_description(returncode)}"
+    during = " before answering initialize" if mode is Mode.HANDSHAKE else ""
+    return f"the process {exit_description(returncode)}{during}"
 
 
 async def _handshake_failure(exc: HandshakeFailed, mode: Mode, process: Process) -> str:

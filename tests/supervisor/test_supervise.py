@@ -14,7 +14,7 @@ import pytest
 
 from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.supervisor.handle import ConnectorHandle
-from mcplhost.supervisor.supervise import supervise
+from mcplhost.supervisor.supervise import _exit_error, supervise
 
 from ..builders import texts
 from ..harness import (
@@ -206,3 +206,14 @@ class TestStopping:
         assert events(logs, "connector.exited", "calm")[0]["how"] == "exited"
         assert not events(logs, "connector.restart_scheduled", "calm")
         assert len(starts(tmp_path, "calm")) == 1
+
+
+class TestExitError:
+    def test_an_exit_the_handshake_had_not_told_yet_still_names_initialize(self) -> None:
+        """Under load the output's end can end the life before the handshake's task resumes with its failure: the
+        error must still say the process never answered initialize, as the handshake's own would."""
+        from mcplhost.protocol.connection import Mode
+
+        assert _exit_error(3, Mode.HANDSHAKE) == "the process exited with code 3 before answering initialize"
+        assert _exit_error(3, None) == "the process exited with code 3"
+        assert _exit_error(None, Mode.HANDSHAKE) == "the process closed its output"
