@@ -38,9 +38,9 @@ from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
 from mcplhost.store.composed import SCAN_WORKERS, Store
 from mcplhost.store.connection import SQLITE, Conn, Engine
-from mcplhost.store.errors import SchemaBehind, StoreError, StoreMissing
+from mcplhost.store.errors import StoreError, StoreMissing
 from mcplhost.store.files import make_private
-from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer
+from mcplhost.store.migrate import applied_versions, load_migrations, refuse_foreign, refuse_newer, refuse_unusable
 from mcplhost.store.migrate import migrate as apply_migrations
 from mcplhost.store.redacting import RedactingWriter
 from mcplhost.store.search_index import BODY_FUNCTION, SqliteSearchIndex, index_text
@@ -371,13 +371,8 @@ async def open_sqlite_reader(
         raise StoreMissing(str(path))
     async with _connection(path, _read_only_uri(path), uri=True) as conn:
         try:
-            await refuse_foreign(SqliteConn(conn), path=str(path), known=load_migrations(migrations_folder))
-            await apply_pragmas(conn, read_only=True)
-            newest = len(load_migrations(migrations_folder))
-            applied = await applied_versions(SqliteConn(conn))
-            refuse_newer(applied, newest, path=str(path))
-            if max(applied, default=0) < newest:
-                raise SchemaBehind(max(applied, default=0), newest, path=str(path))
+            await apply_pragmas(conn, read_only=True)  # query_only before anything is read
+            await refuse_unusable(SqliteConn(conn), load_migrations(migrations_folder), path=str(path), current=True)
         except sqlite3.Error as exc:
             raise _cannot_open(path, exc, _READ_EXPLANATION) from exc
         # Nothing in this process writes: its one read-only connection is also its reader.

@@ -41,7 +41,7 @@ import structlog
 
 import mcplhost
 from mcplhost.store.connection import POSTGRESQL, SQLITE, Conn, Engine
-from mcplhost.store.errors import BrokenMigration, ForeignDatabase, SchemaTooNew
+from mcplhost.store.errors import BrokenMigration, ForeignDatabase, SchemaBehind, SchemaTooNew
 from mcplhost.store.sqlite_conn import SqliteConn
 
 log = structlog.get_logger()
@@ -203,6 +203,16 @@ def refuse_newer(applied: set[int], newest_known: int, *, path: str | None = Non
     found = max(applied, default=0)
     if found > newest_known:
         raise SchemaTooNew(found, newest_known, path=path)
+
+
+async def refuse_unusable(conn: Conn, migrations: Sequence[Migration], *, path: str, current: bool) -> None:
+    """Refuse, without migrating, another program's database or a schema newer than `migrations`; with `current`
+    (a reader), also one that still needs migrations (SchemaBehind)."""
+    await refuse_foreign(conn, path=path, known=migrations)
+    applied = await applied_versions(conn)
+    refuse_newer(applied, len(migrations), path=path)
+    if current and max(applied, default=0) < len(migrations):
+        raise SchemaBehind(max(applied, default=0), len(migrations), path=path)
 
 
 async def migrate(

@@ -38,9 +38,16 @@ from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
 from mcplhost.store.composed import Store
 from mcplhost.store.connection import POSTGRESQL, Conn, Engine, Params
-from mcplhost.store.errors import BrokenMigration, SchemaBehind, StoreError, StoreMissing
+from mcplhost.store.errors import BrokenMigration, StoreError, StoreMissing
 from mcplhost.store.interfaces import SearchReads
-from mcplhost.store.migrate import Migration, applied_versions, load_migrations, refuse_foreign, refuse_newer
+from mcplhost.store.migrate import (
+    Migration,
+    applied_versions,
+    load_migrations,
+    refuse_foreign,
+    refuse_newer,
+    refuse_unusable,
+)
 from mcplhost.store.open import redacted_url, server_of
 from mcplhost.store.order import MIGRATION_KEY
 from mcplhost.store.pg_search import PgSearchIndex, PgSearchReads
@@ -336,9 +343,7 @@ async def open_pg_store(url: str, *, pool_size: int, migrate: bool = True,
             if migrate:
                 await migrate_database(conn, migrations, location=store.location)
             else:
-                neutral = PgConn(conn)
-                await refuse_foreign(neutral, path=store.location, known=migrations)
-                refuse_newer(await applied_versions(neutral), len(migrations), path=store.location)
+                await refuse_unusable(PgConn(conn), migrations, path=store.location, current=False)
         yield store
     finally:
         with anyio.CancelScope(shield=True):
@@ -355,12 +360,7 @@ async def open_pg_reader(url: str, *, migrations_folder: Traversable | Path | No
     try:
         store = PgStore(url, PgDatabase(pool), migrations_folder)
         async with pool.acquire() as conn:
-            neutral = PgConn(conn)
-            await refuse_foreign(neutral, path=store.location, known=migrations)
-            applied = await applied_versions(neutral)
-            refuse_newer(applied, len(migrations), path=store.location)
-            if max(applied, default=0) < len(migrations):
-                raise SchemaBehind(max(applied, default=0), len(migrations), path=store.location)
+            await refuse_unusable(PgConn(conn), migrations, path=store.location, current=True)
         yield store
     finally:
         with anyio.CancelScope(shield=True):
