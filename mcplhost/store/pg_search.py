@@ -20,13 +20,11 @@ from mcplhost.store.connection import Connections
 from mcplhost.store.items import STORED_COLUMNS, StoredItem, stored_item
 from mcplhost.store.search_index import INDEX_BATCH_ROWS, IndexWrites, index_text
 from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
-from mcplhost.store.search_reader import SEARCH_PAGE_ROWS, SearchInterrupted
+from mcplhost.store.search_reader import GLOB_CHARACTERS, SEARCH_PAGE_ROWS, SearchInterrupted, filter_sql
 
 _COLUMNS = ", ".join(f"i.{column}" for column in STORED_COLUMNS)
 #: What LIKE reads as a wildcard or its escape (the default escape is the backslash).
 _LIKE_SPECIAL = re.compile(r"[%_\\]")
-#: A `hears` channel holding one of these is a glob (agents/context.py `heard_by`).
-_GLOB_CHARACTERS = frozenset("*?[")
 
 
 class PgSearchIndex(IndexWrites):
@@ -116,7 +114,7 @@ class PgSearchReads:
     def _heard(where: SearchFilter, items: Iterator[StoredItem]) -> Iterator[StoredItem]:
         """`items` that a `hears` entry takes: the SQL read a glob entry's whole connector; the glob is tested here."""
         entries = where.heard or ()
-        if all(_GLOB_CHARACTERS.isdisjoint(entry) for entry in entries):
+        if all(GLOB_CHARACTERS.isdisjoint(entry) for entry in entries):
             yield from items
             return
         for item in items:
@@ -140,32 +138,20 @@ def _hears(entry: str, server: object, channel: object) -> bool:
         return False
     if not slash:
         return True
-    if _GLOB_CHARACTERS.isdisjoint(channels):
+    if GLOB_CHARACTERS.isdisjoint(channels):
         return channel == channels
     return isinstance(channel, str) and fnmatchcase(channel, channels)
 
 
 def _filter(where: SearchFilter) -> tuple[str, list[Any]]:
     """`where` as conditions on the items row `i` (a channel glob: its connector here, the glob in `_heard`)."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if where.heard is not None:
-        clauses.append("i.agent IS NULL")
-        entries: list[str] = []
-        for entry in where.heard:
-            connector, slash, channel = entry.partition("/")
-            if slash and _GLOB_CHARACTERS.isdisjoint(channel):
-                entries.append("(i.server_id = ? AND i.channel_id = ?)")
-                params.extend([connector, channel])
-            else:
-                entries.append("i.server_id = ?")
-                params.append(connector)
-        if entries:
-            clauses.append("(" + " OR ".join(entries) + ")")
-    if where.channel is not None:
-        clauses.append("i.channel_id = ?")
-        params.append(where.channel)
-    if where.since_ms is not None:
-        clauses.append("i.created_at >= ?")
-        params.append(where.since_ms)
-    return " AND ".join(clauses) or "TRUE", params
+    if where.heard is None:
+        return filter_sql(where)
+    heard: list[tuple[str, list[Any]]] = []
+    for entry in where.heard:
+        connector, slash, channel = entry.partition("/")
+        if slash and GLOB_CHARACTERS.isdisjoint(channel):
+            heard.append(("i.server_id = ? AND i.channel_id = ?", [connector, channel]))
+        else:
+            heard.append(("i.server_id = ?", [connector]))
+    return filter_sql(where, heard=heard)

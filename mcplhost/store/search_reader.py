@@ -50,7 +50,7 @@ GLOB_FUNCTION = "mcplhost_fnmatch"
 #: ASCII characters that `regex` matches, ignoring case, with a character SQLite's trigram tokenizer does not
 #: fold to the same one ("i" and "İ", "I" and "ı"): a trigram holding one is looked up in each form.
 FOLD_VARIANTS = {"i": ("i", "İ", "ı"), "I": ("i", "İ", "ı")}
-_GLOB_CHARACTERS = frozenset("*?[")
+GLOB_CHARACTERS = frozenset("*?[")
 _COLUMNS = ", ".join(f"i.{column}" for column in STORED_COLUMNS)
 
 
@@ -83,7 +83,7 @@ def heard_conditions(heard: tuple[str, ...]) -> list[tuple[str, list[Any]]]:
         connector, slash, glob = entry.partition("/")
         if not slash:
             conditions.append(("i.server_id = ?", [connector]))
-        elif _GLOB_CHARACTERS.isdisjoint(glob):
+        elif GLOB_CHARACTERS.isdisjoint(glob):
             conditions.append(("+i.server_id = ? AND i.channel_id = ?", [connector, glob]))
         else:
             conditions.append((f"i.server_id = ? AND i.channel_id IS NOT NULL AND {GLOB_FUNCTION}(i.channel_id, ?)",
@@ -91,14 +91,14 @@ def heard_conditions(heard: tuple[str, ...]) -> list[tuple[str, list[Any]]]:
     return conditions
 
 
-def filter_sql(where: SearchFilter, *, heard: tuple[str, list[Any]] | None = None) -> tuple[str, list[Any]]:
-    """`where` as conditions on the items row `i`, and their parameters; `heard`: one of `heard_conditions` in
-    place of all of them (ORed)."""
+def filter_sql(where: SearchFilter, *, heard: list[tuple[str, list[Any]]] | None = None) -> tuple[str, list[Any]]:
+    """`where` as conditions on the items row `i`, and their parameters; `heard`: the conditions (ORed) that stand
+    for `where.heard` (default: all of `heard_conditions`; one of them, or another engine's own)."""
     clauses: list[str] = []
     params: list[Any] = []
     if where.heard is not None:
         clauses.append("i.agent IS NULL")
-        entries = [heard] if heard is not None else heard_conditions(where.heard)
+        entries = heard if heard is not None else heard_conditions(where.heard)
         if entries:
             clauses.append("(" + " OR ".join(f"({sql})" for sql, _ in entries) + ")")
             params.extend(value for _, values in entries for value in values)
@@ -108,7 +108,7 @@ def filter_sql(where: SearchFilter, *, heard: tuple[str, list[Any]] | None = Non
     if where.since_ms is not None:
         clauses.append("i.created_at >= ?")
         params.append(where.since_ms)
-    return " AND ".join(clauses) or "1", params
+    return " AND ".join(clauses) or "TRUE", params
 
 
 class IndexReader:
@@ -158,7 +158,7 @@ class IndexReader:
         entries = heard_conditions(where.heard) if where.heard else [None]
         streams = [self._pages(f"SELECT {_COLUMNS} FROM items AS i WHERE i.id > ? AND i.id < ? AND {condition}"
                                " ORDER BY i.id DESC LIMIT ?", [above], params, through)
-                   for condition, params in (filter_sql(where, heard=entry) for entry in entries)]
+                   for condition, params in (filter_sql(where, heard=None if entry is None else [entry]) for entry in entries)]
         if len(streams) == 1:
             yield from streams[0]
             return
