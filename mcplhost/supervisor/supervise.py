@@ -197,7 +197,7 @@ async def run_life(spec: ConnectorConfig, intake: Intake, clog: Any, handle: Con
         # Reached only when the life ended on its own: a host stop cancels past this line.
         life.life_ending()
         if ended == Life.EXITED:
-            life.failed(_exit_error(process.returncode, connection.mode if connection is not None else None))
+            life.failed(_exit_error(process.returncode))
         on_end(ended)
     finally:
         life.life_ending()
@@ -230,6 +230,7 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
     session = connection.session
     ended = Life.EXITED
     deaf = False
+    handshaken = False
     async with anyio.create_task_group() as tg:
 
         async def end_if_deaf(interval: float) -> None:
@@ -261,6 +262,7 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
             ended = Life.POLICY_CLOSED
             tg.cancel_scope.cancel()
         else:
+            handshaken = True
             on_ready()
             if spec.expect_traffic_within_s is not None:
                 tg.start_soon(watch_quiet, handle, plog)
@@ -272,6 +274,13 @@ async def _serve_life(spec: ConnectorConfig, process: Process, connection: McplC
             handle.life.failed("closed after the connector refused a later policy")
             ended = Life.POLICY_CLOSED
             tg.cancel_scope.cancel()
+    if ended == Life.EXITED and not handshaken:
+        # The output's end ended the life (the scope cancelled) before the handshake's task resumed with its own
+        # failure: the same outcome as that failure, whichever task got there first.
+        error = _ended_unanswered(process.returncode, connection.mode)
+        plog.error("connector.handshake_failed", error=error)
+        handle.life.failed(error)
+        return Life.HANDSHAKE_FAILED
     return Life.DEAF if deaf and ended == Life.EXITED else ended
 
 
@@ -283,16 +292,17 @@ def crash_error(exc: BaseException) -> str:
     return text if len(text) <= CRASH_ERROR_CHARS else text[:CRASH_ERROR_CHARS] + "…"
 
 
-def _exit_error(returncode: int | None, mode: Mode | None) -> str:
-    """Why a life whose output ended is over (the child normally exits right after closing its output).
-
-    `mode` still the handshake's: the output ended before the handshake's own failure was told (its task had
-    not resumed when the life ended), so say what `_handshake_failure` would have said.
-    """
+def _exit_error(returncode: int | None) -> str:
+    """Why a life whose output ended is over (the child normally exits right after closing its output)."""
     if returncode is None:
         return "the process closed its output"
-    during = " before answering initialize" if mode is Mode.HANDSHAKE else ""
-    return f"the process {exit_description(returncode)}{during}"
+    return f"the process {exit_description(returncode)}"
+
+
+def _ended_unanswered(returncode: int | None, mode: Mode) -> str:
+    """Why a handshake failed when the child's output ended first: what it left unanswered."""
+    unanswered = "initialize" if mode is Mode.HANDSHAKE else "featureSets/update"
+    return f"{_exit_error(returncode)} before answering {unanswered}"
 
 
 async def _handshake_failure(exc: HandshakeFailed, mode: Mode, process: Process) -> str:
@@ -302,8 +312,7 @@ async def _handshake_failure(exc: HandshakeFailed, mode: Mode, process: Process)
     ended output; the real cause is the process's exit, so say that.
     """
     if isinstance(exc.__cause__, ConnectionClosed) and await wait_exited(process, EXIT_CODE_WAIT_S):
-        unanswered = "initialize" if mode is Mode.HANDSHAKE else "featureSets/update"
-        return f"the process {exit_description(process.returncode)} before answering {unanswered}"
+        return _ended_unanswered(process.returncode, mode)
     if isinstance(exc.__cause__, RequestTimeout) and mode is Mode.HANDSHAKE:
         return f"{exc}{UNFLUSHED_HINT}"
     return str(exc)

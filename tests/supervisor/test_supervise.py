@@ -14,7 +14,7 @@ import pytest
 
 from mcplhost.config import ConnectorConfig, RestartConfig
 from mcplhost.supervisor.handle import ConnectorHandle
-from mcplhost.supervisor.supervise import _exit_error, supervise
+from mcplhost.supervisor.supervise import _ended_unanswered, _exit_error, supervise
 
 from ..builders import texts
 from ..harness import (
@@ -208,12 +208,13 @@ class TestStopping:
         assert len(starts(tmp_path, "calm")) == 1
 
 
+
 class TestExitError:
-    def test_an_exit_the_handshake_had_not_told_yet_still_names_initialize(self) -> None:
-        """Under load the output's end can end the life before the handshake's task resumes with its failure: the
-        error must still say the process never answered initialize, as the handshake's own would."""
+    def test_an_exit_before_the_handshake_ended_names_what_it_left_unanswered(self) -> None:
+        """The one wording of a handshake the child's exit ended, whichever task saw the exit first (the
+        handshake's own failure, or the output's end ending the life under load)."""
         from mcplhost.protocol.connection import Mode
 
-        assert _exit_error(3, Mode.HANDSHAKE) == "the process exited with code 3 before answering initialize"
-        assert _exit_error(3, None) == "the process exited with code 3"
-        assert _exit_error(None, Mode.HANDSHAKE) == "the process closed its output"
+        assert _ended_unanswered(3, Mode.HANDSHAKE) == "the process exited with code 3 before answering initialize"
+        assert _ended_unanswered(None, Mode.HANDSHAKE) == "the process closed its output before answering initialize"
+        assert _exit_error(3) == "the process exited with code 3"
