@@ -1,5 +1,5 @@
 """The agents' feed on a shared PostgreSQL store: the items table itself, read after a mark
-(docs/architecture.md#wakes-across-hosts).
+(docs/architecture.md#engines).
 
     follower = ItemsFollower(store.items, after=end, offer=runtime_offer)
     sharing.listen(ITEMS_CHANNEL, follower.heard)     # another host's commit (NOTIFY, store/order.py)

@@ -51,7 +51,7 @@ the turns the old owner left open, seeds the turn guard, reads the durable
 cursor from the store, and catches up from it like a start, then runs. And the
 agents' feed is then the items table itself (agents/follow.py): each item is
 offered once, in id order, whichever host stored it; this host's events only
-say when to read (docs/architecture.md#wakes-across-hosts).
+say when to read (docs/architecture.md#engines).
 
 Echoes (docs/agents.md#echoes): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo

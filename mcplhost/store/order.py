@@ -16,7 +16,7 @@ Other hosts learn of new items by NOTIFY on ITEMS_CHANNEL, sent inside each
 item-storing transaction (so at its COMMIT, never for a rollback) with the newest
 id as payload; a listener only takes it as a nudge to read `id > its mark`, and
 polls too, so a notification lost (a listener reconnecting, a full queue) delays
-a read, never loses an item (docs/architecture.md#wakes-across-hosts).
+a read, never loses an item (docs/architecture.md#engines).
 
 The cost: item-storing commits of all writers run one at a time from their first
 insert to their COMMIT (SQLite's single writer does the same for every commit).
