@@ -36,6 +36,8 @@ log = structlog.get_logger()
 POLL_S = 1.0
 #: Items read per page.
 FOLLOW_PAGE = 1000
+#: Digits of the largest id (a bigint) a notification's payload may name.
+ID_DIGITS = 19
 
 
 class ItemsAfter(Protocol):
@@ -62,8 +64,10 @@ class ItemsFollower:
         self._nudged.set()
 
     def heard(self, payload: str) -> None:
-        """A NOTIFY on the items channel (payload: the newest id, only a hint: everything after the mark is read)."""
-        if not payload.isdigit() or int(payload) > self.mark:
+        """A NOTIFY on the items channel (payload: the newest id, only a hint: everything after the mark is read).
+
+        Anyone who may write the database may notify: a payload that is no id of ours nudges, never raises."""
+        if not (payload.isascii() and payload.isdigit() and len(payload) <= ID_DIGITS) or int(payload) > self.mark:
             self._nudged.set()
 
     async def run(self) -> None:

@@ -62,8 +62,8 @@ def cross_field_problems(checked: Checked, unknown_grant: UnknownGrant | None = 
     shared = config.store.url is not None  # other hosts may run connectors this file does not name
     for i, agent in enumerate(config.agents):
         usable = checked.usable_in(f"agents[{i}]")
-        known = connector_names | named_connectors(agent) if shared else connector_names
-        found += [f"agents[{i}].{why}" for why in agent_problems(agent, known, usable=usable)]
+        nameable = connector_names | named_connectors(agent) if shared else connector_names
+        found += [f"agents[{i}].{why}" for why in agent_problems(agent, nameable, usable=usable)]
     found += _parent_problems(_written(checked, "agents", "name", [a.name for a in config.agents]),
                               _written(checked, "agents", "parent", [a.parent for a in config.agents]))
     if config.metrics.listen:
