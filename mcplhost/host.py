@@ -198,7 +198,9 @@ class Host:
                 if self.config.store.retention_days > 0:  # 0: items are kept for good (docs/operations.md#retention)
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
-                                            agents=[agent.name for agent in self.config.agents],
+                                            # shared: every host's agents (None: all with a cursor)
+                                            agents=None if self.sharing is not None else
+                                            [agent.name for agent in self.config.agents],
                                             context_rows=CONTEXT_ROWS, clock=now_ms))
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
