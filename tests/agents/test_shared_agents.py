@@ -133,6 +133,11 @@ async def _owns(host: Host, agent: str) -> bool:
     return host.sharing is not None and agent in host.sharing.agents
 
 
+async def _runs(host: Host, agent: str) -> bool:
+    """`host` owns `agent` and has taken it over (its cursor read, its catch-up done)."""
+    return await _owns(host, agent) and agent not in host.agents.standby
+
+
 async def _at_least(ids: Awaitable[list[int]], count: int) -> list[int] | None:
     found = await ids
     return found if len(found) >= count else None
@@ -173,3 +178,19 @@ async def test_two_hosts_flooding_wake_an_agent_on_a_third_for_every_item_once(
 
 async def _cursor_at(store: Store, agent: str, item_id: int) -> bool:
     return (await store.cursors.get(agent) or 0) >= item_id
+
+
+async def test_a_reload_that_removes_an_agent_frees_it_for_the_standby_and_one_that_adds_it_takes_its_lock(
+        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    a_config = host_config(postgres_db.url, "a", tmp_path, "scout")
+    async with running_host(a_config) as a, \
+            running_host(host_config(postgres_db.url, "b", tmp_path, "scout")) as b:
+        await until(lambda: _owns(a, "scout"))
+        assert "scout" in b.agents.standby
+        await a.reload(msgspec.structs.replace(a_config, agents=[agent_config("quill", backend=scripted("ok"))]))
+        await until(lambda: _runs(b, "scout"))  # A let it go: B took it over
+        assert await _runs(a, "quill") and not await _owns(a, "scout")
+        await store_items(a.ingest, 1)
+        (item,) = await heard_ids(a.store)
+        assert await until(lambda: woken(b.store, "scout")) == [item]
+        assert await until(lambda: woken(a.store, "quill")) == [item]
