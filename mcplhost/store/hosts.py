@@ -9,6 +9,7 @@
         ...
         await sharing.release("discord")
         await sharing.try_own("scout", kind="agent")   # agents alike, in a key space of their own
+        await sharing.listen(ITEMS_CHANNEL, nudge)     # NOTIFYs on the session (agents/follow.py)
 
 Ownership is a session-level advisory lock (`pg_try_advisory_lock`, key
 `order.ownership_key`) held on the session connection: the server drops it when
