@@ -31,14 +31,17 @@ from mcplhost.ingest import now_ms
 from mcplhost.peers.service import PeerService
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
+from mcplhost.store.hosts import Sharing
 from mcplhost.store.writer import GroupWriter
 
 
 def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
-                 timings: TurnTimings | None = None) -> AgentsRuntime:
-    """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built."""
+                 timings: TurnTimings | None = None, sharing: Sharing | None = None) -> AgentsRuntime:
+    """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built.
+
+    `sharing`: this host's part in a shared PostgreSQL store (store/hosts.py), when it has one."""
     running = Running()
     peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms)
     deps = TurnDeps(
@@ -55,4 +58,4 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
     built = {agent.name: given.get(agent.name) or build_backend(f"agents[{i}].backend", agent.backend)
              for i, agent in enumerate(config.agents)}
     return AgentsRuntime(config, deps, built, peers=peers, running=running,
-                         recorder=DecisionRecorder(writer, clock_ms))
+                         recorder=DecisionRecorder(writer, clock_ms), sharing=sharing)

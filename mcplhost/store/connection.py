@@ -12,7 +12,7 @@ Where a statement must differ, the repository picks it by `conn.engine`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol
 
@@ -44,6 +44,18 @@ class Conn(Protocol):
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         """Run one statement once per parameter row."""
+        ...
+
+
+class Session(Conn, Protocol):
+    """A connection of its own, outside the pool (`Store.session`): session-level locks, and notifications."""
+
+    async def listen(self, channel: str, heard: Callable[[str], None]) -> None:
+        """LISTEN on `channel`: `heard(payload)` is called for each NOTIFY on it for as long as the session lasts."""
+        ...
+
+    def on_lost(self, lost: Callable[[], None]) -> None:
+        """Call `lost()` as soon as the connection is closed, whoever closed it (the server ending the session)."""
         ...
 
 
