@@ -8,7 +8,9 @@ provides it.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from mcplhost.inbound.pipeline import Processed
 
 
 class EchoPort(Protocol):
@@ -18,6 +20,6 @@ class EchoPort(Protocol):
         """Load the recent deliveries from the store (ingest calls it once, before its first item); how many are known."""
         ...
 
-    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        """`metadata` with the echo mark when the item is an echo; `metadata` itself when nothing changes."""
+    def marked(self, processed: Processed) -> Processed:
+        """`processed` with the echo mark when the item is an echo; `processed` itself when nothing changes."""
         ...

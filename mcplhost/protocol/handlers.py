@@ -131,8 +131,8 @@ def push_event(conn: Inbound, params: Raw | UnsetType) -> Deferred:
         raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
     admitted = admit_push(push, conn.registry, conn.feature_sets, legacy=conn.legacy,
                           accepted_implies=conn.accepted_implies)
-    named = admitted.origin.get("mcplChannelId") if admitted.origin else None
-    if admitted.channel_id is None and isinstance(named, str):
+    named = admitted.named_channel
+    if admitted.channel_id is None and named is not None:
         conn.warn_once(f"push-unregistered:{named}", "mcpl.push_channel_unregistered", channel=named,
                        detail="origin.mcplChannelId names no registered channel: stored unscoped")
 
