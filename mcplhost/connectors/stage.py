@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .mcpl_server import McplServer, log, text
+from .mcpl_server import McplServer, RemoteError, log, text
 
 #: How long after answering a publish the platform delivers it back: after the answer, as on Discord, and late
 #: enough that the host has recorded the delivery (so the echo is known as one when it arrives). The setting
@@ -113,5 +113,5 @@ class Echoes:
         await asyncio.sleep(echo_delay_s())
         try:
             await self.server.request("channels/incoming", {"messages": [echo]})
-        except Exception as exc:  # the echo is the platform's courtesy; losing one is only a log line
+        except (RemoteError, TimeoutError) as exc:  # the echo is the platform's courtesy; losing one is a log line
             log(f"{self.server.name}: echo of {echo['messageId']} not delivered: {exc}")

@@ -52,7 +52,7 @@ from mcplhost.protocol.answers import (
     decode_each,
 )
 from mcplhost.protocol.grants import HOOK_PATHS
-from mcplhost.protocol.ports import ConnectorNotReady, HookPort, State
+from mcplhost.protocol.ports import NOTIFY_FAILURES, ConnectorNotReady, HookPort, State
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 
 log = structlog.get_logger()
@@ -218,9 +218,6 @@ async def _ask(state: HookState, handle: HookPort, agent: AgentConfig, params: d
     except (ConnectorNotReady, LineTooLong) as exc:  # LineTooLong: a userMessage past the connector's line cap
         clog.info("agent.hook_skipped", reason=str(exc))
         return []
-    except Exception:
-        clog.warning("agent.hook_failed", exc_info=True)
-        return []
     # In a worker thread: the cost of a hostile answer (a million blocks) is the connector's, not the loop's.
     answer, (kept, dropped) = await anyio.to_thread.run_sync(judged_answer, raw, grant, abandon_on_cancel=True)
     for drop in dropped:
@@ -353,6 +350,10 @@ def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int
     return params
 
 
+#: A lifecycle phase a connector did not get: not sent (NOTIFY_FAILURES) or not within LIFECYCLE_SEND_TIMEOUT_S.
+_LIFECYCLE_FAILURES: tuple[type[Exception], ...] = (*NOTIFY_FAILURES, TimeoutError)
+
+
 async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, state: HookState,
                     inference_id: str, phase: str, usage: Usage | None = None, turn_index: int | None = None,
                     conversation_id: str | None = None) -> None:
@@ -389,7 +390,7 @@ async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, stat
         try:
             with anyio.fail_after(LIFECYCLE_SEND_TIMEOUT_S):
                 await handle.notify("inference/lifecycle", params)
-        except (ConnectorNotReady, TimeoutError) as exc:
+        except _LIFECYCLE_FAILURES as exc:
             log.info("agent.lifecycle_not_sent", agent=agent.name, connector=handle.name, phase=phase,
                      inferenceId=inference_id, reason=str(exc) or "timeout")
 
