@@ -44,6 +44,7 @@ from mcplhost.inbound.mark import mark_openings
 from mcplhost.inbound.source import freeze_source
 from mcplhost.inbound.strip import strip_host_keys
 from mcplhost.inbound.visible import has_visible_content
+from mcplhost.jsonobject import JsonObject
 
 T = TypeVar("T")
 
@@ -128,7 +129,7 @@ def _filled(value: T | None, stage: str) -> T:
 # --------------------------------------------------------------------------- admit
 
 
-def _converted(block: Any) -> dict[str, Any] | None:
+def _converted(block: Any) -> JsonObject | None:
     """`block` rebuilt from its type's own members, or None when it has none."""
     if not isinstance(block, dict):
         return None
@@ -195,7 +196,7 @@ def _reply_to(d: Delivered, adapter: dict[str, Any] | None) -> str | None:
     return d.reply_to
 
 
-def _source(d: Delivered, reply_to: str | None) -> dict[str, Any]:
+def _source(d: Delivered, reply_to: str | None) -> JsonObject:
     return freeze_source(
         kind=d.kind,
         lane=d.lane,
@@ -246,14 +247,14 @@ def mark(item: InFlight) -> InFlight:
 STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 
-def _metadata(item: InFlight) -> dict[str, Any]:
+def _metadata(item: InFlight) -> JsonObject:
     """The item's metadata, in the shape of docs/provenance.md §6."""
     return _metadata_of(item.delivered, _filled(item.source, "freeze"), item.header, _filled(item.content, "admit"),
                         _filled(item.stored, "mark"), item.adapter)
 
 
 def _metadata_of(d: Delivered, source: dict[str, Any], header: str | None, content: list[dict[str, Any]],
-                 stored: list[dict[str, Any]], adapter: dict[str, Any] | None) -> dict[str, Any]:
+                 stored: list[dict[str, Any]], adapter: dict[str, Any] | None) -> JsonObject:
     metadata: dict[str, Any] = {
         "serverId": d.server_id,  # the ids as the frozen envelope holds them, null where it has none
         "channelId": d.channel_id,

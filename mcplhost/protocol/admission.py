@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from mcplhost.jsonobject import JsonObject
+
 from . import errors
 from .channels import ChannelRegistry
 from .errors import ConnectorProtocolError
@@ -58,7 +60,7 @@ def _reply_to(own: str | None, metadata: Mapping[str, Any] | None) -> str | None
     return _claimed(_claims(metadata).reply_to, empty=True)
 
 
-def refusal(message_id: Any, error: ConnectorProtocolError, reason: str) -> dict[str, Any]:
+def refusal(message_id: Any, error: ConnectorProtocolError, reason: str) -> JsonObject:
     """A per-message refusal in `results`, with the error code that names it.
 
     A malformed message also names the `field` and the `problem`, as a

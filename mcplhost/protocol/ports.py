@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import msgspec
 from msgspec import UNSET
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.rpc.errors import LineTooLong, RemoteError, RequestTimeout
 
 from .answers import ListedTool, MalformedAnswer, OpenedChannel
@@ -248,7 +249,7 @@ class InferenceRefused(Exception):
 class InferenceCall(Protocol):
     """One admitted `inference/request`: it holds one of its connector's places until `release`."""
 
-    async def run(self, *, request_id: Any, send_chunk: SendChunk) -> dict[str, Any]:
+    async def run(self, *, request_id: Any, send_chunk: SendChunk) -> JsonObject:
         """The wire result; streamed chunks (`stream: true`) all go out first. InferenceRefused when the backend fails."""
 
     def release(self) -> None:
@@ -258,7 +259,7 @@ class InferenceCall(Protocol):
 class InferenceService(Protocol):
     """The `[inference]` backend as connectors reach it (docs/agents.md#inference); one per host."""
 
-    def model_info(self) -> dict[str, Any]:
+    def model_info(self) -> JsonObject:
         """The `model/info` result (ModelInfo)."""
 
     def admit(self, connector_name: str, request: InferenceRequest) -> InferenceCall:

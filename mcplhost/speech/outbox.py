@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
 import structlog
 from msgspec import Raw
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.answers import MalformedAnswer, PublishResult, decode_answer
 from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorStopped, OutboxPort
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
@@ -96,7 +96,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def publish_params(row: PendingPublish) -> dict[str, Any]:
+def publish_params(row: PendingPublish) -> JsonObject:
     """channels/publish params for a row: the thread travels in the conversation id."""
     return {"conversationId": row.conversation_id, "channelId": row.channel_id, "stream": False,
             "content": [{"type": "text", "text": row.text}]}

@@ -43,6 +43,7 @@ from mcplhost.agents.turns.compiler import Injections
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.author import escape_host_lines
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.answers import (
     ContentBlock,
     HookAnswer,
@@ -84,7 +85,7 @@ def conversation_of(agent: AgentConfig, conversation_id: str | None) -> str:
     return conversation_id if conversation_id is not None else f"agent:{agent.name}"
 
 
-def model_info(agent: AgentConfig) -> dict[str, Any]:
+def model_info(agent: AgentConfig) -> JsonObject:
     """ModelInfo for the agent's backend, from the config alone.
 
     Sent in every beforeInference (the spec's table does not gate it)
@@ -104,7 +105,7 @@ def hook_targets(handles: Mapping[str, HookPort], agent: AgentConfig) -> list[Ho
 
 
 def hook_params(*, inference_id: str, conversation_id: str, turn_index: int, user_message: str | None,
-                grant: frozenset[str], model: dict[str, Any]) -> dict[str, Any]:
+                grant: frozenset[str], model: dict[str, Any]) -> JsonObject:
     """The params for one connector: `userMessage` only under observe, else null (present either way)."""
     return {"inferenceId": inference_id, "conversationId": conversation_id, "turnIndex": turn_index,
             "userMessage": user_message if OBSERVE in grant else None, "model": model}
@@ -339,7 +340,7 @@ class HookState:
 
 
 def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int, phase: str,
-                     grant: frozenset[str], model: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
+                     grant: frozenset[str], model: dict[str, Any], usage: Usage | None) -> JsonObject:
     """Metadata only (docs/mcpl-checklist.md item 12): model under modelInfo, usage only with completed."""
     params: dict[str, Any] = {"inferenceId": inference_id, "conversationId": conversation_id,
                               "turnIndex": turn_index, "phase": phase}
