@@ -385,7 +385,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
 
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
                                  on_change=changed, suppressed=suppressed)
-        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
+        return handle, OutboxSender(store.outbox, writer, handle, max_age_s=max_age_s)
 
     handles: dict[str, ConnectorHandle] = {}
     sender_of: dict[str, OutboxSender] = {}
@@ -395,7 +395,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     connectors = MappingProxyType(handles)
     agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings)
     metrics = None if timings is None else Metrics(
-        store, connectors=connectors, ingest=ingest, outbox_senders=senders,
+        outbox=store.outbox, turns=store.turns, secrets=store.secrets, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
     control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name,
                              sharing=sharing)
