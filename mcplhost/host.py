@@ -293,7 +293,7 @@ class Host:
         if problems:
             await close_backends(agents.built())
             raise ConfigError(f"{len(problems)} problem(s)", problems=problems)
-        install_secrets(new, self.store)  # before the changed connectors start: their new tokens are redacted
+        install_secrets(new, self.store.secrets)  # before the changed connectors start: their new tokens are redacted
         try:
             await self._replace_connectors(plan, built)
         except BaseException:  # cancelled (the host stops): the agents' new backends are not handed over
@@ -368,7 +368,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     # The histograms exist only when /metrics is served; the counters are the components' own in any case.
     timings = Timings() if config.metrics.listen else None
     suppressed = SuppressedTotals()
-    install_secrets(config, store)
+    install_secrets(config, store.secrets)
     writer = GroupWriter(store, on_commit=timings.committed if timings is not None else None)
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
                     suppressed=suppressed, quotas=connector_quotas(config), secrets=store.secrets)
@@ -381,7 +381,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     def new_connector(spec: ConnectorConfig) -> tuple[ConnectorHandle, OutboxSender]:
         def changed() -> None:
             status_line.changed()
-            learn_connector_secrets(spec, store)  # its spawn re-reads the env file: so does the host, at each change
+            learn_connector_secrets(spec, store.secrets)  # its spawn re-reads the env file: so does the host, at each change
 
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
                                  on_change=changed, suppressed=suppressed)
@@ -426,18 +426,18 @@ def _both(first: Callable[[list[NewItem]], None] | None,
     return both
 
 
-def install_secrets(config: Config, store: Store) -> None:
+def install_secrets(config: Config, secrets: Secrets) -> None:
     """The config's secret values into the store's `Secrets` (every holder shares it) and the log's redaction.
 
     Called when the host is built and on each reload (docs/agents.md#secrets).
     """
-    store.secrets.update(secret_values(config))
-    redact_secrets(store.secrets)
+    secrets.update(secret_values(config))
+    redact_secrets(secrets)
 
 
-def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
+def learn_connector_secrets(spec: ConnectorConfig, secrets: Secrets) -> None:
     """Add the values of `spec`'s secret variables as they are now (an edited env file's new token)."""
-    store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
+    secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
 def open_configured_store(store: StoreConfig) -> AbstractAsyncContextManager[Store]:

@@ -24,7 +24,7 @@ TURN = {"event": "agent.turn", "agent": "scout", "turn": 7, "outcome": "complete
 
 
 async def running_feed(feed: Feed, store: Any, tg: anyio.abc.TaskGroup) -> None:
-    tg.start_soon(feed.run, store)
+    tg.start_soon(feed.run, store.items)
     with anyio.fail_after(5):
         while feed._loop is None:  # noqa: SLF001  (started: it reads the store and takes events)
             await anyio.sleep(0.005)
