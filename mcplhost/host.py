@@ -355,7 +355,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
-    when `[console] listen` is set, with `console_token` (mcplhost/console/service.py `console_token`).
+    when `[console] listen` is set, with `console_token` (mcplhost/console/component.py `console_token`).
     `launcher`: how connectors start and stop (supervisor/process.py; child processes unless a test says otherwise).
     """
     if config.agents and events is not None:

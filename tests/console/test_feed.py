@@ -161,7 +161,7 @@ class TestBoundary:
         """The server's or the feed's exception stops that part, logged once; it never reaches the host."""
         from structlog.testing import capture_logs
 
-        from mcplhost.console.service import _boundary
+        from mcplhost.console.component import _boundary
 
         async def broken() -> None:
             raise RuntimeError("a bug in the console")
