@@ -89,8 +89,8 @@ from .config import (
 )
 from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
+from .control.responder import ControlService
 from .control.server import serve_control
-from .control.service import ControlService
 from .errors import ConfigError, HostStateError
 from .inbound.mark import compile_patterns
 from .ingest import Ingest, Stored, now_ms, stored_event_stream

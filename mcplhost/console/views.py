@@ -55,7 +55,7 @@ STATUS_CACHE_S = 1.0
 
 
 class Operated(Protocol):
-    """What the console asks of the running host: the control service's two answers (mcplhost/control/service.py)."""
+    """What the console asks of the running host: the control service's two answers (mcplhost/control/responder.py)."""
 
     async def status(self) -> Status: ...
 

@@ -286,7 +286,7 @@ async def status_agents(db: Path) -> bytes:
     import msgspec
 
     from mcplhost.agents.wakes.scheduler import SchedulerStats
-    from mcplhost.control.service import ControlService
+    from mcplhost.control.responder import ControlService
 
     class Peers:
         def queued(self, name: str) -> int:
