@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from mcplhost.inbound.pipeline import Processed
+from mcplhost.store.interfaces import Items, Pushes, Quotas
 
 
 class EchoPort(Protocol):
@@ -23,3 +24,17 @@ class EchoPort(Protocol):
     def marked(self, processed: Processed) -> Processed:
         """`processed` with the echo mark when the item is an echo; `processed` itself when nothing changes."""
         ...
+
+
+class IngestRepositories(Protocol):
+    """The repositories ingest reads beside its writes: a correction's thread and a redelivery (items), a
+    push's recorded answer (pushes), each connector's quota use to seed from (quotas); the store is one."""
+
+    @property
+    def items(self) -> Items: ...
+
+    @property
+    def pushes(self) -> Pushes: ...
+
+    @property
+    def quotas(self) -> Quotas: ...

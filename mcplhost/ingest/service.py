@@ -53,7 +53,7 @@ from mcplhost.inbound.pipeline import (
 )
 from mcplhost.ingest.connector_quotas import ConnectorQuota, ConnectorQuotas
 from mcplhost.ingest.events import StoredEmitter
-from mcplhost.ingest.ports import EchoPort
+from mcplhost.ingest.ports import EchoPort, IngestRepositories
 from mcplhost.ingest.quotas import QuotaLimits, QuotaRefusal
 from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
@@ -64,7 +64,6 @@ from mcplhost.store import (
     ItemWritten,
     NewItem,
     PushClaim,
-    Repositories,
     Stored,
     body_bytes,
     item_row,
@@ -93,7 +92,7 @@ def _new_item(processed: Processed, participant: str | None, created_at: int, co
 
 
 class Ingest:
-    def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
+    def __init__(self, store: IngestRepositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
                  events: MemoryObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
                  quotas: Mapping[str, QuotaLimits] | None = None, secrets: Secrets = NO_SECRETS) -> None:
