@@ -189,7 +189,7 @@ class ConnectorInference:
     def model_info(self) -> JsonObject:
         return model_info(self.config)
 
-    def statistics(self) -> JsonObject:
+    def statistics(self) -> dict[str, dict[str, int]]:
         """The places taken now, by connector (one not listed holds none): what `admit` counts against."""
         return {"running": dict(self._running)}
 

@@ -457,7 +457,7 @@ def _labelled(counts: dict[tuple[str, int], int]) -> dict[str, int]:
     return {f"{method} {code}": n for (method, code), n in sorted(counts.items())}
 
 
-def _claims(params: Raw | UnsetType) -> JsonObject:
+def _claims(params: Raw | UnsetType) -> dict[str, str]:
     """What a refused request's params claim (featureSet, eventId), for the audit line only."""
     try:
         decoded = msgspec.json.decode(bytes(params)) if isinstance(params, Raw) else None

@@ -62,7 +62,6 @@ import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskStatus
 from msgspec import UNSET, Raw, UnsetType
 
-from mcplhost.jsonobject import JsonObject
 from mcplhost.logs import LimitedLog
 
 from .errors import ConnectionClosed, LineTooLong, RemoteError, ReplyError, RequestTimeout, error_for
@@ -236,7 +235,7 @@ class Session:
                       "notifications_failed": 0, "handler_failures": 0, "replies_undeliverable": 0,
                       "outgoing_too_long": 0}
 
-    def statistics(self) -> JsonObject:
+    def statistics(self) -> dict[str, int | bool]:
         """The exact counts (`stats`), and the budget as it stands: bytes held, and whether reading waits for it."""
         return {**self.stats, "pending_bytes": self._pending_bytes, "reading_paused": self._reading_paused,
                 "outgoing_bytes": self._outgoing_bytes, "workers": self._workers}
