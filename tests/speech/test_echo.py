@@ -10,6 +10,7 @@ import anyio
 import structlog
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from mcplhost.agents.wakes.rules import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
@@ -169,6 +170,17 @@ class TestIngest:
             await restarted.store_messages("disc", "channels/incoming", [mention("m-1")])
             (item,) = [i for i in await restarted.store.items.list() if i.role == "user"]
             assert item.metadata["echoOf"] == outbox_id
+
+    async def test_an_echo_is_logged_once_with_its_place_and_publish(self, tmp_path: Path):
+        """ingest.echo names the connector, channel and messageId of the echo and the outbox id it echoes."""
+        async with ingest(tmp_path / "host.db") as intake:
+            outbox_id = await delivered_publish(intake, "m-1")
+            intake.store.outbox.remember_delivered("disc", ROOM, "m-1", outbox_id)
+            with capture_logs() as logs:
+                await intake.store_messages("disc", "channels/incoming", [mention("m-1"), mention("m-2")])
+        echoes = [{k: v for k, v in e.items() if k != "log_level"} for e in logs if e["event"] == "ingest.echo"]
+        assert echoes == [{"event": "ingest.echo", "connector": "disc", "channel": ROOM, "message": "m-1",
+                           "echo_of": outbox_id}]
 
     async def test_a_push_tagged_from_self_is_marked_too(self, tmp_path: Path):
         """Both lanes are marked: a push carrying chat:from-self is stored as an echo (echoOf true)."""
