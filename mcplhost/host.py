@@ -91,8 +91,8 @@ from .config import (
 )
 from .console import Console, FeedFormat, console_token
 from .control.notify import StatusLine
+from .control.responder import ControlService
 from .control.server import serve_control
-from .control.service import ControlService
 from .errors import ConfigError, HostStateError
 from .inbound.mark import compile_patterns
 from .ingest import Ingest, Stored, now_ms, stored_event_stream
@@ -297,7 +297,7 @@ class Host:
         if problems:
             await close_backends(agents.built())
             raise ConfigError(f"{len(problems)} problem(s)", problems=problems)
-        install_secrets(new, self.store)  # before the changed connectors start: their new tokens are redacted
+        install_secrets(new, self.store.secrets)  # before the changed connectors start: their new tokens are redacted
         try:
             await self._replace_connectors(plan, built)
         except BaseException:  # cancelled (the host stops): the agents' new backends are not handed over
@@ -317,11 +317,7 @@ class Host:
         built: dict[str, tuple[ConnectorHandle, OutboxSender]] = {}
         problems: list[str] = []
         for spec in (*plan.changed, *plan.added):
-            try:
-                built[spec.name] = self._new_connector(spec)
-            except Exception as exc:  # a bug of ours for this table: refused, never half-applied
-                problems.append(f"connectors[{new.connectors.index(spec)}]: cannot be built: "
-                                f"{type(exc).__name__}: {exc}")
+            built[spec.name] = self._new_connector(spec)  # objects only: a bug raises before anything is applied
         return built, problems
 
     async def _replace_connectors(self, plan: ReloadPlan, built: Mapping[str, tuple[ConnectorHandle, OutboxSender]]
@@ -363,7 +359,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
-    when `[console] listen` is set, with `console_token` (mcplhost/console/service.py `console_token`).
+    when `[console] listen` is set, with `console_token` (mcplhost/console/component.py `console_token`).
     `launcher`: how connectors start and stop (supervisor/process.py; child processes unless a test says otherwise).
     """
     if config.agents and events is not None:
@@ -376,7 +372,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     # The histograms exist only when /metrics is served; the counters are the components' own in any case.
     timings = Timings() if config.metrics.listen else None
     suppressed = SuppressedTotals()
-    install_secrets(config, store)
+    install_secrets(config, store.secrets)
     writer = GroupWriter(store, on_commit=timings.committed if timings is not None else None)
     ingest = Ingest(store, writer, log, echoes=EchoMemory(store.outbox), on_stored=on_stored, events=events,
                     suppressed=suppressed, quotas=connector_quotas(config), secrets=store.secrets)
@@ -389,11 +385,11 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     def new_connector(spec: ConnectorConfig) -> tuple[ConnectorHandle, OutboxSender]:
         def changed() -> None:
             status_line.changed()
-            learn_connector_secrets(spec, store)  # its spawn re-reads the env file: so does the host, at each change
+            learn_connector_secrets(spec, store.secrets)  # its spawn re-reads the env file: so does the host, at each change
 
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
                                  on_change=changed, suppressed=suppressed)
-        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
+        return handle, OutboxSender(store.outbox, writer, handle, max_age_s=max_age_s)
 
     handles: dict[str, ConnectorHandle] = {}
     sender_of: dict[str, OutboxSender] = {}
@@ -404,7 +400,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings,
                           sharing=sharing)
     metrics = None if timings is None else Metrics(
-        store, connectors=connectors, ingest=ingest, outbox_senders=senders,
+        outbox=store.outbox, turns=store.turns, secrets=store.secrets, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
     control = ControlService(store, connectors, agents, started_at_ms=now_ms(), host_name=config.host.name,
                              sharing=sharing)
@@ -435,18 +431,18 @@ def _both(first: Callable[[list[NewItem]], None] | None,
     return both
 
 
-def install_secrets(config: Config, store: Store) -> None:
+def install_secrets(config: Config, secrets: Secrets) -> None:
     """The config's secret values into the store's `Secrets` (every holder shares it) and the log's redaction.
 
     Called when the host is built and on each reload (docs/agents.md#secrets).
     """
-    store.secrets.update(secret_values(config))
-    redact_secrets(store.secrets)
+    secrets.update(secret_values(config))
+    redact_secrets(secrets)
 
 
-def learn_connector_secrets(spec: ConnectorConfig, store: Store) -> None:
+def learn_connector_secrets(spec: ConnectorConfig, secrets: Secrets) -> None:
     """Add the values of `spec`'s secret variables as they are now (an edited env file's new token)."""
-    store.secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
+    secrets.update({name: value for name, (value, _where) in connector_secret_sources(spec).items()})
 
 
 def open_configured_store(store: StoreConfig) -> AbstractAsyncContextManager[Store]:

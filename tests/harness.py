@@ -23,7 +23,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, ObjectSendStream
 from mcplhost.config import Config, ConnectorConfig, RestartConfig, StoreConfig
 from mcplhost.host import Host, open_host
 from mcplhost.ingest import Stored
-from mcplhost.rpc import Session
+from mcplhost.rpc import Session, SessionLimits
 from mcplhost.store import StoredItem, open_reader
 from mcplhost.supervisor.process import CHILD_PROCESSES, Launcher
 
@@ -236,7 +236,7 @@ async def connected(spec: ConnectorConfig, folder: Path, *, intake: Any = None, 
         await tg.start(writer.run)
         process = await launcher.spawn(spec)
         session = Session(process.stdin, process.stdout, log=clog,  # type: ignore[arg-type]
-                          max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s)
+                          limits=SessionLimits(max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s))
         if intake is None:
             intake = Ingest(store, writer, clog, echoes=EchoMemory(store.outbox))
         connection = McplConnection(spec, session, intake, clog)

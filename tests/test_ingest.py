@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 from structlog.testing import capture_logs
 
 from mcplhost.inbound.conversation import conversation_id
+from mcplhost.inbound.pipeline import Processed
 from mcplhost.ingest import STORED_EVENTS_BUFFER, Ingest, Stored
 from mcplhost.logs import LINES_PER_WINDOW
 from mcplhost.speech.echoes import EchoMemory
@@ -161,9 +163,9 @@ class HeldEchoes:
         await self.release.wait()
         return 0
 
-    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
+    def marked(self, processed: Processed) -> Processed:
         self.marked_early += not self.release.is_set()
-        return dict(metadata, echoOf=9)
+        return msgspec.structs.replace(processed, metadata=dict(processed.metadata, echoOf=9), echo_of=9)
 
 
 class TestEchoPort:

@@ -252,9 +252,9 @@ class TestKeptCurrent:
         write_env(tmp_path, "CHAT_TOKEN=first-token-123\n")
         (spec,) = load_config(write_config(tmp_path, CONFIG)).connectors
         async with open_store(tmp_path / "s.db") as store:
-            learn_connector_secrets(spec, store)
+            learn_connector_secrets(spec, store.secrets)
             write_env(tmp_path, "CHAT_TOKEN=second-token-456\n")
             assert store.secrets.find("second-token-456") is None
-            learn_connector_secrets(spec, store)
+            learn_connector_secrets(spec, store.secrets)
             assert store.secrets.redact("first-token-123 second-token-456 tok-in-env-123") == (
                 "[redacted:CHAT_TOKEN] [redacted:CHAT_TOKEN] [redacted:DISCORD_Token]")

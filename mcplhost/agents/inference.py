@@ -36,6 +36,7 @@ from mcplhost.agents.backends import make_backend
 from mcplhost.agents.backends.common import block_text
 from mcplhost.agents.model import Backend, BackendError, Message, ModelRequest, ModelResponse
 from mcplhost.config import InferenceConfig
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.params import InferenceRequest
 from mcplhost.protocol.ports import InferenceInvalid, InferenceRefused, SendChunk
 from mcplhost.secrets import NO_SECRETS, Secrets, StreamGuard
@@ -107,14 +108,14 @@ def model_request(params: InferenceRequest, config: InferenceConfig) -> ModelReq
                         max_tokens=max_tokens, temperature=temperature)
 
 
-def inference_result(response: ModelResponse, fallback_model: str) -> dict[str, Any]:
+def inference_result(response: ModelResponse, fallback_model: str) -> JsonObject:
     """The wire result: the full content, the model that answered, finishReason in the spec's words, usage."""
     return {"content": response.text, "model": response.model or fallback_model,
             "finishReason": FINISH_REASONS.get(response.finish_reason, "end_turn"),
             "usage": {"inputTokens": response.usage.input_tokens, "outputTokens": response.usage.output_tokens}}
 
 
-def model_info(config: InferenceConfig) -> dict[str, Any]:
+def model_info(config: InferenceConfig) -> JsonObject:
     """ModelInfo for the `[inference]` backend, from the config alone (docs/connectors.md)."""
     backend = config.backend
     return {"id": backend.model or backend.kind, "vendor": backend.kind, "contextWindow": config.context_window,
@@ -185,10 +186,10 @@ class ConnectorInference:
         self.secrets = secrets
         self._running: dict[str, int] = {}
 
-    def model_info(self) -> dict[str, Any]:
+    def model_info(self) -> JsonObject:
         return model_info(self.config)
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> dict[str, dict[str, int]]:
         """The places taken now, by connector (one not listed holds none): what `admit` counts against."""
         return {"running": dict(self._running)}
 
@@ -221,7 +222,7 @@ class ConnectorInference:
         return release
 
     async def complete(self, server_id: str, params: InferenceRequest, request: ModelRequest, *,
-                       request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
+                       request_id: Any = None, send_chunk: SendChunk | None = None) -> JsonObject:
         """Run one request `admit` let in (its caller gives the place back); streamed chunks all go out first.
 
         Raises InferenceRefused, with the backend's reason, when the backend
@@ -275,7 +276,7 @@ class AdmittedInference:
         self.request = request
         self.release = release
 
-    async def run(self, *, request_id: Any = None, send_chunk: SendChunk | None = None) -> dict[str, Any]:
+    async def run(self, *, request_id: Any = None, send_chunk: SendChunk | None = None) -> JsonObject:
         return await self._service.complete(self._server_id, self.params, self.request, request_id=request_id,
                                             send_chunk=send_chunk)
 

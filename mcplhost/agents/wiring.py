@@ -46,7 +46,7 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
     peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms)
     deps = TurnDeps(
         store=store, writer=writer, handles=handles,
-        rows=RowCache(store, CONTEXT_ROWS),  # one for every agent: everyone's rows are the same rows
+        rows=RowCache(store.items, CONTEXT_ROWS),  # one for every agent: everyone's rows are the same rows
         clock_ms=clock_ms, outbox=outbox if outbox is not None else {},
         hooks=hooks if hooks is not None else HookState(),  # the host's (its connectors' inference/request asks it)
         peers=peers, timings=timings if timings is not None else NoTimings(),

@@ -16,8 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from ..envfile import NAME as ENV_NAME
-from ..rpc.limits import MAX_LINE_BYTES
-from ..rpc.session import DEFAULT_TIMEOUT_S
+from ..rpc.limits import DEFAULT_TIMEOUT_S, MAX_LINE_BYTES
 from ..store.db import DEFAULT_SYNCHRONOUS, SynchronousLevel
 from ..store.open import DEFAULT_POOL_SIZE
 

@@ -59,7 +59,7 @@ import sys
 import time
 from typing import Any
 
-from .mcpl_server import NO_ANSWER, McplServer, Recorder, RemoteError, log, text
+from .mcpl_server import NO_ANSWER, JsonObject, McplServer, Recorder, RemoteError, log, text
 
 MESSAGING = "discord.messaging"
 FEATURE_SETS = [
@@ -129,7 +129,7 @@ class FakeDiscord:
     def shown_typing(self, channel_id: str) -> asyncio.Event:
         return self.typing.setdefault(channel_id, asyncio.Event())
 
-    def descriptor(self, name: str, *, initially_open: bool) -> dict[str, Any]:
+    def descriptor(self, name: str, *, initially_open: bool) -> JsonObject:
         label = "DM" if name == "dm" else f"#{name}"
         return {"id": self.channel_id(name), "type": "discord", "label": label, "direction": "bidirectional",
                 "address": {"guild": self.guild, "channel": name}, "initiallyOpen": initially_open,
@@ -154,7 +154,7 @@ def on_policy(discord: FakeDiscord, record: Recorder):
     return receipt
 
 
-def message(channel_id: str, message_id: str, author: str, body: str, tags: list[str]) -> dict[str, Any]:
+def message(channel_id: str, message_id: str, author: str, body: str, tags: list[str]) -> JsonObject:
     """A message as channels/incoming carries it (and backscroll repeats it)."""
     return {"channelId": channel_id, "messageId": message_id, "author": {"id": author.lower(), "name": author},
             "timestamp": now(), "content": text(body), "tags": tags}

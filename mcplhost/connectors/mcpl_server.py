@@ -39,7 +39,11 @@ import sys
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
+
+#: A JSON-RPC message, params or result as this connector sends it (the connectors import nothing of the host,
+#: so this is theirs; the host's own is mcplhost/jsonobject.py).
+JsonObject: TypeAlias = dict[str, Any]
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 #: An MCP tool: its arguments in, its content blocks out (raise to answer with isError).
@@ -96,7 +100,7 @@ class McplServer:
     def tools_changed(self) -> None:
         self.notify("notifications/tools/list_changed")
 
-    async def _call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _call_tool(self, params: dict[str, Any]) -> JsonObject:
         entry = self.mcp_tools.get(params.get("name", ""))
         if entry is None:
             return {"content": text(f"unknown tool {params.get('name')!r}"), "isError": True}

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .mcpl_server import McplServer, log, text
+from .mcpl_server import JsonObject, McplServer, RemoteError, log, text
 
 #: How long after answering a publish the platform delivers it back: after the answer, as on Discord, and late
 #: enough that the host has recorded the delivery (so the echo is known as one when it arrives). The setting
@@ -45,7 +45,7 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def wire(said: Said, message_id: str) -> dict[str, Any]:
+def wire(said: Said, message_id: str) -> JsonObject:
     message: dict[str, Any] = {"channelId": said.channel_id, "messageId": message_id,
                                "author": {"id": said.author.lower(), "name": said.author},
                                "timestamp": now(), "content": text(said.body)}
@@ -95,7 +95,7 @@ class Echoes:
         self.tasks: set[asyncio.Task[Any]] = set()
         server.handlers["channels/publish"] = self.publish
 
-    async def publish(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def publish(self, params: dict[str, Any]) -> JsonObject:
         message_id = f"{self.prefix}-{next(self.ids)}"
         channel_id = params.get("channelId")
         _, thread = CONVERSATIONS.get(str(params.get("conversationId")), (channel_id, None))
@@ -113,5 +113,5 @@ class Echoes:
         await asyncio.sleep(echo_delay_s())
         try:
             await self.server.request("channels/incoming", {"messages": [echo]})
-        except Exception as exc:  # the echo is the platform's courtesy; losing one is only a log line
+        except (RemoteError, TimeoutError) as exc:  # the echo is the platform's courtesy; losing one is a log line
             log(f"{self.server.name}: echo of {echo['messageId']} not delivered: {exc}")

@@ -14,7 +14,7 @@ does, and only when `[console] actions` enables it.
 - access.py: the token, sessions and CSRF.
 """
 
+from mcplhost.console.component import Console, ConsoleUnavailable, console_token
 from mcplhost.console.feed import FeedFormat, FeedLine
-from mcplhost.console.service import Console, ConsoleUnavailable, console_token
 
 __all__ = ["Console", "ConsoleUnavailable", "FeedFormat", "FeedLine", "console_token"]

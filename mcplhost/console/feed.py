@@ -32,7 +32,8 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mcplhost.ingest import now_ms
-from mcplhost.store import NewItem, Store
+from mcplhost.store import NewItem
+from mcplhost.store.interfaces import Items
 
 log = structlog.get_logger()
 
@@ -123,17 +124,17 @@ class Feed:
             kind = level if level in WARNING_LEVELS else str(event.get("event"))
             self._add(now_ms(), kind, text, event_href(event))
 
-    async def run(self, store: Store) -> None:
-        """Read new items from `store` (the console's read-only one) until cancelled, each as a line."""
+    async def run(self, items: Items) -> None:
+        """Read new items from `items` (the console's read-only store's) until cancelled, each as a line."""
         self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         try:
-            last = await store.items.last_id()
-            await self._read(store, max(0, last - PRELOAD_ITEMS), PRELOAD_ITEMS)
+            last = await items.last_id()
+            await self._read(items, max(0, last - PRELOAD_ITEMS), PRELOAD_ITEMS)
             while True:
                 with anyio.move_on_after(FEED_POLL_S):
                     await self._committed.wait()
                 self._committed = anyio.Event()
-                await self._read(store, self._last, READ_BATCH)
+                await self._read(items, self._last, READ_BATCH)
                 await anyio.sleep(READ_INTERVAL_S)
         finally:
             self._loop = None
@@ -141,13 +142,13 @@ class Feed:
                 stream.close()
             self._subscribers.clear()
 
-    async def _read(self, store: Store, after: int, most: int) -> None:
+    async def _read(self, items: Items, after: int, most: int) -> None:
         """Lines for the items above `after`: the newest `most` of them, and one line for any passed over."""
-        newest = await store.items.last_id()
+        newest = await items.last_id()
         start = max(after, newest - most)
         if start > after:
             self._add(now_ms(), "skipped", f"… {start - after} more stored items not shown one by one", "/items")
-        rows = await store.items.after_as_written(start, limit=most)
+        rows = await items.after_as_written(start, limit=most)
         for item_id, item in rows:
             self._last = item_id
             if item.agent is None:

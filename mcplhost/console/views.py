@@ -25,6 +25,7 @@ from mcplhost.config import AgentConfig
 from mcplhost.control.status import Status
 from mcplhost.control.wire import Answer, Request
 from mcplhost.ingest import now_ms
+from mcplhost.jsonobject import JsonObject
 from mcplhost.store import Store, StoredItem, Turn
 from mcplhost.store.outbox import OutboxRow
 from mcplhost.store.quotas import QUOTA_BUCKET_MS, QUOTA_WINDOW_BUCKETS, oldest_bucket
@@ -54,7 +55,7 @@ STATUS_CACHE_S = 1.0
 
 
 class Operated(Protocol):
-    """What the console asks of the running host: the control service's two answers (mcplhost/control/service.py)."""
+    """What the console asks of the running host: the control service's two answers (mcplhost/control/responder.py)."""
 
     async def status(self) -> Status: ...
 
@@ -174,7 +175,7 @@ class Views:
         self._status: tuple[float, dict[str, Any]] | None = None
         self._status_lock = anyio.Lock()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> JsonObject:
         """The status object as `status --json` prints it, read again once STATUS_CACHE_S has passed."""
         async with self._status_lock:
             now = time.monotonic()

@@ -13,6 +13,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+import msgspec
+
 from mcplhost.inbound.quoting import (
     CACHED_VALUE_CHARS,
     CACHED_VALUES,
@@ -21,14 +23,32 @@ from mcplhost.inbound.quoting import (
     label_value,
 )
 
-__all__ = ["SEPARATOR", "render_source_header"]
+__all__ = ["SEPARATOR", "render_source_header", "source_header"]
 
 # "The separator is ` · ` (U+00B7 with one space each side)."
 SEPARATOR = " \u00b7 "
 
 
+class _Envelope(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The members of a frozen source envelope (inbound/source.py) the header names."""
+
+    kind: str
+    server_id: str
+    channel_id: str | None = None
+    label: str | None = None
+    thread_id: str | None = None
+    reply_to: str | None = None
+
+
 def render_source_header(source: dict[str, Any]) -> str | None:
-    """The header line for a frozen source envelope; None for a `surface` item.
+    """The header line for a frozen source envelope (`metadata.source`); None for a `surface` item."""
+    e = msgspec.convert(source, _Envelope)
+    return source_header(e.kind, e.server_id, e.channel_id, e.label, e.thread_id, e.reply_to)
+
+
+def source_header(kind: str, server_id: str, channel_id: str | None, label: str | None, thread_id: str | None,
+                  reply_to: str | None) -> str | None:
+    """The header line for the envelope these values are frozen into; None for a `surface` item.
 
     The label, thread and reply parts appear only when the envelope has them.
     An empty string counts as none for all three (docs/provenance.md says so of the
@@ -36,22 +56,21 @@ def render_source_header(source: dict[str, Any]) -> str | None:
     An `unscoped` header is `[source: S · unscoped]` whatever else the
     envelope holds: the grammar gives it no other part.
     """
-    kind = source["kind"]
     if kind == "surface":
         return None
-    server = header_value(source["serverId"])
     if kind == "unscoped":
-        return f"[source: {server}{SEPARATOR}unscoped]"
+        return f"[source: {header_value(server_id)}{SEPARATOR}unscoped]"
     if kind != "channel":
         raise ValueError(f"unknown source kind {kind!r}")
+    if channel_id is None:
+        raise ValueError("a channel envelope names its channel")
 
-    head = _place(source["serverId"], source["channelId"], source.get("label"))
-    thread, reply_to = source.get("threadId"), source.get("replyTo")
-    if not thread and not reply_to:
+    head = _place(server_id, channel_id, label)
+    if not thread_id and not reply_to:
         return head + "]"
     parts = [head]
-    if thread:
-        parts.append(f"thread {header_value(thread)}")
+    if thread_id:
+        parts.append(f"thread {header_value(thread_id)}")
     if reply_to:
         parts.append(f"reply to {header_value(reply_to)}")
     return SEPARATOR.join(parts) + "]"

@@ -39,11 +39,12 @@ from msgspec.structs import replace
 # always take the digest's fast path without being checked again.
 from mcplhost.errors import HostStateError
 from mcplhost.inbound.digest import converted_body_digest as body_digest
-from mcplhost.inbound.header import render_source_header
+from mcplhost.inbound.header import render_source_header, source_header
 from mcplhost.inbound.mark import mark_openings
 from mcplhost.inbound.source import freeze_source
 from mcplhost.inbound.strip import strip_host_keys
 from mcplhost.inbound.visible import has_visible_content
+from mcplhost.jsonobject import JsonObject
 
 T = TypeVar("T")
 
@@ -102,11 +103,18 @@ class Rejected(msgspec.Struct, frozen=True):
 
 
 class Processed(msgspec.Struct, frozen=True, kw_only=True):
-    """What the store writes: the content blocks and the item's metadata."""
+    """What the store writes: the content blocks and the item's metadata, with the item it was made from.
+
+    `delivered`'s ids are the ones `metadata` holds (serverId, channelId, messageId, threadId; its tags
+    before the echo mark), so the layers above read them typed there; `echo_of` is `metadata.echoOf`, set
+    only by the echo mark (mcplhost/ingest/ports.py).
+    """
 
     content: list[dict[str, Any]]
     metadata: dict[str, Any]
+    delivered: Delivered
     stripped_keys: tuple[str, ...] = ()
+    echo_of: int | bool | None = None
 
 
 Stage = Callable[[InFlight], "InFlight | Rejected"]
@@ -121,7 +129,7 @@ def _filled(value: T | None, stage: str) -> T:
 # --------------------------------------------------------------------------- admit
 
 
-def _converted(block: Any) -> dict[str, Any] | None:
+def _converted(block: Any) -> JsonObject | None:
     """`block` rebuilt from its type's own members, or None when it has none."""
     if not isinstance(block, dict):
         return None
@@ -180,10 +188,15 @@ def strip(item: InFlight) -> InFlight:
 # --------------------------------------------------------------------------- freeze-source
 
 
-def _source(d: Delivered, adapter: dict[str, Any] | None) -> dict[str, Any]:
-    reply_to = d.reply_to
-    if reply_to is None and adapter is not None and isinstance(adapter.get("replyTo"), str):
-        reply_to = adapter["replyTo"]
+def _reply_to(d: Delivered, adapter: dict[str, Any] | None) -> str | None:
+    """The item's own replyTo, else the connector object's when that is a string (docs/provenance.md §2)."""
+    if d.reply_to is None and adapter is not None:
+        claimed = adapter.get("replyTo")
+        return claimed if isinstance(claimed, str) else None
+    return d.reply_to
+
+
+def _source(d: Delivered, reply_to: str | None) -> JsonObject:
     return freeze_source(
         kind=d.kind,
         lane=d.lane,
@@ -205,7 +218,7 @@ def freeze(item: InFlight) -> InFlight:
     `replyTo` is the message's own member, else its metadata's `replyTo`
     when that is a string.
     """
-    return replace(item, source=_source(item.delivered, item.adapter))
+    return replace(item, source=_source(item.delivered, _reply_to(item.delivered, item.adapter)))
 
 
 # --------------------------------------------------------------------------- header
@@ -234,14 +247,14 @@ def mark(item: InFlight) -> InFlight:
 STAGES: tuple[Stage, ...] = (admit, strip, freeze, header, mark)
 
 
-def _metadata(item: InFlight) -> dict[str, Any]:
+def _metadata(item: InFlight) -> JsonObject:
     """The item's metadata, in the shape of docs/provenance.md §6."""
     return _metadata_of(item.delivered, _filled(item.source, "freeze"), item.header, _filled(item.content, "admit"),
                         _filled(item.stored, "mark"), item.adapter)
 
 
 def _metadata_of(d: Delivered, source: dict[str, Any], header: str | None, content: list[dict[str, Any]],
-                 stored: list[dict[str, Any]], adapter: dict[str, Any] | None) -> dict[str, Any]:
+                 stored: list[dict[str, Any]], adapter: dict[str, Any] | None) -> JsonObject:
     metadata: dict[str, Any] = {
         "serverId": d.server_id,  # the ids as the frozen envelope holds them, null where it has none
         "channelId": d.channel_id,
@@ -276,8 +289,9 @@ def run_pipeline(d: Delivered) -> Processed | Rejected:
     if isinstance(content, Rejected):
         return content
     adapter, dropped = _stripped(d.adapter)
-    source = _source(d, adapter)
-    head = render_source_header(source)
+    reply_to = _reply_to(d, adapter)
+    source = _source(d, reply_to)
+    head = source_header(d.kind, d.server_id, d.channel_id, d.label, d.thread_id, reply_to)
     stored = _stored(content, head)
-    return Processed(content=stored, metadata=_metadata_of(d, source, head, content, stored, adapter),
+    return Processed(content=stored, metadata=_metadata_of(d, source, head, content, stored, adapter), delivered=d,
                      stripped_keys=dropped)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcplhost.jsonobject import JsonObject
+
 __all__ = ["INCOMING_LANE", "KINDS", "LANES", "PUSH_LANE", "SURFACE_LANE", "freeze_source"]
 
 KINDS = ("channel", "unscoped", "surface")
@@ -45,7 +47,7 @@ def freeze_source(
     event_id: str | None = None,
     reply_to: str | None = None,
     source_timestamp: Any = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The frozen source envelope, with `None` fields left out.
 
     - `kind`: "channel", "unscoped" (a push naming no channel) or "surface"

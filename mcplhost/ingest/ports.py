@@ -8,7 +8,10 @@ provides it.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from mcplhost.inbound.pipeline import Processed
+from mcplhost.store.interfaces import Items, Pushes, Quotas
 
 
 class EchoPort(Protocol):
@@ -18,6 +21,20 @@ class EchoPort(Protocol):
         """Load the recent deliveries from the store (ingest calls it once, before its first item); how many are known."""
         ...
 
-    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        """`metadata` with the echo mark when the item is an echo; `metadata` itself when nothing changes."""
+    def marked(self, processed: Processed) -> Processed:
+        """`processed` with the echo mark when the item is an echo; `processed` itself when nothing changes."""
         ...
+
+
+class IngestRepositories(Protocol):
+    """The repositories ingest reads beside its writes: a correction's thread and a redelivery (items), a
+    push's recorded answer (pushes), each connector's quota use to seed from (quotas); the store is one."""
+
+    @property
+    def items(self) -> Items: ...
+
+    @property
+    def pushes(self) -> Pushes: ...
+
+    @property
+    def quotas(self) -> Quotas: ...

@@ -53,7 +53,7 @@ from mcplhost.inbound.pipeline import (
 )
 from mcplhost.ingest.connector_quotas import ConnectorQuota, ConnectorQuotas
 from mcplhost.ingest.events import StoredEmitter
-from mcplhost.ingest.ports import EchoPort
+from mcplhost.ingest.ports import EchoPort, IngestRepositories
 from mcplhost.ingest.quotas import QuotaLimits, QuotaRefusal
 from mcplhost.logs import LimitedLog, SuppressedTotals
 from mcplhost.protocol import errors
@@ -64,7 +64,6 @@ from mcplhost.store import (
     ItemWritten,
     NewItem,
     PushClaim,
-    Repositories,
     Stored,
     body_bytes,
     item_row,
@@ -87,14 +86,13 @@ _decode = msgspec.json.decode
 def _new_item(processed: Processed, participant: str | None, created_at: int, conversation: str | None,
               dedup_digest: str | None) -> NewItem:
     """The row to store for a processed item."""
-    thread = processed.metadata.get("threadId")
     return NewItem(role="user", content=processed.content, metadata=processed.metadata, created_at=created_at,
-                   participant=participant, thread_id=thread if isinstance(thread, str) else None,
+                   participant=participant, thread_id=processed.delivered.thread_id,
                    conversation_id=conversation, dedup_digest=dedup_digest)
 
 
 class Ingest:
-    def __init__(self, store: Repositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
+    def __init__(self, store: IngestRepositories, writer: GroupWriter, log: Any, *, echoes: EchoPort,
                  clock_ms: Callable[[], int] = now_ms, on_stored: Callable[[list[NewItem]], None] | None = None,
                  events: MemoryObjectSendStream[Stored] | None = None, suppressed: SuppressedTotals | None = None,
                  quotas: Mapping[str, QuotaLimits] | None = None, secrets: Secrets = NO_SECRETS) -> None:
@@ -235,12 +233,10 @@ class Ingest:
         if isinstance(processed, Rejected):
             raise errors.invalid_params(f"push payload refused: {processed.reason}", {"reason": processed.reason})
         processed = self._echo_marked(server_id, processed)
-        source = push.origin.get("source") if push.origin else None
         # An unscoped push belongs to no conversation (docs/agents.md#routing: it is undecided).
         conversation = (conversation_id(server_id, push.channel_id, processed.metadata["threadId"])
                         if push.channel_id else None)
-        item = self._item(server_id, processed, source if isinstance(source, str) else None, accepted_at,
-                          conversation=conversation)
+        item = self._item(server_id, processed, push.participant, accepted_at, conversation=conversation)
         quota = await self._quotas.of(server_id, accepted_at)
         size = body_bytes(item.content)
         # A repeat of a recorded event stores nothing: near the quota, it is answered, not refused.
@@ -337,13 +333,12 @@ class Ingest:
 
     def _echo_marked(self, server_id: str, processed: Processed) -> Processed:
         """The item marked as the echo of this host's own publish when it is one (the echo port decides)."""
-        metadata = self.echoes.marked(processed.metadata)
-        if metadata is processed.metadata:
-            return processed
-        if "echoOf" in metadata:  # at most one line per publish: the platform shows each once
-            self.log.info("ingest.echo", connector=server_id, channel=metadata.get("channelId"),
-                          message=metadata.get("messageId"), echo_of=metadata["echoOf"])
-        return msgspec.structs.replace(processed, metadata=metadata)
+        marked = self.echoes.marked(processed)
+        if marked.echo_of is not None:  # at most one line per publish: the platform shows each once
+            d = marked.delivered
+            self.log.info("ingest.echo", connector=server_id, channel=d.channel_id, message=d.message_id,
+                          echo_of=marked.echo_of)
+        return marked
 
     async def _original_thread(self, server_id: str, channel_id: str, message_id: str) -> str | None:
         """The thread of the message a correction corrects (docs/provenance.md §2), recent ones from memory."""

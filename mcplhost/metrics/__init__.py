@@ -1,6 +1,6 @@
 """Prometheus metrics at `[metrics] listen` (docs/operations.md#metrics).
 
-    metrics = Metrics(store, connectors=…, timings=timings, …)   # built with the host, before anything runs
+    metrics = Metrics(outbox=…, turns=…, secrets=…, connectors=…, timings=timings, …)  # with the host, before it runs
     listener = await metrics.listen(config.metrics.listen)
     tg.start_soon(metrics.serve, listener)         # /metrics on the loop, plus the loop-lag sampler
 
@@ -27,8 +27,9 @@ from mcplhost.config import listen_address
 from mcplhost.errors import OperatorError
 from mcplhost.ingest import Ingest
 from mcplhost.logs import LimitedLog, SuppressedTotals
+from mcplhost.secrets import Secrets
 from mcplhost.speech.outbox import OutboxSender
-from mcplhost.store import Store
+from mcplhost.store.interfaces import Outbox, Turns
 from mcplhost.supervisor.handle import ConnectorHandle
 
 from .collector import HostCollector
@@ -44,10 +45,13 @@ log = structlog.get_logger()
 class Metrics:
     """One host's registry: its collector over the components and its histograms."""
 
-    def __init__(self, store: Store, *, connectors: Mapping[str, ConnectorHandle], ingest: Ingest,
-                 outbox_senders: Mapping[str, OutboxSender], peer_admissions: Callable[[], Mapping[str, int]],
-                 suppressed: SuppressedTotals, timings: Timings) -> None:
-        self._store = store
+    def __init__(self, *, outbox: Outbox, turns: Turns, secrets: Secrets, connectors: Mapping[str, ConnectorHandle],
+                 ingest: Ingest, outbox_senders: Mapping[str, OutboxSender],
+                 peer_admissions: Callable[[], Mapping[str, int]], suppressed: SuppressedTotals,
+                 timings: Timings) -> None:
+        self._outbox = outbox
+        self._turns_ledger = turns
+        self._secrets = secrets
         self.registry = registry = timings.registry
         self.timings = timings
         self.collector = HostCollector(connectors=connectors, ingest=ingest, outbox_senders=outbox_senders,
@@ -61,9 +65,9 @@ class Metrics:
         """The text format of every metric now, and its content type; secret values redacted, as in a log line
         (docs/agents.md#secrets: a label is a connector's or agent's name, or a word the host chose, but a
         name can still be a token pasted in the wrong place)."""
-        self.collector.outbox_pending = await self._store.outbox.count("pending")
-        self.collector.turns = await self._turns.read(self._store)
-        return self._store.secrets.redact_bytes(generate_latest(self.registry)), CONTENT_TYPE_LATEST
+        self.collector.outbox_pending = await self._outbox.count("pending")
+        self.collector.turns = await self._turns.read(self._turns_ledger)
+        return self._secrets.redact_bytes(generate_latest(self.registry)), CONTENT_TYPE_LATEST
 
     async def listen(self, listen: str) -> MultiListener[SocketStream]:
         """Bind `listen` (HOST:PORT, validated by check-config); OperatorError when it cannot be bound."""

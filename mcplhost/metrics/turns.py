@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mcplhost.store import Store
+from mcplhost.store.interfaces import Turns
 
 
 class TurnTally:
@@ -22,9 +22,9 @@ class TurnTally:
         self._through = 0  # every turn up to this id has ended and is counted in `_settled`
         self._settled: Counter[tuple[str, str]] = Counter()
 
-    async def read(self, store: Store) -> dict[tuple[str, str], int]:
+    async def read(self, turns: Turns) -> dict[tuple[str, str], int]:
         """The counts now: the settled ones plus the turns that ended above the oldest running one."""
-        counts = await store.turns.outcome_counts(self._through)
+        counts = await turns.outcome_counts(self._through)
         self._settled.update(counts.settled)
         self._through = counts.through
         return dict(self._settled + Counter(counts.unsettled))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
+from mcplhost.store.interfaces import Peers
+
 #: Whether a target can take a message now: `idle` (a turn starts for it: `accepted`), `busy` (in a turn:
 #: `queued`), `inactive` (the host is stopping, or the agent's runner is not running: `not_active`).
 Activity = Literal["idle", "busy", "inactive"]
@@ -21,3 +23,10 @@ class AgentActivity(Protocol):
     def status(self, name: str) -> str:
         """What `task_list` shows of the agent: its scheduler state (idle, debouncing, in_turn) or inactive."""
         ...
+
+
+class PeerRepositories(Protocol):
+    """The repository the peer service reads (its queue, sends and wake counts); the store is one."""
+
+    @property
+    def peers(self) -> Peers: ...

@@ -48,9 +48,9 @@ from mcplhost.peers.admission import Throttles, text_key
 from mcplhost.peers.envelope import envelope, guidance
 from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS
 from mcplhost.peers.loops import Cause, next_count
-from mcplhost.peers.ports import AgentActivity
+from mcplhost.peers.ports import AgentActivity, PeerRepositories
 from mcplhost.peers.tree import SCOPES, SENDER_RELATIONSHIP, Relation, Tree
-from mcplhost.store import NewItem, Store, Stored, now_ms
+from mcplhost.store import NewItem, Stored, now_ms
 from mcplhost.store.operations import DeliverPeerMessages, EnqueuePeerMessage, SetPeerWakeCounts
 from mcplhost.store.own_rows import text_content
 from mcplhost.store.peers import PeerEntry, QueuedPeerMessage, with_entry_id
@@ -80,7 +80,7 @@ class Sent(msgspec.Struct, frozen=True):
 class PeerService:
     """The host's peer messaging: one per host, shared by its agents."""
 
-    def __init__(self, agents: Sequence[AgentConfig], store: Store, writer: GroupWriter, *,
+    def __init__(self, agents: Sequence[AgentConfig], store: PeerRepositories, writer: GroupWriter, *,
                  activity: AgentActivity, clock_ms: Callable[[], int] = now_ms) -> None:
         self.store = store
         self.writer = writer

@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
+from mcplhost.jsonobject import JsonObject
+
 from . import errors
 from .channels import ChannelRegistry
 from .errors import ConnectorProtocolError
@@ -22,20 +26,41 @@ from .tags import expand_tags
 ORIGIN_CHANNEL = "mcplChannelId"
 
 
+class _Claims(msgspec.Struct, frozen=True, rename="camel"):
+    """The members of a connector's `metadata` or `origin` object the host reads, each as sent.
+
+    A member counts only as a string (`_claimed`): the object is the connector's own, so any other
+    value is no claim, never a refusal. The object itself is stored as sent (docs/provenance.md §1).
+    """
+
+    reply_to: Any = None
+    thread_id: Any = None
+    message_id: Any = None
+    mcpl_channel_id: Any = msgspec.field(default=None, name=ORIGIN_CHANNEL)
+    source: Any = None  # a push's sender, as its origin names it
+
+
+_NO_CLAIMS = _Claims()
+
+
+def _claims(adapter: Mapping[str, Any] | None) -> _Claims:
+    """What `adapter` claims; an absent or empty object claims nothing."""
+    return msgspec.convert(adapter, _Claims) if adapter else _NO_CLAIMS
+
+
+def _claimed(value: Any, *, empty: bool = False) -> str | None:
+    """A claimed member when it is a string (non-empty unless `empty`), else None."""
+    return value if isinstance(value, str) and (empty or value) else None
+
+
 def _reply_to(own: str | None, metadata: Mapping[str, Any] | None) -> str | None:
     """The message's own replyTo, else its metadata's (docs/provenance.md §2)."""
     if own is not None:
         return own
-    claimed = metadata.get("replyTo") if metadata else None
-    return claimed if isinstance(claimed, str) else None
+    return _claimed(_claims(metadata).reply_to, empty=True)
 
 
-def _string(mapping: Mapping[str, Any] | None, key: str) -> str | None:
-    value = mapping.get(key) if mapping else None
-    return value if isinstance(value, str) and value else None
-
-
-def refusal(message_id: Any, error: ConnectorProtocolError, reason: str) -> dict[str, Any]:
+def refusal(message_id: Any, error: ConnectorProtocolError, reason: str) -> JsonObject:
     """A per-message refusal in `results`, with the error code that names it.
 
     A malformed message also names the `field` and the `problem`, as a
@@ -113,8 +138,9 @@ def admit_push(
     if refused is not None:
         raise refused
     origin = push.origin
-    named = _string(origin, ORIGIN_CHANNEL)
-    channel = registry.get(named) if named is not None else None
+    claims = _claims(origin)
+    named = _claimed(claims.mcpl_channel_id, empty=True)
+    channel = registry.get(named) if named else None
     return AdmittedPush(
         event_id=push.eventId,
         feature_set=push.featureSet,
@@ -124,7 +150,9 @@ def admit_push(
         tags=expand_tags(push.tags, accepted_implies),
         channel_id=channel.id if channel is not None else None,
         label=channel.label if channel is not None else None,
-        thread_id=_string(origin, "threadId") if channel is not None else None,
-        message_id=_string(origin, "messageId"),
-        reply_to=_string(origin, "replyTo"),
+        thread_id=_claimed(claims.thread_id) if channel is not None else None,
+        message_id=_claimed(claims.message_id),
+        reply_to=_claimed(claims.reply_to),
+        named_channel=named,
+        participant=_claimed(claims.source, empty=True),
     )

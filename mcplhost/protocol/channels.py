@@ -33,6 +33,8 @@ from typing import Any
 
 import msgspec
 
+from mcplhost.jsonobject import JsonObject
+
 DIRECTIONS = ("inbound", "outbound", "bidirectional")
 #: Channels one connection may have registered at once (a real connector has hundreds, not thousands).
 MAX_CHANNELS = 10_000
@@ -57,7 +59,7 @@ class Channel(msgspec.Struct, frozen=True, kw_only=True):
     metadata: Any = None
     initiallyOpen: bool | None = None
 
-    def descriptor(self) -> dict[str, Any]:
+    def descriptor(self) -> JsonObject:
         """The descriptor as the connector registered it (for channels/list)."""
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
@@ -105,7 +107,7 @@ def permitted(channel_id: str, patterns: Sequence[str] | None) -> bool:
     return patterns is None or any(fnmatchcase(channel_id, p) for p in patterns)
 
 
-def _result(raw: Any, accepted: bool, reason: str | None = None) -> dict[str, Any]:
+def _result(raw: Any, accepted: bool, reason: str | None = None) -> JsonObject:
     ident = raw.get("id") if isinstance(raw, dict) else None
     entry: dict[str, Any] = {"id": ident if isinstance(ident, str) else None, "accepted": accepted}
     if reason is not None:

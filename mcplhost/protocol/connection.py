@@ -30,6 +30,7 @@ from msgspec import Raw, UnsetType
 
 from mcplhost import __version__
 from mcplhost.config import ConnectorConfig
+from mcplhost.jsonobject import JsonObject
 from mcplhost.logs import LimitedLog
 from mcplhost.rpc import (
     ConnectionClosed,
@@ -349,7 +350,7 @@ class McplConnection:
             self._audit_refusal(method, params, exc)
             raise
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> JsonObject:
         """Exact counts of what this connection refused or ignored, of the lines its limiter held back, and how
         many once-only warning keys it remembers (at most MAX_WARNED_KEYS)."""
         return {"refused": _labelled(self.refused), "notifications_refused": _labelled(self.notifications_refused),
@@ -456,7 +457,7 @@ def _labelled(counts: dict[tuple[str, int], int]) -> dict[str, int]:
     return {f"{method} {code}": n for (method, code), n in sorted(counts.items())}
 
 
-def _claims(params: Raw | UnsetType) -> dict[str, Any]:
+def _claims(params: Raw | UnsetType) -> dict[str, str]:
     """What a refused request's params claim (featureSet, eventId), for the audit line only."""
     try:
         decoded = msgspec.json.decode(bytes(params)) if isinstance(params, Raw) else None
@@ -467,7 +468,7 @@ def _claims(params: Raw | UnsetType) -> dict[str, Any]:
     return {k: decoded[k] for k in ("featureSet", "eventId") if isinstance(decoded.get(k), str)}
 
 
-def _manifest_of(capabilities: dict[str, Any]) -> dict[str, Any] | None:
+def _manifest_of(capabilities: dict[str, Any]) -> JsonObject | None:
     experimental = capabilities.get("experimental")
     manifest = experimental.get("mcpl") if isinstance(experimental, dict) else None
     return manifest if isinstance(manifest, dict) else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from mcplhost.config import ConnectorConfig
+from mcplhost.jsonobject import JsonObject
 from mcplhost.logs import LimitedLog
 from mcplhost.rpc import Session
 
@@ -103,10 +104,10 @@ class Outbound(Served, Protocol):
     def offered(self) -> frozenset[str]: ...
 
     @property
-    def manifest(self) -> dict[str, Any] | None: ...
+    def manifest(self) -> JsonObject | None: ...
 
     @property
-    def capabilities(self) -> dict[str, Any]: ...
+    def capabilities(self) -> JsonObject: ...
 
     tools: list[ListedTool] | None
 

@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.vocabulary import NON_CAPABILITY_MEMBERS
 
 # Error codes. The first two are the vector file's `errorCodes`; the others
@@ -123,7 +124,7 @@ def _name_is_identifier(path: tuple[Any, ...], name: str) -> bool:
     return path[0] not in NON_CAPABILITY_MEMBERS or _at(path, IDENTIFIER_KEYED_OBJECTS)
 
 
-def _normalize_object(value: dict[Any, Any], path: tuple[Any, ...]) -> dict[str, Any]:
+def _normalize_object(value: dict[Any, Any], path: tuple[Any, ...]) -> JsonObject:
     out = {}
     for name, member in value.items():
         if not isinstance(name, str):
@@ -156,7 +157,7 @@ def _normalize(value: Any, path: tuple[Any, ...]) -> Any:
     return value
 
 
-def strip_and_normalize(manifest: Any) -> dict[str, Any]:
+def strip_and_normalize(manifest: Any) -> JsonObject:
     """The manifest as it is hashed: root `revision` removed, sets normalized, identifiers checked."""
     if not isinstance(manifest, dict):
         raise ManifestDigestError(MANIFEST_NOT_OBJECT, type(manifest).__name__)

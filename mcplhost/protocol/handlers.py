@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw, UnsetType
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.rpc import Deferred
 from mcplhost.rpc.session import CURRENT_REQUEST_ID
 
@@ -26,14 +27,14 @@ from .params import Changed, InferenceRequest, ManifestChanged, PushEvent, Regis
 from .ports import InferenceInvalid, InferenceRefused
 
 
-def ping(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
+def ping(conn: Inbound, params: Raw | UnsetType) -> JsonObject:
     return {}
 
 
 # --- channels ------------------------------------------------------------------
 
 
-def register(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
+def register(conn: Inbound, params: Raw | UnsetType) -> JsonObject:
     decoded = decode_params(params, Register, "channels/register")
     results, accepted = conn.registry.add(decoded.channels)
     _after_accept(conn, accepted, results)
@@ -41,7 +42,7 @@ def register(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
     return {"results": results}
 
 
-def changed(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
+def changed(conn: Inbound, params: Raw | UnsetType) -> JsonObject:
     decoded = decode_params(params, Changed, "channels/changed")
     added, accepted_added = conn.registry.add(decoded.added)
     updated, _ = conn.registry.add(decoded.updated, must_exist=True)  # an update opens nothing
@@ -60,7 +61,7 @@ async def changed_notification(conn: Inbound, params: Raw | UnsetType) -> None:
                                  detail="refused in a channels/changed notification")
 
 
-def list_channels(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
+def list_channels(conn: Inbound, params: Raw | UnsetType) -> JsonObject:
     return {"channels": [c.descriptor() for c in conn.registry.channels()]}
 
 
@@ -96,7 +97,7 @@ def incoming(conn: Inbound, params: Raw | UnsetType) -> Deferred:
             admitted.append(outcome)
     _log_invalid(conn, [r for r in results if r is not None and "field" in r])
 
-    async def store() -> dict[str, Any]:
+    async def store() -> JsonObject:
         stored = iter(await conn.intake.store_messages(conn.name, "channels/incoming", admitted) if admitted else [])
         final = [entry if entry is not None else next(stored) for entry in results]
         refused = sum(1 for r in final if not r.get("accepted"))
@@ -131,12 +132,12 @@ def push_event(conn: Inbound, params: Raw | UnsetType) -> Deferred:
         raise errors.invalid_params(f"push payload refused: {problem}", {"reason": problem})
     admitted = admit_push(push, conn.registry, conn.feature_sets, legacy=conn.legacy,
                           accepted_implies=conn.accepted_implies)
-    named = admitted.origin.get("mcplChannelId") if admitted.origin else None
-    if admitted.channel_id is None and isinstance(named, str):
+    named = admitted.named_channel
+    if admitted.channel_id is None and named is not None:
         conn.warn_once(f"push-unregistered:{named}", "mcpl.push_channel_unregistered", channel=named,
                        detail="origin.mcplChannelId names no registered channel: stored unscoped")
 
-    async def store() -> dict[str, Any]:
+    async def store() -> JsonObject:
         try:
             stored = await conn.intake.store_push(conn.name, admitted)
         except errors.ConnectorProtocolError as exc:
@@ -192,7 +193,7 @@ def inference_request(conn: Inbound, params: Raw | UnsetType) -> Deferred:
     async def send_chunk(chunk: dict[str, Any]) -> None:
         await session.notify("inference/chunk", chunk)
 
-    async def infer() -> dict[str, Any]:
+    async def infer() -> JsonObject:
         try:
             return await call.run(request_id=request_id, send_chunk=send_chunk)
         except InferenceRefused as exc:
@@ -205,7 +206,7 @@ def inference_request(conn: Inbound, params: Raw | UnsetType) -> Deferred:
     return Deferred(infer, discard=call.release, cancellable=True)
 
 
-def model_info(conn: Inbound, params: Raw | UnsetType) -> dict[str, Any]:
+def model_info(conn: Inbound, params: Raw | UnsetType) -> JsonObject:
     """model/info: the `[inference]` backend's ModelInfo (MUST answer, docs/connectors.md)."""
     if conn.inference is None:
         raise errors.capability_denied("modelInfo")

@@ -44,6 +44,8 @@ class AdmittedPush(msgspec.Struct, frozen=True, kw_only=True):
     thread_id: str | None = None
     message_id: str | None = None
     reply_to: str | None = None
+    named_channel: str | None = None  # `origin.mcplChannelId` as claimed (a string), registered or not
+    participant: str | None = None  # `origin.source` when a string: who the stored item says spoke
 
 
 class PushStored(msgspec.Struct, frozen=True, kw_only=True):

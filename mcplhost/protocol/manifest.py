@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from mcplhost.config import FeatureSetSelection
+from mcplhost.jsonobject import JsonObject
 
 from .digest import ManifestDigestError, manifest_digest
 from .featuresets import FeatureSetState, derive_feature_sets, normalize_feature_sets
@@ -43,7 +44,7 @@ class ManifestChange(msgspec.Struct, frozen=True, kw_only=True):
     impacts: list[dict[str, str]]
 
 
-def _ontologies(declared: Mapping[str, Any]) -> dict[str, Any]:
+def _ontologies(declared: Mapping[str, Any]) -> JsonObject:
     return {name: d.get("tagOntology") for name, d in declared.items() if isinstance(d, dict) and "tagOntology" in d}
 
 

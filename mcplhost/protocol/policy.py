@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.rpc import RemoteError
 from mcplhost.rpc.messages import METHOD_NOT_FOUND
 
@@ -23,7 +24,7 @@ FALLBACKS = ("mcp-only", "close")
 
 
 def policy_params(capabilities: dict[str, Any], grant: frozenset[str], states: Mapping[str, FeatureSetState],
-                  *, legacy: bool, selection_given: bool) -> dict[str, Any]:
+                  *, legacy: bool, selection_given: bool) -> JsonObject:
     """featureSets/update params: the grant always, denied paths disjoint from it, the selection.
 
     In 0.5 mode `disabled` names every set that is off, derived reasons

@@ -19,11 +19,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
+import msgspec
 from msgspec import UNSET
 
-from mcplhost.rpc.errors import LineTooLong
+from mcplhost.jsonobject import JsonObject
+from mcplhost.rpc.errors import LineTooLong, RemoteError, RequestTimeout
 
-from .answers import ListedTool, OpenedChannel
+from .answers import ListedTool, MalformedAnswer, OpenedChannel
 from .channels import Channel
 from .params import InferenceRequest
 
@@ -65,6 +67,12 @@ class ConnectorStopped(ConnectorNotReady):
 #: What `notify` raises when nothing (or not all) went out: the connector does not serve or its life ended
 #: (`ConnectorNotReady`), or the line would pass the connector's cap (`LineTooLong`, nothing written).
 NOTIFY_FAILURES: tuple[type[Exception], ...] = (ConnectorNotReady, LineTooLong)
+#: What `request` raises when it brought no usable answer: NOTIFY_FAILURES (not sent, or the life ended
+#: before the answer: `ConnectorGone`), the connector's error answer (`RemoteError`), no answer in time
+#: (`RequestTimeout`), or an answer of another shape than the one asked for (`msgspec.ValidationError`,
+#: `MalformedAnswer`).
+REQUEST_FAILURES: tuple[type[Exception], ...] = (
+    *NOTIFY_FAILURES, RemoteError, RequestTimeout, msgspec.ValidationError, MalformedAnswer)
 
 
 # --- one connector, as each caller reaches it (implemented by mcplhost/supervisor/handle.py) -------------
@@ -241,7 +249,7 @@ class InferenceRefused(Exception):
 class InferenceCall(Protocol):
     """One admitted `inference/request`: it holds one of its connector's places until `release`."""
 
-    async def run(self, *, request_id: Any, send_chunk: SendChunk) -> dict[str, Any]:
+    async def run(self, *, request_id: Any, send_chunk: SendChunk) -> JsonObject:
         """The wire result; streamed chunks (`stream: true`) all go out first. InferenceRefused when the backend fails."""
 
     def release(self) -> None:
@@ -251,7 +259,7 @@ class InferenceCall(Protocol):
 class InferenceService(Protocol):
     """The `[inference]` backend as connectors reach it (docs/agents.md#inference); one per host."""
 
-    def model_info(self) -> dict[str, Any]:
+    def model_info(self) -> JsonObject:
         """The `model/info` result (ModelInfo)."""
 
     def admit(self, connector_name: str, request: InferenceRequest) -> InferenceCall:

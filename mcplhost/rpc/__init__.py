@@ -2,7 +2,7 @@
 
 from .errors import ConnectionClosed, LineTooLong, RemoteError, ReplyError, RequestTimeout, error_for
 from .framing import LineBuffer, Oversized
-from .limits import MAX_LINE_BYTES
+from .limits import MAX_LINE_BYTES, SessionLimits
 from .messages import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -15,7 +15,7 @@ from .session import Deferred, Session
 
 __all__ = [
     "ConnectionClosed", "LineTooLong", "RemoteError", "ReplyError", "RequestTimeout", "error_for",
-    "MAX_LINE_BYTES", "LineBuffer", "Oversized",
+    "MAX_LINE_BYTES", "SessionLimits", "LineBuffer", "Oversized",
     "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR",
     "ErrorObject", "Deferred", "Session",
 ]

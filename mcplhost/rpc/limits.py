@@ -6,6 +6,8 @@ with the ones the protocol layer adds (channels, inference).
 
 from __future__ import annotations
 
+import msgspec
+
 #: 16 MiB. Content blocks carry base64 images and audio, so a line of several
 #: MiB is normal (asyncio's 64 KiB default is the classic trap); the cap only
 #: exists so a connector that never sends a newline cannot exhaust memory.
@@ -33,3 +35,19 @@ MAX_OUTGOING_BYTES = 4 * MAX_LINE_BYTES
 WRITE_STALL_S = 30.0
 #: Read size from the pipe.
 READ_CHUNK = 65536
+#: How long a request of ours waits for its answer unless the caller says otherwise.
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """One session's bounds (rpc/session.py), each defaulting to the constant above that names it."""
+
+    max_line_bytes: int = MAX_LINE_BYTES  # both ways: a longer line of ours is never written
+    max_concurrent: int = MAX_CONCURRENT_REQUESTS  # deferred work at once; as many again queued
+    max_pending_bytes: int = MAX_PENDING_BYTES  # the peer's lines held at once before reading waits
+    max_outgoing_bytes: int = MAX_OUTGOING_BYTES  # our lines waiting for the writer before senders wait
+    timeout: float = DEFAULT_TIMEOUT_S  # a request of ours, unless its caller gives another
+    write_stall_s: float = WRITE_STALL_S  # one write that does not complete within it breaks the connection
+
+
+DEFAULT_LIMITS = SessionLimits()

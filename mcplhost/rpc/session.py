@@ -66,15 +66,7 @@ from mcplhost.logs import LimitedLog
 
 from .errors import ConnectionClosed, LineTooLong, RemoteError, ReplyError, RequestTimeout, error_for
 from .framing import LineBuffer, Oversized
-from .limits import (
-    MAX_CONCURRENT_REQUESTS,
-    MAX_LINE_BYTES,
-    MAX_OUTGOING_BYTES,
-    MAX_PENDING_BYTES,
-    MAX_QUEUED_LINES,
-    READ_CHUNK,
-    WRITE_STALL_S,
-)
+from .limits import DEFAULT_LIMITS, MAX_QUEUED_LINES, READ_CHUNK, SessionLimits
 from .messages import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -158,8 +150,6 @@ class _RequestLine:
 RequestHandler = Callable[[str, Raw | UnsetType], Awaitable[Any]]
 NotificationHandler = Callable[[str, Raw | UnsetType], Awaitable[None]]
 
-#: Default wait for an answer to one of our requests.
-DEFAULT_TIMEOUT_S = 10.0
 #: After the peer's output ends, how long in-flight handlers may take to finish.
 HANDLER_DRAIN_S = 5.0
 #: When the session is cancelled (the host stops), how long work already running
@@ -192,13 +182,9 @@ class Session:
         on_notification: NotificationHandler = _no_notifications,
         log: Any = None,
         limited: LimitedLog | None = None,
-        max_line_bytes: int = MAX_LINE_BYTES,
-        max_concurrent: int = MAX_CONCURRENT_REQUESTS,
-        max_pending_bytes: int = MAX_PENDING_BYTES,
-        max_outgoing_bytes: int = MAX_OUTGOING_BYTES,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        write_stall_s: float = WRITE_STALL_S,
+        limits: SessionLimits = DEFAULT_LIMITS,
     ) -> None:
+        max_concurrent = limits.max_concurrent
         self._send = send
         self._receive = receive
         self.on_request = on_request
@@ -208,8 +194,8 @@ class Session:
         #: runs and closes it; one made here is closed when `run` ends (no window roll-over lines before).
         self.limited = limited if limited is not None else LimitedLog(self.log)
         self._owns_limited = limited is None
-        self._buffer = LineBuffer(max_line_bytes)
-        self.max_line_bytes = max_line_bytes  # our own lines too: a longer one is never written
+        self._buffer = LineBuffer(limits.max_line_bytes)
+        self.max_line_bytes = limits.max_line_bytes  # our own lines too: a longer one is never written
         # Deferred work runs on a pool of worker tasks that grows on demand up
         # to `max_concurrent`: starting a task per request costs more (in
         # anyio) than the work it waits for. The queue holds as many again.
@@ -220,12 +206,12 @@ class Session:
         self._deferred_send, self._deferred_receive = anyio.create_memory_object_stream[_Queued](max_concurrent)
         # Cancellable work by the peer's request id, queued or running (`cancel_peer_request`).
         self._cancellable: dict[RequestId, _Queued] = {}
-        self._max_pending_bytes = max_pending_bytes
+        self._max_pending_bytes = limits.max_pending_bytes
         self._pending_bytes = 0
         self._budget_freed = anyio.Event()
         self._reading_paused = False
-        self.timeout = timeout
-        self.write_stall_s = write_stall_s
+        self.timeout = limits.timeout
+        self.write_stall_s = limits.write_stall_s
         self._broken = False
         self._read_scope = anyio.CancelScope()
         self._table = RequestTable()
@@ -233,7 +219,7 @@ class Session:
         # Outgoing lines go through one writer task: no lock per line, and the
         # lines queued while the read loop works leave in one write.
         self._outgoing = OutgoingLines[bytes | _RequestLine](MAX_QUEUED_LINES)
-        self._max_outgoing_bytes = max_outgoing_bytes
+        self._max_outgoing_bytes = limits.max_outgoing_bytes
         self._outgoing_bytes = 0
         self._outgoing_room = anyio.Event()
         self._closed = False
@@ -249,7 +235,7 @@ class Session:
                       "notifications_failed": 0, "handler_failures": 0, "replies_undeliverable": 0,
                       "outgoing_too_long": 0}
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> dict[str, int | bool]:
         """The exact counts (`stats`), and the budget as it stands: bytes held, and whether reading waits for it."""
         return {**self.stats, "pending_bytes": self._pending_bytes, "reading_paused": self._reading_paused,
                 "outgoing_bytes": self._outgoing_bytes, "workers": self._workers}

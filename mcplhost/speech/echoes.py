@@ -20,7 +20,8 @@ echo of a delivery older than the window is not recognised by its
 messageId; only a `chat:from-self` tag marks it then.
 
 Only host-written fields are read (`metadata.serverId`, `channelId`,
-`messageId`, `tags`); the connector's `metadata.adapter` is never consulted,
+`messageId`, `tags`: at ingest, typed, from the delivered item they are
+written from); the connector's `metadata.adapter` is never consulted,
 and a `host:echo` tag a connector sends itself is dropped, so the tag always
 means the host decided it (docs/provenance.md §1: nothing that decides what an item
 is comes from the connector's claims).
@@ -29,10 +30,12 @@ is comes from the connector's claims).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from msgspec.structs import replace
+
+from mcplhost.inbound.pipeline import Processed
 from mcplhost.store.interfaces import Outbox
-from mcplhost.store.rows import ItemMeta, item_meta
+from mcplhost.store.rows import ItemMeta
 
 #: The host tag on a stored echo. The `host:` namespace is the host's; connectors' tags in it are dropped.
 ECHO_TAG = "host:echo"
@@ -59,44 +62,25 @@ def echo_of(meta: ItemMeta, lookup: Lookup | None) -> int | bool | None:
     return True if FROM_SELF in meta.tags else None
 
 
-def marked(metadata: dict[str, Any], lookup: Lookup | None) -> dict[str, Any]:
-    """`metadata` (an inbound item's, about to be stored) with the echo mark when the item is an echo; a
-    connector's own `host:echo` tag dropped.
+def marked(processed: Processed, lookup: Lookup | None) -> Processed:
+    """`processed` (an inbound item about to be stored) with the echo mark when it is an echo; a connector's
+    own `host:echo` tag dropped. Returns `processed` itself when there is nothing to change.
 
-    Returns `metadata` itself when there is nothing to change (the common case costs no copy, and is told
-    from the dict alone: no typed read per inbound item).
+    Read from the delivered item's typed ids, which are the ones its metadata holds.
     """
-    if _plainly_unmarked(metadata, lookup):
-        return metadata
-    meta = item_meta(metadata)
-    forged = ECHO_TAG in meta.tags
-    echo = echo_of(meta, lookup)
+    d = processed.delivered
+    forged = ECHO_TAG in d.tags
+    echo: int | bool | None = None
+    if lookup is not None and d.channel_id is not None and d.message_id is not None:
+        echo = lookup(d.server_id, d.channel_id, d.message_id)
+    if echo is None and FROM_SELF in d.tags:
+        echo = True
     if echo is None and not forged:
-        return metadata
-    kept = [t for t in meta.tags if t != ECHO_TAG]
-    result = dict(metadata, tags=kept)
-    if echo is not None:
-        result["echoOf"] = echo
-        result["tags"] = [*kept, ECHO_TAG]
-    return result
-
-
-def _plainly_unmarked(metadata: dict[str, Any], lookup: Lookup | None) -> bool:
-    """True when `marked` would change nothing, judged from the dict's exact types; False: not plain, read it typed.
-
-    A `tags` list holding neither tag, and ids that are str or absent (no key, or a key the lookup does not
-    know): then the typed read finds no echo and nothing forged either.
-    """
-    tags = metadata.get("tags")
-    if type(tags) is not list or ECHO_TAG in tags or FROM_SELF in tags:
-        return False
-    if lookup is None:
-        return True
-    server_id, channel_id, message_id = metadata.get("serverId"), metadata.get("channelId"), metadata.get("messageId")
-    if type(server_id) is str and type(channel_id) is str and type(message_id) is str:
-        return lookup(server_id, channel_id, message_id) is None
-    # A missing id: no key to look up. One of another type: read it typed.
-    return all(value is None or type(value) is str for value in (server_id, channel_id, message_id))
+        return processed
+    kept = [t for t in d.tags if t != ECHO_TAG]
+    if echo is None:
+        return replace(processed, metadata=dict(processed.metadata, tags=kept))
+    return replace(processed, metadata=dict(processed.metadata, tags=[*kept, ECHO_TAG], echoOf=echo), echo_of=echo)
 
 
 class EchoMemory:
@@ -108,5 +92,5 @@ class EchoMemory:
     async def seed(self, now_ms: int) -> int:
         return await self._outbox.load_recent_delivered(now_ms)
 
-    def marked(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        return marked(metadata, self._outbox.recent_delivered)
+    def marked(self, processed: Processed) -> Processed:
+        return marked(processed, self._outbox.recent_delivered)

@@ -44,16 +44,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
 import structlog
 from msgspec import Raw
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.answers import MalformedAnswer, PublishResult, decode_answer
 from mcplhost.protocol.ports import ConnectorGone, ConnectorNotReady, ConnectorStopped, OutboxPort
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
-from mcplhost.store.interfaces import Repositories
+from mcplhost.store.interfaces import Outbox
 from mcplhost.store.items import NewItem
 from mcplhost.store.operations import EndPublish, RecordPublishAttempt
 from mcplhost.store.outbox import LAST_ERROR_MAX_CHARS, PendingPublish
@@ -96,7 +96,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def publish_params(row: PendingPublish) -> dict[str, Any]:
+def publish_params(row: PendingPublish) -> JsonObject:
     """channels/publish params for a row: the thread travels in the conversation id."""
     return {"conversationId": row.conversation_id, "channelId": row.channel_id, "stream": False,
             "content": [{"type": "text", "text": row.text}]}
@@ -120,11 +120,11 @@ def failed_reply_notice(row: PendingPublish, label: str | None, reason: str, *, 
 class OutboxSender:
     """Delivers one connector's outbox; `notify()` after queuing a publish, `run()` for the connector's life."""
 
-    def __init__(self, store: Repositories, writer: GroupWriter, handle: OutboxPort, *, max_age_s: Mapping[str, float] | None = None,
+    def __init__(self, outbox: Outbox, writer: GroupWriter, handle: OutboxPort, *, max_age_s: Mapping[str, float] | None = None,
                  rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
                  age_check_s: float = AGE_CHECK_S, restart_rules: RetryRules = SENDER_RESTART,
                  channel_grace_s: float = CHANNEL_GRACE_S) -> None:
-        self.store = store
+        self.outbox = outbox
         self.writer = writer
         self.handle = handle
         self.server_id: str = handle.name
@@ -216,7 +216,7 @@ class OutboxSender:
         """
         failed = 0
         while True:
-            rows = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+            rows = await self.outbox.pending(self.server_id, limit=PENDING_PAGE)
             now = self.clock_ms()
             stale = [row for row in rows if too_old(row.created_at, now, self._max_age_s.get(row.agent,
                                                                                              DEFAULT_MAX_AGE_S))]
@@ -236,10 +236,10 @@ class OutboxSender:
         """
         self._trying = None  # a pass left by ConnectorNotReady may have left its row here
         blocked: dict[str, int] = {}  # channel → when its oldest row may be tried again (epoch ms)
-        page = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE)
+        page = await self.outbox.pending(self.server_id, limit=PENDING_PAGE)
         ended = await self._deliver(page, blocked)
         if not ended and len(page) == PENDING_PAGE:
-            fair = await self.store.outbox.pending(self.server_id, limit=PENDING_PAGE,
+            fair = await self.outbox.pending(self.server_id, limit=PENDING_PAGE,
                                                    per_channel=PENDING_PER_CHANNEL)
             ended = await self._deliver(fair, blocked)
         return 0 if ended else min(blocked.values(), default=None)
@@ -280,7 +280,7 @@ class OutboxSender:
 
     async def _send(self, row: PendingPublish) -> int | None:
         """Try the row once; None when it ended (delivered or failed), else when to try it again (epoch ms)."""
-        if not await self.store.outbox.is_pending(row.id):  # ended since it was read (a stop failed it)
+        if not await self.outbox.is_pending(row.id):  # ended since it was read (a stop failed it)
             log.info("outbox.no_longer_pending", connector=self.server_id, outbox_id=row.id)
             return None
         started = self.clock_ms()
@@ -311,7 +311,7 @@ class OutboxSender:
         at = self.clock_ms()
         ended = await self.writer.write(EndPublish(row.id, "delivered", at, message_id=result.messageId))
         if ended:
-            self.store.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id,
+            self.outbox.remember_delivered(row.server_id, row.channel_id, result.messageId, row.id,
                                                  agent=row.agent, text=row.text)
         self.stats["delivered"] += 1
         self.handle.published()

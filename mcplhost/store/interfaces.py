@@ -30,7 +30,7 @@ from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
 from mcplhost.store.quotas import QuotaCharge, QuotaUsage
 from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
-from mcplhost.store.turns import Turn, TurnEnd, TurnStart
+from mcplhost.store.turns import OutcomeCounts, Turn, TurnEnd, TurnStart
 
 
 class Items(Protocol):
@@ -101,6 +101,8 @@ class Turns(Protocol):
 
     async def started_since(self, agent: str, since_ms: int, *,
                             limit: int | None = None) -> builtins.list[int]: ...
+
+    async def outcome_counts(self, after_id: int) -> OutcomeCounts: ...
 
 
 class Cursors(Protocol):

@@ -32,6 +32,7 @@ from msgspec import UNSET, UnsetType
 
 from mcplhost.inbound.conversation import conversation_id
 from mcplhost.inbound.notice import SOURCE_HEADER_NOTICE_KIND
+from mcplhost.jsonobject import JsonObject
 
 __all__ = [
     "HOST_KINDS",
@@ -324,7 +325,7 @@ def _member(value: Any, type_: Any) -> tuple[bool, Any]:
 # --------------------------------------------------------------------------- writing
 
 
-def row_metadata(row: HostRow) -> dict[str, Any]:
+def row_metadata(row: HostRow) -> JsonObject:
     """The metadata dict a host row is stored as: its members in their Struct's order, UNSET ones left out."""
     metadata: dict[str, Any] = msgspec.to_builtins(row)
     if not isinstance(row, Notice):

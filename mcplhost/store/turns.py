@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from mcplhost.jsonobject import JsonObject
 from mcplhost.store.connection import POSTGRESQL, Conn, Connections
 
 #: One UTC day in milliseconds: the token budget's window, the daily charts, retention's days.
@@ -153,7 +154,7 @@ def check_digest(digest: str | None) -> None:
         raise ValueError(f"a request digest is 64 lowercase hex characters, not {digest!r}")
 
 
-def usage_record(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def usage_record(usage: Mapping[str, Any] | None) -> JsonObject | None:
     """`usage` with the backends' snake_case token keys renamed to the export's camelCase; counts checked.
 
     Accepts `msgspec.structs.asdict(model.Usage)` or an already camelCase dict.

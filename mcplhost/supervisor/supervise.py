@@ -46,7 +46,7 @@ from mcplhost.logs import LimitedLog
 from mcplhost.protocol.connection import OFFERED, HandshakeFailed, McplConnection, Mode, PolicyClosed
 from mcplhost.protocol.intake import Intake
 from mcplhost.protocol.ports import State
-from mcplhost.rpc import ConnectionClosed, RequestTimeout, Session
+from mcplhost.rpc import ConnectionClosed, RequestTimeout, Session, SessionLimits
 from mcplhost.tracebacks import bounded_traceback
 
 from .handle import ConnectorHandle
@@ -219,8 +219,7 @@ def _session(spec: ConnectorConfig, process: Process, plog: Any, limited: Limite
         process.stdout,
         log=plog,
         limited=limited,
-        max_line_bytes=spec.max_line_bytes,
-        timeout=spec.request_timeout_s,
+        limits=SessionLimits(max_line_bytes=spec.max_line_bytes, timeout=spec.request_timeout_s),
     )
 
 

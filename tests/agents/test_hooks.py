@@ -15,6 +15,7 @@ from mcplhost.agents.turns import hooks
 from mcplhost.agents.turns.compiler import Injections
 from mcplhost.agents.turns.hooks import (
     INJECT_PREFIX,
+    HookState,
     InferenceLedger,
     before_inference,
     decoded_answer,
@@ -22,6 +23,8 @@ from mcplhost.agents.turns.hooks import (
 )
 from mcplhost.config import AgentConfig
 from mcplhost.protocol.answers import MALFORMED_DETAIL_MAX_CHARS
+from mcplhost.protocol.ports import State
+from mcplhost.rpc import LineTooLong
 from mcplhost.store.own_rows import notice_row
 from mcplhost.store.rows import TurnFailedNotice
 
@@ -240,6 +243,20 @@ class TestInjectedTextIsTheConnectors:
         assert any(text.startswith("Guidance from lead:\ncheck the logs") for text in shown)
 
 
+class OverTheCap:
+    """A ready lifecycle holder whose every notification is over its line cap."""
+
+    name = "obs"
+    state = State.READY
+    grant = frozenset({LIFECYCLE})
+
+    async def request_with_grant(self, method: str, params: Any = None, **_: Any) -> Any:
+        raise AssertionError("lifecycle never asks")
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        raise LineTooLong(method, 100, 10)
+
+
 class TestLifecycle:
     async def test_started_then_exactly_one_terminal_with_metadata_only(self, tmp_path) -> None:
         """started, then completed with usage; a second terminal or one with no started is never sent."""
@@ -278,6 +295,12 @@ class TestLifecycle:
         assert [(p["inferenceId"], p["phase"]) for p in lifecycles(tmp_path, "obs")] == [
             ("inf-a", "started"), ("inf-a", "failed"), ("inf-b", "started"), ("inf-b", "aborted")]
         assert not any("usage" in p for p in lifecycles(tmp_path, "obs"))
+
+    async def test_a_phase_over_the_line_cap_is_logged_as_not_sent_and_never_raised(self) -> None:
+        """A connector whose line cap refuses the phase (LineTooLong) is one not_sent line, like one not serving."""
+        with capture_logs() as logs:
+            await lifecycle({"obs": OverTheCap()}, SCOUT, state=HookState(), inference_id="inf-1", phase="started")
+        assert logged(logs, "agent.lifecycle_not_sent", connector="obs", phase="started")
 
     def test_the_ledger_pairs_each_started_with_one_terminal_and_stays_bounded(self) -> None:
         """Pure: one start per id, one finish per start, the oldest forgotten past the bound."""

@@ -25,7 +25,7 @@ def row(who: str | None, n: int) -> NewItem:
 
 async def replay(folder: Path, limit: int, steps: list[tuple[str, str | None]]) -> None:
     async with open_store(folder / "host.db") as store:
-        cache = RowCache(store, limit)
+        cache = RowCache(store.items, limit)
         for n, (action, who) in enumerate(steps):
             if action == "insert":
                 await store.items.insert_many([row(who, n)])
@@ -47,7 +47,7 @@ async def test_a_read_fetches_only_what_is_new(tmp_path: Path) -> None:
     """After the first read, rows already held are not read again: only ids after the last one are asked for."""
     async with open_store(tmp_path / "host.db") as store:
         await store.items.insert_many([row(None, n) for n in range(10)])
-        cache = RowCache(store, 100)
+        cache = RowCache(store.items, 100)
         assert len(await cache.rows_for("a")) == 10
         asked: list[int] = []
         after = store.items.after

@@ -297,7 +297,7 @@ class TestSenderNeverSendsAFailedRow:
             async with memory_host(config) as host:
                 await wait_for(lambda: any(e["kind"] == "step" for e in record(tmp_path, "disc").events))
                 sender = host.outbox_senders["disc"]
-                sender.store = Beside(sender.store, outbox=stop_lands(sender.store.outbox))
+                sender.outbox = stop_lands(sender.outbox)
                 speech = NewItem(role="assistant", content=[{"type": "text", "text": "late"}],
                                  metadata={"kind": "speech"}, created_at=1, agent="scout")
                 entry = _entry("late")

@@ -196,7 +196,7 @@ async def bench_overhead(folder: Path) -> None:
                 for n in range(start, start + 50)])
         last = await store.items.last_id()
         backend = make_backend(one.backend)
-        deps = TurnDeps(store=store, writer=writer, handles={}, rows=RowCache(store, CONTEXT_ROWS))
+        deps = TurnDeps(store=store, writer=writer, handles={}, rows=RowCache(store.items, CONTEXT_ROWS))
         state = AgentState(backend=backend, toolbox=ToolBox(one, {}, store))
         wake = Wake(item_ids=(last,), overflow=0, conversations=(), several_conversations=False, first_at=0.0)
         await run_turn(one, wake, deps, state)  # the notice, once

@@ -140,7 +140,8 @@ async def _heard(ingest: Ingest) -> None:
         message_id="m-3", content=[{"type": "text", "text": "deploy finished"}], tags=["ci"]))
     await ingest.store_push("disc", AdmittedPush(
         event_id="e-2", feature_set="timer", source_timestamp="2026-09-21T12:01:00Z",
-        origin={"source": "heartbeat", "every": 60}, content=[{"type": "text", "text": "tick"}]))
+        origin={"source": "heartbeat", "every": 60}, participant="heartbeat",  # admission reads it from origin
+        content=[{"type": "text", "text": "tick"}]))
     # 5: console input typed to no agent in particular.
     await ingest.store_surface("console", "op", "status please")
 
@@ -286,7 +287,7 @@ async def status_agents(db: Path) -> bytes:
     import msgspec
 
     from mcplhost.agents.wakes.scheduler import SchedulerStats
-    from mcplhost.control.service import ControlService
+    from mcplhost.control.responder import ControlService
 
     class Peers:
         def queued(self, name: str) -> int:

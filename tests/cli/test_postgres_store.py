@@ -14,7 +14,7 @@ import pytest
 
 from mcplhost.agents.wiring import build_agents
 from mcplhost.config import Config
-from mcplhost.control.service import ControlService
+from mcplhost.control.responder import ControlService
 from mcplhost.store import open_store
 from mcplhost.store.writer import GroupWriter
 

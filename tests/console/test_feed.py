@@ -24,7 +24,7 @@ TURN = {"event": "agent.turn", "agent": "scout", "turn": 7, "outcome": "complete
 
 
 async def running_feed(feed: Feed, store: Any, tg: anyio.abc.TaskGroup) -> None:
-    tg.start_soon(feed.run, store)
+    tg.start_soon(feed.run, store.items)
     with anyio.fail_after(5):
         while feed._loop is None:  # noqa: SLF001  (started: it reads the store and takes events)
             await anyio.sleep(0.005)
@@ -161,7 +161,7 @@ class TestBoundary:
         """The server's or the feed's exception stops that part, logged once; it never reaches the host."""
         from structlog.testing import capture_logs
 
-        from mcplhost.console.service import _boundary
+        from mcplhost.console.component import _boundary
 
         async def broken() -> None:
             raise RuntimeError("a bug in the console")

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcplhost.config import ConsoleConfig, is_loopback, problems
-from mcplhost.console import service
-from mcplhost.console.service import ConsoleUnavailable, console_token
+from mcplhost.console import component
+from mcplhost.console.component import ConsoleUnavailable, console_token
 from mcplhost.envfile import MIN_TOKEN_CHARS, EnvFileError, read_token_file
 
 from ..cli.support import cli, toml_table, write_config
@@ -124,7 +124,7 @@ class TestRunRefuses:
 
     def test_run_without_the_console_packages(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """With one of the console's packages missing, `run` says so in one line and how to install them."""
-        monkeypatch.setattr(service, "WEB_MODULES", (*service.WEB_MODULES, "mcplhost_no_such_web_package"))
+        monkeypatch.setattr(component, "WEB_MODULES", (*component.WEB_MODULES, "mcplhost_no_such_web_package"))
         result = cli("run", "--config", str(with_console(tmp_path, listen="127.0.0.1:0")))
         assert result.returncode == 1
         (line,) = result.stderr.strip().splitlines()

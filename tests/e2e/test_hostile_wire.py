@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcplhost.rpc import ConnectionClosed, Deferred, RequestTimeout, Session
+from mcplhost.rpc import ConnectionClosed, Deferred, RequestTimeout, Session, SessionLimits
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 
 from ..builders import incoming, message, register
@@ -102,7 +102,8 @@ class TestAPeerThatStopsReading:
     async def test_requests_fail_at_their_timeouts_and_the_stalled_write_breaks_the_connection(self) -> None:
         """Lines of 256 KiB overfill the pipe: each request fails at 0.5 s, and the session ends on its own."""
         async with await child(DEAF) as deaf, await child(ECHO) as echo:
-            session = Session(deaf.stdin, deaf.stdout, write_stall_s=1.5)  # type: ignore[arg-type]
+            session = Session(deaf.stdin, deaf.stdout,  # type: ignore[arg-type]
+                              limits=SessionLimits(write_stall_s=1.5))
             neighbour = Session(echo.stdin, echo.stdout)  # type: ignore[arg-type]
             outcomes: list[float] = []
 
@@ -154,7 +155,7 @@ class TestAPeerOverItsBudget:
 
         async with await child(FLOOD, str(count), str(size)) as flood, await child(ECHO) as echo:
             session = Session(flood.stdin, flood.stdout, on_request=on_request,  # type: ignore[arg-type]
-                              max_pending_bytes=budget)
+                              limits=SessionLimits(max_pending_bytes=budget))
             neighbour = Session(echo.stdin, echo.stdout)  # type: ignore[arg-type]
             with anyio.fail_after(20):
                 async with anyio.create_task_group() as tg:

@@ -287,7 +287,7 @@ def staged(d: Delivered) -> Processed | Rejected:
             return result
         item = result
     assert item.stored is not None
-    return Processed(content=item.stored, metadata=_metadata(item), stripped_keys=item.stripped_keys)
+    return Processed(content=item.stored, metadata=_metadata(item), delivered=d, stripped_keys=item.stripped_keys)
 
 
 optional_text = st.one_of(st.none(), any_text)

@@ -18,10 +18,10 @@ async def test_each_scrape_counts_the_whole_ledger_and_a_new_tally_agrees(tmp_pa
         await writer.submit(RecordTurn("scout", (), 0, 1, "completed"))
         open_turn = await writer.write(BeginTurn("scout", (), 2))
         await writer.submit(RecordTurn("scout", (), 3, 4, "failed"))
-        assert await tally.read(store) == {("scout", "completed"): 1, ("scout", "failed"): 1}
+        assert await tally.read(store.turns) == {("scout", "completed"): 1, ("scout", "failed"): 1}
         await writer.submit(FinishTurn(open_turn, 5, "aborted", None, None, None, reason="shutdown"))
         await writer.submit(RecordTurn("scout", (), 6, 7, "failed"))
         expected = {("scout", "completed"): 1, ("scout", "failed"): 2, ("scout", "aborted"): 1}
-        assert await tally.read(store) == expected
-        assert await tally.read(store) == expected
-        assert await TurnTally().read(store) == expected
+        assert await tally.read(store.turns) == expected
+        assert await tally.read(store.turns) == expected
+        assert await TurnTally().read(store.turns) == expected

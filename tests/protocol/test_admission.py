@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mcplhost.protocol.admission import admit_message, admit_push
 from mcplhost.protocol.channels import ChannelRegistry
@@ -163,6 +165,23 @@ class TestAdmitPush:
                                legacy=False, accepted_implies=None)
         assert (elsewhere.channel_id, elsewhere.label, elsewhere.thread_id) == (None, None, None)
         assert elsewhere.origin == {**origin, "mcplChannelId": "other:1"}
+
+    @given(origin=st.dictionaries(st.sampled_from(["mcplChannelId", "threadId", "messageId", "replyTo", "source", "x"]),
+                                  st.one_of(st.sampled_from(["d:1", ""]), st.text(max_size=4), st.integers(), st.none(),
+                                            st.lists(st.text()))))
+    def test_the_origins_claims_are_read_only_as_strings(self, origin: dict[str, Any]) -> None:
+        """Each claim counts only as a string (ids non-empty); any other value is no claim, never a refusal."""
+        admitted = admit_push(a_push(origin=origin), registry(), STATES, legacy=False, accepted_implies=None)
+
+        def claimed(key: str, *, empty: bool = False) -> str | None:
+            value = origin.get(key)
+            return value if isinstance(value, str) and (empty or value) else None
+
+        channel = "d:1" if claimed("mcplChannelId") == "d:1" else None
+        assert admitted.channel_id == channel and admitted.named_channel == claimed("mcplChannelId", empty=True)
+        assert admitted.thread_id == (claimed("threadId") if channel else None)
+        assert (admitted.message_id, admitted.reply_to) == (claimed("messageId"), claimed("replyTo"))
+        assert admitted.participant == claimed("source", empty=True) and admitted.origin == origin
 
     def test_push_tags_are_expanded(self) -> None:
         """The core closure applies to push tags too, with ambient removed."""

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from mcplhost.rpc import Deferred, RequestTimeout, Session
+from mcplhost.rpc import Deferred, RequestTimeout, Session, SessionLimits
 from mcplhost.rpc.limits import MAX_NESTING_DEPTH
 
 from ..properties import examples
@@ -142,7 +142,7 @@ class TestStalledWrites:
 
         pipe = Stuck()
         peer = Peer()
-        session = Session(pipe, peer.to_session, write_stall_s=0.2)  # type: ignore[arg-type]
+        session = Session(pipe, peer.to_session, limits=SessionLimits(write_stall_s=0.2))  # type: ignore[arg-type]
         outcome: list[BaseException] = []
 
         async def caller() -> None:
@@ -178,7 +178,8 @@ class TestBudget:
         budget = 10_000
         payload = "x" * 900  # each line is about 1 KB: ten fit
         peer = Peer()
-        session = Session(peer.from_session, peer.to_session, on_request=handler, max_pending_bytes=budget)
+        session = Session(peer.from_session, peer.to_session, on_request=handler,
+                          limits=SessionLimits(max_pending_bytes=budget))
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
             await peer.write(b"".join(line({"jsonrpc": "2.0", "id": i, "method": "w", "params": [payload]})
@@ -208,7 +209,8 @@ class TestOutgoingBytes:
             return big
 
         bound = 10_000
-        session = Session(pipe, peer.to_session, on_request=handler, max_outgoing_bytes=bound)  # type: ignore[arg-type]
+        session = Session(pipe, peer.to_session, on_request=handler,  # type: ignore[arg-type]
+                          limits=SessionLimits(max_outgoing_bytes=bound))
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
             await peer.write(b"".join(line({"jsonrpc": "2.0", "id": i, "method": "big"}) for i in range(20)))
@@ -248,8 +250,8 @@ def test_the_budget_is_never_exceeded_and_always_given_back(requests: list[tuple
     async def main() -> None:
         nonlocal session
         peer = Peer()
-        session = Session(peer.from_session, peer.to_session, on_request=handler, max_pending_bytes=budget,
-                          max_concurrent=4)
+        session = Session(peer.from_session, peer.to_session, on_request=handler,
+                          limits=SessionLimits(max_pending_bytes=budget, max_concurrent=4))
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
             await peer.write(b"".join(line({"jsonrpc": "2.0", "id": i, "method": "later" if deferred else "now",
@@ -279,7 +281,8 @@ class TestCancellation:
             return Deferred(work, discard=lambda: discarded.append(method), cancellable=method != "commit")
 
         peer = Peer()
-        session = Session(peer.from_session, peer.to_session, on_request=handler, max_concurrent=1)
+        session = Session(peer.from_session, peer.to_session, on_request=handler,
+                          limits=SessionLimits(max_concurrent=1))
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
             await peer.write({"jsonrpc": "2.0", "id": 1, "method": "cut"})

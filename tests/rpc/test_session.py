@@ -16,6 +16,7 @@ from mcplhost.rpc import (
     ReplyError,
     RequestTimeout,
     Session,
+    SessionLimits,
 )
 from mcplhost.rpc.messages import INVALID_PARAMS
 
@@ -130,7 +131,7 @@ class TestLeniency:
         peer = Peer()
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
-                await tg.start(make(peer, max_line_bytes=1024).run)
+                await tg.start(make(peer, limits=SessionLimits(max_line_bytes=1024)).run)
                 await peer.write({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": ["x" * 5000]})
                 await peer.write({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": ["ok"]})
                 answer = await peer.read()
@@ -144,7 +145,7 @@ class TestOutgoingLineCap:
         """Each raises LineTooLong to its caller (logged, counted) and nothing of it reaches the peer; the next
         line goes out as usual."""
         peer = Peer()
-        session = make(peer, max_line_bytes=1024)
+        session = make(peer, limits=SessionLimits(max_line_bytes=1024))
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
                 await tg.start(session.run)
@@ -166,7 +167,7 @@ class TestOutgoingLineCap:
         """The peer's request still gets exactly one answer: -32603 with reason too_large and the sizes."""
         peer = Peer()
         async with anyio.create_task_group() as tg:
-            await tg.start(make(peer, max_line_bytes=1024).run)
+            await tg.start(make(peer, limits=SessionLimits(max_line_bytes=1024)).run)
             await peer.write({"jsonrpc": "2.0", "id": 1, "method": "grow", "params": [5000]})
             await peer.write({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": ["ok"]})
             big, small = await peer.read(), await peer.read()
@@ -411,7 +412,8 @@ class TestDeferredWork:
             return Deferred(work)
 
         peer = Peer()
-        session = Session(peer.from_session, peer.to_session, on_request=handler, max_concurrent=4)
+        session = Session(peer.from_session, peer.to_session, on_request=handler,
+                          limits=SessionLimits(max_concurrent=4))
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
             for i in range(20):
@@ -557,7 +559,7 @@ class TestStopping:
         calls: list[str] = []
         peer = Peer()
         session = Session(peer.from_session, peer.to_session, on_request=self.gated(started, release, calls),
-                          max_concurrent=1)
+                          limits=SessionLimits(max_concurrent=1))
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
             tg.start_soon(self.run_in, scope, session)

@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import structlog
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from mcplhost.agents.wakes.rules import StoredView, Wake, is_echo, view_of, wake_matches, without_late_echoes
 from mcplhost.config import AgentConfig, BackendConfig
 from mcplhost.inbound.conversation import conversation_id
+from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
 from mcplhost.ingest import Ingest, Stored, now_ms
 from mcplhost.protocol.intake import AdmittedMessage, AdmittedPush
 from mcplhost.speech.echoes import ECHO_TAG, FROM_SELF, EchoMemory, echo_of, marked
@@ -68,13 +69,24 @@ def stored_view(item: StoredItem) -> StoredView:
                                            created_at=item.created_at)))
 
 
+def processed(message_id: str | None, tags: list[str], *, server: str = "disc", channel: str | None = ROOM) -> Processed:
+    """An inbound item through the pipeline, as ingest hands it to the echo mark."""
+    outcome = run_pipeline(Delivered(lane="channels/incoming" if channel else "push/event",
+                                     kind="channel" if channel else "unscoped", server_id=server, accepted_at=AT,
+                                     blocks=[{"type": "text", "text": "hi"}], channel_id=channel,
+                                     message_id=message_id, tags=tags))
+    assert isinstance(outcome, Processed)
+    return outcome
+
+
 class TestRules:
     def test_a_delivered_message_id_in_its_channel_is_an_echo_of_that_publish(self):
         """Same connector, channel and messageId as a delivered publish: echoOf is its outbox id."""
         delivered = {("disc", ROOM, "m-1"): 7}
         metadata = {"serverId": "disc", "channelId": ROOM, "messageId": "m-1", "tags": ["chat:mention"]}
         assert echo_of(item_meta(metadata), lambda *key: delivered.get(key)) == 7
-        assert marked(metadata, lambda *key: delivered.get(key))["echoOf"] == 7
+        result = marked(processed("m-1", ["chat:mention"]), lambda *key: delivered.get(key))
+        assert result.metadata["echoOf"] == result.echo_of == 7
 
     def test_the_same_message_id_in_another_channel_or_connector_is_not(self):
         """The key is the whole (connector, channel, messageId): a platform's ids repeat across channels."""
@@ -82,49 +94,49 @@ class TestRules:
         for server, channel in (("disc", OTHER), ("zulip", ROOM)):
             metadata = {"serverId": server, "channelId": channel, "messageId": "m-1", "tags": []}
             assert echo_of(item_meta(metadata), lambda *key: delivered.get(key)) is None
+            item = processed("m-1", [], server=server, channel=channel)
+            assert marked(item, lambda *key: delivered.get(key)) is item
 
     def test_a_from_self_tag_alone_marks_true(self):
         """Tagged chat:from-self with no matching publish: echoOf is true, and the host tag is added."""
-        metadata = {"serverId": "disc", "channelId": ROOM, "messageId": "m-9", "tags": [FROM_SELF]}
-        result = marked(metadata, lambda *key: None)
-        assert result["echoOf"] is True and result["tags"] == [FROM_SELF, ECHO_TAG]
+        result = marked(processed("m-9", [FROM_SELF]), lambda *key: None)
+        assert result.metadata["echoOf"] is True and result.metadata["tags"] == [FROM_SELF, ECHO_TAG]
 
     def test_a_connectors_own_host_echo_tag_is_dropped(self):
         """A connector cannot label an item as the host's echo: its host:echo tag is removed, nothing marked."""
-        metadata = {"serverId": "disc", "channelId": ROOM, "messageId": "m-2", "tags": ["chat:mention", ECHO_TAG]}
-        result = marked(metadata, lambda *key: None)
-        assert result["tags"] == ["chat:mention"] and "echoOf" not in result
+        result = marked(processed("m-2", ["chat:mention", ECHO_TAG]), lambda *key: None)
+        assert result.metadata["tags"] == ["chat:mention"] and "echoOf" not in result.metadata
+        assert result.echo_of is None
 
     def test_an_ordinary_item_is_returned_unchanged(self):
-        """The common case costs no copy: the very same dict comes back."""
-        metadata = {"serverId": "disc", "channelId": ROOM, "messageId": "m-3", "tags": ["chat:mention"]}
-        assert marked(metadata, lambda *key: None) is metadata
+        """The common case costs no copy: the very same item comes back."""
+        item = processed("m-3", ["chat:mention"])
+        assert marked(item, lambda *key: None) is item
 
     @given(tags=st.lists(st.sampled_from(["chat:mention", FROM_SELF, ECHO_TAG, "x:y"])),
            delivered=st.booleans(), message_id=st.text(max_size=8))
     def test_marked_means_echo_of_and_the_tag_only_together(self, tags: list[str], delivered: bool,
                                                              message_id: str):
         """Whatever the tags: host:echo is present exactly when echoOf is set, and it is there at most once."""
-        metadata = {"serverId": "disc", "channelId": ROOM, "messageId": message_id, "tags": tags}
-        result = marked(metadata, lambda *key: 3 if delivered else None)
+        result = marked(processed(message_id, tags), lambda *key: 3 if delivered else None).metadata
         assert ("echoOf" in result) == (ECHO_TAG in result["tags"]) == (delivered or FROM_SELF in tags)
         assert result["tags"].count(ECHO_TAG) <= 1
         assert [t for t in result["tags"] if t != ECHO_TAG] == [t for t in tags if t != ECHO_TAG]
 
-    @given(tags=st.one_of(st.lists(st.sampled_from(["chat:mention", FROM_SELF, ECHO_TAG, "x:y", 1])), st.none(),
-                          st.just((FROM_SELF,))),
-           ids=st.lists(st.one_of(st.none(), st.sampled_from(["disc", ROOM, "m1"]), st.integers(0, 3)),
-                        min_size=3, max_size=3),
+    @given(tags=st.lists(st.sampled_from(["chat:mention", FROM_SELF, ECHO_TAG, "x:y"])),
+           channel=st.sampled_from([ROOM, None]), message_id=st.sampled_from(["m1", None]),
            delivered=st.booleans(), with_lookup=st.booleans())
-    def test_the_plain_shortcut_marks_as_the_typed_read_does(self, tags: Any, ids: list[Any], delivered: bool,
-                                                            with_lookup: bool):
-        """What `marked` answers from the dict alone is what the typed read of the same metadata answers."""
-        metadata = {"serverId": ids[0], "channelId": ids[1], "messageId": ids[2], "tags": tags}
+    def test_the_mark_at_ingest_is_the_typed_read_of_the_stored_row(self, tags: list[str], channel: str | None,
+                                                                    message_id: str | None, delivered: bool,
+                                                                    with_lookup: bool):
+        """What `marked` decides from the delivered item is what `echo_of` reads from the metadata it stores."""
+        item = processed(message_id, tags, channel=channel)
         lookup = (lambda *key: 3 if delivered else None) if with_lookup else None
-        meta = item_meta(metadata)
+        meta = item_meta(item.metadata)
         changes = echo_of(meta, lookup) is not None or ECHO_TAG in meta.tags
-        result = marked(metadata, lookup)
-        assert (result is not metadata) == changes
+        result = marked(item, lookup)
+        assert (result is not item) == changes
+        assert result.echo_of == echo_of(meta, lookup)
 
 
 class TestIngest:
@@ -158,6 +170,17 @@ class TestIngest:
             await restarted.store_messages("disc", "channels/incoming", [mention("m-1")])
             (item,) = [i for i in await restarted.store.items.list() if i.role == "user"]
             assert item.metadata["echoOf"] == outbox_id
+
+    async def test_an_echo_is_logged_once_with_its_place_and_publish(self, tmp_path: Path):
+        """ingest.echo names the connector, channel and messageId of the echo and the outbox id it echoes."""
+        async with ingest(tmp_path / "host.db") as intake:
+            outbox_id = await delivered_publish(intake, "m-1")
+            intake.store.outbox.remember_delivered("disc", ROOM, "m-1", outbox_id)
+            with capture_logs() as logs:
+                await intake.store_messages("disc", "channels/incoming", [mention("m-1"), mention("m-2")])
+        echoes = [{k: v for k, v in e.items() if k != "log_level"} for e in logs if e["event"] == "ingest.echo"]
+        assert echoes == [{"event": "ingest.echo", "connector": "disc", "channel": ROOM, "message": "m-1",
+                           "echo_of": outbox_id}]
 
     async def test_a_push_tagged_from_self_is_marked_too(self, tmp_path: Path):
         """Both lanes are marked: a push carrying chat:from-self is stored as an echo (echoOf true)."""

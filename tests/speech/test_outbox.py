@@ -166,7 +166,7 @@ class TestFailure:
             await wait_for(lambda: handle.state.value == "stopped")
             speech, entry = publish_entry("stale", created_at=now_ms() - 3_601_000)
             published = await host.writer.write(PublishSpeech(speech, [entry]))
-            sender = OutboxSender(store, host.writer, handle, age_check_s=0.02)
+            sender = OutboxSender(store.outbox, host.writer, handle, age_check_s=0.02)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sender.run)
                 row = await ended(store, published.outbox_ids[0])
@@ -221,7 +221,7 @@ class TestBounds:
             await wait_for(lambda: handle.state.value == "stopped")
             entries = [publish_entry(f"s{n}", created_at=now_ms() - 3_601_000) for n in range(PENDING_PAGE + 20)]
             await host.writer.submit(PublishSpeech(entries[0][0], [entry for _, entry in entries]))
-            failed = await OutboxSender(store, host.writer, handle).expire_old()
+            failed = await OutboxSender(store.outbox, host.writer, handle).expire_old()
             left = await store.outbox.count("pending")
         assert (failed, left) == (PENDING_PAGE + 20, 0)
 
@@ -432,7 +432,7 @@ class TestBoundary:
             own = host.outbox_senders["disc"]
             own.handle = faulty(own.handle, hold)
             await queue(host, "one")
-            sender = OutboxSender(host.writer.store, host.writer, faulty(host.connectors["disc"], fault),
+            sender = OutboxSender(host.writer.store.outbox, host.writer, faulty(host.connectors["disc"], fault),
                                   restart_rules=RetryRules(first_s=3600, max_s=3600))
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:

@@ -34,6 +34,7 @@ from mcplhost.agents.model import (
     Usage,
 )
 from mcplhost.config import BackendConfig
+from mcplhost.jsonobject import JsonObject
 
 __all__ = ["AnthropicBackend", "request_kwargs"]
 
@@ -57,7 +58,7 @@ def _content_blocks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _message(message: Message) -> dict[str, Any]:
+def _message(message: Message) -> JsonObject:
     if message.role == "tool":
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or "", "content": []}
         result["content"] = _content_blocks(message.content)
@@ -92,7 +93,7 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
     return [{"role": m["role"], "content": m["content"]} for m in merged]
 
 
-def request_kwargs(request: ModelRequest) -> dict[str, Any]:
+def request_kwargs(request: ModelRequest) -> JsonObject:
     """The `messages.create` arguments for a request (streamed or not)."""
     kwargs: dict[str, Any] = {
         "model": request.model,

@@ -21,6 +21,7 @@ import structlog
 from mcplhost.agents.backends.answer_bounds import CUT_FINISH, answer_is_empty, cut_answer
 from mcplhost.agents.model import BackendError, ModelRequest, ModelResponse, OnText, ToolCall, Usage
 from mcplhost.config import BackendConfig
+from mcplhost.jsonobject import JsonObject
 
 log = structlog.get_logger()
 
@@ -194,7 +195,7 @@ def estimated_tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
-def tool_arguments(raw: str | None, tool: str) -> dict[str, Any]:
+def tool_arguments(raw: str | None, tool: str) -> JsonObject:
     """A tool call's arguments from their JSON text ("" is no arguments); anything but a JSON object is malformed."""
     try:
         value = json.loads(raw or "{}")

@@ -33,6 +33,7 @@ from mcplhost.agents.model import (
     Usage,
 )
 from mcplhost.config import BackendConfig
+from mcplhost.jsonobject import JsonObject
 
 __all__ = ["OpenAIBackend", "request_kwargs"]
 
@@ -55,7 +56,7 @@ def _user_content(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _message(message: Message) -> dict[str, Any]:
+def _message(message: Message) -> JsonObject:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": block_text(message.content)}
     if message.role == "assistant":
@@ -73,7 +74,7 @@ def _message(message: Message) -> dict[str, Any]:
     return {"role": "user", "content": _user_content(message.content)}
 
 
-def request_kwargs(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+def request_kwargs(request: ModelRequest, *, stream: bool) -> JsonObject:
     """The `chat.completions.create` arguments for a request."""
     messages: list[dict[str, Any]] = []
     if request.system:

@@ -24,6 +24,7 @@ from mcplhost.agents.tools.listing import EMPTY_SCHEMA
 from mcplhost.agents.tools.outcome import marked
 from mcplhost.inbound.notice import SOURCE_RULE_TEXT
 from mcplhost.inbound.pipeline import Delivered, Processed, run_pipeline
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.answers import BackscrollEntry, decode_each
 from mcplhost.protocol.channels import Channel
 from mcplhost.protocol.ports import ChannelOpenPort
@@ -100,7 +101,7 @@ PEER_TARGET_SHOWN_CHARS = 64
 class Publisher(Protocol):
     """How `channel_publish` queues: the turn's speech (mcplhost/agents/turns/reply.py `TurnSpeech`)."""
 
-    async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]: ...
+    async def publish(self, channel: str, text: str, thread: str | None = None) -> JsonObject: ...
 
 
 

@@ -27,7 +27,7 @@ import structlog
 
 from mcplhost.agents.tools.outcome import cut_error
 from mcplhost.config import AgentConfig
-from mcplhost.protocol.ports import AcknowledgePort, State
+from mcplhost.protocol.ports import REQUEST_FAILURES, AcknowledgePort, State
 from mcplhost.protocol.tags import ADDRESSED
 from mcplhost.rpc import RemoteError
 from mcplhost.store.items import StoredItem
@@ -139,7 +139,7 @@ class Acknowledger:
                 else:
                     log.warning("agent.acknowledge_failed", **where, code=exc.code, error=cut_error(exc.message))
                 return False
-            except Exception as exc:  # a timeout, a connector gone, a malformed answer: logged, never retried
+            except REQUEST_FAILURES as exc:  # a timeout, a connector gone, a malformed answer: logged, never retried
                 log.warning("agent.acknowledge_failed", **where, error=cut_error(f"{type(exc).__name__}: {exc}"))
                 return False
             if not answer.acknowledged:

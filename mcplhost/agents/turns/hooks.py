@@ -43,6 +43,7 @@ from mcplhost.agents.turns.compiler import Injections
 from mcplhost.config import AgentConfig
 from mcplhost.inbound import mark_openings
 from mcplhost.inbound.author import escape_host_lines
+from mcplhost.jsonobject import JsonObject
 from mcplhost.protocol.answers import (
     ContentBlock,
     HookAnswer,
@@ -52,7 +53,7 @@ from mcplhost.protocol.answers import (
     decode_each,
 )
 from mcplhost.protocol.grants import HOOK_PATHS
-from mcplhost.protocol.ports import ConnectorNotReady, HookPort, State
+from mcplhost.protocol.ports import NOTIFY_FAILURES, ConnectorNotReady, HookPort, State
 from mcplhost.rpc import LineTooLong, RemoteError, RequestTimeout
 
 log = structlog.get_logger()
@@ -84,7 +85,7 @@ def conversation_of(agent: AgentConfig, conversation_id: str | None) -> str:
     return conversation_id if conversation_id is not None else f"agent:{agent.name}"
 
 
-def model_info(agent: AgentConfig) -> dict[str, Any]:
+def model_info(agent: AgentConfig) -> JsonObject:
     """ModelInfo for the agent's backend, from the config alone.
 
     Sent in every beforeInference (the spec's table does not gate it)
@@ -104,7 +105,7 @@ def hook_targets(handles: Mapping[str, HookPort], agent: AgentConfig) -> list[Ho
 
 
 def hook_params(*, inference_id: str, conversation_id: str, turn_index: int, user_message: str | None,
-                grant: frozenset[str], model: dict[str, Any]) -> dict[str, Any]:
+                grant: frozenset[str], model: dict[str, Any]) -> JsonObject:
     """The params for one connector: `userMessage` only under observe, else null (present either way)."""
     return {"inferenceId": inference_id, "conversationId": conversation_id, "turnIndex": turn_index,
             "userMessage": user_message if OBSERVE in grant else None, "model": model}
@@ -217,9 +218,6 @@ async def _ask(state: HookState, handle: HookPort, agent: AgentConfig, params: d
         return []
     except (ConnectorNotReady, LineTooLong) as exc:  # LineTooLong: a userMessage past the connector's line cap
         clog.info("agent.hook_skipped", reason=str(exc))
-        return []
-    except Exception:
-        clog.warning("agent.hook_failed", exc_info=True)
         return []
     # In a worker thread: the cost of a hostile answer (a million blocks) is the connector's, not the loop's.
     answer, (kept, dropped) = await anyio.to_thread.run_sync(judged_answer, raw, grant, abandon_on_cancel=True)
@@ -342,7 +340,7 @@ class HookState:
 
 
 def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int, phase: str,
-                     grant: frozenset[str], model: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
+                     grant: frozenset[str], model: dict[str, Any], usage: Usage | None) -> JsonObject:
     """Metadata only (docs/mcpl-checklist.md item 12): model under modelInfo, usage only with completed."""
     params: dict[str, Any] = {"inferenceId": inference_id, "conversationId": conversation_id,
                               "turnIndex": turn_index, "phase": phase}
@@ -351,6 +349,10 @@ def lifecycle_params(*, inference_id: str, conversation_id: str, turn_index: int
     if phase == "completed" and usage is not None:
         params["usage"] = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
     return params
+
+
+#: A lifecycle phase a connector did not get: not sent (NOTIFY_FAILURES) or not within LIFECYCLE_SEND_TIMEOUT_S.
+_LIFECYCLE_FAILURES: tuple[type[Exception], ...] = (*NOTIFY_FAILURES, TimeoutError)
 
 
 async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, state: HookState,
@@ -389,7 +391,7 @@ async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, stat
         try:
             with anyio.fail_after(LIFECYCLE_SEND_TIMEOUT_S):
                 await handle.notify("inference/lifecycle", params)
-        except (ConnectorNotReady, TimeoutError) as exc:
+        except _LIFECYCLE_FAILURES as exc:
             log.info("agent.lifecycle_not_sent", agent=agent.name, connector=handle.name, phase=phase,
                      inferenceId=inference_id, reason=str(exc) or "timeout")
 

@@ -33,6 +33,7 @@ import structlog
 from mcplhost.agents.turns.agent_rows import draft_row, speech_row
 from mcplhost.agents.turns.turn_services import TurnDeps
 from mcplhost.config import AgentConfig
+from mcplhost.jsonobject import JsonObject
 from mcplhost.speech.budget import PublishBudget
 from mcplhost.speech.moderation import MODERATION, check_publish, moderated
 from mcplhost.speech.notices import drafts_notice
@@ -152,7 +153,7 @@ class TurnSpeech:
 
     # --- channel_publish -----------------------------------------------------------------
 
-    async def publish(self, channel: str, text: str, thread: str | None = None) -> dict[str, Any]:
+    async def publish(self, channel: str, text: str, thread: str | None = None) -> JsonObject:
         """`channel_publish`: queue `text` for `channel` (thread optional); the tool's JSON answer."""
         secret = self.deps.store.secrets.find_json([channel, text, thread])
         if secret is not None:  # docs/agents.md#secrets: refused, not sent

@@ -34,7 +34,8 @@ from operator import attrgetter
 import anyio
 
 from mcplhost.agents.turns.history import RenderedRows
-from mcplhost.store import Repositories, StoredItem
+from mcplhost.store import StoredItem
+from mcplhost.store.interfaces import Items
 
 #: Rows read per page when catching up with what was stored since the last read.
 READ_PAGE = 1000
@@ -43,8 +44,8 @@ _row_id = attrgetter("id")
 
 
 class RowCache:
-    def __init__(self, store: Repositories, limit: int) -> None:
-        self.store = store
+    def __init__(self, items: Items, limit: int) -> None:
+        self.items = items
         self.limit = limit
         self.rendered = RenderedRows()  # this store's rows as the compiler renders them (ids are per store)
         self._everyone: deque[StoredItem] = deque(maxlen=limit)
@@ -64,7 +65,7 @@ class RowCache:
     async def _seed(self, agent: str) -> None:
         await self._read_new()  # every row up to `read` is now where it belongs
         read = self._last_id or 0
-        rows = [r for r in await self.store.items.context_rows(agent, limit=self.limit) if r.id <= read]
+        rows = [r for r in await self.items.context_rows(agent, limit=self.limit) if r.id <= read]
         own = [r for r in rows if r.agent == agent]
         everyone = [r for r in rows if r.agent is None]
         if self._everyone:
@@ -77,10 +78,10 @@ class RowCache:
 
     async def _read_new(self) -> None:
         if self._last_id is None:
-            self._last_id = await self.store.items.last_id()
+            self._last_id = await self.items.last_id()
             return
         while True:
-            page: list[StoredItem] = await self.store.items.after(self._last_id, limit=READ_PAGE)
+            page: list[StoredItem] = await self.items.after(self._last_id, limit=READ_PAGE)
             for row in page:
                 if row.agent is None:
                     self._everyone.append(row)

@@ -264,15 +264,11 @@ async def _one_inference(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: 
 
 async def _close_inference(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress, phase: str, *,
                            usage: Usage | None = None) -> None:
-    """The terminal lifecycle phase of the open inference, once; a failure to send it is logged, not raised."""
+    """The terminal lifecycle phase of the open inference, once (`lifecycle` logs what a connector did not get)."""
     inference_id, progress.open_inference = progress.open_inference, None
     if inference_id is None:
         return
-    try:
-        await lifecycle(deps.handles, agent, state=deps.hooks, inference_id=inference_id, phase=phase,
-                        usage=usage)
-    except Exception:
-        log.warning("agent.lifecycle_failed", agent=agent.name, phase=phase, exc_info=True)
+    await lifecycle(deps.handles, agent, state=deps.hooks, inference_id=inference_id, phase=phase, usage=usage)
 
 
 async def _tool_round(agent: AgentConfig, deps: TurnDeps, state: AgentState, progress: TurnProgress,

@@ -158,7 +158,7 @@ class Console:
             views = Views(reads, self.operated, self.agents)
             pages = Pages(views, self.feed, self.gate, self.secrets, actions=frozenset(self.settings.actions))
             app = build_app(pages, loopback=self.loopback)
-            tg.start_soon(_boundary, "feed", self.feed.run, reads)
+            tg.start_soon(_boundary, "feed", self.feed.run, reads.items)
             stop = anyio.Event()
             shielded = anyio.CancelScope(shield=True)
 

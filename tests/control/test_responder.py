@@ -1,4 +1,4 @@
-"""What the daemon answers (mcplhost/control/service.py) over a real store: the store's counts per agent."""
+"""What the daemon answers (mcplhost/control/responder.py) over a real store: the store's counts per agent."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import msgspec
 from mcplhost.agents.turns.agent_rows import draft_row, speech_row
 from mcplhost.agents.wiring import build_agents
 from mcplhost.config import Config
-from mcplhost.control.service import ControlService
+from mcplhost.control.responder import ControlService
 from mcplhost.control.status import HostEntry, Status
 from mcplhost.control.wire import RestartRequest, StatusRequest
 from mcplhost.store import TurnStart
