@@ -207,6 +207,13 @@ def _cell(value: object) -> str:
     return "-" if value is None else printable(str(value), CELL_MAX_CHARS)
 
 
+def _state_cell(connector: ConnectorStatus) -> str:
+    """The state, and for a connector on standby the host that runs it: "standby (eu-2)"."""
+    if connector.state != STANDBY:
+        return connector.state
+    return f"{STANDBY} ({_cell(connector.owner) if connector.owner is not None else 'owner unknown'})"
+
+
 def _ago(epoch_ms: int | None, now_ms: int) -> str:
     """How long ago, at a glance: 12s, 5m, 3h, 2d (None: never)."""
     if epoch_ms is None:
@@ -232,7 +239,7 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
              f"db {host.db} ({host.db_bytes:,} bytes, schema {host.schema_version})", ""]
     lines += _table(
         ["CONNECTOR", "STATE", "PID", "RESTARTS", "INBOUND", "PUBLISH", "CHANNELS", "QUIET", "GRANT", "LAST ERROR"],
-        [[_cell(c.name), c.state, _cell(c.pid), str(c.restarts), _ago(c.last_inbound_at, now),
+        [[_cell(c.name), _state_cell(c), _cell(c.pid), str(c.restarts), _ago(c.last_inbound_at, now),
           _ago(c.last_publish_at, now), str(c.channels), "quiet" if c.quiet else "-",
           _cell(",".join(c.grant) or None), _cell(c.last_error)] for c in status.connectors],
     ) if status.connectors else ["no connectors configured"]
@@ -254,14 +261,18 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
 
 # --- systemd's STATUS= ------------------------------------------------------------------------
 
-#: The order states are named in the STATUS= line: serving first, trouble last.
-STATE_ORDER = [State.READY, State.MCP_ONLY, State.STARTING, State.HANDSHAKING, State.POLICY_PENDING,
-               State.BACKOFF, State.SLOW_LANE, State.STOPPED]
+#: The order states are named in the STATUS= line: serving first (here, or on standby for another host), trouble
+#: last.
+STATE_ORDER = [State.READY.value, State.MCP_ONLY.value, STANDBY, State.STARTING.value, State.HANDSHAKING.value,
+               State.POLICY_PENDING.value, State.BACKOFF.value, State.SLOW_LANE.value, State.STOPPED.value]
 
 
-def systemd_status(states: Iterable[State]) -> str:
-    """`STATUS=` text with the connectors counted by state, e.g. "3 connectors: 2 ready, 1 backoff"."""
-    counted = Counter(states)
+def systemd_status(states: Iterable[State | str]) -> str:
+    """`STATUS=` text with the connectors counted by state, e.g. "3 connectors: 2 ready, 1 standby".
+
+    A state is a handle's, or STANDBY for a connector another live host runs (its idle handle stays `starting`,
+    which is not what it is doing)."""
+    counted = Counter(state.value if isinstance(state, State) else state for state in states)
     total = sum(counted.values())
-    parts = [f"{counted[state]} {state.value}" for state in STATE_ORDER if counted[state]]
+    parts = [f"{counted[state]} {state}" for state in STATE_ORDER if counted[state]]
     return f"{total} connector{'' if total == 1 else 's'}" + (f": {', '.join(parts)}" if parts else "")
