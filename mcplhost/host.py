@@ -198,7 +198,8 @@ class Host:
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
                                             agents=[agent.name for agent in self.config.agents],
-                                            context_rows=CONTEXT_ROWS, clock=now_ms))
+                                            context_rows=CONTEXT_ROWS, clock=now_ms,
+                                            sessions=self.store.session if self.config.store.url else None))
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
                 async with anyio.create_task_group() as connectors:

@@ -29,20 +29,31 @@ Each batch is one short write transaction on the writer's connection, so
 an inbound commit waits for at most one batch, and the pass pauses between
 batches as long as the last one took: inbound keeps at least half the
 writer's time while a pass runs.
+
+On a store several hosts share (PostgreSQL), one host prunes at a time: a
+pass first opens a transaction on a connection of its own (`Store.session`,
+outside the pool, so the pool keeps every connection for the batches) and
+takes RETENTION_KEY there with `pg_try_advisory_xact_lock`, holding it until
+the pass ends. A host that finds it held skips its pass (another host is
+pruning the same items) and tries again at its next one. The lock goes with
+the transaction, so a host killed mid-pass frees it when its connection
+ends. SQLite has one daemon per file and no lock to take.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
 import msgspec
 import structlog
 
-from mcplhost.store.connection import POSTGRESQL, SQLITE, Connections, Engine
+from mcplhost.store.connection import POSTGRESQL, SQLITE, Conn, Connections, Engine
 from mcplhost.store.interfaces import SearchIndex
 from mcplhost.store.items import IDS_PER_QUERY
+from mcplhost.store.order import RETENTION_KEY
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS
 from mcplhost.store.turns import DAY_MS
 
@@ -58,6 +69,8 @@ RETENTION_INTERVAL_S = 3600.0
 OUTBOX_IDS_PER_ROW = 64
 
 _outbox_ids_decoder = msgspec.json.Decoder(list[int])
+#: Opens a connection of its own (Store.session) for a pass's lock on a shared store; None: the store's only host.
+Sessions = Callable[[], AbstractAsyncContextManager[Conn]]
 
 
 class RetentionRow(msgspec.Struct, frozen=True):
@@ -119,6 +132,24 @@ class PassCounts(msgspec.Struct):
     removed: int = 0
     batches: int = 0
     kept: Kept = msgspec.field(default_factory=Kept)
+    skipped: bool = False  # another host sharing the store held the pass's lock: nothing was looked at
+
+
+@asynccontextmanager
+async def sole_pass(sessions: Sessions | None) -> AsyncIterator[bool]:
+    """Whether this host may prune now: True alone on its store; on a shared one, while RETENTION_KEY is held in a
+    transaction of a connection of its own (the module docstring), False when another host holds it."""
+    if sessions is None:
+        yield True
+        return
+    async with sessions() as conn:
+        await conn.execute("BEGIN")
+        try:
+            ((taken,),) = await conn.fetch("SELECT pg_try_advisory_xact_lock(?)", (RETENTION_KEY,))
+            yield bool(taken)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.execute("ROLLBACK")  # nothing was written in it: the lock goes with it
 
 
 #: The columns `outbox_ids` reads, per engine: metadata.outboxId as an integer (else NULL), metadata.outboxIds as
@@ -193,8 +224,20 @@ class RetentionRepository:
                                    decision.delete)
             return decision
 
-    async def prune(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int) -> PassCounts:
-        """One pass: batches until an item that is too new; logs `store.retention_pruned` when it removed any."""
+    async def prune(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int,
+                    sessions: Sessions | None = None) -> PassCounts:
+        """One pass: batches until an item that is too new; logs `store.retention_pruned` when it removed any.
+
+        `sessions`: on a shared store, where the pass takes its lock (`sole_pass`); skipped when another host has it.
+        """
+        async with sole_pass(sessions) as mine:
+            if not mine:
+                log.info("store.retention_skipped", reason="another host sharing the store is pruning")
+                return PassCounts(skipped=True)
+            return await self._pass(retention_days=retention_days, agents=agents, context_rows=context_rows,
+                                    now_ms=now_ms)
+
+    async def _pass(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int) -> PassCounts:
         started = time.monotonic()
         floor_id = await self.floor(agents, context_rows=context_rows)
         counts = PassCounts()
@@ -223,12 +266,14 @@ class RetentionRepository:
 
 
 async def run_retention(retention: RetentionRepository, *, retention_days: int, agents: Sequence[str],
-                        context_rows: int, clock: Callable[[], int]) -> None:
-    """The host's task: a pass now, then one every RETENTION_INTERVAL_S (started only when retention_days > 0)."""
+                        context_rows: int, clock: Callable[[], int], sessions: Sessions | None = None) -> None:
+    """The host's task: a pass now, then one every RETENTION_INTERVAL_S (started only when retention_days > 0).
+
+    `sessions`: the store's, when other hosts may share it (PostgreSQL)."""
     while True:
         try:
             await retention.prune(retention_days=retention_days, agents=agents, context_rows=context_rows,
-                                  now_ms=clock())
+                                  now_ms=clock(), sessions=sessions)
         except Exception:  # a failed pass (disk full, a locked file) is retried at the next; the host goes on
             log.error("store.retention_failed", exc_info=True)
         await anyio.sleep(RETENTION_INTERVAL_S)
