@@ -147,6 +147,8 @@ class TestStandbyUnderAFlood:
                     killed = time.monotonic()
                     assert await a.wait() == -signal.SIGKILL
                     await b.wait_event("hosts.connector_owned", timeout=TAKEOVER_S, host="b", connector="chat")
+                    await b.wait_event("connector.up", timeout=TAKEOVER_S - (time.monotonic() - killed),
+                                       connector="chat")  # its first life on b: handshake done, serving
                     took = time.monotonic() - killed
                     await wait_for(files["done"].exists, timeout=60)
                     b.signal(signal.SIGTERM)
