@@ -188,7 +188,7 @@ class Host:
                 if self.sharing is not None:  # registered before any connector asks for its lock
                     await base.start(self.sharing.run)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors,
-                                *([self.sharing.is_standby] if self.sharing is not None else []))
+                                None if self.sharing is None else self.sharing.is_standby)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
                     base.start_soon(self.metrics.serve, listener)
@@ -198,8 +198,7 @@ class Host:
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
                                             agents=[agent.name for agent in self.config.agents],
-                                            context_rows=CONTEXT_ROWS, clock=now_ms,
-                                            sessions=self.store.session if self.config.store.url else None))
+                                            context_rows=CONTEXT_ROWS, clock=now_ms))
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
                 async with anyio.create_task_group() as connectors:

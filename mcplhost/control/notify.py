@@ -26,13 +26,14 @@ class StatusLine:
         self._changed.set()
 
     async def run(self, notifier: Notifier, connectors: Mapping[str, ConnectorHandle],
-                  is_standby: Callable[[str], bool] = lambda name: False) -> None:
+                  is_standby: Callable[[str], bool] | None = None) -> None:
         """`is_standby`: whether another live host runs a connector (a shared store; it is counted as standby)."""
         sent: str | None = None
         while True:
             await self._changed.wait()
             self._changed = anyio.Event()
-            text = systemd_status(STANDBY if is_standby(name) else handle.state for name, handle in connectors.items())
+            text = systemd_status(STANDBY if is_standby is not None and is_standby(name) else handle.state
+                                  for name, handle in connectors.items())
             if text != sent:
                 notifier.send(f"STATUS={text}")
                 sent = text

@@ -207,11 +207,9 @@ def _cell(value: object) -> str:
     return "-" if value is None else printable(str(value), CELL_MAX_CHARS)
 
 
-def _state_cell(connector: ConnectorStatus) -> str:
-    """The state, and for a connector on standby the host that runs it: "standby (eu-2)"."""
-    if connector.state != STANDBY:
-        return connector.state
-    return f"{STANDBY} ({_cell(connector.owner) if connector.owner is not None else 'owner unknown'})"
+def _state(state: str, owner: str | None) -> str:
+    """A state cell; a standby's names its owner ("standby (eu-1)")."""
+    return f"{state} ({_cell(owner)})" if state == STANDBY else state
 
 
 def _ago(epoch_ms: int | None, now_ms: int) -> str:
@@ -239,7 +237,7 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
              f"db {host.db} ({host.db_bytes:,} bytes, schema {host.schema_version})", ""]
     lines += _table(
         ["CONNECTOR", "STATE", "PID", "RESTARTS", "INBOUND", "PUBLISH", "CHANNELS", "QUIET", "GRANT", "LAST ERROR"],
-        [[_cell(c.name), _state_cell(c), _cell(c.pid), str(c.restarts), _ago(c.last_inbound_at, now),
+        [[_cell(c.name), _state(c.state, c.owner), _cell(c.pid), str(c.restarts), _ago(c.last_inbound_at, now),
           _ago(c.last_publish_at, now), str(c.channels), "quiet" if c.quiet else "-",
           _cell(",".join(c.grant) or None), _cell(c.last_error)] for c in status.connectors],
     ) if status.connectors else ["no connectors configured"]

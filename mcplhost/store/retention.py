@@ -132,24 +132,6 @@ class PassCounts(msgspec.Struct):
     removed: int = 0
     batches: int = 0
     kept: Kept = msgspec.field(default_factory=Kept)
-    skipped: bool = False  # another host sharing the store held the pass's lock: nothing was looked at
-
-
-@asynccontextmanager
-async def sole_pass(sessions: Sessions | None) -> AsyncIterator[bool]:
-    """Whether this host may prune now: True alone on its store; on a shared one, while RETENTION_KEY is held in a
-    transaction of a connection of its own (the module docstring), False when another host holds it."""
-    if sessions is None:
-        yield True
-        return
-    async with sessions() as conn:
-        await conn.execute("BEGIN")
-        try:
-            ((taken,),) = await conn.fetch("SELECT pg_try_advisory_xact_lock(?)", (RETENTION_KEY,))
-            yield bool(taken)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await conn.execute("ROLLBACK")  # nothing was written in it: the lock goes with it
 
 
 #: The columns `outbox_ids` reads, per engine: metadata.outboxId as an integer (else NULL), metadata.outboxIds as
@@ -166,7 +148,8 @@ _NAMED_OUTBOX: dict[Engine, str] = {
 class RetentionRepository:
     """The SQL of retention: the floor, and one batch (read, decide, delete) in one transaction."""
 
-    def __init__(self, connections: Connections, index: SearchIndex) -> None:
+    def __init__(self, connections: Connections, index: SearchIndex, sessions: Sessions | None = None) -> None:
+        self._sessions = sessions  # a store other hosts may share (PostgreSQL): where a pass takes its lock
         self._connections = connections
         self._index = index
 
@@ -189,6 +172,22 @@ class RetentionRepository:
                 oldest_in_context = int(next((row[0] for row in rows), 0))  # 0: fewer rows than a context holds
                 floor = min(floor, oldest_in_context - 1)
         return max(floor, 0)
+
+    @asynccontextmanager
+    async def sole_pass(self) -> AsyncIterator[bool]:
+        """Whether this host may prune now: True alone on its store; on a shared one, while RETENTION_KEY is held
+        in a transaction of a connection of its own (the module docstring), False when another host holds it."""
+        if self._sessions is None:
+            yield True
+            return
+        async with self._sessions() as conn:
+            await conn.execute("BEGIN")
+            try:
+                ((taken,),) = await conn.fetch("SELECT pg_try_advisory_xact_lock(?)", (RETENTION_KEY,))
+                yield bool(taken)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.execute("ROLLBACK")  # nothing was written in it: the lock goes with it
 
     async def prune_batch(self, *, after_id: int, cutoff_ms: int, floor_id: int, now_ms: int,
                           limit: int = RETENTION_BATCH_ROWS) -> Decision:
@@ -224,20 +223,8 @@ class RetentionRepository:
                                    decision.delete)
             return decision
 
-    async def prune(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int,
-                    sessions: Sessions | None = None) -> PassCounts:
-        """One pass: batches until an item that is too new; logs `store.retention_pruned` when it removed any.
-
-        `sessions`: on a shared store, where the pass takes its lock (`sole_pass`); skipped when another host has it.
-        """
-        async with sole_pass(sessions) as mine:
-            if not mine:
-                log.info("store.retention_skipped", reason="another host sharing the store is pruning")
-                return PassCounts(skipped=True)
-            return await self._pass(retention_days=retention_days, agents=agents, context_rows=context_rows,
-                                    now_ms=now_ms)
-
-    async def _pass(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int) -> PassCounts:
+    async def prune(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int) -> PassCounts:
+        """One pass: batches until an item that is too new; logs `store.retention_pruned` when it removed any."""
         started = time.monotonic()
         floor_id = await self.floor(agents, context_rows=context_rows)
         counts = PassCounts()
@@ -266,14 +253,16 @@ class RetentionRepository:
 
 
 async def run_retention(retention: RetentionRepository, *, retention_days: int, agents: Sequence[str],
-                        context_rows: int, clock: Callable[[], int], sessions: Sessions | None = None) -> None:
-    """The host's task: a pass now, then one every RETENTION_INTERVAL_S (started only when retention_days > 0).
-
-    `sessions`: the store's, when other hosts may share it (PostgreSQL)."""
+                        context_rows: int, clock: Callable[[], int]) -> None:
+    """The host's task: a pass now, then one every RETENTION_INTERVAL_S (started only when retention_days > 0)."""
     while True:
         try:
-            await retention.prune(retention_days=retention_days, agents=agents, context_rows=context_rows,
-                                  now_ms=clock(), sessions=sessions)
+            async with retention.sole_pass() as mine:  # a shared store: one host prunes at a time
+                if mine:
+                    await retention.prune(retention_days=retention_days, agents=agents, context_rows=context_rows,
+                                          now_ms=clock())
+                else:
+                    log.info("store.retention_skipped", reason="another host sharing the store is pruning")
         except Exception:  # a failed pass (disk full, a locked file) is retried at the next; the host goes on
             log.error("store.retention_failed", exc_info=True)
         await anyio.sleep(RETENTION_INTERVAL_S)

@@ -115,14 +115,14 @@ class TestObject:
 
 class TestTable:
     def test_a_standby_connector_s_state_names_the_host_that_runs_it(self):
-        """standby (eu-2); before the owner is known, says so."""
+        """standby (eu-2); before the owner is known, standby (-)."""
         status = build_status(HOST, [connector("a", State.STARTING), connector("b", State.STARTING),
                                      connector("c", State.READY)], {}, {},
                               standby={"a": Standby("eu-2"), "b": Standby(None)})
         rows = {line.split()[0]: line for line in render_table(status, now_ms=NOW)
                 if line[:2] in ("a ", "b ", "c ")}
         assert rows["a"].split()[1:4] == ["standby", "(eu-2)", "-"]  # then the pid column: none
-        assert "standby (owner unknown)" in rows["b"] and rows["c"].split()[1] == "ready"
+        assert rows["b"].split()[1:3] == ["standby", "(-)"] and rows["c"].split()[1] == "ready"
 
     def test_one_row_per_connector_and_agent_and_an_error_kept_on_its_line(self):
         """A multi-line last error stays in its row, cut to the cell's width."""
