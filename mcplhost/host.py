@@ -189,7 +189,8 @@ class Host:
                     await base.start(self.console.run)
                 if self.sharing is not None:  # registered before any connector asks for its lock
                     await base.start(self.sharing.run)
-                base.start_soon(self.status_line.run, self.notifier, self.connectors)
+                base.start_soon(self.status_line.run, self.notifier, self.connectors,
+                                None if self.sharing is None else self.sharing.is_standby)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
                     base.start_soon(self.metrics.serve, listener)
@@ -258,6 +259,7 @@ class Host:
                 if self.sharing is not None and not await self.sharing.try_own(spec.name):
                     task_status.started()  # on standby: READY=1 does not wait for another host's connector
                     task_status = anyio.TASK_STATUS_IGNORED
+                    self.status_line.changed()  # counted as standby from own()'s first step on, not as starting
                     await self.sharing.own(spec.name)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.outbox_senders[spec.name].run)  # it waits for its connector to be ready

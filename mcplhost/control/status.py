@@ -270,14 +270,18 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
 
 # --- systemd's STATUS= ------------------------------------------------------------------------
 
-#: The order states are named in the STATUS= line: serving first, trouble last.
-STATE_ORDER = [State.READY, State.MCP_ONLY, State.STARTING, State.HANDSHAKING, State.POLICY_PENDING,
-               State.BACKOFF, State.SLOW_LANE, State.STOPPED]
+#: The order states are named in the STATUS= line: serving first (here, or on standby for another host), trouble
+#: last.
+STATE_ORDER = [State.READY.value, State.MCP_ONLY.value, STANDBY, State.STARTING.value, State.HANDSHAKING.value,
+               State.POLICY_PENDING.value, State.BACKOFF.value, State.SLOW_LANE.value, State.STOPPED.value]
 
 
-def systemd_status(states: Iterable[State]) -> str:
-    """`STATUS=` text with the connectors counted by state, e.g. "3 connectors: 2 ready, 1 backoff"."""
-    counted = Counter(states)
+def systemd_status(states: Iterable[State | str]) -> str:
+    """`STATUS=` text with the connectors counted by state, e.g. "3 connectors: 2 ready, 1 standby".
+
+    A state is a handle's, or STANDBY for a connector another live host runs (its idle handle stays `starting`,
+    which is not what it is doing)."""
+    counted = Counter(state.value if isinstance(state, State) else state for state in states)
     total = sum(counted.values())
-    parts = [f"{counted[state]} {state.value}" for state in STATE_ORDER if counted[state]]
+    parts = [f"{counted[state]} {state}" for state in STATE_ORDER if counted[state]]
     return f"{total} connector{'' if total == 1 else 's'}" + (f": {', '.join(parts)}" if parts else "")

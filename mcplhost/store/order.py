@@ -32,6 +32,8 @@ ITEMS_ORDER_KEY = 0x6D63_706C_0001  # "mcpl" 1
 ITEMS_CHANNEL = "mcplhost_items"
 #: pg_advisory_xact_lock key each migration step takes, so two processes migrating apply a step once.
 MIGRATION_KEY = 0x6D63_706C_0002  # "mcpl" 2
+#: pg_try_advisory_xact_lock key a retention pass holds, so one host of those sharing a store prunes at a time.
+RETENTION_KEY = 0x6D63_706C_0003  # "mcpl" 3
 
 
 def ownership_key(kind: str, name: str) -> int:

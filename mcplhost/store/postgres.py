@@ -52,6 +52,7 @@ from mcplhost.store.open import redacted_url, server_of
 from mcplhost.store.order import MIGRATION_KEY
 from mcplhost.store.pg_search import PgSearchIndex, PgSearchReads
 from mcplhost.store.redacting import RedactingWriter
+from mcplhost.store.retention import RetentionRepository
 
 log = structlog.get_logger()
 
@@ -225,6 +226,8 @@ class PgStore(Store):
 
     def __init__(self, url: str, database: PgDatabase, migrations_folder: Traversable | Path | None) -> None:
         super().__init__(database, PgSearchIndex(database))
+        # Hosts may share this store: a retention pass takes its lock on a connection of its own (store/retention.py).
+        self.retention = RetentionRepository(database, self.search_index, sessions=self.session)
         self.url = url
         self._database = database
         self._migrations_folder = migrations_folder

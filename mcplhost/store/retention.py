@@ -30,20 +30,31 @@ Each batch is one short write transaction on the writer's connection, so
 an inbound commit waits for at most one batch, and the pass pauses between
 batches as long as the last one took: inbound keeps at least half the
 writer's time while a pass runs.
+
+On a store several hosts share (PostgreSQL), one host prunes at a time: a
+pass first opens a transaction on a connection of its own (`Store.session`,
+outside the pool, so the pool keeps every connection for the batches) and
+takes RETENTION_KEY there with `pg_try_advisory_xact_lock`, holding it until
+the pass ends. A host that finds it held skips its pass (another host is
+pruning the same items) and tries again at its next one. The lock goes with
+the transaction, so a host killed mid-pass frees it when its connection
+ends. SQLite has one daemon per file and no lock to take.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
 import msgspec
 import structlog
 
-from mcplhost.store.connection import POSTGRESQL, SQLITE, Connections, Engine
+from mcplhost.store.connection import POSTGRESQL, SQLITE, Conn, Connections, Engine
 from mcplhost.store.interfaces import SearchIndex
 from mcplhost.store.items import IDS_PER_QUERY
+from mcplhost.store.order import RETENTION_KEY
 from mcplhost.store.pushes import PUSH_DEDUP_WINDOW_MS
 from mcplhost.store.turns import DAY_MS
 
@@ -59,6 +70,8 @@ RETENTION_INTERVAL_S = 3600.0
 OUTBOX_IDS_PER_ROW = 64
 
 _outbox_ids_decoder = msgspec.json.Decoder(list[int])
+#: Opens a connection of its own (Store.session) for a pass's lock on a shared store; None: the store's only host.
+Sessions = Callable[[], AbstractAsyncContextManager[Conn]]
 
 
 class RetentionRow(msgspec.Struct, frozen=True):
@@ -136,7 +149,8 @@ _NAMED_OUTBOX: dict[Engine, str] = {
 class RetentionRepository:
     """The SQL of retention: the floor, and one batch (read, decide, delete) in one transaction."""
 
-    def __init__(self, connections: Connections, index: SearchIndex) -> None:
+    def __init__(self, connections: Connections, index: SearchIndex, sessions: Sessions | None = None) -> None:
+        self._sessions = sessions  # a store other hosts may share (PostgreSQL): where a pass takes its lock
         self._connections = connections
         self._index = index
 
@@ -163,6 +177,22 @@ class RetentionRepository:
                 oldest_in_context = int(next((row[0] for row in rows), 0))  # 0: fewer rows than a context holds
                 floor = min(floor, oldest_in_context - 1)
         return max(floor, 0)
+
+    @asynccontextmanager
+    async def sole_pass(self) -> AsyncIterator[bool]:
+        """Whether this host may prune now: True alone on its store; on a shared one, while RETENTION_KEY is held
+        in a transaction of a connection of its own (the module docstring), False when another host holds it."""
+        if self._sessions is None:
+            yield True
+            return
+        async with self._sessions() as conn:
+            await conn.execute("BEGIN")
+            try:
+                ((taken,),) = await conn.fetch("SELECT pg_try_advisory_xact_lock(?)", (RETENTION_KEY,))
+                yield bool(taken)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.execute("ROLLBACK")  # nothing was written in it: the lock goes with it
 
     async def prune_batch(self, *, after_id: int, cutoff_ms: int, floor_id: int, now_ms: int,
                           limit: int = RETENTION_BATCH_ROWS) -> Decision:
@@ -232,8 +262,12 @@ async def run_retention(retention: RetentionRepository, *, retention_days: int, 
     """The host's task: a pass now, then one every RETENTION_INTERVAL_S (started only when retention_days > 0)."""
     while True:
         try:
-            await retention.prune(retention_days=retention_days, agents=agents, context_rows=context_rows,
-                                  now_ms=clock())
+            async with retention.sole_pass() as mine:  # a shared store: one host prunes at a time
+                if mine:
+                    await retention.prune(retention_days=retention_days, agents=agents, context_rows=context_rows,
+                                          now_ms=clock())
+                else:
+                    log.info("store.retention_skipped", reason="another host sharing the store is pruning")
         except Exception:  # a failed pass (disk full, a locked file) is retried at the next; the host goes on
             log.error("store.retention_failed", exc_info=True)
         await anyio.sleep(RETENTION_INTERVAL_S)

@@ -2,11 +2,13 @@
 
 Environment: FLOOD_COUNT (messages), FLOOD_BATCH (messages per request),
 FLOOD_INFLIGHT (requests in flight at once), FLOOD_NAME (channel prefix),
-FLOOD_RESULT (a file to write {"seconds", "accepted"} to when done), and
+FLOOD_RESULT (a file to write {"seconds", "accepted", "started", "ended"} to when done; the last two are
+wall-clock times, for comparing processes), and
 optionally FLOOD_ANSWERS (a file holding every answer so far the moment it
 arrives, as a JSON list of {"accepted": [messageId, ...], "refused": count},
 so a test can compare what was answered with what was committed even when
-the host stops mid-flood).
+the host stops mid-flood), and FLOOD_GO (a path: the flood starts once it
+exists, so floods in several processes start together).
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ async def main(server: McplServer) -> None:
                 replace_atomically(Path(answers_path), json.dumps(recorded))
 
         server.on_message = record_answer
+    go = os.environ.get("FLOOD_GO")
+    while go and not os.path.exists(go):  # several hosts' floods start together once the benchmark says so
+        await asyncio.sleep(0.005)
+    started_at = time.time()  # wall clock, comparable across processes (bench_pg_inbound.py's hosts)
     start = time.perf_counter()
 
     async def worker() -> None:
@@ -80,7 +86,8 @@ async def main(server: McplServer) -> None:
 
     await asyncio.gather(*(worker() for _ in range(inflight)))
     seconds = time.perf_counter() - start
-    Path(os.environ["FLOOD_RESULT"]).write_text(json.dumps({"seconds": seconds, "accepted": accepted}))
+    Path(os.environ["FLOOD_RESULT"]).write_text(json.dumps({"seconds": seconds, "accepted": accepted,
+                                                            "started": started_at, "ended": time.time()}))
 
 
 if __name__ == "__main__":

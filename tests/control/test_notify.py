@@ -65,3 +65,20 @@ class TestStatusLine:
             await anyio.wait_all_tasks_blocked()
             tg.cancel_scope.cancel()
         assert notifier.sent == ["STATUS=1 connector: 1 backoff", "STATUS=1 connector: 1 starting"]
+
+    async def test_a_connector_on_standby_is_counted_as_standby_not_starting(self, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+        """Its handle never leaves `starting` while another host runs it; `is_standby` says so."""
+        monkeypatch.setattr(notify, "STATUS_INTERVAL_S", 0.0)
+        line, notifier = StatusLine(), Recording()
+        connectors = handles(line, tmp_path, "a", "b")
+        standby = {"b"}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(line.run, notifier, connectors, standby.__contains__)
+            connectors["a"].life.waiting(State.BACKOFF)
+            await wait_for(lambda: notifier.sent == ["STATUS=2 connectors: 1 standby, 1 backoff"])
+            standby.clear()  # b's owner died: this host takes it over and starts it
+            connectors["b"].life.waiting(State.BACKOFF)
+            await wait_for(lambda: len(notifier.sent) == 2)
+            tg.cancel_scope.cancel()
+        assert notifier.sent[-1] == "STATUS=2 connectors: 2 backoff"

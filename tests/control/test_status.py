@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from mcplhost.agents.wakes.scheduler import SchedulerStats
 from mcplhost.control.status import (
+    STANDBY,
     AgentCounts,
     HostEntry,
     HostStatus,
@@ -113,6 +114,16 @@ class TestObject:
 
 
 class TestTable:
+    def test_a_standby_connector_s_state_names_the_host_that_runs_it(self):
+        """standby (eu-2); before the owner is known, standby (-)."""
+        status = build_status(HOST, [connector("a", State.STARTING), connector("b", State.STARTING),
+                                     connector("c", State.READY)], {}, {},
+                              standby={"a": Standby("eu-2"), "b": Standby(None)})
+        rows = {line.split()[0]: line for line in render_table(status, now_ms=NOW)
+                if line[:2] in ("a ", "b ", "c ")}
+        assert rows["a"].split()[1:4] == ["standby", "(eu-2)", "-"]  # then the pid column: none
+        assert rows["b"].split()[1:3] == ["standby", "(-)"] and rows["c"].split()[1] == "ready"
+
     def test_one_row_per_connector_and_agent_and_an_error_kept_on_its_line(self):
         """A multi-line last error stays in its row, cut to the cell's width."""
         status = status_of(connector("disc", State.BACKOFF, error="line one\nline two " + "x" * 100))
@@ -158,3 +169,8 @@ class TestSystemdStatus:
         assert systemd_status(states) == "4 connectors: 2 ready, 1 backoff, 1 slow_lane"
         assert systemd_status([]) == "0 connectors"
         assert systemd_status([State.READY]) == "1 connector: 1 ready"
+
+    def test_a_connector_on_standby_is_counted_apart_from_starting_ones(self):
+        """Its handle idles in `starting` while another host runs it: the line says standby, after the serving."""
+        assert systemd_status([State.STARTING, STANDBY, State.READY, STANDBY]) == (
+            "4 connectors: 1 ready, 2 standby, 1 starting")
