@@ -53,7 +53,9 @@ class RowCache:
         self._everyone: deque[StoredItem] = deque(maxlen=limit)
         self._contexts: dict[str, deque[StoredItem]] = {}  # agent → newest `limit` of everyone's and its own
         self._last_id: int | None = None  # the highest id read; None: nothing read yet
-        self._lock = anyio.Lock()  # one reader at a time, so rows are appended in id order
+        # One reader at a time, so rows are appended in id order; taken free without a yield to the loop,
+        # which a busy loop makes cost a whole round on the way to the backend call.
+        self._lock = anyio.Lock(fast_acquire=True)
 
     async def rows_for(self, agent: str) -> list[StoredItem]:
         """The newest `limit` rows that are everyone's or `agent`'s own, oldest first (like `context_rows`)."""
