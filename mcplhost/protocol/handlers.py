@@ -16,7 +16,6 @@ from msgspec import Raw, UnsetType
 
 from mcplhost.jsonobject import JsonObject
 from mcplhost.rpc import Deferred
-from mcplhost.rpc.session import CURRENT_REQUEST_ID
 
 from . import errors, jobs
 from .admission import admit_message, admit_push
@@ -185,8 +184,8 @@ def inference_request(conn: Inbound, params: Raw | UnsetType) -> Deferred:
         raise errors.invalid_params(str(exc), {"field": "messages"}) from None
     except InferenceRefused as exc:
         raise errors.ConnectorProtocolError(errors.INTERNAL_ERROR, exc.detail, {"reason": exc.reason}) from None
-    request_id = CURRENT_REQUEST_ID.get()
     session = conn.session
+    request_id = session.current_request_id
     conn.limited.info("mcpl.inference_request", featureSet=request.featureSet, stream=request.stream,
                       messages=len(request.messages))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from itertools import accumulate, chain
 from operator import neg
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -95,6 +95,17 @@ def valid_id(value: Any) -> bool:
     return kind is str or kind is int
 
 
+class _Call(msgspec.Struct, frozen=True, gc=False):
+    """A well-formed request (with `id`) or notification, as most lines are; any other line fails to decode
+    into it and is read as an `Envelope`, whose `classify` gives the same answer for these two."""
+
+    jsonrpc: Literal["2.0"]
+    method: str
+    id: RequestId | UnsetType = UNSET  # exact types: a bool or a float is not an int here
+    params: Raw | UnsetType = UNSET
+
+
+_call_decoder = msgspec.json.Decoder(_Call)
 _error_decoder = msgspec.json.Decoder(ErrorObject)
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 
@@ -225,7 +236,11 @@ def decode_line(line: bytes) -> Message:
         # The gate of `nesting_exceeds`, inlined: this runs for every line.
         if len(line.translate(None, _NOT_OPENERS)) > MAX_NESTING_DEPTH and nesting_exceeds(line):
             return Invalid(_TOO_DEEP, None, owes_reply=True, code=PARSE_ERROR, stat="too_deep")
-        env = _envelope_decoder.decode(line)
+        try:
+            call: _Call | None = _call_decoder.decode(line)  # the usual line, typed in one C call
+        except msgspec.ValidationError:  # valid JSON, but not a well-formed request or notification
+            call = None
+            env = _envelope_decoder.decode(line)
         if not line.isascii():
             # The decoder skips `params` and `result` unread (Raw): bad UTF-8 in them would
             # only surface when a handler decodes them. JSON is UTF-8, so the line is refused.
@@ -239,6 +254,10 @@ def decode_line(line: bytes) -> Message:
     except Exception as exc:  # RecursionError, MemoryError ...: the peer's bytes never raise past this line
         return Invalid(f"parse error: {type(exc).__name__}", None, owes_reply=True, code=PARSE_ERROR,
                        stat="undecodable")
+    if call is not None:
+        if call.id is UNSET:
+            return Notification(call.method, call.params)
+        return Request(call.id, call.method, call.params)
     try:
         return classify(env)
     except Exception as exc:

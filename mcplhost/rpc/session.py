@@ -54,7 +54,6 @@ could be given has been written, and the caller may close the pipe.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any, TypeVar, overload
 
 import anyio
@@ -89,8 +88,6 @@ from .table import RequestTable, Settled
 #: The reason an answer too long to write is replaced by (-32603, docs/connectors.md §15).
 TOO_LARGE = "too_large"
 
-#: The id of the peer's request whose handler is running (read in the handler, e.g. for `inference/chunk`).
-CURRENT_REQUEST_ID: ContextVar[RequestId | None] = ContextVar("CURRENT_REQUEST_ID", default=None)
 
 #: What a request's `at_receipt` makes of its answer, and so what the request returns.
 _Received = TypeVar("_Received")
@@ -195,6 +192,9 @@ class Session:
         self.limited = limited if limited is not None else LimitedLog(self.log)
         self._owns_limited = limited is None
         self._buffer = LineBuffer(limits.max_line_bytes)
+        #: The id of the peer's request whose handler is running, None between handlers (read in the handler,
+        #: e.g. for `inference/chunk`). An attribute, not a ContextVar: handlers run one at a time in the read loop.
+        self.current_request_id: RequestId | None = None
         self.max_line_bytes = limits.max_line_bytes  # our own lines too: a longer one is never written
         # Deferred work runs on a pool of worker tasks that grows on demand up
         # to `max_concurrent`: starting a task per request costs more (in
@@ -480,6 +480,8 @@ class Session:
         stats = self.stats
         stats["lines"] += len(items)  # an oversized report is taken back below
         outgoing = self._outgoing
+        # Read once a read, not once a line: set before `run`, and constant while it runs.
+        on_request, max_line_bytes, max_outgoing_bytes = self.on_request, self.max_line_bytes, self._max_outgoing_bytes
         for item in items:
             if isinstance(item, Oversized):
                 stats["lines"] -= 1
@@ -499,22 +501,28 @@ class Session:
                 # Answered here, in as few awaits as it takes (this runs once per request): the handler's
                 # own, and a wait for the writer only when its queue is full.
                 stats["requests"] += 1
-                token = CURRENT_REQUEST_ID.set(message.id)  # type: ignore[union-attr]
+                self.current_request_id = message.id  # type: ignore[union-attr]
                 try:
-                    result = await self.on_request(message.method, message.params)  # type: ignore[union-attr]
+                    result = await on_request(message.method, message.params)  # type: ignore[union-attr]
                 except Exception as exc:
-                    CURRENT_REQUEST_ID.reset(token)
+                    self.current_request_id = None
                     await self._reply_failure(message, exc)  # type: ignore[arg-type]
                 else:
-                    CURRENT_REQUEST_ID.reset(token)
+                    self.current_request_id = None
                     if type(result) is Deferred:
                         if await self._defer(message, result, handlers, size):  # type: ignore[arg-type]
                             continue  # handed to a worker, which gives the bytes back
                     else:
-                        data = self._result_line(message, result)  # type: ignore[arg-type]
+                        # `_result_line`, inlined for the usual answer: it is called only when that one cannot go.
+                        try:
+                            data = encode_result(message.id, result)  # type: ignore[union-attr, arg-type]
+                        except (TypeError, ValueError):
+                            data = self._result_line(message, result)  # type: ignore[arg-type]
+                        if len(data) - 1 > max_line_bytes:
+                            data = self._result_line(message, result)  # type: ignore[arg-type]
                         # `_queued_nowait`, inlined: no wait, so no coroutine for the write.
                         out = len(data)
-                        if (not self._closed and self._outgoing_bytes + out <= self._max_outgoing_bytes
+                        if (not self._closed and self._outgoing_bytes + out <= max_outgoing_bytes
                                 and outgoing.offer(data)):
                             self._outgoing_bytes += out
                         else:

@@ -77,6 +77,23 @@ class Committed:
         return result
 
 
+class Queued:
+    """A write queued by `GroupWriter.queue`: `await committed()` returns its `Committed` (or raises its error)."""
+
+    __slots__ = ("_writer", "_write")
+
+    def __init__(self, writer: GroupWriter, write: _Write) -> None:
+        self._writer, self._write = writer, write
+
+    async def committed(self) -> Committed:
+        write = self._write
+        while not write.done:
+            await self._writer._committed.wait()
+        if write.error is not None:
+            raise write.error
+        return Committed(write.operations, write.results)
+
+
 class GroupWriter:
     """`on_commit(seconds)`: told how long each group's transaction took (the metrics' commit histogram)."""
 
@@ -95,6 +112,14 @@ class GroupWriter:
 
     async def submit(self, *operations: Operation[Any]) -> Committed:
         """Commit `operations` together (each once); return once committed, with each one's result."""
+        return await (await self.queue(*operations)).committed()
+
+    async def queue(self, *operations: Operation[Any]) -> Queued:
+        """Queue `operations` to commit together (each once), waiting only while the queue is full; the
+        caller goes on with other work and awaits `committed()` when it needs the results.
+
+        A queued write commits whatever its caller does next: like `submit` cancelled while it waits.
+        """
         if len({id(operation) for operation in operations}) != len(operations):
             raise ValueError("an operation is submitted once per write: build another for a second one")
         write = _Write(operations)
@@ -102,11 +127,7 @@ class GroupWriter:
             self._send.send_nowait(write)  # no yield to the loop while there is room
         except anyio.WouldBlock:
             await self._send.send(write)
-        while not write.done:
-            await self._committed.wait()
-        if write.error is not None:
-            raise write.error
-        return Committed(operations, write.results)
+        return Queued(self, write)
 
     async def store_items(self, items: list[NewItem], *, charged_to: str | None = None,
                           body_bytes: list[int] | None = None, rows: list[ItemRow] | None = None,

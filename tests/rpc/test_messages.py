@@ -77,3 +77,22 @@ class TestEncode:
         ):
             assert data.endswith(b"\n") and data.count(b"\n") == 1
             assert json.loads(data)["jsonrpc"] == "2.0"
+
+
+_MISSING = object()
+_member_values = st.one_of(
+    st.just(_MISSING), st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["2.0", "1.0", "", "ping"]), st.text(max_size=5), st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+class TestTypedFastPath:
+    @given(st.fixed_dictionaries({key: _member_values for key in ("jsonrpc", "id", "method", "params", "result",
+                                                                  "error", "extra")}))
+    def test_every_line_reads_as_classify_reads_its_envelope(self, members: dict) -> None:
+        """The typed decode of the usual request or notification answers exactly as `classify` of the envelope
+        does, for any mix of members, types and values (a bool or float id, a missing or wrong jsonrpc ...)."""
+        from mcplhost.rpc.messages import _envelope_decoder, classify
+
+        line = json.dumps({key: value for key, value in members.items() if value is not _MISSING}).encode()
+        assert decode_line(line) == classify(_envelope_decoder.decode(line))

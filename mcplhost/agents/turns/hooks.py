@@ -382,6 +382,8 @@ async def lifecycle(handles: Mapping[str, HookPort], agent: AgentConfig, *, stat
             return
     targets = [handles[name] for name in entry.recipients
                if name in handles and handles[name].state is State.READY and LIFECYCLE in handles[name].grant]
+    if not targets:
+        return  # nobody to tell: no task group, whose exit would yield to the loop on the way to the backend call
     model = model_info(agent)
 
     async def send(handle: HookPort) -> None:

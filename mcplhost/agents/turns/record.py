@@ -15,7 +15,7 @@ turn's end is built by `failed_end`, once `failure_cause` has logged why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,8 @@ class TurnProgress:
     turn_rows_after: int | None = None  # the newest row id when the turn began: rows above it are its own
     typing: Typing | None = None  # the turn's typing indicator (speech/typing.py), started once routing is decided
     end: TurnEnding | None = None  # how it ended, once its end is written
+    #: The turn's `BeginTurn`, queued and not yet awaited: returns its id once committed (runner.py `turn_begun`).
+    begin: Callable[[], Awaitable[int]] | None = None
 
     def add(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens

@@ -4,10 +4,12 @@
 
 The steps, each delegated to the module that owns its rule:
 
-1. `BeginTurn` gives the turn its id (store/operations.py).
+1. `BeginTurn` gives the turn its id (store/operations.py): queued at once and
+   awaited only before the routing and the first compile, so it commits while
+   the context is read (`turn_begun`).
 2. The agent's rows are read (store.items.context_rows); the one-time
-   provenance notice is stored first when the context needs it (turns/compiler.py).
-   Then typing starts where the route is decided (speech/typing.py, stopped
+   provenance notice is stored when the context needs it (turns/compiler.py),
+   in the BeginTurn's commit or the one after, and joins the rows read. Then typing starts where the route is decided (speech/typing.py, stopped
    however the turn ends) and the waking addressed items are acknowledged in
    the background (agents/turns/acknowledge.py; docs/agents.md#typing-and-acknowledge).
 3. Per backend call: hooks (`before_inference`), lifecycle `started`, the
@@ -116,7 +118,15 @@ async def run_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentS
     new_cursor = cursor if cursor is not None else (lambda: max(wake.item_ids, default=None))
     outcome = OUTCOME_COMPLETED
     try:
-        progress.turn_id = await deps.writer.write(BeginTurn(agent.name, tuple(wake.item_ids), deps.clock_ms()))
+        # Queued, not awaited: the context is read while it commits; the turn waits for its id only where it
+        # needs it (turn_begun), before the first backend call.
+        begin = BeginTurn(agent.name, tuple(wake.item_ids), deps.clock_ms())
+        queued = await deps.writer.queue(begin)
+
+        async def begun() -> int:
+            return (await queued.committed())[begin]
+
+        progress.begin = begun
         async with Typing(deps.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
             end = await _converse_to_end(agent, wake, deps, state, progress)
             outcome = end.outcome
@@ -127,7 +137,11 @@ async def run_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentS
         outcome = OUTCOME_ABORTED
         with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_WRITE_S):
             await _close_inference(deps, agent, progress, "aborted")
-            if progress.turn_id:
+            try:
+                begun_id = await turn_begun(progress)
+            except Exception:  # its write failed: there is no turn to record as aborted
+                begun_id = 0
+            if begun_id:
                 await _write_aborted(deps, agent, progress, new_cursor, stop=stopped is not None and stopped())
         raise
     except Exception as exc:  # the turn's one boundary: a cancellation (or a group holding one) is the branch above
@@ -178,10 +192,13 @@ async def _converse(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: Agent
     """Backend calls and tool rounds until the model stops asking for tools; the final prose."""
     rows = await _rows(agent, wake, deps)
     if needs_notice(rows, agent):
-        await deps.writer.write(InsertItems([_source_notice(agent, progress, deps.clock_ms())]))
-        rows = await _rows(agent, wake, deps)
+        # Written with (or right after) the turn's BeginTurn, and added to the rows read as stored: no second read.
+        notice = _source_notice(agent, progress, deps.clock_ms())
+        (written,) = await deps.writer.write(InsertItems([notice]))
+        rows = [*rows, _as_stored(notice, written.id)]
     system_prompt = state.system_prompt
     waking = await _waking_items(deps, wake, rows)
+    await turn_begun(progress)
     rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
     speech = progress.speech = TurnSpeech(agent, deps, progress.turn_id, [item.meta.source for item in waking],
@@ -326,6 +343,20 @@ def _source_notice(agent: AgentConfig, progress: TurnProgress, at: int) -> NewIt
     return source_notice_row(agent.name, created_at=at, conversation_id=progress.conversation if scoped else None)
 
 
+async def turn_begun(progress: TurnProgress) -> int:
+    """The turn's id once its queued BeginTurn has committed (0: none was queued, or its write failed before)."""
+    begin, progress.begin = progress.begin, None  # awaited once: a failed write is not waited for again
+    if begin is not None:
+        progress.turn_id = await begin()
+    return progress.turn_id
+
+
+def _as_stored(item: NewItem, item_id: int) -> StoredItem:
+    """A host-made row just committed as `item_id`, as a read would return it (its text has no secret to redact)."""
+    return StoredItem(id=item_id, agent=item.agent, participant=item.participant, role=item.role,
+                      content=item.content, metadata=item.metadata, created_at=item.created_at)
+
+
 def wake_conversation(wake: Wake) -> str | None:
     """The one conversation every item of the wake shares, or None (several, none, or an overflowed wake)."""
     if len(wake.conversations) == 1 and not wake.several_conversations:
@@ -399,7 +430,7 @@ async def _record_failure(agent: AgentConfig, deps: TurnDeps, progress: TurnProg
     one write (turns/record.py `failed_end`); a failing store is only logged."""
     cause, reason = failure_cause(agent, progress, exc)
     try:
-        if not progress.turn_id:
+        if not await turn_begun(progress):
             progress.turn_id = await deps.writer.write(BeginTurn(agent.name, wake_ids, deps.clock_ms()))
         end = failed_end(agent, progress, cause, reason, deps.clock_ms)
         committed = await write_end(deps, agent, progress, end, cursor)
