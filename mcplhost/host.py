@@ -41,7 +41,10 @@ socket, and stopped with the rest of the base group, after the connectors.
 `Host.sharing` is this host's part in a shared PostgreSQL store (store/hosts.py;
 None on SQLite): its row and heartbeats run in the base group, and each connector
 starts only once its ownership lock is held; until then it stands by
-(docs/operations.md#several-hosts-on-one-store).
+(docs/operations.md#several-hosts-on-one-store). The host listens on a second
+session connection for the store's notifications (speech/shared.py): a publish
+queued on any host wakes this host's sender of its connector, and each sender
+also looks at its queue every SHARED_POLL_S.
 
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
@@ -101,8 +104,10 @@ from .protocol.grants import IMPLEMENTED, offered_paths
 from .reload import ReloadPlan, reload_plan
 from .secrets import Secrets
 from .speech.echoes import EchoMemory
-from .speech.outbox import OutboxSender
+from .speech.outbox import SHARED_POLL_S, OutboxSender
+from .speech.shared import serve_shared_outbox
 from .store import NewItem, Pushes, Store, open_store
+from .store.connection import Listening
 from .store.hosts import HostIdentity, Sharing
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
@@ -131,7 +136,8 @@ class Host:
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
                  senders: dict[str, OutboxSender] | None = None, console: Console | None = None,
-                 launcher: Launcher = CHILD_PROCESSES, sharing: Sharing | None = None) -> None:
+                 launcher: Launcher = CHILD_PROCESSES, sharing: Sharing | None = None,
+                 listening: Listening | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -152,6 +158,7 @@ class Host:
         #: The web console (None: `[console] listen` is not set); `console.address` once `open_host` bound it.
         self.console = console
         self.sharing = sharing
+        self._listening = listening  # the session the store's notifications arrive on (a shared store only)
         self.notifier = notifier
         self.control = control
         self.status_line = status_line
@@ -187,6 +194,10 @@ class Host:
                     await base.start(self.console.run)
                 if self.sharing is not None:  # registered before any connector asks for its lock
                     await base.start(self.sharing.run)
+                    if self._listening is not None:
+                        await base.start(partial(
+                            serve_shared_outbox, self._listening, self.outbox_senders, self.store, self.writer,
+                            self._owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
@@ -217,6 +228,11 @@ class Host:
         finally:
             self.close_events()
         log.info("host.stopped", **self.writer.stats)
+
+    async def _owned_anywhere(self) -> set[str]:
+        """The connectors some live host sharing the store owns now, this one's included."""
+        assert self.sharing is not None
+        return {name for host in await self.sharing.live_hosts() for name in host.connectors} | set(self.sharing.owned)
 
     async def _index_when_ready(self) -> None:
         """The search index follows the items off the ack path, from once every connector's first start is done:
@@ -355,12 +371,13 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                on_stored: Callable[[list[NewItem]], None] | None = None,
                events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
                console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES,
-               sharing: Sharing | None = None) -> Host:
+               sharing: Sharing | None = None, listening: Listening | None = None) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
     when `[console] listen` is set, with `console_token` (mcplhost/console/service.py `console_token`).
     `launcher`: how connectors start and stop (supervisor/process.py; child processes unless a test says otherwise).
+    `sharing`, `listening`: this host's part in a shared store and its notifications' session (None: one host).
     """
     if config.agents and events is not None:
         raise HostStateError("stored events have one consumer; this host's agents take them")
@@ -389,7 +406,10 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
 
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
                                  on_change=changed, suppressed=suppressed)
-        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
+        if sharing is None:
+            return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
+        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s, poll_s=SHARED_POLL_S,
+                                    owned=partial(sharing.holds, spec.name))
 
     handles: dict[str, ConnectorHandle] = {}
     sender_of: dict[str, OutboxSender] = {}
@@ -415,7 +435,8 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 notifier=notifier if notifier is not None else Notifier(None, log),
                 control=control, status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
-                handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing)
+                handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing,
+                listening=listening)
 
 
 def _both(first: Callable[[list[NewItem]], None] | None,
@@ -479,9 +500,11 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
         # errors and log lines come before the host is built (build_host installs every secret).
         if config.store.url is not None:
             redact_secrets(Secrets(store_secret_values(config)))
-        async with open_configured_store(config.store) as store, _sharing(config, store) as sharing:
+        async with open_configured_store(config.store) as store, _sharing(config, store) as sharing, \
+                _listening(config, store) as listening:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
-                              feed_format=feed_format, console_token=token, launcher=launcher, sharing=sharing)
+                              feed_format=feed_format, console_token=token, launcher=launcher, sharing=sharing,
+                              listening=listening)
             inference = host.inference
             try:
                 if host.console is not None:
@@ -509,6 +532,16 @@ async def _sharing(config: Config, store: Store) -> AsyncIterator[Sharing | None
                             started_at=now_ms())
     async with store.session() as session:
         yield Sharing(session, identity, agents=[agent.name for agent in config.agents])
+
+
+@asynccontextmanager
+async def _listening(config: Config, store: Store) -> AsyncIterator[Listening | None]:
+    """A session connection the store's notifications arrive on (speech/shared.py); None on SQLite."""
+    if config.store.url is None:
+        yield None
+        return
+    async with store.session() as session:
+        yield session
 
 
 async def _watchdog(notifier: Notifier, interval_s: float) -> None:

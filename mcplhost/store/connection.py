@@ -12,7 +12,7 @@ Where a statement must differ, the repository picks it by `conn.engine`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol
 
@@ -44,6 +44,14 @@ class Conn(Protocol):
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         """Run one statement once per parameter row."""
+        ...
+
+
+class Listening(Conn, Protocol):
+    """A session connection that also hears notifications (PostgreSQL's LISTEN; `Store.session()` lends one)."""
+
+    async def listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        """LISTEN on `channel`: `on_payload` is called on the event loop with each notification's payload."""
         ...
 
 

@@ -143,6 +143,20 @@ class Sharing:
             except Exception as exc:  # the session is gone, and its locks with it: `run` stops the host
                 log.warning("hosts.release_failed", connector=connector, error=str(exc))
 
+    async def holds(self, connector: str) -> bool:
+        """Whether this host holds `connector`'s lock now: taken here, and its session still open (one round trip).
+
+        The outbox sender asks before each publish (speech/outbox.py), so a host whose session the
+        server ended (its locks gone, perhaps to a standby) sends nothing more before it stops.
+        """
+        if connector not in self._owned:
+            return False
+        try:
+            await self._fetch("SELECT 1", ())
+        except StoreError:  # the session is gone, its locks with it: `run` stops the host
+            return False
+        return True
+
     async def live_hosts(self) -> list[LiveHost]:
         """Every host whose heartbeat is within LIVE_BOUND_MS and whose session is open, by name."""
         rows = await self._fetch(

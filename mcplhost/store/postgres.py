@@ -37,7 +37,7 @@ import structlog
 from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
 from mcplhost.store.composed import Store
-from mcplhost.store.connection import POSTGRESQL, Conn, Engine, Params
+from mcplhost.store.connection import POSTGRESQL, Conn, Engine, Listening, Params
 from mcplhost.store.errors import BrokenMigration, StoreError, StoreMissing
 from mcplhost.store.interfaces import SearchReads
 from mcplhost.store.migrate import (
@@ -136,6 +136,12 @@ class PgConn:
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         await self.raw.executemany(numbered(sql), [_cleaned(row) for row in rows])
+
+    async def listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        def heard(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            on_payload(payload)
+
+        await self.raw.add_listener(channel, heard)
 
 
 class PgDatabase:
@@ -238,7 +244,7 @@ class PgStore(Store):
         return PgSearchReads(self._database, interrupt)
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[Conn]:
+    async def session(self) -> AsyncIterator[Listening]:
         """A connection outside the pool (store/hosts.py holds its advisory locks on it), closed on exit."""
         try:
             raw = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S,
