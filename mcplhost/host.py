@@ -267,10 +267,12 @@ class Host:
         with anyio.CancelScope() as scope:
             self._running[spec.name] = (scope, ended)
             try:
-                if self.sharing is not None and not await self.sharing.try_own(spec.name):
-                    task_status.started()  # on standby: READY=1 does not wait for another host's connector
-                    task_status = anyio.TASK_STATUS_IGNORED
-                    await self.sharing.own(spec.name)
+                if self.sharing is not None:
+                    if not await self.sharing.try_own(spec.name):
+                        task_status.started()  # on standby: READY=1 does not wait for another host's connector
+                        task_status = anyio.TASK_STATUS_IGNORED
+                        await self.sharing.own(spec.name)
+                    self.ingest.reseed_quota(spec.name)  # another host may have counted since this one last did
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.outbox_senders[spec.name].run)  # it waits for its connector to be ready
                     await tg.start(partial(supervise, handle=self.connectors[spec.name], launcher=self.launcher),

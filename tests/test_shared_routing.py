@@ -1,27 +1,36 @@
-"""Speech across hosts on one PostgreSQL store (docs/operations.md#several-hosts-on-one-store): a publish is
-sent by its connector's owner, whichever host queued it; a publish no live host can send waits, then fails."""
+"""What hosts sharing one PostgreSQL store send each other (docs/operations.md#several-hosts-on-one-store): a publish
+is sent by its connector's owner, whichever host queued it, and one no live host can send waits, then fails; a
+connector's quota counts what every host stored for it."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import asyncpg
+import structlog
 
 from mcplhost.config import Config, ConnectorConfig, HostConfig, StoreConfig
 from mcplhost.host import Host
+from mcplhost.ingest import Ingest
+from mcplhost.ingest.quotas import QuotaLimits
+from mcplhost.speech.echoes import EchoMemory
 from mcplhost.speech.outbox import DEFAULT_MAX_AGE_S, TOO_OLD
 from mcplhost.speech.shared import expire_unowned
 from mcplhost.store import open_store
 from mcplhost.store.hosts import HostIdentity, Sharing
 from mcplhost.store.operations import PublishSpeech
 from mcplhost.store.outbox import PUBLISH_CHANNEL
+from mcplhost.store.writer import GroupWriter
 
 from .harness import scripted, wait_for
 from .memory_pair import memory_host
 from .postgres import PostgresDatabase
 from .speech.test_outbox import DELIVERED, GRANT, MANIFEST, REGISTER, ended, publish_entry, publishes
+from .test_ingest_quotas import Clock, accepted, send
 
 
 def chat(folder: Path) -> ConnectorConfig:
@@ -48,6 +57,17 @@ async def queue_on(host: Host, text: str, *, server: str = "chat", created_at: i
     if server in host.outbox_senders:
         host.outbox_senders[server].notify()
     return published.outbox_ids[0]
+
+
+@asynccontextmanager
+async def shared_ingest(url: str, clock: Clock, **limits: int) -> AsyncIterator[Ingest]:
+    """One host's Ingest over the shared store at `url`, with `disc`'s quotas (tests/test_ingest_quotas.py's)."""
+    async with open_store(url) as store, anyio.create_task_group() as tg:
+        writer = GroupWriter(store)
+        await tg.start(writer.run)
+        yield Ingest(store, writer, structlog.get_logger(), echoes=EchoMemory(store.outbox), clock_ms=clock,
+                     quotas={"disc": QuotaLimits(**limits)})
+        tg.cancel_scope.cancel()
 
 
 def now_ms() -> int:
@@ -141,3 +161,16 @@ async def test_a_host_holds_a_connector_only_while_its_session_is_open(postgres_
         finally:
             await admin.close()
         assert not await sharing.holds("chat")
+
+
+async def test_a_connectors_quota_counts_what_every_host_stored_for_it(postgres_db: PostgresDatabase) -> None:
+    """max_items_per_hour = 3: host A stores two, B (taking the connector over) one of two, and A, taking it back
+    (reseeded, as host.py does at each take-over), none: one budget in the store, whichever host counts."""
+    clock = Clock()
+    async with shared_ingest(postgres_db.url, clock, max_items=3) as a, \
+            shared_ingest(postgres_db.url, clock, max_items=3) as b:
+        assert accepted(await send(a, "m-1", "m-2")) == [True, True]
+        assert accepted(await send(b, "m-3", "m-4")) == [True, False]  # B never heard of disc: seeded from the store
+        a.reseed_quota("disc")
+        assert accepted(await send(a, "m-5")) == [False]
+        assert b.quota_statistics()["disc"]["items"] == 3
