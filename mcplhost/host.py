@@ -109,6 +109,7 @@ from .speech.shared import serve_shared_outbox
 from .store import NewItem, Pushes, Store, open_store
 from .store.connection import Listening
 from .store.hosts import HostIdentity, Sharing
+from .store.peers import PEER_CHANNEL
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
 from .store.search_index import run_indexer
@@ -198,6 +199,8 @@ class Host:
                         await base.start(partial(
                             serve_shared_outbox, self._listening, self.outbox_senders, self.store, self.writer,
                             self._owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
+                        if self.config.agents:  # peer entries any host queued for this host's agents
+                            await self._listening.listen(PEER_CHANNEL, self.agents.peers.heard)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
@@ -419,7 +422,8 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
         handles[spec.name], sender_of[spec.name] = new_connector(spec)
     senders = MappingProxyType(sender_of)
     connectors = MappingProxyType(handles)
-    agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings)
+    agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings,
+                          shared=sharing is not None)
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)

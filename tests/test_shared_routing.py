@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -17,17 +18,23 @@ from mcplhost.config import Config, ConnectorConfig, HostConfig, StoreConfig
 from mcplhost.host import Host
 from mcplhost.ingest import Ingest
 from mcplhost.ingest.quotas import QuotaLimits
+from mcplhost.peers.limits import PAIR_MAX, TARGET_MAX
+from mcplhost.peers.service import PeerService
 from mcplhost.speech.echoes import EchoMemory
 from mcplhost.speech.outbox import DEFAULT_MAX_AGE_S, TOO_OLD
 from mcplhost.speech.shared import expire_unowned
-from mcplhost.store import open_store
+from mcplhost.store import Store, Stored, open_store
 from mcplhost.store.hosts import HostIdentity, Sharing
 from mcplhost.store.operations import PublishSpeech
 from mcplhost.store.outbox import PUBLISH_CHANNEL
+from mcplhost.store.peers import PEER_CHANNEL
 from mcplhost.store.writer import GroupWriter
 
 from .harness import scripted, wait_for
 from .memory_pair import memory_host
+from .peers.test_service import AGENTS as PEER_AGENTS
+from .peers.test_service import Agents
+from .peers.test_service import Clock as PeerClock
 from .postgres import PostgresDatabase
 from .speech.test_outbox import DELIVERED, GRANT, MANIFEST, REGISTER, ended, publish_entry, publishes
 from .test_ingest_quotas import Clock, accepted, send
@@ -174,3 +181,56 @@ async def test_a_connectors_quota_counts_what_every_host_stored_for_it(postgres_
         a.reseed_quota("disc")
         assert accepted(await send(a, "m-5")) == [False]
         assert b.quota_statistics()["disc"]["items"] == 3
+
+
+@asynccontextmanager
+async def shared_peers(url: str, agents: Agents, clock: PeerClock, *, runs: set[str],
+                       wakes: list[Stored] | None = None) -> AsyncIterator[tuple[PeerService, Store]]:
+    """One host's peer service on the shared store at `url`, running the agents in `runs`; with `wakes`, it delivers
+    what other hosts queue for them (told by the store's notification only: its own look waits a minute)."""
+    async with open_store(url) as store, store.session() as session, anyio.create_task_group() as tg:
+        writer = GroupWriter(store)
+        await tg.start(writer.run)
+        service = PeerService(PEER_AGENTS, store, writer, activity=agents, clock_ms=clock, shared=True,
+                              is_local_agent=runs.__contains__)
+        await service.start()
+        if wakes is not None:
+            await session.listen(PEER_CHANNEL, service.heard)
+            tg.start_soon(partial(service.deliver_shared, wakes.append, poll_s=60))
+        yield service, store
+        tg.cancel_scope.cancel()
+
+
+async def test_a_peer_message_to_an_agent_the_other_host_runs_is_delivered_there_once(
+        postgres_db: PostgresDatabase) -> None:
+    """B's scout writes to writer, which A runs: B cannot know whether writer is idle, so it queues; A, told by
+    the store, delivers the one entry as writer's row and wakes it; B delivers nothing."""
+    clock, a_wakes, b_wakes = PeerClock(), [], []
+    async with shared_peers(postgres_db.url, Agents(), clock, runs={"writer", "lead"}, wakes=a_wakes) as (_, store), \
+            shared_peers(postgres_db.url, Agents(), clock, runs={"scout"}, wakes=b_wakes) as (b, _):
+        assert (await b.send("scout", "writer", "found it", None)).answer == {"status": "queued", "target": "writer"}
+        await wait_for(lambda: a_wakes, timeout=10)
+        (entry,) = [row async for row in store.peers.iterate(target="writer")]
+        assert entry.state == "delivered" and [w.id for w in a_wakes] == [entry.item_id]
+        (row,) = [item for item in await store.items.list(agent="writer") if "peer" in item.metadata]
+        assert row.participant == "scout" and "found it" in row.content[0]["text"]
+        assert b_wakes == [] and await b.deliver_queued("scout") == []
+
+
+async def test_a_throttle_holds_across_two_hosts(postgres_db: PostgresDatabase) -> None:
+    """The target limit (TARGET_MAX sends a minute, all senders) counts the sends admitted on both hosts, and the
+    pair limit one sender's sends wherever its target runs."""
+    clock, agents = PeerClock(), Agents()
+    half = TARGET_MAX // 2
+    async with shared_peers(postgres_db.url, agents, clock, runs={f"kid{n}" for n in range(half)}) as (a, _), \
+            shared_peers(postgres_db.url, agents, clock, runs={f"kid{n}" for n in range(half, TARGET_MAX + 1)}) as (b, _):
+        for n in range(TARGET_MAX):
+            answer = (await (a if n < half else b).send(f"kid{n}", "writer", f"hi {n}", None)).answer
+            assert answer["status"] == "queued"  # writer runs on neither host here
+        refused = (await b.send(f"kid{TARGET_MAX}", "writer", "one more", None)).answer
+        assert refused["status"] == "rate_limited"
+        assert (await a.send("kid0", "scout", "elsewhere", None)).answer["status"] == "queued"  # another target's window
+        for n in range(PAIR_MAX - 1):
+            assert (await a.send("kid1", "scout", f"m{n}", None)).answer["status"] == "queued"
+        assert (await a.send("kid1", "scout", "past the pair limit", None)).answer["status"] == "queued"
+        assert (await b.send("kid1", "scout", "from b too", None)).answer["status"] == "rate_limited"

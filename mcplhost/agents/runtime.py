@@ -304,6 +304,8 @@ class AgentsRuntime:
                 if self.deps.acknowledger is not None:
                     tg.start_soon(self.deps.acknowledger.run, name="acknowledge")
                 tg.start_soon(self.decisions.run, name="wake decisions")
+                if self.peers.shared:  # entries other hosts queued for this host's agents (peers/service.py)
+                    tg.start_soon(self.peers.deliver_shared, self._running.wake, name="peers across hosts")
                 for runner in self.runners.values():
                     tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
                 self._running.serving = True

@@ -37,10 +37,15 @@ from mcplhost.store.writer import GroupWriter
 def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
-                 timings: TurnTimings | None = None) -> AgentsRuntime:
-    """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built."""
+                 timings: TurnTimings | None = None, shared: bool = False,
+                 is_local_agent: Callable[[str], bool] | None = None) -> AgentsRuntime:
+    """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built.
+
+    `shared`, `is_local_agent`: several hosts share the store, and which agents this one runs (peers/service.py).
+    """
     running = Running()
-    peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms)
+    peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms, shared=shared,
+                        is_local_agent=is_local_agent)
     deps = TurnDeps(
         store=store, writer=writer, handles=handles,
         rows=RowCache(store, CONTEXT_ROWS),  # one for every agent: everyone's rows are the same rows
