@@ -423,7 +423,8 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     senders = MappingProxyType(sender_of)
     connectors = MappingProxyType(handles)
     agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings,
-                          shared=sharing is not None)
+                          shared=sharing is not None,
+                          elsewhere=None if sharing is None else partial(_elsewhere, sharing, connectors))
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
@@ -443,6 +444,11 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
                 handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing,
                 listening=listening)
+
+
+def _elsewhere(sharing: Sharing, connectors: Mapping[str, ConnectorHandle], name: str) -> bool:
+    """Whether another host runs connector `name`: this one is not configured for it, or stands by for it."""
+    return name not in connectors or sharing.is_standby(name)
 
 
 def _both(first: Callable[[list[NewItem]], None] | None,

@@ -14,6 +14,7 @@ would build; an agent it does not name gets the config's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from mcplhost.agents.agent_loop import Running
 from mcplhost.agents.backends.moderator import make_moderator
@@ -38,10 +39,12 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
                  timings: TurnTimings | None = None, shared: bool = False,
-                 is_local_agent: Callable[[str], bool] | None = None) -> AgentsRuntime:
+                 is_local_agent: Callable[[str], bool] | None = None,
+                 elsewhere: Callable[[str], bool] | None = None) -> AgentsRuntime:
     """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built.
 
-    `shared`, `is_local_agent`: several hosts share the store, and which agents this one runs (peers/service.py).
+    `shared`, `is_local_agent`: several hosts share the store, and which agents this one runs (peers/service.py);
+    `elsewhere`: whether another host runs a connector (speech/routing.py `elsewhere_view`).
     """
     running = Running()
     peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms, shared=shared,
@@ -56,6 +59,8 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
         moderator=make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config))),
         acknowledger=Acknowledger(handles),  # one for every agent: -32601 is remembered per connector
     )
+    if elsewhere is not None:
+        deps = replace(deps, elsewhere=elsewhere)
     given = backends or {}
     built = {agent.name: given.get(agent.name) or build_backend(f"agents[{i}].backend", agent.backend)
              for i, agent in enumerate(config.agents)}
