@@ -107,7 +107,7 @@ from .speech.echoes import EchoMemory
 from .speech.outbox import SHARED_POLL_S, OutboxSender
 from .speech.shared import serve_shared_outbox
 from .store import NewItem, Pushes, Store, open_store
-from .store.connection import Listening
+from .store.connection import Session
 from .store.hosts import HostIdentity, Sharing
 from .store.peers import PEER_CHANNEL
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
@@ -138,7 +138,7 @@ class Host:
                  handles: dict[str, ConnectorHandle] | None = None,
                  senders: dict[str, OutboxSender] | None = None, console: Console | None = None,
                  launcher: Launcher = CHILD_PROCESSES, sharing: Sharing | None = None,
-                 listening: Listening | None = None) -> None:
+                 listening: Session | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -197,8 +197,8 @@ class Host:
                     await base.start(self.sharing.run)
                     if self._listening is not None:
                         await base.start(partial(
-                            serve_shared_outbox, self._listening, self.outbox_senders, self.store, self.writer,
-                            self._owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
+                            serve_shared_outbox, self._listening.listen, self.outbox_senders, self.store, self.writer,
+                            self.owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
                         if self.config.agents:  # peer entries any host queued for this host's agents
                             await self._listening.listen(PEER_CHANNEL, self.agents.peers.heard)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
@@ -232,7 +232,7 @@ class Host:
             self.close_events()
         log.info("host.stopped", **self.writer.stats)
 
-    async def _owned_anywhere(self) -> set[str]:
+    async def owned_anywhere(self) -> set[str]:
         """The connectors some live host sharing the store owns now, this one's included."""
         assert self.sharing is not None
         return {name for host in await self.sharing.live_hosts() for name in host.connectors} | set(self.sharing.owned)
@@ -376,7 +376,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                on_stored: Callable[[list[NewItem]], None] | None = None,
                events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
                console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES,
-               sharing: Sharing | None = None, listening: Listening | None = None) -> Host:
+               sharing: Sharing | None = None, listening: Session | None = None) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
@@ -547,7 +547,7 @@ async def _sharing(config: Config, store: Store) -> AsyncIterator[Sharing | None
 
 
 @asynccontextmanager
-async def _listening(config: Config, store: Store) -> AsyncIterator[Listening | None]:
+async def _listening(config: Config, store: Store) -> AsyncIterator[Session | None]:
     """A session connection the store's notifications arrive on (speech/shared.py); None on SQLite."""
     if config.store.url is None:
         yield None

@@ -141,12 +141,12 @@ async def test_a_publish_whose_connector_no_live_host_owns_waits_then_fails_afte
         young = await queue_on(b, "nobody sends this yet", server="gone")
         owned_old = await queue_on(b, "chat's owner decides", server="chat", created_at=old)
         assert (await ended(b.store, owned_old)).state == "failed"  # its owner's sender failed it, not the look
-        assert await expire_unowned(b.store, b.writer, b._owned_anywhere, {}) == 0
+        assert await expire_unowned(b.store, b.writer, b.owned_anywhere, {}) == 0
         assert (await b.store.outbox.get(young)).state == "pending"  # it waits: a host may yet run `gone`
 
         stale = await queue_on(b, "waited too long", server="gone", created_at=old)
-        assert await expire_unowned(b.store, b.writer, a._owned_anywhere, {}) == 1  # any host's look fails it
-        assert await expire_unowned(b.store, b.writer, b._owned_anywhere, {}) == 0  # once
+        assert await expire_unowned(b.store, b.writer, a.owned_anywhere, {}) == 1  # any host's look fails it
+        assert await expire_unowned(b.store, b.writer, b.owned_anywhere, {}) == 0  # once
         row = await b.store.outbox.get(stale)
         assert (row.state, row.attempts, row.last_error) == ("failed", 0, TOO_OLD)
         assert (await b.store.outbox.get(young)).state == "pending"

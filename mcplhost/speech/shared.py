@@ -1,6 +1,6 @@
 """Speech on a store several hosts share (docs/operations.md#several-hosts-on-one-store).
 
-    await base.start(partial(serve_shared_outbox, listening, host.outbox_senders, store, writer, owned, max_age_s))
+    await base.start(partial(serve_shared_outbox, session.listen, host.outbox_senders, store, writer, owned, max_age))
 
 Publishes queued on any host: the store's notification (store/outbox.py
 PUBLISH_CHANNEL, payload the connector's name) wakes this host's sender of
@@ -28,7 +28,6 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from mcplhost.store.connection import Listening
 from mcplhost.store.interfaces import Repositories
 from mcplhost.store.operations import EndPublish
 from mcplhost.store.outbox import PUBLISH_CHANNEL, PendingPublish
@@ -40,6 +39,8 @@ log = structlog.get_logger()
 
 #: The connectors some live host owns now (store/hosts.py `Sharing.live_hosts`, this host's included).
 OwnedNow = Callable[[], Awaitable[Collection[str]]]
+#: LISTEN on a channel with a callback for each payload (store/connection.py `Session.listen`).
+Listen = Callable[[str, Callable[[str], None]], Awaitable[None]]
 
 
 async def expire_unowned(store: Repositories, writer: GroupWriter, owned: OwnedNow, max_age_s: Mapping[str, float],
@@ -71,7 +72,7 @@ async def run_unowned_expiry(store: Repositories, writer: GroupWriter, owned: Ow
             log.error("outbox.unowned_check_failed", exc_info=True)
 
 
-async def serve_shared_outbox(listening: Listening, senders: Mapping[str, OutboxSender], store: Repositories,
+async def serve_shared_outbox(listen: Listen, senders: Mapping[str, OutboxSender], store: Repositories,
                               writer: GroupWriter, owned: OwnedNow, max_age_s: Mapping[str, float], *,
                               check_s: float = AGE_CHECK_S,
                               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -85,6 +86,6 @@ async def serve_shared_outbox(listening: Listening, senders: Mapping[str, Outbox
         if sender is not None:
             sender.notify()
 
-    await listening.listen(PUBLISH_CHANNEL, heard)
+    await listen(PUBLISH_CHANNEL, heard)
     task_status.started()
     await run_unowned_expiry(store, writer, owned, max_age_s, check_s=check_s)

@@ -15,7 +15,7 @@ from typing import Protocol
 import anyio
 
 from mcplhost.secrets import Secrets
-from mcplhost.store.connection import Connections, Engine, Listening
+from mcplhost.store.connection import Connections, Engine, Session
 from mcplhost.store.cursors import CursorRepository
 from mcplhost.store.decisions import DecisionRepository
 from mcplhost.store.interfaces import SearchIndex, SearchReads
@@ -86,7 +86,7 @@ class Store:
         """A search's reads for the calling worker thread (which closes them); `interrupt` True stops a statement."""
         raise NotImplementedError
 
-    def session(self) -> AbstractAsyncContextManager[Listening]:
+    def session(self) -> AbstractAsyncContextManager[Session]:
         """A connection of its own, outside the pool, for session-level state (store/hosts.py's advisory locks):
         PostgreSQL only; an SQLite store has one daemon and nothing to share."""
         raise NotImplementedError

@@ -47,11 +47,11 @@ class Conn(Protocol):
         ...
 
 
-class Listening(Conn, Protocol):
-    """A session connection that also hears notifications (PostgreSQL's LISTEN; `Store.session()` lends one)."""
+class Session(Conn, Protocol):
+    """A connection of its own, outside the pool (`Store.session`): session-level locks, and notifications."""
 
-    async def listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
-        """LISTEN on `channel`: `on_payload` is called on the event loop with each notification's payload."""
+    async def listen(self, channel: str, heard: Callable[[str], None]) -> None:
+        """LISTEN on `channel`: `heard(payload)` is called for each NOTIFY on it for as long as the session lasts."""
         ...
 
 

@@ -143,20 +143,6 @@ class Sharing:
             except Exception as exc:  # the session is gone, and its locks with it: `run` stops the host
                 log.warning("hosts.release_failed", connector=connector, error=str(exc))
 
-    async def holds(self, connector: str) -> bool:
-        """Whether this host holds `connector`'s lock now: taken here, and its session still open (one round trip).
-
-        The outbox sender asks before each publish (speech/outbox.py), so a host whose session the
-        server ended (its locks gone, perhaps to a standby) sends nothing more before it stops.
-        """
-        if connector not in self._owned:
-            return False
-        try:
-            await self._fetch("SELECT 1", ())
-        except StoreError:  # the session is gone, its locks with it: `run` stops the host
-            return False
-        return True
-
     async def live_hosts(self) -> list[LiveHost]:
         """Every host whose heartbeat is within LIVE_BOUND_MS and whose session is open, by name."""
         rows = await self._fetch(
@@ -172,6 +158,20 @@ class Sharing:
         """The live host (other than this one) that lists `connector` as its own, if any."""
         return next((host.name for host in await self.live_hosts()
                      if host.name != self.identity.name and connector in host.connectors), None)
+
+    async def holds(self, connector: str) -> bool:
+        """Whether this host holds `connector`'s lock now: taken here, and its session still open (one round trip).
+
+        The outbox sender asks before each publish (speech/outbox.py), so a host whose session the
+        server ended (its locks gone, perhaps to a standby) sends nothing more before it stops.
+        """
+        if connector not in self.owned:
+            return False
+        try:
+            await self._fetch("SELECT 1", ())
+        except StoreError:  # the session is gone, its locks with it: `run` stops the host
+            return False
+        return True
 
     async def _beat(self) -> None:
         me = self.identity

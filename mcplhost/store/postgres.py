@@ -37,7 +37,7 @@ import structlog
 from mcplhost.errors import HostStateError
 from mcplhost.secrets import Secrets
 from mcplhost.store.composed import Store
-from mcplhost.store.connection import POSTGRESQL, Conn, Engine, Listening, Params
+from mcplhost.store.connection import POSTGRESQL, Conn, Engine, Params, Session
 from mcplhost.store.errors import BrokenMigration, StoreError, StoreMissing
 from mcplhost.store.interfaces import SearchReads
 from mcplhost.store.migrate import (
@@ -137,11 +137,9 @@ class PgConn:
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         await self.raw.executemany(numbered(sql), [_cleaned(row) for row in rows])
 
-    async def listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
-        def heard(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-            on_payload(payload)
-
-        await self.raw.add_listener(channel, heard)
+    async def listen(self, channel: str, heard: Callable[[str], None]) -> None:
+        """LISTEN on `channel`; asyncpg calls `heard(payload)` on the event loop for each notification."""
+        await self.raw.add_listener(channel, lambda _conn, _pid, _channel, payload: heard(payload))
 
 
 class PgDatabase:
@@ -244,7 +242,7 @@ class PgStore(Store):
         return PgSearchReads(self._database, interrupt)
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[Listening]:
+    async def session(self) -> AsyncIterator[Session]:
         """A connection outside the pool (store/hosts.py holds its advisory locks on it), closed on exit."""
         try:
             raw = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S,
