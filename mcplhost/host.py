@@ -41,10 +41,12 @@ socket, and stopped with the rest of the base group, after the connectors.
 `Host.sharing` is this host's part in a shared PostgreSQL store (store/hosts.py;
 None on SQLite): its row and heartbeats run in the base group, and each connector
 starts only once its ownership lock is held; until then it stands by
-(docs/operations.md#several-hosts-on-one-store). The host listens on a second
-session connection for the store's notifications (speech/shared.py): a publish
-queued on any host wakes this host's sender of its connector, and each sender
-also looks at its queue every SHARED_POLL_S.
+(docs/operations.md#several-hosts-on-one-store). The agents runtime takes each
+agent's lock the same way, and reads every host's items from the store
+(agents/runtime.py). The host listens on a second session connection for
+the store's notifications (speech/shared.py): a publish queued on any host
+wakes this host's sender of its connector, and each sender also looks at its
+queue every SHARED_POLL_S.
 
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
@@ -210,7 +212,9 @@ class Host:
                 if self.config.store.retention_days > 0:  # 0: items are kept for good (docs/operations.md#retention)
                     base.start_soon(partial(run_retention, self.store.retention,
                                             retention_days=self.config.store.retention_days,
-                                            agents=[agent.name for agent in self.config.agents],
+                                            # shared: every host's agents (None: all with a cursor)
+                                            agents=None if self.sharing is not None else
+                                            [agent.name for agent in self.config.agents],
                                             context_rows=CONTEXT_ROWS, clock=now_ms))
                 if watchdog_s is not None:
                     base.start_soon(_watchdog, self.notifier, watchdog_s)
@@ -423,7 +427,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     senders = MappingProxyType(sender_of)
     connectors = MappingProxyType(handles)
     agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings,
-                          shared=sharing is not None,
+                          sharing=sharing,
                           elsewhere=None if sharing is None else partial(_elsewhere, sharing, connectors))
     metrics = None if timings is None else Metrics(
         store, connectors=connectors, ingest=ingest, outbox_senders=senders,
@@ -543,7 +547,7 @@ async def _sharing(config: Config, store: Store) -> AsyncIterator[Sharing | None
     identity = HostIdentity(name=config.host.name or default_host_name(), pid=os.getpid(), version=__version__,
                             started_at=now_ms())
     async with store.session() as session:
-        yield Sharing(session, identity, agents=[agent.name for agent in config.agents])
+        yield Sharing(session, identity)
 
 
 @asynccontextmanager

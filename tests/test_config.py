@@ -524,6 +524,20 @@ class TestAgentProblems:
         """Each hears entry is a configured connector, or one with a channel glob after the slash."""
         assert problems_of(one_connector() + agent(hears=hears)) == expected
 
+    def test_on_a_shared_store_an_agent_may_name_a_connector_another_host_runs(self) -> None:
+        """With `[store] url` the connector may be in another host's file (docs/operations.md); a name no connector
+        could have is still refused, and on SQLite an unconfigured one is, as before."""
+        fields = {"hears": '["a", "ghost/x:*"]', "wake_on": '["addressed", "ghost"]', "wake_from": '["ghost/1*"]'}
+        shared = '[store]\nurl = "postgresql://mcplhost@db.example/mcplhost"\n'
+        assert problems_of(shared + one_connector() + agent(**fields)) == []
+        assert problems_of(shared + one_connector() + agent(hears='["gh ost"]')) == [
+            "agents[0].hears[0]: 'gh ost': no connector is named 'gh ost'"]
+        assert problems_of(one_connector() + agent(**fields)) == [
+            "agents[0].hears[1]: 'ghost/x:*': no connector is named 'ghost'",
+            "agents[0].wake_on[1]: 'ghost' is not one of all, addressed, dm, push, nor a configured connector's name"
+            " (or NAME/GLOB)",
+            "agents[0].wake_from[0]: 'ghost/1*': no connector is named 'ghost'"]
+
     @pytest.mark.parametrize(("wake_from", "says"), [
         ('["a"]', "needs the form connector/author-id-glob"),
         ('["a/"]', "needs the form connector/author-id-glob"),

@@ -292,22 +292,27 @@ class Running:
     def __init__(self) -> None:
         self.runners: dict[str, AgentRunner] = {}
         self.serving = False  # the runners run (between start and shutdown): peers may reach them
+        #: Agents another live host owns (a shared store): their runners run nothing here, as if inactive.
+        self.standby: set[str] = set()
+
+    def _running(self, name: str) -> AgentRunner | None:
+        runner = self.runners.get(name)
+        return None if runner is None or not self.serving or name in self.standby else runner
 
     def activity(self, name: str) -> Activity:
-        runner = self.runners.get(name)
-        if runner is None or not self.serving:
+        runner = self._running(name)
+        if runner is None:
             return "inactive"
         return "busy" if runner.scheduler.statistics().state == "in_turn" else "idle"
 
     def status(self, name: str) -> str:
-        runner = self.runners.get(name)
-        if runner is None or not self.serving:
-            return "inactive"
-        return runner.scheduler.statistics().state
+        runner = self._running(name)
+        return "inactive" if runner is None else runner.scheduler.statistics().state
 
     def wake(self, stored: Stored) -> None:
         """A peer row delivered between turns (returned by mcplhost/peers/service.py), offered to its agent only
-        (`item.agent`: it wakes no other)."""
-        runner = self.runners.get(stored.item.agent or "")
-        if runner is not None:
+        (`item.agent`: it wakes no other), when it runs here."""
+        name = stored.item.agent or ""
+        runner = self.runners.get(name)
+        if runner is not None and name not in self.standby:
             runner.offer(stored, anyio.current_time())

@@ -42,6 +42,17 @@ then records the dropped items' `dropped_by_stop` decisions and the cursor.
 Each agent's own loop, its exception boundaries and its stop handling are
 in agents/agent_loop.py.
 
+On a shared PostgreSQL store (docs/operations.md#several-hosts-on-one-store) each agent
+is run by one live host: the one holding its ownership lock (store/hosts.py
+`Sharing`, kind "agent"). An agent another host owns stands by here: it has a
+runner, but no task, no offers and no catch-up; its state says `standby`. When
+the lock comes free the standby takes the agent over (`_take_over`): it closes
+the turns the old owner left open, seeds the turn guard, reads the durable
+cursor from the store, and catches up from it like a start, then runs. And the
+agents' feed is then the items table itself (agents/follow.py): each item is
+offered once, in id order, whichever host stored it; this host's events only
+say when to read (docs/architecture.md#engines).
+
 Echoes (docs/agents.md#echoes): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
 can be stored before its publish is answered); a wake of echoes only is no
@@ -59,6 +70,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
+from functools import partial
 
 import anyio
 import msgspec
@@ -66,7 +78,8 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from mcplhost.agents.agent_loop import AgentRunner, Running
+from mcplhost.agents.agent_loop import RECOVER_S, AgentRunner, Running
+from mcplhost.agents.follow import ItemsFollower
 from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backend, close_backends
 from mcplhost.agents.tools.toolbox import ToolBox
@@ -80,7 +93,9 @@ from mcplhost.config import AgentConfig, Config, ConnectorConfig, system_prompt_
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored
 from mcplhost.peers.service import PeerService
+from mcplhost.store.hosts import Sharing
 from mcplhost.store.operations import CloseUnfinishedTurns, StartCursor
+from mcplhost.store.order import ITEMS_CHANNEL
 from mcplhost.store.turns import REASON_STOPPED
 
 log = structlog.get_logger()
@@ -124,7 +139,7 @@ class AgentsRuntime:
     """
 
     def __init__(self, config: Config, deps: TurnDeps, backends: Mapping[str, Backend], *, peers: PeerService,
-                 running: Running, recorder: DecisionRecorder) -> None:
+                 running: Running, recorder: DecisionRecorder, sharing: Sharing | None = None) -> None:
         self.config = config
         self.deps = deps
         self.clock_ms = deps.clock_ms  # wall clock, epoch ms: the ledger's and the items' time
@@ -134,6 +149,11 @@ class AgentsRuntime:
         self.peers = peers
         self._running = running
         self.runners = running.runners
+        #: This host's part in a shared store (None: SQLite, one daemon): agent ownership and the items feed.
+        self.sharing = sharing
+        #: The agents another live host owns: runners with no task, offered nothing (`Running.standby`).
+        self.standby = running.standby
+        self._follower: ItemsFollower | None = None
         self.decisions = recorder
         self._no_author_line = connectors_without_author_line(config.connectors)
         #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
@@ -176,10 +196,71 @@ class AgentsRuntime:
         for runner in self.runners.values():
             runner.scheduler.addressing = self.addressing
 
-    async def _run_runner(self, runner: AgentRunner) -> None:
+    async def _run_runner(self, runner: AgentRunner, *, owned: bool = True) -> None:
+        """The runner's task; `owned` False: stand by until its lock is taken, then take it over first."""
+        name = runner.agent.name
         with anyio.CancelScope() as scope:
-            self._runner_scopes[runner.agent.name] = scope
-            await runner.run()
+            self._runner_scopes[name] = scope
+            try:
+                if not owned:
+                    await self._stand_by(runner)
+                await runner.run()
+            finally:
+                self.standby.discard(name)
+                if self.sharing is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self.sharing.release(name, kind="agent")
+
+    async def _claim(self, names: list[str]) -> list[str]:
+        """Take the ownership lock of each agent that is free; the ones another live host owns stand by."""
+        if self.sharing is None:
+            return names
+        owned = []
+        for name in names:
+            if await self.sharing.try_own(name, kind="agent"):
+                owned.append(name)
+            else:
+                self.standby.add(name)
+                log.info("agent.standby", agent=name, owner=await self.sharing.owner_of(name, kind="agent"))
+        return owned
+
+    async def _stand_by(self, runner: AgentRunner) -> None:
+        """Wait for the agent's lock (store/hosts.py `Sharing.own`), then take it over; a failed take-over lets
+        the lock go and stands by again."""
+        assert self.sharing is not None
+        name = runner.agent.name
+        while True:
+            self.standby.add(name)
+            await self.sharing.own(name, kind="agent")
+            try:
+                await self._take_over(runner)
+                return
+            except Exception:  # a store read or write failed: another host (or this one, later) takes it
+                self.standby.add(name)
+                log.error("agent.take_over_failed", agent=name, exc_info=True)
+                with anyio.CancelScope(shield=True):
+                    await self.sharing.release(name, kind="agent")
+                await anyio.sleep(RECOVER_S)
+
+    async def _take_over(self, runner: AgentRunner) -> None:
+        """An agent whose lock this host just took: from its durable cursor, as a start does (`_start_cursors`).
+
+        It is offered every item after what was offered already from the moment it leaves standby (no await in
+        between); the catch-up reads the rest, after its cursor, up to there. An item in both wakes once (the
+        scheduler's pending and recent ids).
+        """
+        name = runner.agent.name
+        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms(), agents=(name,)))
+        await self._seed_turn_guards([name])
+        cursor = await self.store.cursors.get(name)
+        through = max(self._start_end, self._max_offered)
+        self.standby.discard(name)
+        if cursor is None:
+            runner.cursor = cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
+        else:
+            runner.cursor = cursor
+            await self._catch_up({name: cursor}, through, await self._handled_above({name: cursor}))
+        log.info("agent.taken_over", agent=name, cursor=cursor, offered_through=through, turns_closed=closed)
 
     def seen_through(self) -> int:
         """Every item up to this id has been offered to every scheduler (or decided for at start)."""
@@ -262,12 +343,20 @@ class AgentsRuntime:
     async def _add(self, runner: AgentRunner) -> None:
         """A new agent (a reload): its cursor starts at the store's end, like any agent seen for the first time."""
         name = runner.agent.name
-        runner.cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
+        owned = True
+        if self.sharing is None:
+            runner.cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
+        else:  # on a shared store it may have a cursor (and an owner) already
+            self.standby.add(name)  # offered nothing before its cursor is read
+            self.runners[name] = runner
+            owned = bool(await self._claim([name]))
+            if owned:
+                await self._take_over(runner)
         warn_unset_key(runner.agent)
         self.runners[name] = runner
         assert self._group is not None  # prepare_reload builds new runners only while the runtime runs
-        self._group.start_soon(self._run_runner, runner, name=f"agent {name}")
-        log.info("agent.added", agent=name, cursor=runner.cursor)
+        self._group.start_soon(partial(self._run_runner, runner, owned=owned), name=f"agent {name}")
+        log.info("agent.added", agent=name, cursor=runner.cursor, standby=not owned)
 
     async def _remove(self, name: str) -> None:
         """An agent gone from the config (a reload): stopped once its turn in progress has ended."""
@@ -297,6 +386,7 @@ class AgentsRuntime:
             warn_unset_key(agent)
         try:
             async with anyio.create_task_group() as tg:
+                owned = await self._claim(list(self.runners))
                 await self._start_cursors()
                 for row in await self.peers.start():  # after catch-up: what the queue held is delivered now
                     self._running.wake(row)
@@ -306,9 +396,13 @@ class AgentsRuntime:
                 tg.start_soon(self.decisions.run, name="wake decisions")
                 if self.peers.shared:  # entries other hosts queued for this host's agents (peers/service.py)
                     tg.start_soon(self.peers.deliver_shared, self._running.wake, name="peers across hosts")
-                for runner in self.runners.values():
-                    tg.start_soon(self._run_runner, runner, name=f"agent {runner.agent.name}")
+                for name, runner in self.runners.items():
+                    tg.start_soon(partial(self._run_runner, runner, owned=name in owned), name=f"agent {name}")
                 self._running.serving = True
+                if self.sharing is not None:  # every host's items, from the store (agents/follow.py)
+                    self._follower = ItemsFollower(self.store.items, after=self._start_end, offer=self._offer)
+                    await self.sharing.listen(ITEMS_CHANNEL, self._follower.heard)
+                    tg.start_soon(self._follower.run, name="follow items")
                 task_status.started()
                 await self._dispatch(stored)
         finally:
@@ -325,17 +419,20 @@ class AgentsRuntime:
         Turns a killed host left running are closed as aborted first; their
         wakes are after the cursor, so the catch-up runs them again.
         """
-        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms()))
+        mine = [name for name in self.runners if name not in self.standby]
+        scope = None if self.sharing is None else tuple(mine)  # never another live host's turn in progress
+        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms(), agents=scope))
         if closed:
             log.info("agent.unfinished_turns_closed", turns=closed)
-        await self._seed_turn_guards()
+        await self._seed_turn_guards(mine)
         # The echo window from the outbox before any wake, so catch-up's wakes also know the recent publishes.
         await self.store.outbox.load_recent_delivered(self.clock_ms())
         end = await self.store.items.last_id()
         self._start_end = end
         fresh: list[str] = []
         behind: dict[str, int] = {}  # agent → its cursor, for agents that have one
-        for name, runner in self.runners.items():
+        for name in mine:
+            runner = self.runners[name]
             cursor = await self.store.cursors.get(name)
             if cursor is None:
                 fresh.append(name)
@@ -349,9 +446,10 @@ class AgentsRuntime:
                 self.runners[name].cursor = cursor = started[start]
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
 
-    async def _seed_turn_guards(self) -> None:
+    async def _seed_turn_guards(self, names: list[str]) -> None:
         """Give each scheduler the turns its agent ran in the last hour (the ledger's), for max_turns_per_hour."""
-        for name, runner in self.runners.items():
+        for name in names:
+            runner = self.runners[name]
             at = self.clock_ms()
             started_ms = await self.store.turns.started_since(name, at - int(HOUR_S * 1000),
                                                               limit=runner.agent.max_turns_per_hour)
@@ -413,6 +511,10 @@ class AgentsRuntime:
         """Offer each event; everything the stream holds at once is one batch, offered in id order."""
         async with stored:
             async for first in stored:
+                if self._follower is not None:  # the items are read from the store: an event only says when
+                    _buffered(stored)
+                    self._follower.nudge()
+                    continue
                 for event in sorted([first, *_buffered(stored)], key=lambda e: e.id):
                     if event.missed_before:
                         try:
@@ -449,8 +551,9 @@ class AgentsRuntime:
         if len(self._recent) > RECENT_IDS:
             self._recent.popitem(last=False)
         now = anyio.current_time()
-        for runner in self.runners.values():
-            runner.offer(event, now)
+        for name, runner in self.runners.items():
+            if name not in self.standby:
+                runner.offer(event, now)
 
 
 def _buffered(stored: MemoryObjectReceiveStream[Stored]) -> list[Stored]:

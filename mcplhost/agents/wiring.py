@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 
 from mcplhost.agents.agent_loop import Running
 from mcplhost.agents.backends.moderator import make_moderator
@@ -32,20 +33,27 @@ from mcplhost.ingest import now_ms
 from mcplhost.peers.service import PeerService
 from mcplhost.speech.outbox import OutboxSender
 from mcplhost.store import Store
+from mcplhost.store.hosts import Sharing
 from mcplhost.store.writer import GroupWriter
+
+
+def _owns_agent(sharing: Sharing, name: str) -> bool:
+    return name in sharing.agents
 
 
 def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
-                 timings: TurnTimings | None = None, shared: bool = False,
-                 is_local_agent: Callable[[str], bool] | None = None,
+                 timings: TurnTimings | None = None, sharing: Sharing | None = None,
                  elsewhere: Callable[[str], bool] | None = None) -> AgentsRuntime:
     """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built.
 
-    `shared`, `is_local_agent`: several hosts share the store, and which agents this one runs (peers/service.py);
-    `elsewhere`: whether another host runs a connector (speech/routing.py `elsewhere_view`).
+    `sharing`: this host's part in a shared PostgreSQL store (store/hosts.py), when it has one; the peers
+    deliver only to the agents it owns (peers/service.py). `elsewhere`: whether another host runs a
+    connector (speech/routing.py `elsewhere_view`).
     """
+    shared = sharing is not None
+    is_local_agent = None if sharing is None else partial(_owns_agent, sharing)
     running = Running()
     peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms, shared=shared,
                         is_local_agent=is_local_agent)
@@ -65,4 +73,4 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
     built = {agent.name: given.get(agent.name) or build_backend(f"agents[{i}].backend", agent.backend)
              for i, agent in enumerate(config.agents)}
     return AgentsRuntime(config, deps, built, peers=peers, running=running,
-                         recorder=DecisionRecorder(writer, clock_ms))
+                         recorder=DecisionRecorder(writer, clock_ms), sharing=sharing)

@@ -59,9 +59,11 @@ def cross_field_problems(checked: Checked, unknown_grant: UnknownGrant | None = 
         if connector.agent and connector.agent not in agent_names:
             known = ", ".join(sorted(agent_names)) or "none"
             found.append(f"connectors[{i}].agent: no agent is named {connector.agent!r} (configured: {known})")
+    shared = config.store.url is not None  # other hosts may run connectors this file does not name
     for i, agent in enumerate(config.agents):
         usable = checked.usable_in(f"agents[{i}]")
-        found += [f"agents[{i}].{why}" for why in agent_problems(agent, connector_names, usable=usable)]
+        nameable = connector_names | named_connectors(agent) if shared else connector_names
+        found += [f"agents[{i}].{why}" for why in agent_problems(agent, nameable, usable=usable)]
     found += _parent_problems(_written(checked, "agents", "name", [a.name for a in config.agents]),
                               _written(checked, "agents", "parent", [a.parent for a in config.agents]))
     if config.metrics.listen:
@@ -161,6 +163,18 @@ def withheld_name_problems(connector: ConnectorConfig, api_keys: Mapping[str, st
     return [f"{field}: {name} holds an api key of this host (named by {api_keys[name]}); "
             "connectors never get it: give the connector its own variable"
             for field, name in named if name in api_keys]
+
+
+def named_connectors(agent: AgentConfig) -> set[str]:
+    """The connector names an agent's hears, wake_on, wake_from and control_from entries give (keywords aside).
+
+    On a shared PostgreSQL store an agent may hear a connector another host runs
+    (docs/operations.md#several-hosts-on-one-store): there each name that is a valid
+    connector name counts as one; on SQLite only the connectors of this file do.
+    """
+    entries = [*(agent.hears or []), *agent.wake_on, *(agent.wake_from or []), *agent.control_from]
+    return {name for entry in entries if entry not in WAKE_ON_KEYWORDS
+            for name in [entry.partition("/")[0]] if NAME_PATTERN.fullmatch(name)}
 
 
 def agent_problems(agent: AgentConfig, connector_names: set[str], *,

@@ -24,7 +24,7 @@ from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.config import default_host_name
 from mcplhost.protocol.ports import ConnectorStopped
 from mcplhost.store import Store, is_database_url
-from mcplhost.store.hosts import LiveHost, Sharing
+from mcplhost.store.hosts import LiveHost, Sharing, owner_in
 from mcplhost.supervisor.handle import ConnectorHandle
 
 from .status import (
@@ -77,15 +77,17 @@ class ControlService:
                                        failed_turns_last_hour=health.failed_since)
         hosts = [sole_host(self.host_name, host, self.connectors, self.agents.runners)]
         standby: dict[str, Standby] = {}
+        agents_standby: dict[str, Standby] = {}
         if self.sharing is not None:
             live = await self.sharing.live_hosts()
-            hosts = [_entry(row, answering=row.name == self.sharing.identity.name) for row in live]
-            for name in self.connectors:
-                if self.sharing.is_standby(name):
-                    standby[name] = Standby(next((row.name for row in live if row.name != self.sharing.identity.name
-                                                  and name in row.connectors), None))
+            me = self.sharing.identity.name
+            hosts = [_entry(row, answering=row.name == me) for row in live]
+            standby = {name: Standby(owner_in(live, name, kind="connector", besides=me))
+                       for name in self.connectors if self.sharing.is_standby(name)}
+            agents_standby = {name: Standby(owner_in(live, name, kind="agent", besides=me))
+                              for name in self.agents.runners if name in self.agents.standby}
         return self._redacted(build_status(host, (handle.statistics() for handle in self.connectors.values()),
-                                           self.agents.statistics(), counts, hosts, standby))
+                                           self.agents.statistics(), counts, hosts, standby, agents_standby))
 
     def _redacted(self, status: Status) -> Status:
         """`status` with every secret value in any of its strings replaced by `[redacted:NAME]` (one pass over its

@@ -50,9 +50,9 @@ class ConnectorStatus(_Camel, frozen=True, omit_defaults=True):
     owner: str | None = None  # a `standby` connector's owning host (absent otherwise: SQLite's object is unchanged)
 
 
-class AgentStatus(_Camel, frozen=True):
+class AgentStatus(_Camel, frozen=True, omit_defaults=True):
     name: str
-    state: str  # idle | debouncing | in_turn
+    state: str  # idle | debouncing | in_turn | standby
     pending_wakes: int
     queued_peer_messages: int
     drafts: int  # draft rows of its newest turn
@@ -61,6 +61,7 @@ class AgentStatus(_Camel, frozen=True):
     held: bool
     last_error: str | None  # "reason: cause" of its newest failed turn, until a later turn completes
     failed_turns_last_hour: int
+    owner: str | None = None  # a `standby` agent's owning host (absent otherwise: SQLite's object is unchanged)
 
 
 class HostEntry(_Camel, frozen=True):
@@ -92,13 +93,14 @@ class AgentCounts(msgspec.Struct, frozen=True):
     failed_turns_last_hour: int = 0
 
 
-#: A connector this host is configured for while another live host owns it (a shared PostgreSQL store):
-#: not a state of the handle's life (protocol/ports.py `State`), only of the status object.
+#: A connector or agent this host is configured for while another live host owns it (a shared PostgreSQL
+#: store): not a state of the handle's life (protocol/ports.py `State`) nor of a scheduler's, only of the status
+#: object.
 STANDBY = "standby"
 
 
 class Standby(msgspec.Struct, frozen=True):
-    """A connector on standby here, and the live host that owns it (None: not known yet)."""
+    """A connector or agent on standby here, and the live host that owns it (None: not known yet)."""
 
     owner: str | None
 
@@ -116,7 +118,13 @@ def connector_status(stats: ConnectorStatistics, standby: Standby | None = None)
     )
 
 
-def agent_status(name: str, stats: SchedulerStats, counts: AgentCounts) -> AgentStatus:
+def agent_status(name: str, stats: SchedulerStats, counts: AgentCounts, standby: Standby | None = None
+                 ) -> AgentStatus:
+    if standby is not None:  # run by another host: its wakes and turns are that host's to show
+        return AgentStatus(
+            name=name, state=STANDBY, pending_wakes=0, queued_peer_messages=counts.queued_peer_messages,
+            drafts=counts.drafts, outbox_pending=counts.outbox_pending, turns_last_hour=0, held=False,
+            last_error=counts.last_error, failed_turns_last_hour=counts.failed_turns_last_hour, owner=standby.owner)
     return AgentStatus(
         name=name, state=stats.state, pending_wakes=stats.pending_wakes,
         queued_peer_messages=counts.queued_peer_messages, drafts=counts.drafts,
@@ -127,13 +135,16 @@ def agent_status(name: str, stats: SchedulerStats, counts: AgentCounts) -> Agent
 
 def build_status(host: HostStatus, connectors: Iterable[ConnectorStatistics], agents: Mapping[str, SchedulerStats],
                  counts: Mapping[str, AgentCounts], hosts: Sequence[HostEntry] = (),
-                 standby: Mapping[str, Standby] | None = None) -> Status:
+                 standby: Mapping[str, Standby] | None = None,
+                 agents_standby: Mapping[str, Standby] | None = None) -> Status:
     """The whole object: connectors and agents in their configured order, then the hosts sharing the store.
 
-    `standby`: the connectors another live host owns, by name."""
+    `standby`, `agents_standby`: the connectors and the agents another live host owns, by name."""
     standby = standby or {}
+    agents_standby = agents_standby or {}
     return Status(host=host, connectors=[connector_status(c, standby.get(c.name)) for c in connectors],
-                  agents=[agent_status(name, stats, counts.get(name, AgentCounts())) for name, stats in agents.items()],
+                  agents=[agent_status(name, stats, counts.get(name, AgentCounts()), agents_standby.get(name))
+                          for name, stats in agents.items()],
                   hosts=list(hosts))
 
 
@@ -168,7 +179,7 @@ def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
     A connector is fine when ready, mcp_only, in backoff or on standby, and not quiet;
     `stopped` is fine only under restart policy `never` (`policies`: name →
     policy), since nothing was meant to start it again. An agent is fine
-    unless its newest turn failed (`last_error` set).
+    unless its newest turn failed (`last_error` set); one on standby is its owner's to report.
     """
     problems = []
     for connector in status.connectors:
@@ -180,7 +191,7 @@ def check_problems(status: Status, policies: Mapping[str, str]) -> list[str]:
         if connector.quiet:
             problems.append(f"{connector.name}: quiet (ready, no inbound item for longer than expect_traffic_within_s)")
     for agent in status.agents:
-        if agent.last_error is not None:
+        if agent.last_error is not None and agent.state != STANDBY:
             failed = agent.failed_turns_last_hour
             problems.append(f"{agent.name}: its newest turn failed ({printable(agent.last_error, PROBLEM_ERROR_CHARS)});"
                             f" {failed} failed turn{'' if failed == 1 else 's'} in the last hour")
@@ -205,6 +216,11 @@ def printable(text: str, limit: int) -> str:
 
 def _cell(value: object) -> str:
     return "-" if value is None else printable(str(value), CELL_MAX_CHARS)
+
+
+def _state(state: str, owner: str | None) -> str:
+    """A state cell; a standby's names its owner ("standby (eu-1)")."""
+    return f"{state} ({_cell(owner)})" if state == STANDBY else state
 
 
 def _ago(epoch_ms: int | None, now_ms: int) -> str:
@@ -232,7 +248,7 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
              f"db {host.db} ({host.db_bytes:,} bytes, schema {host.schema_version})", ""]
     lines += _table(
         ["CONNECTOR", "STATE", "PID", "RESTARTS", "INBOUND", "PUBLISH", "CHANNELS", "QUIET", "GRANT", "LAST ERROR"],
-        [[_cell(c.name), c.state, _cell(c.pid), str(c.restarts), _ago(c.last_inbound_at, now),
+        [[_cell(c.name), _state(c.state, c.owner), _cell(c.pid), str(c.restarts), _ago(c.last_inbound_at, now),
           _ago(c.last_publish_at, now), str(c.channels), "quiet" if c.quiet else "-",
           _cell(",".join(c.grant) or None), _cell(c.last_error)] for c in status.connectors],
     ) if status.connectors else ["no connectors configured"]
@@ -245,7 +261,7 @@ def render_table(status: Status, *, now_ms: int | None = None) -> list[str]:
         lines.append("")
     lines += _table(
         ["AGENT", "STATE", "WAKES", "PEER QUEUE", "DRAFTS", "OUTBOX", "TURNS/H", "FAILED/H", "HELD", "LAST ERROR"],
-        [[_cell(a.name), a.state, str(a.pending_wakes), str(a.queued_peer_messages), str(a.drafts),
+        [[_cell(a.name), _state(a.state, a.owner), str(a.pending_wakes), str(a.queued_peer_messages), str(a.drafts),
           str(a.outbox_pending), str(a.turns_last_hour), str(a.failed_turns_last_hour), "held" if a.held else "-",
           _cell(a.last_error)] for a in status.agents],
     ) if status.agents else ["no agents configured"]

@@ -1,4 +1,4 @@
-"""Hosts sharing one PostgreSQL store: the hosts table, heartbeats, and who owns which connector
+"""Hosts sharing one PostgreSQL store: the hosts table, heartbeats, and who owns which connector and which agent
 (docs/operations.md#several-hosts-on-one-store).
 
     async with store.session() as session:           # a connection of its own, outside the pool
@@ -8,12 +8,14 @@
             await sharing.own("discord")             # returns once the lock came free and is held
         ...
         await sharing.release("discord")
+        await sharing.try_own("scout", kind="agent")   # agents alike, in a key space of their own
+        await sharing.listen(ITEMS_CHANNEL, nudge)     # NOTIFYs on the session (agents/follow.py)
 
 Ownership is a session-level advisory lock (`pg_try_advisory_lock`, key
 `order.ownership_key`) held on the session connection: the server drops it when
 that session ends, so a host that dies (kill -9, a lost machine) frees what it
 owned as soon as the server notices, and a standby's next try takes it. Two hosts
-never hold one lock, so they never run one connector at once. A host whose
+never hold one lock, so they never run one connector (or agent) at once. A host whose
 session breaks has lost its locks: `run` raises (the host stops) rather than run
 on without them.
 
@@ -27,14 +29,15 @@ when its locks come free, not a bound later). PostgreSQL only: an SQLite store h
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import anyio
 import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
-from mcplhost.store.connection import Conn
+from mcplhost.store.connection import Session
 from mcplhost.store.errors import StoreError
 from mcplhost.store.order import ownership_key
 
@@ -74,25 +77,35 @@ class LiveHost(msgspec.Struct, frozen=True, kw_only=True):
     agents: list[str]
 
 
-class Sharing:
-    """This host's part in a shared store: its row, its heartbeats, and the connectors it owns or stands by for."""
+#: What a host owns by advisory lock (store/order.py `ownership_key`): one key space per kind.
+Kind = Literal["connector", "agent"]
 
-    def __init__(self, session: Conn, identity: HostIdentity, *, agents: list[str] | None = None) -> None:
+
+class Sharing:
+    """This host's part in a shared store: its row, its heartbeats, and the connectors and agents it owns or stands
+    by for."""
+
+    def __init__(self, session: Session, identity: HostIdentity) -> None:
         self.identity = identity
-        #: The agents it runs (listed in its row; not owned by a lock in this version).
-        self.agents = list(agents or [])
         self._session = session
         self._lock = anyio.Lock()  # one statement at a time on the session connection
-        self._owned: dict[str, None] = {}  # connector names, in the order taken
-        self._standby: dict[str, None] = {}
+        #: Per kind, the names owned, in the order taken, and those stood by for.
+        self._owned: dict[Kind, dict[str, None]] = {"connector": {}, "agent": {}}
+        self._standby: dict[Kind, dict[str, None]] = {"connector": {}, "agent": {}}
         self._changed = anyio.Event()
 
     @property
     def owned(self) -> list[str]:
-        return list(self._owned)
+        """The connectors this host owns."""
+        return list(self._owned["connector"])
 
-    def is_standby(self, connector: str) -> bool:
-        return connector in self._standby
+    @property
+    def agents(self) -> list[str]:
+        """The agents this host owns."""
+        return list(self._owned["agent"])
+
+    def is_standby(self, name: str, *, kind: Kind = "connector") -> bool:
+        return name in self._standby[kind]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Register, then heartbeat until cancelled; delete the row on the way out."""
@@ -112,36 +125,44 @@ class Sharing:
                 except Exception as exc:  # the session is gone: its row ages out instead
                     log.warning("hosts.goodbye_failed", error=str(exc))
 
-    async def try_own(self, connector: str) -> bool:
-        """Take `connector`'s lock if it is free (or held already); False: another live session holds it."""
-        if connector in self._owned:
+    async def try_own(self, name: str, *, kind: Kind = "connector") -> bool:
+        """Take `name`'s lock if it is free (or held already); False: another live session holds it."""
+        if name in self._owned[kind]:
             return True
-        ((taken,),) = await self._fetch("SELECT pg_try_advisory_lock(?)", (ownership_key("connector", connector),))
+        ((taken,),) = await self._fetch("SELECT pg_try_advisory_lock(?)", (ownership_key(kind, name),))
         if taken:
-            self._standby.pop(connector, None)
-            self._owned[connector] = None
+            self._standby[kind].pop(name, None)
+            self._owned[kind][name] = None
             self._changed.set()
-            log.info("hosts.connector_owned", connector=connector, host=self.identity.name)
+            log.info(f"hosts.{kind}_owned", **{kind: name}, host=self.identity.name)
         return bool(taken)
 
-    async def own(self, connector: str) -> None:
-        """Stand by for `connector` until its lock is taken (tried every RETRY_S)."""
-        self._standby[connector] = None
+    async def own(self, name: str, *, kind: Kind = "connector") -> None:
+        """Stand by for `name` until its lock is taken (tried every RETRY_S)."""
+        self._standby[kind][name] = None
         try:
-            while not await self.try_own(connector):
+            while not await self.try_own(name, kind=kind):
                 await anyio.sleep(RETRY_S)
         finally:
-            self._standby.pop(connector, None)
+            self._standby[kind].pop(name, None)
 
-    async def release(self, connector: str) -> None:
-        """Give `connector`'s lock back (it stopped or was removed here); nothing if it was not held."""
-        if connector in self._owned:
-            del self._owned[connector]
+    async def release(self, name: str, *, kind: Kind = "connector") -> None:
+        """Give `name`'s lock back (it stopped or was removed here); nothing if it was not held."""
+        if name in self._owned[kind]:
+            del self._owned[kind][name]
             self._changed.set()
             try:
-                await self._execute("SELECT pg_advisory_unlock(?)", (ownership_key("connector", connector),))
+                await self._execute("SELECT pg_advisory_unlock(?)", (ownership_key(kind, name),))
             except Exception as exc:  # the session is gone, and its locks with it: `run` stops the host
-                log.warning("hosts.release_failed", connector=connector, error=str(exc))
+                log.warning("hosts.release_failed", **{kind: name}, error=str(exc))
+
+    async def listen(self, channel: str, heard: Callable[[str], None]) -> None:
+        """Call `heard(payload)` for each NOTIFY on `channel` while the session lasts (store/order.py ITEMS_CHANNEL).
+
+        On the session connection: a host whose session breaks stops (`run`), so a listener never dies unnoticed.
+        """
+        async with self._lock:
+            await self._session.listen(channel, heard)
 
     async def live_hosts(self) -> list[LiveHost]:
         """Every host whose heartbeat is within LIVE_BOUND_MS and whose session is open, by name."""
@@ -154,10 +175,9 @@ class Sharing:
                          connectors=_names.decode(connectors), agents=_names.decode(agents))
                 for name, pid, version, started, age, connectors, agents in rows]
 
-    async def owner_of(self, connector: str) -> str | None:
-        """The live host (other than this one) that lists `connector` as its own, if any."""
-        return next((host.name for host in await self.live_hosts()
-                     if host.name != self.identity.name and connector in host.connectors), None)
+    async def owner_of(self, name: str, *, kind: Kind = "connector") -> str | None:
+        """The live host (other than this one) that lists `name` as its own, if any."""
+        return owner_in(await self.live_hosts(), name, kind=kind, besides=self.identity.name)
 
     async def holds(self, connector: str) -> bool:
         """Whether this host holds `connector`'s lock now: taken here, and its session still open (one round trip).
@@ -197,3 +217,9 @@ class Sharing:
                                  f" {' '.join(str(exc).split()) or type(exc).__name__}",
                                  explanation="the host stops rather than run connectors it may no longer own;"
                                              " start it again") from exc
+
+
+def owner_in(hosts: list[LiveHost], name: str, *, kind: Kind, besides: str) -> str | None:
+    """The host among `hosts`, other than `besides`, that lists `name` (a connector or an agent) as its own."""
+    return next((host.name for host in hosts if host.name != besides
+                 and name in (host.connectors if kind == "connector" else host.agents)), None)

@@ -32,7 +32,7 @@ import msgspec
 
 from mcplhost.errors import HostStateError
 from mcplhost.store.connection import POSTGRESQL, Conn, Connections, json_field, json_int
-from mcplhost.store.order import ITEMS_ORDER_KEY
+from mcplhost.store.order import ITEMS_CHANNEL, ITEMS_ORDER_KEY
 from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
 # Rows fetched per round trip when reading; bounds memory for a long export.
@@ -186,6 +186,10 @@ class ItemRepository:
         for start in range(0, len(items), ROWS_PER_INSERT):
             end = start + ROWS_PER_INSERT
             written.extend(await _insert_chunk(conn, items[start:end], rows[start:end], searched))
+        if conn.engine == POSTGRESQL:
+            newest = max((w.id for w in written if not w.duplicate), default=None)
+            if newest is not None:  # delivered at COMMIT, never for a rollback: other hosts' agents read after it
+                await conn.execute("SELECT pg_notify(?, ?)", (ITEMS_CHANNEL, str(newest)))
         return written
 
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool:

@@ -224,14 +224,18 @@ class RecordTurn(msgspec.Struct, frozen=True):
 
 
 class CloseUnfinishedTurns(msgspec.Struct, frozen=True):
-    """End every turn a killed host left running, as `aborted`; the result is how many."""
+    """End every turn a killed host left running, as `aborted`; the result is how many.
+
+    `agents`: only these agents' turns (a host sharing its store closes those of the agents it owns, never
+    another live host's turn in progress); None: every agent's."""
 
     ended_at: int  # epoch ms
+    agents: tuple[str, ...] | None = None
     STAGE: ClassVar[int] = STAGE_LEDGER
 
     @classmethod
     async def apply_all(cls, repos: Repositories, ops: Sequence[CloseUnfinishedTurns]) -> list[int]:
-        return [await repos.turns.close_unfinished_nocommit(op.ended_at) for op in ops]
+        return [await repos.turns.close_unfinished_nocommit(op.ended_at, agents=op.agents) for op in ops]
 
 
 class SetCursor(msgspec.Struct, frozen=True):

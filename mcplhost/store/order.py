@@ -12,6 +12,12 @@ commit was visible (PostgreSQL releases locks after making the commit visible): 
 snapshot that sees N sees every committed id below it, and an id below N it does
 not see was rolled back and never appears. Readers change nothing.
 
+Other hosts learn of new items by NOTIFY on ITEMS_CHANNEL, sent inside each
+item-storing transaction (so at its COMMIT, never for a rollback) with the newest
+id as payload; a listener only takes it as a nudge to read `id > its mark`, and
+polls too, so a notification lost (a listener reconnecting, a full queue) delays
+a read, never loses an item (docs/architecture.md#engines).
+
 The cost: item-storing commits of all writers run one at a time from their first
 insert to their COMMIT (SQLite's single writer does the same for every commit).
 """
@@ -22,6 +28,8 @@ import hashlib
 
 #: pg_advisory_xact_lock key taken before inserting items (64-bit, fixed: the same in every mcplhost process).
 ITEMS_ORDER_KEY = 0x6D63_706C_0001  # "mcpl" 1
+#: The NOTIFY channel an item-storing commit announces its newest id on.
+ITEMS_CHANNEL = "mcplhost_items"
 #: pg_advisory_xact_lock key each migration step takes, so two processes migrating apply a step once.
 MIGRATION_KEY = 0x6D63_706C_0002  # "mcpl" 2
 

@@ -10,7 +10,8 @@ floor keeps, whatever their age:
   plus one: were the newest deleted, its id would be given again, and a
   cursor or a `messages --follow` that passed it would skip the new row);
 - everything above the lowest cursor of a configured agent (what it has not
-  handled yet, its catch-up);
+  handled yet, its catch-up); on a store several hosts share, of every agent
+  with a cursor, since another host's agents are no less configured;
 - each configured agent's newest `context_rows` rows that it sees (everyone's
   and its own: a turn's context, mcplhost/agents/turns/runner.py CONTEXT_ROWS).
 
@@ -139,10 +140,14 @@ class RetentionRepository:
         self._connections = connections
         self._index = index
 
-    async def floor(self, agents: Iterable[str], *, context_rows: int) -> int:
-        """The largest id retention may delete (0: none): below the newest item, each agent's cursor and context."""
-        names = sorted(set(agents))
+    async def floor(self, agents: Iterable[str] | None, *, context_rows: int) -> int:
+        """The largest id retention may delete (0: none): below the newest item, each agent's cursor and context.
+
+        `agents` None: every agent with a cursor (a shared store: other hosts run agents this one does not)."""
         async with self._connections.read() as conn:
+            if agents is None:
+                agents = [agent for (agent,) in await conn.fetch("SELECT agent FROM agent_cursors")]
+            names = sorted(set(agents))
             ((newest,),) = await conn.fetch("SELECT coalesce(max(id), 0) FROM items")
             floor = int(newest) - 1
             if names:
@@ -193,7 +198,7 @@ class RetentionRepository:
                                    decision.delete)
             return decision
 
-    async def prune(self, *, retention_days: int, agents: Iterable[str], context_rows: int, now_ms: int) -> PassCounts:
+    async def prune(self, *, retention_days: int, agents: Iterable[str] | None, context_rows: int, now_ms: int) -> PassCounts:
         """One pass: batches until an item that is too new; logs `store.retention_pruned` when it removed any."""
         started = time.monotonic()
         floor_id = await self.floor(agents, context_rows=context_rows)
@@ -222,7 +227,7 @@ class RetentionRepository:
         return counts
 
 
-async def run_retention(retention: RetentionRepository, *, retention_days: int, agents: Sequence[str],
+async def run_retention(retention: RetentionRepository, *, retention_days: int, agents: Sequence[str] | None,
                         context_rows: int, clock: Callable[[], int]) -> None:
     """The host's task: a pass now, then one every RETENTION_INTERVAL_S (started only when retention_days > 0)."""
     while True:

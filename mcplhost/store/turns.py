@@ -218,13 +218,17 @@ class TurnRepository:
             )
         return done
 
-    async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted") -> int:
-        """End every turn still running (left open by a host that was killed) with REASON_INTERRUPTED; how many."""
+    async def close_unfinished_nocommit(self, ended_at: int, outcome: str = "aborted", *,
+                                        agents: Sequence[str] | None = None) -> int:
+        """End every turn still running (left open by a host that was killed) with REASON_INTERRUPTED; how many.
+
+        `agents`: only theirs (None: every agent's)."""
         conn = self._connections.writer("turns.close_unfinished_nocommit")
         check_outcome(outcome)
+        only = "" if agents is None else f" AND agent IN ({', '.join('?' * len(agents)) or 'NULL'})"
         return await conn.execute(
             "UPDATE turns SET ended_at = CASE WHEN started_at > ? THEN started_at ELSE ? END, outcome = ?, reason = ?"
-            " WHERE ended_at IS NULL", (ended_at, ended_at, outcome, REASON_INTERRUPTED))
+            f" WHERE ended_at IS NULL{only}", (ended_at, ended_at, outcome, REASON_INTERRUPTED, *(agents or ())))
 
     async def get(self, turn_id: int) -> Turn | None:
         """One turn by id, or None."""

@@ -33,8 +33,11 @@ async def test_a_connector_owned_by_one_session_waits_on_the_other_until_that_se
     and B's standby takes it, without A ever releasing it. Each host lists what it owns."""
     async with open_store(migrated_db.url) as store_a, open_store(migrated_db.url) as store_b, \
             store_b.session() as session_b, anyio.create_task_group() as tg:
-        b = Sharing(session_b, identity("b", 2), agents=["scout"])
+        b = Sharing(session_b, identity("b", 2))
         await tg.start(b.run)
+        assert await b.try_own("scout", kind="agent")  # an agent's key space is not a connector's
+        assert await b.try_own("scout") and "scout" in b.owned and b.agents == ["scout"]
+        await b.release("scout")
         async with store_a.session() as session_a:
             ((a_pid,),) = await session_a.fetch("SELECT pg_backend_pid()")
             a = Sharing(session_a, identity("a", 1))

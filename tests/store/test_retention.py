@@ -35,7 +35,7 @@ async def ids(store: Store) -> list[int]:
     return [item.id for item in await store.items.list()]
 
 
-async def prune(store: Store, *, agents: tuple[str, ...] = (), context_rows: int = 2000):
+async def prune(store: Store, *, agents: tuple[str, ...] | None = (), context_rows: int = 2000):
     return await store.retention.prune(retention_days=7, agents=agents, context_rows=context_rows, now_ms=NOW)
 
 
@@ -96,6 +96,15 @@ class TestNever:
             await store.cursors.set_many_nocommit([CursorMove("gone", stored[3], NOW)])
         await prune(store, agents=())
         assert await ids(store) == stored[-1:]
+
+    async def test_on_a_shared_store_every_agents_cursor_holds_its_items(self, store: Store) -> None:
+        """agents=None (several hosts: another host's agent is not in this host's config): every cursor counts."""
+        stored = await seed(store, 10)
+        async with store.transaction():
+            await store.cursors.set_many_nocommit([CursorMove("elsewhere", stored[3], NOW),
+                                                   CursorMove("scout", stored[6], NOW)])
+        await prune(store, agents=None, context_rows=1)
+        assert await ids(store) == stored[4:]
 
     async def test_never_an_agents_context(self, store: Store) -> None:
         """Each agent's newest context_rows rows it sees (everyone's and its own), not other agents' rows."""
