@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import asyncpg
+import msgspec
 import structlog
 
 from mcplhost.config import Config, ConnectorConfig, HostConfig, StoreConfig
@@ -30,6 +31,9 @@ from mcplhost.store.outbox import PUBLISH_CHANNEL
 from mcplhost.store.peers import PEER_CHANNEL
 from mcplhost.store.writer import GroupWriter
 
+from .agents.support import agent_config
+from .agents.support import scripted as scripted_backend
+from .builders import incoming, message
 from .harness import scripted, wait_for
 from .memory_pair import memory_host
 from .peers.test_service import AGENTS as PEER_AGENTS
@@ -234,3 +238,28 @@ async def test_a_throttle_holds_across_two_hosts(postgres_db: PostgresDatabase) 
             assert (await a.send("kid1", "scout", f"m{n}", None)).answer["status"] == "queued"
         assert (await a.send("kid1", "scout", "past the pair limit", None)).answer["status"] == "queued"
         assert (await b.send("kid1", "scout", "from b too", None)).answer["status"] == "rate_limited"
+
+
+async def test_an_agent_on_one_host_replies_through_the_connector_another_host_runs(
+        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    """A message through A's connector wakes scout, which B runs (B has no connector); scout's reply goes to the
+    wake's conversation on A's connector, and A sends it."""
+    a_folder, b_folder = state(tmp_path, "a"), state(tmp_path, "b")
+    manifest = {"version": "0.5", "channels": {"register": True, "incoming": True, "publish": True},
+                "featureSets": {"chat": {"description": "chat",
+                                         "uses": ["channels.register", "channels.incoming", "channels.publish"]}}}
+    chatting = scripted("chat", {"manifest": manifest, "handlers": {"channels/publish": DELIVERED},
+                                 "steps": [REGISTER, incoming(message("room", body="anyone there?"))]},
+                        a_folder, grant=["channels.register", "channels.incoming", "channels.publish"])
+    b_config = msgspec.structs.replace(host_config(postgres_db.url, "b", b_folder),
+                                       agents=[agent_config("scout", backend=scripted_backend("hello from b"))])
+    # B first: a new agent's cursor starts at the store's end, so A's message must come after it.
+    async with memory_host(b_config) as b, memory_host(host_config(postgres_db.url, "a", a_folder, chatting)) as a:
+        assert "chat" not in b.connectors and "chat" in a.connectors
+        await wait_for(lambda: publishes(a_folder, "chat"), timeout=30)
+        (sent,) = publishes(a_folder, "chat")
+        assert sent["params"]["channelId"] == "room" and sent["params"]["content"][0]["text"] == "hello from b"
+        (row,) = await b.store.outbox.list()
+        assert (row.agent, row.server_id) == ("scout", "chat")
+        assert (await ended(b.store, row.id)).state == "delivered"
+        assert a.outbox_senders["chat"].stats["delivered"] == 1
