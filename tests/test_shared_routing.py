@@ -5,7 +5,7 @@ connector's quota counts what every host stored for it."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -22,7 +22,7 @@ from mcplhost.peers.limits import PAIR_MAX, TARGET_MAX
 from mcplhost.peers.service import PeerService
 from mcplhost.speech.echoes import EchoMemory
 from mcplhost.speech.outbox import DEFAULT_MAX_AGE_S, TOO_OLD
-from mcplhost.speech.shared import expire_unowned
+from mcplhost.speech.shared import expire_unowned, serve_shared_outbox
 from mcplhost.store import Store, Stored, open_store
 from mcplhost.store.hosts import HostIdentity, Sharing
 from mcplhost.store.operations import PublishSpeech
@@ -234,3 +234,37 @@ async def test_a_throttle_holds_across_two_hosts(postgres_db: PostgresDatabase) 
             assert (await a.send("kid1", "scout", f"m{n}", None)).answer["status"] == "queued"
         assert (await a.send("kid1", "scout", "past the pair limit", None)).answer["status"] == "queued"
         assert (await b.send("kid1", "scout", "from b too", None)).answer["status"] == "rate_limited"
+
+
+class Noted:
+    """A sender as the host's look at the queue sees it: `notify()` recorded."""
+
+    def __init__(self) -> None:
+        self.woken = anyio.Event()
+
+    def notify(self) -> None:
+        self.woken.set()
+
+
+async def test_a_lost_notification_only_delays_a_publish_until_the_hosts_next_look(
+        postgres_db: PostgresDatabase) -> None:
+    """Nothing LISTENs (every notification lost): the host's look at the pending rows still wakes the sender of
+    the connector they wait for, and no other."""
+    async def deaf(channel: str, heard: Callable[[str], None]) -> None:
+        return None
+
+    async def nobody() -> set[str]:
+        return set()
+
+    chat, other = Noted(), Noted()
+    async with open_store(postgres_db.url) as store, anyio.create_task_group() as tg:
+        writer = GroupWriter(store)
+        await tg.start(writer.run)
+        await tg.start(partial(serve_shared_outbox, deaf, {"chat": chat, "other": other}, store, writer, nobody, {},
+                               poll_s=0.05))
+        speech, entry = publish_entry("lost notification", server="chat")
+        await writer.write(PublishSpeech(speech, [entry]))
+        with anyio.fail_after(10):
+            await chat.woken.wait()
+        assert not other.woken.is_set()  # decided in the same look that woke chat's
+        tg.cancel_scope.cancel()
