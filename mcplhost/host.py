@@ -45,8 +45,8 @@ starts only once its ownership lock is held; until then it stands by
 agent's lock the same way, and reads every host's items from the store
 (agents/runtime.py). The host listens on a second session connection for
 the store's notifications (speech/shared.py): a publish queued on any host
-wakes this host's sender of its connector, and each sender also looks at its
-queue every SHARED_POLL_S.
+wakes this host's sender of its connector, and the host also looks for
+pending rows every SHARED_POLL_S.
 
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
@@ -106,7 +106,7 @@ from .protocol.grants import IMPLEMENTED, offered_paths
 from .reload import ReloadPlan, reload_plan
 from .secrets import Secrets
 from .speech.echoes import EchoMemory
-from .speech.outbox import SHARED_POLL_S, OutboxSender
+from .speech.outbox import OutboxSender
 from .speech.shared import serve_shared_outbox
 from .store import NewItem, Pushes, Store, open_store
 from .store.connection import Session
@@ -417,7 +417,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                                  on_change=changed, suppressed=suppressed)
         if sharing is None:
             return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s)
-        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s, poll_s=SHARED_POLL_S,
+        return handle, OutboxSender(store, writer, handle, max_age_s=max_age_s,
                                     owned=partial(sharing.holds, spec.name))
 
     handles: dict[str, ConnectorHandle] = {}

@@ -43,8 +43,9 @@ Hosts sharing a PostgreSQL store (docs/operations.md#several-hosts-on-one-store)
 a sender runs only on the host that owns its connector (host.py starts it once
 the ownership lock is held), so the owner alone sends the connector's rows,
 whichever host's agent queued them. It learns of rows queued elsewhere by the
-store's notification (store/outbox.py PUBLISH_CHANNEL: the host calls
-`notify()`) and, should one be lost, by looking every `poll_s` (SHARED_POLL_S).
+store's notification (store/outbox.py PUBLISH_CHANNEL) and, should one be
+lost, from the host's look at the queue every SHARED_POLL_S: either way the
+host calls `notify()` (speech/shared.py).
 Before each try it asks `owned()` (store/hosts.py `Sharing.holds`): a host
 whose session the server ended, its lock free for a standby, sends nothing
 more and stops at its next heartbeat.
@@ -100,7 +101,8 @@ CHANNEL_POLL_S = 0.1
 SENDER_RESTART = RetryRules(first_s=1.0, max_s=60.0)
 #: A row whose try ends in an unexpected exception this many times in a row fails, so it cannot stop the queue.
 CRASHES_PER_ROW = 3
-#: On a shared store, how often an idle sender looks at its queue anyway: a lost notification only delays a row.
+#: On a shared store, how often the host looks for pending rows anyway (speech/shared.py): a lost notification
+#: only delays a row; also how long a sender whose host lost the connector's lock holds a row.
 SHARED_POLL_S = 1.0
 
 
@@ -157,8 +159,8 @@ class OutboxSender:
     def __init__(self, store: Repositories, writer: GroupWriter, handle: OutboxPort, *, max_age_s: Mapping[str, float] | None = None,
                  rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
                  age_check_s: float = AGE_CHECK_S, restart_rules: RetryRules = SENDER_RESTART,
-                 channel_grace_s: float = CHANNEL_GRACE_S, poll_s: float | None = None,
-                 owned: Callable[[], Awaitable[bool]] | None = None) -> None:
+                 channel_grace_s: float = CHANNEL_GRACE_S, owned: Callable[[], Awaitable[bool]] | None = None,
+                 ) -> None:
         self.store = store
         self.writer = writer
         self.handle = handle
@@ -167,7 +169,6 @@ class OutboxSender:
         self.age_check_s = age_check_s
         self.restart_rules = restart_rules
         self.channel_grace_s = channel_grace_s
-        self.poll_s = poll_s  # None: one host, whose turns notify() it; else look this often anyway
         self.owned = owned  # None: one host; else asked before each try whether this host still owns the connector
         self._max_age_s = dict(max_age_s or {})
         self.clock_ms = clock_ms
@@ -227,15 +228,8 @@ class OutboxSender:
             self._crashes = 0  # a whole pass went through: the next crash starts the backoff over
             if next_at == 0:
                 continue  # sent something: look again at once
-            with anyio.move_on_after(self._idle_s(next_at)):
+            with anyio.move_on_after(None if next_at is None else max(next_at - self.clock_ms(), 0) / 1000):
                 await wake.wait()
-
-    def _idle_s(self, next_at: int | None) -> float | None:
-        """How long to wait for a notify: until the next retry is due, and at most `poll_s`; None: for ever."""
-        due = None if next_at is None else max(next_at - self.clock_ms(), 0) / 1000
-        if self.poll_s is None:
-            return due
-        return self.poll_s if due is None else min(due, self.poll_s)
 
     def _note_life(self) -> None:
         """Remember when this sender first saw the connector's current life ready (its number tells lives apart)."""
@@ -319,7 +313,7 @@ class OutboxSender:
             return None
         if self.owned is not None and not await self.owned():  # the lock is gone: another host may send it
             log.warning("outbox.not_owned", connector=self.server_id, outbox_id=row.id)
-            return self.clock_ms() + round((self.poll_s or SHARED_POLL_S) * 1000)
+            return self.clock_ms() + round(SHARED_POLL_S * 1000)
         started = self.clock_ms()
         try:
             raw = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=Raw)

@@ -5,7 +5,9 @@
 Publishes queued on any host: the store's notification (store/outbox.py
 PUBLISH_CHANNEL, payload the connector's name) wakes this host's sender of
 that connector, if it has one; only a running sender sends, and one runs only
-where its connector is owned (speech/outbox.py).
+where its connector is owned (speech/outbox.py). Every SHARED_POLL_S the host
+also reads which connectors have pending rows (one indexed read for all of
+them) and wakes those senders, so a lost notification only delays a publish.
 
 Publishes whose connector no live host owns wait, and fail once older than
 publish_max_age_s. On a shared store a row is sent
@@ -23,6 +25,7 @@ knows the agent, else DEFAULT_MAX_AGE_S.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from functools import partial
 
 import anyio
 import structlog
@@ -33,7 +36,7 @@ from mcplhost.store.operations import EndPublish
 from mcplhost.store.outbox import PUBLISH_CHANNEL, PendingPublish
 from mcplhost.store.writer import GroupWriter
 
-from .outbox import AGE_CHECK_S, TOO_OLD, OutboxSender, expire_pending, failed_reply_notice, now_ms
+from .outbox import AGE_CHECK_S, SHARED_POLL_S, TOO_OLD, OutboxSender, expire_pending, failed_reply_notice, now_ms
 
 log = structlog.get_logger()
 
@@ -74,12 +77,13 @@ async def run_unowned_expiry(store: Repositories, writer: GroupWriter, owned: Ow
 
 async def serve_shared_outbox(listen: Listen, senders: Mapping[str, OutboxSender], store: Repositories,
                               writer: GroupWriter, owned: OwnedNow, max_age_s: Mapping[str, float], *,
-                              check_s: float = AGE_CHECK_S,
+                              poll_s: float = SHARED_POLL_S, check_s: float = AGE_CHECK_S,
                               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-    """Wake this host's sender of each connector the store names as having new rows; fail unowned rows too old.
+    """Wake this host's sender of each connector with new rows (notified, or found every `poll_s`); fail unowned
+    rows too old every `check_s`. Runs until cancelled.
 
-    `senders` is read at each notification (a reload adds and removes senders); a name
-    this host has no sender for is nobody's here. Runs until cancelled.
+    `senders` is read each time (a reload adds and removes senders); a name this host has no
+    sender for is nobody's here.
     """
     def heard(connector: str) -> None:
         sender = senders.get(connector)
@@ -88,4 +92,12 @@ async def serve_shared_outbox(listen: Listen, senders: Mapping[str, OutboxSender
 
     await listen(PUBLISH_CHANNEL, heard)
     task_status.started()
-    await run_unowned_expiry(store, writer, owned, max_age_s, check_s=check_s)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(run_unowned_expiry, store, writer, owned, max_age_s, check_s=check_s))
+        while True:
+            await anyio.sleep(poll_s)
+            try:
+                for connector in await store.outbox.pending_connectors():
+                    heard(connector)
+            except Exception:  # the boundary: a store fault must not end the host; the next look tries again
+                log.error("outbox.pending_check_failed", exc_info=True)

@@ -129,7 +129,7 @@ class TestDelivery:
             async def held() -> bool:
                 return True
 
-            retry_at = await OutboxSender(host.store, host.writer, handle, owned=lost, poll_s=0.5).deliver_due()
+            retry_at = await OutboxSender(host.store, host.writer, handle, owned=lost).deliver_due()
             row = await host.store.outbox.get(oid)
             assert (row.state, row.attempts) == ("pending", 0) and retry_at is not None and retry_at > now_ms()
             assert publishes(tmp_path) == []
