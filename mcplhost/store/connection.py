@@ -54,6 +54,10 @@ class Session(Conn, Protocol):
         """LISTEN on `channel`: `heard(payload)` is called for each NOTIFY on it for as long as the session lasts."""
         ...
 
+    def on_lost(self, lost: Callable[[], None]) -> None:
+        """Call `lost()` as soon as the connection is closed, whoever closed it (the server ending the session)."""
+        ...
+
 
 class Connections(Protocol):
     """The ways a repository reaches the store."""

@@ -108,7 +108,11 @@ class Sharing:
         return name in self._standby[kind]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Register, then heartbeat until cancelled; delete the row on the way out."""
+        """Register, then heartbeat until cancelled; delete the row on the way out.
+
+        A session the server ends is noticed at once (not at the next beat): the beat then fails and `run`
+        raises, so the host stops about when a standby may take its locks, not a heartbeat later."""
+        self._session.on_lost(lambda: self._changed.set())
         await self._beat()
         task_status.started()
         try:

@@ -141,6 +141,9 @@ class PgConn:
         """LISTEN on `channel`; asyncpg calls `heard(payload)` on the event loop for each notification."""
         await self.raw.add_listener(channel, lambda _conn, _pid, _channel, payload: heard(payload))
 
+    def on_lost(self, lost: Callable[[], None]) -> None:
+        self.raw.add_termination_listener(lambda _conn: lost())
+
 
 class PgDatabase:
     """A pool of connections as the repositories' `Connections` (see the module docstring)."""

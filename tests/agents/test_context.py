@@ -499,6 +499,33 @@ class TestTrim:
                " limit; the newest of them are." in shown
         assert any("0300 @scout" in text for text in shown) and not any("0001 @scout" in text for text in shown)
 
+    def test_fixed_parts_that_nearly_fill_the_limit_still_leave_room_for_the_left_out_line(self) -> None:
+        """Regression (found by test_properties): hooks and tools dense with lookalike tags took 2,976 of 3,000
+        characters, no waking item fitted, and the line saying so took the request to 3,045."""
+        agent = AgentConfig(name="scout", context_chars=3000)
+        tags = "<mcpl_agent_message " * 40
+        tools = [ToolSpec(name=f"t{n}", description=tags, input_schema={"type": "object", "title": tags})
+                 for n in range(2)]
+        injections = Injections(system=[tags * 3], before_user=[tags, tags], after_user=[tags * 2])
+        rows = [heard(i, f"{i:04d} @scout " + "y" * 200) for i in range(1, 41)]
+        compiled = compile_(rows, wake=[r.id for r in rows], agent=agent, prompt="p", injections=injections,
+                            tools=tools)
+        assert request_chars(compiled.request) <= 3000
+        assert compiled.pieces_left_out > 0 and compiled.waking_left_out > 0
+        shown = [text for m in compiled.request.messages for text in texts(m)]
+        assert any("messages that woke you are not shown" in text for text in shown)
+
+    def test_hook_injections_together_take_at_most_a_quarter_of_the_limit(self) -> None:
+        """Each injection within a quarter used to be allowed, so six of them could take more than the limit."""
+        agent = AgentConfig(name="scout", context_chars=8000)
+        injections = Injections(system=["s" * 5000] * 2, before_user=["b" * 5000] * 2, after_user=["a" * 5000] * 2)
+        compiled = compile_([heard(1, "@scout hi")], agent=agent, prompt="p", injections=injections)
+        injected = sum(len(text) for m in compiled.request.messages for text in texts(m) if text[:1] in "ab")
+        hooked = len(compiled.request.system) - len("\n\n".join(["p", AUTHOR_RULE_TEXT, PEER_TRUST_TEXT]))
+        assert 0 < hooked + injected <= 8000 // 4
+        assert compiled.pieces_left_out == 5  # the first system injection, clipped, took the whole quarter
+        assert request_chars(compiled.request) <= 8000
+
 
 class TestDigest:
     def test_digest_is_sha256_of_canonical_json(self) -> None:

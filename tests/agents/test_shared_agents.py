@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import asyncpg
 import msgspec
 import pytest
 from structlog.testing import capture_logs
@@ -17,15 +18,15 @@ from mcplhost.agents import follow
 from mcplhost.agents.turns.record import OUTCOME_COMPLETED
 from mcplhost.config import Config, HostConfig, StoreConfig
 from mcplhost.control.status import check_problems, render_table
-from mcplhost.host import Host
+from mcplhost.host import Host, open_host
 from mcplhost.ingest import Ingest
 from mcplhost.protocol.intake import AdmittedMessage
-from mcplhost.store import Store
+from mcplhost.store import Store, StoreError
 from mcplhost.store.hosts import Sharing
 
 from ..harness import running_host
 from ..postgres import PostgresDatabase
-from .support import ROOM, agent_config, scripted
+from .support import ROOM, HangingBackend, agent_config, scripted
 
 _messages = iter(range(1, 10**9))
 
@@ -94,8 +95,6 @@ async def test_a_lost_notification_delays_the_wake_until_the_poll_but_never_drop
 async def test_one_host_runs_an_agent_the_other_stands_by_and_takes_it_over_from_its_cursor(
         postgres_db: PostgresDatabase, tmp_path: Path) -> None:
     stop_a = anyio.Event()
-    from mcplhost.host import open_host
-
     async with open_host(host_config(postgres_db.url, "a", tmp_path, "scout")) as a, \
             anyio.create_task_group() as tg:
         tg.start_soon(a.run, stop_a)
@@ -194,3 +193,39 @@ async def test_a_reload_that_removes_an_agent_frees_it_for_the_standby_and_one_t
         (item,) = await heard_ids(a.store)
         assert await until(lambda: woken(b.store, "scout")) == [item]
         assert await until(lambda: woken(a.store, "quill")) == [item]
+
+
+async def test_when_the_owners_session_dies_mid_turn_the_standby_closes_that_turn_and_runs_its_wake_again(
+        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    """The server ends A's session (A's machine lost, kill -9) while A's turn hangs: B takes the agent over, closes
+    the turn A left open as aborted, and runs its wake again from the durable cursor, which that turn never moved."""
+    a_stop = anyio.Event()
+
+    async def run_a(host: Host) -> None:
+        try:
+            await host.run(a_stop)
+        except* StoreError:  # its next heartbeat finds its session gone: it stops (tests/store/test_hosts.py)
+            pass
+
+    async with open_host(host_config(postgres_db.url, "a", tmp_path, "scout")) as a, \
+            anyio.create_task_group() as tg:
+        tg.start_soon(run_a, a)
+        await until(lambda: _runs(a, "scout"))
+        hanging = HangingBackend()
+        a.agents.runners["scout"].state.backend = hanging
+        async with running_host(host_config(postgres_db.url, "b", tmp_path, "scout")) as b:
+            assert "scout" in b.agents.standby
+            await store_items(b.ingest, 1)
+            (item,) = await heard_ids(b.store)
+            with anyio.fail_after(10):
+                await hanging.entered.wait()  # A's turn for it has begun, and hangs
+            killer = await asyncpg.connect(postgres_db.url)
+            try:
+                await killer.execute("SELECT pg_terminate_backend(session_pid::int) FROM hosts WHERE name = 'a'")
+            finally:
+                await killer.close()
+            assert await until(lambda: woken(b.store, "scout"), timeout=20) == [item]
+            turns = [turn async for turn in b.store.turns.iterate(agent="scout")]
+            assert [(turn.wake_item_ids, turn.outcome) for turn in turns] == [([item], "aborted"),
+                                                                             ([item], "completed")]
+        a_stop.set()

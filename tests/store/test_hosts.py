@@ -9,7 +9,7 @@ from anyio.abc import TaskStatus
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.store import StoreError, open_store
+from mcplhost.store import StoreError, hosts, open_store
 from mcplhost.store.hosts import LIVE_BOUND_MS, HostIdentity, Sharing
 from mcplhost.store.order import ITEMS_ORDER_KEY, MIGRATION_KEY, ownership_key
 from tests.postgres import PostgresDatabase
@@ -104,3 +104,24 @@ async def test_a_heartbeat_older_than_the_bound_or_an_ended_session_is_not_live_
             tg.cancel_scope.cancel()
         rows = await session.fetch("SELECT name FROM hosts ORDER BY name")
         assert rows == [("ended",), ("old",)]  # its own row deleted on the way out
+
+
+async def test_a_session_the_server_ends_stops_the_host_at_once_not_at_its_next_heartbeat(
+        migrated_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its locks are gone the moment the session ends, so `run` raises then: a host never runs on beside the standby
+    that takes them (the next beat is an hour away here: only noticing the end can stop it in time)."""
+    monkeypatch.setattr(hosts, "HEARTBEAT_S", 3600.0)
+    async with open_store(migrated_db.url) as store, store.session() as session:
+        ((pid,),) = await session.fetch("SELECT pg_backend_pid()")
+        me = Sharing(session, identity("me", 1))
+        with pytest.raises(ExceptionGroup) as raised:
+            async with anyio.create_task_group() as tg:
+                await tg.start(me.run)
+                killer = await asyncpg.connect(migrated_db.url)
+                try:
+                    assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+                finally:
+                    await killer.close()
+                with anyio.fail_after(10):
+                    await anyio.sleep_forever()  # `run` raising cancels this
+        assert raised.group_contains(StoreError, match="host me: the store session holding its connector locks failed")

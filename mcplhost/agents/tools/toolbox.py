@@ -106,7 +106,7 @@ class ToolBox:
         self._unnamable: set[str] = set()  # tools skipped for a name no backend takes, warned once each
         self._not_offered: set[tuple[str, str]] = set()  # (tool, why) of tools left out, warned once each
         # offered name → (the MCP tool as listed, what it is offered as, its chars): judged once per listing
-        self.judge_listedd: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
+        self._judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         self._opened: set[tuple[str, str]] = set()  # channels opened through channel_open in this run
 
     # --- what is offered -------------------------------------------------------------
@@ -136,7 +136,7 @@ class ToolBox:
         offered_now: dict[str, tuple[ToolCallPort, ListedTool, ToolSpec]] = {}
         judged: dict[str, tuple[ListedTool, ToolSpec | str, int]] = {}
         for name, (handle, tool) in self.connector_tools().items():
-            earlier = self.judge_listedd.get(name)
+            earlier = self._judged.get(name)
             if earlier is not None and earlier[0] is tool:
                 judged[name] = earlier
             else:
@@ -150,7 +150,7 @@ class ToolBox:
             else:
                 budget -= chars
                 offered_now[name] = (handle, tool, verdict)
-        self.judge_listedd = judged  # only the tools listed now: bounded by the listings
+        self._judged = judged  # only the tools listed now: bounded by the listings
         return offered_now
 
     def _left_out(self, handle: ToolCallPort, name: str, why: str) -> None:
@@ -170,11 +170,11 @@ class ToolBox:
         judgement ready, keyed by the listed tool object.
         """
         new = [(handle.name, name, tool) for name, (handle, tool) in self.connector_tools().items()
-               if (earlier := self.judge_listedd.get(name)) is None or earlier[0] is not tool]
+               if (earlier := self._judged.get(name)) is None or earlier[0] is not tool]
         if not new:
             return
         verdicts = await anyio.to_thread.run_sync(lambda: [judge_listed(*entry) for entry in new], abandon_on_cancel=True)
-        self.judge_listedd.update({name: (tool, *verdict) for (_connector, name, tool), verdict in zip(new, verdicts)})
+        self._judged.update({name: (tool, *verdict) for (_connector, name, tool), verdict in zip(new, verdicts)})
 
     def specs(self) -> list[ToolSpec]:
         """Host tools first, then each heard connector's MCP tools, as the agent's `tools` globs allow."""

@@ -31,7 +31,9 @@ such wakes are an ancestor's guidance), after everything else.
 
 Bounds: the offered tools (names, descriptions, schemas as JSON: `tool_chars`)
 count against `context_chars` like the system prompt, so more tools leave
-room for fewer rows; a tool result keeps head and tail within `tool_result_max_chars`,
+room for fewer rows; hook injections together take at most a quarter of it,
+and when the fixed parts would leave no room for the line naming the waking
+items left out, injections and then tools go (turns/fixed_parts.py); a tool result keeps head and tail within `tool_result_max_chars`,
 any one message within a quarter of `context_chars`; when the whole exceeds
 `context_chars`, the oldest messages go in one block, down to about 70%
 of it: the cut lands on an anchor row chosen by the row's own id and size
@@ -62,9 +64,11 @@ from mcplhost.agents.turns.cut import (
     CUT_NOTE,
     CUT_NOTE_RESERVE,
     DROP_TO_SHARE,
+    LEFT_OUT_NOTE_RESERVE,
     kept_units,
     left_out_note,
 )
+from mcplhost.agents.turns.fixed_parts import bounded_injections, within_room
 from mcplhost.agents.turns.history import (
     HOST,
     IMAGE_CHARS,
@@ -76,7 +80,6 @@ from mcplhost.agents.turns.history import (
     clip_text,
     draft_chars,
     render_checked,
-    shown_text,
 )
 from mcplhost.agents.turns.request_digest import digest_of
 from mcplhost.config import AgentConfig, BackendConfig, ConnectorConfig
@@ -145,12 +148,14 @@ class Injections(msgspec.Struct, frozen=True, kw_only=True):
 
 class Compiled(msgspec.Struct, frozen=True, kw_only=True):
     """A compiled request, its digest (sha256 hex of its canonical JSON), and how many rows the limit left out
-    (`waking_left_out`: of them, waking items, when those alone did not fit)."""
+    (`waking_left_out`: of them, waking items, when those alone did not fit), and how many hook injections and
+    offered tools the fixed parts' bounds left out (`pieces_left_out`, turns/fixed_parts.py)."""
 
     request: ModelRequest
     digest: str
     dropped: int
     waking_left_out: int = 0
+    pieces_left_out: int = 0
 
 
 # --------------------------------------------------------------------------- what an agent hears
@@ -251,16 +256,23 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     units = build_units(agent.name, ordered, message_cap, result_cap, rendered, no_author_line)
     tools = [_shown_tool(tool) for tool in tools]  # connector tool descriptions are untrusted
 
-    # Empty pieces and injections are left out: no backend takes an empty message. Hook text is untrusted.
-    hooked = [str(shown_text([t], message_cap, "injection")[0]) for t in injections.system if t]
-    system = "\n\n".join(s for s in (system_prompt, AUTHOR_RULE_TEXT, PEER_TRUST_TEXT, *hooked) if s)
+    # Empty pieces and injections are left out: no backend takes an empty message. Hook text is untrusted,
+    # and bounded with the tools so the fixed parts leave room for the line naming what did not fit.
+    hooks = bounded_injections(injections.system, injections.before_user, injections.after_user,
+                               context_chars=agent.context_chars, message_cap=message_cap)
     wake_ids = set(wake_item_ids)
     age = _age_note(ordered, wake_ids, now_ms)
-    before = [Draft("user", shown_text([t], message_cap, "injection")) for t in injections.before_user if t]
-    after = [Draft("user", shown_text([t], message_cap, "injection")) for t in injections.after_user if t]
+    trigger = _trigger(agent, ordered, wake_ids)
+    own_system = "\n\n".join(s for s in (system_prompt, AUTHOR_RULE_TEXT, PEER_TRUST_TEXT) if s)
+    host_lines = [Draft("user", [line]) for line in (age, trigger) if line is not None]
+    rest = (len(own_system) + sum(map(draft_chars, host_lines)) + CUT_NOTE_RESERVE + LEFT_OUT_NOTE_RESERVE
+            + sum(map(_unit_chars, pinned)))
+    tools, hooks, pieces_left_out = within_room(tools, hooks, room=agent.context_chars - rest)
+    system = "\n\n".join(s for s in (own_system, *hooks.system) if s)
+    before = [Draft("user", parts) for parts in hooks.before_user]
+    after = [Draft("user", parts) for parts in hooks.after_user]
     if age is not None:
         after.append(Draft("user", [age]))
-    trigger = _trigger(agent, ordered, wake_ids)
     last = [Draft("user", [trigger])] if trigger is not None else []
     fixed = (len(system) + sum(map(tool_chars, tools)) + sum(draft_chars(d) for d in before + after + last)
              + CUT_NOTE_RESERVE + sum(map(_unit_chars, pinned)))
@@ -295,7 +307,7 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
         max_tokens=backend.max_tokens or 1024, temperature=backend.temperature,
         stable_prefix=min(first_injected, oldest_pixels))
     return Compiled(request=request, digest=digest_of(request, unchecked, drafts), dropped=dropped,
-                    waking_left_out=waking_left_out)
+                    waking_left_out=waking_left_out, pieces_left_out=hooks.left_out + pieces_left_out)
 
 
 _sorted_encoder = msgspec.json.Encoder(order="sorted")

@@ -226,6 +226,9 @@ async def _one_inference(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: 
                                backend=agent.backend, rendered=None if deps.rows is None else deps.rows.rendered,
                                turn_rows_after=progress.turn_rows_after, no_author_line=state.no_author_line,
                                turn_id=progress.turn_id, delivered=deps.store.outbox.recent_delivered)
+    if compiled.pieces_left_out:
+        log.warning("agent.context_pieces_left_out", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
+                    left_out=compiled.pieces_left_out, context_chars=agent.context_chars)
     if compiled.waking_left_out:
         log.warning("agent.waking_items_cut", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
                     left_out=compiled.waking_left_out, context_chars=agent.context_chars)
