@@ -43,10 +43,10 @@ None on SQLite): its row and heartbeats run in the base group, and each connecto
 starts only once its ownership lock is held; until then it stands by
 (docs/operations.md#several-hosts-on-one-store). The agents runtime takes each
 agent's lock the same way, and reads every host's items from the store
-(agents/runtime.py). The host listens on a second session connection for
-the store's notifications (speech/shared.py): a publish queued on any host
-wakes this host's sender of its connector, and the host also looks for
-pending rows every SHARED_POLL_S.
+(agents/runtime.py). The host listens on the same session for the store's
+notifications of publishes and peer messages (speech/shared.py, peers/service.py):
+a publish queued on any host wakes this host's sender of its connector, and the
+host also looks for pending rows every SHARED_POLL_S.
 
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
@@ -109,7 +109,6 @@ from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
 from .speech.shared import serve_shared_outbox
 from .store import NewItem, Pushes, Store, open_store
-from .store.connection import Session
 from .store.hosts import HostIdentity, Sharing
 from .store.peers import PEER_CHANNEL
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
@@ -139,8 +138,7 @@ class Host:
                  new_connector: Callable[[ConnectorConfig], tuple[ConnectorHandle, OutboxSender]] | None = None,
                  handles: dict[str, ConnectorHandle] | None = None,
                  senders: dict[str, OutboxSender] | None = None, console: Console | None = None,
-                 launcher: Launcher = CHILD_PROCESSES, sharing: Sharing | None = None,
-                 listening: Session | None = None) -> None:
+                 launcher: Launcher = CHILD_PROCESSES, sharing: Sharing | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
@@ -161,7 +159,6 @@ class Host:
         #: The web console (None: `[console] listen` is not set); `console.address` once `open_host` bound it.
         self.console = console
         self.sharing = sharing
-        self._listening = listening  # the session the store's notifications arrive on (a shared store only)
         self.notifier = notifier
         self.control = control
         self.status_line = status_line
@@ -197,12 +194,11 @@ class Host:
                     await base.start(self.console.run)
                 if self.sharing is not None:  # registered before any connector asks for its lock
                     await base.start(self.sharing.run)
-                    if self._listening is not None:
-                        await base.start(partial(
-                            serve_shared_outbox, self._listening.listen, self.outbox_senders, self.store, self.writer,
-                            self.owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
-                        if self.config.agents:  # peer entries any host queued for this host's agents
-                            await self._listening.listen(PEER_CHANNEL, self.agents.peers.heard)
+                    await base.start(partial(
+                        serve_shared_outbox, self.sharing.listen, self.outbox_senders, self.store, self.writer,
+                        self.owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
+                    if self.config.agents:  # peer entries any host queued for this host's agents
+                        await self.sharing.listen(PEER_CHANNEL, self.agents.peers.heard)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors)
                 if self.metrics is not None and listener is not None:
                     self.metrics_address = bound_address(listener)
@@ -380,13 +376,13 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                on_stored: Callable[[list[NewItem]], None] | None = None,
                events: MemoryObjectSendStream[Stored] | None = None, feed_format: FeedFormat | None = None,
                console_token: str | None = None, launcher: Launcher = CHILD_PROCESSES,
-               sharing: Sharing | None = None, listening: Session | None = None) -> Host:
+               sharing: Sharing | None = None) -> Host:
     """Every part of the host over an open store, wired, nothing started (open_host opens and closes the store).
 
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
     when `[console] listen` is set, with `console_token` (mcplhost/console/service.py `console_token`).
     `launcher`: how connectors start and stop (supervisor/process.py; child processes unless a test says otherwise).
-    `sharing`, `listening`: this host's part in a shared store and its notifications' session (None: one host).
+    `sharing`: this host's part in a shared store (None: one host).
     """
     if config.agents and events is not None:
         raise HostStateError("stored events have one consumer; this host's agents take them")
@@ -446,8 +442,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 notifier=notifier if notifier is not None else Notifier(None, log),
                 control=control, status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
-                handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing,
-                listening=listening)
+                handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing)
 
 
 def _elsewhere(sharing: Sharing, connectors: Mapping[str, ConnectorHandle], name: str) -> bool:
@@ -516,11 +511,9 @@ async def open_host(config: Config, *, notifier: Notifier | None = None,
         # errors and log lines come before the host is built (build_host installs every secret).
         if config.store.url is not None:
             redact_secrets(Secrets(store_secret_values(config)))
-        async with open_configured_store(config.store) as store, _sharing(config, store) as sharing, \
-                _listening(config, store) as listening:
+        async with open_configured_store(config.store) as store, _sharing(config, store) as sharing:
             host = build_host(config, store, notifier=notifier, on_stored=on_stored, events=events,
-                              feed_format=feed_format, console_token=token, launcher=launcher, sharing=sharing,
-                              listening=listening)
+                              feed_format=feed_format, console_token=token, launcher=launcher, sharing=sharing)
             inference = host.inference
             try:
                 if host.console is not None:
@@ -548,16 +541,6 @@ async def _sharing(config: Config, store: Store) -> AsyncIterator[Sharing | None
                             started_at=now_ms())
     async with store.session() as session:
         yield Sharing(session, identity)
-
-
-@asynccontextmanager
-async def _listening(config: Config, store: Store) -> AsyncIterator[Session | None]:
-    """A session connection the store's notifications arrive on (speech/shared.py); None on SQLite."""
-    if config.store.url is None:
-        yield None
-        return
-    async with store.session() as session:
-        yield session
 
 
 async def _watchdog(notifier: Notifier, interval_s: float) -> None:
