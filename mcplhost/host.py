@@ -43,7 +43,10 @@ None on SQLite): its row and heartbeats run in the base group, and each connecto
 starts only once its ownership lock is held; until then it stands by
 (docs/operations.md#several-hosts-on-one-store). The agents runtime takes each
 agent's lock the same way, and reads every host's items from the store
-(agents/runtime.py).
+(agents/runtime.py). The host listens on the same session for the store's
+notifications of publishes and peer messages (speech/shared.py, peers/service.py):
+a publish queued on any host wakes this host's sender of its connector, and the
+host also looks for pending rows every SHARED_POLL_S.
 
 `Host.agents` is the agents runtime (agents/runtime.py); with no agent
 configured it has no runners and is never run.
@@ -104,8 +107,10 @@ from .reload import ReloadPlan, reload_plan
 from .secrets import Secrets
 from .speech.echoes import EchoMemory
 from .speech.outbox import OutboxSender
+from .speech.shared import serve_shared_outbox
 from .store import NewItem, Pushes, Store, open_store
 from .store.hosts import HostIdentity, Sharing
+from .store.peers import PEER_CHANNEL
 from .store.pushes import PUSH_DEDUP_WINDOW_MS
 from .store.retention import run_retention
 from .store.search_index import run_indexer
@@ -189,6 +194,11 @@ class Host:
                     await base.start(self.console.run)
                 if self.sharing is not None:  # registered before any connector asks for its lock
                     await base.start(self.sharing.run)
+                    await base.start(partial(
+                        serve_shared_outbox, self.sharing.listen, self.outbox_senders, self.store, self.writer,
+                        self.owned_anywhere, {agent.name: agent.publish_max_age_s for agent in self.config.agents}))
+                    if self.config.agents:  # peer entries any host queued for this host's agents
+                        await self.sharing.listen(PEER_CHANNEL, self.agents.peers.heard)
                 base.start_soon(self.status_line.run, self.notifier, self.connectors,
                                 None if self.sharing is None else self.sharing.is_standby)
                 if self.metrics is not None and listener is not None:
@@ -223,6 +233,11 @@ class Host:
             self.close_events()
         log.info("host.stopped", **self.writer.stats)
 
+    async def owned_anywhere(self) -> set[str]:
+        """The connectors some live host sharing the store owns now, this one's included."""
+        assert self.sharing is not None
+        return {name for host in await self.sharing.live_hosts() for name in host.connectors} | set(self.sharing.owned)
+
     async def _index_when_ready(self) -> None:
         """The search index follows the items off the ack path, from once every connector's first start is done:
         a store migrated with items in it is indexed in the background, never before a connector is served
@@ -256,11 +271,13 @@ class Host:
         with anyio.CancelScope() as scope:
             self._running[spec.name] = (scope, ended)
             try:
-                if self.sharing is not None and not await self.sharing.try_own(spec.name):
-                    task_status.started()  # on standby: READY=1 does not wait for another host's connector
-                    task_status = anyio.TASK_STATUS_IGNORED
-                    self.status_line.changed()  # counted as standby from own()'s first step on, not as starting
-                    await self.sharing.own(spec.name)
+                if self.sharing is not None:
+                    if not await self.sharing.try_own(spec.name):
+                        task_status.started()  # on standby: READY=1 does not wait for another host's connector
+                        task_status = anyio.TASK_STATUS_IGNORED
+                        self.status_line.changed()  # counted as standby from own()'s first step on, not as starting
+                        await self.sharing.own(spec.name)
+                    self.ingest.reseed_quota(spec.name)  # another host may have counted since this one last did
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.outbox_senders[spec.name].run)  # it waits for its connector to be ready
                     await tg.start(partial(supervise, handle=self.connectors[spec.name], launcher=self.launcher),
@@ -363,6 +380,7 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     `feed_format`: how the console's live feed reads (mcplhost/dev.py's lines, which the CLI passes); needed
     when `[console] listen` is set, with `console_token` (mcplhost/console/component.py `console_token`).
     `launcher`: how connectors start and stop (supervisor/process.py; child processes unless a test says otherwise).
+    `sharing`: this host's part in a shared store (None: one host).
     """
     if config.agents and events is not None:
         raise HostStateError("stored events have one consumer; this host's agents take them")
@@ -391,7 +409,10 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
 
         handle = ConnectorHandle(spec, offered=offered, inference=inference, hooks=hooks,
                                  on_change=changed, suppressed=suppressed)
-        return handle, OutboxSender(store.outbox, writer, handle, max_age_s=max_age_s)
+        if sharing is None:
+            return handle, OutboxSender(store.outbox, writer, handle, max_age_s=max_age_s)
+        return handle, OutboxSender(store.outbox, writer, handle, max_age_s=max_age_s,
+                                    owned=partial(sharing.holds, spec.name))
 
     handles: dict[str, ConnectorHandle] = {}
     sender_of: dict[str, OutboxSender] = {}
@@ -400,7 +421,8 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
     senders = MappingProxyType(sender_of)
     connectors = MappingProxyType(handles)
     agents = build_agents(config, store, writer, connectors, outbox=senders, hooks=hooks, timings=timings,
-                          sharing=sharing)
+                          sharing=sharing,
+                          elsewhere=None if sharing is None else partial(_elsewhere, sharing, connectors))
     metrics = None if timings is None else Metrics(
         outbox=store.outbox, turns=store.turns, secrets=store.secrets, connectors=connectors, ingest=ingest, outbox_senders=senders,
         peer_admissions=lambda: agents.peers.admissions, suppressed=suppressed, timings=timings)
@@ -419,6 +441,11 @@ def build_host(config: Config, store: Store, *, notifier: Notifier | None = None
                 control=control, status_line=status_line,
                 agent_events=agent_events, events=events, metrics=metrics, new_connector=new_connector,
                 handles=handles, senders=sender_of, console=console, launcher=launcher, sharing=sharing)
+
+
+def _elsewhere(sharing: Sharing, connectors: Mapping[str, ConnectorHandle], name: str) -> bool:
+    """Whether another host runs connector `name`: this one is not configured for it, or stands by for it."""
+    return name not in connectors or sharing.is_standby(name)
 
 
 def _both(first: Callable[[list[NewItem]], None] | None,

@@ -394,6 +394,8 @@ class AgentsRuntime:
                 if self.deps.acknowledger is not None:
                     tg.start_soon(self.deps.acknowledger.run, name="acknowledge")
                 tg.start_soon(self.decisions.run, name="wake decisions")
+                if self.peers.shared:  # entries other hosts queued for this host's agents (peers/service.py)
+                    tg.start_soon(self.peers.deliver_shared, self._running.wake, name="peers across hosts")
                 for name, runner in self.runners.items():
                     tg.start_soon(partial(self._run_runner, runner, owned=name in owned), name=f"agent {name}")
                 self._running.serving = True

@@ -14,6 +14,8 @@ would build; an agent it does not name gets the config's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
+from functools import partial
 
 from mcplhost.agents.agent_loop import Running
 from mcplhost.agents.backends.moderator import make_moderator
@@ -35,15 +37,26 @@ from mcplhost.store.hosts import Sharing
 from mcplhost.store.writer import GroupWriter
 
 
+def _owns_agent(sharing: Sharing, name: str) -> bool:
+    return name in sharing.agents
+
+
 def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Mapping[str, AgentConnector], *,
                  backends: Mapping[str, Backend] | None = None, clock_ms: Callable[[], int] = now_ms,
                  outbox: Mapping[str, OutboxSender] | None = None, hooks: HookState | None = None,
-                 timings: TurnTimings | None = None, sharing: Sharing | None = None) -> AgentsRuntime:
+                 timings: TurnTimings | None = None, sharing: Sharing | None = None,
+                 elsewhere: Callable[[str], bool] | None = None) -> AgentsRuntime:
     """The runtime of `config.agents` over the host's store, writer and connectors, every shared part built.
 
-    `sharing`: this host's part in a shared PostgreSQL store (store/hosts.py), when it has one."""
+    `sharing`: this host's part in a shared PostgreSQL store (store/hosts.py), when it has one; the peers
+    deliver only to the agents it owns (peers/service.py). `elsewhere`: whether another host runs a
+    connector (speech/routing.py `elsewhere_view`).
+    """
+    shared = sharing is not None
+    is_local_agent = None if sharing is None else partial(_owns_agent, sharing)
     running = Running()
-    peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms)
+    peers = PeerService(config.agents, store, writer, activity=running, clock_ms=clock_ms, shared=shared,
+                        is_local_agent=is_local_agent)
     deps = TurnDeps(
         store=store, writer=writer, handles=handles,
         rows=RowCache(store.items, CONTEXT_ROWS),  # one for every agent: everyone's rows are the same rows
@@ -54,6 +67,8 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
         moderator=make_moderator(config.moderation, withheld=frozenset(name for _, name in api_key_places(config))),
         acknowledger=Acknowledger(handles),  # one for every agent: -32601 is remembered per connector
     )
+    if elsewhere is not None:
+        deps = replace(deps, elsewhere=elsewhere)
     given = backends or {}
     built = {agent.name: given.get(agent.name) or build_backend(f"agents[{i}].backend", agent.backend)
              for i, agent in enumerate(config.agents)}

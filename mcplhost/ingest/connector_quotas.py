@@ -3,7 +3,8 @@
 docs/operations.md#quotas. `ConnectorQuotas` holds one `ConnectorQuota` per
 connector heard from, seeded from the store the first time (a restart resets
 nothing; a concurrent first request waits for that seed rather than reserve
-before it); `ConnectorQuota` reserves, refuses and gives back, and logs a
+before it) and again after `forget` (a host taking the connector over from
+another on a shared store: the counts in the store are both hosts'); `ConnectorQuota` reserves, refuses and gives back, and logs a
 spell's start and end. The rules themselves are ingest/quotas.py's.
 """
 
@@ -115,6 +116,15 @@ class ConnectorQuotas:
             del self._loading[server_id]
             loading.set()
         return quota
+
+    def forget(self, server_id: str) -> None:
+        """Drop the connector's hour (not its limits): its next request seeds it from the store again.
+
+        On a store hosts share, the hour a host counted is stale once another host ran the connector
+        (docs/operations.md#quotas): the host that takes a connector over forgets it first. Refusal
+        counts and a spell in progress go with it (they are this host's, since it took the connector).
+        """
+        self._quotas.pop(server_id, None)
 
     def set_limits(self, limits: Mapping[str, QuotaLimits]) -> None:
         """New per-connector limits (a reload): they apply to the next item; the hour's counts are kept."""

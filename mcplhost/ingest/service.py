@@ -274,6 +274,10 @@ class Ingest:
         """New per-connector limits (a reload): they apply to the next item; the hour's counts are kept."""
         self._quotas.set_limits(quotas)
 
+    def reseed_quota(self, server_id: str) -> None:
+        """This host takes the connector over (a shared store): its next item re-reads the hour from the store."""
+        self._quotas.forget(server_id)
+
     async def _reserve_messages(self, server_id: str, quota: ConnectorQuota, now: int,
                                 messages: list[AdmittedMessage], outcomes: list[Processed | Rejected | QuotaRefusal],
                                 sizes: dict[int, int]) -> dict[int, tuple[int, bool]]:

@@ -31,6 +31,15 @@ every entry still queued is delivered the same way.
 The windows, the duplicate window and the consecutive-wake count are kept
 in memory for speed and in SQLite for truth: the throttles are reloaded
 from the sends of the last LONGEST_WINDOW_MS, the counts from their table.
+
+Hosts sharing a PostgreSQL store (`shared=True`, docs/peers.md#across-hosts):
+admission reads the target's sends, queue and wake count from the store
+(`store.peers.to_target`, one read per send), so a limit holds whichever
+hosts the senders run on. A target this host does not run
+(`is_local_agent` False) is always `queued`: the host that runs it delivers
+the entry, told by the store's notification (`heard`) or finding it every
+SHARED_DELIVERY_POLL_S (`deliver_shared`), when the target is idle; a busy
+target takes it at its tool boundary or turn end as always.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ import structlog
 from msgspec import UNSET
 
 from mcplhost.config import AgentConfig
-from mcplhost.peers.admission import Throttles, text_key
+from mcplhost.peers.admission import Throttles, Verdict, text_key
 from mcplhost.peers.envelope import envelope, guidance
 from mcplhost.peers.limits import LONGEST_WINDOW_MS, MESSAGE_MAX_CHARS
 from mcplhost.peers.loops import Cause, next_count
@@ -64,6 +73,10 @@ DISPATCHES = ("tool-end", "turn-end")
 SEED_SENDS = 100_000
 #: Queued entries delivered per read (a target holds at most QUEUE_MAX peer entries, plus guidance).
 DELIVER_PAGE = 100
+#: On a shared store, one target's sends read per admission: its windows admit far fewer (peers/limits.py).
+TARGET_SENDS_READ = 1_000
+#: On a shared store, how often the entries queued for this host's idle agents are looked for anyway.
+SHARED_DELIVERY_POLL_S = 1.0
 
 
 class PeerRefusal(Exception):
@@ -81,8 +94,14 @@ class PeerService:
     """The host's peer messaging: one per host, shared by its agents."""
 
     def __init__(self, agents: Sequence[AgentConfig], store: PeerRepositories, writer: GroupWriter, *,
-                 activity: AgentActivity, clock_ms: Callable[[], int] = now_ms) -> None:
+                 activity: AgentActivity, clock_ms: Callable[[], int] = now_ms, shared: bool = False,
+                 is_local_agent: Callable[[str], bool] | None = None) -> None:
         self.store = store
+        #: Several hosts share the store: admission counts from the store, and `deliver_shared` runs.
+        self.shared = shared
+        #: Whether this host runs the agent (None: every configured agent; the agents' ownership says so once built).
+        self.is_local_agent = is_local_agent or _every_agent
+        self._heard = anyio.Event()
         self.writer = writer
         self.activity = activity
         self.clock_ms = clock_ms
@@ -112,7 +131,7 @@ class PeerService:
         self._wakes = dict(await self.store.peers.wake_counts())
         delivered: list[Stored] = []
         for target in await self.store.peers.queued_targets():
-            if target in self.tree:
+            if target in self.tree and self.is_local_agent(target):
                 rows = await self.deliver_queued(target)
                 log.info("peer.delivered_at_start", agent=target, messages=len(rows))
                 delivered += rows
@@ -151,15 +170,15 @@ class PeerService:
         if len(message) > MESSAGE_MAX_CHARS:
             return Sent({"status": "refused", "target": target, "reason": "too_long"})
         async with self._locks[target]:
-            state = self.activity.activity(target)
+            # Another host's agent: that host delivers it, idle or busy (this one cannot know which).
+            state = self.activity.activity(target) if self.is_local_agent(target) else "busy"
             if state == "inactive":
                 return Sent({"status": "not_active", "target": target})
             guided = relation == "descendant"  # an ancestor's guidance: exempt from the throttles
             key = text_key(message)
             at = self.clock_ms()
             if not guided:
-                verdict = self.throttles.check(sender, target, key, at, queued=self._queued.get(target, 0),
-                                               consecutive_wakes=self.consecutive_wakes(target))
+                verdict = await self._check(sender, target, key, at)
                 if verdict.status == "rate_limited":
                     return Sent({"status": "rate_limited", "target": target, "retryAfterMs": verdict.retry_after_ms})
                 if verdict.status == "refused":
@@ -181,6 +200,17 @@ class PeerService:
                 # The row as the store holds it (EnqueuePeerMessage named its entry), not built a second time.
                 delivered = Stored(written.item_id, with_entry_id(row, written.entry_id))
             return Sent({"status": status, "target": target}, delivered)
+
+    async def _check(self, sender: str, target: str, key: str, at: int) -> Verdict:
+        """The throttles' verdict: from this host's memory, or on a shared store from the store's counts."""
+        if not self.shared:
+            return self.throttles.check(sender, target, key, at, queued=self._queued.get(target, 0),
+                                        consecutive_wakes=self.consecutive_wakes(target))
+        counts = await self.store.peers.to_target(target, at - LONGEST_WINDOW_MS, limit=TARGET_SENDS_READ)
+        throttles = Throttles()  # every host's sends to the target: the windows hold across hosts
+        throttles.seed((s.sender, s.target, s.text_key, s.created_at) for s in counts.sends)
+        return throttles.check(sender, target, key, at, queued=counts.queued,
+                               consecutive_wakes=counts.consecutive_wakes)
 
     # --- delivery ----------------------------------------------------------------------
 
@@ -243,6 +273,33 @@ class PeerService:
                 _log_delivered(entry, item_id, in_turn=turn_id is not None)
         return stored
 
+    # --- across hosts (a shared store) ------------------------------------------------------
+
+    def heard(self, target: str) -> None:
+        """The store says entries were queued for `target` (on any host): look at this host's queues now."""
+        if target in self._locks and self.is_local_agent(target):
+            self._heard.set()
+
+    async def deliver_shared(self, wake: Callable[[Stored], None], *,
+                             poll_s: float = SHARED_DELIVERY_POLL_S) -> None:
+        """Until cancelled: deliver what waits for this host's idle agents, queued by any host; `wake` each row.
+
+        Woken by `heard`, and every `poll_s` anyway, so a lost notification only delays a delivery.
+        A failed look (the store) is logged and tried again at the next.
+        """
+        while True:
+            with anyio.move_on_after(poll_s):
+                await self._heard.wait()
+            self._heard = anyio.Event()
+            try:
+                for target in await self.store.peers.queued_targets():
+                    if target in self._locks and self.is_local_agent(target) \
+                            and self.activity.activity(target) == "idle":
+                        for row in await self.deliver_queued(target):
+                            wake(row)
+            except Exception:  # the boundary: the entries stay queued for the next look
+                log.error("peer.shared_delivery_failed", exc_info=True)
+
     # --- the loop breaker --------------------------------------------------------------
 
     def consecutive_wakes(self, agent: str) -> int:
@@ -267,6 +324,10 @@ class PeerService:
 def _log_delivered(entry: PeerEntry | QueuedPeerMessage, item_id: int, *, in_turn: bool) -> None:
     log.info("peer.delivered", agent=entry.target, sender=entry.sender, relationship=entry.relationship,
              item=item_id, in_turn=in_turn)
+
+
+def _every_agent(_name: str) -> bool:
+    return True
 
 
 def default_dispatch(relation: Relation) -> str:

@@ -38,12 +38,23 @@ cannot hold its connector's queue for good. Cancellation passes through.
 A failed row stores a `failed-reply` notice for its agent (an agent row:
 it wakes no one), built by the store's notice builder (store/own_rows.py),
 the one the agents' notices are built by.
+
+Hosts sharing a PostgreSQL store (docs/operations.md#several-hosts-on-one-store):
+a sender runs only on the host that owns its connector (host.py starts it once
+the ownership lock is held), so the owner alone sends the connector's rows,
+whichever host's agent queued them. It learns of rows queued elsewhere by the
+store's notification (store/outbox.py PUBLISH_CHANNEL) and, should one be
+lost, from the host's look at the queue every SHARED_POLL_S: either way the
+host calls `notify()` (speech/shared.py).
+Before each try it asks `owned()` (store/hosts.py `Sharing.holds`): a host
+whose session the server ended, its lock free for a standby, sends nothing
+more and stops at its next heartbeat.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 import structlog
@@ -90,10 +101,35 @@ CHANNEL_POLL_S = 0.1
 SENDER_RESTART = RetryRules(first_s=1.0, max_s=60.0)
 #: A row whose try ends in an unexpected exception this many times in a row fails, so it cannot stop the queue.
 CRASHES_PER_ROW = 3
+#: On a shared store, how often the host looks for pending rows anyway (speech/shared.py): a lost notification
+#: only delays a row; also how long a sender whose host lost the connector's lock holds a row.
+SHARED_POLL_S = 1.0
+
+
+#: Why a row too old to send failed (its error and its notice's words).
+TOO_OLD = "it waited longer than publish_max_age_s"
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def expire_pending(outbox: Outbox, server_id: str, max_age_s: Mapping[str, float],
+                         clock_ms: Callable[[], int], fail: Callable[[PendingPublish], Awaitable[None]]) -> int:
+    """`fail` every pending row of `server_id` older than its agent's publish_max_age_s; how many.
+
+    Reads the oldest first, a page at a time, until a page holds a row young enough to keep.
+    """
+    failed = 0
+    while True:
+        rows = await outbox.pending(server_id, limit=PENDING_PAGE)
+        now = clock_ms()
+        stale = [row for row in rows if too_old(row.created_at, now, max_age_s.get(row.agent, DEFAULT_MAX_AGE_S))]
+        for row in stale:
+            await fail(row)
+        failed += len(stale)
+        if len(stale) < PENDING_PAGE:
+            return failed
 
 
 def publish_params(row: PendingPublish) -> JsonObject:
@@ -123,7 +159,8 @@ class OutboxSender:
     def __init__(self, outbox: Outbox, writer: GroupWriter, handle: OutboxPort, *, max_age_s: Mapping[str, float] | None = None,
                  rules: RetryRules = RetryRules(), clock_ms: Callable[[], int] = now_ms,
                  age_check_s: float = AGE_CHECK_S, restart_rules: RetryRules = SENDER_RESTART,
-                 channel_grace_s: float = CHANNEL_GRACE_S) -> None:
+                 channel_grace_s: float = CHANNEL_GRACE_S, owned: Callable[[], Awaitable[bool]] | None = None,
+                 ) -> None:
         self.outbox = outbox
         self.writer = writer
         self.handle = handle
@@ -132,6 +169,7 @@ class OutboxSender:
         self.age_check_s = age_check_s
         self.restart_rules = restart_rules
         self.channel_grace_s = channel_grace_s
+        self.owned = owned  # None: one host; else asked before each try whether this host still owns the connector
         self._max_age_s = dict(max_age_s or {})
         self.clock_ms = clock_ms
         self._wake = anyio.Event()
@@ -210,21 +248,11 @@ class OutboxSender:
         return False
 
     async def expire_old(self) -> int:
-        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many.
+        """Fail, unsent and with a notice, every pending row older than its agent's publish_max_age_s; how many."""
+        return await expire_pending(self.outbox, self.server_id, self._max_age_s, self.clock_ms, self._expire)
 
-        Reads the oldest first, a page at a time, until a page holds a row young enough to keep.
-        """
-        failed = 0
-        while True:
-            rows = await self.outbox.pending(self.server_id, limit=PENDING_PAGE)
-            now = self.clock_ms()
-            stale = [row for row in rows if too_old(row.created_at, now, self._max_age_s.get(row.agent,
-                                                                                             DEFAULT_MAX_AGE_S))]
-            for row in stale:
-                await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
-            failed += len(stale)
-            if len(stale) < PENDING_PAGE:
-                return failed
+    async def _expire(self, row: PendingPublish) -> None:
+        await self._fail(row, TOO_OLD, attempted=False)
 
     async def deliver_due(self) -> int | None:
         """One pass over the pending rows: 0 when any row ended, else the earliest retry time (None: no retry due).
@@ -252,7 +280,7 @@ class OutboxSender:
                 continue  # in order per channel: behind a row that waits
             now = self.clock_ms()
             if too_old(row.created_at, now, self._max_age_s.get(row.agent, DEFAULT_MAX_AGE_S)):
-                await self._fail(row, "it waited longer than publish_max_age_s", attempted=False)
+                await self._fail(row, TOO_OLD, attempted=False)
                 ended = True
                 continue
             if row.next_attempt_at > now:
@@ -283,6 +311,9 @@ class OutboxSender:
         if not await self.outbox.is_pending(row.id):  # ended since it was read (a stop failed it)
             log.info("outbox.no_longer_pending", connector=self.server_id, outbox_id=row.id)
             return None
+        if self.owned is not None and not await self.owned():  # the lock is gone: another host may send it
+            log.warning("outbox.not_owned", connector=self.server_id, outbox_id=row.id)
+            return self.clock_ms() + round(SHARED_POLL_S * 1000)
         started = self.clock_ms()
         try:
             raw = await self.handle.request(PUBLISH_METHOD, publish_params(row), result_type=Raw)

@@ -27,7 +27,7 @@ Decisions of our own, kept here so they have one home:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -177,6 +177,24 @@ def channel_views(handles: Mapping[str, ChannelListing] | Iterable[ChannelListin
             views.append(ChannelView(server_id=handle.name, channel_id=channel.id, label=channel.label,
                                      direction=channel.direction, publishable=refusal is None, refusal=refusal))
     return views
+
+
+def elsewhere_view(default: Route, views: Sequence[ChannelView], hears: Sequence[str] | None,
+                   elsewhere: Callable[[str], bool]) -> list[ChannelView]:
+    """The wake's own conversation as a view, when its connector runs on another host sharing the store.
+
+    This host has none of that connector's registrations, so the channel is taken as publishable here
+    and its owner checks grant, registration and direction at send time (speech/outbox.py), failing
+    the row with a notice if it may not (docs/operations.md#several-hosts-on-one-store). Only the wake's
+    conversation, and only if the agent hears it: a pin cannot name another host's other channels.
+    """
+    if not isinstance(default, Destination) or not elsewhere(default.server_id) \
+            or not _hears_channel(hears, default.server_id, default.channel_id):
+        return []
+    if any(v.server_id == default.server_id and v.channel_id == default.channel_id for v in views):
+        return []
+    return [ChannelView(server_id=default.server_id, channel_id=default.channel_id, label=None,
+                        direction="bidirectional", publishable=True)]
 
 
 # --------------------------------------------------------------------------- destinations

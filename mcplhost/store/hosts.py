@@ -183,6 +183,20 @@ class Sharing:
         """The live host (other than this one) that lists `name` as its own, if any."""
         return owner_in(await self.live_hosts(), name, kind=kind, besides=self.identity.name)
 
+    async def holds(self, connector: str) -> bool:
+        """Whether this host holds `connector`'s lock now: taken here, and its session still open (one round trip).
+
+        The outbox sender asks before each publish (speech/outbox.py), so a host whose session the
+        server ended (its locks gone, perhaps to a standby) sends nothing more before it stops.
+        """
+        if connector not in self.owned:
+            return False
+        try:
+            await self._fetch("SELECT 1", ())
+        except StoreError:  # the session is gone, its locks with it: `run` stops the host
+            return False
+        return True
+
     async def _beat(self) -> None:
         me = self.identity
         await self._execute(

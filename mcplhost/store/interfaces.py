@@ -26,7 +26,7 @@ from mcplhost.store.cursors import CursorMove
 from mcplhost.store.decisions import WakeDecision
 from mcplhost.store.items import ItemRow, ItemWritten, NewItem, StoredItem
 from mcplhost.store.outbox import OutboxEntry, OutboxRow, PendingPublish
-from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage
+from mcplhost.store.peers import PeerEntry, PeerRow, PeerSend, QueuedPeerMessage, TargetCounts
 from mcplhost.store.pushes import ClaimOutcome, PushClaim
 from mcplhost.store.quotas import QuotaCharge, QuotaUsage
 from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
@@ -136,6 +136,8 @@ class Outbox(Protocol):
 
     async def is_pending(self, outbox_id: int) -> bool: ...
 
+    async def pending_connectors(self) -> builtins.list[str]: ...
+
     async def get(self, outbox_id: int) -> OutboxRow | None: ...
 
     async def count(self, state: str = "pending") -> int: ...
@@ -169,6 +171,8 @@ class Peers(Protocol):
     async def queued_targets(self) -> builtins.list[str]: ...
 
     async def recent_sends(self, since_ms: int, *, limit: int) -> builtins.list[PeerSend]: ...
+
+    async def to_target(self, target: str, since_ms: int, *, limit: int) -> TargetCounts: ...
 
     async def set_wake_counts_nocommit(self, counts: Sequence[tuple[str, int, int]]) -> None: ...
 

@@ -14,6 +14,13 @@ Echo suppression asks `recent_delivered(server, channel, messageId)`: a
 bounded in-memory window of recent deliveries, fed by the sender after each
 commit and seeded from the table at start (`load_recent_delivered`: the
 deliveries of the last ECHO_WINDOW_MS), so it also holds after a restart.
+
+Hosts sharing a PostgreSQL store (docs/operations.md#several-hosts-on-one-store):
+a row is sent by the host that owns its connector, whichever host's agent
+wrote it. The transaction that queues rows also says so on the PUBLISH_CHANNEL
+notification channel, once per connector, with the connector's name as the
+payload; PostgreSQL delivers it at commit, to every host listening. SQLite
+has one daemon and no notification: its turn wakes its own sender.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import msgspec
 
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import POSTGRESQL, Connections
 
 #: A row's states, as exported.
 STATES = ("pending", "delivered", "failed")
@@ -42,6 +49,8 @@ RECENT_WINDOW_ROWS = 10_000
 READ_PAGE_SIZE = 1000
 #: Longest error text kept with a row.
 LAST_ERROR_MAX_CHARS = 500
+#: The PostgreSQL notification channel on which a commit that queued rows names their connector.
+PUBLISH_CHANNEL = "mcplhost_outbox"
 
 _encoder = msgspec.json.Encoder()
 _COLUMNS = ("id, agent, turn_id, server_id, channel_id, thread_id, state, attempts, message_id, last_error,"
@@ -125,6 +134,9 @@ class OutboxRepository:
                 (e.agent, e.turn_id, e.server_id, e.channel_id, e.thread_id, e.conversation_id, e.text,
                  e.created_at))
             ids.append(next(iter(rows))[0])
+        if conn.engine == POSTGRESQL:  # delivered at commit: the connector's owner looks at its queue then
+            for server_id in dict.fromkeys(e.server_id for e in entries):
+                await conn.fetch("SELECT pg_notify(?, ?)", (PUBLISH_CHANNEL, server_id))
         return ids
 
     async def attempt_many_nocommit(self, attempts: Sequence[tuple[int, int, int, str]]) -> None:
@@ -194,6 +206,12 @@ class OutboxRepository:
         async with self._connections.read() as conn:
             rows = await conn.fetch(query, arguments)
         return [PendingPublish(*row) for row in rows]
+
+    async def pending_connectors(self) -> builtins.list[str]:
+        """The connectors that have pending rows, by name (the partial index of pending rows answers it)."""
+        async with self._connections.read() as conn:
+            rows = await conn.fetch("SELECT DISTINCT server_id FROM outbox WHERE state = 'pending' ORDER BY server_id")
+        return [row[0] for row in rows]
 
     async def get(self, outbox_id: int) -> OutboxRow | None:
         async with self._connections.read() as conn:

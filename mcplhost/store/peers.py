@@ -17,6 +17,12 @@ them as arguments and holds none.
 Writes are validated when their value is built (`PeerEntry`), in the
 caller's task: a bad value never reaches a group commit, where it would fail
 the other writes sharing the transaction.
+
+Hosts sharing a PostgreSQL store (docs/peers.md#across-hosts): the commit
+that queues entries names each target on the PEER_CHANNEL notification
+channel, so the host that runs the target delivers them; `to_target` reads
+one target's guard counts from the table, so every host's admission counts
+every host's sends.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Literal, get_args
 
 import msgspec
 
-from mcplhost.store.connection import Connections
+from mcplhost.store.connection import POSTGRESQL, Connections
 from mcplhost.store.items import NewItem
 
 #: The sender's relation to the target: `ancestor` is guidance (from above), the others are peer messages.
@@ -36,6 +42,8 @@ PeerRelationship = Literal["ancestor", "sibling", "descendant"]
 RELATIONSHIPS: tuple[PeerRelationship, ...] = get_args(PeerRelationship)
 #: Guidance: exempt from the throttles and the queue cap.
 GUIDANCE = "ancestor"
+#: The PostgreSQL notification channel on which a commit that queued entries names their target.
+PEER_CHANNEL = "mcplhost_peers"
 #: When a queued message is handed over: at the target's next tool boundary, or at its turn end.
 DISPATCHES = ("tool-end", "turn-end")
 #: What the sender was answered for a stored message (refusals are never stored).
@@ -101,6 +109,14 @@ class PeerSend(msgspec.Struct, frozen=True):
     created_at: int  # epoch ms
 
 
+class TargetCounts(msgspec.Struct, frozen=True):
+    """One target's guard counts as the store holds them, for admission on a shared store."""
+
+    sends: list[PeerSend]  # its admitted non-guidance sends since the asked time, oldest first
+    queued: int  # its queued entries that count toward the queue cap (guidance does not)
+    consecutive_wakes: int
+
+
 class PeerRow(msgspec.Struct, frozen=True, rename="camel"):
     """An entry as recorded; fields it lacks (a queued entry's delivery) are null."""
 
@@ -132,6 +148,9 @@ class PeerRepository:
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (e.sender, e.target, e.relationship, e.dispatch, e.text, e.text_key, e.status, e.created_at))
             ids.append(next(iter(rows))[0])
+        if conn.engine == POSTGRESQL:  # delivered at commit: the host that runs the target delivers them
+            for target in dict.fromkeys(e.target for e in entries if e.status == "queued"):
+                await conn.fetch("SELECT pg_notify(?, ?)", (PEER_CHANNEL, target))
         return ids
 
     async def deliver_many_nocommit(self, deliveries: Sequence[tuple[int, int | None, int]]) -> builtins.list[bool]:
@@ -195,6 +214,21 @@ class PeerRepository:
                 " WHERE created_at >= ? AND relationship != ? ORDER BY created_at DESC, id DESC LIMIT ?",
                 (since_ms, GUIDANCE, limit))
         return [PeerSend(*row) for row in reversed(builtins.list(rows))]
+
+    async def to_target(self, target: str, since_ms: int, *, limit: int) -> TargetCounts:
+        """`target`'s guard counts: its sends since `since_ms` (the newest `limit`), its queue, its wake count."""
+        _check_limit(limit)
+        async with self._connections.read() as conn:
+            sends = await conn.fetch(
+                "SELECT sender, target, text_key, created_at FROM peer_messages"
+                " WHERE target = ? AND created_at >= ? AND relationship != ? ORDER BY created_at DESC, id DESC LIMIT ?",
+                (target, since_ms, GUIDANCE, limit))
+            ((queued,),) = await conn.fetch(
+                "SELECT count(*) FROM peer_messages WHERE target = ? AND state = 'queued' AND relationship != ?",
+                (target, GUIDANCE))
+            wakes = await conn.fetch("SELECT consecutive FROM peer_wake_counts WHERE agent = ?", (target,))
+        return TargetCounts(sends=[PeerSend(*row) for row in reversed(builtins.list(sends))], queued=int(queued),
+                            consecutive_wakes=int(next((w for (w,) in wakes), 0)))
 
     async def set_wake_counts_nocommit(self, counts: Sequence[tuple[str, int, int]]) -> None:
         """Record each agent's consecutive peer-started turns: (agent, consecutive, at), replacing the last."""

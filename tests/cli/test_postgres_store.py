@@ -18,7 +18,10 @@ from mcplhost.control.responder import ControlService
 from mcplhost.store import open_store
 from mcplhost.store.writer import GroupWriter
 
+from ..builders import incoming, message, register
+from ..harness import record
 from ..postgres import PostgresDatabase
+from ..speech.test_outbox import DELIVERED
 from .pg_refusing import refusing_server
 from .support import cli, cli_process, daemon, scripted_connector, toml_table
 
@@ -162,6 +165,33 @@ class TestRun:
                     ("mcp_only", True, False)]
                 # A said no goodbye, but its session ended with it: it is no longer listed
                 assert [(h["name"], h["connectors"]) for h in status["hosts"]] == [("b", ["chat"])]
+
+    async def test_a_mention_through_one_hosts_connector_is_answered_by_an_agent_the_other_runs_through_it(
+            self, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+        """Two `run`s with different parts: A runs connector `chat`, B runs agent `scout`. A message through A's
+        connector wakes scout on B (a notification), and scout's reply is sent by A, through `chat`."""
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+        manifest = {"version": "0.5", "channels": {"register": True, "incoming": True, "publish": True},
+                    "featureSets": {"chat": {"description": "chat",
+                                             "uses": ["channels.register", "channels.incoming", "channels.publish"]}}}
+        script = {"manifest": manifest, "handlers": {"channels/publish": DELIVERED},
+                  "steps": [register("room"), incoming(message("room", body="@scout anyone there?"))]}
+        connector = toml_table("[[connectors]]", scripted_connector(
+            "chat", script, tmp_path / "a", grant=["channels.register", "channels.incoming", "channels.publish"]))
+        head = f'[store]\nurl = "{postgres_db.url}"\npool_size = 2\n[host]\nname = '
+        (tmp_path / "a" / "mcplhost.toml").write_text(f'{head}"a"\n\n{connector}')
+        (tmp_path / "b" / "mcplhost.toml").write_text(
+            f'{head}"b"\n\n[[agents]]\nname = "scout"\nwake_on = ["all"]\n'
+            f'[agents.backend]\nkind = "scripted"\nscript = ["hello from b"]\n')
+        async with daemon(tmp_path / "b" / "mcplhost.toml", tmp_path) as b:
+            await b.wait_event("host.ready")  # scout's cursor is set before A stores anything
+            async with daemon(tmp_path / "a" / "mcplhost.toml", tmp_path) as a:
+                await a.wait_event("outbox.delivered", timeout=30, connector="chat", agent="scout")
+                (sent,) = [m for m in record(tmp_path / "a", "chat").received if m.get("method") == "channels/publish"]
+                assert sent["params"]["channelId"] == "room"
+                assert sent["params"]["content"] == [{"type": "text", "text": "hello from b"}]
+                await b.wait_event("speech.queued", agent="scout", connector="chat")
 
 
 @pytest.fixture(autouse=True)

@@ -114,6 +114,29 @@ class TestDelivery:
             oid = await queue(host, "early")
             assert (await ended(host.writer.store, oid)).state == "delivered"
 
+    async def test_a_sender_whose_host_no_longer_owns_the_connector_holds_its_rows_unsent(self, tmp_path: Path):
+        """On a shared store the sender asks before each try whether its host still owns the connector: when not,
+        the row stays pending, no try counted, nothing written to the connector; an owner's sender sends it."""
+        async with memory_host(config_with(tmp_path, connector(tmp_path, {"channels/publish": DELIVERED}))) as host:
+            handle = host.connectors["disc"]
+            await wait_for(lambda: handle.channel("room") is not None)
+            speech, entry = publish_entry("whose?")
+            oid = (await host.writer.write(PublishSpeech(speech, [entry]))).outbox_ids[0]  # no notify(): ours alone
+
+            async def lost() -> bool:
+                return False
+
+            async def held() -> bool:
+                return True
+
+            retry_at = await OutboxSender(host.store.outbox, host.writer, handle, owned=lost).deliver_due()
+            row = await host.store.outbox.get(oid)
+            assert (row.state, row.attempts) == ("pending", 0) and retry_at is not None and retry_at > now_ms()
+            assert publishes(tmp_path) == []
+            await OutboxSender(host.store.outbox, host.writer, handle, owned=held).deliver_due()
+            assert (await host.store.outbox.get(oid)).state == "delivered"
+        assert len(publishes(tmp_path)) == 1
+
 
 class TestFailure:
     @pytest.mark.parametrize("code", [-32017, -32023, -32602, -32002])

@@ -19,6 +19,7 @@ from mcplhost.speech.routing import (
     Undecided,
     channel_views,
     default_destination,
+    elsewhere_view,
     permit,
     resolve,
     route_after,
@@ -315,3 +316,26 @@ def test_a_pin_holds_for_the_turns_later_prose() -> None:
     assert refused == Refused(reason="inbound_only", target=Destination(server_id="a", channel_id="in"))
     [later] = route_prose("closing words", refused, views, published_default=False)
     assert later.destination is None and later.reason == "inbound_only" and later.target == refused.target
+
+
+class TestElsewhere:
+    """A shared store: the wake's conversation on a connector another host runs (speech/routing.py elsewhere_view)."""
+
+    HOME = Destination(server_id="chat", channel_id="room", thread_id="t")
+
+    def test_the_wakes_conversation_on_another_hosts_connector_is_routed_there(self) -> None:
+        views = elsewhere_view(self.HOME, [], ["chat"], lambda name: name == "chat")
+        assert route_prose("hello", self.HOME, views, published_default=False) == [
+            Segment(text="hello", destination=self.HOME)]
+        assert resolve("chat/room", views) == Destination(server_id="chat", channel_id="room", thread_id=None)
+
+    def test_a_channel_the_agent_does_not_hear_or_a_connector_run_here_adds_nothing(self) -> None:
+        assert elsewhere_view(self.HOME, [], ["chat/other"], lambda _name: True) == []
+        assert elsewhere_view(self.HOME, [], None, lambda _name: False) == []
+        assert elsewhere_view(Undecided(reason="several"), [], None, lambda _name: True) == []
+        (segment,) = route_prose("hello", self.HOME, [], published_default=False)
+        assert segment.destination is None and segment.reason == "unknown"  # one host: unregistered is a draft
+
+    def test_a_view_this_host_has_already_is_kept_as_it_is(self) -> None:
+        refused = [view("chat", "room", refusal="inbound")]
+        assert elsewhere_view(self.HOME, refused, None, lambda _name: True) == []

@@ -109,6 +109,9 @@ class TestReading:
         assert [p.id for p in await store.outbox.pending("discord", limit=10)] == [last]
         assert [r.id for r in await store.outbox.list(state="delivered")] == [first]
         assert await store.outbox.count("pending") == 2
+        assert await store.outbox.pending_connectors() == ["discord", "zulip"]
+        await with_writer(store, EndPublish(last, "failed", T0, error="x"))
+        assert await store.outbox.pending_connectors() == ["zulip"]  # a connector with none pending is not named
 
     async def test_pending_per_channel_takes_every_channels_oldest_first_and_keeps_channel_order(self, store):
         """With per_channel, a long channel gives up its place: each channel's heads come first, in id order."""

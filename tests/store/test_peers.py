@@ -228,6 +228,19 @@ class TestReads:
         assert [s.text_key for s in await store.peers.recent_sends(T0, limit=2)] == [key("mid"), key("late")]
         assert await store.peers.recent_sends(T0 + 4, limit=10) == []
 
+    async def test_one_targets_counts_for_admission_across_hosts(self, store):
+        """to_target: the target's own sends since the cut (guidance aside), its queue (guidance aside), its wakes."""
+        ids = await enqueue(store, entry("old", at=T0 - 1), entry("edge", at=T0), entry("g", relationship="ancestor",
+                                                                                          at=T0 + 1),
+                            entry("other", at=T0 + 3, target="editor"), entry("mid", at=T0 + 2))
+        await with_writer(store, DeliverPeerMessages([(ids[1], peer_row("edge"))], T0 + 4),
+                          SetPeerWakeCounts([("writer", 2, T0)]))
+        counts = await store.peers.to_target("writer", T0, limit=10)
+        assert [(s.text_key, s.created_at) for s in counts.sends] == [(key("edge"), T0), (key("mid"), T0 + 2)]
+        assert (counts.queued, counts.consecutive_wakes) == (2, 2)  # "old" and "mid"; the guidance is not counted
+        fresh = await store.peers.to_target("nobody", T0, limit=10)
+        assert (fresh.sends, fresh.queued, fresh.consecutive_wakes) == ([], 0, 0)
+
     async def test_iterate_and_get(self, store):
         ids = await enqueue(store, entry("a"), entry("b", target="editor"), entry("c"))
         assert [r.id for r in [r async for r in store.peers.iterate()]] == ids

@@ -44,6 +44,7 @@ from mcplhost.speech.routing import (
     Route,
     channel_views,
     default_destination,
+    elsewhere_view,
     resolve,
     route_after,
     route_prose,
@@ -90,7 +91,8 @@ class TurnSpeech:
 
     def views(self) -> list[ChannelView]:
         """The channels the agent hears, as routing sees them now (grant and registrations change)."""
-        return channel_views(self.deps.handles, self.agent.hears)
+        views = channel_views(self.deps.handles, self.agent.hears)
+        return views + elsewhere_view(self.default, views, self.agent.hears, self.deps.elsewhere)
 
     # --- prose ------------------------------------------------------------------------
 

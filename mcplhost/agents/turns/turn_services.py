@@ -82,6 +82,8 @@ class TurnDeps:
     moderator: Moderator | None = None
     #: The host's `channels/acknowledge` sender (agents/turns/acknowledge.py; None: a turn run on its own sends none).
     acknowledger: Acknowledger | None = None
+    #: Whether another host sharing the store runs the connector (speech/routing.py `elsewhere_view`); one host: never.
+    elsewhere: Callable[[str], bool] = field(default=lambda _name: False)
 
 
 @dataclass(kw_only=True)
