@@ -36,7 +36,7 @@ from mcplhost.config import (
 from mcplhost.errors import ConfigError
 from mcplhost.protocol.grants import unknown_grant_problem
 from mcplhost.rpc.framing import MAX_LINE_BYTES
-from mcplhost.rpc.session import DEFAULT_TIMEOUT_S
+from mcplhost.rpc.limits import DEFAULT_TIMEOUT_S
 from mcplhost.store.db import DEFAULT_SYNCHRONOUS
 
 #: A configuration setting every key, as README.md#configuration-reference describes them.
