@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,12 @@ from .postgres import postgres_db, postgres_server  # noqa: F401
 REPO = Path(__file__).resolve().parents[1]
 
 properties.load()
+
+# pytest keeps each test module's assertion-rewritten bytecode in __pycache__ only where bytecode may be
+# written; with PYTHONDONTWRITEBYTECODE set (as on the machines the suite runs on) every worker would parse,
+# rewrite and compile all ~280 test modules again on every run, about 10 s of CPU each. This process's own
+# imports write it from here on (the test modules are imported after this file); children keep the variable.
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config: pytest.Config) -> None:

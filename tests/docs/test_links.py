@@ -14,6 +14,7 @@ really has.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -47,6 +48,7 @@ OTHER_TEXT = [path for path in (REPO / "pyproject.toml", REPO / ".ci" / "run") i
 HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.M)
 
 
+@functools.cache  # read once a run: hundreds of files cite the same few pages
 def anchors(document: Path) -> set[str]:
     """The fragment ids GitHub gives the headings of a Markdown file (lowercase, punctuation dropped)."""
     text = FENCE.sub("", document.read_text(encoding="utf-8"))
@@ -204,6 +206,8 @@ def chains(text: str) -> list[re.Match[str]]:
 
 def bare_sections(text: str) -> list[str]:
     """Each `§N` that follows no document: "(§6)" could be any page's section six."""
+    if "§" not in text:
+        return []  # the chains' search is most of this check's time, and with no `§` none can be bare
     covered = {i for chain in chains(text) for i in range(chain.start(), chain.end())}
     return [text[i:i + 8].split("\n")[0] for i, c in enumerate(text) if c == "§" and i not in covered]
 
@@ -244,10 +248,12 @@ def page_of(name: str) -> Path:
     return path if path.exists() or "/" in name else REPO / "docs" / name
 
 
+@functools.cache
 def numbered_sections(page: Path) -> set[str]:
     return set(NUMBERED_HEADING.findall(FENCE.sub("", page.read_text(encoding="utf-8"))))
 
 
+@functools.cache
 def checklist_count() -> int:
     section = (REPO / "docs" / "mcpl-checklist.md").read_text(encoding="utf-8").split("\n## Items\n", 1)[1]
     return len(re.findall(r"^\d+\. ", section.split("\n## ", 1)[0], flags=re.M))
@@ -260,7 +266,7 @@ def broken_citations(text: str) -> list[str]:
         page = page_of(m.group(1))
         if not page.is_file() or m.group(2) not in anchors(page):
             broken.append(m.group(0))
-    for chain in chains(text):
+    for chain in chains(text) if "§" in text else ():
         if chain.group("page") is None or "§" not in chain.group(0):
             continue
         page = page_of(chain.group("page"))
