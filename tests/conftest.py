@@ -6,6 +6,12 @@ import compileall
 import sys
 from pathlib import Path
 
+# Before anything imports structlog: where rich is installed (import-linter brings it into the dev environment)
+# structlog's default chain, which a test's in-process host logs through, draws each logged exception's traceback
+# with rich, at about 0.1 s of CPU apiece; refused, it prints the plain traceback. The mcplhost command refuses
+# it too (mcplhost/__main__.py), so both log the same way.
+sys.modules.setdefault("rich", None)  # type: ignore[arg-type]  # None: `import rich` raises ImportError
+
 import pytest
 
 from . import properties
