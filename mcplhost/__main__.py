@@ -6,6 +6,12 @@ they are loaded here, under the same catch `main` has for the rest
 (mcplhost/cli/__init__.py): an interrupt before the command did anything is
 the same quiet exit 0 as a graceful stop. Once the command has its exit
 status, a late Ctrl-C is ignored: nothing is left to stop.
+
+structlog imports rich where it is installed (a development tool brings it)
+for the tracebacks its console renderer can draw; ours never asks for them
+(mcplhost/logs.py turns an exception into text before any renderer), so the
+command's process refuses that import rather than pay about a tenth of a
+second of CPU for it on every start.
 """
 
 import sys
@@ -15,6 +21,7 @@ EXIT_INTERRUPTED = 0
 
 
 def main() -> int:
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type]  # None: `import rich` raises ImportError
     try:
         from .cli import main as command
 

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import compileall
+import sys
 from pathlib import Path
+
+# Before anything imports structlog: where rich is installed (import-linter brings it into the dev environment)
+# structlog's default chain, which a test's in-process host logs through, draws each logged exception's traceback
+# with rich, at about 0.1 s of CPU apiece; refused, it prints the plain traceback. The mcplhost command refuses
+# it too (mcplhost/__main__.py), so both log the same way.
+sys.modules.setdefault("rich", None)  # type: ignore[arg-type]  # None: `import rich` raises ImportError
 
 import pytest
 
@@ -15,6 +22,12 @@ from .postgres import postgres_db, postgres_server  # noqa: F401
 REPO = Path(__file__).resolve().parents[1]
 
 properties.load()
+
+# pytest keeps each test module's assertion-rewritten bytecode in __pycache__ only where bytecode may be
+# written; with PYTHONDONTWRITEBYTECODE set (as on the machines the suite runs on) every worker would parse,
+# rewrite and compile all ~280 test modules again on every run, about 10 s of CPU each. This process's own
+# imports write it from here on (the test modules are imported after this file); children keep the variable.
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config: pytest.Config) -> None:

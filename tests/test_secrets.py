@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mcplhost.config import load_config, secret_values, short_secret_warnings
 from mcplhost.secrets import MIN_SECRET_CHARS, NO_SECRETS, Secrets, StreamGuard, redaction
 
+from .cli.support import cli
 from .harness import REPO
 from .properties import examples
 
@@ -190,9 +191,7 @@ class TestWhichValuesAreSecret:
     def test_check_config_prints_the_warning(self, tmp_path) -> None:
         write_env(tmp_path, "")
         path = write_config(tmp_path, CONFIG)
-        done = subprocess.run([sys.executable, "-m", "mcplhost", "check-config", str(path)],
-                              capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(REPO), "BOT_API_KEY": "sk-bot-key-1"})
+        done = cli("check-config", str(path), env={"BOT_API_KEY": "sk-bot-key-1"})  # in this process
         out = done.stdout + done.stderr
         assert "connectors[0].env.db_password: the value of db_password is shorter than" in out, out
         assert "=short" not in out and "'short'" not in out

@@ -28,6 +28,7 @@ gets one backslash before its first visible character
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import regex
@@ -75,17 +76,24 @@ _FROM = _spelled("from") + f"{IGNORABLE}*{reads_as(':')}"
 # The leading ignorables, then the letters with ignorables between, then ignorables and the colon. No ignorable run
 # can give way to the one next to it (a letter stands between, and none is an ignorable), so a long blank run fails
 # in one pass.
-_LEADING_FROM_RE = regex.compile(rf"\A(?P<lead>{IGNORABLE}*){_FROM}")
+_LEADING_FROM = rf"\A(?P<lead>{IGNORABLE}*){_FROM}"
 # Where a line begins: str.splitlines' line boundaries (what a model reads as a new line).
 _LINE_BREAK = "[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]"
 # A line's leading ignorables (never past its end), then the opening of a host line: the speaker line, a
 # notice (`[host]`) or a parent's guidance (`Guidance from`). Linear: the lookbehind fails at once inside a
 # line, and a line's lead is read by one attempt.
-_HOST_LINE_RE = regex.compile(
+_HOST_LINE = (
     rf"(?:\A|(?<={_LINE_BREAK}))(?P<lead>(?:(?!{_LINE_BREAK}){IGNORABLE})*)"
     rf"(?={_FROM}|{_spelled('[host]')}|{_spelled('Guidance from')})")
 # A text of ignorables only reads as blank: the text after it is what follows the header.
-_BLANK_RE = regex.compile(rf"{IGNORABLE}*")
+_BLANK = rf"{IGNORABLE}*"
+
+
+@functools.cache
+def _compiled(pattern: str) -> regex.Pattern[str]:
+    """`pattern` compiled on first use: only a turn's compiling reads these, and most commands (and daemons
+    without agents) never do, so their start does not pay the ~40 ms."""
+    return regex.compile(pattern)
 
 
 def _bounded(value: str) -> str:
@@ -107,7 +115,7 @@ def author_line(name: str | None, author_id: str | None) -> str | None:
 
 def escape_leading_from(text: str) -> str:
     """`text` with one backslash directly before the `f` of a leading `from:` (`text` itself when none)."""
-    match = _LEADING_FROM_RE.match(text)
+    match = _compiled(_LEADING_FROM).match(text)
     if match is None:
         return text
     at = match.end("lead")
@@ -117,9 +125,10 @@ def escape_leading_from(text: str) -> str:
 def escape_host_lines(text: str) -> str:
     """`text` with one backslash before the first visible character of each line that reads like the host's
     own (`from:`, `[host]`, `Guidance from`, by the forgery rule); `text` itself when none does."""
-    if _HOST_LINE_RE.search(text) is None:
+    host_line = _compiled(_HOST_LINE)
+    if host_line.search(text) is None:
         return text
-    return _HOST_LINE_RE.sub(lambda m: m.group("lead") + MARK, text)
+    return host_line.sub(lambda m: m.group("lead") + MARK, text)
 
 
 def shown_with_author(content: list[dict[str, Any]], header: str | None,
@@ -133,7 +142,7 @@ def shown_with_author(content: list[dict[str, Any]], header: str | None,
         text = block.get("text") if block.get("type") == "text" else None
         if not isinstance(text, str):
             continue  # a leading image or other block: the first text after it is still the first line read
-        if _BLANK_RE.fullmatch(text) is not None:
+        if _compiled(_BLANK).fullmatch(text) is not None:
             continue  # a blank block: the next one's text is what follows the header
         escaped = escape_leading_from(text)
         if escaped is not text:

@@ -175,14 +175,33 @@ def _as_re_class(pattern: str, universe: str) -> str:
     return "[" + "".join(ranges) + "]"
 
 
+#: derived_ignorable_class's answer under the `regex` release named here, whose Unicode tables it was derived
+#: from: a process with that release takes it as it is instead of reading every code point (about 0.15 s of CPU
+#: on each start, and the suite starts hundreds of daemons); any other release derives it again.
+#: tests/inbound/test_patterns.py checks it against the derivation; after an upgrade of `regex`, store the new
+#: release's: `python -c 'from mcplhost.inbound.patterns import *; print(ascii(scanned_ignorable_class()))'`.
+STORED_IGNORABLE_CLASS = ("2026.12.2", (
+    '[\x00-\\ \x7f-\xa0\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f-\u1160'
+    '\u1680\u17b4-\u17b5\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\u3164\ufe00-\ufe0f'
+    '\ufeff\uffa0\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3'
+    '\U0001d173-\U0001d17a\U000e0000-\U000e0fff]'
+))
+
+
+def scanned_ignorable_class() -> str:
+    """The ignorable class, as an `re` class, derived from the `regex` tables by reading every code point."""
+    return _as_re_class(IGNORABLE, _all_code_points())
+
+
 @functools.cache
 def derived_ignorable_class() -> str:
-    """The ignorable class, as an `re` class.
+    """The ignorable class, as an `re` class: `STORED_IGNORABLE_CLASS` under its release, else scanned.
 
-    Derived from the `regex` tables by reading every code point once (about
-    0.1 s), so it happens on first use rather than at import.
+    Scanning reads every code point once (about 0.1 s), so it happens on
+    first use rather than at import.
     """
-    return _as_re_class(IGNORABLE, _all_code_points())
+    release, stored = STORED_IGNORABLE_CLASS
+    return stored if regex.__version__ == release else scanned_ignorable_class()
 
 
 @functools.cache

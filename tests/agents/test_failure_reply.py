@@ -3,11 +3,12 @@
 The model's server answers 500 (no SDK retries): the turn fails, its
 `turn-failed` notice is stored, and with `failure_reply` set one speech row
 marked `failureReply` goes through the outbox into the waking conversation.
+Through `mcplhost run`, with the reply received by the connector and the
+reason in `turns --json`: tests/e2e/test_agents.py's failing-backend test.
 """
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from ..builders import incoming, message
-from ..cli.support import daemon, scripted_connector, write_config
-from ..e2e.test_agents import turns, with_agents
 from ..harness import wait_for
 from ..memory_pair import memory_host
 from .llm_server import LlmServer, Reply
-from .test_stop import ASKED, GRANT, MANIFEST, REGISTER, ROOM, host_config, published_texts, scout, until
+from .test_stop import ASKED, ROOM, host_config, published_texts, scout, until
 
 SORRY = "Sorry, something went wrong on my side."
 ASKING = incoming(message(ROOM, "m-1", "scout?", **ASKED))
@@ -91,25 +90,3 @@ class TestFailureReply:
                 assert await host.store.outbox.list() == []
         (skipped,) = [e for e in logs if e["event"] == "agent.failure_reply_skipped"]
         assert skipped["agent"] == "scout"
-
-
-class TestThroughMcplhostRun:
-    async def test_mcplhost_run_posts_the_failure_reply_and_turns_json_shows_the_reason(self, tmp_path: Path):
-        """The documented surfaces: the connector receives the reply; `turns --json` has outcome failed and its reason."""
-        db = tmp_path / "host.db"
-        script = {"manifest": MANIFEST, "steps": [REGISTER, incoming(message(ROOM, "m-1", "scout?", **ASKED))],
-                  "handlers": {"channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}}}
-        with LlmServer(default=Reply.error(500)) as llm:
-            config = with_agents(
-                write_config(tmp_path, [scripted_connector("disc", script, tmp_path, grant=GRANT,
-                                                           restart={"policy": "never"})]),
-                ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 0, "failure_reply": SORRY},
-                 {"kind": "openai", "model": "m", "base_url": llm.openai_base_url, "api_key_env": "TEST_LLM_KEY",
-                  "max_retries": 0, "timeout_s": 10}))
-            async with daemon(config, tmp_path, env={"TEST_LLM_KEY": "k"}) as run:
-                await wait_for(lambda: published_texts(tmp_path), timeout=30)
-                run.signal(signal.SIGTERM)
-                assert await run.wait() == 0
-        assert published_texts(tmp_path) == [SORRY]
-        (turn,) = turns(db)
-        assert (turn["outcome"], turn["reason"]) == ("failed", "backend_error")

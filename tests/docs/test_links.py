@@ -14,7 +14,9 @@ really has.
 from __future__ import annotations
 
 import ast
+import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,7 @@ OTHER_TEXT = [path for path in (REPO / "pyproject.toml", REPO / ".ci" / "run") i
 HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.M)
 
 
+@functools.cache  # read once a run: hundreds of files cite the same few pages
 def anchors(document: Path) -> set[str]:
     """The fragment ids GitHub gives the headings of a Markdown file (lowercase, punctuation dropped)."""
     text = FENCE.sub("", document.read_text(encoding="utf-8"))
@@ -165,6 +168,12 @@ NAMES_DESIGN_NOTES_AS_DATA = {
 }
 
 
+def failing(paths: list[Path], problems: Callable[[str], list[str]]) -> dict[str, list[str]]:
+    """Each of `paths` whose text has problems, by its path in the repository, with them."""
+    found = {str(path.relative_to(REPO)): problems(path.read_text(encoding="utf-8")) for path in paths}
+    return {path: listed for path, listed in found.items() if listed}
+
+
 def checked_source() -> list[Path]:
     return [path for path in SOURCE if str(path.relative_to(REPO)) not in NAMES_DESIGN_NOTES_AS_DATA]
 
@@ -178,10 +187,12 @@ class TestNoDesignNoteInTheSource:
         kinds = {path.suffix for path in SOURCE}
         assert kinds == {".py", ".sql"} and any(path.parts[len(REPO.parts)] == "tests" for path in SOURCE)
 
-    @pytest.mark.parametrize("path", checked_source(), ids=lambda p: str(p.relative_to(REPO)))
-    def test_comments_cite_only_the_repository_or_the_spec(self, path: Path) -> None:
-        """Code, connectors, migrations and tests point to docs/ or the public MCPL spec, never to a design note."""
-        assert source_references(path.read_text(encoding="utf-8")) == []
+    def test_comments_cite_only_the_repository_or_the_spec(self) -> None:
+        """Code, connectors, migrations and tests point to docs/ or the public MCPL spec, never to a design note.
+
+        One test for all ~500 files, each that fails named with what it cites: a test apiece cost more in
+        pytest's own bookkeeping than the check itself."""
+        assert failing(checked_source(), source_references) == {}
 
     def test_only_the_listed_files_are_exempt_and_each_still_exists(self) -> None:
         assert all((REPO / name).is_file() for name in NAMES_DESIGN_NOTES_AS_DATA)
@@ -204,14 +215,15 @@ def chains(text: str) -> list[re.Match[str]]:
 
 def bare_sections(text: str) -> list[str]:
     """Each `§N` that follows no document: "(§6)" could be any page's section six."""
+    if "§" not in text:
+        return []  # the chains' search is most of this check's time, and with no `§` none can be bare
     covered = {i for chain in chains(text) for i in range(chain.start(), chain.end())}
     return [text[i:i + 8].split("\n")[0] for i, c in enumerate(text) if c == "§" and i not in covered]
 
 
 class TestSectionsNameTheirDocument:
-    @pytest.mark.parametrize("path", checked_source(), ids=lambda p: str(p.relative_to(REPO)))
-    def test_every_section_sign_follows_the_document_it_is_in(self, path: Path) -> None:
-        assert bare_sections(path.read_text(encoding="utf-8")) == []
+    def test_every_section_sign_follows_the_document_it_is_in(self) -> None:
+        assert failing(checked_source(), bare_sections) == {}
 
     @pytest.mark.parametrize("text", ["(§6)", "the §16 closure", "(§3.5: budget)", "§4 item 16", "see §14, §15",
                                       "(STYLE §15)"])
@@ -244,10 +256,12 @@ def page_of(name: str) -> Path:
     return path if path.exists() or "/" in name else REPO / "docs" / name
 
 
+@functools.cache
 def numbered_sections(page: Path) -> set[str]:
     return set(NUMBERED_HEADING.findall(FENCE.sub("", page.read_text(encoding="utf-8"))))
 
 
+@functools.cache
 def checklist_count() -> int:
     section = (REPO / "docs" / "mcpl-checklist.md").read_text(encoding="utf-8").split("\n## Items\n", 1)[1]
     return len(re.findall(r"^\d+\. ", section.split("\n## ", 1)[0], flags=re.M))
@@ -260,7 +274,7 @@ def broken_citations(text: str) -> list[str]:
         page = page_of(m.group(1))
         if not page.is_file() or m.group(2) not in anchors(page):
             broken.append(m.group(0))
-    for chain in chains(text):
+    for chain in chains(text) if "§" in text else ():
         if chain.group("page") is None or "§" not in chain.group(0):
             continue
         page = page_of(chain.group("page"))
@@ -274,10 +288,9 @@ def broken_citations(text: str) -> list[str]:
 
 
 class TestCitationsNameWhatTheirPageHas:
-    @pytest.mark.parametrize("path", CITING, ids=lambda p: str(p.relative_to(REPO)))
-    def test_every_cited_anchor_section_and_item_exists(self, path: Path) -> None:
+    def test_every_cited_anchor_section_and_item_exists(self) -> None:
         """A comment's `docs/agents.md#wakes` is a heading of docs/agents.md, its `§4` a numbered one, and so on."""
-        assert broken_citations(path.read_text(encoding="utf-8")) == []
+        assert failing(CITING, broken_citations) == {}
 
     @pytest.mark.parametrize("text", ["docs/agents.md#no-such-part", "docs/nothing.md#wakes",
                                       "docs/provenance.md §42", "docs/mcpl-checklist.md item 99",

@@ -239,6 +239,16 @@ INJECTION = {"contextInjections": [{"namespace": "weather", "position": "afterUs
                                     "content": "[hook] it is raining"}]}
 
 
+#: The failure reply the failing-backend test sets (docs/agents.md#failure-reply).
+SORRY = "Sorry, something went wrong on my side."
+
+
+def published(folder: Path) -> list[str]:
+    """The texts connector disc was asked to publish."""
+    return [m["params"]["content"][0]["text"] for m in record(folder, "disc").received
+            if m.get("method") == "channels/publish"]
+
+
 def lifecycle_phases(folder: Path) -> list[tuple[str, str]]:
     return [(e["params"]["inferenceId"], e["params"]["phase"]) for e in record(folder, "disc").events
             if e["kind"] == "notified" and e["method"] == "inference/lifecycle"]
@@ -282,27 +292,32 @@ class TestHooksAndLifecycle:
         assert "[hook] it is raining" in recorded_injections(db, turn["id"])  # kept, so the digest can be remade
 
     async def test_a_failing_backend_still_ends_its_inference_once_with_failed(self, tmp_path: Path):
-        """The model's server answers 500 every time: the connector hears started then failed, once."""
+        """The model's server answers 500 every time: the connector hears started then failed, once; and
+        (docs/agents.md#failure-reply) it receives the failure reply, and `turns --json` has the reason."""
         db = tmp_path / "host.db"
         script = {"manifest": HOOKED_MANIFEST, "steps": [REGISTER, said("m-1", "scout?", ["chat:addressed"])],
-                  "handlers": {"context/beforeInference": {"result": {"contextInjections": []}}},
+                  "handlers": {"context/beforeInference": {"result": {"contextInjections": []}},
+                               "channels/publish": {"result": {"delivered": True, "messageId": "sent-1"}}},
                   "notifications": ["inference/lifecycle"]}
         with LlmServer(default=Reply.error(500)) as llm:
             config = with_agents(
-                write_config(tmp_path, [scripted_connector("disc", script, tmp_path, grant=HOOKED_GRANT,
+                write_config(tmp_path, [scripted_connector("disc", script, tmp_path,
+                                                           grant=[*HOOKED_GRANT, "channels.publish"],
                                                            restart={"policy": "never"})]),
-                ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 0},
+                ({"name": "scout", "wake_on": ["addressed"], "debounce_ms": 0, "failure_reply": SORRY},
                  {"kind": "openai", "model": "m", "base_url": llm.openai_base_url, "api_key_env": "TEST_LLM_KEY",
                   "max_retries": 0, "timeout_s": 10}))
             async with daemon(config, tmp_path, env={"TEST_LLM_KEY": "k"}) as run:
                 await wait_for(lambda: finished_turns(db) >= 1, timeout=30)
-                await wait_for(lambda: len(lifecycle_phases(tmp_path)) >= 2, timeout=10)
+                await wait_for(lambda: len(lifecycle_phases(tmp_path)) >= 2 and published(tmp_path), timeout=30)
                 run.signal(signal.SIGTERM)
                 assert await run.wait() == 0
         assert [p for _, p in lifecycle_phases(tmp_path)] == ["started", "failed"]
+        assert published(tmp_path) == [SORRY]
         (turn,) = turns(db)
-        assert turn["outcome"] == "failed"
-        assert agent_rows(db, "scout")[-1]["metadata"]["kind"] == "turn-failed"
+        assert (turn["outcome"], turn["reason"]) == ("failed", "backend_error")
+        kinds = [row["metadata"]["kind"] for row in agent_rows(db, "scout")]
+        assert "turn-failed" in kinds and kinds.count("speech") == 1, kinds
 
     async def test_a_shutdown_mid_inference_ends_it_with_aborted(self, tmp_path: Path):
         """SIGTERM while the model hangs: the connector hears started then aborted, and the turn is aborted."""

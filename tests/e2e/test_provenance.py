@@ -1,7 +1,10 @@
-"""The inbound pipeline end to end: real connector subprocesses, a real SQLite file.
+"""The inbound pipeline end to end: the host's own connection, session and store, a real SQLite file.
 
-Each test drives a scripted connector against an in-process host and reads
-the stored items back, checking them against docs/provenance.md to the letter.
+Each test drives a scripted connector against an in-process host over the
+in-memory pair (tests/memory_pair.py: the same JSON lines, no process) and
+reads the stored items back, checking them against docs/provenance.md to the
+letter. The same path through a real child: tests/e2e/test_smoke.py, and
+through `mcplhost run` the look-alikes test at the end of this file.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from mcplhost.store.readers import search_items
 from ..agents.llm_server import LlmServer, Reply
 from ..builders import descriptor, incoming, message, push, register, texts
 from ..cli.support import cli, daemon, scripted_connector, write_config
-from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, running_host, scripted, stored_items, wait_for
+from ..harness import CHAT_GRANT, CHAT_MANIFEST, config_with, record, scripted, stored_items, wait_for
+from ..memory_pair import memory_host
 from .test_agents import REGISTER, ROOM, finished_turns, said, with_agents
 
 ALICE = {"id": "alice", "name": "Alice"}
@@ -43,7 +47,7 @@ def pushing(event_id: str, body: str, origin: dict[str, Any] | None = None) -> d
 
 async def run_script(tmp_path, steps: list[dict[str, Any]], name: str = "disc", **fields: Any):
     spec = scripted(name, {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT, **fields)
-    async with running_host(config_with(tmp_path, spec)):
+    async with memory_host(config_with(tmp_path, spec)):
         await wait_for(lambda: record(tmp_path, name).done)
     return record(tmp_path, name), await stored_items(tmp_path)
 
@@ -217,7 +221,7 @@ class TestStrip:
         one = scripted("one", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT)
         two = scripted("two", {"manifest": CHAT_MANIFEST, "steps": steps}, tmp_path, grant=CHAT_GRANT)
         with capture_logs() as logs:
-            async with running_host(config_with(tmp_path, one, two)):
+            async with memory_host(config_with(tmp_path, one, two)):
                 await wait_for(lambda: record(tmp_path, "one").done and record(tmp_path, "two").done)
         stripped = sorted((e["connector"], e["key"]) for e in logs if e["event"] == "inbound.host_key_stripped")
         assert stripped == [("one", "kind"), ("two", "kind")]

@@ -86,6 +86,14 @@ class TestFastOpening:
         ignorable = patterns.derived_ignorable_class()
         assert re.findall(ignorable, ALL_CODE_POINTS) == regex.findall(patterns.IGNORABLE, ALL_CODE_POINTS)
 
+    def test_the_class_stored_for_a_regex_release_is_what_that_release_scans(self) -> None:
+        """A start under the stored class's `regex` release reads it instead of scanning: the two are the same."""
+        release, stored = patterns.STORED_IGNORABLE_CLASS
+        scanned = patterns.scanned_ignorable_class()
+        assert patterns.derived_ignorable_class() == scanned
+        if regex.__version__ == release:
+            assert stored == scanned
+
     @pytest.mark.parametrize("letter", list("source"))
     def test_letter_classes_hold_every_case_folding(self, letter: str) -> None:
         """What reads as each letter holds everything `regex` full case folding matches (docs/provenance.md §4), and more."""

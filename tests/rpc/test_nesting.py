@@ -62,7 +62,7 @@ class TestNestingExceeds:
     def test_any_bytes_give_a_bool(self, line: bytes, limit: int) -> None:
         assert nesting_exceeds(line, limit) in (True, False)
 
-    @settings(max_examples=1000)
+    @settings(max_examples=examples(200))
     @given(st.lists(st.sampled_from([b'"', b"\\", b"[", b"]", b"{", b"}", b"a", b":", b","]), max_size=60).map(b"".join))
     def test_the_split_keeps_what_the_regex_keeps_on_any_bytes(self, line: bytes) -> None:
         """Without escapes, the quotes-and-brackets cut leaves the brackets the string regex leaves, valid JSON or

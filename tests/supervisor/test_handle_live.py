@@ -1,4 +1,8 @@
-"""The connector handle inside a real Host, over real connector subprocesses: one object across crashes and restarts."""
+"""The connector handle inside a real Host: one object across crashes and restarts.
+
+A crash and its restart run over real connector subprocesses (a real pid that dies); the calls, statistics and
+grant warnings run over the in-memory pair (tests/memory_pair.py), the same session and connection with no process.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from mcplhost.rpc import RemoteError
 from mcplhost.supervisor.handle import ConnectorGone, ConnectorNotReady, ConnectorStopped, State
 
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, alive, config_with, record, running_host, scripted, wait_for
+from ..memory_pair import memory_host
 from .support import chat_steps, events
 
 #: Long enough to look at the backoff state, short enough for a quick test.
@@ -77,7 +82,7 @@ class TestCalls:
         script = {"manifest": CHAT_MANIFEST, "handlers": {"test/hang": "ignore"},
                   "steps": [{"wait": "test/hang"}, {"exit": 3}]}
         spec = scripted("quitter", script, tmp_path, grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             handle = host.connectors["quitter"]
             began = time.monotonic()
             with anyio.fail_after(WAIT_S), pytest.raises(ConnectorGone):
@@ -91,7 +96,7 @@ class TestCalls:
         """The connector's own error object reaches the caller as RemoteError, and the handle stays ready."""
         spec = scripted("picky", {"manifest": CHAT_MANIFEST, "steps": [{"wait": "never"}]}, tmp_path,
                         grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             handle = host.connectors["picky"]
             with pytest.raises(RemoteError) as caught:
                 await handle.request("no/such/method", {})
@@ -100,7 +105,7 @@ class TestCalls:
     async def test_a_plain_mcp_connector_serves_mcp_calls(self, tmp_path) -> None:
         """Without a manifest the handle reads mcp_only, grants nothing, and still carries requests."""
         spec = scripted("plain", {"manifest": None, "handlers": PONG, "steps": [{"wait": "never"}]}, tmp_path)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             handle = host.connectors["plain"]
             assert handle.state is State.MCP_ONLY and handle.grant == frozenset()
             assert await handle.request("test/ping", {}) == {"pong": True}
@@ -112,7 +117,7 @@ class TestStatistics:
         spec = scripted("disc", {"manifest": CHAT_MANIFEST, "steps": [*chat_steps("disc", 2), {"wait": "never"}]},
                         tmp_path, grant=CHAT_GRANT)
         before = int(time.time() * 1000)
-        async with running_host(config_with(tmp_path, spec)) as host:
+        async with memory_host(config_with(tmp_path, spec)) as host:
             handle = host.connectors["disc"]
             await wait_for(lambda: len(record(tmp_path, "disc").answers()) >= 3)  # register and two messages
             stats = handle.statistics()
@@ -130,7 +135,7 @@ class TestEmptyGrant:
         bare = scripted("bare", {"after": "start", "steps": [{"exit": 1}]}, tmp_path, restart=looping)
         granted = scripted("granted", {"manifest": CHAT_MANIFEST, "steps": [{"wait": "never"}]}, tmp_path,
                            grant=CHAT_GRANT)
-        async with running_host(config_with(tmp_path, bare, granted)) as host:
+        async with memory_host(config_with(tmp_path, bare, granted)) as host:
             await wait_for(lambda: host.connectors["bare"].statistics().restarts >= 3)
         (warning,) = events(logs, "connector.grant_empty")
         assert warning["connector"] == "bare" and warning["log_level"] == "warning"
