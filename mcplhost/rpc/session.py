@@ -496,47 +496,47 @@ class Session:
             # work runs. Given back here with no event: only this task ever waits for the budget.
             self._pending_bytes += size
             message = decode_line(item)
-            kind = type(message)  # exact-type dispatch: this runs once per line
-            if kind is Request:
+            # Exact-type dispatch (this runs once per line); `type(x) is C` also narrows for the type checker.
+            if type(message) is Request:
                 # Answered here, in as few awaits as it takes (this runs once per request): the handler's
                 # own, and a wait for the writer only when its queue is full.
                 stats["requests"] += 1
-                self.current_request_id = message.id  # type: ignore[union-attr]
+                self.current_request_id = message.id
                 try:
-                    result = await on_request(message.method, message.params)  # type: ignore[union-attr]
+                    result = await on_request(message.method, message.params)
                 except Exception as exc:
                     self.current_request_id = None
-                    await self._reply_failure(message, exc)  # type: ignore[arg-type]
+                    await self._reply_failure(message, exc)
                 else:
                     self.current_request_id = None
                     if type(result) is Deferred:
-                        if await self._defer(message, result, handlers, size):  # type: ignore[arg-type]
+                        if await self._defer(message, result, handlers, size):
                             continue  # handed to a worker, which gives the bytes back
                     else:
                         # `_result_line`, inlined for the usual answer: it is called only when that one cannot go.
                         try:
-                            data = encode_result(message.id, result)  # type: ignore[union-attr, arg-type]
+                            data = encode_result(message.id, result)
                         except (TypeError, ValueError):
-                            data = self._result_line(message, result)  # type: ignore[arg-type]
+                            data = self._result_line(message, result)
                         if len(data) - 1 > max_line_bytes:
-                            data = self._result_line(message, result)  # type: ignore[arg-type]
+                            data = self._result_line(message, result)
                         # `_queued_nowait`, inlined: no wait, so no coroutine for the write.
                         out = len(data)
                         if (not self._closed and self._outgoing_bytes + out <= max_outgoing_bytes
                                 and outgoing.offer(data)):
                             self._outgoing_bytes += out
                         else:
-                            await self._send_reply(data, message.method)  # type: ignore[union-attr]
-            elif kind is Notification:
+                            await self._send_reply(data, message.method)
+            elif type(message) is Notification:
                 stats["notifications"] += 1
                 try:
-                    await self.on_notification(message.method, message.params)  # type: ignore[union-attr]
+                    await self.on_notification(message.method, message.params)
                 except Exception as exc:  # a notification never gets an answer
                     stats["notifications_failed"] += 1
-                    self.limited.warning("rpc.notification_failed", method=message.method, error=repr(exc))  # type: ignore[union-attr]
-            elif kind is Response or kind is ErrorResponse:
+                    self.limited.warning("rpc.notification_failed", method=message.method, error=repr(exc))
+            elif type(message) is Response or type(message) is ErrorResponse:
                 stats["responses"] += 1
-                self._settle(message)  # type: ignore[arg-type]
+                self._settle(message)
             else:
                 assert isinstance(message, Invalid)
                 stats[message.stat] += 1
