@@ -15,16 +15,31 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import anyio
+import msgspec
 
 from mcplhost.store.connection import Connections
 from mcplhost.store.items import STORED_COLUMNS, StoredItem, stored_item
 from mcplhost.store.search_index import INDEX_BATCH_ROWS, IndexWrites, index_text
-from mcplhost.store.search_query import IndexProgress, Required, SearchFilter
+from mcplhost.store.search_query import INDEX_RUN_MIN_CHARS, IndexProgress, Required, SearchFilter
 from mcplhost.store.search_reader import GLOB_CHARACTERS, SEARCH_PAGE_ROWS, SearchInterrupted, filter_sql
 
 _COLUMNS = ", ".join(f"i.{column}" for column in STORED_COLUMNS)
 #: What LIKE reads as a wildcard or its escape (the default escape is the backslash).
 _LIKE_SPECIAL = re.compile(r"[%_\\]")
+#: The ASCII letters that a search ignoring case (`regex`, FULLCASE) matches with a character outside ASCII
+#: ("K" with the Kelvin sign, "s" with "ſ", "i" with "İ"), or that a locale lowers to another ("I" → "ı" in
+#: Turkish). PostgreSQL's ILIKE lowers by the database's locale (the C locale: ASCII only), so a run is cut
+#: at these; every other ASCII character folds alike in Python and in any locale.
+_FOLDS_APART = frozenset("iksIKS")
+#: Stretches of characters that ILIKE folds as the search does: ASCII but for _FOLDS_APART.
+_FOLDS_ALIKE = re.compile("[^" + "".join(sorted(_FOLDS_APART)) + "\\x80-\\U0010ffff]+")
+#: A word as pg_trgm reads one (its trigrams are taken word by word): letters and digits; ASCII ones only, as
+#: a database in the C locale takes no other character for a letter (a word of them has no trigram).
+_WORD = re.compile(r"[A-Za-z0-9]+")
+#: A run's words shorter than this are not looked up alone (a 3-letter word is one trigram, often a common one).
+WORD_MIN_CHARS = 4
+#: At most this many words of a query are looked up in the index (the longest); the rest are tested on the rows.
+INDEX_PIECES_USED = 3
 
 
 class PgSearchIndex(IndexWrites):
@@ -66,9 +81,10 @@ class PgSearchReads:
     run on the event loop (`anyio.from_thread`), the thread decoding rows one at a time.
 
     The same order as SQLite's `IndexReader`: the rows above the mark, newest first, then the indexed rows
-    whose body holds every run the query requires (`LIKE '%run%'`, answered by the trigram index), newest first;
-    a superset the search tests against each row's own text. A query ignoring case reads every row: PostgreSQL's
-    case folding is the database's locale's, not Python's, so its candidates could miss a match.
+    whose body holds every run the query requires (`index_lookup`: a few of its words looked up in the trigram
+    index, the whole runs tested on the rows found), newest first; a superset the search tests against each
+    row's own text. Ignoring case, ILIKE over the stretches PostgreSQL folds as Python does; a query with none
+    reads every row (the database's locale folds other characters its own way, so it could miss a match).
     `interrupt` is asked between pages.
     """
 
@@ -87,15 +103,20 @@ class PgSearchReads:
         mark = min(int(mark), int(newest))
         condition, params = _filter(where)
         rows = f"SELECT {_COLUMNS} FROM items AS i WHERE i.id > ? AND i.id < ? AND {condition} ORDER BY i.id DESC LIMIT ?"
-        if needs is None or needs.ignore_case or not needs.runs:
+        lookup = index_lookup(needs)
+        if lookup is None:
             yield from self._heard(where, self._pages(rows, 0, int(newest), params))
             return
         yield from self._heard(where, self._pages(rows, mark, int(newest), params))
-        likes = " AND ".join("s.body LIKE ?" for _ in needs.runs)
+        operator = "ILIKE" if lookup.ignore_case else "LIKE"
+        # The pieces are the index's conditions; the whole runs are tested on each row the pieces find (`|| ''`
+        # keeps the planner from looking their every trigram up in the index too).
+        conditions = " AND ".join([f"s.body {operator} ?" for _ in lookup.pieces]
+                                  + [f"(s.body || '') {operator} ?" for _ in lookup.runs])
         candidates = (f"SELECT {_COLUMNS} FROM items_search AS s JOIN items AS i ON i.id = s.item_id"
-                      f" WHERE s.item_id > ? AND s.item_id < ? AND {likes} AND {condition}"
+                      f" WHERE s.item_id > ? AND s.item_id < ? AND {conditions} AND {condition}"
                       " ORDER BY s.item_id DESC LIMIT ?")
-        patterns = ["%" + _LIKE_SPECIAL.sub(r"\\\g<0>", run) + "%" for run in needs.runs]
+        patterns = [_contains(text) for text in (*lookup.pieces, *lookup.runs)]
         yield from self._heard(where, self._pages(candidates, 0, mark, [*patterns, *params]))
 
     def _pages(self, sql: str, above: int, through: int, params: list[Any]) -> Iterator[StoredItem]:
@@ -129,6 +150,44 @@ class PgSearchReads:
 
         rows: list[tuple[Any, ...]] = anyio.from_thread.run(fetch)
         return rows
+
+
+class IndexLookup(msgspec.Struct, frozen=True):
+    """How the trigram index is asked for a query's candidates: rows holding every piece (looked up in the
+    index), then every run (tested on those rows); exactly, or ignoring ASCII case (ILIKE)."""
+
+    pieces: tuple[str, ...]
+    runs: tuple[str, ...]
+    ignore_case: bool
+
+
+def index_lookup(needs: Required | None) -> IndexLookup | None:
+    """The lookup for a query requiring `needs`; None when the index cannot name a superset of its matches
+    (nothing required; ignoring case, no run long enough where ILIKE folds as the search does).
+
+    Ignoring case, only the runs' stretches of ASCII characters outside _FOLDS_APART are used: there the
+    database's ILIKE, in any locale, folds exactly as the search's `regex` does. The pieces are the runs'
+    words of WORD_MIN_CHARS or more (pg_trgm's words: letters and digits), the longest INDEX_PIECES_USED:
+    looked up alone, a word's trigrams leave out the common ones a phrase's short words and the word
+    boundaries bring (" th", "the", "he "), whose long posting lists cost the lookup more than they narrow.
+    """
+    if needs is None:
+        return None
+    runs = list(needs.runs)
+    if needs.ignore_case:
+        runs = [piece for run in runs for piece in _FOLDS_ALIKE.findall(run) if len(piece) >= INDEX_RUN_MIN_CHARS]
+    if not runs:
+        return None
+    words = sorted({word for run in runs for word in _WORD.findall(run) if len(word) >= WORD_MIN_CHARS},
+                   key=lambda word: (-len(word), word))
+    pieces = tuple(words[:INDEX_PIECES_USED]) or tuple(runs)
+    checks = tuple(run for run in runs if run not in pieces)
+    return IndexLookup(pieces, checks, needs.ignore_case)
+
+
+def _contains(text: str) -> str:
+    """The LIKE pattern of a body containing `text`."""
+    return "%" + _LIKE_SPECIAL.sub(r"\\\g<0>", text) + "%"
 
 
 def _hears(entry: str, server: object, channel: object) -> bool:

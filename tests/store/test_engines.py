@@ -146,7 +146,10 @@ class TestSearchOnPostgresql:
         from tests.store.test_search_index import BASE_MS, accepts, index_up_to, new_item
 
         bodies = ["a needle here", "NEEDLE upper", "hay only", "needle_100% sure", "ne edle", "the needle's eye",
-                  "İstanbul needle", "nothing", "kelvin K sign", "needles twice needle"]
+                  "İstanbul needle", "nothing", "kelvin K sign", "needles twice needle",
+                  # ILIKE candidates: the Kelvin sign, long s and dotted I match ASCII letters ignoring case
+                  "\u212aelvin ſtandard \u0130stanbul", "Blue Harbour Lights", "the blue harbour lights tonight",
+                  "ΣΟΦΊΑ σοφία", "STRASSE straße"]
         servers = ["disc", "zulip", None]
         channels = ["disc:g1:a", "disc:g1:b", "zulip:x", None]
         items = [new_item([body], n % 2 == 0, "scout" if n % 5 == 4 else None, servers[n % 3], channels[n % 4], n)
@@ -156,7 +159,13 @@ class TestSearchOnPostgresql:
             await index_up_to(store, 17)  # a mark in the middle: rows above it are read, rows below it looked up
             everything = [item async for item in store.items.iterate()][::-1]
             queries = [("needle", False, False), ("needle", False, True), ("100%", False, False), ("_1", False, False),
-                       (r"ne+dle\b", True, False), ("xyz", False, False)]
+                       (r"ne+dle\b", True, False), ("xyz", False, False),
+                       # a phrase looked up by its words, tested whole; ignoring case through ILIKE, cut at the
+                       # letters folding apart (k, s, i); non-ASCII needles read every row
+                       ("the blue harbour lights", False, False), ("BLUE HARBOUR", False, True),
+                       (r"harbour\s+lights", True, True), ("KELVIN", False, True), ("standard", False, True),
+                       ("istanbul needle", False, True), ("σοφία", False, True), ("strasse", False, True),
+                       ("NEEDLE_100%", False, True)]
             # Every kind of hears entry (none, a connector, an exact channel, globs) and the other two filters.
             wheres = [SearchFilter(heard=heard) for heard in (None, ("disc",), ("disc/disc:g1:a",),
                                                               ("zulip", "disc/disc:g1:?"), ("disc/*[!a]",))] + [
@@ -170,6 +179,29 @@ class TestSearchOnPostgresql:
                                     where=lambda item, where=where: accepts(where, item))
                     assert found.hits == expected.hits, (query, where)
             assert (await search_items(store, "needle", limit=100)).hits  # the comparison compared something
+            assert len((await search_items(store, "KELVIN", ignore_case=True, limit=100)).hits) == 6
+
+
+def test_the_index_lookup_uses_what_folds_alike_and_the_longest_words() -> None:
+    """store/pg_search.py index_lookup: ILIKE only over ASCII stretches without k, s, i; the longest words."""
+    from mcplhost.store.pg_search import IndexLookup, index_lookup
+    from mcplhost.store.search_query import required
+
+    def lookup(query: str, *, as_regex: bool = False, ignore_case: bool = False) -> IndexLookup | None:
+        return index_lookup(required(query, as_regex=as_regex, ignore_case=ignore_case))
+
+    assert lookup("the blue harbour lights") == IndexLookup(("harbour", "lights", "blue"),
+                                                            ("the blue harbour lights",), False)
+    assert lookup("deployment") == IndexLookup(("deployment",), (), False)
+    assert lookup("the cat") == IndexLookup(("the cat",), (), False)  # no word long enough: the run itself
+    assert lookup("ZANZIBARITE", ignore_case=True) == IndexLookup(("ZANZ",), ("BAR",), True)
+    assert lookup(r"harbour\s+lights", as_regex=True) == IndexLookup(("harbour", "lights"), (), False)
+    # "lights" cut at i and s: "ght" left, too short a word to look up, tested on the rows
+    assert lookup(r"harbour\s+lights", as_regex=True, ignore_case=True) == IndexLookup(("harbour",), ("ght",), True)
+    assert lookup("kiss kiss", ignore_case=True) is None  # every stretch too short: the scan
+    assert lookup("σοφία", ignore_case=True) is None
+    assert lookup("σοφία") == IndexLookup(("σοφία",), (), False)  # exact: any character
+    assert lookup("ab", ignore_case=True) is None
 
 
 async def test_both_engines_migrate_to_the_same_columns(migrated_db: PostgresDatabase, tmp_path: Path) -> None:
