@@ -38,6 +38,9 @@ _FOLDS_ALIKE = re.compile("[^" + "".join(sorted(_FOLDS_APART)) + "\\x80-\\U0010f
 _WORD = re.compile(r"[A-Za-z0-9]+")
 #: A run's words shorter than this are not looked up alone (a 3-letter word is one trigram, often a common one).
 WORD_MIN_CHARS = 4
+#: A statement's first page is this small (the command's default --limit): a common word's rows are found by
+#: reading the newest rows until that many hold it, and most searches need no more.
+FIRST_PAGE_ROWS = 50
 #: At most this many words of a query are looked up in the index (the longest); the rest are tested on the rows.
 INDEX_PIECES_USED = 3
 
@@ -107,7 +110,8 @@ class PgSearchReads:
         if lookup is None:
             yield from self._heard(where, self._pages(rows, 0, int(newest), params))
             return
-        yield from self._heard(where, self._pages(rows, mark, int(newest), params))
+        if mark < int(newest):
+            yield from self._heard(where, self._pages(rows, mark, int(newest), params))
         operator = "ILIKE" if lookup.ignore_case else "LIKE"
         # The pieces are the index's conditions; the whole runs are tested on each row the pieces find (`|| ''`
         # keeps the planner from looking their every trigram up in the index too).
@@ -121,15 +125,17 @@ class PgSearchReads:
 
     def _pages(self, sql: str, above: int, through: int, params: list[Any]) -> Iterator[StoredItem]:
         before = through + 1
+        size = min(FIRST_PAGE_ROWS, self._page_rows)
         while True:
             if self._interrupt():
                 raise SearchInterrupted()
-            page = self._fetch(sql, (above, before, *params, self._page_rows))
+            page = self._fetch(sql, (above, before, *params, size))
             for row in page:
                 before = row[0]
                 yield stored_item(row)
-            if len(page) < self._page_rows:
+            if len(page) < size:
                 return
+            size = self._page_rows
 
     @staticmethod
     def _heard(where: SearchFilter, items: Iterator[StoredItem]) -> Iterator[StoredItem]:
