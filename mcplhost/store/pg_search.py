@@ -116,11 +116,11 @@ class PgSearchReads:
         # The pieces are the index's conditions; the whole runs are tested on each row the pieces find (`|| ''`
         # keeps the planner from looking their every trigram up in the index too).
         conditions = " AND ".join([f"s.body {operator} ?" for _ in lookup.pieces]
-                                  + [f"(s.body || '') {operator} ?" for _ in lookup.runs])
+                                  + [f"(s.body || '') {operator} ?" for _ in lookup.runs[:1]])
         candidates = (f"SELECT {_COLUMNS} FROM items_search AS s JOIN items AS i ON i.id = s.item_id"
                       f" WHERE s.item_id > ? AND s.item_id < ? AND {conditions} AND {condition}"
                       " ORDER BY s.item_id DESC LIMIT ?")
-        patterns = [_contains(text) for text in (*lookup.pieces, *lookup.runs)]
+        patterns = [_contains(piece) for piece in lookup.pieces] + ([_in_order(lookup.runs)] if lookup.runs else [])
         yield from self._heard(where, self._pages(candidates, 0, mark, [*patterns, *params]))
 
     def _pages(self, sql: str, above: int, through: int, params: list[Any]) -> Iterator[StoredItem]:
@@ -160,7 +160,8 @@ class PgSearchReads:
 
 class IndexLookup(msgspec.Struct, frozen=True):
     """How the trigram index is asked for a query's candidates: rows holding every piece (looked up in the
-    index), then every run (tested on those rows); exactly, or ignoring ASCII case (ILIKE)."""
+    index), then the runs in their order (tested on those rows; none: the pieces are the runs); exactly, or
+    ignoring ASCII case (ILIKE)."""
 
     pieces: tuple[str, ...]
     runs: tuple[str, ...]
@@ -187,13 +188,19 @@ def index_lookup(needs: Required | None) -> IndexLookup | None:
     words = sorted({word for run in runs for word in _WORD.findall(run) if len(word) >= WORD_MIN_CHARS},
                    key=lambda word: (-len(word), word))
     pieces = tuple(words[:INDEX_PIECES_USED]) or tuple(runs)
-    checks = tuple(run for run in runs if run not in pieces)
-    return IndexLookup(pieces, checks, needs.ignore_case)
+    alone = len(runs) == 1 and pieces == tuple(runs)  # the one run is its own lookup: nothing more to test
+    return IndexLookup(pieces, () if alone else tuple(runs), needs.ignore_case)
 
 
 def _contains(text: str) -> str:
     """The LIKE pattern of a body containing `text`."""
-    return "%" + _LIKE_SPECIAL.sub(r"\\\g<0>", text) + "%"
+    return _in_order((text,))
+
+
+def _in_order(runs: Sequence[str]) -> str:
+    """The LIKE pattern of a body containing `runs` one after another: a match holds its runs in the order
+    `required` gives them (store/search_query.py: the concatenation's, left to right, apart)."""
+    return "%" + "%".join(_LIKE_SPECIAL.sub(r"\\\g<0>", run) for run in runs) + "%"
 
 
 def _hears(entry: str, server: object, channel: object) -> bool:
