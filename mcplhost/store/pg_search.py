@@ -38,6 +38,10 @@ _FOLDS_ALIKE = re.compile("[^" + "".join(sorted(_FOLDS_APART)) + "\\x80-\\U0010f
 _WORD = re.compile(r"[A-Za-z0-9]+")
 #: A run's words shorter than this are not looked up alone (a 3-letter word is one trigram, often a common one).
 WORD_MIN_CHARS = 4
+#: A pooled connection keeps its prepared statements, and after five runs PostgreSQL may plan one for any
+#: parameters: for `LIKE ?` that reads the newest rows through the primary key, testing each, where the trigram
+#: index would answer an absent word at once. Each page is planned for its own patterns.
+_CUSTOM_PLANS = "SET plan_cache_mode = force_custom_plan"
 #: A statement's first page is this small (the command's default --limit): a common word's rows are found by
 #: reading the newest rows until that many hold it, and most searches need no more.
 FIRST_PAGE_ROWS = 50
@@ -117,9 +121,14 @@ class PgSearchReads:
         # keeps the planner from looking their every trigram up in the index too).
         conditions = " AND ".join([f"s.body {operator} ?" for _ in lookup.pieces]
                                   + [f"(s.body || '') {operator} ?" for _ in lookup.runs[:1]])
-        candidates = (f"SELECT {_COLUMNS} FROM items_search AS s JOIN items AS i ON i.id = s.item_id"
-                      f" WHERE s.item_id > ? AND s.item_id < ? AND {conditions} AND {condition}"
-                      " ORDER BY s.item_id DESC LIMIT ?")
+        if params or condition != "TRUE":
+            candidates = (f"SELECT {_COLUMNS} FROM items_search AS s JOIN items AS i ON i.id = s.item_id"
+                          f" WHERE s.item_id > ? AND s.item_id < ? AND {conditions} AND {condition}"
+                          " ORDER BY s.item_id DESC LIMIT ?")
+        else:  # no filter: the page's newest ids from the index's table alone, then only their items rows
+            candidates = (f"SELECT {_COLUMNS} FROM (SELECT s.item_id FROM items_search AS s WHERE s.item_id > ?"
+                          f" AND s.item_id < ? AND {conditions} ORDER BY s.item_id DESC LIMIT ?) AS c"
+                          " JOIN items AS i ON i.id = c.item_id ORDER BY i.id DESC")
         patterns = [_contains(piece) for piece in lookup.pieces] + ([_in_order(lookup.runs)] if lookup.runs else [])
         yield from self._heard(where, self._pages(candidates, 0, mark, [*patterns, *params]))
 
@@ -152,6 +161,7 @@ class PgSearchReads:
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def fetch() -> list[tuple[Any, ...]]:
             async with self._connections.read() as conn:
+                await conn.execute(_CUSTOM_PLANS)  # undone when the pool takes the connection back (RESET ALL)
                 return await conn.fetch(sql, params)
 
         rows: list[tuple[Any, ...]] = anyio.from_thread.run(fetch)
