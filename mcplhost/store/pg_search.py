@@ -42,6 +42,9 @@ WORD_MIN_CHARS = 4
 #: parameters: for `LIKE ?` that reads the newest rows through the primary key, testing each, where the trigram
 #: index would answer an absent word at once. Each page is planned for its own patterns.
 _CUSTOM_PLANS = "SET plan_cache_mode = force_custom_plan"
+#: Candidates' ids one statement asks the index for at most (their rows are then read a page at a time).
+CANDIDATE_IDS = 1000
+_ROWS_BY_ID = f"SELECT {_COLUMNS} FROM items AS i WHERE i.id = ANY(CAST(? AS BIGINT[])) ORDER BY i.id DESC"
 #: A statement's first page is this small (the command's default --limit): a common word's rows are found by
 #: reading the newest rows until that many hold it, and most searches need no more.
 FIRST_PAGE_ROWS = 50
@@ -96,10 +99,11 @@ class PgSearchReads:
     """
 
     def __init__(self, connections: Connections, interrupt: Callable[[], bool], *,
-                 page_rows: int = SEARCH_PAGE_ROWS) -> None:
+                 page_rows: int = SEARCH_PAGE_ROWS, candidate_ids: int = CANDIDATE_IDS) -> None:
         self._connections = connections
         self._interrupt = interrupt
         self._page_rows = page_rows
+        self._candidate_ids = candidate_ids
 
     def close(self) -> None:
         """Nothing held between pages."""
@@ -121,16 +125,42 @@ class PgSearchReads:
         # keeps the planner from looking their every trigram up in the index too).
         conditions = " AND ".join([f"s.body {operator} ?" for _ in lookup.pieces]
                                   + [f"(s.body || '') {operator} ?" for _ in lookup.runs[:1]])
+        patterns = [_contains(piece) for piece in lookup.pieces] + ([_in_order(lookup.runs)] if lookup.runs else [])
         if params or condition != "TRUE":
             candidates = (f"SELECT {_COLUMNS} FROM items_search AS s JOIN items AS i ON i.id = s.item_id"
                           f" WHERE s.item_id > ? AND s.item_id < ? AND {conditions} AND {condition}"
                           " ORDER BY s.item_id DESC LIMIT ?")
-        else:  # no filter: the page's newest ids from the index's table alone, then only their items rows
-            candidates = (f"SELECT {_COLUMNS} FROM (SELECT s.item_id FROM items_search AS s WHERE s.item_id > ?"
-                          f" AND s.item_id < ? AND {conditions} ORDER BY s.item_id DESC LIMIT ?) AS c"
-                          " JOIN items AS i ON i.id = c.item_id ORDER BY i.id DESC")
-        patterns = [_contains(piece) for piece in lookup.pieces] + ([_in_order(lookup.runs)] if lookup.runs else [])
-        yield from self._heard(where, self._pages(candidates, 0, mark, [*patterns, *params]))
+            yield from self._heard(where, self._pages(candidates, 0, mark, [*patterns, *params]))
+            return
+        # No filter: the candidates' ids from the index's table alone, then their items rows by id; the first
+        # page in one statement (most searches need no other), the rest CANDIDATE_IDS ids a statement.
+        ids = (f"SELECT s.item_id FROM items_search AS s WHERE s.item_id > ? AND s.item_id < ? AND {conditions}"
+               " ORDER BY s.item_id DESC LIMIT ?")
+        first = self._fetch(f"SELECT {_COLUMNS} FROM ({ids}) AS c JOIN items AS i ON i.id = c.item_id"
+                            " ORDER BY i.id DESC", (0, mark + 1, *patterns, min(FIRST_PAGE_ROWS, self._page_rows)))
+        yield from (stored_item(row) for row in first)
+        if len(first) == min(FIRST_PAGE_ROWS, self._page_rows):
+            yield from self._by_ids(ids, first[-1][0] - 1, patterns)
+
+    def _by_ids(self, sql: str, through: int, params: list[Any]) -> Iterator[StoredItem]:
+        """The items whose ids `sql` gives (newest first, at or below `through`), CANDIDATE_IDS ids a statement,
+        their rows read a page at a time: the index is walked, and its candidates' bodies tested, once for
+        many pages (each walk costs the same however few ids it returns)."""
+        before = through + 1
+        while True:
+            if self._interrupt():
+                raise SearchInterrupted()
+            ids = [int(item_id) for (item_id,) in self._fetch(sql, (0, before, *params, self._candidate_ids))]
+            start, size = 0, min(FIRST_PAGE_ROWS, self._page_rows)
+            while start < len(ids):
+                if self._interrupt():
+                    raise SearchInterrupted()
+                for row in self._fetch(_ROWS_BY_ID, (ids[start : start + size],)):
+                    yield stored_item(row)
+                start, size = start + size, self._page_rows
+            if len(ids) < self._candidate_ids:
+                return
+            before = ids[-1]
 
     def _pages(self, sql: str, above: int, through: int, params: list[Any]) -> Iterator[StoredItem]:
         before = through + 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import asyncpg
 import msgspec
+import regex
 
 from mcplhost.store import Store, export_line, open_store, turn_line
 from mcplhost.store.outbox import outbox_line
@@ -180,6 +181,35 @@ class TestSearchOnPostgresql:
                     assert found.hits == expected.hits, (query, where)
             assert (await search_items(store, "needle", limit=100)).hits  # the comparison compared something
             assert len((await search_items(store, "KELVIN", ignore_case=True, limit=100)).hits) == 6
+
+    async def test_small_pages_and_id_batches_give_every_candidate_once_newest_first(
+            self, migrated_db: PostgresDatabase) -> None:
+        """The reads' paging (store/pg_search.py): pages and candidate-id batches smaller than the candidates."""
+        from mcplhost.store.pg_search import PgSearchReads
+        from mcplhost.store.search_query import SearchFilter, required
+        from tests.store.test_search_index import index_up_to, new_item
+
+        bodies = ["blue harbour lights", "harbour, then lights", "lights harbour", "no", "Harbour Lights"]
+        items = [new_item([body], False, None, "disc", f"disc:g1:{n % 3}", n) for n, body in enumerate(bodies * 5)]
+        async with open_store(migrated_db.url) as store:
+            await store.items.insert_many(items)
+            await index_up_to(store, 22)
+            everything = [item async for item in store.items.iterate()][::-1]
+            for query, ignore_case, where in [("harbour lights", False, SearchFilter()),
+                                              (r"harbour\W+lights", True, SearchFilter()),
+                                              ("harbour lights", False, SearchFilter(channel="disc:g1:1"))]:
+                needs = required(query, as_regex=True, ignore_case=ignore_case)
+                for page_rows, candidate_ids in [(1, 1), (2, 3), (3, 2), (200, 1000)]:
+                    reads = PgSearchReads(store._database, lambda: False, page_rows=page_rows,
+                                          candidate_ids=candidate_ids)
+                    found = await anyio.to_thread.run_sync(lambda reads=reads, needs=needs, where=where: [
+                        item.id for item in reads.newest_first(needs, where)])
+                    in_order = regex.compile(".*?".join(regex.escape(run) for run in needs.runs),
+                                             regex.DOTALL | (regex.IGNORECASE if ignore_case else 0))
+                    expected = [item.id for item in everything
+                                if (item.id > 22 or in_order.search(item.content[0]["text"]))
+                                and (where.channel is None or item.metadata.get("channelId") == where.channel)]
+                    assert found == expected, (query, page_rows, candidate_ids)
 
 
 def test_the_index_lookup_uses_what_folds_alike_and_the_longest_words() -> None:
