@@ -153,15 +153,17 @@ async def applied_versions(conn: Conn) -> set[int]:
     return {int(row[0]) for row in rows}
 
 
-async def refuse_foreign(conn: Conn, *, path: str | None = None, known: Sequence[Migration] | None = None) -> None:
-    """Raise ForeignDatabase unless the database is empty or mcplhost's own (`foreign_reason`).
+async def refuse_foreign(conn: Conn, *, path: str | None = None,
+                         known: Sequence[Migration] | None = None) -> set[int]:
+    """Raise ForeignDatabase unless the database is empty or mcplhost's own (`foreign_reason`); the versions
+    it records (as `applied_versions`, read in passing).
 
     Checked before anything is written to it (even SQLite's WAL pragma, which would persist in the file).
     `known`: the migrations whose names a recorded version must carry (default: this engine's).
     """
     tables = await list_tables(conn)
     if not tables:
-        return
+        return set()
     columns: list[str] = []
     recorded: list[tuple[int, str]] = []
     if VERSION_TABLE in tables:
@@ -177,6 +179,7 @@ async def refuse_foreign(conn: Conn, *, path: str | None = None, known: Sequence
     migrations = load_migrations(engine=conn.engine) if known is None else known
     if foreign_reason(tables, columns, recorded, migrations):
         raise ForeignDatabase(tables, path=path)
+    return {version for version, _ in recorded}
 
 
 def foreign_reason(tables: Sequence[str], version_columns: Sequence[str], recorded: Sequence[tuple[int, str]],
@@ -208,8 +211,7 @@ def refuse_newer(applied: set[int], newest_known: int, *, path: str | None = Non
 async def refuse_unusable(conn: Conn, migrations: Sequence[Migration], *, path: str, current: bool) -> None:
     """Refuse, without migrating, another program's database or a schema newer than `migrations`; with `current`
     (a reader), also one that still needs migrations (SchemaBehind)."""
-    await refuse_foreign(conn, path=path, known=migrations)
-    applied = await applied_versions(conn)
+    applied = await refuse_foreign(conn, path=path, known=migrations)
     refuse_newer(applied, len(migrations), path=path)
     if current and max(applied, default=0) < len(migrations):
         raise SchemaBehind(max(applied, default=0), len(migrations), path=path)

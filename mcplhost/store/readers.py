@@ -182,6 +182,8 @@ def _scan(window: NewestHits, items: Iterable[StoredItem], pattern: regex.Patter
             "participant": item.participant, "createdAt": item.created_at,
             "snippet": _snippet(text, match.start(), match.end()),
         })
+        if window.full:  # before asking `items` for one more (it may read a whole page for it)
+            break
     return window.result()
 
 

@@ -49,7 +49,8 @@ _REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
 
 
 class Required(msgspec.Struct, frozen=True):
-    """Strings every matching body contains (exactly, or up to each character's case with `ignore_case`)."""
+    """Strings every matching body contains (exactly, or up to each character's case with `ignore_case`), in
+    this order and apart: each is a stretch of the match, the stretches taken left to right."""
 
     runs: tuple[str, ...]
     ignore_case: bool

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import asyncpg
 import msgspec
+import regex
 
 from mcplhost.store import Store, export_line, open_store, turn_line
 from mcplhost.store.outbox import outbox_line
@@ -146,7 +147,10 @@ class TestSearchOnPostgresql:
         from tests.store.test_search_index import BASE_MS, accepts, index_up_to, new_item
 
         bodies = ["a needle here", "NEEDLE upper", "hay only", "needle_100% sure", "ne edle", "the needle's eye",
-                  "İstanbul needle", "nothing", "kelvin K sign", "needles twice needle"]
+                  "İstanbul needle", "nothing", "kelvin K sign", "needles twice needle",
+                  # ILIKE candidates: the Kelvin sign, long s and dotted I match ASCII letters ignoring case
+                  "\u212aelvin ſtandard \u0130stanbul", "Blue Harbour Lights", "the blue harbour lights tonight",
+                  "ΣΟΦΊΑ σοφία", "STRASSE straße"]
         servers = ["disc", "zulip", None]
         channels = ["disc:g1:a", "disc:g1:b", "zulip:x", None]
         items = [new_item([body], n % 2 == 0, "scout" if n % 5 == 4 else None, servers[n % 3], channels[n % 4], n)
@@ -156,7 +160,13 @@ class TestSearchOnPostgresql:
             await index_up_to(store, 17)  # a mark in the middle: rows above it are read, rows below it looked up
             everything = [item async for item in store.items.iterate()][::-1]
             queries = [("needle", False, False), ("needle", False, True), ("100%", False, False), ("_1", False, False),
-                       (r"ne+dle\b", True, False), ("xyz", False, False)]
+                       (r"ne+dle\b", True, False), ("xyz", False, False),
+                       # a phrase looked up by its words, tested whole; ignoring case through ILIKE, cut at the
+                       # letters folding apart (k, s, i); non-ASCII needles read every row
+                       ("the blue harbour lights", False, False), ("BLUE HARBOUR", False, True),
+                       (r"harbour\s+lights", True, True), ("KELVIN", False, True), ("standard", False, True),
+                       ("istanbul needle", False, True), ("σοφία", False, True), ("strasse", False, True),
+                       ("NEEDLE_100%", False, True)]
             # Every kind of hears entry (none, a connector, an exact channel, globs) and the other two filters.
             wheres = [SearchFilter(heard=heard) for heard in (None, ("disc",), ("disc/disc:g1:a",),
                                                               ("zulip", "disc/disc:g1:?"), ("disc/*[!a]",))] + [
@@ -170,6 +180,60 @@ class TestSearchOnPostgresql:
                                     where=lambda item, where=where: accepts(where, item))
                     assert found.hits == expected.hits, (query, where)
             assert (await search_items(store, "needle", limit=100)).hits  # the comparison compared something
+            assert len((await search_items(store, "KELVIN", ignore_case=True, limit=100)).hits) == 6
+
+    async def test_small_pages_and_id_batches_give_every_candidate_once_newest_first(
+            self, migrated_db: PostgresDatabase) -> None:
+        """The reads' paging (store/pg_search.py): pages and candidate-id batches smaller than the candidates."""
+        from mcplhost.store.pg_search import PgSearchReads
+        from mcplhost.store.search_query import SearchFilter, required
+        from tests.store.test_search_index import index_up_to, new_item
+
+        bodies = ["blue harbour lights", "harbour, then lights", "lights harbour", "no", "Harbour Lights"]
+        items = [new_item([body], False, None, "disc", f"disc:g1:{n % 3}", n) for n, body in enumerate(bodies * 5)]
+        async with open_store(migrated_db.url) as store:
+            await store.items.insert_many(items)
+            await index_up_to(store, 22)
+            everything = [item async for item in store.items.iterate()][::-1]
+            for query, ignore_case, where in [("harbour lights", False, SearchFilter()),
+                                              (r"harbour\W+lights", True, SearchFilter()),
+                                              ("harbour lights", False, SearchFilter(channel="disc:g1:1"))]:
+                needs = required(query, as_regex=True, ignore_case=ignore_case)
+                for page_rows, candidate_ids in [(1, 1), (2, 3), (3, 2), (200, 1000)]:
+                    reads = PgSearchReads(store._database, lambda: False, page_rows=page_rows,
+                                          candidate_ids=candidate_ids)
+                    found = await anyio.to_thread.run_sync(lambda reads=reads, needs=needs, where=where: [
+                        item.id for item in reads.newest_first(needs, where)])
+                    in_order = regex.compile(".*?".join(regex.escape(run) for run in needs.runs),
+                                             regex.DOTALL | (regex.IGNORECASE if ignore_case else 0))
+                    expected = [item.id for item in everything
+                                if (item.id > 22 or in_order.search(item.content[0]["text"]))
+                                and (where.channel is None or item.metadata.get("channelId") == where.channel)]
+                    assert found == expected, (query, page_rows, candidate_ids)
+
+
+def test_the_index_lookup_uses_what_folds_alike_and_the_longest_words() -> None:
+    """store/pg_search.py index_lookup: ILIKE only over ASCII stretches without k, s, i; the longest words."""
+    from mcplhost.store.pg_search import IndexLookup, index_lookup
+    from mcplhost.store.search_query import required
+
+    def lookup(query: str, *, as_regex: bool = False, ignore_case: bool = False) -> IndexLookup | None:
+        return index_lookup(required(query, as_regex=as_regex, ignore_case=ignore_case))
+
+    assert lookup("the blue harbour lights") == IndexLookup(("harbour", "lights", "blue"),
+                                                            ("the blue harbour lights",), False)
+    assert lookup("deployment") == IndexLookup(("deployment",), (), False)
+    assert lookup("the cat") == IndexLookup(("the cat",), (), False)  # no word long enough: the run itself
+    assert lookup("ZANZIBARITE", ignore_case=True) == IndexLookup(("ZANZ",), ("ZANZ", "BAR"), True)
+    assert lookup(r"harbour\s+lights", as_regex=True) == IndexLookup(("harbour", "lights"), ("harbour", "lights"),
+                                                                      False)  # in this order
+    # "lights" cut at i and s: "ght" left, too short a word to look up, tested on the rows after "harbour"
+    assert lookup(r"harbour\s+lights", as_regex=True, ignore_case=True) == IndexLookup(("harbour",),
+                                                                                       ("harbour", "ght"), True)
+    assert lookup("kiss kiss", ignore_case=True) is None  # every stretch too short: the scan
+    assert lookup("σοφία", ignore_case=True) is None
+    assert lookup("σοφία") == IndexLookup(("σοφία",), (), False)  # exact: any character
+    assert lookup("ab", ignore_case=True) is None
 
 
 async def test_both_engines_migrate_to_the_same_columns(migrated_db: PostgresDatabase, tmp_path: Path) -> None:

@@ -137,3 +137,7 @@ class TestEveryMatchHoldsTheRuns:
         for run in needs.runs:
             assert len(run) >= 3
             assert holds(run, text, needs.ignore_case), (query, text, run)
+        # in their order and apart (store/pg_search.py asks for them so: LIKE '%run%run%')
+        in_order = ".*?".join(regex.escape(run) for run in needs.runs)
+        flags = regex.DOTALL | (regex.IGNORECASE | regex.FULLCASE if needs.ignore_case else 0)
+        assert regex.search(in_order, text, flags), (query, text, needs.runs)
