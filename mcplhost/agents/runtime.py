@@ -83,7 +83,7 @@ from mcplhost.agents.follow import ItemsFollower
 from mcplhost.agents.model import Backend
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backend, close_backends
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.compiler import connectors_without_author_line
+from mcplhost.agents.turns.compiler import connectors_without_author_line, message_cap_of
 from mcplhost.agents.turns.record import OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD
 from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
@@ -399,6 +399,9 @@ class AgentsRuntime:
                 for name, runner in self.runners.items():
                     tg.start_soon(partial(self._run_runner, runner, owned=name in owned), name=f"agent {name}")
                 self._running.serving = True
+                if self.deps.rows is not None:  # each agent's context read and rendered, and kept read after turns
+                    tg.start_soon(self.deps.rows.run, name="agents' rows")
+                    tg.start_soon(self._warm, owned, name="warm contexts")
                 if self.sharing is not None:  # every host's items, from the store (agents/follow.py)
                     self._follower = ItemsFollower(self.store.items, after=self._start_end, offer=self._offer)
                     await self.sharing.listen(ITEMS_CHANNEL, self._follower.heard)
@@ -412,6 +415,20 @@ class AgentsRuntime:
                     await close_backend(runner.state.backend, agent=runner.agent.name)
                 if self.deps.moderator is not None:
                     await self.deps.moderator.aclose()
+
+    async def _warm(self, names: list[str]) -> None:
+        """Read and render each agent's context before its first wake (turns/row_cache.py `warm`): a first turn
+        that comes sooner reads it itself, as before. A failure leaves it to the first turn."""
+        assert self.deps.rows is not None
+        for name in names:
+            runner = self.runners.get(name)
+            if runner is None or runner.agent.context_scope == "conversation":
+                continue
+            try:
+                await self.deps.rows.warm(name, message_cap_of(runner.agent), runner.state.no_author_line)
+            except Exception as exc:
+                log.warning("agent.warm_failed", agent=name, error=str(exc))
+                return
 
     async def _start_cursors(self) -> None:
         """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.
@@ -550,6 +567,8 @@ class AgentsRuntime:
         self._max_offered = max(self._max_offered, event.id)
         if len(self._recent) > RECENT_IDS:
             self._recent.popitem(last=False)
+        if self.deps.rows is not None:  # the row as stored: a turn need not read it (turns/row_cache.py)
+            self.deps.rows.feed(event.id, event.item)
         now = anyio.current_time()
         for name, runner in self.runners.items():
             if name not in self.standby:

@@ -72,6 +72,7 @@ from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
+from mcplhost.store.items import ItemWritten
 from mcplhost.store.operations import (
     BeginTurn,
     FailTurnPublishes,
@@ -195,6 +196,8 @@ async def _converse(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: Agent
         # Written with (or right after) the turn's BeginTurn, and added to the rows read as stored: no second read.
         notice = _source_notice(agent, progress, deps.clock_ms())
         (written,) = await deps.writer.write(InsertItems([notice]))
+        if deps.rows is not None:
+            deps.rows.feed_written([notice], [written])
         rows = [*rows, _as_stored(notice, written.id)]
     system_prompt = state.system_prompt
     waking = await _waking_items(deps, wake, rows)
@@ -305,12 +308,18 @@ async def _tool_round(agent: AgentConfig, deps: TurnDeps, state: AgentState, pro
         rows += [tool_result_row(agent.name, progress.turn_id, call.id, call.name, not_run, True,
                                  created_at=deps.clock_ms(), conversation_id=progress.conversation)
                  for call in skipped]
-    await deps.writer.write(InsertItems(rows))
+    _fed(deps, rows, await deps.writer.write(InsertItems(rows)))
     for call in run:
         outcome = await state.toolbox.call(call, speech=progress.speech)
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
                                  created_at=deps.clock_ms(), conversation_id=progress.conversation)
-        await deps.writer.write(InsertItems([result]))
+        _fed(deps, [result], await deps.writer.write(InsertItems([result])))
+
+
+def _fed(deps: TurnDeps, rows: list[NewItem], written: list[ItemWritten]) -> None:
+    """The turn's own rows just committed, fed to the row cache (its next read need not read them)."""
+    if deps.rows is not None:
+        deps.rows.feed_written(rows, written)
 
 
 async def _deliver_at_tool_boundary(agent: AgentConfig, deps: TurnDeps, progress: TurnProgress) -> None:
@@ -370,8 +379,8 @@ async def _rows(agent: AgentConfig, wake: Wake, deps: TurnDeps) -> list[StoredIt
         rows: list[StoredItem] = await deps.store.items.context_rows(
             agent.name, limit=CONTEXT_ROWS, conversation_id=wake_conversation(wake))
         return rows
-    if deps.rows is not None:
-        return await deps.rows.rows_for(agent.name)
+    if deps.rows is not None:  # every row up to the wake's newest item at least (fed, or read)
+        return await deps.rows.rows_for(agent.name, through=max(wake.item_ids, default=0))
     return await deps.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
 
 
