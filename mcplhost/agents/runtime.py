@@ -401,6 +401,7 @@ class AgentsRuntime:
                 self._running.serving = True
                 if self.deps.rows is not None:  # each agent's context read and rendered, and kept read after turns
                     tg.start_soon(self.deps.rows.run, name="agents' rows")
+                    tg.start_soon(self.deps.rows.render_ahead, name="agents' rows rendered")
                     tg.start_soon(self._warm, owned, name="warm contexts")
                 if self.sharing is not None:  # every host's items, from the store (agents/follow.py)
                     self._follower = ItemsFollower(self.store.items, after=self._start_end, offer=self._offer)

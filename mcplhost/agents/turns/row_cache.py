@@ -90,6 +90,9 @@ class RowCache:
         self._dirty: dict[str, int] = {}
         self._reads_begun = 0
         self._refresh = anyio.Event()
+        #: Rows appended and not rendered yet (`render_ahead` renders them between turns), newest `limit`.
+        self._to_render: deque[StoredItem] = deque(maxlen=limit)
+        self._render_due = anyio.Event()
         #: rows_for calls that read the store for new rows, and those that needed none (the benchmark prints them).
         self.stats = {"reads": 0, "fed": 0, "refreshes": 0}
         # One reader at a time, so rows are appended in id order; taken free without a yield to the loop,
@@ -116,6 +119,19 @@ class RowCache:
         for start in range(0, len(rows), WARM_SLICE):
             self.rendered.lookup(rows[start:start + WARM_SLICE], message_cap, no_author_line)
             await anyio.sleep(0)
+
+    async def render_ahead(self) -> None:
+        """Forever: render each new row under every message cap in use, a slice at a time between yields to the
+        loop, so a turn's compile finds the rows that came since the last turn rendered already (it renders any
+        not yet, itself, as before)."""
+        while True:
+            await self._render_due.wait()
+            self._render_due = anyio.Event()
+            while self._to_render:
+                rows = [self._to_render.popleft() for _ in range(min(WARM_SLICE, len(self._to_render)))]
+                for message_cap, no_author_line in self.rendered.keys():
+                    self.rendered.lookup(rows, message_cap, no_author_line)
+                await anyio.sleep(0)
 
     def turn_ended(self, agent: str) -> None:
         """`agent`'s turn and its writes are committed: the rows they stored (a publish's speech row, a peer
@@ -197,6 +213,9 @@ class RowCache:
                 self.feed_written(operation.items, committed[operation])
 
     def _append(self, row: StoredItem) -> None:
+        self._to_render.append(row)
+        if not self._render_due.is_set():
+            self._render_due.set()
         if row.agent is None:
             self._everyone.append(row)
             for context in self._contexts.values():

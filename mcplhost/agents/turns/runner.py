@@ -5,9 +5,11 @@
 The steps, each delegated to the module that owns its rule:
 
 1. `BeginTurn` gives the turn its id (store/operations.py): queued at once and
-   awaited only before the routing and the first compile, so it commits while
-   the context is read (`turn_begun`).
-2. The agent's rows are read (store.items.context_rows); the one-time
+   awaited only after the first compile, before the first backend call, so it
+   commits while the context is read and compiled (`turn_begun`); the speech
+   routed meanwhile takes the id then, before anything of it is written.
+2. The agent's rows come from the host's row cache (turns/row_cache.py: fed
+   as they commit, else read), or store.items.context_rows; the one-time
    provenance notice is stored when the context needs it (turns/compiler.py),
    in the BeginTurn's commit or the one after, and joins the rows read. Then typing starts where the route is decided (speech/typing.py, stopped
    however the turn ends) and the waking addressed items are acknowledged in
@@ -131,6 +133,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentS
         async with Typing(deps.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
             end = await _converse_to_end(agent, wake, deps, state, progress)
             outcome = end.outcome
+            await _begun_before_call(progress)  # a turn held before its first call has not waited for its id yet
             committed = await write_end(deps, agent, progress, end, new_cursor)
         if progress.speech is not None:
             progress.speech.notify(end.first, committed)  # the final prose's publishes: wake their senders
@@ -201,7 +204,6 @@ async def _converse(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: Agent
         rows = [*rows, _as_stored(notice, written.id)]
     system_prompt = state.system_prompt
     waking = await _waking_items(deps, wake, rows)
-    await turn_begun(progress)
     rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
     speech = progress.speech = TurnSpeech(agent, deps, progress.turn_id, [item.meta.source for item in waking],
@@ -245,7 +247,8 @@ async def _one_inference(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: 
                                tools=tools, injections=injections, now_ms=deps.clock_ms(),
                                backend=agent.backend, rendered=None if deps.rows is None else deps.rows.rendered,
                                turn_rows_after=progress.turn_rows_after, no_author_line=state.no_author_line,
-                               turn_id=progress.turn_id, delivered=deps.store.outbox.recent_delivered)
+                               turn_id=progress.turn_id or None, delivered=deps.store.outbox.recent_delivered)
+    await _begun_before_call(progress)  # compiled while the BeginTurn commits (no row of this turn exists before)
     if compiled.pieces_left_out:
         log.warning("agent.context_pieces_left_out", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
                     left_out=compiled.pieces_left_out, context_chars=agent.context_chars)
@@ -350,6 +353,20 @@ def _source_notice(agent: AgentConfig, progress: TurnProgress, at: int) -> NewIt
     """The one-time notice; under "conversation" scope it belongs to the conversation, so that scope's reads see it."""
     scoped = agent.context_scope == "conversation"
     return source_notice_row(agent.name, created_at=at, conversation_id=progress.conversation if scoped else None)
+
+
+async def _begun_before_call(progress: TurnProgress) -> None:
+    """The first backend call waits for the turn's id; its speech, routed already, takes it. A BeginTurn that
+    failed fails the turn with no speech, as when it failed before the route was decided."""
+    if progress.begin is None:
+        return
+    try:
+        await turn_begun(progress)
+    except BaseException:
+        progress.speech = None
+        raise
+    if progress.speech is not None:
+        progress.speech.turn_id = progress.turn_id
 
 
 async def turn_begun(progress: TurnProgress) -> int:
