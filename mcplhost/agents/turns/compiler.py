@@ -181,9 +181,10 @@ def _own_outbox_ids(name: str, rows: list[StoredItem]) -> set[int]:
     """The outbox ids of the agent's speech rows among `rows`: its publishes."""
     ids = set()
     for row in rows:
+        if row.agent != name:  # first: most rows are heard items, whose metadata is not decoded here
+            continue
         host = row.host
-        if row.agent == name and row_kind(row) == "speech" and isinstance(host, SpeechMeta) \
-                and host.outbox_id is not None:
+        if row_kind(row) == "speech" and isinstance(host, SpeechMeta) and host.outbox_id is not None:
             ids.add(host.outbox_id)
     return ids
 
