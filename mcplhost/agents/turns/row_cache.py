@@ -8,10 +8,9 @@ few rows between turns. `RowCache` is shared by every agent of the host:
   deque, and for each agent its context so far (everyone's rows and its own,
   merged by id) in a bounded deque of its own; other agents' rows are never
   handed to an agent;
-- `rows_for(agent)` first reads the rows stored since the last read (ids
-  commit in order, so `after(last id read)` misses nothing) and appends each
-  to the contexts it belongs to, so a read copies the newest `limit` rows
-  instead of merging them again;
+- new rows are appended to the contexts they belong to as they are fed
+  or read (ids commit in order, so `after(last id known)` misses nothing),
+  so `rows_for` copies the newest `limit` rows instead of merging them again;
 - an agent seen for the first time is seeded with the store's exact
   `context_rows` read, so its first context equals an uncached read; the
   rows it adds to everyone's deque are older than any other agent's window.
@@ -19,7 +18,7 @@ few rows between turns. `RowCache` is shared by every agent of the host:
   the deque's first (the same context, without reading `limit` rows again:
   each agent's first turn is on a wake's path).
 
-Fed rows (docs/agents.md#context): the rows the host learns of as they
+Fed rows (docs/agents.md#the-row-cache): the rows the host learns of as they
 commit (the runtime's `Stored` events, which on a shared store are the
 items table read in id order, and the turns' own `InsertItems` results) are
 `feed`-ed in, so a turn's read of new rows is usually no read at all. A fed
@@ -32,7 +31,12 @@ the read's rows and the fed ones are never appended twice. A turn's rows
 are then the newest `limit` up to the last id known with no gap, which
 always includes its wake; a row that committed without being fed (a CLI
 write, a peer message, another host's agent row) is read by the next read
-that a gap or a wake forces.
+that a gap or a wake forces. An agent's own rows not fed (a publish's speech
+row) are read after its turn (`turn_ended`, then `run` reads in the
+background), or by its next `rows_for` if that comes first.
+
+Off the wake path as well: `warm` reads and renders an agent's context at
+start, and `render_ahead` renders each new row between turns.
 
 It also holds the store's `RenderedRows`, so a row is rendered for the
 compiler once (for each message cap and set of connectors shown without
