@@ -155,6 +155,8 @@ class AgentRunner:
                 finally:
                     self._turn_scope, self._stopping = None, False
                     self.scheduler.turn_ended(anyio.current_time())
+                    if self.deps.rows is not None:  # its rows are read now, off its next wake's path
+                        self.deps.rows.turn_ended(self.agent.name)
                 await self._deliver_peer_messages()
                 return
         deadline = self.scheduler.next_deadline()

@@ -43,13 +43,11 @@ Each agent's own loop, its exception boundaries and its stop handling are
 in agents/agent_loop.py.
 
 On a shared PostgreSQL store (docs/operations.md#several-hosts-on-one-store) each agent
-is run by one live host: the one holding its ownership lock (store/hosts.py
-`Sharing`, kind "agent"). An agent another host owns stands by here: it has a
-runner, but no task, no offers and no catch-up; its state says `standby`. When
-the lock comes free the standby takes the agent over (`_take_over`): it closes
-the turns the old owner left open, seeds the turn guard, reads the durable
-cursor from the store, and catches up from it like a start, then runs. And the
-agents' feed is then the items table itself (agents/follow.py): each item is
+is run by one live host: the one holding its ownership lock (agents/ownership.py);
+an agent another host owns stands by here until the lock comes free, and is
+then taken over (`_take_over`): the turns the old owner left open closed, the
+turn guard seeded, the durable cursor read from the store and caught up from
+like a start, then it runs. And the agents' feed is then the items table itself (agents/follow.py): each item is
 offered once, in id order, whichever host stored it; this host's events only
 say when to read (docs/architecture.md#engines).
 
@@ -78,12 +76,13 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from mcplhost.agents.agent_loop import RECOVER_S, AgentRunner, Running
+from mcplhost.agents.agent_loop import AgentRunner, Running
 from mcplhost.agents.follow import ItemsFollower
 from mcplhost.agents.model import Backend
+from mcplhost.agents.ownership import Ownership
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backend, close_backends
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.compiler import connectors_without_author_line
+from mcplhost.agents.turns.compiler import connectors_without_author_line, message_cap_of
 from mcplhost.agents.turns.record import OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD
 from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
@@ -153,6 +152,8 @@ class AgentsRuntime:
         self.sharing = sharing
         #: The agents another live host owns: runners with no task, offered nothing (`Running.standby`).
         self.standby = running.standby
+        #: Which agents this host runs on a shared store, and standing by for the others (agents/ownership.py).
+        self.ownership = Ownership(sharing, self.standby)
         self._follower: ItemsFollower | None = None
         self.decisions = recorder
         self._no_author_line = connectors_without_author_line(config.connectors)
@@ -203,44 +204,10 @@ class AgentsRuntime:
             self._runner_scopes[name] = scope
             try:
                 if not owned:
-                    await self._stand_by(runner)
+                    await self.ownership.stand_by(runner, self._take_over)
                 await runner.run()
             finally:
-                self.standby.discard(name)
-                if self.sharing is not None:
-                    with anyio.CancelScope(shield=True):
-                        await self.sharing.release(name, kind="agent")
-
-    async def _claim(self, names: list[str]) -> list[str]:
-        """Take the ownership lock of each agent that is free; the ones another live host owns stand by."""
-        if self.sharing is None:
-            return names
-        owned = []
-        for name in names:
-            if await self.sharing.try_own(name, kind="agent"):
-                owned.append(name)
-            else:
-                self.standby.add(name)
-                log.info("agent.standby", agent=name, owner=await self.sharing.owner_of(name, kind="agent"))
-        return owned
-
-    async def _stand_by(self, runner: AgentRunner) -> None:
-        """Wait for the agent's lock (store/hosts.py `Sharing.own`), then take it over; a failed take-over lets
-        the lock go and stands by again."""
-        assert self.sharing is not None
-        name = runner.agent.name
-        while True:
-            self.standby.add(name)
-            await self.sharing.own(name, kind="agent")
-            try:
-                await self._take_over(runner)
-                return
-            except Exception:  # a store read or write failed: another host (or this one, later) takes it
-                self.standby.add(name)
-                log.error("agent.take_over_failed", agent=name, exc_info=True)
-                with anyio.CancelScope(shield=True):
-                    await self.sharing.release(name, kind="agent")
-                await anyio.sleep(RECOVER_S)
+                await self.ownership.let_go(name)
 
     async def _take_over(self, runner: AgentRunner) -> None:
         """An agent whose lock this host just took: from its durable cursor, as a start does (`_start_cursors`).
@@ -349,7 +316,7 @@ class AgentsRuntime:
         else:  # on a shared store it may have a cursor (and an owner) already
             self.standby.add(name)  # offered nothing before its cursor is read
             self.runners[name] = runner
-            owned = bool(await self._claim([name]))
+            owned = bool(await self.ownership.claim([name]))
             if owned:
                 await self._take_over(runner)
         warn_unset_key(runner.agent)
@@ -386,7 +353,7 @@ class AgentsRuntime:
             warn_unset_key(agent)
         try:
             async with anyio.create_task_group() as tg:
-                owned = await self._claim(list(self.runners))
+                owned = await self.ownership.claim(list(self.runners))
                 await self._start_cursors()
                 for row in await self.peers.start():  # after catch-up: what the queue held is delivered now
                     self._running.wake(row)
@@ -399,6 +366,10 @@ class AgentsRuntime:
                 for name, runner in self.runners.items():
                     tg.start_soon(partial(self._run_runner, runner, owned=name in owned), name=f"agent {name}")
                 self._running.serving = True
+                if self.deps.rows is not None:  # each agent's context read and rendered, and kept read after turns
+                    tg.start_soon(self.deps.rows.run, name="agents' rows")
+                    tg.start_soon(self.deps.rows.render_ahead, name="agents' rows rendered")
+                    tg.start_soon(self._warm, owned, name="warm contexts")
                 if self.sharing is not None:  # every host's items, from the store (agents/follow.py)
                     self._follower = ItemsFollower(self.store.items, after=self._start_end, offer=self._offer)
                     await self.sharing.listen(ITEMS_CHANNEL, self._follower.heard)
@@ -412,6 +383,20 @@ class AgentsRuntime:
                     await close_backend(runner.state.backend, agent=runner.agent.name)
                 if self.deps.moderator is not None:
                     await self.deps.moderator.aclose()
+
+    async def _warm(self, names: list[str]) -> None:
+        """Read and render each agent's context before its first wake (turns/row_cache.py `warm`): a first turn
+        that comes sooner reads it itself, as before. A failure leaves it to the first turn."""
+        assert self.deps.rows is not None
+        for name in names:
+            runner = self.runners.get(name)
+            if runner is None or runner.agent.context_scope == "conversation":
+                continue
+            try:
+                await self.deps.rows.warm(name, message_cap_of(runner.agent), runner.state.no_author_line)
+            except Exception as exc:
+                log.warning("agent.warm_failed", agent=name, error=str(exc))
+                return
 
     async def _start_cursors(self) -> None:
         """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.
@@ -550,6 +535,8 @@ class AgentsRuntime:
         self._max_offered = max(self._max_offered, event.id)
         if len(self._recent) > RECENT_IDS:
             self._recent.popitem(last=False)
+        if self.deps.rows is not None:  # the row as stored: a turn need not read it (turns/row_cache.py)
+            self.deps.rows.feed(event.id, event.item)
         now = anyio.current_time()
         for name, runner in self.runners.items():
             if name not in self.standby:

@@ -59,7 +59,7 @@ def build_agents(config: Config, store: Store, writer: GroupWriter, handles: Map
                         is_local_agent=is_local_agent)
     deps = TurnDeps(
         store=store, writer=writer, handles=handles,
-        rows=RowCache(store.items, CONTEXT_ROWS),  # one for every agent: everyone's rows are the same rows
+        rows=RowCache(store.items, CONTEXT_ROWS, store.secrets),  # one for every agent: everyone's rows are the same rows
         clock_ms=clock_ms, outbox=outbox if outbox is not None else {},
         hooks=hooks if hooks is not None else HookState(),  # the host's (its connectors' inference/request asks it)
         peers=peers, timings=timings if timings is not None else NoTimings(),

@@ -16,7 +16,11 @@ The items go through the real inbound pipeline (Ingest) and the real Stored
 stream; there is no connector subprocess, so the figures are the agents'
 cost, not the wire's (bench_inbound_path.py measures that).
 
-    .venv/bin/python tests/bench/bench_agents.py [latency|overhead|rss ...]
+    .venv/bin/python tests/bench/bench_agents.py [latency|overhead|rss ...] [rate=ITEMS_PER_S] [seconds=S]
+
+`rate=` and `seconds=` change the latency run's load (a loaded machine
+that cannot store 1,000 items/s says so by its wall time: compare at a
+rate it can).
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
+SETTINGS = {"rate": RATE, "seconds": LATENCY_SECONDS}
+
+
 async def with_runtime(folder: Path, agents: list[AgentConfig], backends: dict[str, Any], body: Any) -> Any:
     async with open_store(folder / "host.db") as store, anyio.create_task_group() as tg:
         writer = GroupWriter(store)
@@ -112,6 +119,9 @@ async def with_runtime(folder: Path, agents: list[AgentConfig], backends: dict[s
         await tg.start(runtime.run, receive)
         async with send:
             result = await body(store, ingest)
+        rows = runtime.deps.rows
+        if rows is not None and hasattr(rows, "stats"):
+            print(f"row cache: {rows.stats}")
         tg.cancel_scope.cancel()
     return result
 
@@ -141,8 +151,8 @@ async def bench_latency(folder: Path) -> None:
     loop_module.run_turn = timed_turn  # type: ignore[assignment]  # the split: scheduling vs the turn's own work
 
     async def body(store: Any, ingest: Ingest) -> None:
-        per_connector = RATE // CONNECTORS
-        count = per_connector * LATENCY_SECONDS
+        per_connector = SETTINGS["rate"] // CONNECTORS
+        count = per_connector * SETTINGS["seconds"]
 
         async def connector(j: int) -> None:
             start = time.perf_counter()
@@ -178,7 +188,7 @@ async def bench_latency(folder: Path) -> None:
     # Each turn makes one backend call: its start → that call is the turn's own work before the model.
     own = [(call - start) * 1000 for name in committed for start, call in zip(turn_starts[name], backends[name].calls)]
     wakes = sum(len(t) for t in committed.values())
-    print(f"wake latency: {RATE} items/s for {LATENCY_SECONDS} s ({seconds:.1f} s wall), {AGENTS} agents, "
+    print(f"wake latency: {SETTINGS['rate']} items/s for {SETTINGS['seconds']} s ({seconds:.1f} s wall), {AGENTS} agents, "
           f"{CONNECTORS} connectors, {wakes} waking items, {len(latencies)} backend calls: "
           f"item committed → backend called, every turn (first turns included): "
           f"p50 {percentile(latencies, 50):.2f} ms, p99 {percentile(latencies, 99):.2f} ms, "
@@ -263,7 +273,9 @@ BENCHES = {"latency": bench_latency, "overhead": bench_overhead, "rss": bench_rs
 
 def main(argv: list[str]) -> None:
     logs.configure("json", "warning")
-    for name in argv or list(BENCHES):
+    SETTINGS.update((key, int(value)) for key, _, value in (arg.partition("=") for arg in argv if "=" in arg))
+    names = [arg for arg in argv if "=" not in arg]
+    for name in names or list(BENCHES):
         with tempfile.TemporaryDirectory() as folder:
             anyio.run(BENCHES[name], Path(folder))
 

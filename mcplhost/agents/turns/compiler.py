@@ -181,9 +181,10 @@ def _own_outbox_ids(name: str, rows: list[StoredItem]) -> set[int]:
     """The outbox ids of the agent's speech rows among `rows`: its publishes."""
     ids = set()
     for row in rows:
+        if row.agent != name:  # first: most rows are heard items, whose metadata is not decoded here
+            continue
         host = row.host
-        if row.agent == name and row_kind(row) == "speech" and isinstance(host, SpeechMeta) \
-                and host.outbox_id is not None:
+        if row_kind(row) == "speech" and isinstance(host, SpeechMeta) and host.outbox_id is not None:
             ids.add(host.outbox_id)
     return ids
 
@@ -223,6 +224,11 @@ def connectors_without_author_line(connectors: list[ConnectorConfig]) -> frozens
     return frozenset(spec.name for spec in connectors if not spec.author_line)
 
 
+def message_cap_of(agent: AgentConfig) -> int:
+    """The most characters one message is shown with in the agent's context (its rows are rendered under it)."""
+    return max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
+
+
 def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[StoredItem], wake_item_ids: list[int],
                     tools: list[ToolSpec], injections: Injections | None, now_ms: int, backend: BackendConfig,
                     conversations: list[str | None] | None = None,
@@ -248,7 +254,7 @@ def compile_request(agent: AgentConfig, *, system_prompt: str, rows: list[Stored
     the agent's own publish stored before it was answered is known too.
     """
     injections = injections or Injections()
-    message_cap = max(1, agent.context_chars // MESSAGE_MAX_DIVISOR)
+    message_cap = message_cap_of(agent)
     result_cap = max(1, min(agent.tool_result_max_chars, message_cap))
     # The one-time notice stands first, whatever is cut: it is told once.
     notices, ordered = _select(agent, sorted(rows, key=_row_id), set(wake_item_ids), conversations, delivered)

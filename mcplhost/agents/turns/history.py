@@ -229,6 +229,10 @@ class RenderedRows:
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._by_cap.values())
 
+    def keys(self) -> list[tuple[int, frozenset[str]]]:
+        """The (message cap, connectors without a `from:` line) the rows are rendered under now."""
+        return list(self._by_cap)
+
     def lookup(self, rows: list[StoredItem], message_cap: int,
                no_author_line: frozenset[str] = frozenset()) -> list[Rendered]:
         """`render_row(row, message_cap, no_author_line)` for each row, each rendered once while it stays in

@@ -135,7 +135,10 @@ async def write_end(deps: TurnDeps, agent: AgentConfig, progress: TurnProgress, 
     position = cursor() if cursor is not None and end.moves_cursor else None
     if position is not None:
         operations.append(SetCursor(agent.name, position, ended))
-    return await deps.writer.submit(*operations)
+    committed = await deps.writer.submit(*operations)
+    if deps.rows is not None:
+        deps.rows.feed_committed(operations, committed)
+    return committed
 
 
 def failure_cause(agent: AgentConfig, progress: TurnProgress, exc: Exception) -> tuple[str, str]:

@@ -132,7 +132,10 @@ class TurnSpeech:
         """Store `prose` now (routed segments queued, the rest drafts) and wake the senders."""
         operations = await self.operations(prose)
         if operations:
-            self.notify(operations, await self.deps.writer.submit(*operations))
+            committed = await self.deps.writer.submit(*operations)
+            if self.deps.rows is not None:
+                self.deps.rows.feed_committed(operations, committed)
+            self.notify(operations, committed)
 
     def notify(self, operations: Sequence[Operation[Any]], committed: Committed) -> None:
         """Wake the sender of every connector an outbox row of `operations` went to; log each queued publish."""
@@ -184,4 +187,6 @@ class TurnSpeech:
         """A `channel_publish` moderation refused, kept as a draft (the tool's answer is the agent's notice)."""
         row = draft_row(self.agent.name, self.turn_id, text, MODERATION, created_at=self.deps.clock_ms(),
                         conversation_id=self.conversation)
-        await self.deps.writer.write(InsertItems([row]))
+        written = await self.deps.writer.write(InsertItems([row]))
+        if self.deps.rows is not None:
+            self.deps.rows.feed_written([row], written)

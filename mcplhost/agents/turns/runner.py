@@ -5,9 +5,11 @@
 The steps, each delegated to the module that owns its rule:
 
 1. `BeginTurn` gives the turn its id (store/operations.py): queued at once and
-   awaited only before the routing and the first compile, so it commits while
-   the context is read (`turn_begun`).
-2. The agent's rows are read (store.items.context_rows); the one-time
+   awaited only after the first compile, before the first backend call, so it
+   commits while the context is read and compiled (`turn_begun`); the speech
+   routed meanwhile takes the id then, before anything of it is written.
+2. The agent's rows come from the host's row cache (turns/row_cache.py: fed
+   as they commit, else read), or store.items.context_rows; the one-time
    provenance notice is stored when the context needs it (turns/compiler.py),
    in the BeginTurn's commit or the one after, and joins the rows read. Then typing starts where the route is decided (speech/typing.py, stopped
    however the turn ends) and the waking addressed items are acknowledged in
@@ -72,6 +74,7 @@ from mcplhost.inbound.notice import reader_text
 from mcplhost.speech.streaming import Streamer, stream_targets
 from mcplhost.speech.typing import Typing, typing_target
 from mcplhost.store import NewItem, StoredItem
+from mcplhost.store.items import ItemWritten
 from mcplhost.store.operations import (
     BeginTurn,
     FailTurnPublishes,
@@ -130,6 +133,7 @@ async def run_turn(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: AgentS
         async with Typing(deps.handles, agent=agent.name) as progress.typing:  # "stop" on leaving, however the turn ends
             end = await _converse_to_end(agent, wake, deps, state, progress)
             outcome = end.outcome
+            await _begun_before_call(progress)  # a turn held before its first call has not waited for its id yet
             committed = await write_end(deps, agent, progress, end, new_cursor)
         if progress.speech is not None:
             progress.speech.notify(end.first, committed)  # the final prose's publishes: wake their senders
@@ -195,10 +199,11 @@ async def _converse(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: Agent
         # Written with (or right after) the turn's BeginTurn, and added to the rows read as stored: no second read.
         notice = _source_notice(agent, progress, deps.clock_ms())
         (written,) = await deps.writer.write(InsertItems([notice]))
+        if deps.rows is not None:
+            deps.rows.feed_written([notice], [written])
         rows = [*rows, _as_stored(notice, written.id)]
     system_prompt = state.system_prompt
     waking = await _waking_items(deps, wake, rows)
-    await turn_begun(progress)
     rows = _merged(rows, waking)  # a waking item the window of newest rows missed (a flood) is still compiled
     user_message = _waking_text(waking)
     speech = progress.speech = TurnSpeech(agent, deps, progress.turn_id, [item.meta.source for item in waking],
@@ -242,7 +247,8 @@ async def _one_inference(agent: AgentConfig, wake: Wake, deps: TurnDeps, state: 
                                tools=tools, injections=injections, now_ms=deps.clock_ms(),
                                backend=agent.backend, rendered=None if deps.rows is None else deps.rows.rendered,
                                turn_rows_after=progress.turn_rows_after, no_author_line=state.no_author_line,
-                               turn_id=progress.turn_id, delivered=deps.store.outbox.recent_delivered)
+                               turn_id=progress.turn_id or None, delivered=deps.store.outbox.recent_delivered)
+    await _begun_before_call(progress)  # compiled while the BeginTurn commits (no row of this turn exists before)
     if compiled.pieces_left_out:
         log.warning("agent.context_pieces_left_out", agent=agent.name, turn=progress.turn_id, turn_index=turn_index,
                     left_out=compiled.pieces_left_out, context_chars=agent.context_chars)
@@ -305,12 +311,18 @@ async def _tool_round(agent: AgentConfig, deps: TurnDeps, state: AgentState, pro
         rows += [tool_result_row(agent.name, progress.turn_id, call.id, call.name, not_run, True,
                                  created_at=deps.clock_ms(), conversation_id=progress.conversation)
                  for call in skipped]
-    await deps.writer.write(InsertItems(rows))
+    _fed(deps, rows, await deps.writer.write(InsertItems(rows)))
     for call in run:
         outcome = await state.toolbox.call(call, speech=progress.speech)
         result = tool_result_row(agent.name, progress.turn_id, call.id, call.name, outcome.blocks, outcome.is_error,
                                  created_at=deps.clock_ms(), conversation_id=progress.conversation)
-        await deps.writer.write(InsertItems([result]))
+        _fed(deps, [result], await deps.writer.write(InsertItems([result])))
+
+
+def _fed(deps: TurnDeps, rows: list[NewItem], written: list[ItemWritten]) -> None:
+    """The turn's own rows just committed, fed to the row cache (its next read need not read them)."""
+    if deps.rows is not None:
+        deps.rows.feed_written(rows, written)
 
 
 async def _deliver_at_tool_boundary(agent: AgentConfig, deps: TurnDeps, progress: TurnProgress) -> None:
@@ -343,6 +355,20 @@ def _source_notice(agent: AgentConfig, progress: TurnProgress, at: int) -> NewIt
     return source_notice_row(agent.name, created_at=at, conversation_id=progress.conversation if scoped else None)
 
 
+async def _begun_before_call(progress: TurnProgress) -> None:
+    """The first backend call waits for the turn's id; its speech, routed already, takes it. A BeginTurn that
+    failed fails the turn with no speech, as when it failed before the route was decided."""
+    if progress.begin is None:
+        return
+    try:
+        await turn_begun(progress)
+    except BaseException:
+        progress.speech = None
+        raise
+    if progress.speech is not None:
+        progress.speech.turn_id = progress.turn_id
+
+
 async def turn_begun(progress: TurnProgress) -> int:
     """The turn's id once its queued BeginTurn has committed (0: none was queued, or its write failed before)."""
     begin, progress.begin = progress.begin, None  # awaited once: a failed write is not waited for again
@@ -370,8 +396,8 @@ async def _rows(agent: AgentConfig, wake: Wake, deps: TurnDeps) -> list[StoredIt
         rows: list[StoredItem] = await deps.store.items.context_rows(
             agent.name, limit=CONTEXT_ROWS, conversation_id=wake_conversation(wake))
         return rows
-    if deps.rows is not None:
-        return await deps.rows.rows_for(agent.name)
+    if deps.rows is not None:  # every row up to the wake's newest item at least (fed, or read)
+        return await deps.rows.rows_for(agent.name, through=max(wake.item_ids, default=0))
     return await deps.store.items.context_rows(agent.name, limit=CONTEXT_ROWS)
 
 
