@@ -24,7 +24,6 @@ for the start-up figure):
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -36,13 +35,10 @@ import asyncpg
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE)]  # the repository (tests.postgres), this folder (search_corpus)
 
-from bench_search_index import QUERIES, RUNS, check, command, in_process, summary  # noqa: E402
-from search_corpus import ABSENT_WORD, COLUMNS, COMMON_WORD, PHRASE, RARE_WORD, _rows, bodies  # noqa: E402
+from bench_search_index import QUERIES, RUNS, check, command, in_process, summary, tool_calls  # noqa: E402
+from search_corpus import ABSENT_WORD, COLUMNS, _rows, bodies  # noqa: E402
 
 from mcplhost import logs  # noqa: E402
-from mcplhost.agents.model import ToolCall  # noqa: E402
-from mcplhost.agents.tools.toolbox import ToolBox  # noqa: E402
-from mcplhost.config import AgentConfig  # noqa: E402
 from mcplhost.store import open_reader, open_store  # noqa: E402
 from mcplhost.store.search_index import index_text  # noqa: E402
 from tests.postgres import start_server  # noqa: E402
@@ -107,19 +103,7 @@ def queries(url: str, empty_url: str | None, items: int) -> None:
 
 async def tool(url: str) -> None:
     async with open_reader(url) as store:
-        for hears in (None, ["slack"], ["discord/discord:g1:c3"]):
-            box = ToolBox(AgentConfig(name="scout", hears=hears), {}, store)
-            for label, query in (("present word", COMMON_WORD), ("phrase", PHRASE), ("absent word", ABSENT_WORD),
-                                 ("rare word", RARE_WORD)):
-                times = []
-                for n in range(RUNS):
-                    started = time.perf_counter()
-                    outcome = await box.call(ToolCall(id=f"c{n}", name="history_search",
-                                                      arguments={"query": query, "limit": 20}))
-                    times.append(time.perf_counter() - started)
-                hits = len(json.loads(outcome.blocks[0]["text"])["hits"])
-                print(f"  hears {str(hears or 'everything'):<27} {label:>12}: {summary(times)}  ({hits} hits)",
-                      flush=True)
+        await tool_calls(store)
 
 
 async def migrated(url: str) -> None:
