@@ -340,24 +340,34 @@ def _one_line(exc: BaseException) -> str:
 
 
 @asynccontextmanager
+async def _pooled_store(url: str, *, max_size: int, read_only: bool, explanation: str,
+                        migrations_folder: Traversable | Path | None,
+                        connect_deadline_s: float) -> AsyncIterator[tuple[PgStore, asyncpg.Pool]]:
+    """A store over a new pool (`_pool`), and the pool, closed on the way out whatever happens."""
+    pool = await _pool(url, max_size=max_size, read_only=read_only, explanation=explanation,
+                       connect_deadline_s=connect_deadline_s)
+    try:
+        yield PgStore(url, PgDatabase(pool), migrations_folder), pool
+    finally:
+        with anyio.CancelScope(shield=True):
+            await pool.close()
+
+
+@asynccontextmanager
 async def open_pg_store(url: str, *, pool_size: int, migrate: bool = True,
                         migrations_folder: Traversable | Path | None = None,
                         connect_deadline_s: float = CONNECT_DEADLINE_S) -> AsyncIterator[PgStore]:
     """The daemon's read-write store in the database at `url`, its pool at most `pool_size` connections."""
     migrations = load_migrations(migrations_folder, engine=POSTGRESQL)
-    pool = await _pool(url, max_size=pool_size, read_only=False, explanation=_OPEN_EXPLANATION,
-                       connect_deadline_s=connect_deadline_s)
-    try:
-        store = PgStore(url, PgDatabase(pool), migrations_folder)
+    async with _pooled_store(url, max_size=pool_size, read_only=False, explanation=_OPEN_EXPLANATION,
+                             migrations_folder=migrations_folder, connect_deadline_s=connect_deadline_s) \
+            as (store, pool):
         async with pool.acquire() as conn:
             if migrate:
                 await migrate_database(conn, migrations, location=store.location)
             else:
                 await refuse_unusable(PgConn(conn), migrations, path=store.location, current=False)
         yield store
-    finally:
-        with anyio.CancelScope(shield=True):
-            await pool.close()
 
 
 @asynccontextmanager
@@ -365,13 +375,9 @@ async def open_pg_reader(url: str, *, migrations_folder: Traversable | Path | No
                          connect_deadline_s: float = CONNECT_DEADLINE_S) -> AsyncIterator[PgStore]:
     """The database at `url`, read-only (the CLI's readers); its schema must be current."""
     migrations = load_migrations(migrations_folder, engine=POSTGRESQL)
-    pool = await _pool(url, max_size=READER_POOL_SIZE, read_only=True, explanation=_READ_EXPLANATION,
-                       connect_deadline_s=connect_deadline_s)
-    try:
-        store = PgStore(url, PgDatabase(pool), migrations_folder)
+    async with _pooled_store(url, max_size=READER_POOL_SIZE, read_only=True, explanation=_READ_EXPLANATION,
+                             migrations_folder=migrations_folder, connect_deadline_s=connect_deadline_s) \
+            as (store, pool):
         async with pool.acquire() as conn:
             await refuse_unusable(PgConn(conn), migrations, path=store.location, current=True)
         yield store
-    finally:
-        with anyio.CancelScope(shield=True):
-            await pool.close()
