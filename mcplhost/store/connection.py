@@ -101,3 +101,12 @@ def json_int(engine: Engine, expression: str) -> str:
     if engine == POSTGRESQL:
         return f"CAST(CAST({expression} AS BIGINT) AS TEXT)"
     return expression
+
+
+async def notify_at_commit(conn: Conn, channel: str, payloads: Iterable[str]) -> None:
+    """NOTIFY `channel` once for each distinct payload, inside `conn`'s transaction: PostgreSQL delivers them at its
+    COMMIT and never for a rollback (other hosts act on what is committed). Nothing on SQLite: one daemon per file."""
+    if conn.engine != POSTGRESQL:
+        return
+    for payload in dict.fromkeys(payloads):
+        await conn.fetch("SELECT pg_notify(?, ?)", (channel, payload))

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from mcplhost.errors import HostStateError
-from mcplhost.store.connection import POSTGRESQL, Conn, Connections, json_field, json_int
+from mcplhost.store.connection import POSTGRESQL, Conn, Connections, json_field, json_int, notify_at_commit
 from mcplhost.store.order import ITEMS_CHANNEL, ITEMS_ORDER_KEY
 from mcplhost.store.rows import HostRow, ItemMeta, host_row, item_meta
 
@@ -186,10 +186,10 @@ class ItemRepository:
         for start in range(0, len(items), ROWS_PER_INSERT):
             end = start + ROWS_PER_INSERT
             written.extend(await _insert_chunk(conn, items[start:end], rows[start:end], searched))
-        if conn.engine == POSTGRESQL:
+        if conn.engine == POSTGRESQL:  # the newest id is only worth finding where other hosts listen
             newest = max((w.id for w in written if not w.duplicate), default=None)
-            if newest is not None:  # delivered at COMMIT, never for a rollback: other hosts' agents read after it
-                await conn.execute("SELECT pg_notify(?, ?)", (ITEMS_CHANNEL, str(newest)))
+            if newest is not None:  # other hosts' agents read after it
+                await notify_at_commit(conn, ITEMS_CHANNEL, (str(newest),))
         return written
 
     async def is_stored(self, server_id: str, channel_id: str, message_id: str, dedup_digest: str) -> bool:

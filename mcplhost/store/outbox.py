@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import msgspec
 
-from mcplhost.store.connection import POSTGRESQL, Connections
+from mcplhost.store.connection import Connections, notify_at_commit
 
 #: A row's states, as exported.
 STATES = ("pending", "delivered", "failed")
@@ -134,9 +134,8 @@ class OutboxRepository:
                 (e.agent, e.turn_id, e.server_id, e.channel_id, e.thread_id, e.conversation_id, e.text,
                  e.created_at))
             ids.append(next(iter(rows))[0])
-        if conn.engine == POSTGRESQL:  # delivered at commit: the connector's owner looks at its queue then
-            for server_id in dict.fromkeys(e.server_id for e in entries):
-                await conn.fetch("SELECT pg_notify(?, ?)", (PUBLISH_CHANNEL, server_id))
+        # Delivered at commit: the connector's owner looks at its queue then.
+        await notify_at_commit(conn, PUBLISH_CHANNEL, (e.server_id for e in entries))
         return ids
 
     async def attempt_many_nocommit(self, attempts: Sequence[tuple[int, int, int, str]]) -> None:

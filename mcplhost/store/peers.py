@@ -34,7 +34,7 @@ from typing import Literal, get_args
 
 import msgspec
 
-from mcplhost.store.connection import POSTGRESQL, Connections
+from mcplhost.store.connection import Connections, notify_at_commit
 from mcplhost.store.items import NewItem
 
 #: The sender's relation to the target: `ancestor` is guidance (from above), the others are peer messages.
@@ -148,9 +148,8 @@ class PeerRepository:
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (e.sender, e.target, e.relationship, e.dispatch, e.text, e.text_key, e.status, e.created_at))
             ids.append(next(iter(rows))[0])
-        if conn.engine == POSTGRESQL:  # delivered at commit: the host that runs the target delivers them
-            for target in dict.fromkeys(e.target for e in entries if e.status == "queued"):
-                await conn.fetch("SELECT pg_notify(?, ?)", (PEER_CHANNEL, target))
+        # Delivered at commit: the host that runs the target delivers them.
+        await notify_at_commit(conn, PEER_CHANNEL, (e.target for e in entries if e.status == "queued"))
         return ids
 
     async def deliver_many_nocommit(self, deliveries: Sequence[tuple[int, int | None, int]]) -> builtins.list[bool]:
