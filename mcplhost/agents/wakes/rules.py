@@ -244,11 +244,6 @@ def sender_refusal(agent: AgentConfig, view: StoredView) -> str | None:
     return REFUSED_WAKE_FROM
 
 
-def sender_may_wake(agent: AgentConfig, view: StoredView) -> bool:
-    """`wake_from` (channel messages, by author id) and `wake_from_bots`."""
-    return sender_refusal(agent, view) is None
-
-
 def wake_refusal(agent: AgentConfig, view: StoredView, addressing: Addressing = NO_ADDRESSING) -> str | None:
     """The rule by which the item does not wake the agent (REFUSED_*), before the scheduler's cap and guards; None: it wakes.
 
