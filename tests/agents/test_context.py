@@ -515,6 +515,16 @@ class TestTrim:
         shown = [text for m in compiled.request.messages for text in texts(m)]
         assert any("messages that woke you are not shown" in text for text in shown)
 
+    def test_ambient_rows_leave_room_for_the_left_out_line(self) -> None:
+        """Regression (found by test_properties, 3,001 of 3,000): a waking image (4,000 characters) never fits, so
+        the left-out line is added; the ambient rows used to fill the room kept for that line, to the limit."""
+        agent = AgentConfig(name="scout", context_chars=3000)
+        for size in range(300, 600, 5):  # the ambient rows' total passes every point near the room left
+            rows = [heard(1, "@scout look", images=1), heard(2, "x" * 600), heard(3, "y" * 600), heard(4, "z" * size)]
+            compiled = compile_(rows, wake=[1], agent=agent, prompt="p")
+            assert compiled.waking_left_out == 1, size
+            assert request_chars(compiled.request) <= 3000, size
+
     def test_hook_injections_together_take_at_most_a_quarter_of_the_limit(self) -> None:
         """Each injection within a quarter used to be allowed, so six of them could take more than the limit."""
         agent = AgentConfig(name="scout", context_chars=8000)

@@ -73,7 +73,8 @@ def _keep_turn(units: list[Unit], about: list[int], wake_ids: set[int], turn_id:
     first while they fit under `high` (less room for the line saying how many
     did not: one message is at most a quarter of the limit, so the newest
     fits but with giant tools or hooks); then the ambient units (all the
-    others) by the anchored cut in the room left.
+    others) by the anchored cut in the room left, less the room for that
+    line when it is there.
     """
     budget = high - LEFT_OUT_NOTE_RESERVE
     keep: set[int] = set()
@@ -87,9 +88,11 @@ def _keep_turn(units: list[Unit], about: list[int], wake_ids: set[int], turn_id:
             keep.add(index)
             used += units[index].chars
     left_out = sum(len(wake_ids.intersection(units[i].item_ids)) for i in about if i not in keep)
+    # The line saying how many did not fit takes its room from the ambient units too, not only from the kept ones.
+    used_room = used + (LEFT_OUT_NOTE_RESERVE if left_out else 0)
     protected = set(about)
     ambient = [i for i in range(len(units)) if i not in protected]
-    first = anchored_cut([units[i] for i in ambient], high=high - used, low=low - used, spacing=spacing)
+    first = anchored_cut([units[i] for i in ambient], high=high - used_room, low=low - used_room, spacing=spacing)
     keep.update(ambient[first:])
     return [units[i] for i in sorted(keep)], left_out
 
