@@ -5,7 +5,8 @@
     await runner.run()             # forever: sleep until the next deadline or nudge, run each due wake's turn
 
 The runtime (agents/runtime.py) feeds every runner from the Stored stream
-and reloads them; each runner owns its agent's scheduler, its `AgentState`
+(agents/dispatch.py), catches each up at start (agents/startup.py) and
+reloads them; each runner owns its agent's scheduler, its `AgentState`
 and its durable cursor, and handles its wakes: a stop command on arrival,
 a catch-up wake's wait for its routes, late echoes, the loop breaker, then
 the turn (agents/turns/runner.py). `Running` is which runners run now, the

@@ -10,28 +10,13 @@ has its own task that sleeps until its scheduler's next deadline (or a nudge
 from the dispatcher), takes the due `Wake` and runs the turn (turns/runner.py). A
 slow backend or a hung connector delays only that agent.
 
-Catch-up (docs/agents.md#catch-up): at start each agent wakes once
-for matching items after its durable cursor younger than
-`catch_up_max_age_s`; an agent seen for the first time gets a cursor at the
-current end of the store, written at once. When the event stream says events
-were dropped (`missed_before`), the runtime reads the missing items from
-the store (after the highest id it has seen) and feeds them like events.
-
-The durable cursor is a low-water mark: written with each turn's end (or
-when a wake of echoes only is let go), it is the scheduler's
-`handled_through`, so it never passes an item still pending for that agent.
-The runtime vouches for what was offered (`seen_through`): every id up to
-the start's end (or as far as a bounded catch-up read) and every event since,
-but never past a gap of dropped events not read back yet; a gap whose read
-failed holds every cursor below it until the next start's catch-up. Events
-of one commit can come out of id order, so the dispatcher takes everything
-the stream holds as one batch and offers it in id order without a yield:
-the writer wakes every caller of a commit at once, and each emits its events
-before the dispatcher runs again, so the highest id offered never has an
-unoffered waking item below it.
-An item handled while an older one pended is above the cursor, so the
-start's catch-up leaves out the items the ledger's newest finished turns
-handled (`_handled_above`) rather than waking for them twice.
+The start's catch-up from each agent's durable cursor, the turn guard's
+seed and the warm-up of the contexts are agents/startup.py; the dispatcher,
+which offers each event (and reads back dropped ones) and vouches for what
+was offered (`Offered.seen_through`), is agents/dispatch.py. The durable
+cursor is a low-water mark: written with each turn's end (or when a wake of
+echoes only is let go), it is the scheduler's `handled_through`, capped by
+what was offered, so it never passes an item still pending for that agent.
 
 Stop commands (docs/agents.md#stop, mcplhost/agents/wakes/stop.py): a stop item
 acts in `AgentRunner.offer` (agents/agent_loop.py), on arrival: the scheduler drops the pending wakes, the
@@ -47,26 +32,19 @@ is run by one live host: the one holding its ownership lock (agents/ownership.py
 an agent another host owns stands by here until the lock comes free, and is
 then taken over (`_take_over`): the turns the old owner left open closed, the
 turn guard seeded, the durable cursor read from the store and caught up from
-like a start, then it runs. And the agents' feed is then the items table itself (agents/follow.py): each item is
-offered once, in id order, whichever host stored it; this host's events only
-say when to read (docs/architecture.md#engines).
+like a start (agents/startup.py), then it runs. And the agents' feed is then
+the items table itself (agents/follow.py): each item is offered once, in id
+order, whichever host stored it; this host's events only say when to read
+(docs/architecture.md#engines).
 
 Echoes (docs/agents.md#echoes): a wake's items are read once more when it fires and
 those now known as this host's own delivered publishes are left out (an echo
 can be stored before its publish is answered); a wake of echoes only is no
-turn, and the cursor moves past it. The outbox's echo window is seeded before
-the catch-up, so a restart's wakes know the publishes of before it.
-
-The runaway guard survives a restart: at start each scheduler is seeded with
-the start times of its agent's turns of the last hour from the turns ledger
-(wall-clock ms turned into scheduler seconds relative to now), so
-`max_turns_per_hour` holds a restarted agent until those turns age out.
+turn, and the cursor moves past it.
 """
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
 from collections.abc import Mapping
 from functools import partial
 
@@ -77,17 +55,18 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from mcplhost.agents.agent_loop import AgentRunner, Running
+from mcplhost.agents.dispatch import Dispatcher, Offered
 from mcplhost.agents.follow import ItemsFollower
 from mcplhost.agents.model import Backend
 from mcplhost.agents.ownership import Ownership
 from mcplhost.agents.reconfigure import AgentUpdate, build_backend, close_backend, close_backends
+from mcplhost.agents.startup import StartUp, warm
 from mcplhost.agents.tools.toolbox import ToolBox
-from mcplhost.agents.turns.compiler import connectors_without_author_line, message_cap_of
-from mcplhost.agents.turns.record import OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD
+from mcplhost.agents.turns.compiler import connectors_without_author_line
 from mcplhost.agents.turns.turn_services import AgentState, TurnDeps
 from mcplhost.agents.wakes.decision_recorder import DecisionRecorder
 from mcplhost.agents.wakes.rules import addressing_of
-from mcplhost.agents.wakes.scheduler import HOUR_S, SchedulerStats
+from mcplhost.agents.wakes.scheduler import SchedulerStats
 from mcplhost.config import AgentConfig, Config, ConnectorConfig, system_prompt_text, unset_api_key
 from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored
@@ -95,23 +74,12 @@ from mcplhost.peers.service import PeerService
 from mcplhost.store.hosts import Sharing
 from mcplhost.store.operations import CloseUnfinishedTurns, StartCursor
 from mcplhost.store.order import ITEMS_CHANNEL
-from mcplhost.store.turns import REASON_STOPPED
 
 log = structlog.get_logger()
 
-#: Items read per page when catching up (at start, or after dropped events).
-CATCH_UP_PAGE = 1000
-#: Most items the start's catch-up reads (for every agent at once); it then logs that it stopped short.
-CATCH_UP_MAX_ITEMS = 200_000
-#: Item ids remembered as offered, so a gap's read never offers an item twice.
-RECENT_IDS = 8192
 #: How long closing the backends may take on shutdown.
 BACKEND_CLOSE_S = 5.0
-#: An agent's newest turns read at start for items already handled above its cursor (older ones may wake again).
-HANDLED_TURNS_READ = 1000
-#: Turn outcomes that handled their wake (the cursor moves past it); an aborted turn's wake runs again,
-#: unless a stop aborted it (its reason is REASON_STOPPED: the stop consumed it).
-HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
+
 
 class AgentsReload(msgspec.Struct, frozen=True):
     """What a reload changes among the agents, with everything it needs built (`AgentsRuntime.prepare_reload`)."""
@@ -154,23 +122,21 @@ class AgentsRuntime:
         self.standby = running.standby
         #: Which agents this host runs on a shared store, and standing by for the others (agents/ownership.py).
         self.ownership = Ownership(sharing, self.standby)
-        self._follower: ItemsFollower | None = None
         self.decisions = recorder
         self._no_author_line = connectors_without_author_line(config.connectors)
         #: Whom addressed items address (docs/agents.md#addressing), from the connectors and agents configured.
         self.addressing = addressing_of(config.connectors, config.agents)
+        #: What was offered to every scheduler this run: what the runners' cursors may pass (agents/dispatch.py).
+        self.offered = Offered()
+        self.dispatcher = Dispatcher(self.store.items, self.offered, self.runners, self.standby, rows=deps.rows)
+        self.startup = StartUp(self.runners, self.offered, items=self.store.items, turns=self.store.turns,
+                               cursors=self.store.cursors, outbox=self.store.outbox, writer=self.writer,
+                               clock_ms=self.clock_ms)
         for agent in config.agents:
             self.runners[agent.name] = self._runner(agent, backends[agent.name])
         #: While running: the group the runners run in, and each runner's scope (a reload stops one).
         self._group: TaskGroup | None = None
         self._runner_scopes: dict[str, anyio.CancelScope] = {}
-        self._start_end = 0  # the store's last id at start: what catch-up covered
-        #: Ids offered lately (events of concurrent requests may come out of id order), bounded.
-        self._recent: OrderedDict[int, None] = OrderedDict()
-        self._max_offered = 0
-        #: The lowest id known not offered this run (a bounded catch-up's rest, a gap whose read failed):
-        #: no cursor passes it before the next start's catch-up.
-        self._unoffered: float = math.inf
 
     def _toolbox(self, agent: AgentConfig) -> ToolBox:
         return ToolBox(agent, self.deps.handles, self.store, peers=self.peers, woken=self._running.wake)
@@ -180,7 +146,7 @@ class AgentsRuntime:
         state = AgentState(backend=backend, toolbox=self._toolbox(agent),
                            system_prompt=start_prompt(agent) if prompt is None else prompt,
                            no_author_line=self._no_author_line)
-        return AgentRunner(agent, self.deps, state, self.seen_through, self.peers, self.decisions, self.addressing)
+        return AgentRunner(agent, self.deps, state, self.offered.seen_through, self.peers, self.decisions, self.addressing)
 
     def set_connectors(self, connectors: list[ConnectorConfig]) -> None:
         """A reload's connector tables: which of them show the `from:` line, and whom their addressed items address,
@@ -210,7 +176,7 @@ class AgentsRuntime:
                 await self.ownership.let_go(name)
 
     async def _take_over(self, runner: AgentRunner) -> None:
-        """An agent whose lock this host just took: from its durable cursor, as a start does (`_start_cursors`).
+        """An agent whose lock this host just took: from its durable cursor, as a start does (agents/startup.py).
 
         It is offered every item after what was offered already from the moment it leaves standby (no await in
         between); the catch-up reads the rest, after its cursor, up to there. An item in both wakes once (the
@@ -218,21 +184,16 @@ class AgentsRuntime:
         """
         name = runner.agent.name
         closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms(), agents=(name,)))
-        await self._seed_turn_guards([name])
+        await self.startup.seed_turn_guards([name])
         cursor = await self.store.cursors.get(name)
-        through = max(self._start_end, self._max_offered)
+        through = self.offered.through()
         self.standby.discard(name)
         if cursor is None:
             runner.cursor = cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
         else:
             runner.cursor = cursor
-            await self._catch_up({name: cursor}, through, await self._handled_above({name: cursor}))
+            await self.startup.catch_up({name: cursor}, through, await self.startup.handled_above({name: cursor}))
         log.info("agent.taken_over", agent=name, cursor=cursor, offered_through=through, turns_closed=closed)
-
-    def seen_through(self) -> int:
-        """Every item up to this id has been offered to every scheduler (or decided for at start)."""
-        offered = max(self._start_end, self._max_offered)
-        return offered if self._unoffered > offered else int(self._unoffered) - 1
 
     async def reload(self, agents: list[AgentConfig]) -> list[str]:
         """Apply the configured agents' new settings in place (a config reload); the names changed.
@@ -354,7 +315,8 @@ class AgentsRuntime:
         try:
             async with anyio.create_task_group() as tg:
                 owned = await self.ownership.claim(list(self.runners))
-                await self._start_cursors()
+                mine = [name for name in self.runners if name not in self.standby]
+                await self.startup.start_cursors(mine, shared=self.sharing is not None)
                 for row in await self.peers.start():  # after catch-up: what the queue held is delivered now
                     self._running.wake(row)
                 self._group = tg
@@ -369,13 +331,15 @@ class AgentsRuntime:
                 if self.deps.rows is not None:  # each agent's context read and rendered, and kept read after turns
                     tg.start_soon(self.deps.rows.run, name="agents' rows")
                     tg.start_soon(self.deps.rows.render_ahead, name="agents' rows rendered")
-                    tg.start_soon(self._warm, owned, name="warm contexts")
+                    tg.start_soon(warm, self.deps.rows, self.runners, owned, name="warm contexts")
                 if self.sharing is not None:  # every host's items, from the store (agents/follow.py)
-                    self._follower = ItemsFollower(self.store.items, after=self._start_end, offer=self._offer)
-                    await self.sharing.listen(ITEMS_CHANNEL, self._follower.heard)
-                    tg.start_soon(self._follower.run, name="follow items")
+                    follower = ItemsFollower(self.store.items, after=self.offered.start_end,
+                                             offer=self.dispatcher.offer)
+                    self.dispatcher.follower = follower
+                    await self.sharing.listen(ITEMS_CHANNEL, follower.heard)
+                    tg.start_soon(follower.run, name="follow items")
                 task_status.started()
-                await self._dispatch(stored)
+                await self.dispatcher.run(stored)
         finally:
             self._running.serving = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(BACKEND_CLOSE_S):
@@ -384,173 +348,6 @@ class AgentsRuntime:
                 if self.deps.moderator is not None:
                     await self.deps.moderator.aclose()
 
-    async def _warm(self, names: list[str]) -> None:
-        """Read and render each agent's context before its first wake (turns/row_cache.py `warm`): a first turn
-        that comes sooner reads it itself, as before. A failure leaves it to the first turn."""
-        assert self.deps.rows is not None
-        for name in names:
-            runner = self.runners.get(name)
-            if runner is None or runner.agent.context_scope == "conversation":
-                continue
-            try:
-                await self.deps.rows.warm(name, message_cap_of(runner.agent), runner.state.no_author_line)
-            except Exception as exc:
-                log.warning("agent.warm_failed", agent=name, error=str(exc))
-                return
-
-    async def _start_cursors(self) -> None:
-        """Each agent's durable cursor: catch up after it, or start one at the current end for a new agent.
-
-        Turns a killed host left running are closed as aborted first; their
-        wakes are after the cursor, so the catch-up runs them again.
-        """
-        mine = [name for name in self.runners if name not in self.standby]
-        scope = None if self.sharing is None else tuple(mine)  # never another live host's turn in progress
-        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms(), agents=scope))
-        if closed:
-            log.info("agent.unfinished_turns_closed", turns=closed)
-        await self._seed_turn_guards(mine)
-        # The echo window from the outbox before any wake, so catch-up's wakes also know the recent publishes.
-        await self.store.outbox.load_recent_delivered(self.clock_ms())
-        end = await self.store.items.last_id()
-        self._start_end = end
-        fresh: list[str] = []
-        behind: dict[str, int] = {}  # agent → its cursor, for agents that have one
-        for name in mine:
-            runner = self.runners[name]
-            cursor = await self.store.cursors.get(name)
-            if cursor is None:
-                fresh.append(name)
-            else:
-                runner.cursor = behind[name] = cursor
-        await self._catch_up(behind, end, await self._handled_above(behind))
-        if fresh:
-            starts = {name: StartCursor(name, self.clock_ms()) for name in fresh}
-            started = await self.writer.submit(*starts.values())
-            for name, start in starts.items():
-                self.runners[name].cursor = cursor = started[start]
-                log.info("agent.cursor_started", agent=name, cursor=cursor)
-
-    async def _seed_turn_guards(self, names: list[str]) -> None:
-        """Give each scheduler the turns its agent ran in the last hour (the ledger's), for max_turns_per_hour."""
-        for name in names:
-            runner = self.runners[name]
-            at = self.clock_ms()
-            started_ms = await self.store.turns.started_since(name, at - int(HOUR_S * 1000),
-                                                              limit=runner.agent.max_turns_per_hour)
-            if not started_ms:
-                continue
-            now = anyio.current_time()
-            runner.scheduler.seed_turns([now - (at - started) / 1000 for started in started_ms], now)
-            log.info("agent.turn_guard_seeded", agent=name, turns_last_hour=len(started_ms),
-                     max_turns_per_hour=runner.agent.max_turns_per_hour)
-
-    async def _handled_above(self, cursors: dict[str, int]) -> dict[str, set[int]]:
-        """Per agent, the item ids above its cursor that a finished turn already handled (from the ledger).
-
-        The cursor is a low-water mark, so an item handled while an older one
-        still pended is above it; catch-up leaves these out instead of waking
-        for them twice. Bounded: the newest HANDLED_TURNS_READ turns of each.
-        """
-        handled: dict[str, set[int]] = {}
-        for name, cursor in cursors.items():
-            handled[name] = {item_id async for turn in self.store.turns.iterate(agent=name, limit=HANDLED_TURNS_READ)
-                             if turn.outcome in HANDLED_OUTCOMES or turn.reason == REASON_STOPPED
-                             for item_id in turn.wake_item_ids if item_id > cursor}
-        return handled
-
-    async def _catch_up(self, cursors: dict[str, int], end: int, handled: dict[str, set[int]]) -> None:
-        """Wake each agent once for the matching items after its cursor, younger than its catch_up_max_age_s.
-
-        One pass over the store for every agent, page by page (each page goes
-        to every agent and is then let go), bounded by CATCH_UP_MAX_ITEMS.
-        Items in `handled` (a finished turn's) are left out.
-        """
-        at = self.clock_ms()
-        since = {name: at - int(self.runners[name].agent.catch_up_max_age_s * 1000) for name in cursors
-                 if self.runners[name].agent.catch_up_max_age_s > 0}
-        counts = dict.fromkeys(cursors, 0)
-        if since:
-            after, read = min(cursors[name] for name in since), 0
-            while after < end and read < CATCH_UP_MAX_ITEMS:
-                page = await self.store.items.after_as_written(after, since_ms=min(since.values()),
-                                                               limit=CATCH_UP_PAGE)
-                page = [(item_id, item) for item_id, item in page if item_id <= end]
-                read += len(page)
-                now = anyio.current_time()
-                for name, oldest in since.items():
-                    mine = [Stored(item_id, item) for item_id, item in page
-                            if item_id > cursors[name] and item.created_at >= oldest and item_id not in handled[name]]
-                    counts[name] += len(mine)
-                    self.runners[name].catch_up(mine, now)
-                if len(page) < CATCH_UP_PAGE:
-                    break
-                after = page[-1][0]
-            if read >= CATCH_UP_MAX_ITEMS:
-                log.warning("agent.catch_up_bounded", items=read, max_items=CATCH_UP_MAX_ITEMS, after=after)
-                self._unoffered = min(self._unoffered, after + 1)  # the rest waits for the next start
-        for name, cursor in cursors.items():
-            log.info("agent.catch_up", agent=name, cursor=cursor, items=counts[name])
-
-    async def _dispatch(self, stored: MemoryObjectReceiveStream[Stored]) -> None:
-        """Offer each event; everything the stream holds at once is one batch, offered in id order."""
-        async with stored:
-            async for first in stored:
-                if self._follower is not None:  # the items are read from the store: an event only says when
-                    _buffered(stored)
-                    self._follower.nudge()
-                    continue
-                for event in sorted([first, *_buffered(stored)], key=lambda e: e.id):
-                    if event.missed_before:
-                        try:
-                            await self._fill_gap(event)
-                        except Exception:  # the items stay after the cursors; the next start's catch-up has them
-                            log.error("agent.events_gap_unfilled", missed=event.missed_before, exc_info=True)
-                            self._unoffered = min(self._unoffered, max(self._max_offered, self._start_end) + 1)
-                    self._offer(event)
-
-    async def _fill_gap(self, event: Stored) -> None:
-        """Events were dropped just before `event`: read those items from the store, page by page, and offer them.
-
-        They are the ids between the highest offered and this event (an event
-        of a concurrent request that came out of order and was dropped too is
-        left to the next start's catch-up, from the durable cursor).
-        """
-        after, read = max(self._max_offered, self._start_end), 0
-        while after < event.id - 1:
-            page = await self.store.items.after_as_written(after, limit=CATCH_UP_PAGE)
-            for item_id, item in page:
-                if item_id < event.id:
-                    read += 1
-                    self._offer(Stored(item_id, item))
-            if len(page) < CATCH_UP_PAGE:
-                break
-            after = page[-1][0]
-        log.info("agent.events_gap_filled", missed=event.missed_before, read=read)
-
-    def _offer(self, event: Stored) -> None:
-        if event.id <= self._start_end or event.id in self._recent:
-            return  # read by the start's catch-up (ids commit in order), or offered already
-        self._recent[event.id] = None
-        self._max_offered = max(self._max_offered, event.id)
-        if len(self._recent) > RECENT_IDS:
-            self._recent.popitem(last=False)
-        if self.deps.rows is not None:  # the row as stored: a turn need not read it (turns/row_cache.py)
-            self.deps.rows.feed(event.id, event.item)
-        now = anyio.current_time()
-        for name, runner in self.runners.items():
-            if name not in self.standby:
-                runner.offer(event, now)
-
-
-def _buffered(stored: MemoryObjectReceiveStream[Stored]) -> list[Stored]:
-    """The events already waiting in the stream (at most its buffer), taken without a yield."""
-    events: list[Stored] = []
-    while True:
-        try:
-            events.append(stored.receive_nowait())
-        except (anyio.WouldBlock, anyio.EndOfStream):
-            return events
 
 
 def warn_unset_key(agent: AgentConfig) -> None:

@@ -13,7 +13,7 @@ import structlog
 from anyio.abc import ObjectSendStream
 from structlog.testing import capture_logs
 
-from mcplhost.agents import runtime as runtime_module
+from mcplhost.agents import startup
 from mcplhost.agents.runtime import AgentsRuntime
 from mcplhost.agents.wakes.scheduler import HOUR_S
 from mcplhost.agents.wiring import build_agents
@@ -393,8 +393,8 @@ class TestBoundedCatchUp:
     async def test_items_a_bounded_catch_up_did_not_read_hold_the_cursor_until_the_next_start(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         """The catch-up stops after two of four items: its turn and later ones never move the cursor past them."""
-        monkeypatch.setattr(runtime_module, "CATCH_UP_PAGE", 1)
-        monkeypatch.setattr(runtime_module, "CATCH_UP_MAX_ITEMS", 2)
+        monkeypatch.setattr(startup, "CATCH_UP_PAGE", 1)
+        monkeypatch.setattr(startup, "CATCH_UP_MAX_ITEMS", 2)
         backend = RecordingBackend()
         async with agent_store(tmp_path) as (store, writer, ingest):
             (seen,) = await heard(ingest, "handled")

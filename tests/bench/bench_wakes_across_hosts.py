@@ -38,7 +38,7 @@ ITEMS = 20
 async def latencies(url: str, folder: Path) -> list[float]:
     async with running_host(host_config(url, "a", folder)) as a, \
             running_host(host_config(url, "b", folder, "scout")) as b:
-        follower = b.agents._follower
+        follower = b.agents.dispatcher.follower
         assert follower is not None
         offered = follower._offer
         arrived: dict[int, float] = {}

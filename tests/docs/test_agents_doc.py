@@ -25,7 +25,8 @@ AGENTS_PAGE = REPO / "docs" / "agents.md"
 GRANTS_PAGE = REPO / "docs" / "grants.md"
 #: The modules whose rules docs/agents.md states (its sections name them).
 OWNERS = ["mcplhost.config.schema", "mcplhost.config.rules", "mcplhost.agents.wakes.rules", "mcplhost.agents.wakes.scheduler",
-          "mcplhost.agents.runtime", "mcplhost.agents.agent_loop", "mcplhost.agents.turns.compiler", "mcplhost.agents.turns.history", "mcplhost.agents.turns.runner", "mcplhost.agents.turns.hooks",
+          "mcplhost.agents.runtime", "mcplhost.agents.startup", "mcplhost.agents.dispatch",
+          "mcplhost.agents.agent_loop", "mcplhost.agents.turns.compiler", "mcplhost.agents.turns.history", "mcplhost.agents.turns.runner", "mcplhost.agents.turns.hooks",
           "mcplhost.agents.tools.toolbox", "mcplhost.agents.tools.listing", "mcplhost.agents.tools.host_tools",
           "mcplhost.agents.tools.outcome", "mcplhost.agents.inference", "mcplhost.speech.routing", "mcplhost.speech.outbox",
           "mcplhost.speech.retry", "mcplhost.speech.streaming", "mcplhost.speech.notices",
