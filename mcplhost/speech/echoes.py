@@ -13,9 +13,9 @@ the outbox repository's bounded window of recent deliveries (store/outbox.py
 publish is answered and, at the host's first inbound item, seeded from the
 outbox table (`load_recent_delivered`: the deliveries of the last
 ECHO_WINDOW_MS), so an echo arriving after a restart is still known. An echo
-can also arrive before its publish is answered: the runtime checks the
+can also arrive before its publish is answered: each agent's loop checks the
 waking items again against the same window when the wake fires
-(agents/runtime.py), by which time the delivery is usually remembered. An
+(agents/agent_loop.py), by which time the delivery is usually remembered. An
 echo of a delivery older than the window is not recognised by its
 messageId; only a `chat:from-self` tag marks it then.
 

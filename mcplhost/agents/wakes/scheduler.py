@@ -6,7 +6,7 @@
     scheduler.next_deadline()        # when `due` next has something (None: nothing pending)
 
 It only records and signals: nothing here waits, reads the store or calls
-a backend. The driver (runtime.py) sleeps until `next_deadline()`; tests
+a backend. The driver (agents/agent_loop.py) sleeps until `next_deadline()`; tests
 pass `now` and never sleep. `now` is seconds on one monotonic clock.
 
 Theory of operation:

@@ -12,8 +12,8 @@ An item is a stop for agent X when all of these hold:
 - its body's text (the stored source header left out), trimmed and case-folded, equals one of X's `stop_commands`, also
   trimmed and case-folded.
 
-The rule reads only the item and the agent's settings, so the runtime
-(agents/runtime.py) and `mcplhost explain` decide alike. An item that is a
+The rule reads only the item and the agent's settings, so each agent's loop
+(agents/agent_loop.py) and `mcplhost explain` decide alike. An item that is a
 stop for X wakes X never; for an agent that does not obey its sender it is
 an ordinary item.
 """
