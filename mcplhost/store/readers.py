@@ -14,7 +14,9 @@ each match gets at most REGEX_TIMEOUT_S of what is left. When the deadline
 comes first the search returns what it found so far and says so
 (`SearchResult.stopped_early`); a cancelled caller stops the worker at its
 next row (or statement step). A regular expression that runs out of time on
-an item is not a silent miss: the item is counted in
+an item (or out of the memory `regex` allows a match, which a repeated fuzzy
+group such as `(?>(?:é{i<=1,d<=1})+)` reaches within a second on a short
+body) is not a silent miss: the item is counted in
 `SearchResult.timed_out`, for the caller to report. docs/operations.md#searching
 says the same for users.
 """
@@ -172,6 +174,9 @@ def _scan(window: NewestHits, items: Iterable[StoredItem], pattern: regex.Patter
         except TimeoutError:
             if clock() >= deadline:  # the search's time ran out, not this item's: it was not tested
                 return window.result(stopped_early=True)
+            window.timeout(item.id)
+            continue
+        except MemoryError:  # `regex` gave up at its own memory cap (a fuzzy group repeated): untested, like a timeout
             window.timeout(item.id)
             continue
         if match is None:

@@ -15,10 +15,10 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcplhost.store import NewItem, StoredItem, open_reader, open_store
+from mcplhost.store import NewItem, StoredItem, open_reader, open_store, readers
 from mcplhost.store.db import SCAN_WORKERS
 from mcplhost.store.items import READ_PAGE_SIZE
-from mcplhost.store.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, scan, search_items
+from mcplhost.store.readers import REGEX_TIMEOUT_S, TIMED_OUT_IDS_KEPT, compile_query, scan, search_items
 
 from ..builders import incoming, message, register
 from ..harness import CHAT_GRANT, CHAT_MANIFEST, record, wait_for
@@ -217,6 +217,19 @@ class TestScan:
         assert (result.searched, result.timed_out, result.stopped_early) == (searched, len(timed_out), stopped)
         assert result.timed_out_ids == timed_out[:TIMED_OUT_IDS_KEPT]
         assert clock.now <= deadline  # no match ever ran past the one deadline
+
+    def test_an_item_the_engine_gives_up_on_for_memory_is_counted_like_a_timeout(self, monkeypatch) -> None:
+        """A fuzzy group repeated makes `regex` raise MemoryError on a short body after ~0.3-0.6 GB and about a second
+        here (a faster machine gets there inside the 0.5 s per item): that item is left out and counted, and the
+        search goes on. The time per item is lifted so the give-up, not the timeout, comes first on any machine."""
+        monkeypatch.setattr(readers, "REGEX_TIMEOUT_S", 60.0)
+        pattern = compile_query("(?>(?:é{i<=1,d<=1})+)", as_regex=True, ignore_case=False)
+        items = [StoredItem(id=item_id, agent=None, participant="Alice", role="user",
+                            content=[{"type": "text", "text": body}], metadata={}, created_at=0)
+                 for item_id, body in ((3, "éa"), (2, "ab" * 36), (1, "é"))]
+        result = scan(items, pattern, 10, deadline=float("inf"), stop=threading.Event())
+        assert [hit["id"] for hit in result.hits] == [3, 1]
+        assert (result.searched, result.timed_out, result.timed_out_ids, result.stopped_early) == (3, 1, [2], False)
 
     def test_a_set_stop_flag_ends_the_scan_before_the_next_item(self) -> None:
         """The flag a cancelled caller sets is checked between rows."""
