@@ -169,8 +169,13 @@ class TestTheIndexAgreesWithTheScan:
                     compile_query(query, as_regex=as_regex, ignore_case=ignore_case)
                 continue
             expected = scanned(path, query, as_regex=as_regex, ignore_case=ignore_case, limit=limit, where=where)
+            assert not indexed.stopped_early
+            if indexed.timed_out or expected.timed_out:
+                # A generated expression can be pathological (a fuzzy group repeated, `(?>(?:é{i<=1,d<=1})+)`)
+                # and run out of its time per item (REGEX_TIMEOUT_S) on a busy machine: which items it ran out on
+                # depends on the machine, each search reports them (`timed_out`), and the hits may differ.
+                continue
             assert indexed.hits == expected.hits, (query, as_regex, ignore_case, where, limit)
-            assert (indexed.timed_out, indexed.stopped_early, expected.timed_out) == (0, False, 0)
         with sqlite3.connect(path) as conn:
             conn.execute("INSERT INTO items_search (items_search) VALUES ('integrity-check')")
         conn.close()
