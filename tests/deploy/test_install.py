@@ -126,6 +126,12 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+#: The whole test: the install's own bound, then the run (ready, two heartbeats, a stop). pytest-timeout's default
+#: (120 s, pyproject.toml) is below the install's bound; the recipe took 25 s quiet and 59 s under load here.
+INSTALL_TEST_TIMEOUT_S = INSTALL_TIMEOUT_S + 180
+
+
+@pytest.mark.timeout(INSTALL_TEST_TIMEOUT_S)
 async def test_the_recipe_installs_a_service_that_runs_as_its_user(tmp_path, throwaway_user: str,
                                                                    public_folder: Path) -> None:
     """install.sh → user, venv, group-readable config, state dir, unit; `run` as that user stores and stops cleanly."""
