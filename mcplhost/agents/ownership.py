@@ -9,7 +9,7 @@ Each agent is run by the one live host holding its lock (store/hosts.py
 `Sharing`, kind "agent"). An agent another host owns stands by here: it has
 a runner, but no task, no offers and no catch-up; its state says `standby`.
 When the lock comes free the standby takes it and the runtime takes the
-agent over (agents/runtime.py `_take_over`: the turns the old owner left
+agent over (agents/startup.py `take_over`: the turns the old owner left
 open closed, the turn guard seeded, the durable cursor read and caught up
 from like a start); a take-over that fails lets the lock go and stands by
 again.

@@ -30,7 +30,7 @@ in agents/agent_loop.py.
 On a shared PostgreSQL store (docs/operations.md#several-hosts-on-one-store) each agent
 is run by one live host: the one holding its ownership lock (agents/ownership.py);
 an agent another host owns stands by here until the lock comes free, and is
-then taken over (`_take_over`): the turns the old owner left open closed, the
+then taken over (agents/startup.py `take_over`): the turns the old owner left open closed, the
 turn guard seeded, the durable cursor read from the store and caught up from
 like a start (agents/startup.py), then it runs. And the agents' feed is then
 the items table itself (agents/follow.py): each item is offered once, in id
@@ -72,7 +72,7 @@ from mcplhost.errors import ConfigError
 from mcplhost.ingest import Stored
 from mcplhost.peers.service import PeerService
 from mcplhost.store.hosts import Sharing
-from mcplhost.store.operations import CloseUnfinishedTurns, StartCursor
+from mcplhost.store.operations import StartCursor
 from mcplhost.store.order import ITEMS_CHANNEL
 
 log = structlog.get_logger()
@@ -129,7 +129,7 @@ class AgentsRuntime:
         #: What was offered to every scheduler this run: what the runners' cursors may pass (agents/dispatch.py).
         self.offered = Offered()
         self.dispatcher = Dispatcher(self.store.items, self.offered, self.runners, self.standby, rows=deps.rows)
-        self.startup = StartUp(self.runners, self.offered, items=self.store.items, turns=self.store.turns,
+        self.startup = StartUp(self.runners, self.offered, self.standby, items=self.store.items, turns=self.store.turns,
                                cursors=self.store.cursors, outbox=self.store.outbox, writer=self.writer,
                                clock_ms=self.clock_ms)
         for agent in config.agents:
@@ -170,30 +170,10 @@ class AgentsRuntime:
             self._runner_scopes[name] = scope
             try:
                 if not owned:
-                    await self.ownership.stand_by(runner, self._take_over)
+                    await self.ownership.stand_by(runner, self.startup.take_over)
                 await runner.run()
             finally:
                 await self.ownership.let_go(name)
-
-    async def _take_over(self, runner: AgentRunner) -> None:
-        """An agent whose lock this host just took: from its durable cursor, as a start does (agents/startup.py).
-
-        It is offered every item after what was offered already from the moment it leaves standby (no await in
-        between); the catch-up reads the rest, after its cursor, up to there. An item in both wakes once (the
-        scheduler's pending and recent ids).
-        """
-        name = runner.agent.name
-        closed = await self.writer.write(CloseUnfinishedTurns(self.clock_ms(), agents=(name,)))
-        await self.startup.seed_turn_guards([name])
-        cursor = await self.store.cursors.get(name)
-        through = self.offered.through()
-        self.standby.discard(name)
-        if cursor is None:
-            runner.cursor = cursor = await self.writer.write(StartCursor(name, self.clock_ms()))
-        else:
-            runner.cursor = cursor
-            await self.startup.catch_up({name: cursor}, through, await self.startup.handled_above({name: cursor}))
-        log.info("agent.taken_over", agent=name, cursor=cursor, offered_through=through, turns_closed=closed)
 
     async def reload(self, agents: list[AgentConfig]) -> list[str]:
         """Apply the configured agents' new settings in place (a config reload); the names changed.
@@ -279,7 +259,7 @@ class AgentsRuntime:
             self.runners[name] = runner
             owned = bool(await self.ownership.claim([name]))
             if owned:
-                await self._take_over(runner)
+                await self.startup.take_over(runner)
         warn_unset_key(runner.agent)
         self.runners[name] = runner
         assert self._group is not None  # prepare_reload builds new runners only while the runtime runs

@@ -1,8 +1,9 @@
 """Each agent's start from its durable cursor (docs/agents.md#catch-up): at the runtime's start and at a take-over.
 
-    startup = StartUp(running.runners, offered, items=store.items, turns=store.turns, cursors=store.cursors,
-                      outbox=store.outbox, writer=writer, clock_ms=clock_ms)
+    startup = StartUp(running.runners, offered, running.standby, items=store.items, turns=store.turns,
+                      cursors=store.cursors, outbox=store.outbox, writer=writer, clock_ms=clock_ms)
     await startup.start_cursors(mine, shared=False)     # agents/runtime.py `run`, before any agent runs
+    await startup.take_over(runner)                     # its lock taken (agents/ownership.py): as a start does
     await warm(rows, running.runners, owned)            # beside the agents: their contexts read ahead
 
 Catch-up: at start each agent wakes once for matching items after its
@@ -57,10 +58,12 @@ HANDLED_OUTCOMES = frozenset({OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_HELD})
 class StartUp:
     """Reads each agent's cursor, turns and missed items from the store and gives them to its runner."""
 
-    def __init__(self, runners: Mapping[str, AgentRunner], offered: Offered, *, items: Items, turns: Turns,
-                 cursors: Cursors, outbox: Outbox, writer: GroupWriter, clock_ms: Callable[[], int]) -> None:
+    def __init__(self, runners: Mapping[str, AgentRunner], offered: Offered, standby: set[str], *, items: Items,
+                 turns: Turns, cursors: Cursors, outbox: Outbox, writer: GroupWriter,
+                 clock_ms: Callable[[], int]) -> None:
         self._runners = runners  # `Running.runners`: the runtime adds and removes agents in place
         self._offered = offered
+        self._standby = standby  # `Running.standby`: an agent taken over leaves it here
         self._items = items
         self._turns = turns
         self._cursors = cursors
@@ -100,6 +103,26 @@ class StartUp:
             for name, start in starts.items():
                 self._runners[name].cursor = cursor = started[start]
                 log.info("agent.cursor_started", agent=name, cursor=cursor)
+
+    async def take_over(self, runner: AgentRunner) -> None:
+        """An agent whose lock this host just took (agents/ownership.py): from its durable cursor, as a start does.
+
+        It is offered every item after what was offered already from the moment it leaves standby (no await in
+        between); the catch-up reads the rest, after its cursor, up to there. An item in both wakes once (the
+        scheduler's pending and recent ids).
+        """
+        name = runner.agent.name
+        closed = await self._writer.write(CloseUnfinishedTurns(self._clock_ms(), agents=(name,)))
+        await self.seed_turn_guards([name])
+        cursor = await self._cursors.get(name)
+        through = self._offered.through()
+        self._standby.discard(name)
+        if cursor is None:
+            runner.cursor = cursor = await self._writer.write(StartCursor(name, self._clock_ms()))
+        else:
+            runner.cursor = cursor
+            await self.catch_up({name: cursor}, through, await self.handled_above({name: cursor}))
+        log.info("agent.taken_over", agent=name, cursor=cursor, offered_through=through, turns_closed=closed)
 
     async def seed_turn_guards(self, names: list[str]) -> None:
         """Give each scheduler the turns its agent ran in the last hour (the ledger's), for max_turns_per_hour."""
