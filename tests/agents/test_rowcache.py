@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcplhost.agents.turns.row_cache import RowCache
-from mcplhost.store import NewItem, open_store
+from mcplhost.store import NewItem, Store, open_store
 from mcplhost.store.items import ItemWritten
 
 from ..properties import examples
@@ -24,6 +24,14 @@ def row(who: str | None, n: int) -> NewItem:
                    metadata={}, created_at=n, agent=who)
 
 
+async def assert_read_matches(cache: RowCache, store: Store, who: str, *, through: int, limit: int,
+                              step: int) -> None:
+    """The cache's rows for a wake on `through` are the store's context rows for that agent, id for id."""
+    got = [r.id for r in await cache.rows_for(who, through=through)]
+    want = [r.id for r in await store.items.context_rows(who, limit=limit)]
+    assert got == want, (step, who)
+
+
 async def replay(folder: Path, limit: int, steps: list[tuple[str, str | None]]) -> None:
     async with open_store(folder / "host.db") as store:
         cache = RowCache(store.items, limit)
@@ -32,9 +40,7 @@ async def replay(folder: Path, limit: int, steps: list[tuple[str, str | None]]) 
             if action == "insert":  # nothing fed: each read is for a wake on the newest row, and reads the store
                 (newest,) = await store.items.insert_many([row(who, n)])
             elif who is not None:
-                got = [r.id for r in await cache.rows_for(who, through=newest)]
-                want = [r.id for r in await store.items.context_rows(who, limit=limit)]
-                assert got == want, (n, who)
+                await assert_read_matches(cache, store, who, through=newest, limit=limit, step=n)
 
 
 @settings(max_examples=examples(40), deadline=None)
@@ -68,9 +74,7 @@ async def replay_fed(folder: Path, limit: int, steps: list[tuple[str, str | None
             elif action == "refresh":
                 await cache.refresh()
             elif who is not None:
-                got = [r.id for r in await cache.rows_for(who, through=newest_heard)]
-                want = [r.id for r in await store.items.context_rows(who, limit=limit)]
-                assert got == want, (n, who)
+                await assert_read_matches(cache, store, who, through=newest_heard, limit=limit, step=n)
 
 
 @settings(max_examples=examples(40), deadline=None)
