@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import signal
 import sys
 from pathlib import Path
 
@@ -22,6 +23,13 @@ from .postgres import postgres_db, postgres_server  # noqa: F401
 REPO = Path(__file__).resolve().parents[1]
 
 properties.load()
+
+# Ctrl-C's default handling in every process of the suite, whatever started it: a shell without job control starts
+# a background job (`pytest &`, as a CI script may) with SIGINT and SIGQUIT ignored, and a child inherits an ignored
+# signal; a daemon or `messages --follow` a test sends SIGINT would then ignore it and the test fail at its bound,
+# depending on the order the tests ran in (an in-process `run` restores the handler as it ends).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 # pytest keeps each test module's assertion-rewritten bytecode in __pycache__ only where bytecode may be
 # written; with PYTHONDONTWRITEBYTECODE set (as on the machines the suite runs on) every worker would parse,

@@ -59,14 +59,21 @@ sys.exit(main())
 
 
 class TestSignals:
+    def test_the_suites_children_start_with_ctrl_c_handled(self) -> None:
+        """A child of the suite handles SIGINT however the suite was started (tests/conftest.py): a background
+        `pytest &` from a shell without job control ignores it, and a daemon would inherit that and ignore the
+        SIGINT the tests below send (as `messages --follow` did, tests/cli/test_data.py TestFollow)."""
+        shown = subprocess.run([PYTHON, "-c", "import signal; print(signal.getsignal(signal.SIGINT).__name__)"],
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=True)
+        assert shown.stdout.strip() == "default_int_handler"
+
     @pytest.mark.parametrize("moment", ["loading", "opening"])
     def test_a_ctrl_c_at_any_moment_of_the_start_is_a_quiet_exit_0(self, tmp_path, moment: str) -> None:
         """Ctrl-C while the modules load is exit 0 without a traceback (it printed the import's); once the loop
         runs it is the graceful stop, not a cancellation swallowed by the start (the daemon then ran on)."""
         config = write_config(tmp_path)
         run = subprocess.run([PYTHON, "-c", INTERRUPTED_START, moment, "--config", str(config)], env=cli_env(),
-                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
         events = [json.loads(line)["event"] for line in run.stderr.splitlines()]
         if moment == "loading":
