@@ -26,6 +26,7 @@ anything else is another program's and is refused before anything is written.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 import sqlite3
@@ -77,7 +78,7 @@ class Migration:
     sql: str
 
     def statements(self) -> list[str]:
-        return split_statements(self.sql)
+        return list(_statements_of(self.sql))
 
 
 def default_folder(engine: Engine = SQLITE) -> Traversable:
@@ -90,9 +91,20 @@ def default_folder(engine: Engine = SQLITE) -> Traversable:
 def load_migrations(folder: Traversable | Path | None = None, *, engine: Engine = SQLITE) -> list[Migration]:
     """Read and order the migration files; a misnamed file or a gap is a bug, raised as ValueError.
 
-    `folder`: the files themselves (tests); None: this installation's, for `engine`.
+    `folder`: the files themselves (tests), read at each call; None: this installation's, for `engine`, read
+    once per process (they are part of the installed package, and every store open and check reads them).
     """
-    root = default_folder(engine) if folder is None else folder
+    if folder is None:
+        return list(_installed_migrations(engine))
+    return _read_migrations(folder)
+
+
+@functools.cache
+def _installed_migrations(engine: Engine) -> tuple[Migration, ...]:
+    return tuple(_read_migrations(default_folder(engine)))
+
+
+def _read_migrations(root: Traversable | Path) -> list[Migration]:
     if not root.is_dir():
         raise ValueError(f"migrations folder not found: {root}")
     found: dict[int, Migration] = {}
@@ -115,6 +127,12 @@ def load_migrations(folder: Traversable | Path | None = None, *, engine: Engine 
     if [m.version for m in ordered] != expected:
         raise ValueError(f"migration versions must run 1..N without gaps, found {sorted(found)}")
     return ordered
+
+
+@functools.lru_cache(maxsize=64)
+def _statements_of(script: str) -> tuple[str, ...]:
+    """`split_statements`, once per migration text: each open checks every step and a fresh store runs them."""
+    return tuple(split_statements(script))
 
 
 def split_statements(script: str) -> list[str]:
