@@ -49,6 +49,7 @@ from mcplhost import cli as mcplhost_cli
 from mcplhost import logs
 from mcplhost.dev import bundled_connectors
 
+from ..forkserver import ForkedProcess, forked
 from ..harness import PYTHON, REPO, SCRIPTED_COMMAND, wait_for
 
 #: Variables of the test run's own environment that would change what `mcplhost` does.
@@ -212,7 +213,7 @@ def scripted_connector(name: str, script: dict[str, Any], folder: Path, **fields
 class Daemon:
     """A running `mcplhost run`; its stderr (JSON log lines) goes to a file the test reads."""
 
-    def __init__(self, process: Process, log_path: Path) -> None:
+    def __init__(self, process: Process | ForkedProcess, log_path: Path) -> None:
         self.process = process
         self.log_path = log_path
 
@@ -251,12 +252,17 @@ async def daemon(config: Path | None, folder: Path, *, env: Mapping[str, str] | 
                  args: tuple[str, ...] = (), cwd: Path | None = None,
                  command: list[str] | None = None, umask: int = -1) -> AsyncIterator[Daemon]:
     """Start `mcplhost run [--config CONFIG] ARGS` (under `umask`, -1: this process's); killed at the end if the
-    test left it running."""
+    test left it running. Forked from the test process's fork server (tests/forkserver.py), or with `command`
+    spawned as that command."""
     log_path = folder / f"run-{uuid.uuid4().hex[:8]}.log"
-    argv = command or [PYTHON, "-m", "mcplhost", "run", *(["--config", str(config)] if config else []), *args]
-    with open(log_path, "wb") as log:
-        process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                           env=cli_env(env), cwd=cwd or REPO, umask=umask)
+    process: Process | ForkedProcess
+    if command is None:
+        process = await forked(["run", *(["--config", str(config)] if config else []), *args], env=cli_env(env),
+                               cwd=cwd or REPO, stderr=log_path, umask=umask)
+    else:
+        with open(log_path, "wb") as log:
+            process = await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                               stderr=log, env=cli_env(env), cwd=cwd or REPO, umask=umask)
     try:
         yield Daemon(process, log_path)
     finally:
