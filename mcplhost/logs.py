@@ -133,7 +133,9 @@ class LineQueue:
                     break
             stop = _STOP in batch
             self._write_now([line for line in batch if line is not _STOP])
-            if stop:
+            # `close` may have found the queue full and given up queueing its stop: once the queue is empty after
+            # a close, nothing more comes (later lines are the caller's), so the thread ends either way.
+            if stop or (self._closed and self._queue.empty()):
                 return
 
     def _write_now(self, lines: list[str]) -> None:

@@ -227,6 +227,30 @@ def pipe_writer(fd: int) -> Any:
 
 
 class TestLineQueue:
+    async def test_a_close_that_found_the_queue_full_still_ends_the_writer_once_the_sink_drains(self) -> None:
+        """A close while the sink is stuck and the queue full cannot queue its stop; the writer thread still ends
+        when the sink takes its lines again (it waited for a line that never came: a thread left per such close,
+        as the in-process CLI saw)."""
+        entered, unstuck = threading.Event(), threading.Event()
+        written: list[bytes] = []
+
+        def stuck_sink(data: bytes) -> None:
+            entered.set()
+            unstuck.wait(30)
+            written.append(data)
+
+        lines = LineQueue(stuck_sink, lambda n: json.dumps({"event": "log.dropped", "lines": n}), max_lines=10)
+        lines.put("first")
+        await wait_for(entered.is_set)  # the thread holds "first" inside the write: the queue is empty
+        for n in range(20):
+            lines.put(f"line {n}")  # 10 queued behind the stuck write, 10 dropped
+        assert lines.dropped == 10
+        assert not lines.close(timeout=0.05)  # no room for the stop
+        unstuck.set()
+        await wait_for(lambda: lines.close(timeout=0), timeout=10)
+        text = b"".join(written).decode()
+        assert text.count("line ") == 10 and '"lines": 10' in text
+
     async def test_a_sink_nobody_reads_does_not_stall_the_loop(self) -> None:
         """With stderr a full pipe, logging stays instant: another task keeps ticking; the excess is counted."""
         read_fd, write_fd = os.pipe()
