@@ -55,6 +55,11 @@ def serve(path: str) -> dict[str, Any]:
     import mcplhost.cli.serve
     import mcplhost.host  # noqa: F401
 
+    try:  # the model SDK the suite's daemons use (~1.3 s of CPU a load), where the extra is installed
+        import openai  # noqa: F401
+    except ImportError:
+        pass
+
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
