@@ -2,7 +2,7 @@
 
     result = cli("check-config", str(path))          # cli.main in this process: stdout, stderr, exit code
     path = write_config(tmp_path, [scripted_connector("disc", script, tmp_path)])
-    async with daemon(path, tmp_path) as run:        # `mcplhost run` as a real process
+    async with daemon(path, tmp_path) as run:        # `mcplhost run` as a process of its own (forked)
         await run.wait_event("host.ready")
         run.signal(signal.SIGTERM)
         assert await run.wait() == 0
@@ -10,9 +10,10 @@
 Most CLI tests check parsing, usage errors, exit codes, messages and what an
 offline command prints: `cli()` calls `mcplhost.cli.main(argv)` in this
 process (no interpreter start, no imports), with stdin at /dev/null and
-stdout and stderr captured. A true subprocess (`cli_process()`, `daemon()`,
-the pty and pipe runs in test_dev.py) is kept only where the process itself
-is what is tested:
+stdout and stderr captured. A process of its own (`cli_process()`; `daemon()`,
+forked from the test process's fork server with the package loaded,
+tests/forkserver.py; the pty and pipe runs in test_dev.py) is kept only where
+the process itself is what is tested:
 
 - signals and the graceful stop (test_run.py `TestSignals`, SIGINT in test_dev.py), SIGHUP;
 - systemd notify and the watchdog (test_systemd.py): the daemon's own pid and NOTIFY_SOCKET;
