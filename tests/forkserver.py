@@ -50,9 +50,12 @@ def serve(path: str) -> dict[str, Any]:
     """Answer spawn requests on the Unix socket at `path` until stdin ends; returns only in a forked child,
     with that child's request."""
     sys.modules.setdefault("rich", None)  # type: ignore[arg-type]  # as mcplhost/__main__.py refuses it
-    import mcplhost.__main__  # noqa: F401  # what `run` loads, loaded once
+    import anyio._backends._asyncio  # noqa: F401  # what `run` loads, loaded once (anyio's backend at its start)
+
+    import mcplhost.__main__  # noqa: F401
     import mcplhost.cli
     import mcplhost.cli.serve
+    import mcplhost.dev  # noqa: F401  # the bundled connectors' table, read by run's config checks
     import mcplhost.host  # noqa: F401
 
     try:  # the model SDK the suite's daemons use (~1.3 s of CPU a load), where the extra is installed
