@@ -1,6 +1,6 @@
 """A fork server for the suite's `mcplhost run` daemons: one per test process, with the package already loaded.
 
-    process = await forked(["run", "--config", str(path)], env=cli_env(), cwd=REPO, stderr=log_path)
+    process = forked(["run", "--config", str(path)], env=cli_env(), cwd=REPO, stderr=log_path)
     process.send_signal(signal.SIGTERM)
     assert await process.wait() == 0
 
@@ -24,7 +24,6 @@ end, when the test process that started it closes its stdin (or dies).
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import selectors
 import signal
@@ -34,11 +33,23 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
+import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
+class Spawn(msgspec.Struct, frozen=True):
+    """One daemon to fork: its argv after `mcplhost`, environment, folder, umask (-1: the server's) and the
+    files its stdout and stderr go to (None: /dev/null); stdin is /dev/null."""
+
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    umask: int = -1
+    stdout: str | None = None
+    stderr: str | None = None
+
+
 #: How long a spawn request may wait for the server's answer (a busy machine delays the fork, never by this much).
 SPAWN_TIMEOUT_S = 60.0
 
@@ -46,7 +57,7 @@ SPAWN_TIMEOUT_S = 60.0
 # --- the server (its own process) ----------------------------------------------------
 
 
-def serve(path: str) -> dict[str, Any]:
+def serve(path: str) -> Spawn:
     """Answer spawn requests on the Unix socket at `path` until stdin ends; returns only in a forked child,
     with that child's request."""
     sys.modules.setdefault("rich", None)  # type: ignore[arg-type]  # as mcplhost/__main__.py refuses it
@@ -81,7 +92,7 @@ def serve(path: str) -> dict[str, Any]:
         for key, _ in selector.select():
             if key.data == "spawn":
                 conn, _ = listener.accept()
-                request = json.loads(_read_line(conn))
+                request = msgspec.json.decode(_read_line(conn), type=Spawn)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
@@ -93,7 +104,7 @@ def serve(path: str) -> dict[str, Any]:
                         other.close()
                     os.close(wake_read)
                     os.close(wake_write)
-                    return request  # type: ignore[no-any-return]
+                    return request
                 conn.sendall(f"{pid}\n".encode())
                 waiting[pid] = conn
             elif key.data == "reap":
@@ -146,22 +157,22 @@ def _read_line(conn: socket.socket, size: int = 65536) -> bytes:
     return data
 
 
-def become(request: Mapping[str, Any]) -> None:
+def become(request: Spawn) -> None:
     """In a forked child: take the request's streams, folder, umask, environment and argv, then run the command."""
     stdin = os.open(os.devnull, os.O_RDONLY)
-    stdout = os.open(request["stdout"] or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    stderr = os.open(request["stderr"] or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    stdout = os.open(request.stdout or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    stderr = os.open(request.stderr or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
-    os.chdir(request["cwd"])
-    if request["umask"] >= 0:
-        os.umask(request["umask"])
+    os.chdir(request.cwd)
+    if request.umask >= 0:
+        os.umask(request.umask)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(request.env)
     from mcplhost import __main__ as command
 
-    sys.argv = [command.__file__, *request["args"]]
+    sys.argv = [command.__file__, *request.args]
     raise SystemExit(command.main())
 
 
@@ -223,19 +234,20 @@ class ForkServer:
         if line != b"ready\n":
             raise RuntimeError(f"the fork server did not start (it said {line!r}, exit {self._process.poll()})")
 
-    async def spawn(self, args: Sequence[str], *, env: Mapping[str, str], cwd: Path, stderr: Path | None = None,
-                    stdout: Path | None = None, umask: int = -1) -> ForkedProcess:
+    def spawn(self, args: Sequence[str], *, env: Mapping[str, str], cwd: Path, stderr: Path | None = None,
+              stdout: Path | None = None, umask: int = -1) -> ForkedProcess:
+        """Fork one daemon; blocks the caller briefly (the server forks as soon as it has read the request and
+        answers with the pid)."""
         for path in (stderr, stdout):
             if path is not None:
                 path.write_bytes(b"")  # there (and empty) before the child starts, as a spawn's redirection is
-        request = {"args": list(args), "env": dict(env), "cwd": str(cwd), "umask": umask,
-                   "stderr": str(stderr) if stderr else None, "stdout": str(stdout) if stdout else None}
+        request = Spawn(list(args), dict(env), str(cwd), umask, str(stdout) if stdout else None,
+                        str(stderr) if stderr else None)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            # Blocking, and short: the server forks as soon as it has read the line and answers with the pid.
             conn.settimeout(SPAWN_TIMEOUT_S)
             conn.connect(self.path)
-            conn.sendall(json.dumps(request).encode() + b"\n")
+            conn.sendall(msgspec.json.encode(request) + b"\n")
             pid = int(_read_line(conn, 1))  # byte by byte: the exit status may follow at once
         except BaseException:
             conn.close()
@@ -254,13 +266,14 @@ class ForkServer:
 _server: ForkServer | None = None
 
 
-async def forked(args: Sequence[str], **options: Any) -> ForkedProcess:
+def forked(args: Sequence[str], *, env: Mapping[str, str], cwd: Path, stderr: Path | None = None,
+           stdout: Path | None = None, umask: int = -1) -> ForkedProcess:
     """`mcplhost ARGS` forked from this test process's server (started on first use, stopped at exit)."""
     global _server
     if _server is None:
         _server = ForkServer()
         atexit.register(_server.stop)
-    return await _server.spawn(args, **options)
+    return _server.spawn(args, env=env, cwd=cwd, stderr=stderr, stdout=stdout, umask=umask)
 
 
 if __name__ == "__main__":

@@ -258,7 +258,7 @@ async def daemon(config: Path | None, folder: Path, *, env: Mapping[str, str] | 
     log_path = folder / f"run-{uuid.uuid4().hex[:8]}.log"
     process: Process | ForkedProcess
     if command is None:
-        process = await forked(["run", *(["--config", str(config)] if config else []), *args], env=cli_env(env),
+        process = forked(["run", *(["--config", str(config)] if config else []), *args], env=cli_env(env),
                                cwd=cwd or REPO, stderr=log_path, umask=umask)
     else:
         with open(log_path, "wb") as log:
