@@ -1,4 +1,5 @@
-"""Settings for the whole suite: the Hypothesis profile (tests/properties.py) and the package compiled once."""
+"""Settings for the whole suite: the Hypothesis profile (tests/properties.py), the package compiled once, Ctrl-C's
+default handling, and how pytest-xdist hands the files out."""
 
 from __future__ import annotations
 
@@ -76,4 +77,3 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "model SDKs" if path.startswith(MODEL_SDK_FOLDER) or path in MODEL_SDK_FILES else path
 
     return FileScheduling(config, log)
-
